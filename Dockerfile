@@ -1,0 +1,72 @@
+# Kowloon image: kowloon-gateway, kowloon-compute and the CUDA plugin in one
+# image, laid out as /opt/kowloon/{bin,lib,sql,openapi} (the binaries find
+# sql/ and lib/kowloon-cuda.so next to bin/). The same image serves GPU and
+# CPU nodes: without a GPU the plugin does not load and the node runs on the
+# CPU. The runtime stage is NVIDIA's CUDA runtime image, which carries the
+# CUDA runtime, cuBLAS, cuRAND and NCCL the plugin links; the driver
+# (libcuda) comes from the host through the NVIDIA Container Toolkit.
+#
+#   docker build -t kowloon:local .
+#   docker compose up            (see docker-compose.yml)
+
+ARG CUDA_VERSION=13.0.0
+ARG UBUNTU=ubuntu24.04
+
+# ---------------------------------------------------------------- build ---
+FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
+
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+        build-essential pkg-config \
+        libmicrohttpd-dev libjansson-dev libpq-dev libhiredis-dev \
+        libcurl4-openssl-dev libopenblas-dev libcmocka-dev \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+COPY . .
+# nvcc is on PATH in the devel image, so the Makefile builds the plugin too;
+# fail here rather than ship an image whose GPU nodes silently run on CPU.
+RUN make -j"$(nproc)" \
+ && test -x bin/kowloon-gateway && test -x bin/kowloon-compute \
+ && test -f lib/kowloon-cuda.so
+RUN install -d /opt/kowloon/bin /opt/kowloon/lib /opt/kowloon/sql /opt/kowloon/openapi \
+ && install -m 0755 bin/kowloon-gateway bin/kowloon-compute /opt/kowloon/bin/ \
+ && install -m 0644 lib/kowloon-cuda.so /opt/kowloon/lib/ \
+ && install -m 0644 openapi/openapi.yaml /opt/kowloon/openapi/ \
+ && if ls sql/*.sql >/dev/null 2>&1; then install -m 0644 sql/*.sql /opt/kowloon/sql/; fi
+
+# -------------------------------------------------------------- runtime ---
+FROM nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}
+
+LABEL org.opencontainers.image.title="kowloon" \
+      org.opencontainers.image.description="Kowloon GPU job service: gateway and compute node"
+
+# Runtime halves of the build dependencies (Ubuntu 24.04 names), and curl for
+# the compose health checks. cudart, cuBLAS, cuRAND and NCCL (libnccl2) are
+# in the CUDA runtime image; NCCL is installed from NVIDIA's apt repository
+# (configured in the image) should a runtime tag ever come without it.
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+        libmicrohttpd12t64 libjansson4 libpq5 libhiredis1.1.0 \
+        libcurl4t64 libopenblas0 curl ca-certificates \
+ && { ldconfig -p | grep -q 'libnccl\.so\.2' \
+      || apt-get install -y --no-install-recommends libnccl2; } \
+ && rm -rf /var/lib/apt/lists/*
+
+COPY --from=build /opt/kowloon /opt/kowloon
+
+# Every shared library the binaries and the plugin link must resolve here
+# (libcuda is not linked: the CUDA runtime loads it from the host's driver).
+RUN missing="$(ldd /opt/kowloon/bin/* /opt/kowloon/lib/*.so | grep 'not found' || true)"; \
+    if [ -n "$missing" ]; then echo "unresolved libraries:"; echo "$missing"; exit 1; fi
+
+RUN useradd --system --home-dir /opt/kowloon --no-create-home --shell /usr/sbin/nologin kowloon
+USER kowloon
+WORKDIR /opt/kowloon
+ENV PATH=/opt/kowloon/bin:${PATH}
+
+# 8080: gateway API; 8081: a compute node's run API.
+EXPOSE 8080 8081
+CMD ["kowloon-gateway", "serve"]

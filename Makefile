@@ -1,0 +1,116 @@
+# Kowloon — one Makefile for the daemons, the kernel library, the CUDA plugin
+# and the tests. `make V=1` shows the commands.
+
+CC      ?= cc
+NVCC    ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+SAN     ?=
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -MMD -MP -pthread $(SAN)
+CPPFLAGS += -Iservice -Ikernels -Igateway -Icompute $(shell pkg-config --cflags-only-I libpq 2>/dev/null) -I/usr/include/postgresql
+LDFLAGS += -pthread $(SAN)
+NVFLAGS ?= -O3 -std=c++17 --compiler-options -fPIC,-Wall,-Wextra -Werror all-warnings \
+           -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+           -gencode arch=compute_90,code=compute_90 -Ikernels
+
+Q = $(if $(V),,@)
+B = build$(if $(SAN),-san,)
+
+SVC_SRC  := $(wildcard service/*.c)
+KL_SRC   := $(wildcard kernels/*.c kernels/cpu/*.c)
+GW_SRC   := $(wildcard gateway/*.c)
+CN_SRC   := $(wildcard compute/*.c)
+CU_SRC   := $(wildcard kernels/cuda/*.cu)
+UT_SRC   := $(wildcard tests/unit/test_*.c)
+
+SVC_OBJ  := $(SVC_SRC:%.c=$(B)/%.o)
+KL_OBJ   := $(KL_SRC:%.c=$(B)/%.o)
+GW_OBJ   := $(GW_SRC:%.c=$(B)/%.o)
+CN_OBJ   := $(CN_SRC:%.c=$(B)/%.o)
+CU_OBJ   := $(CU_SRC:%.cu=$(B)/%.o)
+UT_BIN   := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
+
+SVC_LIBS := -lmicrohttpd -ljansson -lcurl
+KL_LIBS  := -lopenblas -lm
+GW_LIBS  := -lpq -lhiredis
+CN_LIBS  := -ldl
+CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand -lnccl -lcudart
+
+PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
+
+.PHONY: all clean run stop test test-unit test-integration bench bench-kernels gpu-check
+all: bin/kowloon-gateway bin/kowloon-compute $(PLUGIN) $(UT_BIN)
+	@echo "✓ bin/kowloon-gateway  ✓ bin/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))"
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(B)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+$(B)/libsvc.a: $(SVC_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(B)/libkl.a: $(KL_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+bin/kowloon-gateway: $(GW_OBJ) $(B)/libsvc.a $(B)/libkl.a
+	@mkdir -p bin
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(GW_OBJ) $(B)/libsvc.a $(B)/libkl.a $(GW_LIBS) $(SVC_LIBS) $(KL_LIBS)
+
+bin/kowloon-compute: $(CN_OBJ) $(B)/libsvc.a $(B)/libkl.a
+	@mkdir -p bin
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -rdynamic -o $@ $(CN_OBJ) $(B)/libsvc.a $(B)/libkl.a $(SVC_LIBS) $(KL_LIBS) $(CN_LIBS)
+
+# The plugin carries its own copy of the kernel library (CPU references are
+# used for the parts CUDA does not cover), so it needs nothing from the node.
+lib/kowloon-cuda.so: $(CU_OBJ) $(B)/libkl.a
+	@mkdir -p lib
+	@$(if $(Q),echo "  NVLD    $@")
+	$(Q)$(NVCC) -shared -o $@ $(CU_OBJ) $(B)/libkl.a $(CU_LIBS) -lopenblas -lm
+
+# Unit tests link what their prefix names: test_kl_* the kernel library,
+# test_svc_* the service runtime, test_gw_* / test_cn_* a daemon's objects.
+UT_CC = $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ -lcmocka
+$(B)/tests/test_kl_%: tests/unit/test_kl_%.c $(B)/libkl.a
+	@mkdir -p $(dir $@)
+	$(Q)$(UT_CC) $(KL_LIBS)
+$(B)/tests/test_svc_%: tests/unit/test_svc_%.c $(B)/libsvc.a $(B)/libkl.a
+	@mkdir -p $(dir $@)
+	$(Q)$(UT_CC) $(SVC_LIBS) $(KL_LIBS)
+$(B)/tests/test_gw_%: tests/unit/test_gw_%.c $(filter-out %/main.o,$(GW_OBJ)) $(B)/libsvc.a $(B)/libkl.a
+	@mkdir -p $(dir $@)
+	$(Q)$(UT_CC) $(GW_LIBS) $(SVC_LIBS) $(KL_LIBS)
+$(B)/tests/test_cn_%: tests/unit/test_cn_%.c $(filter-out %/main.o,$(CN_OBJ)) $(B)/libsvc.a $(B)/libkl.a
+	@mkdir -p $(dir $@)
+	$(Q)$(UT_CC) $(SVC_LIBS) $(KL_LIBS) $(CN_LIBS)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)
+
+test-unit: $(UT_BIN)
+	@set -e; for t in $(UT_BIN); do echo "== $$t"; $$t; done
+
+# The two commands of the README, and the rest of the tooling, live in scripts/.
+# run and test install the Debian packages first: the build needs their headers.
+run:
+	@scripts/install-deps.sh
+	@$(MAKE) --no-print-directory all
+	@scripts/run.sh
+stop:
+	@scripts/stop.sh
+test:
+	@scripts/install-deps.sh
+	@$(MAKE) --no-print-directory all
+	@scripts/test.sh
+bench: all
+	@bench/run.sh
+bench-kernels: all
+	@bench/kernels.sh
+
+clean:
+	rm -rf build build-san bin lib

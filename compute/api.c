@@ -1,0 +1,165 @@
+/* api.c — the node's HTTP handlers. Each checks the cluster token, turns the
+ * request into a run manager call and the result into one reply; every error
+ * goes through svc_reply_error so it has the contract's shape. */
+#include "api.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "node.h"
+#include "svc_util.h"
+
+#define CN_WAIT_MAX_S 60
+
+/* 1 when the request carries the cluster token; otherwise replies 401. */
+static int cn__authorized(svc_req *req)
+{
+    const cn_node *n = svc_req_app(req);
+    const char *tok = svc_req_bearer(req);
+
+    if (tok && svc_secure_equal(tok, n->token))
+        return 1;
+    svc_reply_error(req, 401, "unauthenticated", NULL, NULL,
+                    tok ? "invalid cluster token" : "missing Authorization: Bearer <cluster token>");
+    return 0;
+}
+
+/* ?wait=S (seconds, 0..60, fractions allowed) into *ms. Returns 0, or -1
+ * after replying 400. */
+static int cn__wait_ms(svc_req *req, int64_t *ms)
+{
+    const char *s = svc_req_query(req, "wait");
+    char *end;
+
+    *ms = 0;
+    if (!s)
+        return 0;
+    double w = strtod(s, &end);
+    if (end == s || *end || !isfinite(w) || w < 0 || w > CN_WAIT_MAX_S) {
+        svc_reply_error(req, 400, "invalid_argument", "wait", NULL,
+                        "wait must be a number of seconds between 0 and %d", CN_WAIT_MAX_S);
+        return -1;
+    }
+    *ms = (int64_t)(w * 1000);
+    return 0;
+}
+
+static int cn__reply_kl_err(svc_req *req, int status, const kl_err *err)
+{
+    return svc_reply_error(req, status, "invalid_argument", err->field[0] ? err->field : NULL,
+                           NULL, "%s", err->message[0] ? err->message : "invalid request");
+}
+
+/* A run manager lookup result: 200 with the run, or 404 / 500. */
+static int cn__reply_run(svc_req *req, int rc, json_t *run)
+{
+    if (rc == 0)
+        return svc_reply_json(req, 200, run);
+    if (rc == CN_ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no run %s on this node",
+                               svc_req_param(req, "id"));
+    return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+}
+
+static int cn__healthz(svc_req *req)
+{
+    return svc_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static int cn__info(svc_req *req)
+{
+    const cn_node *n = svc_req_app(req);
+    int active;
+
+    if (!cn__authorized(req))
+        return 0;
+    cn_runs_load(n->runs, &active, NULL);
+    json_t *j = cn_node_describe(n);
+    if (!j)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    json_object_set_new(j, "running", json_integer(active));
+    json_object_set_new(j, "draining", json_boolean(cn_node_draining(n)));
+    json_object_set_new(j, "version", json_string(CN_VERSION));
+    return svc_reply_json(req, 200, j);
+}
+
+static int cn__run_create(svc_req *req)
+{
+    const cn_node *n = svc_req_app(req);
+    const json_t *body = svc_req_json(req);
+    cn_run_req rq;
+    kl_err err = {{0}, {0}};
+    json_t *run = NULL;
+    int status, rc;
+
+    if (!cn__authorized(req))
+        return 0;
+    /* A repeated POST (the gateway retrying after a lost reply) is answered
+     * from the run it already made, before the inputs are decoded again. */
+    if (cn_run_req_ident(body, &rq, &status, &err) < 0)
+        return cn__reply_kl_err(req, status, &err);
+    if (cn_runs_get(n->runs, rq.run_id, 0, 0, &run) == 0)
+        return svc_reply_json(req, 200, run);
+    if (cn_run_req_decode(body, &rq, &status, &err) < 0)
+        return cn__reply_kl_err(req, status, &err);
+
+    char location[CN_RUN_ID_MAX + 16];
+    snprintf(location, sizeof location, "/v1/runs/%s", rq.run_id);
+    rc = cn_runs_submit(n->runs, &rq, &run, &err);
+    cn_run_req_clear(&rq);  /* holds nothing when the manager took it */
+    switch (rc) {
+    case CN_RUN_NEW:
+        if (!run)
+            run = json_pack("{s:s, s:s}", "run_id", location + 9, "state", "queued");
+        svc_reply_header(req, "Location", location);
+        return svc_reply_json(req, 202, run);
+    case CN_RUN_EXISTING:
+        return svc_reply_json(req, 200, run);
+    case CN_EOVERLOADED:
+        svc_reply_header(req, "Retry-After", "1");
+        return svc_reply_error(req, 503, "overloaded", NULL, NULL, "all %d slots are busy",
+                               n->slots);
+    case CN_EDRAINING:
+        svc_reply_header(req, "Retry-After", "1");
+        return svc_reply_error(req, 503, "draining", NULL, NULL,
+                               "node is shutting down and takes no new runs");
+    case CN_EINVAL:
+        return cn__reply_kl_err(req, 422, &err);
+    default:
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    }
+}
+
+static int cn__run_get(svc_req *req)
+{
+    const cn_node *n = svc_req_app(req);
+    json_t *run = NULL;
+    int64_t wait_ms;
+
+    if (!cn__authorized(req) || cn__wait_ms(req, &wait_ms) < 0)
+        return 0;
+    int rc = cn_runs_get(n->runs, svc_req_param(req, "id"), wait_ms, 1, &run);
+    return cn__reply_run(req, rc, run);
+}
+
+static int cn__run_cancel(svc_req *req)
+{
+    const cn_node *n = svc_req_app(req);
+    json_t *run = NULL;
+    int64_t wait_ms;
+
+    if (!cn__authorized(req) || cn__wait_ms(req, &wait_ms) < 0)
+        return 0;
+    int rc = cn_runs_cancel(n->runs, svc_req_param(req, "id"), wait_ms, &run);
+    return cn__reply_run(req, rc, run);
+}
+
+const svc_route cn_api_routes[] = {
+    {.method = "GET", .pattern = "/healthz", .handler = cn__healthz},
+    {.method = "GET", .pattern = "/v1/info", .handler = cn__info},
+    {.method = "POST", .pattern = "/v1/runs", .handler = cn__run_create, .json_body = 1},
+    {.method = "GET", .pattern = "/v1/runs/{id}", .handler = cn__run_get},
+    {.method = "DELETE", .pattern = "/v1/runs/{id}", .handler = cn__run_cancel},
+    {.method = NULL},
+};

@@ -1,0 +1,145 @@
+/* args.c — the node's request decoder: JSON in, kl_args out. Everything the
+ * gateway sends is checked again here, since a node must never run a kernel
+ * on arguments the library has not accepted. */
+#include "args.h"
+
+#include <stdio.h>
+#include <string.h>
+
+
+static int cn__job_id_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > CN_JOB_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Reads an optional integer member into *out (def when absent or null).
+ * Returns 0, or -1 with status/err set: 400 for a wrong type, 422 out of
+ * [min, max]. */
+static int cn__int_member(const json_t *body, const char *name, long def, long min, long max,
+                          long *out, int *status, kl_err *err)
+{
+    const json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v)) {
+        *status = 400;
+        kl_err_set(err, name, "%s must be an integer", name);
+        return -1;
+    }
+    json_int_t x = json_integer_value(v);
+    if (x < min || x > max) {
+        *status = 422;
+        kl_err_set(err, name, "%s must be between %ld and %ld", name, min, max);
+        return -1;
+    }
+    *out = (long)x;
+    return 0;
+}
+
+int cn_run_req_ident(const json_t *body, cn_run_req *req, int *status, kl_err *err)
+{
+    long attempt;
+
+    memset(req, 0, sizeof *req);
+    const json_t *jid = json_object_get(body, "job_id");
+    if (!json_is_string(jid) || !cn__job_id_valid(json_string_value(jid))) {
+        *status = 400;
+        kl_err_set(err, "job_id", "job_id must be 1 to %d characters of [A-Za-z0-9_-]",
+                   CN_JOB_ID_MAX);
+        return -1;
+    }
+    if (!json_object_get(body, "attempt")) {
+        *status = 400;
+        kl_err_set(err, "attempt", "attempt is required");
+        return -1;
+    }
+    if (cn__int_member(body, "attempt", 1, 1, 1000000, &attempt, status, err) < 0)
+        return -1;
+    snprintf(req->job_id, sizeof req->job_id, "%s", json_string_value(jid));
+    req->attempt = (int)attempt;
+    snprintf(req->run_id, sizeof req->run_id, "%s.%d", req->job_id, req->attempt);
+    return 0;
+}
+
+int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *err)
+{
+    long timeout_s, gpus;
+    int rc = -1;
+
+    if (cn_run_req_ident(body, req, status, err) < 0)
+        return -1;
+
+    *status = 400;
+    const json_t *jk = json_object_get(body, "kernel");
+    if (!json_is_string(jk)) {
+        kl_err_set(err, "kernel", "kernel must be a string");
+        goto cleanup;
+    }
+    const json_t *jb = json_object_get(body, "backend");
+    const char *b = json_is_string(jb) ? json_string_value(jb) : NULL;
+    if (!jb || json_is_null(jb))
+        req->target = CN_TARGET_ANY;
+    else if (b && strcmp(b, "any") == 0)
+        req->target = CN_TARGET_ANY;
+    else if (b && strcmp(b, "cpu") == 0)
+        req->target = CN_TARGET_CPU;
+    else if (b && strcmp(b, "cuda") == 0)
+        req->target = CN_TARGET_CUDA;
+    else {
+        kl_err_set(err, "backend", "backend must be any, cpu or cuda");
+        goto cleanup;
+    }
+    if (cn__int_member(body, "timeout_s", 3600, 1, 86400, &timeout_s, status, err) < 0 ||
+        cn__int_member(body, "gpus", 1, 1, 16, &gpus, status, err) < 0)
+        goto cleanup;
+    req->timeout_s = (int)timeout_s;
+    req->gpus = (int)gpus;
+    const json_t *params = json_object_get(body, "params");
+    const json_t *inputs = json_object_get(body, "inputs");
+    if (params && !json_is_null(params) && !json_is_object(params)) {
+        kl_err_set(err, "params", "params must be an object");
+        goto cleanup;
+    }
+    if (inputs && !json_is_null(inputs) && !json_is_object(inputs)) {
+        kl_err_set(err, "inputs", "inputs must be an object");
+        goto cleanup;
+    }
+
+    /* From here on the document is well-formed; what remains is whether the
+     * kernel accepts it, which the contract answers with 422. */
+    *status = 422;
+    const kl_kernel *k = kl_kernel_find(json_string_value(jk));
+    if (!k) {
+        kl_err_set(err, "kernel", "unknown kernel \"%s\"", json_string_value(jk));
+        goto cleanup;
+    }
+    /* The per-input limits of the catalog are checked by kl_args_check; the
+     * contract's global limit stops the codec before it allocates. */
+    if (svc_kargs_bind(k, json_is_null(params) ? NULL : params,
+                       json_is_null(inputs) ? NULL : inputs, KL_MAX_ELEMS, &req->ka, err) < 0)
+        goto cleanup;
+    rc = 0;
+cleanup:
+    if (rc < 0)
+        cn_run_req_clear(req);
+    return rc;
+}
+
+void cn_run_req_clear(cn_run_req *req)
+{
+    if (!req)
+        return;
+    svc_kargs_free(&req->ka);
+    memset(req, 0, sizeof *req);
+}

@@ -1,0 +1,234 @@
+/* main.c — kowloon-compute: reads its options, picks the backend (CUDA
+ * plugin or CPU), serves the node API, registers with the gateway and, on
+ * SIGTERM or SIGINT, drains: no new runs, running ones get a grace period to
+ * finish and be collected, then it deregisters and exits 0. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "backend.h"
+#include "node.h"
+#include "register.h"
+#include "runs.h"
+#include "svc_client.h"
+#include "svc_config.h"
+#include "svc_http.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+/* After the grace period, cancelled kernels get this long to stop. */
+#define CN_CANCEL_WAIT_MS 5000
+
+static svc_opt cn_opts[] = {
+    {.flag = "gateway", .env = "KOWLOON_GATEWAY", .type = SVC_OPT_STRING,
+     .def = "http://127.0.0.1:8080", .help = "gateway base URL"},
+    {.flag = "listen", .env = "KOWLOON_LISTEN", .type = SVC_OPT_STRING,
+     .def = "127.0.0.1:8081", .help = "HOST:PORT of the node API"},
+    {.flag = "advertise", .env = "KOWLOON_ADVERTISE", .type = SVC_OPT_STRING,
+     .help = "URL the gateway uses to reach this node (default http://<listen>, "
+             "the hostname when listening on all interfaces)"},
+    {.flag = "slots", .env = "KOWLOON_SLOTS", .type = SVC_OPT_INT, .def = "2", .min = 1,
+     .max = 256, .help = "concurrent runs"},
+    {.flag = "backend", .env = "KOWLOON_BACKEND", .type = SVC_OPT_STRING, .def = "auto",
+     .help = "auto|cpu|cuda"},
+    {.flag = "name", .env = "KOWLOON_NODE_NAME", .type = SVC_OPT_STRING,
+     .help = "node name (default hostname:port)"},
+    {.flag = "cluster-token", .env = "KOWLOON_CLUSTER_TOKEN", .type = SVC_OPT_STRING,
+     .help = "shared secret between gateway and nodes (required)"},
+    {.flag = "plugin", .env = "KOWLOON_PLUGIN", .type = SVC_OPT_STRING,
+     .help = "CUDA plugin (default <dir of executable>/../lib/kowloon-cuda.so)"},
+    {.flag = "heartbeat-s", .env = "KOWLOON_HEARTBEAT_S", .type = SVC_OPT_INT, .def = "2",
+     .min = 1, .max = 60, .help = "most seconds between heartbeats"},
+    {.flag = "threads", .env = "KOWLOON_THREADS", .type = SVC_OPT_INT, .def = "0", .min = 0,
+     .max = 4096, .help = "CPU kernel threads per run, 0 = all cores"},
+    {.flag = "drain-grace-s", .env = "KOWLOON_DRAIN_GRACE_S", .type = SVC_OPT_INT,
+     .def = "30", .min = 0, .max = 86400,
+     .help = "on SIGTERM, how long running runs may take to finish"},
+    {.flag = "max-body-mb", .env = "KOWLOON_NODE_MAX_BODY_MB", .type = SVC_OPT_INT,
+     .def = "256", .min = 1, .max = 65536,
+     .help = "largest POST /v1/runs body (base64 inputs are 4/3 of their bytes)"},
+    {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
+     .help = "debug|info|warn|error"},
+    {.flag = NULL},
+};
+
+static const char *cn__opt(const char *flag)
+{
+    return svc_config_get(cn_opts, flag)->str;
+}
+
+static long cn__num(const char *flag)
+{
+    return svc_config_get(cn_opts, flag)->num;
+}
+
+/* Fills the default name (hostname:port) and advertised URL from the listen
+ * address and the port actually bound. A wildcard host is no address to
+ * call back, so the hostname stands in for it. */
+static void cn__identity(const char *listen, int port, char *name, size_t nlen, char *url,
+                         size_t ulen)
+{
+    char host[256] = "", hostname[256] = "localhost";
+    const char *colon = strrchr(listen, ':');
+
+    gethostname(hostname, sizeof hostname - 1);
+    if (colon)
+        snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+    if (!host[0] || strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0 ||
+        strcmp(host, "[::]") == 0)
+        snprintf(host, sizeof host, "%s", hostname);
+    snprintf(name, nlen, "%s:%d", hostname, port);
+    snprintf(url, ulen, "http://%s:%d", host, port);
+}
+
+/* Waits for the runs that were in flight to finish and be collected, up to
+ * grace_s; a second signal cuts it short. Then cancels what is left. */
+static void cn__drain(cn_runs *runs, const sigset_t *sigs, long grace_s)
+{
+    int64_t deadline = svc_now_mono_ms() + grace_s * 1000;
+    int left = cn_runs_drain(runs);
+
+    svc_info("draining runs=%d grace_s=%ld", left, grace_s);
+    while (left > 0) {
+        int64_t wait = deadline - svc_now_mono_ms();
+        if (wait <= 0) {
+            svc_warn("grace period over; cancelling unfinished runs runs=%d", left);
+            break;
+        }
+        if (wait > 200)
+            wait = 200;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait * 1000000L};
+        if (sigtimedwait(sigs, NULL, &ts) > 0) {
+            svc_warn("second signal; cancelling unfinished runs runs=%d", left);
+            break;
+        }
+        left = cn_runs_unsettled(runs);
+    }
+    if (left > 0 && cn_runs_cancel_all(runs, CN_CANCEL_WAIT_MS) > 0)
+        svc_warn("some kernels ignore their cancel flag; exiting without them");
+}
+
+int main(int argc, char **argv)
+{
+    char err[512], exe_dir[1024], plugin[1200], name[320], url[320];
+    cn_backend backend = {.kind = CN_BACKEND_CPU};
+    cn_node node = {0};
+    cn_runs *runs = NULL;
+    svc_server *server = NULL;
+    cn_register *reg = NULL;
+    sigset_t sigs;
+    int sig, rc = 1;
+
+    int prc = svc_config_parse(cn_opts, argc, argv, 1, NULL, 0, NULL, err, sizeof err);
+    if (prc == 1) {
+        printf("usage: kowloon-compute [flags]\n");
+        svc_config_usage(cn_opts, stdout);
+        return 0;
+    }
+    if (prc < 0) {
+        fprintf(stderr, "kowloon-compute: %s\n", err);
+        svc_config_usage(cn_opts, stderr);
+        return 2;
+    }
+    int level = svc_log_level_parse(cn__opt("log-level"));
+    if (level < 0) {
+        fprintf(stderr, "kowloon-compute: --log-level must be debug, info, warn or error\n");
+        return 2;
+    }
+    svc_log_init("compute", level);
+    const char *token = cn__opt("cluster-token");
+    if (!token || !token[0]) {
+        svc_error("--cluster-token (KOWLOON_CLUSTER_TOKEN) is required");
+        return 2;
+    }
+    if (svc_client_global_init() < 0) {
+        svc_error("HTTP client initialisation failed");
+        return 1;
+    }
+
+    /* Block the shutdown signals before any thread starts, so every thread
+     * inherits the mask and only main's sigwait sees them. */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (cn__opt("plugin") && cn__opt("plugin")[0])
+        snprintf(plugin, sizeof plugin, "%s", cn__opt("plugin"));
+    else if (svc_exe_dir(exe_dir, sizeof exe_dir) == 0)
+        snprintf(plugin, sizeof plugin, "%s/../lib/kowloon-cuda.so", exe_dir);
+    else
+        snprintf(plugin, sizeof plugin, "lib/kowloon-cuda.so");
+    int brc = cn_backend_open(&backend, cn__opt("backend"), plugin);
+    if (brc == -EINVAL) {
+        svc_error("--backend: %s", backend.reason);
+        rc = 2;
+        goto cleanup;
+    }
+    if (brc < 0) {
+        svc_error("backend cuda requested but unavailable: %s", backend.reason);
+        goto cleanup;
+    }
+    svc_info("backend chosen backend=%s gpus=%d reason=\"%s\"", cn_backend_name(&backend),
+             cn_backend_ngpus(&backend), backend.reason);
+
+    cn_runs_opts ro = {.slots = (int)cn__num("slots"), .threads = (int)cn__num("threads"),
+                       .backend = &backend};
+    int e = cn_runs_create(&ro, &runs);
+    if (e < 0) {
+        svc_error("cannot start the run manager: %s", strerror(-e));
+        goto cleanup;
+    }
+
+    node.token = token;
+    node.slots = ro.slots;
+    node.backend = &backend;
+    node.runs = runs;
+    /* With a fixed port the identity is known before the first request can
+     * arrive; with port 0 nobody can call before the port is logged. */
+    const char *listen = cn__opt("listen");
+    const char *lport = strrchr(listen, ':');
+    cn__identity(listen, lport ? atoi(lport + 1) : 0, name, sizeof name, url, sizeof url);
+    node.name = cn__opt("name") && cn__opt("name")[0] ? cn__opt("name") : name;
+    node.url = cn__opt("advertise") && cn__opt("advertise")[0] ? cn__opt("advertise") : url;
+
+    svc_server_opts so = {.listen = listen, .routes = cn_api_routes,
+                          .max_body = (size_t)cn__num("max-body-mb") << 20,
+                          /* long polls hold a request for up to 60 s */
+                          .conn_timeout_s = 120, .app = &node};
+    if (!(server = svc_server_start(&so, err, sizeof err))) {
+        svc_error("%s", err);
+        goto cleanup;
+    }
+    if (!lport || atoi(lport + 1) == 0)
+        cn__identity(listen, svc_server_port(server), name, sizeof name, url, sizeof url);
+    svc_info("listening listen=%s port=%d name=%s url=%s slots=%d", listen,
+             svc_server_port(server), node.name, node.url, node.slots);
+
+    if ((e = cn_register_start(cn__opt("gateway"), (int)cn__num("heartbeat-s"), &node, &reg)) < 0) {
+        svc_error("cannot start the registration thread: %s", strerror(-e));
+        goto cleanup;
+    }
+
+    if (sigwait(&sigs, &sig) != 0)
+        goto cleanup;
+    svc_info("signal received signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    __atomic_store_n(&node.draining, 1, __ATOMIC_RELEASE);
+    cn__drain(runs, &sigs, cn__num("drain-grace-s"));
+    rc = 0;
+cleanup:
+    cn_register_stop(reg);      /* deregisters while the API still answers */
+    cn_runs_shutdown(runs);     /* ends long polls so the server can stop */
+    svc_server_stop(server);
+    cn_runs_destroy(runs);
+    cn_backend_close(&backend);
+    if (rc == 0)
+        svc_info("stopped");
+    return rc;
+}

@@ -1,0 +1,32 @@
+/* node.h — what this compute node is: the identity and capacity it
+ * registers with the gateway and serves at GET /v1/info. main() fills one
+ * cn_node; the HTTP handlers (api.c) and the registration thread
+ * (register.c) read it. */
+#ifndef CN_NODE_H
+#define CN_NODE_H
+
+#include <jansson.h>
+
+#include "backend.h"
+#include "runs.h"
+
+#define CN_VERSION "0.1.0"
+
+typedef struct cn_node {
+    const char *name;           /* borrowed: owned by main for the process' life */
+    const char *url;            /* advertised URL the gateway calls */
+    const char *token;          /* cluster token, both directions */
+    int slots;
+    const cn_backend *backend;
+    cn_runs *runs;
+    int draining;               /* set once by main on SIGTERM; read with __atomic */
+} cn_node;
+
+/* {"name","url","backend","backend_reason","gpus","slots","kernels"}: the
+ * registration body, which /v1/info extends. New reference, NULL on ENOMEM. */
+json_t *cn_node_describe(const cn_node *n);
+
+/* 1 once main has begun draining. */
+int cn_node_draining(const cn_node *n);
+
+#endif

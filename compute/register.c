@@ -1,0 +1,255 @@
+/* register.c — registration and heartbeat thread. A gateway that is down or
+ * restarting is normal: the thread keeps trying, logging a problem once when
+ * it starts or changes and once when it clears, never once per attempt. */
+#include "register.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "svc_client.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+#define CN_REGISTER_TIMEOUT_MS 5000
+#define CN_HEARTBEAT_TIMEOUT_MS 3000
+#define CN_BACKOFF_MIN_MS 500
+#define CN_BACKOFF_MAX_MS 10000
+
+struct cn_register {
+    char gateway[512];           /* base URL without a trailing slash */
+    int64_t interval_ms;         /* between heartbeats */
+    const cn_node *node;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;         /* wakes the thread early to stop */
+    int stop;
+    pthread_t thread;
+    /* Owned by the thread while it runs, by cn_register_stop afterwards. */
+    int registered;
+    char node_id[64];
+    char problem[448];           /* the last problem logged; "" when all is well */
+};
+
+/* Sleeps ms or until stop is asked. Returns 1 when stopping. */
+static int cn__sleep(cn_register *r, int64_t ms)
+{
+    int64_t deadline = svc_now_mono_ms() + ms;
+    struct timespec ts = {.tv_sec = deadline / 1000, .tv_nsec = (long)(deadline % 1000) * 1000000L};
+    int stop;
+
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop && svc_now_mono_ms() < deadline)
+        pthread_cond_timedwait(&r->cond, &r->mu, &ts);
+    stop = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return stop;
+}
+
+/* Logs text at WARN when it differs from the last problem, else at DEBUG. */
+static void cn__problem(cn_register *r, const char *text)
+{
+    if (strcmp(text, r->problem) != 0) {
+        svc_warn("%s (retrying)", text);
+        snprintf(r->problem, sizeof r->problem, "%s", text);
+    } else {
+        svc_debug("%s (still)", text);
+    }
+}
+
+static void cn__problem_clear(cn_register *r)
+{
+    if (r->problem[0])
+        svc_info("gateway reachable again gateway=%s", r->gateway);
+    r->problem[0] = '\0';
+}
+
+/* "HTTP 401 unauthenticated: invalid cluster token" or the transport error. */
+static void cn__describe(const svc_response *resp, char *buf, size_t len)
+{
+    const json_t *e = resp->json ? json_object_get(resp->json, "error") : NULL;
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+
+    if (resp->status == 0)
+        snprintf(buf, len, "%s", resp->error[0] ? resp->error : "no response");
+    else
+        snprintf(buf, len, "HTTP %d%s%s%s%s", resp->status, code ? " " : "", code ? code : "",
+                 msg ? ": " : "", msg ? msg : "");
+}
+
+/* A node id goes into URL paths, so only URL-safe ids are accepted. */
+static int cn__id_ok(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    return n > 0 && n < 64 && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789-_") == n;
+}
+
+/* POST /v1/nodes/register. Returns 0 when registered. */
+static int cn__register_once(cn_register *r)
+{
+    char url[600], what[320], text[448];
+    svc_response resp;
+    int rc = -1;
+    json_t *body = cn_node_describe(r->node);
+
+    memset(&resp, 0, sizeof resp);
+    if (!body) {
+        cn__problem(r, "register: out of memory");
+        goto cleanup;
+    }
+    snprintf(url, sizeof url, "%s/v1/nodes/register", r->gateway);
+    svc_http_call("POST", url, r->node->token, body, CN_REGISTER_TIMEOUT_MS, &resp);
+    const char *id = json_string_value(json_object_get(resp.json, "id"));
+    if (resp.status != 200 || !cn__id_ok(id)) {
+        cn__describe(&resp, what, sizeof what);
+        snprintf(text, sizeof text, "register with %.200s failed: %.140s%s", url, what,
+                 resp.status == 200 ? " (no usable id in the reply)" : "");
+        cn__problem(r, text);
+        goto cleanup;
+    }
+    snprintf(r->node_id, sizeof r->node_id, "%s", id);
+    r->registered = 1;
+    /* The gateway knows its node timeout; beating more often is always safe. */
+    json_int_t hb = json_integer_value(json_object_get(resp.json, "heartbeat_s"));
+    if (hb > 0 && hb * 1000 < r->interval_ms)
+        r->interval_ms = hb * 1000;
+    cn__problem_clear(r);
+    svc_info("registered node=%s id=%s gateway=%s backend=%s heartbeat_ms=%lld", r->node->name,
+             r->node_id, r->gateway, cn_backend_name(r->node->backend),
+             (long long)r->interval_ms);
+    rc = 0;
+cleanup:
+    json_decref(body);
+    svc_response_clear(&resp);
+    return rc;
+}
+
+/* POST /v1/nodes/{id}/heartbeat. A 404 means the gateway has forgotten the
+ * node (it restarted without its registry, or declared us down and dropped
+ * us): register again. Other failures are retried at the next beat. */
+static void cn__heartbeat(cn_register *r)
+{
+    char url[600], what[320], text[448];
+    svc_response resp;
+    int active;
+    json_t *runs = json_array();
+
+    memset(&resp, 0, sizeof resp);
+    cn_runs_load(r->node->runs, &active, runs);
+    json_t *body = json_pack("{s:i, s:i, s:o, s:b}", "running", active, "slots", r->node->slots,
+                             "runs", runs, "draining", cn_node_draining(r->node));
+    if (!body) {
+        cn__problem(r, "heartbeat: out of memory");
+        goto cleanup;
+    }
+    snprintf(url, sizeof url, "%s/v1/nodes/%s/heartbeat", r->gateway, r->node_id);
+    svc_http_call("POST", url, r->node->token, body, CN_HEARTBEAT_TIMEOUT_MS, &resp);
+    if (resp.status == 200) {
+        cn__problem_clear(r);
+        goto cleanup;
+    }
+    if (resp.status == 404) {
+        svc_warn("gateway does not know node id=%s; registering again", r->node_id);
+        r->registered = 0;
+        goto cleanup;
+    }
+    cn__describe(&resp, what, sizeof what);
+    snprintf(text, sizeof text, "heartbeat to %.200s failed: %.160s", r->gateway, what);
+    cn__problem(r, text);
+cleanup:
+    json_decref(body);
+    svc_response_clear(&resp);
+}
+
+static void *cn__register_main(void *arg)
+{
+    cn_register *r = arg;
+    int64_t backoff = CN_BACKOFF_MIN_MS;
+    unsigned jitter;
+
+    for (;;) {
+        if (!r->registered) {
+            if (cn__register_once(r) < 0) {
+                /* Jitter keeps a restarted fleet from knocking in step. */
+                if (svc_random_bytes(&jitter, sizeof jitter) < 0)
+                    jitter = 0;
+                if (cn__sleep(r, backoff + (int64_t)(jitter % (unsigned)(backoff / 4 + 1))))
+                    break;
+                backoff = backoff * 2 > CN_BACKOFF_MAX_MS ? CN_BACKOFF_MAX_MS : backoff * 2;
+                continue;
+            }
+            backoff = CN_BACKOFF_MIN_MS;
+        }
+        /* The first beat right after registering tells a gateway that saw
+         * this node restart which of its runs survived. */
+        cn__heartbeat(r);
+        if (cn__sleep(r, r->registered ? r->interval_ms : 0))
+            break;
+    }
+    return NULL;
+}
+
+int cn_register_start(const char *gateway, int heartbeat_s, const cn_node *node,
+                      cn_register **out)
+{
+    pthread_condattr_t ca;
+    cn_register *r;
+    int rc;
+
+    *out = NULL;
+    if (!gateway || !node || heartbeat_s < 1)
+        return -EINVAL;
+    if (!(r = calloc(1, sizeof *r)))
+        return -ENOMEM;
+    snprintf(r->gateway, sizeof r->gateway, "%s", gateway);
+    for (size_t n = strlen(r->gateway); n > 0 && r->gateway[n - 1] == '/'; n--)
+        r->gateway[n - 1] = '\0';
+    r->interval_ms = (int64_t)heartbeat_s * 1000;
+    r->node = node;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if ((rc = -pthread_create(&r->thread, NULL, cn__register_main, r)) < 0) {
+        pthread_cond_destroy(&r->cond);
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+void cn_register_stop(cn_register *r)
+{
+    char url[600], what[320];
+    svc_response resp;
+
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    pthread_cond_signal(&r->cond);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+
+    if (r->registered) {
+        memset(&resp, 0, sizeof resp);
+        snprintf(url, sizeof url, "%s/v1/nodes/%s", r->gateway, r->node_id);
+        svc_http_call("DELETE", url, r->node->token, NULL, CN_HEARTBEAT_TIMEOUT_MS, &resp);
+        if (resp.status == 200 || resp.status == 204 || resp.status == 404) {
+            svc_info("deregistered id=%s", r->node_id);
+        } else {
+            cn__describe(&resp, what, sizeof what);
+            svc_warn("deregister %s failed: %s", url, what);
+        }
+        svc_response_clear(&resp);
+    }
+    pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}

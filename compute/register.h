@@ -1,0 +1,24 @@
+/* register.h — the node's side of the cluster API: register with the
+ * gateway (retrying with backoff until it answers), heartbeat with the
+ * node's load, register again when the gateway has forgotten the node, and
+ * deregister on shutdown. One background thread. */
+#ifndef CN_REGISTER_H
+#define CN_REGISTER_H
+
+#include "node.h"
+
+typedef struct cn_register cn_register;
+
+/* Starts the thread. gateway is the base URL ("http://127.0.0.1:8080");
+ * heartbeat_s the most seconds between heartbeats (the gateway may ask for
+ * less). node is borrowed and must outlive the thread. Returns 0 and *out,
+ * or a negative errno value. */
+int cn_register_start(const char *gateway, int heartbeat_s, const cn_node *node,
+                      cn_register **out);
+
+/* Stops and joins the thread, then, when the node is registered, sends
+ * DELETE /v1/nodes/{id} so the gateway knows at once that it left. Frees r;
+ * NULL is a no-op. */
+void cn_register_stop(cn_register *r);
+
+#endif

@@ -1,0 +1,678 @@
+/* runs.c — the run manager. One mutex guards every run's state; kernels run
+ * outside it on the worker threads. A run's inputs are freed as soon as it
+ * ends and its outputs are immutable from then on, so replies encode them
+ * without the lock while a reference keeps the sweeper away. */
+#include "runs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "svc_log.h"
+#include "svc_tensor.h"
+#include "svc_util.h"
+
+#define CN_BUCKETS 1024
+#define CN_KEEP_DEFAULT_MS (15 * 60 * 1000)
+/* Draining waits for runs that ended this recently and were not collected
+ * yet: the gateway's long poll is about to take them. Older ones it has
+ * evidently given up on. */
+#define CN_DRAIN_RECENT_MS 10000
+
+typedef enum { CN_QUEUED, CN_RUNNING, CN_SUCCEEDED, CN_FAILED, CN_CANCELLED } cn_state;
+
+/* Who stopped a run decides how it ends: a shutdown is not the user's
+ * cancel, so it ends as a retryable backend_error the gateway re-queues. */
+typedef enum { CN_CANCEL_USER = 1, CN_CANCEL_SUPERSEDED = 2, CN_CANCEL_SHUTDOWN = 3 } cn_cancel_why;
+
+static const char *const cn__state_names[] = {"queued", "running", "succeeded", "failed",
+                                              "cancelled"};
+
+typedef struct cn_run {
+    char id[CN_RUN_ID_MAX];
+    cn_run_req req;            /* owns the inputs until the run ends */
+    const kl_kernel *kernel;
+    cn_state state;
+    int use_cuda;              /* planned at submit, corrected if the plugin says ENOTSUP */
+    int first_gpu;
+    volatile int cancel;       /* polled by the kernel via req.ka.args.cancel */
+    int cancel_requested;      /* by whom: one of cn_cancel_why, 0 when not */
+    int timed_out, timeout_logged;
+    int collected;             /* a terminal answer went out */
+    int watched;               /* draining waits for it */
+    int64_t created_wall, started_wall, finished_wall;
+    int64_t started_mono, deadline_mono, finished_mono;
+    char err_code[32];
+    char err_message[256];
+    char err_field[64];
+    kl_tensor outs[KL_MAX_IO]; /* owned; valid when state == CN_SUCCEEDED */
+    int refs;                  /* callers using it without the lock */
+    struct cn_run *hnext;      /* hash chain */
+    struct cn_run *prev, *next;/* every run, oldest first */
+    struct cn_run *qnext;      /* queue */
+} cn_run;
+
+struct cn_runs {
+    pthread_mutex_t mu;
+    pthread_cond_t work;       /* a run was queued, or closing */
+    pthread_cond_t done;       /* a run ended, or closing */
+    pthread_cond_t tick;       /* the watchdog has something new to look at */
+    cn_run *buckets[CN_BUCKETS];
+    cn_run *head, *tail;
+    cn_run *qhead, *qtail;
+    int active;                /* queued + running */
+    int running;
+    int slots, threads;
+    const cn_backend *backend;
+    int64_t keep_ms;
+    int draining, closing;
+    unsigned rr;               /* round robin over GPUs */
+    pthread_t *workers;
+    int nworkers;
+    pthread_t watchdog;
+    int watchdog_started;
+};
+
+static unsigned cn__hash(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % CN_BUCKETS;
+}
+
+static cn_run *cn__find(cn_runs *m, const char *id)
+{
+    for (cn_run *r = m->buckets[cn__hash(id)]; r; r = r->hnext)
+        if (strcmp(r->id, id) == 0)
+            return r;
+    return NULL;
+}
+
+static void cn__link(cn_runs *m, cn_run *r)
+{
+    unsigned h = cn__hash(r->id);
+    r->hnext = m->buckets[h];
+    m->buckets[h] = r;
+    r->prev = m->tail;
+    if (m->tail)
+        m->tail->next = r;
+    else
+        m->head = r;
+    m->tail = r;
+}
+
+static void cn__unlink(cn_runs *m, cn_run *r)
+{
+    cn_run **pp = &m->buckets[cn__hash(r->id)];
+    while (*pp != r)
+        pp = &(*pp)->hnext;
+    *pp = r->hnext;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        m->head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        m->tail = r->prev;
+}
+
+static void cn__queue_remove(cn_runs *m, cn_run *r)
+{
+    cn_run **pp = &m->qhead, *last = NULL;
+    while (*pp && *pp != r) {
+        last = *pp;
+        pp = &(*pp)->qnext;
+    }
+    if (!*pp)
+        return;
+    *pp = r->qnext;
+    if (m->qtail == r)
+        m->qtail = last;
+    r->qnext = NULL;
+}
+
+static void cn__run_free(cn_run *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < KL_MAX_IO; i++)
+        kl_tensor_free(&r->outs[i]);
+    cn_run_req_clear(&r->req);
+    free(r);
+}
+
+static int cn__terminal(const cn_run *r)
+{
+    return r->state >= CN_SUCCEEDED;
+}
+
+/* Waits on cond until deadline_mono (ms); the conditions use CLOCK_MONOTONIC. */
+static void cn__wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_mono)
+{
+    struct timespec ts = {.tv_sec = deadline_mono / 1000,
+                          .tv_nsec = (long)(deadline_mono % 1000) * 1000000L};
+    pthread_cond_timedwait(cond, mu, &ts);
+}
+
+static void cn__set_error(cn_run *r, const char *code, const char *field, const char *message)
+{
+    snprintf(r->err_code, sizeof r->err_code, "%s", code);
+    snprintf(r->err_field, sizeof r->err_field, "%s", field ? field : "");
+    snprintf(r->err_message, sizeof r->err_message, "%s", message);
+}
+
+/* Ends r (lock held): records state and error, frees its inputs, wakes long
+ * polls. rc is the kernel's result; err its detail. */
+static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
+{
+    int was_running = r->state == CN_RUNNING;
+
+    r->finished_wall = svc_now_wall_ms();
+    r->finished_mono = svc_now_mono_ms();
+    if (rc == 0) {
+        r->state = CN_SUCCEEDED;
+    } else {
+        const char *msg = err && err->message[0] ? err->message : NULL;
+        const char *field = err && err->field[0] ? err->field : NULL;
+        for (int i = 0; i < KL_MAX_IO; i++)
+            kl_tensor_free(&r->outs[i]);
+        r->state = CN_FAILED;
+        switch (rc) {
+        case KL_EINVAL:
+            cn__set_error(r, "invalid_argument", field, msg ? msg : "invalid argument");
+            break;
+        case KL_ECANCELED:
+            if (r->timed_out) {
+                char t[96];
+                snprintf(t, sizeof t, "run exceeded timeout_s=%d", r->req.timeout_s);
+                cn__set_error(r, "timeout", NULL, t);
+            } else if (r->cancel_requested == CN_CANCEL_SHUTDOWN) {
+                cn__set_error(r, "backend_error", NULL, "node shut down before the run finished");
+            } else {
+                r->state = CN_CANCELLED;
+                cn__set_error(r, "cancelled", NULL,
+                              r->cancel_requested == CN_CANCEL_SUPERSEDED
+                                  ? "superseded by a newer attempt of the job"
+                                  : was_running ? "cancelled while running"
+                                                : "cancelled before it started");
+            }
+            break;
+        case KL_EBACKEND:
+            cn__set_error(r, "backend_error", field, msg ? msg : "backend failure");
+            break;
+        default:
+            cn__set_error(r, "kernel_error", field, msg ? msg : "kernel failed");
+            break;
+        }
+    }
+    svc_kargs_free(&r->req.ka);  /* the inputs are not needed any more */
+    if (was_running)
+        m->running--;
+    m->active--;
+    pthread_cond_broadcast(&m->done);
+    if (r->state == CN_SUCCEEDED)
+        svc_info("run succeeded run=%s kernel=%s backend=%s elapsed_ms=%lld", r->id,
+                 r->kernel->name, r->use_cuda ? "cuda" : "cpu",
+                 (long long)(r->finished_mono - r->started_mono));
+    else
+        svc_info("run %s run=%s kernel=%s code=%s message=\"%s\"", cn__state_names[r->state],
+                 r->id, r->kernel->name, r->err_code, r->err_message);
+}
+
+/* Cancels r (lock held): a queued run ends now, a running one is flagged.
+ * A finished run, or one already being cancelled, is left alone. */
+static void cn__cancel(cn_runs *m, cn_run *r, cn_cancel_why why)
+{
+    if (cn__terminal(r) || r->cancel_requested)
+        return;
+    r->cancel_requested = (int)why;
+    /* Nobody will come for a superseded run's result: neither heartbeats
+     * nor draining should wait on it. */
+    if (why == CN_CANCEL_SUPERSEDED)
+        r->collected = 1;
+    if (r->state == CN_QUEUED) {
+        cn__queue_remove(m, r);
+        cn__finish(m, r, KL_ECANCELED, NULL);
+    } else {
+        __atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
+        svc_info("run cancel requested run=%s why=%s", r->id,
+                 why == CN_CANCEL_USER ? "user" : why == CN_CANCEL_SUPERSEDED ? "superseded"
+                                                                             : "shutdown");
+    }
+}
+
+static json_t *cn__time_json(int64_t ms)
+{
+    char buf[40];
+    if (!ms)
+        return json_null();
+    svc_time_format(ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
+/* The run object without outputs (lock held). New reference or NULL. */
+static json_t *cn__run_json(const cn_run *r)
+{
+    int64_t elapsed = 0;
+    json_t *err = json_null();
+
+    if (r->state == CN_RUNNING)
+        elapsed = svc_now_mono_ms() - r->started_mono;
+    else if (cn__terminal(r) && r->started_mono)
+        elapsed = r->finished_mono - r->started_mono;
+    if (r->err_code[0]) {
+        err = json_pack("{s:s, s:s}", "code", r->err_code, "message", r->err_message);
+        if (err && r->err_field[0])
+            json_object_set_new(err, "field", json_string(r->err_field));
+    }
+    json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:o}",
+                          "run_id", r->id, "job_id", r->req.job_id, "attempt", r->req.attempt,
+                          "kernel", r->kernel->name, "state", cn__state_names[r->state],
+                          "backend", r->use_cuda ? "cuda" : "cpu",
+                          "created_at", cn__time_json(r->created_wall),
+                          "started_at", cn__time_json(r->started_wall),
+                          "finished_at", cn__time_json(r->finished_wall),
+                          "elapsed_ms", (json_int_t)elapsed, "error", err);
+    if (j && r->cancel_requested && !cn__terminal(r))
+        json_object_set_new(j, "cancel_requested", json_true());
+    return j;
+}
+
+/* {name: tensor in base64} for a succeeded run. outs are immutable once the
+ * run has ended, so this runs without the lock. New reference or NULL. */
+static json_t *cn__outputs_json(const cn_run *r)
+{
+    const kl_kernel *k = r->kernel;
+    json_t *o = json_object();
+
+    for (int i = 0; o && i < k->noutputs; i++) {
+        const kl_tensor *t = &r->outs[i];
+        /* A view: svc_tensor borrows the kernel's buffer and is not freed. */
+        svc_tensor v = {.dtype = (svc_dtype)t->dtype, .ndim = t->ndim, .data = t->data,
+                        .nbytes = kl_tensor_bytes(t)};
+        memcpy(v.shape, t->shape, sizeof v.shape);
+        json_t *tj = svc_tensor_to_json(&v, 1);
+        if (!tj || json_object_set_new(o, k->outputs[i].name, tj) < 0) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
+    return o;
+}
+
+/* Runs r's kernel on the worker thread, without the lock. Returns the
+ * kernel's code; *ran_cuda says where it ran. */
+static int cn__execute(cn_runs *m, cn_run *r, int *ran_cuda, kl_err *err)
+{
+    int rc;
+
+    *ran_cuda = 0;
+    if (r->use_cuda) {
+        rc = m->backend->plugin.run(&r->req.ka.args, r->first_gpu, r->req.gpus, r->outs, err);
+        if (rc != KL_ENOTSUP) {
+            *ran_cuda = 1;
+            return rc;
+        }
+        /* The plugin declined these particular arguments: the CPU reference
+         * gives the same answer. */
+        for (int i = 0; i < KL_MAX_IO; i++)
+            kl_tensor_free(&r->outs[i]);
+        memset(err, 0, sizeof *err);
+    }
+    return kl_run_cpu(&r->req.ka.args, r->outs, err);
+}
+
+static void *cn__worker(void *arg)
+{
+    cn_runs *m = arg;
+
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        while (!m->closing && !m->qhead)
+            pthread_cond_wait(&m->work, &m->mu);
+        if (m->closing)
+            break;
+        cn_run *r = m->qhead;
+        m->qhead = r->qnext;
+        if (!m->qhead)
+            m->qtail = NULL;
+        r->qnext = NULL;
+        r->state = CN_RUNNING;
+        r->started_wall = svc_now_wall_ms();
+        r->started_mono = svc_now_mono_ms();
+        r->deadline_mono = r->started_mono + (int64_t)r->req.timeout_s * 1000;
+        r->refs++;
+        m->running++;
+        pthread_cond_signal(&m->tick);
+        svc_info("run started run=%s kernel=%s backend=%s", r->id, r->kernel->name,
+                 r->use_cuda ? "cuda" : "cpu");
+        pthread_mutex_unlock(&m->mu);
+
+        kl_err err;
+        int ran_cuda;
+        memset(&err, 0, sizeof err);
+        int rc = cn__execute(m, r, &ran_cuda, &err);
+
+        pthread_mutex_lock(&m->mu);
+        r->use_cuda = ran_cuda;
+        cn__finish(m, r, rc, &err);
+        r->refs--;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* Raises the cancel flag of runs past their deadline and frees finished runs
+ * kept long enough. Sleeps until the next deadline or a second at most. */
+static void *cn__watchdog(void *arg)
+{
+    cn_runs *m = arg;
+
+    pthread_mutex_lock(&m->mu);
+    while (!m->closing) {
+        int64_t now = svc_now_mono_ms();
+        int64_t next = now + 1000;
+        cn_run *r = m->head;
+        while (r) {
+            cn_run *after = r->next;
+            if (r->state == CN_RUNNING) {
+                if (now >= r->deadline_mono) {
+                    if (!r->timed_out) {
+                        r->timed_out = 1;
+                        __atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
+                        svc_warn("run timed out run=%s timeout_s=%d", r->id, r->req.timeout_s);
+                    } else if (!r->timeout_logged && now >= r->deadline_mono + 10000) {
+                        r->timeout_logged = 1;
+                        svc_warn("run ignores its cancel flag run=%s kernel=%s", r->id,
+                                 r->kernel->name);
+                    }
+                } else if (r->deadline_mono < next) {
+                    next = r->deadline_mono;
+                }
+            } else if (cn__terminal(r) && r->refs == 0 && now - r->finished_mono >= m->keep_ms) {
+                cn__unlink(m, r);
+                svc_debug("run freed run=%s", r->id);
+                cn__run_free(r);
+            }
+            r = after;
+        }
+        cn__wait_until(&m->tick, &m->mu, next);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+int cn_runs_create(const cn_runs_opts *opts, cn_runs **out)
+{
+    pthread_condattr_t ca;
+    int rc = -ENOMEM, inited = 0;
+    cn_runs *m = NULL;
+
+    *out = NULL;
+    if (!opts || opts->slots < 1 || !opts->backend)
+        return -EINVAL;
+    if (!(m = calloc(1, sizeof *m)))
+        goto cleanup;
+    if ((rc = -pthread_condattr_init(&ca)) < 0)
+        goto cleanup;
+    /* Deadlines come from svc_now_mono_ms, so the waits must use that clock. */
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->work, &ca);
+    pthread_cond_init(&m->done, &ca);
+    pthread_cond_init(&m->tick, &ca);
+    pthread_condattr_destroy(&ca);
+    inited = 1;
+    m->slots = opts->slots;
+    m->threads = opts->threads;
+    m->backend = opts->backend;
+    m->keep_ms = opts->keep_ms > 0 ? opts->keep_ms : CN_KEEP_DEFAULT_MS;
+    rc = -ENOMEM;
+    if (!(m->workers = calloc((size_t)opts->slots, sizeof *m->workers)))
+        goto cleanup;
+    for (int i = 0; i < opts->slots; i++) {
+        if ((rc = -pthread_create(&m->workers[i], NULL, cn__worker, m)) < 0)
+            goto cleanup;
+        m->nworkers++;
+    }
+    if ((rc = -pthread_create(&m->watchdog, NULL, cn__watchdog, m)) < 0)
+        goto cleanup;
+    m->watchdog_started = 1;
+    *out = m;
+    m = NULL;
+    rc = 0;
+cleanup:
+    if (m && inited)
+        cn_runs_destroy(m);  /* joins whatever threads started */
+    else
+        free(m);
+    return rc;
+}
+
+void cn_runs_shutdown(cn_runs *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    if (!m->closing) {
+        m->closing = 1;
+        m->draining = 1;
+        for (cn_run *r = m->head; r; r = r->next)
+            cn__cancel(m, r, CN_CANCEL_SHUTDOWN);
+    }
+    pthread_cond_broadcast(&m->work);
+    pthread_cond_broadcast(&m->done);
+    pthread_cond_broadcast(&m->tick);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void cn_runs_destroy(cn_runs *m)
+{
+    if (!m)
+        return;
+    cn_runs_shutdown(m);
+    for (int i = 0; i < m->nworkers; i++)
+        pthread_join(m->workers[i], NULL);
+    if (m->watchdog_started)
+        pthread_join(m->watchdog, NULL);
+    cn_run *r = m->head;
+    while (r) {
+        cn_run *after = r->next;
+        cn__run_free(r);
+        r = after;
+    }
+    pthread_cond_destroy(&m->work);
+    pthread_cond_destroy(&m->done);
+    pthread_cond_destroy(&m->tick);
+    pthread_mutex_destroy(&m->mu);
+    free(m->workers);
+    free(m);
+}
+
+/* Admits req as a new queued run (lock held). Returns CN_RUN_NEW with *out,
+ * or a negative code; see cn_runs_submit. */
+static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
+{
+    const char *kname = req->ka.args.kernel->name;
+    cn_run *r;
+
+    if (m->draining)
+        return CN_EDRAINING;
+    if (req->target == CN_TARGET_CUDA && m->backend->kind != CN_BACKEND_CUDA) {
+        kl_err_set(err, "backend", "this node has no CUDA backend: %s", m->backend->reason);
+        return CN_EINVAL;
+    }
+    int use_cuda = req->target != CN_TARGET_CPU && cn_backend_supports(m->backend, kname);
+    int ngpus = cn_backend_ngpus(m->backend);
+    if (use_cuda && req->gpus > ngpus) {
+        kl_err_set(err, "gpus", "gpus=%d but this node has %d", req->gpus, ngpus);
+        return CN_EINVAL;
+    }
+    /* A newer attempt of the same job means the gateway has moved on: the
+     * older one's result would be discarded, so stop spending a slot on it. */
+    for (cn_run *o = m->head; o; o = o->next)
+        if (!cn__terminal(o) && o->req.attempt < req->attempt &&
+            strcmp(o->req.job_id, req->job_id) == 0) {
+            svc_info("run superseded run=%s by=%s", o->id, req->run_id);
+            cn__cancel(m, o, CN_CANCEL_SUPERSEDED);
+        }
+    if (m->active >= m->slots)
+        return CN_EOVERLOADED;
+    if (!(r = calloc(1, sizeof *r)))
+        return CN_ENOMEM;
+    /* Take the request over; its input pointers must follow the tensors. */
+    r->req = *req;
+    for (int i = 0; i < KL_MAX_IO; i++)
+        if (req->ka.args.inputs[i])
+            r->req.ka.args.inputs[i] = &r->req.ka.views[i];
+    memset(req, 0, sizeof *req);
+    r->kernel = r->req.ka.args.kernel;
+    snprintf(r->id, sizeof r->id, "%s", r->req.run_id);
+    r->req.ka.args.cancel = &r->cancel;
+    r->req.ka.args.threads = m->threads;
+    r->use_cuda = use_cuda;
+    if (use_cuda)
+        r->first_gpu = (int)(m->rr++ % (unsigned)(ngpus - r->req.gpus + 1));
+    r->state = CN_QUEUED;
+    r->created_wall = svc_now_wall_ms();
+    cn__link(m, r);
+    if (m->qtail)
+        m->qtail->qnext = r;
+    else
+        m->qhead = r;
+    m->qtail = r;
+    m->active++;
+    pthread_cond_signal(&m->work);
+    svc_info("run queued run=%s kernel=%s backend=%s timeout_s=%d", r->id, kname,
+             use_cuda ? "cuda" : "cpu", r->req.timeout_s);
+    *out = r;
+    return CN_RUN_NEW;
+}
+
+int cn_runs_submit(cn_runs *m, cn_run_req *req, json_t **run_json, kl_err *err)
+{
+    cn_run *r;
+    int rc;
+
+    if (run_json)
+        *run_json = NULL;
+    pthread_mutex_lock(&m->mu);
+    if ((r = cn__find(m, req->run_id)))
+        rc = CN_RUN_EXISTING;
+    else
+        rc = cn__enqueue(m, req, err, &r);
+    /* On NEW the run is accepted even if this reply object cannot be built;
+     * the caller sees *run_json NULL. */
+    if (rc >= 0 && run_json)
+        *run_json = cn__run_json(r);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cn_runs_get(cn_runs *m, const char *run_id, int64_t wait_ms, int outputs, json_t **out)
+{
+    json_t *j = NULL, *outs = NULL;
+    int rc = CN_ENOENT, terminal;
+
+    *out = NULL;
+    pthread_mutex_lock(&m->mu);
+    cn_run *r = cn__find(m, run_id);
+    if (!r)
+        goto cleanup;
+    r->refs++;
+    int64_t deadline = svc_now_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
+    while (!cn__terminal(r) && !m->closing && svc_now_mono_ms() < deadline)
+        cn__wait_until(&m->done, &m->mu, deadline);
+    terminal = cn__terminal(r);
+    j = cn__run_json(r);
+    int with_outputs = outputs && r->state == CN_SUCCEEDED;
+    pthread_mutex_unlock(&m->mu);
+
+    if (with_outputs && j) {
+        outs = cn__outputs_json(r);
+        if (!outs || json_object_set_new(j, "outputs", outs) < 0) {
+            json_decref(j);
+            j = NULL;
+        }
+    }
+
+    pthread_mutex_lock(&m->mu);
+    r->refs--;
+    rc = j ? 0 : CN_ENOMEM;
+    /* Collected: the gateway has seen how the run ended, with its outputs. */
+    if (j && terminal && outputs)
+        r->collected = 1;
+cleanup:
+    pthread_mutex_unlock(&m->mu);
+    *out = j;
+    return rc;
+}
+
+int cn_runs_cancel(cn_runs *m, const char *run_id, int64_t wait_ms, json_t **out)
+{
+    pthread_mutex_lock(&m->mu);
+    cn_run *r = cn__find(m, run_id);
+    if (r)
+        cn__cancel(m, r, CN_CANCEL_USER);
+    pthread_mutex_unlock(&m->mu);
+    /* The run cannot be swept in between: it is unfinished, or it finished
+     * moments ago and is kept for minutes. */
+    if (!r) {
+        *out = NULL;
+        return CN_ENOENT;
+    }
+    return cn_runs_get(m, run_id, wait_ms, 1, out);
+}
+
+void cn_runs_load(cn_runs *m, int *active, json_t *ids)
+{
+    pthread_mutex_lock(&m->mu);
+    *active = m->active;
+    for (cn_run *r = m->head; ids && r; r = r->next)
+        if (!cn__terminal(r) || !r->collected)
+            json_array_append_new(ids, json_string(r->id));
+    pthread_mutex_unlock(&m->mu);
+}
+
+int cn_runs_drain(cn_runs *m)
+{
+    int64_t now = svc_now_mono_ms();
+
+    pthread_mutex_lock(&m->mu);
+    m->draining = 1;
+    for (cn_run *r = m->head; r; r = r->next)
+        r->watched = !cn__terminal(r) ||
+                     (!r->collected && now - r->finished_mono < CN_DRAIN_RECENT_MS);
+    pthread_mutex_unlock(&m->mu);
+    return cn_runs_unsettled(m);
+}
+
+int cn_runs_unsettled(cn_runs *m)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&m->mu);
+    for (cn_run *r = m->head; r; r = r->next)
+        n += r->watched && !(cn__terminal(r) && r->collected);
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+int cn_runs_cancel_all(cn_runs *m, int64_t wait_ms)
+{
+    int left;
+
+    pthread_mutex_lock(&m->mu);
+    for (cn_run *r = m->head; r; r = r->next)
+        cn__cancel(m, r, CN_CANCEL_SHUTDOWN);
+    int64_t deadline = svc_now_mono_ms() + wait_ms;
+    while (m->running > 0 && svc_now_mono_ms() < deadline)
+        cn__wait_until(&m->done, &m->mu, deadline);
+    left = m->running;
+    pthread_mutex_unlock(&m->mu);
+    return left;
+}

@@ -1,0 +1,36 @@
+/* api.h — the gateway's HTTP handlers, grouped by resource: api_jobs.c
+ * (the public job API), api_cluster.c (nodes, kernels, health, the spec).
+ * auth.c decides who is calling. */
+#ifndef GW_API_H
+#define GW_API_H
+
+#include "gw.h"
+#include "svc_http.h"
+
+/* Authenticates a tenant key; on failure replies 401 (or 503 when
+ * PostgreSQL cannot be asked) and returns -1. */
+int gw_auth_tenant(svc_req *req, gw_caller *who);
+/* Checks the cluster token; on failure replies 401 and returns -1. */
+int gw_auth_cluster(svc_req *req);
+/* Replies 503 unavailable naming the store that failed, with Retry-After. */
+int gw_reply_unavailable(svc_req *req, const char *what);
+
+int gw_api_jobs_submit(svc_req *req);
+int gw_api_jobs_get(svc_req *req);
+int gw_api_jobs_list(svc_req *req);
+int gw_api_jobs_result(svc_req *req);
+int gw_api_jobs_cancel(svc_req *req);
+
+int gw_api_kernels(svc_req *req);
+int gw_api_nodes_list(svc_req *req);
+int gw_api_node_register(svc_req *req);
+int gw_api_node_heartbeat(svc_req *req);
+int gw_api_node_remove(svc_req *req);
+int gw_api_healthz(svc_req *req);
+int gw_api_readyz(svc_req *req);
+int gw_api_openapi(svc_req *req);
+
+/* The route table of the gateway, terminated by a NULL method. */
+extern const svc_route gw_routes[];
+
+#endif

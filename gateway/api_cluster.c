@@ -1,0 +1,205 @@
+/* api_cluster.c — the cluster side of the API (node registration,
+ * heartbeats, the node list), the kernel catalog, health and readiness, and
+ * the OpenAPI document. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "kl.h"
+#include "scheduler.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+static const char *ptype_name(kl_param_type t)
+{
+    return t == KL_PARAM_ENUM ? "enum" : t == KL_PARAM_INT ? "integer" : "number";
+}
+
+static json_t *param_json(const kl_param_spec *p)
+{
+    json_t *o = json_pack("{s:s, s:s, s:b, s:s}", "name", p->name, "type", ptype_name(p->type),
+                          "required", p->required, "description", p->doc ? p->doc : "");
+    if (p->type == KL_PARAM_ENUM) {
+        json_t *c = json_array();
+        for (int i = 0; p->choices[i]; i++)
+            json_array_append_new(c, json_string(p->choices[i]));
+        json_object_set_new(o, "choices", c);
+        if (!p->required)
+            json_object_set_new(o, "default", json_string(p->choices[p->def_choice]));
+    } else {
+        json_object_set_new(o, "minimum", json_real(p->min));
+        json_object_set_new(o, "maximum", json_real(p->max));
+        if (!p->required)
+            json_object_set_new(o, "default", json_real(p->def));
+    }
+    return o;
+}
+
+static json_t *io_json(const kl_io_spec *s, int input)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:s}", "name", s->name, "dtype",
+                          kl_dtype_name(s->dtype), "shape", s->shape_doc ? s->shape_doc : "",
+                          "max_elements", (json_int_t)s->max_elems, "description",
+                          s->doc ? s->doc : "");
+    if (input)
+        json_object_set_new(o, "optional", json_boolean(s->optional));
+    return o;
+}
+
+int gw_api_kernels(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    if (gw_auth_tenant(req, &who) != 0)
+        return 0;
+    json_t *backends = NULL;
+    if (gw_store_backends_up(app->store, &backends) != 0)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    int n;
+    const kl_kernel *const *cat = kl_catalog(&n);
+    json_t *list = json_array();
+    for (int i = 0; i < n; i++) {
+        const kl_kernel *k = cat[i];
+        json_t *params = json_array(), *inputs = json_array(), *outputs = json_array();
+        for (int j = 0; j < k->nparams; j++)
+            json_array_append_new(params, param_json(&k->params[j]));
+        for (int j = 0; j < k->ninputs; j++)
+            json_array_append_new(inputs, io_json(&k->inputs[j], 1));
+        for (int j = 0; j < k->noutputs; j++)
+            json_array_append_new(outputs, io_json(&k->outputs[j], 0));
+        json_array_append_new(list, json_pack("{s:s, s:s, s:o, s:o, s:o, s:O}", "name", k->name,
+                                              "description", k->doc ? k->doc : "", "params", params,
+                                              "inputs", inputs, "outputs", outputs,
+                                              "backends", backends));
+    }
+    json_decref(backends);
+    return svc_reply_json(req, 200, json_pack("{s:o}", "kernels", list));
+}
+
+int gw_api_nodes_list(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    if (gw_auth_tenant(req, &who) != 0)
+        return 0;
+    json_t *nodes;
+    if (gw_store_nodes_json(app->store, &nodes) != 0)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    return svc_reply_json(req, 200, json_pack("{s:o}", "nodes", nodes));
+}
+
+int gw_api_node_register(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    if (gw_auth_cluster(req) != 0)
+        return 0;
+    json_t *b = svc_req_json(req);
+    const char *name = json_string_value(json_object_get(b, "name"));
+    const char *url = json_string_value(json_object_get(b, "url"));
+    const char *backend = json_string_value(json_object_get(b, "backend"));
+    const char *reason = json_string_value(json_object_get(b, "backend_reason"));
+    json_t *gpus = json_object_get(b, "gpus");
+    json_t *kernels = json_object_get(b, "kernels");
+    json_t *slots = json_object_get(b, "slots");
+    if (!name || !*name || strlen(name) > 120)
+        return svc_reply_error(req, 400, "invalid_argument", "name", NULL, "name: 1-120 characters");
+    if (!url || strncmp(url, "http", 4) != 0 || strlen(url) > 500)
+        return svc_reply_error(req, 400, "invalid_argument", "url", NULL, "url must be an http(s) URL");
+    if (!backend || (strcmp(backend, "cpu") && strcmp(backend, "cuda")))
+        return svc_reply_error(req, 400, "invalid_argument", "backend", NULL, "backend must be cpu or cuda");
+    if (!json_is_integer(slots) || json_integer_value(slots) < 1 || json_integer_value(slots) > 1024)
+        return svc_reply_error(req, 400, "invalid_argument", "slots", NULL, "slots must be 1-1024");
+    if ((gpus && !json_is_array(gpus)) || (kernels && !json_is_array(kernels)))
+        return svc_reply_error(req, 400, "invalid_argument", NULL, NULL, "gpus and kernels must be arrays");
+    char *gpus_s = json_dumps(gpus ? gpus : json_array(), JSON_COMPACT | JSON_ENCODE_ANY);
+    char *kernels_s = json_dumps(kernels ? kernels : json_array(), JSON_COMPACT | JSON_ENCODE_ANY);
+    char id[37];
+    int rc = gw_store_node_register(app->store, name, url, backend, reason ? reason : "", gpus_s,
+                                    (int)json_integer_value(slots), kernels_s, id);
+    free(gpus_s);
+    free(kernels_s);
+    if (rc)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    svc_info("node registered: %s at %s backend=%s slots=%d%s%s", name, url, backend,
+             (int)json_integer_value(slots), reason && *reason ? " reason=" : "", reason ? reason : "");
+    gw_sched_wake(app->sched);
+    return svc_reply_json(req, 200, json_pack("{s:s, s:i}", "id", id, "heartbeat_s", app->cfg.heartbeat_s));
+}
+
+int gw_api_node_heartbeat(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    if (gw_auth_cluster(req) != 0)
+        return 0;
+    const char *id = svc_req_param(req, "id");
+    if (!svc_uuid_valid(id))
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
+    json_t *running = json_object_get(svc_req_json(req), "running");
+    int rc = gw_store_node_heartbeat(app->store, id, json_is_integer(running) ? (int)json_integer_value(running) : 0);
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
+    if (rc)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    return svc_reply_json(req, 200, json_object());
+}
+
+int gw_api_node_remove(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    if (gw_auth_cluster(req) != 0)
+        return 0;
+    const char *id = svc_req_param(req, "id");
+    int rc = svc_uuid_valid(id) ? gw_store_node_remove(app->store, id) : -ENOENT;
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node");
+    if (rc)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    svc_info("node %s deregistered", id);
+    return svc_reply_json(req, 200, json_object());
+}
+
+int gw_api_healthz(svc_req *req)
+{
+    return svc_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+int gw_api_readyz(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    int pg = gw_store_ping(app->store) == 0;
+    int rd = gw_queue_ping(app->queue) == 0;
+    int ready = pg && rd && !app->draining;
+    if (!ready)
+        svc_reply_header(req, "Retry-After", "2");
+    return svc_reply_json(req, ready ? 200 : 503,
+                          json_pack("{s:s, s:s, s:s, s:b}", "status", ready ? "ready" : "unavailable",
+                                    "postgres", pg ? "ok" : "down", "redis", rd ? "ok" : "down",
+                                    "draining", app->draining));
+}
+
+int gw_api_openapi(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    if (!app->openapi)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "openapi.yaml was not found at start");
+    return svc_reply_raw(req, 200, "application/yaml", app->openapi, app->openapi_len);
+}
+
+const svc_route gw_routes[] = {
+    {"POST", "/v1/jobs", gw_api_jobs_submit, 1},
+    {"GET", "/v1/jobs", gw_api_jobs_list, 0},
+    {"GET", "/v1/jobs/{id}", gw_api_jobs_get, 0},
+    {"GET", "/v1/jobs/{id}/result", gw_api_jobs_result, 0},
+    {"POST", "/v1/jobs/{id}/cancel", gw_api_jobs_cancel, 0},
+    {"GET", "/v1/kernels", gw_api_kernels, 0},
+    {"GET", "/v1/nodes", gw_api_nodes_list, 0},
+    {"POST", "/v1/nodes/register", gw_api_node_register, 1},
+    {"POST", "/v1/nodes/{id}/heartbeat", gw_api_node_heartbeat, 1},
+    {"DELETE", "/v1/nodes/{id}", gw_api_node_remove, 0},
+    {"GET", "/healthz", gw_api_healthz, 0},
+    {"GET", "/readyz", gw_api_readyz, 0},
+    {"GET", "/openapi.yaml", gw_api_openapi, 0},
+    {NULL, NULL, NULL, 0},
+};

@@ -1,0 +1,234 @@
+/* api_jobs.c — the public job API: submit, read, list, result, cancel.
+ * A job exists once its row is committed; only then is its id returned.
+ * Every query is scoped by the caller's tenant, so another tenant's job
+ * answers exactly like one that does not exist. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "blob.h"
+#include "request.h"
+#include "scheduler.h"
+#include "svc_client.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+int gw_api_jobs_submit(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    if (gw_auth_tenant(req, &who) != 0)
+        return 0;
+    gw_job_req jr;
+    gw_verr ve;
+    if (gw_job_req_parse(svc_req_json(req), &jr, &ve) != 0)
+        return svc_reply_error(req, ve.status, "invalid_argument", ve.field[0] ? ve.field : NULL,
+                               NULL, "%s", ve.message);
+
+    gw_blob inputs = {0};
+    json_t *params = svc_kargs_params_json(&jr.ka.args);
+    char *params_s = json_dumps(params, JSON_COMPACT);
+    char *labels_s = json_dumps(jr.labels, JSON_COMPACT);
+    char *meta_s = NULL;
+    json_t *job = NULL;
+    int64_t seq = 0;
+    int rc = params_s && labels_s ? 0 : -ENOMEM;
+    for (int i = 0; !rc && i < jr.kernel->ninputs; i++)
+        if (jr.ka.args.inputs[i])
+            rc = gw_blob_add(&inputs, jr.kernel->inputs[i].name, &jr.ka.tensors[i]);
+    if (!rc && !inputs.meta && !(inputs.meta = json_array()))
+        rc = -ENOMEM;
+    if (!rc && !(meta_s = json_dumps(inputs.meta, JSON_COMPACT)))
+        rc = -ENOMEM;
+    if (!rc) {
+        gw_job_new jn = {who.tenant_id, jr.kernel->name, params_s, jr.priority, jr.timeout_s,
+                         jr.max_attempts, jr.gpus, jr.backend, labels_s, meta_s,
+                         inputs.data, inputs.len};
+        rc = gw_store_job_insert(app->store, &jn, &job, &seq);
+    }
+    if (rc == 0) {
+        const char *id = json_string_value(json_object_get(job, "id"));
+        /* Committed: the job is safe. If Redis fails now the reconciler
+         * enqueues it from PostgreSQL within a few seconds. */
+        if (gw_queue_push(app->queue, id, jr.priority, seq, jr.backend, jr.gpus) != 0)
+            svc_warn("job %s committed but not enqueued (Redis): the reconciler will enqueue it", id);
+        gw_sched_wake(app->sched);
+        char loc[64];
+        snprintf(loc, sizeof(loc), "/v1/jobs/%s", id);
+        svc_reply_header(req, "Location", loc);
+        svc_reply_json(req, 202, job);
+    } else if (rc == -EIO) {
+        gw_reply_unavailable(req, "PostgreSQL");
+    } else {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    }
+    free(params_s);
+    free(labels_s);
+    free(meta_s);
+    json_decref(params);
+    gw_blob_free(&inputs);
+    gw_job_req_free(&jr);
+    return 0;
+}
+
+/* The {id} of the path when it is a UUID; NULL after replying 404. */
+static const char *job_id_param(svc_req *req)
+{
+    const char *id = svc_req_param(req, "id");
+    if (id && svc_uuid_valid(id))
+        return id;
+    svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
+    return NULL;
+}
+
+static int reply_store_error(svc_req *req, int rc)
+{
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
+    if (rc == -EIO)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
+}
+
+int gw_api_jobs_get(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    const char *id;
+    if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
+        return 0;
+    json_t *job;
+    int rc = gw_store_job_get(app->store, who.tenant_id, id, &job);
+    return rc ? reply_store_error(req, rc) : svc_reply_json(req, 200, job);
+}
+
+int gw_api_jobs_list(svc_req *req)
+{
+    static const char *const states[] = {"queued", "running", "succeeded", "failed", "cancelled", NULL};
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    if (gw_auth_tenant(req, &who) != 0)
+        return 0;
+    gw_job_filter f = {.limit = 100};
+    f.state = svc_req_query(req, "state");
+    f.kernel = svc_req_query(req, "kernel");
+    const char *limit = svc_req_query(req, "limit");
+    const char *cursor = svc_req_query(req, "cursor");
+    const char *label = svc_req_query(req, "label");
+    if (f.state) {
+        int ok = 0;
+        for (int i = 0; states[i] && !ok; i++)
+            ok = strcmp(f.state, states[i]) == 0;
+        if (!ok)
+            return svc_reply_error(req, 400, "invalid_argument", "state", NULL,
+                                   "state must be queued, running, succeeded, failed or cancelled");
+    }
+    if (limit) {
+        char *end;
+        long n = strtol(limit, &end, 10);
+        if (*end || end == limit || n < 1 || n > 1000)
+            return svc_reply_error(req, 400, "invalid_argument", "limit", NULL,
+                                   "limit must be an integer from 1 to 1000");
+        f.limit = (int)n;
+    }
+    if (cursor) {
+        char *end;
+        long long n = strtoll(cursor, &end, 10);
+        if (*end || end == cursor || n < 1)
+            return svc_reply_error(req, 400, "invalid_argument", "cursor", NULL,
+                                   "cursor must be a next_cursor value from a previous page");
+        f.before_seq = n;
+    }
+    char *label_json = NULL;
+    if (label) {
+        const char *colon = strchr(label, ':');
+        if (!colon || colon == label)
+            return svc_reply_error(req, 400, "invalid_argument", "label", NULL,
+                                   "label must be key:value");
+        json_t *o = json_object();
+        char key[80];
+        snprintf(key, sizeof(key), "%.*s", (int)(colon - label) < 79 ? (int)(colon - label) : 79, label);
+        json_object_set_new(o, key, json_string(colon + 1));
+        label_json = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (!label_json)
+            return svc_reply_error(req, 400, "invalid_argument", "label", NULL,
+                                   "label must be valid UTF-8 key:value");
+        f.label_json = label_json;
+    }
+    json_t *jobs;
+    int64_t next = 0;
+    int rc = gw_store_job_list(app->store, who.tenant_id, &f, &jobs, &next);
+    free(label_json);
+    if (rc)
+        return reply_store_error(req, rc);
+    char next_s[24];
+    snprintf(next_s, sizeof(next_s), "%lld", (long long)next);
+    return svc_reply_json(req, 200, json_pack("{s:o, s:o}", "jobs", jobs, "next_cursor",
+                                              next ? json_string(next_s) : json_null()));
+}
+
+int gw_api_jobs_result(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    const char *id;
+    if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
+        return 0;
+    const char *enc = svc_req_query(req, "encoding");
+    if (enc && strcmp(enc, "json") != 0 && strcmp(enc, "b64") != 0)
+        return svc_reply_error(req, 400, "invalid_argument", "encoding", NULL,
+                               "encoding must be json or b64");
+    char state[16];
+    json_t *meta;
+    unsigned char *data;
+    size_t len;
+    int rc = gw_store_job_result(app->store, who.tenant_id, id, state, &meta, &data, &len);
+    if (rc == -EAGAIN)
+        return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", state),
+                               "the job is %s; a result exists only once it has succeeded", state);
+    if (rc)
+        return reply_store_error(req, rc);
+    json_t *outputs = gw_blob_to_json(meta, data, len, enc && strcmp(enc, "b64") == 0);
+    json_decref(meta);
+    free(data);
+    if (!outputs)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");
+    return svc_reply_json(req, 200, json_pack("{s:s, s:o}", "id", id, "outputs", outputs));
+}
+
+int gw_api_jobs_cancel(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    const char *id;
+    if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
+        return 0;
+    char was[16], node_url[512];
+    int attempt = 0;
+    json_t *job;
+    int rc = gw_store_job_cancel(app->store, who.tenant_id, id, was, node_url, &attempt, &job);
+    if (rc == -EAGAIN)
+        return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", was),
+                               "the job is already %s", was);
+    if (rc)
+        return reply_store_error(req, rc);
+    if (strcmp(was, "running") == 0 && node_url[0]) {
+        /* The tracker sees the run end cancelled and records it; if the
+         * node cannot be reached now, the job is cancelled instead of being
+         * re-queued when the node is found lost. */
+        char url[700];
+        snprintf(url, sizeof(url), "%s/v1/runs/%s.%d", node_url, id, attempt);
+        svc_response r;
+        if (svc_http_call("DELETE", url, app->cfg.cluster_token, NULL, 5000, &r) != 0 || r.status != 200)
+            svc_warn("cancel of job %s: node did not confirm (%s, status %d)", id, r.error, r.status);
+        svc_response_clear(&r);
+    } else {
+        json_t *res = json_object_get(job, "resources");
+        gw_queue_drop_job(app->queue, id, json_string_value(json_object_get(res, "backend")),
+                          (int)json_integer_value(json_object_get(res, "gpus")));
+    }
+    return svc_reply_json(req, 200, job);
+}

@@ -1,0 +1,88 @@
+/* blob.c — packing named tensors into one buffer and back. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob.h"
+
+int gw_blob_add(gw_blob *b, const char *name, const svc_tensor *t)
+{
+    if (!b->meta && !(b->meta = json_array()))
+        return -ENOMEM;
+    if (b->len + t->nbytes > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + t->nbytes)
+            cap *= 2;
+        unsigned char *p = realloc(b->data, cap);
+        if (!p)
+            return -ENOMEM;
+        b->data = p;
+        b->cap = cap;
+    }
+    json_t *m = json_pack("{s:s, s:s, s:o, s:I, s:I}", "name", name, "dtype",
+                          svc_dtype_name(t->dtype), "shape", svc_shape_to_json(t->ndim, t->shape),
+                          "offset", (json_int_t)b->len, "nbytes", (json_int_t)t->nbytes);
+    if (!m || json_array_append_new(b->meta, m) != 0)
+        return -ENOMEM;
+    if (t->nbytes)
+        memcpy(b->data + b->len, t->data, t->nbytes);
+    b->len += t->nbytes;
+    return 0;
+}
+
+int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msglen)
+{
+    const char *name;
+    json_t *v;
+    if (!b->meta && !(b->meta = json_array()))
+        return -ENOMEM;
+    json_object_foreach((json_t *)tensors, name, v) {
+        svc_tensor t;
+        char why[200];
+        if (svc_tensor_from_json(v, 0, &t, why, sizeof(why)) != 0) {
+            snprintf(msg, msglen, "%s: %s", name, why);
+            return -EINVAL;
+        }
+        int rc = gw_blob_add(b, name, &t);
+        svc_tensor_free(&t);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t len, int b64)
+{
+    json_t *out = json_object();
+    size_t i;
+    json_t *m;
+    json_array_foreach(meta, i, m) {
+        svc_tensor t = {0};
+        size_t off = (size_t)json_integer_value(json_object_get(m, "offset"));
+        t.nbytes = (size_t)json_integer_value(json_object_get(m, "nbytes"));
+        const char *name = json_string_value(json_object_get(m, "name"));
+        if (!name || off > len || t.nbytes > len - off ||
+            svc_dtype_parse(json_string_value(json_object_get(m, "dtype")), &t.dtype) != 0 ||
+            svc_shape_from_json(json_object_get(m, "shape"), &t.ndim, t.shape) != 0 ||
+            (size_t)svc_tensor_elems(&t) * svc_dtype_size(t.dtype) != t.nbytes)
+            goto fail;
+        /* A view into data: svc_tensor_to_json only reads it. */
+        t.data = (void *)(data + off);
+        json_t *j = svc_tensor_to_json(&t, b64);
+        if (!j || json_object_set_new(out, name, j) != 0)
+            goto fail;
+    }
+    return out;
+fail:
+    json_decref(out);
+    return NULL;
+}
+
+void gw_blob_free(gw_blob *b)
+{
+    if (!b)
+        return;
+    json_decref(b->meta);
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}

@@ -1,0 +1,29 @@
+/* blob.h — named tensors packed for PostgreSQL: one bytea holding every
+ * tensor's little-endian bytes back to back, and a JSON list
+ * [{"name","dtype","shape","offset","nbytes"}] that says where each is.
+ * Inputs and results are both stored this way. */
+#ifndef GW_BLOB_H
+#define GW_BLOB_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "svc_tensor.h"
+
+typedef struct gw_blob {
+    json_t *meta;          /* array, owned */
+    unsigned char *data;   /* owned */
+    size_t len, cap;
+} gw_blob;
+
+/* Appends a tensor's bytes under name; 0 or -ENOMEM. */
+int gw_blob_add(gw_blob *b, const char *name, const svc_tensor *t);
+/* Decodes an object of wire tensors (any encoding) and packs them.
+ * 0, or -EINVAL with msg naming the tensor. */
+int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msglen);
+/* Unpacks meta + data into an object of wire tensors, b64 or "data"
+ * arrays. NULL when meta does not fit data (a corrupt row) or ENOMEM. */
+json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t len, int b64);
+void gw_blob_free(gw_blob *b);
+
+#endif

@@ -1,0 +1,44 @@
+/* gw.h — the gateway's shared state: configuration, the PostgreSQL store,
+ * the Redis queue, and the scheduler. Every API handler reaches it through
+ * svc_req_app(). */
+#ifndef GW_H
+#define GW_H
+
+#include <stdint.h>
+
+#include "queue.h"
+#include "store.h"
+
+typedef struct gw_sched gw_sched;
+
+typedef struct gw_config {
+    const char *listen;
+    const char *database_url;
+    const char *redis_url;
+    const char *cluster_token;
+    const char *migrations;
+    int max_body_mb;
+    int node_timeout_s;
+    int reconcile_interval_s;
+    int db_pool;
+    int heartbeat_s;
+} gw_config;
+
+typedef struct gw_app {
+    gw_config cfg;
+    gw_store *store;
+    gw_queue *queue;
+    gw_sched *sched;
+    char *openapi;          /* the spec served at /openapi.yaml */
+    size_t openapi_len;
+    volatile int draining;  /* set on SIGTERM: readyz answers 503 */
+} gw_app;
+
+/* The authenticated caller, set on the request by the auth check. */
+typedef struct gw_caller {
+    int64_t tenant_id;
+    int admin;
+    int node;               /* authenticated with the cluster token */
+} gw_caller;
+
+#endif

@@ -1,0 +1,287 @@
+/* queue.c — Redis access through a small pool of hiredis contexts (a
+ * context is not thread-safe); a context that failed is dropped and
+ * reconnected on next use. */
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "queue.h"
+#include "store.h"
+#include "svc_log.h"
+
+#define READY_KEY "kowloon:ready"
+#define EVENTS_CHANNEL "kowloon:events"
+
+typedef struct qconn {
+    redisContext *rc;
+    int busy;
+} qconn;
+
+struct gw_queue {
+    char host[256];
+    int port, db;
+    int size;
+    qconn *conns;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+/* Parses redis://host:port/db (port and db optional). */
+static int url_parse(gw_queue *q, const char *url)
+{
+    const char *p = url;
+    if (strncmp(p, "redis://", 8) == 0)
+        p += 8;
+    q->port = 6379;
+    q->db = 0;
+    size_t hl = strcspn(p, ":/");
+    if (hl == 0 || hl >= sizeof(q->host))
+        return -EINVAL;
+    memcpy(q->host, p, hl);
+    q->host[hl] = '\0';
+    p += hl;
+    if (*p == ':') {
+        q->port = (int)strtol(p + 1, (char **)&p, 10);
+        if (q->port <= 0 || q->port > 65535)
+            return -EINVAL;
+    }
+    if (*p == '/' && p[1])
+        q->db = atoi(p + 1);
+    return 0;
+}
+
+gw_queue *gw_queue_open(const char *url, int pool_size)
+{
+    gw_queue *q = calloc(1, sizeof(*q));
+    if (!q)
+        return NULL;
+    q->size = pool_size > 0 ? pool_size : 8;
+    q->conns = calloc((size_t)q->size, sizeof(qconn));
+    if (!q->conns || url_parse(q, url) != 0) {
+        svc_error("redis: bad URL %s (want redis://host:port/db)", url);
+        gw_queue_close(q);
+        return NULL;
+    }
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    return q;
+}
+
+void gw_queue_close(gw_queue *q)
+{
+    if (!q)
+        return;
+    for (int i = 0; q->conns && i < q->size; i++)
+        if (q->conns[i].rc)
+            redisFree(q->conns[i].rc);
+    free(q->conns);
+    free(q);
+}
+
+static qconn *acquire(gw_queue *q)
+{
+    qconn *c = NULL;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        for (int i = 0; i < q->size && !c; i++)
+            if (!q->conns[i].busy)
+                c = &q->conns[i];
+        if (c)
+            break;
+        pthread_cond_wait(&q->cv, &q->mu);
+    }
+    c->busy = 1;
+    pthread_mutex_unlock(&q->mu);
+    if (!c->rc) {
+        struct timeval tv = {2, 0};
+        c->rc = redisConnectWithTimeout(q->host, q->port, tv);
+        if (c->rc && !c->rc->err) {
+            redisSetTimeout(c->rc, tv);
+            if (q->db) {
+                redisReply *r = redisCommand(c->rc, "SELECT %d", q->db);
+                freeReplyObject(r);
+            }
+        }
+        if (!c->rc || c->rc->err) {
+            svc_warn("redis: cannot connect to %s:%d: %s", q->host, q->port,
+                     c->rc ? c->rc->errstr : "out of memory");
+            if (c->rc)
+                redisFree(c->rc);
+            c->rc = NULL;
+        }
+    }
+    if (!c->rc) {
+        pthread_mutex_lock(&q->mu);
+        c->busy = 0;
+        pthread_cond_signal(&q->cv);
+        pthread_mutex_unlock(&q->mu);
+        return NULL;
+    }
+    return c;
+}
+
+static void release(gw_queue *q, qconn *c)
+{
+    if (c->rc && c->rc->err) {
+        redisFree(c->rc);
+        c->rc = NULL;
+    }
+    pthread_mutex_lock(&q->mu);
+    c->busy = 0;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* Runs one command given as argv; returns the reply (caller frees) or NULL
+ * after logging. Error replies count as failures. */
+static redisReply *command(gw_queue *q, int argc, const char **argv, const size_t *lens)
+{
+    qconn *c = acquire(q);
+    if (!c)
+        return NULL;
+    redisReply *r = redisCommandArgv(c->rc, argc, argv, lens);
+    if (!r)
+        svc_warn("redis: %s failed: %s", argv[0], c->rc->errstr);
+    else if (r->type == REDIS_REPLY_ERROR) {
+        svc_warn("redis: %s: %s", argv[0], r->str);
+        freeReplyObject(r);
+        r = NULL;
+    }
+    release(q, c);
+    return r;
+}
+
+int gw_queue_ping(gw_queue *q)
+{
+    const char *argv[1] = {"PING"};
+    redisReply *r = command(q, 1, argv, NULL);
+    freeReplyObject(r);
+    return r ? 0 : -EIO;
+}
+
+double gw_queue_score(int priority, int64_t seq)
+{
+    /* 2^40 jobs per priority band keeps every score an exact double. */
+    return (double)(9 - priority) * 1099511627776.0 + (double)seq;
+}
+
+static void member_format(char *out, size_t len, const char *job_id, const char *backend, int gpus)
+{
+    snprintf(out, len, "%s %s %d", job_id, backend, gpus);
+}
+
+int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
+                  const char *backend, int gpus)
+{
+    char score[32], member[80];
+    snprintf(score, sizeof(score), "%.0f", gw_queue_score(priority, seq));
+    member_format(member, sizeof(member), job_id, backend, gpus);
+    const char *argv[4] = {"ZADD", READY_KEY, score, member};
+    redisReply *r = command(q, 4, argv, NULL);
+    freeReplyObject(r);
+    return r ? 0 : -EIO;
+}
+
+int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
+{
+    enum { BATCH = 256 };
+    static __thread char score[BATCH][32], member[BATCH][80];
+    const char *argv[3 + 2 * BATCH];
+    *added = 0;
+    for (int start = 0; start < n; start += BATCH) {
+        int argc = 0;
+        argv[argc++] = "ZADD";
+        argv[argc++] = READY_KEY;
+        argv[argc++] = "NX";
+        for (int i = start; i < n && i < start + BATCH; i++) {
+            const gw_queued *j = &list[i];
+            snprintf(score[i - start], 32, "%.0f", gw_queue_score(j->priority, j->seq));
+            member_format(member[i - start], 80, j->id, j->backend, j->gpus);
+            argv[argc++] = score[i - start];
+            argv[argc++] = member[i - start];
+        }
+        redisReply *r = command(q, argc, argv, NULL);
+        if (!r)
+            return -EIO;
+        *added += (int)r->integer;
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+int gw_queue_peek(gw_queue *q, gw_ready *out, int max, int *n)
+{
+    char stop[16];
+    snprintf(stop, sizeof(stop), "%d", max - 1);
+    const char *argv[4] = {"ZRANGE", READY_KEY, "0", stop};
+    *n = 0;
+    redisReply *r = command(q, 4, argv, NULL);
+    if (!r)
+        return -EIO;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && *n < max; i++) {
+        gw_ready *e = &out[*n];
+        const char *m = r->element[i]->str;
+        snprintf(e->member, sizeof(e->member), "%s", m);
+        if (sscanf(m, "%36s %7s %d", e->job_id, e->backend, &e->gpus) == 3)
+            (*n)++;
+        else
+            svc_warn("redis: ignoring malformed ready-queue entry '%s'", m);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int gw_queue_take(gw_queue *q, const char *member)
+{
+    const char *argv[3] = {"ZREM", READY_KEY, member};
+    redisReply *r = command(q, 3, argv, NULL);
+    if (!r)
+        return -EIO;
+    int removed = r->integer == 1;
+    freeReplyObject(r);
+    return removed;
+}
+
+int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus)
+{
+    char member[80];
+    member_format(member, sizeof(member), job_id, backend, gpus);
+    return gw_queue_take(q, member) < 0 ? -EIO : 0;
+}
+
+long gw_queue_length(gw_queue *q)
+{
+    const char *argv[2] = {"ZCARD", READY_KEY};
+    redisReply *r = command(q, 2, argv, NULL);
+    long n = r ? (long)r->integer : -EIO;
+    freeReplyObject(r);
+    return n;
+}
+
+int gw_queue_lock(gw_queue *q, const char *name, const char *owner, int ttl_ms)
+{
+    static const char script[] =
+        "local v = redis.call('GET', KEYS[1]) "
+        "if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end "
+        "if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end "
+        "return 0";
+    char ttl[16];
+    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
+    const char *argv[6] = {"EVAL", script, "1", name, owner, ttl};
+    redisReply *r = command(q, 6, argv, NULL);
+    if (!r)
+        return -EIO;
+    int held = r->integer == 1;
+    freeReplyObject(r);
+    return held;
+}
+
+void gw_queue_publish(gw_queue *q, const char *msg)
+{
+    const char *argv[3] = {"PUBLISH", EVENTS_CHANNEL, msg};
+    redisReply *r = command(q, 3, argv, NULL);
+    freeReplyObject(r);
+}

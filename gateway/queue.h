@@ -1,0 +1,47 @@
+/* queue.h — the gateway's Redis side: the ready queue (a sorted set ordered
+ * by priority, then age), the scheduler lock, and event publication. All of
+ * it can be rebuilt from PostgreSQL. Functions return 0 or -EIO when Redis
+ * cannot be reached or answers with an error. */
+#ifndef GW_QUEUE_H
+#define GW_QUEUE_H
+
+#include <stdint.h>
+
+typedef struct gw_queue gw_queue;
+
+/* A ready-queue entry: the member text carries what placement needs, so
+ * the scheduler does not ask PostgreSQL about jobs it cannot place. */
+typedef struct gw_ready {
+    char member[80];
+    char job_id[37];
+    char backend[8];
+    int gpus;
+} gw_ready;
+
+gw_queue *gw_queue_open(const char *url, int pool_size);
+void gw_queue_close(gw_queue *q);
+int gw_queue_ping(gw_queue *q);
+
+/* Score: more urgent priority first, then smaller seq (older) first. */
+double gw_queue_score(int priority, int64_t seq);
+/* Adds jobs; only_new keeps entries already present (ZADD NX). */
+int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
+                  const char *backend, int gpus);
+typedef struct gw_queued gw_queued;
+/* Adds every job of list that is missing; *added says how many were. */
+int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added);
+/* The first max entries in order. */
+int gw_queue_peek(gw_queue *q, gw_ready *out, int max, int *n);
+/* Removes an entry: 1 when this call removed it, 0 when it was gone. */
+int gw_queue_take(gw_queue *q, const char *member);
+/* Removes the entry of job_id whatever its member text; 0 or -EIO. */
+int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus);
+long gw_queue_length(gw_queue *q);
+
+/* Takes or renews a lock held by owner for ttl_ms: 1 held, 0 held by
+ * another, -EIO. */
+int gw_queue_lock(gw_queue *q, const char *name, const char *owner, int ttl_ms);
+/* Publishes msg on the job events channel; errors are only logged. */
+void gw_queue_publish(gw_queue *q, const char *msg);
+
+#endif

@@ -1,0 +1,166 @@
+/* request.c — POST /v1/jobs body validation. Envelope problems (unknown
+ * fields, wrong types, values out of range) are 400; problems with the
+ * kernel call itself (unknown kernel, params, inputs and their shapes) are
+ * 422, naming the field. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "request.h"
+
+#define MAX_ELEMS (1LL << 28)
+
+static int fail(gw_verr *e, int status, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(gw_verr *e, int status, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    e->status = status;
+    snprintf(e->field, sizeof(e->field), "%s", field);
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Reads an optional integer member into *out within [lo, hi]. */
+static int int_member(const json_t *o, const char *name, const char *field, long lo, long hi,
+                      int *out, gw_verr *e)
+{
+    json_t *v = json_object_get(o, name);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v))
+        return fail(e, 400, field, "%s must be an integer", field);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return fail(e, 400, field, "%s must be between %ld and %ld", field, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+static int label_key_ok(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > 64)
+        return 0;
+    for (; *k; k++)
+        if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || (*k >= '0' && *k <= '9') ||
+              *k == '_' || *k == '.' || *k == '-'))
+            return 0;
+    return 1;
+}
+
+static int labels_parse(const json_t *body, gw_job_req *r, gw_verr *e)
+{
+    json_t *l = json_object_get(body, "labels");
+    if (!l) {
+        r->labels = json_object();
+        return 0;
+    }
+    if (!json_is_object(l))
+        return fail(e, 400, "labels", "labels must be an object of strings");
+    if (json_object_size(l) > GW_MAX_LABELS)
+        return fail(e, 400, "labels", "at most %d labels", GW_MAX_LABELS);
+    const char *k;
+    json_t *v;
+    json_object_foreach(l, k, v) {
+        char field[64];
+        snprintf(field, sizeof(field), "labels.%.50s", k);
+        if (!label_key_ok(k))
+            return fail(e, 400, field, "label keys are 1-64 characters of A-Z a-z 0-9 _ . -");
+        if (!json_is_string(v) || json_string_length(v) > 256)
+            return fail(e, 400, field, "%s must be a string of at most 256 bytes", field);
+    }
+    r->labels = json_incref(l);
+    return 0;
+}
+
+static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
+{
+    json_t *res = json_object_get(body, "resources");
+    snprintf(r->backend, sizeof(r->backend), "any");
+    r->gpus = 1;
+    if (!res)
+        return 0;
+    if (!json_is_object(res))
+        return fail(e, 400, "resources", "resources must be an object");
+    const char *k;
+    json_t *v;
+    json_object_foreach(res, k, v) {
+        if (strcmp(k, "backend") != 0 && strcmp(k, "gpus") != 0)
+            return fail(e, 400, "resources", "resources.%.40s is not a known resource (backend, gpus)", k);
+    }
+    json_t *b = json_object_get(res, "backend");
+    if (b) {
+        const char *s = json_string_value(b);
+        if (!s || (strcmp(s, "any") && strcmp(s, "cpu") && strcmp(s, "cuda")))
+            return fail(e, 400, "resources.backend", "resources.backend must be any, cpu or cuda");
+        snprintf(r->backend, sizeof(r->backend), "%s", s);
+    }
+    return int_member(res, "gpus", "resources.gpus", 1, 16, &r->gpus, e);
+}
+
+int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
+{
+    static const char *const known[] = {"kernel", "params", "inputs", "priority", "timeout_s",
+                                        "max_attempts", "resources", "labels", NULL};
+    memset(r, 0, sizeof(*r));
+    memset(e, 0, sizeof(*e));
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)body, k, v) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = strcmp(k, known[i]) == 0;
+        if (!ok) {
+            char field[64];
+            snprintf(field, sizeof(field), "%.60s", k);
+            return fail(e, 400, field, "%s is not a field of a job request", field);
+        }
+    }
+    r->priority = 5;
+    r->timeout_s = 3600;
+    r->max_attempts = 3;
+    json_t *kv = json_object_get(body, "kernel");
+    if (!kv)
+        return fail(e, 400, "kernel", "kernel is required");
+    if (!json_is_string(kv))
+        return fail(e, 400, "kernel", "kernel must be a string");
+    if (int_member(body, "priority", "priority", 0, 9, &r->priority, e) ||
+        int_member(body, "timeout_s", "timeout_s", 1, 86400, &r->timeout_s, e) ||
+        int_member(body, "max_attempts", "max_attempts", 1, 10, &r->max_attempts, e) ||
+        resources_parse(body, r, e) || labels_parse(body, r, e))
+        goto bad;
+    r->kernel = kl_kernel_find(json_string_value(kv));
+    if (!r->kernel) {
+        fail(e, 422, "kernel", "unknown kernel '%.100s'; GET /v1/kernels lists them",
+             json_string_value(kv));
+        goto bad;
+    }
+    json_t *params = json_object_get(body, "params");
+    json_t *inputs = json_object_get(body, "inputs");
+    if ((params && !json_is_object(params)) || (inputs && !json_is_object(inputs))) {
+        fail(e, 400, params && !json_is_object(params) ? "params" : "inputs",
+             "%s must be an object", params && !json_is_object(params) ? "params" : "inputs");
+        goto bad;
+    }
+    kl_err ke = {{0}, {0}};
+    if (svc_kargs_bind(r->kernel, params, inputs, MAX_ELEMS, &r->ka, &ke) != 0) {
+        fail(e, 422, ke.field, "%s", ke.message);
+        goto bad;
+    }
+    return 0;
+bad:
+    gw_job_req_free(r);
+    return -1;
+}
+
+void gw_job_req_free(gw_job_req *r)
+{
+    if (!r)
+        return;
+    svc_kargs_free(&r->ka);
+    json_decref(r->labels);
+    r->labels = NULL;
+}

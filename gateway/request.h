@@ -1,0 +1,35 @@
+/* request.h — validation of a job submission (POST /v1/jobs) before
+ * anything is written: the envelope (priority, timeout_s, max_attempts,
+ * resources, labels) and the kernel call (params and inputs, checked against
+ * the catalog). */
+#ifndef GW_REQUEST_H
+#define GW_REQUEST_H
+
+#include <jansson.h>
+
+#include "svc_kargs.h"
+
+typedef struct gw_job_req {
+    const kl_kernel *kernel;
+    svc_kargs ka;             /* decoded inputs, resolved params */
+    int priority, timeout_s, max_attempts, gpus;
+    char backend[8];          /* any | cpu | cuda */
+    json_t *labels;           /* object, owned */
+} gw_job_req;
+
+/* What is wrong with a request: HTTP status (400 for the envelope, 422 for
+ * the kernel call), error code, field and message. */
+typedef struct gw_verr {
+    int status;
+    char field[64];
+    char message[256];
+} gw_verr;
+
+#define GW_MAX_LABELS 32
+
+/* Parses and validates body. 0 with *req filled (release with
+ * gw_job_req_free), or -1 with *err. */
+int gw_job_req_parse(const json_t *body, gw_job_req *req, gw_verr *err);
+void gw_job_req_free(gw_job_req *req);
+
+#endif

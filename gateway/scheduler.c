@@ -1,0 +1,269 @@
+/* scheduler.c — the scheduler loop, placement, and the reaper's duties (node
+ * expiry, re-queueing the jobs of lost nodes, rebuilding the ready queue).
+ * Runs only while this gateway holds the scheduler lock in Redis; every
+ * other replica just serves the API. Run tracking is in track.c. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "scheduler_int.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+#define LOCK_NAME "kowloon:scheduler"
+#define LOCK_TTL_MS 5000
+#define PEEK_MAX 64
+
+int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        const gw_place_node *c = &nodes[i];
+        if (!c->available || c->running >= c->slots)
+            continue;
+        if (strcmp(backend, "any") != 0 && strcmp(backend, c->backend) != 0)
+            continue;
+        if (strcmp(backend, "cuda") == 0 && c->ngpus < gpus)
+            continue;
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const gw_place_node *b = &nodes[best];
+        /* running/slots compared without division. */
+        long lhs = (long)c->running * b->slots, rhs = (long)b->running * c->slots;
+        int c_free = c->slots - c->running, b_free = b->slots - b->running;
+        if (lhs < rhs || (lhs == rhs && (c_free > b_free ||
+                                          (c_free == b_free && strcmp(c->name, b->name) < 0))))
+            best = i;
+    }
+    return best;
+}
+
+void gw_sched_wake(gw_sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->wake = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int gw_sched_is_leader(gw_sched *s)
+{
+    return s && s->leader;
+}
+
+/* Reloads the node table from PostgreSQL, keeping back-off deadlines. */
+static void nodes_refresh(gw_sched *s)
+{
+    gw_node *list;
+    int n;
+    if (gw_store_nodes_load(s->app->store, &list, &n) != 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    sched__node fresh[SCHED_MAX_NODES];
+    int m = 0;
+    for (int i = 0; i < n && m < SCHED_MAX_NODES; i++, m++) {
+        fresh[m].n = list[i];
+        fresh[m].avoid_until_ms = 0;
+        for (int j = 0; j < s->nnodes; j++)
+            if (strcmp(s->nodes[j].n.id, list[i].id) == 0)
+                fresh[m].avoid_until_ms = s->nodes[j].avoid_until_ms;
+    }
+    memcpy(s->nodes, fresh, sizeof(fresh[0]) * (size_t)m);
+    s->nnodes = m;
+    pthread_mutex_unlock(&s->mu);
+    free(list);
+}
+
+/* Marks silent nodes down and puts their running jobs back in the queue
+ * (or fails them with node_lost when their attempts are spent). */
+static void reap(gw_sched *s)
+{
+    int marked = 0;
+    gw_store_nodes_expire(s->app->store, s->app->cfg.node_timeout_s, &marked);
+    gw_dispatch *lost;
+    int n;
+    if (gw_store_jobs_on_down_nodes(s->app->store, &lost, &n) != 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "node %s was lost while running attempt %d",
+                 lost[i].node_name, lost[i].attempt);
+        sched__requeue(s, lost[i].job_id, lost[i].attempt, 0, "node_lost", msg);
+    }
+    free(lost);
+    if (marked || n)
+        nodes_refresh(s);
+}
+
+/* Re-adds to Redis every job PostgreSQL says is queued: after a Redis
+ * restart or FLUSHALL, or a crash between commit and enqueue. */
+static void reconcile(gw_sched *s)
+{
+    gw_queued *list;
+    int n, added = 0;
+    if (gw_store_jobs_queued(s->app->store, &list, &n) != 0)
+        return;
+    if (n && gw_queue_push_missing(s->app->queue, list, n, &added) == 0 && added)
+        svc_warn("ready queue: re-enqueued %d queued job(s) missing from Redis", added);
+    free(list);
+}
+
+/* After taking the scheduler role: follow every run PostgreSQL says is on
+ * a node, so a restarted gateway collects results it did not see. */
+static void reattach(gw_sched *s)
+{
+    gw_dispatch *runs;
+    int n;
+    if (gw_store_jobs_running(s->app->store, &runs, &n) != 0)
+        return;
+    int attached = 0;
+    for (int i = 0; i < n; i++)
+        attached += sched__track(s, &runs[i], 0) == 0;
+    free(runs);
+    if (attached)
+        svc_info("scheduler: re-attached to %d running job(s)", attached);
+}
+
+/* One placement pass: dispatches as many queued jobs as there are free
+ * slots that fit them. Returns how many were dispatched. */
+static int dispatch_pass(gw_sched *s)
+{
+    gw_ready ready[PEEK_MAX];
+    int n = 0, dispatched = 0;
+    if (gw_queue_peek(s->app->queue, ready, PEEK_MAX, &n) != 0 || n == 0)
+        return 0;
+    int64_t now = svc_now_mono_ms();
+    for (int i = 0; i < n && !s->stop; i++) {
+        gw_place_node view[SCHED_MAX_NODES];
+        char node_id[37];
+        pthread_mutex_lock(&s->mu);
+        for (int k = 0; k < s->nnodes; k++) {
+            const sched__node *sn = &s->nodes[k];
+            view[k] = (gw_place_node){sn->n.name, sn->n.backend, sn->n.slots,
+                                      sched__running_on(s, sn->n.id), sn->n.ngpus,
+                                      sn->n.up && sn->avoid_until_ms <= now};
+        }
+        int pick = gw_place(view, s->nnodes, ready[i].backend, ready[i].gpus);
+        if (pick >= 0)
+            memcpy(node_id, s->nodes[pick].n.id, sizeof(node_id));
+        pthread_mutex_unlock(&s->mu);
+        if (pick < 0)
+            continue;
+        if (gw_queue_take(s->app->queue, ready[i].member) != 1)
+            continue;
+        gw_dispatch d;
+        int rc = gw_store_job_claim(s->app->store, ready[i].job_id, node_id, &d);
+        if (rc == -EAGAIN)
+            continue;   /* cancelled, or already running: nothing to dispatch */
+        if (rc != 0) {
+            /* PostgreSQL is unavailable: give the entry back and wait. */
+            gw_queue_push(s->app->queue, ready[i].job_id, 0, 0, ready[i].backend, ready[i].gpus);
+            break;
+        }
+        if (sched__track(s, &d, 1) == 0)
+            dispatched++;
+    }
+    return dispatched;
+}
+
+static void *sched_main(void *arg)
+{
+    gw_sched *s = arg;
+    int64_t next_lock = 0, next_reap = 0, next_reconcile = 0;
+    while (!s->stop) {
+        int64_t now = svc_now_mono_ms();
+        if (now >= next_lock) {
+            int held = gw_queue_lock(s->app->queue, LOCK_NAME, s->owner, LOCK_TTL_MS) == 1;
+            if (held && !s->leader) {
+                svc_info("scheduler: this gateway holds the scheduler lock (%s)", s->owner);
+                s->leader = 1;
+                nodes_refresh(s);
+                reattach(s);
+                next_reconcile = 0;
+            } else if (!held && s->leader) {
+                svc_warn("scheduler: lost the scheduler lock; dispatching stops here");
+                s->leader = 0;
+            }
+            next_lock = now + LOCK_TTL_MS / 5;
+        }
+        if (s->leader) {
+            if (now >= next_reap) {
+                nodes_refresh(s);
+                reap(s);
+                next_reap = now + 1000;
+            }
+            if (now >= next_reconcile) {
+                reconcile(s);
+                next_reconcile = now + (int64_t)s->app->cfg.reconcile_interval_s * 1000;
+            }
+            while (!s->stop && dispatch_pass(s) > 0)
+                ;
+        }
+        pthread_mutex_lock(&s->mu);
+        if (!s->wake && !s->stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
+        s->wake = 0;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
+
+gw_sched *gw_sched_start(gw_app *app)
+{
+    gw_sched *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->app = app;
+    char host[64] = "gateway", rnd[9];
+    gethostname(host, sizeof(host) - 1);
+    svc_random_hex(rnd, 4);
+    snprintf(s->owner, sizeof(s->owner), "%s:%d:%s", host, (int)getpid(), rnd);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void gw_sched_stop(gw_sched *s, int grace_ms)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    /* Trackers notice stop at their next poll; runs keep going on the nodes
+     * and the next scheduler re-attaches to them. */
+    int64_t until = svc_now_mono_ms() + grace_ms;
+    pthread_mutex_lock(&s->mu);
+    while (s->ntracked > 0 && svc_now_mono_ms() < until) {
+        pthread_mutex_unlock(&s->mu);
+        svc_sleep_ms(20);
+        pthread_mutex_lock(&s->mu);
+    }
+    int left = s->ntracked;
+    pthread_mutex_unlock(&s->mu);
+    if (left == 0) {
+        free(s->tracked);
+        free(s);
+    }
+}

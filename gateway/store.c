@@ -1,0 +1,550 @@
+/* store.c — the PostgreSQL side of the gateway: the connection pool, the
+ * table of prepared statements (all SQL of the gateway is here), migrations,
+ * API keys and nodes. Jobs are in store_jobs.c. */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+#include "svc_log.h"
+
+struct gw_store {
+    char *conninfo;
+    int size;
+    store__conn *conns;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
+[ST_AUTH] = {"SELECT tenant_id, admin FROM api_keys"
+             " WHERE key_hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL", 1},
+[ST_KEY_CREATE] = {
+    "WITH t AS (INSERT INTO tenants (name) VALUES ($1)"
+    "           ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id)"
+    " INSERT INTO api_keys (tenant_id, key_hash, key_prefix, admin)"
+    " SELECT id, sha256(convert_to($2, 'UTF8')), left($2, 11), $3::boolean FROM t", 3},
+[ST_KEY_REVOKE] = {"UPDATE api_keys SET revoked_at = now()"
+                   " WHERE key_hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL", 1},
+[ST_JOB_INSERT] = {
+    "WITH j AS (INSERT INTO jobs (tenant_id, kernel, params, priority, timeout_s, max_attempts,"
+    "                             backend_req, gpus, labels, state)"
+    "           VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9::jsonb, 'queued') RETURNING *),"
+    " i AS (INSERT INTO job_inputs (job_id, meta, data) SELECT id, $10::jsonb, $11::bytea FROM j),"
+    " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM j)"
+    " SELECT kowloon_job_json(j::jobs)::text, j.seq FROM j", 11},
+[ST_JOB_GET] = {"SELECT kowloon_job_json(j)::text FROM jobs j"
+                " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
+[ST_JOB_LIST] = {
+    "SELECT kowloon_job_json(j)::text, j.seq FROM jobs j WHERE j.tenant_id = $1"
+    " AND ($2::text IS NULL OR j.state = $2) AND ($3::text IS NULL OR j.kernel = $3)"
+    " AND ($4::jsonb IS NULL OR j.labels @> $4::jsonb) AND ($5::bigint IS NULL OR j.seq < $5)"
+    " ORDER BY j.seq DESC LIMIT $6", 6},
+[ST_JOB_RESULT] = {"SELECT j.state, r.meta::text, r.data FROM jobs j"
+                   " LEFT JOIN job_results r ON r.job_id = j.id"
+                   " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
+[ST_JOB_CANCEL] = {
+    "WITH old AS (SELECT id, state, attempts, node_id FROM jobs"
+    "             WHERE id = $1::uuid AND tenant_id = $2 FOR UPDATE),"
+    " upd AS (UPDATE jobs j SET cancel_requested = true,"
+    "           state = CASE WHEN old.state = 'queued' THEN 'cancelled' ELSE j.state END,"
+    "           finished_at = CASE WHEN old.state = 'queued' THEN clock_timestamp() END"
+    "         FROM old WHERE j.id = old.id AND old.state IN ('queued', 'running') RETURNING j.*),"
+    " ev AS (INSERT INTO job_events (job_id, state, attempt, detail)"
+    "        SELECT id, 'cancelled', attempts, 'cancelled while queued' FROM upd"
+    "        WHERE state = 'cancelled')"
+    " SELECT old.state, kowloon_job_json(upd::jobs)::text, n.url, old.attempts"
+    " FROM old LEFT JOIN upd ON true LEFT JOIN nodes n ON n.id = old.node_id", 2},
+[ST_JOB_CLAIM] = {
+    "WITH n AS (SELECT id, name, url FROM nodes WHERE id = $2::uuid),"
+    " j AS (UPDATE jobs SET state = 'running', attempts = attempts + 1, node_id = n.id,"
+    "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
+    "         error_message = NULL"
+    "       FROM n WHERE jobs.id = $1::uuid AND jobs.state = 'queued' RETURNING jobs.*),"
+    " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
+    "       SELECT id, 'running', attempts, node_name FROM j)"
+    " SELECT j.attempts::text, j.kernel, j.params::text, j.timeout_s::text, j.gpus::text,"
+    "        j.priority::text, j.seq::text, j.backend_req, n.url, n.name, i.meta::text, i.data,"
+    "        j.cancel_requested::text"
+    " FROM j JOIN n ON true JOIN job_inputs i ON i.job_id = j.id", 2},
+[ST_JOBS_RUNNING] = {
+    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
+    "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus"
+    " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running'", 0},
+[ST_JOB_SUCCEED] = {
+    "WITH j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3"
+    "           WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "           RETURNING id, attempts, node_name),"
+    " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
+    "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
+    " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
+    "       SELECT id, 'succeeded', attempts, node_name FROM j)"
+    " SELECT id FROM j", 5},
+[ST_JOB_FAIL] = {
+    "WITH j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"
+    "             error_code = $4, error_message = $5"
+    "           WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "           RETURNING id, attempts, node_name, state),"
+    " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
+    "       SELECT id, state, attempts, node_name, coalesce($4, 'cancel requested') FROM j)"
+    " SELECT id FROM j", 5},
+[ST_JOB_REQUEUE] = {
+    "WITH cur AS (SELECT id, CASE WHEN cancel_requested THEN 'cancelled'"
+    "                             WHEN attempts - $3::int < max_attempts THEN 'queued'"
+    "                             ELSE 'failed' END AS next"
+    "             FROM jobs WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "             FOR UPDATE),"
+    " j AS (UPDATE jobs SET state = cur.next, attempts = attempts - $3::int,"
+    "         node_id = CASE WHEN cur.next = 'queued' THEN NULL ELSE node_id END,"
+    "         error_code = CASE WHEN cur.next = 'failed' THEN $4 END,"
+    "         error_message = CASE WHEN cur.next = 'failed' THEN $5 END,"
+    "         finished_at = CASE WHEN cur.next <> 'queued' THEN clock_timestamp() END"
+    "       FROM cur WHERE jobs.id = cur.id"
+    "       RETURNING jobs.id, jobs.state, jobs.attempts, jobs.seq, jobs.priority,"
+    "                 jobs.backend_req, jobs.gpus, jobs.node_name),"
+    " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
+    "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j)"
+    " SELECT state, seq, priority, backend_req, gpus FROM j", 5},
+[ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus FROM jobs"
+                    " WHERE state = 'queued'", 0},
+[ST_NODE_REGISTER] = {
+    "INSERT INTO nodes (name, url, backend, backend_reason, gpus, slots, kernels)"
+    " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb)"
+    " ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, backend = EXCLUDED.backend,"
+    "   backend_reason = EXCLUDED.backend_reason, gpus = EXCLUDED.gpus, slots = EXCLUDED.slots,"
+    "   kernels = EXCLUDED.kernels, state = 'up', running = 0, registered_at = now(),"
+    "   last_heartbeat = now()"
+    " RETURNING id::text", 7},
+[ST_NODE_HEARTBEAT] = {"UPDATE nodes SET last_heartbeat = now(), running = $2, state = 'up'"
+                       " WHERE id = $1::uuid RETURNING id", 2},
+[ST_NODE_REMOVE] = {"UPDATE nodes SET state = 'down', running = 0 WHERE id = $1::uuid RETURNING id", 1},
+[ST_NODES_JSON] = {
+    "SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'name', name, 'url', url,"
+    "  'backend', backend, 'backend_reason', backend_reason, 'gpus', gpus, 'slots', slots,"
+    "  'running', running, 'kernels', kernels, 'state', state,"
+    "  'registered_at', kowloon_ts(registered_at), 'last_heartbeat', kowloon_ts(last_heartbeat))"
+    "  ORDER BY name), '[]')::text FROM nodes", 0},
+[ST_NODES_LOAD] = {
+    "SELECT id::text, name, url, backend, slots, jsonb_array_length(gpus), (state = 'up')::int,"
+    "       (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint FROM nodes", 0},
+[ST_NODES_EXPIRE] = {"UPDATE nodes SET state = 'down', running = 0 WHERE state = 'up'"
+                     " AND last_heartbeat < now() - make_interval(secs => $1::int) RETURNING name", 1},
+[ST_JOBS_ON_DOWN] = {
+    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
+    "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus"
+    " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'", 0},
+[ST_BACKENDS_UP] = {"SELECT coalesce(jsonb_agg(DISTINCT backend), '[]')::text FROM nodes"
+                    " WHERE state = 'up'", 0},
+[ST_PING] = {"SELECT 1", 0},
+};
+
+gw_store *gw_store_open(const char *conninfo, int pool_size)
+{
+    gw_store *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->conninfo = strdup(conninfo);
+    s->size = pool_size > 0 ? pool_size : 8;
+    s->conns = calloc((size_t)s->size, sizeof(*s->conns));
+    if (!s->conninfo || !s->conns) {
+        gw_store_close(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    return s;
+}
+
+void gw_store_close(gw_store *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; s->conns && i < s->size; i++)
+        if (s->conns[i].pg)
+            PQfinish(s->conns[i].pg);
+    free(s->conns);
+    free(s->conninfo);
+    free(s);
+}
+
+static void conn_drop(store__conn *c)
+{
+    if (c->pg)
+        PQfinish(c->pg);
+    c->pg = NULL;
+    c->prepared = 0;
+}
+
+store__conn *store__acquire(gw_store *s)
+{
+    store__conn *c = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        for (int i = 0; i < s->size && !c; i++)
+            if (!s->conns[i].busy)
+                c = &s->conns[i];
+        if (c)
+            break;
+        pthread_cond_wait(&s->cv, &s->mu);
+    }
+    c->busy = 1;
+    pthread_mutex_unlock(&s->mu);
+
+    if (c->pg && PQstatus(c->pg) != CONNECTION_OK)
+        conn_drop(c);
+    if (!c->pg) {
+        c->pg = PQconnectdb(s->conninfo);
+        if (PQstatus(c->pg) != CONNECTION_OK) {
+            svc_warn("postgres: cannot connect: %s", PQerrorMessage(c->pg));
+            conn_drop(c);
+            store__release(s, c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+void store__release(gw_store *s, store__conn *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&s->mu);
+    c->busy = 0;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int *lens,
+                      const int *fmts, int binary)
+{
+    char name[16];
+    snprintf(name, sizeof(name), "s%d", id);
+    if (!(c->prepared & (1ull << id))) {
+        PGresult *p = PQprepare(c->pg, name, stmts[id].sql, stmts[id].nparams, NULL);
+        int ok = PQresultStatus(p) == PGRES_COMMAND_OK;
+        if (!ok)
+            svc_error("postgres: prepare %s: %s", name, PQresultErrorMessage(p));
+        PQclear(p);
+        if (!ok) {
+            if (PQstatus(c->pg) != CONNECTION_OK)
+                conn_drop(c);
+            return NULL;
+        }
+        c->prepared |= 1ull << id;
+    }
+    PGresult *r = PQexecPrepared(c->pg, name, stmts[id].nparams, vals, lens, fmts, binary);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+        return r;
+    svc_error("postgres: statement %s: %s", name, PQresultErrorMessage(r));
+    PQclear(r);
+    if (PQstatus(c->pg) != CONNECTION_OK)
+        conn_drop(c);
+    return NULL;
+}
+
+void store__copy(const PGresult *r, int row, int col, char *out, size_t len)
+{
+    size_t n = (size_t)PQgetlength(r, row, col);
+    if (PQgetisnull(r, row, col))
+        n = 0;
+    if (n >= len)
+        n = len - 1;
+    memcpy(out, PQgetvalue(r, row, col), n);
+    out[n] = '\0';
+}
+
+json_t *store__json(const PGresult *r, int row, int col)
+{
+    if (PQgetisnull(r, row, col))
+        return NULL;
+    return json_loadb(PQgetvalue(r, row, col), (size_t)PQgetlength(r, row, col), 0, NULL);
+}
+
+/* Runs one statement that needs no result beyond success; -EIO on failure,
+ * -ENOENT when it changed or returned no row and need_row is set. */
+static int exec_simple(gw_store *s, int id, const char *const *vals, int need_row)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, id, vals, NULL, NULL, 0);
+    int rc = r ? 0 : -EIO;
+    if (r && need_row && PQntuples(r) == 0 && atoi(PQcmdTuples(r)) == 0)
+        rc = -ENOENT;
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_ping(gw_store *s)
+{
+    return exec_simple(s, ST_PING, NULL, 0);
+}
+
+static int migration_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char *file_read(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        rewind(f);
+        buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+        if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n)
+            buf[n] = '\0';
+        else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Runs sql as a simple query; 0 or -EIO with PostgreSQL's message in err. */
+static int exec_script(PGconn *pg, const char *sql, char *err, size_t errlen)
+{
+    PGresult *r = PQexec(pg, sql);
+    ExecStatusType st = PQresultStatus(r);
+    int rc = (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) ? 0 : -EIO;
+    if (rc)
+        snprintf(err, errlen, "%s", PQresultErrorMessage(r));
+    PQclear(r);
+    return rc;
+}
+
+static int migration_applied(PGconn *pg, const char *version)
+{
+    const char *v[1] = {version};
+    PGresult *r = PQexecParams(pg, "SELECT 1 FROM schema_migrations WHERE version = $1",
+                               1, NULL, v, NULL, NULL, 0);
+    int applied = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+    PQclear(r);
+    return applied;
+}
+
+static int migration_apply(PGconn *pg, const char *dir, const char *file, char *err, size_t errlen)
+{
+    char path[1024], version[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    snprintf(version, sizeof(version), "%.*s", (int)(strlen(file) - 4), file);
+    if (migration_applied(pg, version))
+        return 0;
+    char *sql = file_read(path);
+    if (!sql) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -EIO;
+    }
+    const char *v[1] = {version};
+    int rc = exec_script(pg, "BEGIN", err, errlen);
+    if (!rc)
+        rc = exec_script(pg, sql, err, errlen);
+    if (!rc) {
+        PGresult *r = PQexecParams(pg, "INSERT INTO schema_migrations (version) VALUES ($1)",
+                                   1, NULL, v, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+            snprintf(err, errlen, "%s", PQresultErrorMessage(r));
+            rc = -EIO;
+        }
+        PQclear(r);
+    }
+    if (!rc)
+        rc = exec_script(pg, "COMMIT", err, errlen);
+    if (rc) {
+        char ignored[8];
+        exec_script(pg, "ROLLBACK", ignored, sizeof(ignored));
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, " (in %s)", file);
+    } else {
+        svc_info("migration applied: %s", file);
+    }
+    free(sql);
+    return rc;
+}
+
+int gw_store_migrate(gw_store *s, const char *dir, char *err, size_t errlen)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(err, errlen, "cannot open migrations directory %s: %s", dir, strerror(errno));
+        return -ENOENT;
+    }
+    char *files[512];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 512) {
+        size_t len = strlen(e->d_name);
+        if (len > 8 && e->d_name[0] >= '0' && e->d_name[0] <= '9' &&
+            strcmp(e->d_name + len - 4, ".sql") == 0)
+            files[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(files, (size_t)n, sizeof(files[0]), migration_cmp);
+
+    int rc = -EIO;
+    store__conn *c = store__acquire(s);
+    if (!c) {
+        snprintf(err, errlen, "cannot connect to PostgreSQL");
+        goto out;
+    }
+    /* The advisory lock keeps two gateways starting together from applying
+     * the same migration twice; the second waits, then finds it applied. */
+    rc = exec_script(c->pg, "SELECT pg_advisory_lock(7071955)", err, errlen);
+    if (!rc)
+        rc = exec_script(c->pg,
+                         "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                         " version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+                         err, errlen);
+    for (int i = 0; !rc && i < n; i++)
+        rc = migration_apply(c->pg, dir, files[i], err, errlen);
+    char ignored[8];
+    exec_script(c->pg, "SELECT pg_advisory_unlock(7071955)", ignored, sizeof(ignored));
+    store__release(s, c);
+out:
+    for (int i = 0; i < n; i++)
+        free(files[i]);
+    return rc;
+}
+
+int gw_store_key_create(gw_store *s, const char *tenant, int admin, const char *key)
+{
+    const char *v[3] = {tenant, key, admin ? "true" : "false"};
+    return exec_simple(s, ST_KEY_CREATE, v, 1);
+}
+
+int gw_store_key_revoke(gw_store *s, const char *key)
+{
+    const char *v[1] = {key};
+    return exec_simple(s, ST_KEY_REVOKE, v, 1);
+}
+
+int gw_store_auth(gw_store *s, const char *key, int64_t *tenant_id, int *admin)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    const char *v[1] = {key};
+    PGresult *r = store__exec(c, ST_AUTH, v, NULL, NULL, 0);
+    int rc = !r ? -EIO : PQntuples(r) == 1 ? 0 : -ENOENT;
+    if (rc == 0) {
+        *tenant_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        *admin = PQgetvalue(r, 0, 1)[0] == 't';
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,
+                           const char *reason, const char *gpus_json, int slots,
+                           const char *kernels_json, char id_out[37])
+{
+    char slots_s[16];
+    snprintf(slots_s, sizeof(slots_s), "%d", slots);
+    const char *v[7] = {name, url, backend, reason, gpus_json, slots_s, kernels_json};
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_NODE_REGISTER, v, NULL, NULL, 0);
+    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
+    if (!rc)
+        store__copy(r, 0, 0, id_out, 37);
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_node_heartbeat(gw_store *s, const char *id, int running)
+{
+    char run_s[16];
+    snprintf(run_s, sizeof(run_s), "%d", running);
+    const char *v[2] = {id, run_s};
+    return exec_simple(s, ST_NODE_HEARTBEAT, v, 1);
+}
+
+int gw_store_node_remove(gw_store *s, const char *id)
+{
+    const char *v[1] = {id};
+    return exec_simple(s, ST_NODE_REMOVE, v, 1);
+}
+
+/* Runs a statement whose single row and column is JSON text. */
+static int exec_json(gw_store *s, int id, const char *const *vals, json_t **out)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, id, vals, NULL, NULL, 0);
+    *out = r && PQntuples(r) == 1 ? store__json(r, 0, 0) : NULL;
+    PQclear(r);
+    store__release(s, c);
+    return *out ? 0 : -EIO;
+}
+
+int gw_store_nodes_json(gw_store *s, json_t **nodes)
+{
+    return exec_json(s, ST_NODES_JSON, NULL, nodes);
+}
+
+int gw_store_backends_up(gw_store *s, json_t **backends)
+{
+    return exec_json(s, ST_BACKENDS_UP, NULL, backends);
+}
+
+int gw_store_nodes_load(gw_store *s, gw_node **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_NODES_LOAD, NULL, NULL, NULL, 0);
+    int rc = r ? 0 : -EIO;
+    int rows = r ? PQntuples(r) : 0;
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_node))))
+        rc = -ENOMEM;
+    for (int i = 0; !rc && i < rows; i++) {
+        gw_node *nd = &(*out)[i];
+        store__copy(r, i, 0, nd->id, sizeof(nd->id));
+        store__copy(r, i, 1, nd->name, sizeof(nd->name));
+        store__copy(r, i, 2, nd->url, sizeof(nd->url));
+        store__copy(r, i, 3, nd->backend, sizeof(nd->backend));
+        nd->slots = atoi(PQgetvalue(r, i, 4));
+        nd->ngpus = atoi(PQgetvalue(r, i, 5));
+        nd->up = atoi(PQgetvalue(r, i, 6));
+        nd->heartbeat_age_ms = strtoll(PQgetvalue(r, i, 7), NULL, 10);
+        *n = i + 1;
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_nodes_expire(gw_store *s, int timeout_s, int *marked)
+{
+    char t[16];
+    snprintf(t, sizeof(t), "%d", timeout_s);
+    const char *v[1] = {t};
+    *marked = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_NODES_EXPIRE, v, NULL, NULL, 0);
+    for (int i = 0; r && i < PQntuples(r); i++)
+        svc_warn("node %s missed its heartbeats for %d s: marked down", PQgetvalue(r, i, 0), timeout_s);
+    *marked = r ? PQntuples(r) : 0;
+    int rc = r ? 0 : -EIO;
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}

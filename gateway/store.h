@@ -1,0 +1,135 @@
+/* store.h — every PostgreSQL access of the gateway: a pool of libpq
+ * connections, statements prepared once per connection with bound
+ * parameters, migrations, keys, jobs and nodes. Functions return 0 or a
+ * negative errno: -ENOENT (no such row, or not this tenant's), -EIO
+ * (PostgreSQL unreachable or failed), -EAGAIN (the row is not in a state
+ * that allows the change), -EINVAL. */
+#ifndef GW_STORE_H
+#define GW_STORE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gw_store gw_store;
+
+gw_store *gw_store_open(const char *conninfo, int pool_size);
+void gw_store_close(gw_store *s);
+/* 0 when a round trip to PostgreSQL succeeds. */
+int gw_store_ping(gw_store *s);
+
+/* Applies the pending sql/NNN_*.sql files of dir, each in its own
+ * transaction, under an advisory lock; logs each one applied. */
+int gw_store_migrate(gw_store *s, const char *dir, char *err, size_t errlen);
+
+/* Keys: the key text is hashed (SHA-256) by PostgreSQL; only the hash is
+ * stored. create makes the tenant when it is new. */
+int gw_store_key_create(gw_store *s, const char *tenant, int admin, const char *key);
+int gw_store_key_revoke(gw_store *s, const char *key);
+int gw_store_auth(gw_store *s, const char *key, int64_t *tenant_id, int *admin);
+
+/* A validated job ready to be written. inputs_meta is borrowed. */
+typedef struct gw_job_new {
+    int64_t tenant_id;
+    const char *kernel;
+    const char *params_json;  /* resolved params, JSON text */
+    int priority, timeout_s, max_attempts, gpus;
+    const char *backend;      /* any|cpu|cuda */
+    const char *labels_json;
+    const char *inputs_meta;  /* JSON text: [{name,dtype,shape,offset,nbytes}] */
+    const void *inputs_data;
+    size_t inputs_len;
+} gw_job_new;
+
+/* Inserts the job, its inputs and its first event in one statement. On 0,
+ * *job is the job object (new reference) and *seq its queue order. */
+int gw_store_job_insert(gw_store *s, const gw_job_new *j, json_t **job, int64_t *seq);
+int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **job);
+
+typedef struct gw_job_filter {
+    const char *state, *kernel;
+    const char *label_json;   /* {"k":"v"} for containment, or NULL */
+    int64_t before_seq;       /* cursor: only jobs with seq < this; 0 = none */
+    int limit;
+} gw_job_filter;
+/* Newest first. *jobs is an array (new reference); *next_seq is the cursor
+ * for the next page or 0 when this page is the last. */
+int gw_store_job_list(gw_store *s, int64_t tenant_id, const gw_job_filter *f,
+                      json_t **jobs, int64_t *next_seq);
+
+/* The stored outputs of a succeeded job: meta is JSON (new reference), data
+ * is malloc'd (caller frees). -EAGAIN with state filled when the job has
+ * not succeeded. */
+int gw_store_job_result(gw_store *s, int64_t tenant_id, const char *id, char state[16],
+                        json_t **meta, unsigned char **data, size_t *len);
+
+/* Cancels a queued job at once (*was = "queued"), or marks a running one
+ * cancel_requested (*was = "running", node_url and attempt filled so the
+ * caller can stop the run). -EAGAIN when terminal. *job is the updated job. */
+int gw_store_job_cancel(gw_store *s, int64_t tenant_id, const char *id, char was[16],
+                        char node_url[512], int *attempt, json_t **job);
+
+/* What the scheduler needs to dispatch one attempt. */
+typedef struct gw_dispatch {
+    char job_id[37];
+    int attempt;
+    int timeout_s, gpus, priority;
+    int64_t seq;
+    char kernel[64];
+    char backend[8];
+    char node_id[37];
+    char node_url[512];
+    char node_name[128];
+    json_t *params;           /* owned */
+    json_t *inputs_meta;      /* owned */
+    unsigned char *inputs;    /* owned */
+    size_t inputs_len;
+    int cancel_requested;
+} gw_dispatch;
+void gw_dispatch_clear(gw_dispatch *d);
+
+/* queued -> running on the node, attempts + 1. -EAGAIN if the job is no
+ * longer queued (cancelled meanwhile). Fills d (inputs included). */
+int gw_store_job_claim(gw_store *s, const char *job_id, const char *node_id, gw_dispatch *d);
+/* Running jobs, without their inputs, for re-attaching after a restart. */
+int gw_store_jobs_running(gw_store *s, gw_dispatch **out, int *n);
+
+/* Fenced transitions: each applies only while the job is running with this
+ * attempt, and returns -EAGAIN otherwise (a late or duplicate report). */
+int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
+                         const char *meta_json, const void *data, size_t len);
+int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
+                      const char *code, const char *message);
+/* Back to queued when attempts remain (uncounted: the attempt is given
+ * back, for runs that never started); else failed with code. *requeued
+ * says which; *seq and *priority are for the ready queue. */
+int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
+                         const char *code, const char *message, int *requeued,
+                         int64_t *seq, int *priority, char backend[8], int *gpus);
+
+/* Every queued job, for rebuilding the ready queue. */
+typedef struct gw_queued { char id[37]; int64_t seq; int priority, gpus; char backend[8]; } gw_queued;
+int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n);
+
+/* Nodes. */
+typedef struct gw_node {
+    char id[37], name[128], url[512], backend[8];
+    int slots, ngpus, up;
+    int64_t heartbeat_age_ms;
+} gw_node;
+int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,
+                           const char *reason, const char *gpus_json, int slots,
+                           const char *kernels_json, char id_out[37]);
+int gw_store_node_heartbeat(gw_store *s, const char *id, int running);
+int gw_store_node_remove(gw_store *s, const char *id);
+int gw_store_nodes_json(gw_store *s, json_t **nodes);
+int gw_store_nodes_load(gw_store *s, gw_node **out, int *n);
+/* Marks down every node silent for more than timeout_s; returns how many
+ * were marked in *marked. */
+int gw_store_nodes_expire(gw_store *s, int timeout_s, int *marked);
+/* Running jobs whose node is down: the reaper requeues them. */
+int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n);
+/* Backends offered by nodes that are up, as a JSON array of strings. */
+int gw_store_backends_up(gw_store *s, json_t **backends);
+
+#endif

@@ -1,0 +1,40 @@
+/* store_int.h — internals shared by the store's files (store.c: pool,
+ * migrations, keys, nodes; store_jobs.c: jobs). Not for other modules. */
+#ifndef GW_STORE_INT_H
+#define GW_STORE_INT_H
+
+#include <libpq-fe.h>
+
+#include "store.h"
+
+typedef struct store__conn {
+    PGconn *pg;
+    uint64_t prepared;   /* bit i: statement i is prepared on pg */
+    int busy;
+} store__conn;
+
+/* Statement ids; the SQL lives in the table in store.c. */
+enum {
+    ST_AUTH, ST_KEY_CREATE, ST_KEY_REVOKE,
+    ST_JOB_INSERT, ST_JOB_GET, ST_JOB_LIST, ST_JOB_RESULT, ST_JOB_CANCEL,
+    ST_JOB_CLAIM, ST_JOBS_RUNNING, ST_JOB_SUCCEED, ST_JOB_FAIL, ST_JOB_REQUEUE, ST_JOBS_QUEUED,
+    ST_NODE_REGISTER, ST_NODE_HEARTBEAT, ST_NODE_REMOVE, ST_NODES_JSON, ST_NODES_LOAD,
+    ST_NODES_EXPIRE, ST_JOBS_ON_DOWN, ST_BACKENDS_UP, ST_PING,
+    ST__COUNT
+};
+
+/* Borrows a connection (connecting when needed); NULL when PostgreSQL
+ * cannot be reached. Give it back with store__release. */
+store__conn *store__acquire(gw_store *s);
+void store__release(gw_store *s, store__conn *c);
+/* Executes statement id with text parameters (lens/fmts may be NULL) and
+ * returns its result, or NULL after logging when it failed; a broken
+ * connection is reset for the next user. binary asks for binary results. */
+PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int *lens,
+                      const int *fmts, int binary);
+/* Copies column col of row into a NUL-terminated buffer of size len. */
+void store__copy(const PGresult *r, int row, int col, char *out, size_t len);
+/* Parses column col as JSON; NULL when NULL or not JSON. */
+json_t *store__json(const PGresult *r, int row, int col);
+
+#endif

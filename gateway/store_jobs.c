@@ -1,0 +1,341 @@
+/* store_jobs.c — jobs in PostgreSQL: insert, read, list, cancel, and the
+ * fenced transitions the scheduler makes (claim, succeed, fail, requeue).
+ * Every transition is one statement that also writes its job_events row. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+#include "svc_log.h"
+
+void gw_dispatch_clear(gw_dispatch *d)
+{
+    if (!d)
+        return;
+    json_decref(d->params);
+    json_decref(d->inputs_meta);
+    free(d->inputs);
+    memset(d, 0, sizeof(*d));
+}
+
+int gw_store_job_insert(gw_store *s, const gw_job_new *j, json_t **job, int64_t *seq)
+{
+    char tenant[24], prio[8], timeout[16], attempts[8], gpus[8];
+    snprintf(tenant, sizeof(tenant), "%lld", (long long)j->tenant_id);
+    snprintf(prio, sizeof(prio), "%d", j->priority);
+    snprintf(timeout, sizeof(timeout), "%d", j->timeout_s);
+    snprintf(attempts, sizeof(attempts), "%d", j->max_attempts);
+    snprintf(gpus, sizeof(gpus), "%d", j->gpus);
+    const char *v[11] = {tenant, j->kernel, j->params_json, prio, timeout, attempts,
+                         j->backend, gpus, j->labels_json, j->inputs_meta,
+                         j->inputs_len ? (const char *)j->inputs_data : ""};
+    int lens[11] = {0};
+    int fmts[11] = {0};
+    lens[10] = (int)j->inputs_len;
+    fmts[10] = 1;
+
+    *job = NULL;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_INSERT, v, lens, fmts, 0);
+    if (r && PQntuples(r) == 1) {
+        *job = store__json(r, 0, 0);
+        *seq = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    }
+    PQclear(r);
+    store__release(s, c);
+    return *job ? 0 : -EIO;
+}
+
+int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **job)
+{
+    char tenant[24];
+    snprintf(tenant, sizeof(tenant), "%lld", (long long)tenant_id);
+    const char *v[2] = {id, tenant};
+    *job = NULL;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_GET, v, NULL, NULL, 0);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -ENOENT : 0;
+    if (!rc && !(*job = store__json(r, 0, 0)))
+        rc = -EIO;
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_job_list(gw_store *s, int64_t tenant_id, const gw_job_filter *f,
+                      json_t **jobs, int64_t *next_seq)
+{
+    char tenant[24], before[24], limit[16];
+    snprintf(tenant, sizeof(tenant), "%lld", (long long)tenant_id);
+    snprintf(before, sizeof(before), "%lld", (long long)f->before_seq);
+    /* One row more than asked tells whether another page follows. */
+    snprintf(limit, sizeof(limit), "%d", f->limit + 1);
+    const char *v[6] = {tenant, f->state, f->kernel, f->label_json,
+                        f->before_seq > 0 ? before : NULL, limit};
+    *jobs = NULL;
+    *next_seq = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_LIST, v, NULL, NULL, 0);
+    int rc = r ? 0 : -EIO;
+    if (!rc) {
+        int rows = PQntuples(r);
+        *jobs = json_array();
+        for (int i = 0; i < rows && i < f->limit; i++)
+            json_array_append_new(*jobs, store__json(r, i, 0));
+        if (rows > f->limit)
+            *next_seq = strtoll(PQgetvalue(r, f->limit - 1, 1), NULL, 10);
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_job_result(gw_store *s, int64_t tenant_id, const char *id, char state[16],
+                        json_t **meta, unsigned char **data, size_t *len)
+{
+    char tenant[24];
+    snprintf(tenant, sizeof(tenant), "%lld", (long long)tenant_id);
+    const char *v[2] = {id, tenant};
+    *meta = NULL;
+    *data = NULL;
+    *len = 0;
+    state[0] = '\0';
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_RESULT, v, NULL, NULL, 1);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -ENOENT : 0;
+    if (!rc) {
+        store__copy(r, 0, 0, state, 16);
+        if (strcmp(state, "succeeded") != 0 || PQgetisnull(r, 0, 1)) {
+            rc = -EAGAIN;
+        } else {
+            *meta = store__json(r, 0, 1);
+            *len = (size_t)PQgetlength(r, 0, 2);
+            *data = malloc(*len ? *len : 1);
+            if (!*meta || !*data) {
+                rc = -ENOMEM;
+            } else {
+                memcpy(*data, PQgetvalue(r, 0, 2), *len);
+            }
+        }
+    }
+    if (rc && rc != -EAGAIN) {
+        json_decref(*meta);
+        free(*data);
+        *meta = NULL;
+        *data = NULL;
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_job_cancel(gw_store *s, int64_t tenant_id, const char *id, char was[16],
+                        char node_url[512], int *attempt, json_t **job)
+{
+    char tenant[24];
+    snprintf(tenant, sizeof(tenant), "%lld", (long long)tenant_id);
+    const char *v[2] = {id, tenant};
+    *job = NULL;
+    was[0] = '\0';
+    node_url[0] = '\0';
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_CANCEL, v, NULL, NULL, 0);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -ENOENT : 0;
+    if (!rc) {
+        store__copy(r, 0, 0, was, 16);
+        store__copy(r, 0, 2, node_url, 512);
+        *attempt = atoi(PQgetvalue(r, 0, 3));
+        *job = store__json(r, 0, 1);
+        if (!*job)
+            rc = -EAGAIN;
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_job_claim(gw_store *s, const char *job_id, const char *node_id, gw_dispatch *d)
+{
+    const char *v[2] = {job_id, node_id};
+    memset(d, 0, sizeof(*d));
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_CLAIM, v, NULL, NULL, 1);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : 0;
+    if (!rc) {
+        char buf[64];
+        snprintf(d->job_id, sizeof(d->job_id), "%s", job_id);
+        snprintf(d->node_id, sizeof(d->node_id), "%s", node_id);
+        store__copy(r, 0, 0, buf, sizeof(buf));
+        d->attempt = atoi(buf);
+        store__copy(r, 0, 1, d->kernel, sizeof(d->kernel));
+        d->params = store__json(r, 0, 2);
+        store__copy(r, 0, 3, buf, sizeof(buf));
+        d->timeout_s = atoi(buf);
+        store__copy(r, 0, 4, buf, sizeof(buf));
+        d->gpus = atoi(buf);
+        store__copy(r, 0, 5, buf, sizeof(buf));
+        d->priority = atoi(buf);
+        store__copy(r, 0, 6, buf, sizeof(buf));
+        d->seq = strtoll(buf, NULL, 10);
+        store__copy(r, 0, 7, d->backend, sizeof(d->backend));
+        store__copy(r, 0, 8, d->node_url, sizeof(d->node_url));
+        store__copy(r, 0, 9, d->node_name, sizeof(d->node_name));
+        d->inputs_meta = store__json(r, 0, 10);
+        d->inputs_len = (size_t)PQgetlength(r, 0, 11);
+        d->inputs = malloc(d->inputs_len ? d->inputs_len : 1);
+        store__copy(r, 0, 12, buf, sizeof(buf));
+        d->cancel_requested = buf[0] == 't';
+        if (!d->params || !d->inputs_meta || !d->inputs)
+            rc = -ENOMEM;
+        else
+            memcpy(d->inputs, PQgetvalue(r, 0, 11), d->inputs_len);
+    }
+    PQclear(r);
+    store__release(s, c);
+    if (rc && rc != -EAGAIN)
+        gw_dispatch_clear(d);
+    return rc;
+}
+
+/* Reads running jobs (statement id) into dispatch records without inputs. */
+static int load_running(gw_store *s, int id, gw_dispatch **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, id, NULL, NULL, NULL, 0);
+    int rc = r ? 0 : -EIO;
+    int rows = r ? PQntuples(r) : 0;
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_dispatch))))
+        rc = -ENOMEM;
+    for (int i = 0; !rc && i < rows; i++) {
+        gw_dispatch *d = &(*out)[i];
+        store__copy(r, i, 0, d->job_id, sizeof(d->job_id));
+        d->attempt = atoi(PQgetvalue(r, i, 1));
+        store__copy(r, i, 2, d->kernel, sizeof(d->kernel));
+        d->timeout_s = atoi(PQgetvalue(r, i, 3));
+        store__copy(r, i, 4, d->node_id, sizeof(d->node_id));
+        store__copy(r, i, 5, d->node_url, sizeof(d->node_url));
+        store__copy(r, i, 6, d->node_name, sizeof(d->node_name));
+        d->cancel_requested = atoi(PQgetvalue(r, i, 7));
+        d->priority = atoi(PQgetvalue(r, i, 8));
+        d->seq = strtoll(PQgetvalue(r, i, 9), NULL, 10);
+        store__copy(r, i, 10, d->backend, sizeof(d->backend));
+        d->gpus = atoi(PQgetvalue(r, i, 11));
+        *n = i + 1;
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_jobs_running(gw_store *s, gw_dispatch **out, int *n)
+{
+    return load_running(s, ST_JOBS_RUNNING, out, n);
+}
+
+int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n)
+{
+    return load_running(s, ST_JOBS_ON_DOWN, out, n);
+}
+
+int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
+                         const char *meta_json, const void *data, size_t len)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *v[5] = {job_id, att, backend, meta_json, len ? (const char *)data : ""};
+    int lens[5] = {0, 0, 0, 0, (int)len};
+    int fmts[5] = {0, 0, 0, 0, 1};
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_SUCCEED, v, lens, fmts, 0);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : 0;
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
+                      const char *code, const char *message)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *v[5] = {job_id, att, state, code, message};
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_FAIL, v, NULL, NULL, 0);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : 0;
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
+                         const char *code, const char *message, int *requeued,
+                         int64_t *seq, int *priority, char backend[8], int *gpus)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *v[5] = {job_id, att, uncounted ? "1" : "0", code, message};
+    *requeued = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_REQUEUE, v, NULL, NULL, 0);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : 0;
+    if (!rc) {
+        *requeued = strcmp(PQgetvalue(r, 0, 0), "queued") == 0;
+        *seq = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+        *priority = atoi(PQgetvalue(r, 0, 2));
+        store__copy(r, 0, 3, backend, 8);
+        *gpus = atoi(PQgetvalue(r, 0, 4));
+        svc_info("job %s attempt %d: %s (%s: %s)", job_id, attempt, PQgetvalue(r, 0, 0), code, message);
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOBS_QUEUED, NULL, NULL, NULL, 0);
+    int rc = r ? 0 : -EIO;
+    int rows = r ? PQntuples(r) : 0;
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_queued))))
+        rc = -ENOMEM;
+    for (int i = 0; !rc && i < rows; i++) {
+        gw_queued *q = &(*out)[i];
+        store__copy(r, i, 0, q->id, sizeof(q->id));
+        q->seq = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+        q->priority = atoi(PQgetvalue(r, i, 2));
+        store__copy(r, i, 3, q->backend, sizeof(q->backend));
+        q->gpus = atoi(PQgetvalue(r, i, 4));
+        *n = i + 1;
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}

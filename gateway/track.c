@@ -1,0 +1,275 @@
+/* track.c — one thread per dispatched run: posts the run to its node,
+ * long-polls it to the end, and records the outcome in PostgreSQL through
+ * the fenced transitions of the store, so a late or duplicate report
+ * changes nothing. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob.h"
+#include "scheduler_int.h"
+#include "svc_client.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+/* A gateway-side deadline beyond the job's own timeout, which the node
+ * enforces first; past it the node is presumed stuck. */
+#define TIMEOUT_GRACE_S 15
+#define POLL_WAIT_S 20
+
+typedef struct tracker {
+    gw_sched *s;
+    gw_dispatch d;
+    int fresh;
+} tracker;
+
+int sched__running_on(gw_sched *s, const char *node_id)
+{
+    int n = 0;
+    for (int i = 0; i < s->ntracked; i++)
+        n += strcmp(s->tracked[i].node_id, node_id) == 0;
+    return n;
+}
+
+void sched__requeue(gw_sched *s, const char *job_id, int attempt, int uncounted,
+                    const char *code, const char *message)
+{
+    int requeued = 0, priority = 0, gpus = 0;
+    int64_t seq = 0;
+    char backend[8];
+    if (gw_store_job_requeue(s->app->store, job_id, attempt, uncounted, code, message,
+                             &requeued, &seq, &priority, backend, &gpus) == 0 && requeued) {
+        gw_queue_push(s->app->queue, job_id, priority, seq, backend, gpus);
+        gw_sched_wake(s);
+    }
+}
+
+static void node_avoid(gw_sched *s, const char *node_id, int ms)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->nnodes; i++)
+        if (strcmp(s->nodes[i].n.id, node_id) == 0)
+            s->nodes[i].avoid_until_ms = svc_now_mono_ms() + ms;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int node_up(gw_sched *s, const char *node_id)
+{
+    int up = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->nnodes; i++)
+        if (strcmp(s->nodes[i].n.id, node_id) == 0)
+            up = s->nodes[i].n.up;
+    pthread_mutex_unlock(&s->mu);
+    return up;
+}
+
+static void untrack(gw_sched *s, const gw_dispatch *d)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->ntracked; i++)
+        if (strcmp(s->tracked[i].job_id, d->job_id) == 0 && s->tracked[i].attempt == d->attempt) {
+            s->tracked[i] = s->tracked[--s->ntracked];
+            break;
+        }
+    s->wake = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Posts the run. 0 when the node accepted it; otherwise the job has been
+ * put back or failed here and the tracker ends. */
+static int run_post(tracker *t, const char *url)
+{
+    gw_sched *s = t->s;
+    gw_dispatch *d = &t->d;
+    json_t *inputs = gw_blob_to_json(d->inputs_meta, d->inputs, d->inputs_len, 1);
+    json_t *body = json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i}", "job_id", d->job_id,
+                             "attempt", d->attempt, "kernel", d->kernel, "params", d->params,
+                             "inputs", inputs ? inputs : json_object(), "timeout_s", d->timeout_s,
+                             "backend", d->backend, "gpus", d->gpus);
+    svc_response r;
+    int rc = svc_http_call("POST", url, s->app->cfg.cluster_token, body, 30000, &r);
+    json_decref(body);
+    free(d->inputs);   /* the node has them now; a long run need not hold them here */
+    d->inputs = NULL;
+    int ok = rc == 0 && (r.status == 200 || r.status == 202);
+    if (!ok) {
+        const char *why = rc ? r.error : json_string_value(json_object_get(
+                                         json_object_get(r.json, "error"), "message"));
+        svc_warn("dispatch of job %s attempt %d to %s failed: %s%s%d", d->job_id, d->attempt,
+                 d->node_name, why ? why : "", rc ? "" : " status ", rc ? 0 : r.status);
+        if (rc == 0 && r.status == 422) {
+            gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", "invalid_argument",
+                              why ? why : "the node refused the job's arguments");
+        } else {
+            /* The run never started: the attempt is given back. */
+            node_avoid(s, d->node_id, rc ? 2000 : 500);
+            sched__requeue(s, d->job_id, d->attempt, 1, "dispatch_failed",
+                           why ? why : "dispatch failed");
+        }
+    }
+    svc_response_clear(&r);
+    return ok ? 0 : -EIO;
+}
+
+/* Records a terminal run. */
+static void run_finish(tracker *t, json_t *run)
+{
+    gw_sched *s = t->s;
+    gw_dispatch *d = &t->d;
+    const char *state = json_string_value(json_object_get(run, "state"));
+    json_t *err = json_object_get(run, "error");
+    const char *code = json_string_value(json_object_get(err, "code"));
+    const char *msg = json_string_value(json_object_get(err, "message"));
+    code = code ? code : "kernel_error";
+    msg = msg ? msg : "the run failed";
+    int rc = 0;
+    if (state && strcmp(state, "succeeded") == 0) {
+        gw_blob b = {0};
+        char why[256];
+        const char *backend = json_string_value(json_object_get(run, "backend"));
+        if (gw_blob_from_json(&b, json_object_get(run, "outputs"), why, sizeof(why)) != 0) {
+            rc = gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", "bad_result", why);
+        } else {
+            char *meta = json_dumps(b.meta, JSON_COMPACT);
+            /* PostgreSQL may be down for a while: the node keeps the run, so
+             * retry until the result is stored or the attempt is stale. */
+            while ((rc = gw_store_job_succeed(s->app->store, d->job_id, d->attempt,
+                                              backend ? backend : "cpu", meta, b.data, b.len)) == -EIO &&
+                   !s->stop)
+                svc_sleep_ms(1000);
+            free(meta);
+        }
+        gw_blob_free(&b);
+    } else if (state && strcmp(state, "cancelled") == 0 && strcmp(code, "timeout") != 0) {
+        sched__requeue(s, d->job_id, d->attempt, 0, "cancelled", "the node cancelled the run");
+    } else if (strcmp(code, "backend_error") == 0) {
+        sched__requeue(s, d->job_id, d->attempt, 0, code, msg);
+    } else {
+        while ((rc = gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", code, msg)) == -EIO &&
+               !s->stop)
+            svc_sleep_ms(1000);
+    }
+    if (rc == -EAGAIN)
+        svc_info("job %s attempt %d: late report from %s ignored (attempt no longer current)",
+                 d->job_id, d->attempt, d->node_name);
+    else
+        svc_debug("job %s attempt %d: %s on %s", d->job_id, d->attempt, state ? state : "?", d->node_name);
+}
+
+static void *tracker_main(void *arg)
+{
+    tracker *t = arg;
+    gw_sched *s = t->s;
+    gw_dispatch *d = &t->d;
+    char url[700];
+    snprintf(url, sizeof(url), "%s/v1/runs", d->node_url);
+    if (t->fresh && run_post(t, url) != 0)
+        goto out;
+    int64_t deadline = svc_now_mono_ms() + (int64_t)(d->timeout_s + TIMEOUT_GRACE_S) * 1000;
+    int failures = 0;
+    while (!s->stop && s->leader) {
+        int64_t left_ms = deadline - svc_now_mono_ms();
+        if (left_ms <= 0) {
+            snprintf(url, sizeof(url), "%s/v1/runs/%s.%d", d->node_url, d->job_id, d->attempt);
+            svc_response r;
+            svc_http_call("DELETE", url, s->app->cfg.cluster_token, NULL, 5000, &r);
+            svc_response_clear(&r);
+            gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", "timeout",
+                              "no result from the node within timeout_s plus grace");
+            break;
+        }
+        int wait = left_ms / 1000 < POLL_WAIT_S ? (int)(left_ms / 1000) : POLL_WAIT_S;
+        snprintf(url, sizeof(url), "%s/v1/runs/%s.%d?wait=%d", d->node_url, d->job_id,
+                 d->attempt, wait);
+        svc_response r;
+        int rc = svc_http_call("GET", url, s->app->cfg.cluster_token, NULL,
+                               (long)(wait + 10) * 1000, &r);
+        if (rc == 0 && r.status == 200) {
+            failures = 0;
+            const char *state = json_string_value(json_object_get(r.json, "state"));
+            if (state && (strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
+                          strcmp(state, "cancelled") == 0)) {
+                run_finish(t, r.json);
+                svc_response_clear(&r);
+                break;
+            }
+        } else if (rc == 0 && r.status == 404) {
+            /* The node no longer knows the run: it restarted. */
+            svc_response_clear(&r);
+            sched__requeue(s, d->job_id, d->attempt, 0, "node_lost",
+                           "the node restarted and lost the run");
+            break;
+        } else {
+            failures++;
+            if (!node_up(s, d->node_id)) {
+                /* The reaper re-queues the jobs of down nodes. */
+                svc_response_clear(&r);
+                break;
+            }
+            if (failures == 1)
+                svc_warn("job %s: cannot poll node %s: %s (status %d); retrying", d->job_id,
+                         d->node_name, rc ? r.error : "", r.status);
+            svc_sleep_ms(500);
+        }
+        svc_response_clear(&r);
+    }
+out:
+    untrack(s, d);
+    gw_dispatch_clear(d);
+    free(t);
+    return NULL;
+}
+
+int sched__track(gw_sched *s, gw_dispatch *d, int fresh)
+{
+    int rc = 0;
+    tracker *t = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->ntracked; i++)
+        if (strcmp(s->tracked[i].job_id, d->job_id) == 0 && s->tracked[i].attempt == d->attempt)
+            rc = -EEXIST;
+    if (!rc && s->ntracked == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 64;
+        sched__run *p = realloc(s->tracked, sizeof(*p) * (size_t)cap);
+        if (p) {
+            s->tracked = p;
+            s->cap = cap;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    if (!rc && !(t = calloc(1, sizeof(*t))))
+        rc = -ENOMEM;
+    if (!rc) {
+        sched__run *run = &s->tracked[s->ntracked++];
+        memcpy(run->job_id, d->job_id, sizeof(run->job_id));
+        memcpy(run->node_id, d->node_id, sizeof(run->node_id));
+        run->attempt = d->attempt;
+        t->s = s;
+        t->d = *d;
+        t->fresh = fresh;
+        memset(d, 0, sizeof(*d));
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc) {
+        gw_dispatch_clear(d);
+        return rc;
+    }
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    if (pthread_create(&th, &attr, tracker_main, t) != 0) {
+        pthread_attr_destroy(&attr);
+        untrack(s, &t->d);
+        gw_dispatch_clear(&t->d);
+        free(t);
+        return -EAGAIN;
+    }
+    pthread_attr_destroy(&attr);
+    return 0;
+}

@@ -1,0 +1,43 @@
+/* kl_cpu.h — internal helpers of the CPU kernels: how many threads a run
+ * gets, a fork-join over pthreads, and the cancel poll. */
+#ifndef KL_CPU_H
+#define KL_CPU_H
+
+#include "kl.h"
+#include "kl_kernels.h"
+
+/* Below this many elements a memory-bound kernel runs on one thread: the
+ * cost of starting threads outweighs the bandwidth they add. */
+#define KL_PAR_MIN_ELEMS ((int64_t)1 << 20)
+/* Elements between two polls of the cancel flag (256 KiB of float32: well
+ * under a millisecond, well over the cost of the poll). */
+#define KL_CHUNK_ELEMS ((int64_t)1 << 16)
+
+/* `requested` <= 0 means every online core. */
+int kl__threads(int requested);
+
+/* Runs fn(ctx, i, n) for i in [0, n) on n threads, the caller's included,
+ * and returns when all are done. A thread that cannot be started has its
+ * share run on the caller, so the work is always done. */
+void kl__parallel(int n, void (*fn)(void *ctx, int i, int n), void *ctx);
+
+/* Relaxed atomic loads and stores: the flag is raised by another thread and
+ * only needs to be seen soon, not in any order with other memory. */
+static inline int kl__canceled(const kl_args *args)
+{
+    return args->cancel && __atomic_load_n(args->cancel, __ATOMIC_RELAXED);
+}
+
+/* A run's own stop flag, shared by its threads so one that sees the cancel
+ * stops the others at their next chunk. */
+static inline int kl__stop_seen(const kl_args *args, int *stop)
+{
+    if (__atomic_load_n(stop, __ATOMIC_RELAXED))
+        return 1;
+    if (!kl__canceled(args))
+        return 0;
+    __atomic_store_n(stop, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+#endif

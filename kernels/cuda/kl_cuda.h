@@ -1,0 +1,60 @@
+/* kl_cuda.h — internal to the CUDA plugin: the error macros every .cu file
+ * uses, the cancel-aware wait, and the per-kernel entry points, which have
+ * the signature of kl_kernel.run_cpu plus the device to run on. */
+#ifndef KL_CUDA_H
+#define KL_CUDA_H
+
+#include "kl.h"
+#include "kl_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+/* Both macros need `int rc`, `kl_err *err` and a `done:` label in scope:
+ * the failing call, with file:line, goes to the user's error detail. */
+#define KL_CUDA_CHECK(call)                                                                    \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) {                                                               \
+            rc = kl__cuda_fail(err, __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
+            goto done;                                                                         \
+        }                                                                                      \
+    } while (0)
+
+#define KL_CUBLAS_CHECK(call)                                                                  \
+    do {                                                                                       \
+        cublasStatus_t s_ = (call);                                                            \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
+            rc = kl__cuda_fail(err, __FILE__, __LINE__, #call, cublasGetStatusString(s_));    \
+            goto done;                                                                         \
+        }                                                                                      \
+    } while (0)
+
+/* Fills err with "file:line: call: reason" and returns KL_EBACKEND. */
+int kl__cuda_fail(kl_err *err, const char *file, int line, const char *call, const char *reason);
+
+static inline int kl__cuda_canceled(const kl_args *args)
+{
+    return args->cancel && __atomic_load_n(args->cancel, __ATOMIC_RELAXED);
+}
+
+/* Waits for `s` to drain, polling args->cancel. 0, KL_ECANCELED (the work
+ * still runs to its end on the stream: free its memory stream-ordered), or
+ * KL_EBACKEND with err filled. */
+int kl__cuda_wait(cudaStream_t s, const kl_args *args, kl_err *err);
+
+int kl__cuda_saxpy(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+int kl__cuda_reduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+int kl__cuda_gemm(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+int kl__cuda_sleep(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+
+/* Device-resident building blocks, also used by tests/gpu to time the
+ * kernels apart from the host transfers. */
+/* *result = op over dx[0..n), n >= 1; synchronizes s. */
+int kl__cuda_reduce_dev(const float *dx, int64_t n, kl_reduce_op op, cudaStream_t s, double *result,
+                        kl_err *err);
+/* Row-major dC (m,n) = alpha * dA (m,k) @ dB (k,n) + beta * dC, in FP32. */
+cublasStatus_t kl__cuda_sgemm_rm(cublasHandle_t h, int m, int n, int k, float alpha, const float *dA,
+                                 const float *dB, float beta, float *dC);
+
+#endif

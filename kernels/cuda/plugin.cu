@@ -1,0 +1,152 @@
+/* plugin.cu — the entry point of lib/kowloon-cuda.so: finds the devices,
+ * fills the kl_plugin table, and dispatches runs to the per-kernel files.
+ * On a host without a driver or a device, kl_cuda_plugin_open fails with a
+ * reason and touches nothing else, so the node falls back to the CPU. */
+#include "kl_cuda.h"
+#include "kl_plugin.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <type_traits>
+
+typedef int (*kl_cuda_run_fn)(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+
+static const struct {
+    const char *name;
+    kl_cuda_run_fn run;
+} impls[] = {
+    {"saxpy", kl__cuda_saxpy},
+    {"reduce", kl__cuda_reduce},
+    {"gemm", kl__cuda_gemm},
+    {"sleep", kl__cuda_sleep},
+};
+
+static int ngpus;
+
+int kl__cuda_fail(kl_err *err, const char *file, int line, const char *call, const char *reason)
+{
+    kl_err_set(err, NULL, "%s:%d: %s: %s", file, line, call, reason);
+    return KL_EBACKEND;
+}
+
+/* Polls rather than blocks so that a cancel is seen while a long kernel
+ * runs; 200 us between polls costs nothing against kernels this size. */
+int kl__cuda_wait(cudaStream_t s, const kl_args *args, kl_err *err)
+{
+    const struct timespec tick = {0, 200 * 1000};
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess)
+            return 0;
+        if (e != cudaErrorNotReady)
+            return kl__cuda_fail(err, __FILE__, __LINE__, "cudaStreamQuery", cudaGetErrorString(e));
+        if (kl__cuda_canceled(args)) {
+            kl_err_set(err, NULL, "%s: cancelled", args->kernel->name);
+            return KL_ECANCELED;
+        }
+        nanosleep(&tick, NULL);
+    }
+}
+
+static kl_cuda_run_fn impl_find(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof impls / sizeof impls[0]; i++)
+        if (strcmp(impls[i].name, name) == 0)
+            return impls[i].run;
+    return NULL;
+}
+
+static int plugin_supports(const char *kernel)
+{
+    return impl_find(kernel) != NULL;
+}
+
+/* v0 kernels use one device, first_gpu; `gpus` only has to fit. On failure
+ * outs[] is left empty, as kl_run_cpu does. */
+static int plugin_run(const kl_args *args, int first_gpu, int gpus, kl_tensor *outs, kl_err *err)
+{
+    int rc = kl__args_ready(args, err);
+    if (rc < 0)
+        return rc;
+    kl_cuda_run_fn run = impl_find(args->kernel->name);
+    if (!run) {
+        kl_err_set(err, NULL, "kernel %s has no CUDA implementation", args->kernel->name);
+        return KL_ENOTSUP;
+    }
+    if (gpus < 1)
+        gpus = 1;
+    if (first_gpu < 0 || first_gpu + gpus > ngpus) {
+        kl_err_set(err, "resources.gpus", "GPUs %d..%d requested; this node has %d", first_gpu,
+                   first_gpu + gpus - 1, ngpus);
+        return KL_EINVAL;
+    }
+    memset(outs, 0, sizeof *outs * (size_t)args->kernel->noutputs);
+    cudaError_t e = cudaSetDevice(first_gpu);
+    if (e != cudaSuccess)
+        return kl__cuda_fail(err, __FILE__, __LINE__, "cudaSetDevice", cudaGetErrorString(e));
+    rc = run(args, first_gpu, outs, err);
+    if (rc < 0)
+        for (int i = 0; i < args->kernel->noutputs; i++)
+            kl_tensor_free(&outs[i]);
+    return rc;
+}
+
+static void plugin_close(void)
+{
+    /* Nothing is cached between runs; a device reset here would break any
+     * other user of the CUDA context in this process. */
+}
+
+extern "C" __attribute__((visibility("default"))) int kl_cuda_plugin_open(kl_plugin *p, char *why,
+                                                                         size_t why_len)
+{
+    int n = 0;
+    if (why && why_len)
+        why[0] = '\0';
+    if (!p) {
+        if (why)
+            snprintf(why, why_len, "kl_cuda_plugin_open: no plugin table given");
+        return KL_EINVAL;
+    }
+    /* The first runtime call: it is where a missing libcuda.so or an old
+     * driver shows, as an error code rather than a crash. */
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        if (why)
+            snprintf(why, why_len, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        return KL_EBACKEND;
+    }
+    if (n <= 0) {
+        if (why)
+            snprintf(why, why_len, "cudaGetDeviceCount: no CUDA-capable device is detected");
+        return KL_EBACKEND;
+    }
+    memset(p, 0, sizeof *p);
+    const int cap = (int)(sizeof p->gpus / sizeof p->gpus[0]);
+    for (int i = 0; i < n && i < cap; i++) {
+        cudaDeviceProp prop;
+        e = cudaGetDeviceProperties(&prop, i);
+        if (e != cudaSuccess) {
+            if (why)
+                snprintf(why, why_len, "cudaGetDeviceProperties(%d): %s", i, cudaGetErrorString(e));
+            return KL_EBACKEND;
+        }
+        /* Device names are far shorter than the table's 128 bytes. */
+        memcpy(p->gpus[i].name, prop.name, sizeof p->gpus[i].name - 1);
+        p->gpus[i].memory_bytes = prop.totalGlobalMem;
+        p->gpus[i].cc_major = prop.major;
+        p->gpus[i].cc_minor = prop.minor;
+    }
+    ngpus = n < cap ? n : cap;
+    p->abi = KL_PLUGIN_ABI;
+    p->ngpus = ngpus;
+    p->supports = plugin_supports;
+    p->run = plugin_run;
+    p->close = plugin_close;
+    return 0;
+}
+
+/* The node casts the dlsym result to this type: keep the two in step. */
+static_assert(std::is_same<decltype(&kl_cuda_plugin_open), kl_plugin_open_fn>::value,
+              "kl_cuda_plugin_open must have the type kl_plugin_open_fn");

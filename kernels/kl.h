@@ -1,0 +1,142 @@
+/* kl.h — the kernel library's public interface: tensors, the catalog of
+ * workloads (parameters, inputs, outputs, limits), argument checks, and the
+ * CPU entry points. Depends on libc only; the CUDA plugin shares these types
+ * (see kl_plugin.h). Nothing here knows about JSON or HTTP. */
+#ifndef KL_H
+#define KL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KL_MAX_DIMS 8
+#define KL_MAX_PARAMS 16
+#define KL_MAX_IO 8
+/* Elements per tensor, inputs and outputs alike (1 GiB of float32). */
+#define KL_MAX_ELEMS ((int64_t)1 << 28)
+
+/* Error codes: every kl_ function returns 0 or one of these (negative). */
+enum {
+    KL_OK = 0,
+    KL_EINVAL = -1,     /* a parameter or input is out of range or shape */
+    KL_ENOMEM = -2,     /* allocation failed */
+    KL_ECANCELED = -3,  /* the run's cancel flag was raised */
+    KL_EBACKEND = -4,   /* the backend (CUDA, BLAS) failed; maybe transient */
+    KL_ENOTSUP = -5,    /* kernel or option not offered by this backend */
+};
+
+typedef enum { KL_F32 = 0, KL_F64 = 1, KL_I32 = 2 } kl_dtype;
+
+/* A dense row-major tensor. `data` is owned by whoever filled the struct;
+ * kl_tensor_free releases data allocated by the library (outputs). */
+typedef struct kl_tensor {
+    kl_dtype dtype;
+    int ndim;
+    int64_t shape[KL_MAX_DIMS];
+    void *data;
+} kl_tensor;
+
+/* Error detail for the user: `field` names the offending param or input in
+ * the public form ("params.n", "inputs.a"), `message` says what is wrong. */
+typedef struct kl_err {
+    char field[64];
+    char message[256];
+} kl_err;
+
+typedef enum {
+    KL_PARAM_NUMBER = 0, /* double within [min, max] */
+    KL_PARAM_INT = 1,    /* integer within [min, max] */
+    KL_PARAM_ENUM = 2,   /* one of `choices` (NULL-terminated) */
+} kl_param_type;
+
+typedef struct kl_param_spec {
+    const char *name;
+    kl_param_type type;
+    int required;            /* 0: `def` (or def_choice) is used */
+    double min, max, def;    /* NUMBER and INT */
+    const char *const *choices; /* ENUM */
+    int def_choice;          /* ENUM default index */
+    const char *doc;
+} kl_param_spec;
+
+typedef struct kl_io_spec {
+    const char *name;
+    kl_dtype dtype;
+    int ndim_min, ndim_max;
+    int optional;            /* inputs only */
+    const char *shape_doc;   /* "[m,k]" */
+    int64_t max_elems;       /* limit the catalog shows; 0 = no input */
+    const char *doc;
+} kl_io_spec;
+
+/* A resolved parameter value: `num` for NUMBER and INT, `choice` for ENUM. */
+typedef struct kl_value {
+    double num;
+    int choice;
+    int given;               /* 0 when the default was used */
+} kl_value;
+
+/* Everything one run needs. params[i] and inputs[i] follow the order of the
+ * kernel's specs; an absent optional input is NULL. `cancel` (may be NULL)
+ * is polled between chunks of work. `threads` <= 0 means all cores. */
+typedef struct kl_args {
+    const struct kl_kernel *kernel;
+    kl_value params[KL_MAX_PARAMS];
+    const kl_tensor *inputs[KL_MAX_IO];
+    volatile int *cancel;
+    int threads;
+} kl_args;
+
+typedef struct kl_kernel {
+    const char *name;
+    const char *doc;
+    const kl_param_spec *params;
+    int nparams;
+    const kl_io_spec *inputs;
+    int ninputs;
+    const kl_io_spec *outputs;
+    int noutputs;
+    /* Shape and cross-field checks (params already in range, dtypes and ranks
+     * already checked against the specs). Reads only shapes, never data. */
+    int (*check)(const kl_args *args, kl_err *err);
+    /* CPU implementation (the reference). Fills outs[0..noutputs) with newly
+     * allocated tensors the caller frees with kl_tensor_free. */
+    int (*run_cpu)(const kl_args *args, kl_tensor *outs, kl_err *err);
+} kl_kernel;
+
+/* The catalog: a static table, valid for the life of the process. */
+const kl_kernel *const *kl_catalog(int *count);
+const kl_kernel *kl_kernel_find(const char *name);
+int kl_param_index(const kl_kernel *k, const char *name);
+int kl_input_index(const kl_kernel *k, const char *name);
+
+/* Checks dtypes and ranks of args->inputs against the specs, required inputs,
+ * element limits, then the kernel's own check. 0 or KL_EINVAL with `err`. */
+int kl_args_check(const kl_args *args, kl_err *err);
+
+/* Fills args->params[i] with defaults for every param not given. */
+void kl_args_defaults(kl_args *args);
+
+/* Runs the CPU implementation after kl_args_check. */
+int kl_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err);
+
+size_t kl_dtype_size(kl_dtype t);
+const char *kl_dtype_name(kl_dtype t);
+int kl_dtype_parse(const char *s, kl_dtype *out); /* 0 or KL_EINVAL */
+int64_t kl_tensor_elems(const kl_tensor *t);
+size_t kl_tensor_bytes(const kl_tensor *t);
+/* Allocates zeroed data for a tensor of the given shape; 0 or KL_ENOMEM. */
+int kl_tensor_alloc(kl_tensor *t, kl_dtype dtype, int ndim, const int64_t *shape);
+/* Frees data and clears the struct; NULL is a no-op. */
+void kl_tensor_free(kl_tensor *t);
+
+void kl_err_set(kl_err *err, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

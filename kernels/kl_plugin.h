@@ -1,0 +1,44 @@
+/* kl_plugin.h — the contract between a compute node and the CUDA plugin
+ * (lib/kowloon-cuda.so). The node dlopens the plugin and calls the one
+ * exported symbol, KL_PLUGIN_SYMBOL, which fills a table of entry points.
+ * The node never links against CUDA itself, so one binary serves GPU and
+ * CPU hosts. */
+#ifndef KL_PLUGIN_H
+#define KL_PLUGIN_H
+
+#include "kl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KL_PLUGIN_ABI 1
+#define KL_PLUGIN_SYMBOL "kl_cuda_plugin_open"
+
+typedef struct kl_gpu_info {
+    char name[128];
+    uint64_t memory_bytes;
+    int cc_major, cc_minor;
+} kl_gpu_info;
+
+typedef struct kl_plugin {
+    int abi;                 /* KL_PLUGIN_ABI */
+    int ngpus;
+    kl_gpu_info gpus[16];
+    /* 1 when the plugin implements `kernel` on CUDA. */
+    int (*supports)(const char *kernel);
+    /* Runs on the GPU(s): `gpus` is how many devices the run may use,
+     * starting at `first_gpu`. Same contract as kl_kernel.run_cpu. */
+    int (*run)(const kl_args *args, int first_gpu, int gpus, kl_tensor *outs, kl_err *err);
+    void (*close)(void);
+} kl_plugin;
+
+/* Exported by the plugin. Returns 0 and fills *p when at least one device
+ * answers; otherwise a negative code and `why` says what failed (driver
+ * missing, no device, ...). */
+typedef int (*kl_plugin_open_fn)(kl_plugin *p, char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

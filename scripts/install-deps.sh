@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# scripts/install-deps.sh — installs what building and testing Kowloon needs:
+# Debian packages (headers, PostgreSQL, Redis, tools) and the Python packages
+# of tests/requirements.txt. Idempotent; when everything is present it only
+# looks (well under a second). Works as root, or through sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+    libmicrohttpd-dev libjansson-dev libpq-dev libhiredis-dev libcurl4-openssl-dev
+    libopenblas-dev libcmocka-dev postgresql postgresql-contrib redis-server
+    docker-compose clang libclang-rt-14-dev wrk pkg-config curl
+)
+REQUIREMENTS=tests/requirements.txt
+
+export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 "$@"
+    else
+        echo "install-deps: need root (or sudo) to run: $*" >&2
+        return 1
+    fi
+}
+
+# Prints the packages of the list that dpkg does not have installed.
+missing_packages() {
+    local installed
+    # dpkg-query fails when any of them is unknown to it; its output still counts.
+    installed=$({ dpkg-query -W -f='${Package} ${db:Status-Status}\n' "$@" 2>/dev/null || true; } |
+                awk '$2 == "installed" { print $1 }')
+    local p
+    for p in "$@"; do
+        grep -qx -- "$p" <<<"$installed" || echo "$p"
+    done
+}
+
+# Runs apt-get with retries: mirrors of fresh CI machines are sometimes flaky.
+apt_retry() {
+    local i
+    for i in 1 2 3; do
+        as_root apt-get -o Acquire::Retries=3 -o Dpkg::Use-Pty=0 "$@" </dev/null && return 0
+        echo "install-deps: apt-get $1 failed (try $i of 3)" >&2
+        sleep $((i * 5))
+    done
+    return 1
+}
+
+# ---------------------------------------------------------------- Debian packages
+want=("${PACKAGES[@]}")
+python3 -m pip --version >/dev/null 2>&1 || want+=(python3-pip)
+mapfile -t missing < <(missing_packages "${want[@]}")
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}"
+    # Keep package scripts from starting system PostgreSQL/Redis services:
+    # Kowloon runs its own private instances on other ports.
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ] && [ "$(id -u)" -eq 0 ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+        trap 'rm -f "$policy"' EXIT
+    fi
+    apt_retry update -q
+    apt_retry install -y -q --no-install-recommends \
+        -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
+    mapfile -t still < <(missing_packages "${want[@]}")
+    if [ "${#still[@]}" -gt 0 ]; then
+        echo "install-deps: still missing after apt-get: ${still[*]}" >&2
+        exit 1
+    fi
+fi
+
+# ---------------------------------------------------------------- Python packages
+# Checks every requirement of the file by distribution name (and version
+# specifier when one is given), so adding a line to the file is enough.
+python_ok() {
+    python3 - "$REQUIREMENTS" <<'PY'
+import re, sys
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    try:
+        from pip._vendor.packaging.requirements import Requirement
+    except ImportError:
+        Requirement = None
+for line in open(sys.argv[1]):
+    line = line.split("#", 1)[0].strip()
+    if not line or line.startswith("-"):
+        continue
+    if Requirement:
+        req = Requirement(line)
+        name, spec = req.name, req.specifier
+    else:
+        name, spec = re.split(r"[<>=!~;\[ ]", line, 1)[0], None
+    try:
+        version = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+    if spec and not spec.contains(version, prereleases=True):
+        sys.exit(1)
+PY
+}
+
+if ! python_ok; then
+    echo "install-deps: installing Python packages of $REQUIREMENTS"
+    export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+    pip_install=(python3 -m pip install --quiet -r "$REQUIREMENTS")
+    if ! err=$("${pip_install[@]}" 2>&1); then
+        # A distribution's own python (PEP 668) refuses pip outside a venv.
+        if grep -q externally-managed <<<"$err"; then
+            "${pip_install[@]}" --break-system-packages
+        else
+            printf '%s\n' "$err" >&2
+            exit 1
+        fi
+    fi
+    python_ok || { echo "install-deps: Python requirements still not met" >&2; exit 1; }
+fi
+echo "install-deps: all dependencies present"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# scripts/stop.sh — `make stop`: stops the stack that scripts/run.sh started
+# (nodes first, so they deregister while the gateway is up; then the gateway,
+# Redis and PostgreSQL). Idempotent; keeps .run/ (data, keys, logs).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+. scripts/lib.sh
+
+STATE=$ROOT/.run
+if [ ! -d "$STATE" ]; then
+    kl_info "Kowloon is not running (no .run/)."
+    exit 0
+fi
+
+for pidfile in "$STATE"/pids/node-*.pid; do
+    [ -e "$pidfile" ] || continue
+    name=$(basename "$pidfile" .pid)
+    kl_stop_pidfile "$pidfile" "$name" kowloon-compute 10
+done
+kl_stop_pidfile "$STATE/pids/gateway.pid" gateway kowloon-gateway 15
+kl_redis_stop "$STATE"
+kl_pg_stop "$STATE"
+kl_info "Kowloon stopped."

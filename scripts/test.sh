@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# scripts/test.sh — `make test` after the build: the C unit tests, then the
+# integration suite (which starts its own PostgreSQL, Redis, gateway and nodes
+# on free ports). Runs every part, prints a summary, and fails if any part
+# failed. Whatever a part started and left running is stopped when it ends.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+. scripts/lib.sh
+trap 'echo "test.sh: interrupted" >&2; exit 130' INT TERM
+
+declare -a names results
+record() { names+=("$1"); results+=("$2"); }
+
+echo "=== unit tests (make test-unit)"
+if kl_run_contained make --no-print-directory test-unit; then record unit PASS; else record unit FAIL; fi
+
+echo "=== integration tests (pytest tests/integration)"
+kl_run_contained python3 -m pytest -q tests/integration
+rc=$?
+case $rc in
+    0) record integration PASS ;;
+    5) record integration "SKIP (no tests collected)" ;;
+    *) record integration "FAIL (pytest exit $rc)" ;;
+esac
+
+status=0
+echo
+echo "=== summary"
+for i in "${!names[@]}"; do
+    printf '  %-12s %s\n' "${names[$i]}" "${results[$i]}"
+    case ${results[$i]} in FAIL*) status=1 ;; esac
+done
+[ "$status" = 0 ] && echo "  all passed" || echo "  FAILED"
+exit "$status"

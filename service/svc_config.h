@@ -1,0 +1,36 @@
+/* svc_config.h — one declarative table of options per program: each option
+ * has a flag, an environment variable, a default and a help line. Flags win
+ * over the environment, which wins over the default. */
+#ifndef SVC_CONFIG_H
+#define SVC_CONFIG_H
+
+#include <stdio.h>
+
+typedef enum { SVC_OPT_STRING, SVC_OPT_INT, SVC_OPT_BOOL } svc_opt_type;
+
+typedef struct svc_opt {
+    const char *flag;     /* "listen" for --listen */
+    const char *env;      /* "KOWLOON_LISTEN" or NULL */
+    svc_opt_type type;
+    const char *def;      /* default as text; NULL = none */
+    long min, max;        /* SVC_OPT_INT bounds */
+    const char *help;
+    /* filled by svc_config_parse */
+    const char *str;      /* points into argv, environ or def; may be NULL */
+    long num;             /* INT value, or BOOL 0/1 */
+} svc_opt;
+
+/* Parses argv[first..argc) as --flag value / --flag=value / --bool-flag.
+ * Non-option arguments are collected into rest (up to max_rest; *nrest set).
+ * Returns 0, or -1 with a message in err (unknown flag, missing value, an
+ * integer out of bounds). `--help` returns 1. */
+int svc_config_parse(svc_opt *opts, int argc, char **argv, int first,
+                     char **rest, int max_rest, int *nrest, char *err, size_t errlen);
+/* Prints "  --flag VALUE   help (env NAME, default X)" lines. */
+void svc_config_usage(const svc_opt *opts, FILE *out);
+/* Finds an option by flag name; NULL if absent. */
+svc_opt *svc_config_get(svc_opt *opts, const char *flag);
+/* Directory of the running executable (from /proc/self/exe), in buf. */
+int svc_exe_dir(char *buf, size_t len);
+
+#endif

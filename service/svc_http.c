@@ -1,0 +1,626 @@
+/* svc_http.c — the HTTP server on libmicrohttpd (svc_http.h). A request
+ * lives in one svc_req from the access handler's first call to MHD's
+ * completion callback, which frees it whatever happened in between (reply,
+ * early error, client gone). Bodies are read raw into our own buffer, never
+ * through MHD's post processor (CVE-2023-27371), and capped at max_body. */
+#include "svc_http.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "svc_log.h"
+#include "svc_util.h"
+
+#define MAX_PARAMS 8
+/* Bytes of an over-limit chunked body read and dropped so that its sender
+ * still gets a 413 (see on_access); past this the connection is closed. */
+#define DRAIN_MAX ((size_t)1 << 20)
+
+struct svc_server {
+    struct MHD_Daemon *mhd;
+    const svc_route *routes;
+    size_t max_body;
+    void *app;
+    atomic_int starting;  /* MHD's log lines go to start_err while set */
+    char start_err[256];
+};
+
+typedef struct reply_header {
+    struct reply_header *next;
+    char *name, *value;
+} reply_header;
+
+struct svc_req {
+    svc_server *srv;
+    struct MHD_Connection *conn;
+    char *method, *path;           /* own copies: logged after MHD resets its pool */
+    const svc_route *route;        /* NULL when answered 404/405 */
+    int nparams;
+    const char *pname[MAX_PARAMS]; /* point into route->pattern, not NUL-ended */
+    size_t pname_len[MAX_PARAMS];
+    char *pval[MAX_PARAMS];        /* own copies */
+    char *body;                    /* NUL-terminated, own */
+    size_t body_len, body_cap;
+    json_t *json;                  /* own reference */
+    reply_header *headers;         /* queued by svc_reply_header */
+    void *user;
+    int status;                    /* 0 until a reply is queued */
+    int queued;                    /* 1 if MHD accepted the reply */
+    int over_limit;                /* body exceeded max_body; rest discarded */
+    size_t drained;                /* bytes discarded since */
+    int64_t t0;
+    char ip[INET6_ADDRSTRLEN];
+};
+
+/* ---- request state ---------------------------------------------------- */
+
+static void req_free(svc_req *r)
+{
+    if (r == NULL)
+        return;
+    for (int i = 0; i < r->nparams; i++)
+        free(r->pval[i]);
+    for (reply_header *h = r->headers, *next; h != NULL; h = next) {
+        next = h->next;
+        free(h->name);
+        free(h->value);
+        free(h);
+    }
+    json_decref(r->json);
+    free(r->body);
+    free(r->method);
+    free(r->path);
+    free(r);
+}
+
+static void client_ip(struct MHD_Connection *conn, char *out, size_t len)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    snprintf(out, len, "unknown");
+    if (ci == NULL || ci->client_addr == NULL)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
+}
+
+/* ---- routing ---------------------------------------------------------- */
+
+typedef struct {
+    int n;
+    const char *name[MAX_PARAMS];
+    size_t name_len[MAX_PARAMS];
+    const char *val[MAX_PARAMS];
+    size_t val_len[MAX_PARAMS];
+} captures;
+
+/* 1 if path matches pattern; a {name} segment matches one non-empty
+ * segment, which is recorded in cap. */
+static int path_match(const char *pat, const char *path, captures *cap)
+{
+    cap->n = 0;
+    while (*pat != '\0' && *path != '\0') {
+        if (*pat == '{') {
+            const char *close = strchr(pat, '}');
+            const char *end = path;
+            while (*end != '\0' && *end != '/')
+                end++;
+            if (close == NULL || end == path || cap->n == MAX_PARAMS)
+                return 0;
+            cap->name[cap->n] = pat + 1;
+            cap->name_len[cap->n] = (size_t)(close - pat - 1);
+            cap->val[cap->n] = path;
+            cap->val_len[cap->n] = (size_t)(end - path);
+            cap->n++;
+            pat = close + 1;
+            path = end;
+        } else if (*pat++ != *path++) {
+            return 0;
+        }
+    }
+    return *pat == '\0' && *path == '\0';
+}
+
+static int method_match(const char *route_method, const char *method)
+{
+    return strcmp(route_method, method) == 0 ||
+           (strcmp(method, "HEAD") == 0 && strcmp(route_method, "GET") == 0);
+}
+
+/* Finds the route for the request and copies its captures; on no match
+ * fills allow with the methods the path does accept ("" when none). */
+static const svc_route *route_find(svc_req *r, char *allow, size_t allow_len)
+{
+    captures cap;
+    size_t off = 0;
+    allow[0] = '\0';
+    for (const svc_route *rt = r->srv->routes; rt != NULL && rt->method != NULL; rt++) {
+        if (!path_match(rt->pattern, r->path, &cap))
+            continue;
+        if (method_match(rt->method, r->method)) {
+            for (int i = 0; i < cap.n; i++) {
+                r->pval[i] = strndup(cap.val[i], cap.val_len[i]);
+                if (r->pval[i] == NULL)
+                    return NULL;
+                r->pname[i] = cap.name[i];
+                r->pname_len[i] = cap.name_len[i];
+                r->nparams = i + 1;
+            }
+            return rt;
+        }
+        size_t ml = strlen(rt->method);
+        char *seen = strstr(allow, rt->method);
+        int dup = seen != NULL && (seen[ml] == '\0' || seen[ml] == ',');
+        if (!dup && off + ml + 3 < allow_len)
+            off += (size_t)snprintf(allow + off, allow_len - off, "%s%s", off ? ", " : "", rt->method);
+    }
+    return NULL;
+}
+
+/* ---- replies ---------------------------------------------------------- */
+
+/* Queues buf as the reply. Takes ownership of buf when must_free (freed by
+ * MHD after sending, or here on failure); copies it otherwise. */
+static int reply_buffer(svc_req *r, int status, const char *ctype, void *buf, size_t len,
+                        int must_free)
+{
+    if (r->status != 0) {
+        svc_error("http: second reply to %s %s ignored (status %d)", r->method, r->path, status);
+        if (must_free)
+            free(buf);
+        return -1;
+    }
+    r->status = status;
+    struct MHD_Response *resp =
+        must_free ? MHD_create_response_from_buffer_with_free_callback(len, buf, free)
+                  : MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_COPY);
+    if (resp == NULL) {
+        if (must_free)
+            free(buf);
+        return -1;
+    }
+    int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
+    for (reply_header *h = r->headers; h != NULL; h = h->next)
+        ok &= MHD_add_response_header(resp, h->name, h->value) == MHD_YES;
+    if (ok)
+        r->queued = MHD_queue_response(r->conn, (unsigned)status, resp) == MHD_YES;
+    MHD_destroy_response(resp); /* MHD keeps its own reference when queued */
+    if (!r->queued)
+        svc_warn("http: could not queue the %d reply to %s %s", status, r->method, r->path);
+    return r->queued ? 0 : -1;
+}
+
+void svc_reply_header(svc_req *req, const char *name, const char *value)
+{
+    reply_header *h = calloc(1, sizeof *h);
+    if (h == NULL || (h->name = strdup(name)) == NULL || (h->value = strdup(value)) == NULL) {
+        if (h != NULL)
+            free(h->name);
+        free(h);
+        svc_error("http: out of memory adding header %s", name);
+        return;
+    }
+    h->next = req->headers;
+    req->headers = h;
+}
+
+/* Compact, with jansson's default 17 significant digits for reals so every
+ * double (and every float32 widened to double) reads back bit-exact; see
+ * the note at the top of svc_tensor.c. json_dumps is linear in the output,
+ * so responses of hundreds of MB cost one buffer the size of the text. */
+int svc_reply_json(svc_req *req, int status, json_t *body)
+{
+    char *text = body != NULL ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(body);
+    if (text == NULL) {
+        static const char oom[] =
+            "{\"error\":{\"code\":\"internal\",\"message\":\"cannot serialize the reply\"}}";
+        return reply_buffer(req, 500, "application/json", (void *)oom, sizeof oom - 1, 0);
+    }
+    return reply_buffer(req, status, "application/json", text, strlen(text), 1);
+}
+
+int svc_reply_error(svc_req *req, int status, const char *code, const char *field,
+                    json_t *extra, const char *fmt, ...)
+{
+    char small[512];
+    char *msg = small;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof small && (msg = malloc((size_t)n + 1)) != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(msg, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    } else if (msg == NULL) {
+        msg = small;
+    }
+    json_t *err = json_object();
+    json_object_set_new(err, "code", json_string(code));
+    /* The message may quote client input that is not UTF-8. */
+    json_t *jm = json_string(msg);
+    json_object_set_new(err, "message", jm != NULL ? jm : json_string("(message not UTF-8)"));
+    if (field != NULL)
+        json_object_set_new(err, "field", json_string(field));
+    if (msg != small)
+        free(msg);
+    json_t *top = json_object();
+    if (json_is_object(extra))
+        json_object_update(top, extra);
+    json_decref(extra);
+    json_object_set_new(top, "error", err);
+    return svc_reply_json(req, status, top);
+}
+
+int svc_reply_raw(svc_req *req, int status, const char *content_type, const void *data, size_t len)
+{
+    return reply_buffer(req, status, content_type, (void *)data, len, 0);
+}
+
+/* ---- the request pipeline --------------------------------------------- */
+
+static int is_json_content_type(const char *ct)
+{
+    static const char want[] = "application/json";
+    if (ct == NULL || strncasecmp(ct, want, sizeof want - 1) != 0)
+        return 0;
+    char c = ct[sizeof want - 1];
+    return c == '\0' || c == ';' || c == ' ' || c == '\t';
+}
+
+static int too_large(svc_req *r)
+{
+    r->over_limit = 1;
+    return svc_reply_error(r, 413, "payload_too_large", NULL, NULL,
+                           "request body exceeds the limit of %zu bytes", r->srv->max_body);
+}
+
+/* First call: headers only. Everything that can be refused without the
+ * body is refused here, so the body of a refused request is never read. */
+static void req_begin(svc_req *r)
+{
+    char allow[64];
+    r->route = route_find(r, allow, sizeof allow);
+    if (r->route == NULL) {
+        if (allow[0] != '\0') {
+            svc_reply_header(r, "Allow", allow);
+            svc_reply_error(r, 405, "method_not_allowed", NULL, NULL,
+                            "%s is not allowed on %s (allowed: %s)", r->method, r->path, allow);
+        } else {
+            svc_reply_error(r, 404, "not_found", NULL, NULL, "no such resource: %s", r->path);
+        }
+        return;
+    }
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl != NULL) {
+        /* MHD has already refused a malformed Content-Length. */
+        unsigned long long n = strtoull(cl, NULL, 10);
+        if (n > r->srv->max_body) {
+            too_large(r);
+            return;
+        }
+        if (n > 0 && (r->body = malloc((size_t)n + 1)) != NULL)
+            r->body_cap = (size_t)n + 1;
+    }
+    if (r->route->json_body &&
+        !is_json_content_type(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                          MHD_HTTP_HEADER_CONTENT_TYPE))) {
+        svc_reply_error(r, 415, "unsupported_media_type", NULL, NULL,
+                        "%s %s needs Content-Type: application/json", r->method, r->path);
+    }
+}
+
+/* Appends a piece of the body: 0, 1 when the total passed max_body (the
+ * buffer is released and the request marked), -1 on ENOMEM. */
+static int req_body_append(svc_req *r, const char *data, size_t n)
+{
+    if (n > r->srv->max_body - r->body_len) {
+        r->over_limit = 1;
+        free(r->body);
+        r->body = NULL;
+        r->body_len = r->body_cap = 0;
+        return 1;
+    }
+    if (r->body_len + n + 1 > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 4096;
+        while (cap < r->body_len + n + 1)
+            cap *= 2;
+        if (cap > r->srv->max_body + 1)
+            cap = r->srv->max_body + 1;
+        char *p = realloc(r->body, cap);
+        if (p == NULL)
+            return -1;
+        r->body = p;
+        r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, data, n);
+    r->body_len += n;
+    r->body[r->body_len] = '\0';
+    return 0;
+}
+
+/* Last call: the whole body is here. Parse it if the route wants JSON, then
+ * run the handler; a handler that does not reply gets a 500 for it. */
+static void req_finish(svc_req *r)
+{
+    if (r->over_limit) {
+        too_large(r);
+        return;
+    }
+    if (r->route->json_body) {
+        if (r->body_len == 0) {
+            svc_reply_error(r, 400, "invalid_json", NULL, NULL,
+                            "the request body is empty; a JSON object is expected");
+            return;
+        }
+        json_error_t jerr;
+        r->json = json_loadb(r->body, r->body_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+        if (r->json == NULL) {
+            svc_reply_error(r, 400, "invalid_json", NULL, NULL,
+                            "invalid JSON: %s (line %d, column %d, byte %d)", jerr.text,
+                            jerr.line, jerr.column, jerr.position);
+            return;
+        }
+        if (!json_is_object(r->json)) {
+            svc_reply_error(r, 400, "invalid_json", NULL, NULL,
+                            "the request body must be a JSON object");
+            return;
+        }
+    }
+    r->route->handler(r);
+    if (r->status == 0) {
+        svc_error("http: handler for %s %s returned without replying", r->method, r->route->pattern);
+        svc_reply_error(r, 500, "internal", NULL, NULL, "the server did not produce a reply");
+    }
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version,
+                                 const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    svc_req *r = *con_cls;
+    if (r == NULL) {
+        r = calloc(1, sizeof *r);
+        if (r == NULL)
+            return MHD_NO;
+        *con_cls = r; /* from here on on_completed frees it */
+        r->srv = cls;
+        r->conn = conn;
+        r->t0 = svc_now_mono_ms();
+        r->method = strdup(method);
+        r->path = strdup(url);
+        if (r->method == NULL || r->path == NULL)
+            return MHD_NO;
+        client_ip(conn, r->ip, sizeof r->ip);
+        req_begin(r);
+        return r->status == 0 || r->queued ? MHD_YES : MHD_NO;
+    }
+    if (*upload_size > 0) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (r->status != 0)
+            return MHD_YES; /* refused from the headers; MHD drops the rest */
+        if (!r->over_limit) {
+            int rc = req_body_append(r, upload_data, n);
+            if (rc < 0) {
+                svc_error("http: out of memory reading the body of %s %s", r->method, r->path);
+                return MHD_NO;
+            }
+            if (rc == 0)
+                return MHD_YES;
+            n = 0;
+        }
+        /* Past the limit (only a chunked body gets here: a Content-Length
+         * was checked first). libmicrohttpd 0.9.75 takes no reply in the
+         * middle of a body, so the next bytes are discarded unbuffered and
+         * the 413 goes out at the last call; a body that keeps coming
+         * beyond DRAIN_MAX gets its connection closed instead. */
+        r->drained += n;
+        if (r->drained > DRAIN_MAX) {
+            svc_info("http: closing %s %s from %s: body over %zu bytes", r->method, r->path,
+                     r->ip, r->srv->max_body);
+            return MHD_NO;
+        }
+        return MHD_YES;
+    }
+    if (r->status == 0)
+        req_finish(r);
+    /* MHD_NO closes the connection: better than leaving it without reply. */
+    return r->queued ? MHD_YES : MHD_NO;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    svc_req *r = *con_cls;
+    if (r == NULL)
+        return;
+    if (svc_log_enabled(SVC_LOG_DEBUG))
+        svc_debug("http: %s %s %d %lldms%s ip=%s", r->method ? r->method : "?",
+                  r->path ? r->path : "?", r->status, (long long)(svc_now_mono_ms() - r->t0),
+                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)", r->ip);
+    req_free(r);
+    *con_cls = NULL;
+}
+
+/* ---- accessors -------------------------------------------------------- */
+
+void *svc_req_app(svc_req *req) { return req->srv->app; }
+const char *svc_req_method(svc_req *req) { return req->method; }
+const char *svc_req_path(svc_req *req) { return req->path; }
+json_t *svc_req_json(svc_req *req) { return req->json; }
+const char *svc_req_client_ip(svc_req *req) { return req->ip; }
+void svc_req_set_user(svc_req *req, void *p) { req->user = p; }
+void *svc_req_user(svc_req *req) { return req->user; }
+
+const char *svc_req_param(svc_req *req, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 0; i < req->nparams; i++)
+        if (req->pname_len[i] == n && strncmp(req->pname[i], name, n) == 0)
+            return req->pval[i];
+    return NULL;
+}
+
+const char *svc_req_query(svc_req *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+const char *svc_req_header(svc_req *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+/* Empty string, not NULL, for a bodiless request: callers can strlen it. */
+const char *svc_req_body(svc_req *req, size_t *len)
+{
+    if (len != NULL)
+        *len = req->body_len;
+    return req->body != NULL ? req->body : "";
+}
+
+/* RFC 7235: the scheme is case-insensitive; the token is one word. */
+const char *svc_req_bearer(svc_req *req)
+{
+    const char *h = svc_req_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (h == NULL || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t'))
+        return NULL;
+    h += 6;
+    while (*h == ' ' || *h == '\t')
+        h++;
+    if (*h == '\0' || strpbrk(h, " \t") != NULL)
+        return NULL;
+    return h;
+}
+
+/* ---- server ----------------------------------------------------------- */
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    svc_server *s = cls;
+    if (atomic_load(&s->starting)) {
+        va_list ap2;
+        va_copy(ap2, ap);
+        vsnprintf(s->start_err, sizeof s->start_err, fmt, ap2);
+        va_end(ap2);
+        s->start_err[strcspn(s->start_err, "\r\n")] = '\0';
+    }
+    svc_logv(SVC_LOG_WARN, fmt, ap);
+}
+
+/* "host:port", "[v6]:port", ":port" or "*:port" (all interfaces). */
+static int listen_parse(const char *s, char *host, size_t hlen, char *port, size_t plen)
+{
+    const char *colon;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return -1;
+        snprintf(host, hlen, "%.*s", (int)(close - s - 1), s + 1);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL)
+            return -1;
+        snprintf(host, hlen, "%.*s", (int)(colon - s), s);
+    }
+    const char *p = colon + 1;
+    if (*p == '\0' || strlen(p) > 5 || strspn(p, "0123456789") != strlen(p) || atoi(p) > 65535)
+        return -1;
+    snprintf(port, plen, "%s", p);
+    if (strcmp(host, "*") == 0)
+        host[0] = '\0';
+    return 0;
+}
+
+svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errlen)
+{
+    char dummy[1];
+    if (err == NULL || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    char host[256], port[8];
+    if (opts == NULL || opts->listen == NULL || opts->routes == NULL ||
+        listen_parse(opts->listen, host, sizeof host, port, sizeof port) < 0) {
+        snprintf(err, errlen, "bad listen address '%s' (want HOST:PORT)",
+                 opts && opts->listen ? opts->listen : "");
+        return NULL;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    hints.ai_family = host[0] ? AF_UNSPEC : AF_INET;
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
+    if (gai != 0) {
+        snprintf(err, errlen, "cannot resolve listen address '%s': %s", opts->listen,
+                 gai_strerror(gai));
+        return NULL;
+    }
+    svc_server *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        freeaddrinfo(ai);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->routes = opts->routes;
+    s->max_body = opts->max_body;
+    s->app = opts->app;
+    atomic_store(&s->starting, 1);
+
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_access, s,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_TIMEOUT, opts->conn_timeout_s ? opts->conn_timeout_s : 30u,
+        MHD_OPTION_CONNECTION_LIMIT, opts->max_connections ? opts->max_connections : 1024u,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, opts->per_ip_limit,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_END);
+    freeaddrinfo(ai);
+    atomic_store(&s->starting, 0);
+    if (s->mhd == NULL) {
+        snprintf(err, errlen, "cannot listen on %s%s%s", opts->listen,
+                 s->start_err[0] ? ": " : "", s->start_err);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int svc_server_port(const svc_server *s)
+{
+    if (s == NULL)
+        return -1;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    return di != NULL ? di->port : -1;
+}
+
+void svc_server_stop(svc_server *s)
+{
+    if (s == NULL)
+        return;
+    MHD_stop_daemon(s->mhd); /* joins every connection thread */
+    free(s);
+}

@@ -1,0 +1,74 @@
+/* svc_http.h — the HTTP server both daemons are built on (libmicrohttpd):
+ * one route table, JSON bodies read raw and parsed once centrally, one reply
+ * helper and one error helper so every answer has the same shape, a body
+ * limit enforced before the body is read, and a connection timeout.
+ * Handlers run on libmicrohttpd's per-connection threads and may block
+ * (long polls). */
+#ifndef SVC_HTTP_H
+#define SVC_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct svc_server svc_server;
+typedef struct svc_req svc_req;
+
+/* A handler answers through svc_reply_* exactly once and returns 0. If it
+ * returns without replying the server answers 500 internal. */
+typedef int (*svc_handler)(svc_req *req);
+
+typedef struct svc_route {
+    const char *method;   /* "GET", "POST", "DELETE" */
+    const char *pattern;  /* "/v1/jobs/{id}/result": {name} matches one segment */
+    svc_handler handler;
+    int json_body;        /* 1: the body must be application/json and parse to
+                             an object, else 415/400 before the handler runs */
+} svc_route;
+
+typedef struct svc_server_opts {
+    const char *listen;          /* "127.0.0.1:8080"; port 0 picks a free one */
+    const svc_route *routes;     /* terminated by a route with method NULL */
+    size_t max_body;             /* bytes; larger bodies get 413 unread */
+    unsigned conn_timeout_s;     /* idle connection timeout; 0 => 30 */
+    unsigned per_ip_limit;       /* max connections per client IP; 0 => none */
+    unsigned max_connections;    /* 0 => 1024 */
+    void *app;                   /* handed to handlers via svc_req_app */
+} svc_server_opts;
+
+/* Starts the server's threads. Returns NULL and fills err on failure
+ * (address in use, bad listen string). */
+svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errlen);
+/* Port actually bound (useful with port 0). */
+int svc_server_port(const svc_server *s);
+/* Stops accepting, waits for handlers in flight, frees. NULL is a no-op. */
+void svc_server_stop(svc_server *s);
+
+/* Request accessors; every pointer is valid until the handler returns. */
+void *svc_req_app(svc_req *req);
+const char *svc_req_method(svc_req *req);
+const char *svc_req_path(svc_req *req);
+const char *svc_req_param(svc_req *req, const char *name);   /* {name} from the pattern */
+const char *svc_req_query(svc_req *req, const char *name);   /* NULL if absent */
+const char *svc_req_header(svc_req *req, const char *name);  /* case-insensitive */
+json_t *svc_req_json(svc_req *req);       /* borrowed; NULL without a JSON body */
+const char *svc_req_body(svc_req *req, size_t *len);
+/* "Bearer X" from Authorization: returns X, or NULL. */
+const char *svc_req_bearer(svc_req *req);
+const char *svc_req_client_ip(svc_req *req);
+/* Per-request slot for the application (e.g. the authenticated tenant). */
+void svc_req_set_user(svc_req *req, void *p);
+void *svc_req_user(svc_req *req);
+
+/* Adds a header to the reply that follows (Location, Retry-After). */
+void svc_reply_header(svc_req *req, const char *name, const char *value);
+/* Replies with body as JSON. Steals the reference to body. */
+int svc_reply_json(svc_req *req, int status, json_t *body);
+/* Replies {"error": {"code", "message", "field"?}} (+ extra members merged at
+ * top level when extra != NULL; steals extra). field may be NULL. */
+int svc_reply_error(svc_req *req, int status, const char *code, const char *field,
+                    json_t *extra, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Replies with raw bytes of the given content type (copied). */
+int svc_reply_raw(svc_req *req, int status, const char *content_type, const void *data, size_t len);
+
+#endif

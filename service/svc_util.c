@@ -1,0 +1,244 @@
+/* svc_util.c — clocks, RFC 3339 times, random bytes and ids, constant-time
+ * comparison and a strict base64 codec. No state, no allocation except the
+ * base64 results the caller owns. */
+#include "svc_util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+int64_t svc_now_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t svc_now_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void svc_time_format(int64_t epoch_ms, char *buf, size_t len)
+{
+    if (buf == NULL || len == 0)
+        return;
+    /* Floor division so that times before 1970 keep a positive ms part. */
+    int64_t sec = epoch_ms / 1000, ms = epoch_ms % 1000;
+    if (ms < 0) {
+        ms += 1000;
+        sec -= 1;
+    }
+    time_t t = (time_t)sec;
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL) {
+        snprintf(buf, len, "1970-01-01T00:00:00.000Z");
+        return;
+    }
+    snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)ms);
+}
+
+void svc_sleep_ms(int64_t ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec req = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&req, &req) == -1 && errno == EINTR)
+        ;
+}
+
+int svc_random_bytes(void *buf, size_t n)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t got = getrandom(p, n, 0);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+static const char hex_digits[] = "0123456789abcdef";
+
+int svc_random_hex(char *out, size_t nbytes)
+{
+    unsigned char raw[64];
+    size_t done = 0;
+    while (done < nbytes) {
+        size_t chunk = nbytes - done < sizeof raw ? nbytes - done : sizeof raw;
+        int rc = svc_random_bytes(raw, chunk);
+        if (rc < 0)
+            return rc;
+        for (size_t i = 0; i < chunk; i++) {
+            out[2 * (done + i)] = hex_digits[raw[i] >> 4];
+            out[2 * (done + i) + 1] = hex_digits[raw[i] & 15];
+        }
+        done += chunk;
+    }
+    out[2 * nbytes] = '\0';
+    return 0;
+}
+
+int svc_uuid_v4(char out[37])
+{
+    unsigned char b[16];
+    int rc = svc_random_bytes(b, sizeof b);
+    if (rc < 0)
+        return rc;
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    char *p = out;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *p++ = '-';
+        *p++ = hex_digits[b[i] >> 4];
+        *p++ = hex_digits[b[i] & 15];
+    }
+    *p = '\0';
+    return 0;
+}
+
+/* Any version, either case: ids may come from PostgreSQL or from a client. */
+int svc_uuid_valid(const char *s)
+{
+    if (s == NULL)
+        return 0;
+    for (int i = 0; i < 36; i++) {
+        char c = s[i];
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (c != '-')
+                return 0;
+        } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) {
+            return 0;
+        }
+    }
+    return s[36] == '\0';
+}
+
+/* Every byte of the longer string is visited whatever the contents, so the
+ * time says how long the strings are and nothing about where they differ. */
+int svc_secure_equal(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL)
+        return 0;
+    size_t la = strlen(a), lb = strlen(b);
+    size_t n = la > lb ? la : lb;
+    volatile unsigned char diff = (unsigned char)(la != lb);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ca = i < la ? (unsigned char)a[i] : 0;
+        unsigned char cb = i < lb ? (unsigned char)b[i] : 0;
+        diff |= (unsigned char)(ca ^ cb);
+    }
+    return diff == 0;
+}
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *svc_b64_encode(const void *data, size_t len)
+{
+    if (len > (SIZE_MAX - 1) / 4 * 3 - 3)
+        return NULL;
+    const unsigned char *in = data;
+    size_t olen = (len + 2) / 3 * 4;
+    char *out = malloc(olen + 1);
+    if (out == NULL)
+        return NULL;
+    char *p = out;
+    size_t i = 0;
+    for (; i + 3 <= len; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        *p++ = b64_alphabet[v >> 18];
+        *p++ = b64_alphabet[(v >> 12) & 63];
+        *p++ = b64_alphabet[(v >> 6) & 63];
+        *p++ = b64_alphabet[v & 63];
+    }
+    if (len - i == 1) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        *p++ = b64_alphabet[v >> 18];
+        *p++ = b64_alphabet[(v >> 12) & 63];
+        *p++ = '=';
+        *p++ = '=';
+    } else if (len - i == 2) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
+        *p++ = b64_alphabet[v >> 18];
+        *p++ = b64_alphabet[(v >> 12) & 63];
+        *p++ = b64_alphabet[(v >> 6) & 63];
+        *p++ = '=';
+    }
+    *p = '\0';
+    return out;
+}
+
+/* 0..63 for an alphabet character, -1 for anything else ('=' included). */
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* Strict: length a multiple of 4, '=' only as the last one or two
+ * characters, and the bits a padded group leaves unused must be zero, so
+ * every byte string has exactly one accepted encoding. */
+int svc_b64_decode(const char *s, size_t slen, unsigned char **out, size_t *out_len)
+{
+    if (s == NULL || out == NULL || out_len == NULL || slen % 4 != 0)
+        return -1;
+    size_t pad = 0;
+    if (slen >= 4 && s[slen - 1] == '=')
+        pad = s[slen - 2] == '=' ? 2 : 1;
+    size_t olen = slen / 4 * 3 - pad;
+    unsigned char *buf = malloc(olen > 0 ? olen : 1);
+    if (buf == NULL)
+        return -1;
+    unsigned char *p = buf;
+    for (size_t i = 0; i < slen; i += 4) {
+        int last = i + 4 == slen;
+        int v[4];
+        for (int k = 0; k < 4; k++) {
+            v[k] = b64_value((unsigned char)s[i + k]);
+            if (v[k] < 0 && !(last && k >= 4 - (int)pad))
+                goto bad;
+        }
+        if (last && pad == 2) {
+            if (v[1] & 0x0f)
+                goto bad;
+            *p++ = (unsigned char)(v[0] << 2 | v[1] >> 4);
+        } else if (last && pad == 1) {
+            if (v[2] & 0x03)
+                goto bad;
+            *p++ = (unsigned char)(v[0] << 2 | v[1] >> 4);
+            *p++ = (unsigned char)((v[1] & 0x0f) << 4 | v[2] >> 2);
+        } else {
+            *p++ = (unsigned char)(v[0] << 2 | v[1] >> 4);
+            *p++ = (unsigned char)((v[1] & 0x0f) << 4 | v[2] >> 2);
+            *p++ = (unsigned char)((v[2] & 0x03) << 6 | v[3]);
+        }
+    }
+    *out = buf;
+    *out_len = olen;
+    return 0;
+bad:
+    free(buf);
+    return -1;
+}

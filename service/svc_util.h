@@ -1,0 +1,38 @@
+/* svc_util.h — clocks, RFC 3339 times, random ids and tokens, constant-time
+ * comparison, base64. Small pieces both daemons need. */
+#ifndef SVC_UTIL_H
+#define SVC_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Monotonic milliseconds (for timeouts) and wall-clock milliseconds since
+ * the Unix epoch (for records). */
+int64_t svc_now_mono_ms(void);
+int64_t svc_now_wall_ms(void);
+/* Formats epoch ms as "2026-12-02T12:00:00.123Z" into buf (>= 32 bytes). */
+void svc_time_format(int64_t epoch_ms, char *buf, size_t len);
+/* Sleeps ms milliseconds (restarts on EINTR). */
+void svc_sleep_ms(int64_t ms);
+
+/* Fills buf with n cryptographically random bytes (getrandom); 0 or -errno. */
+int svc_random_bytes(void *buf, size_t n);
+/* Writes a random token of 2*nbytes lowercase hex characters plus NUL. */
+int svc_random_hex(char *out, size_t nbytes);
+/* Writes a random RFC 4122 version-4 UUID (36 chars + NUL) into out. */
+int svc_uuid_v4(char out[37]);
+/* 1 if s is a UUID in canonical 8-4-4-4-12 hex form. */
+int svc_uuid_valid(const char *s);
+
+/* Compares two strings in time that depends only on their lengths. 1 if equal. */
+int svc_secure_equal(const char *a, const char *b);
+
+/* Standard base64 (RFC 4648, with padding). encode: returns a malloc'd
+ * NUL-terminated string the caller frees, NULL on ENOMEM.
+ * decode: returns 0 and a malloc'd buffer in *out (caller frees) with its
+ * length in *out_len, or -1 for malformed input (bad characters, bad
+ * padding, wrong length; whitespace is not accepted). */
+char *svc_b64_encode(const void *data, size_t len);
+int svc_b64_decode(const char *s, size_t slen, unsigned char **out, size_t *out_len);
+
+#endif

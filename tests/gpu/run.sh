@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — CUDA kernels against the CPU reference on a GPU host,
+# then performance figures. Needs only a C compiler and the CUDA toolkit
+# (nvcc, cuBLAS, CUB): no make, no OpenBLAS (the CPU gemm is built with
+# -DKL_NO_BLAS), no cmocka. Takes about a minute on an H100/H200.
+#   tests/gpu/run.sh               build for this machine's GPU, then run
+#   tests/gpu/run.sh --build-only  build for sm_80 (no GPU needed), do not run
+# Environment: NVCC, CC, KL_GPU_BUILD (build folder, default build-gpu).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+build_only=0
+[[ ${1:-} == --build-only ]] && build_only=1
+
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
+CC=${CC:-gcc}
+bdir=${KL_GPU_BUILD:-build-gpu}
+# One architecture keeps the build short; native asks the driver which.
+if ((build_only)); then arch=(-gencode arch=compute_80,code=sm_80); else arch=(-arch=native); fi
+
+rm -rf "$bdir" && mkdir -p "$bdir"
+cflags=(-std=c11 -D_GNU_SOURCE -DKL_NO_BLAS -O3 -march=native -Wall -Wextra -Werror -pthread -Ikernels)
+nvflags=(-O3 -std=c++17 "${arch[@]}" -Ikernels -Ikernels/cuda --compiler-options -Wall,-Wextra
+         -Werror all-warnings)
+
+echo "== build ($NVCC, ${arch[*]})"
+t0=$SECONDS
+pids=()
+for f in kernels/*.c kernels/cpu/*.c; do
+    "$CC" "${cflags[@]}" -c "$f" -o "$bdir/$(basename "${f%.c}").o" & pids+=($!)
+done
+for f in kernels/cuda/*.cu tests/gpu/check_kernels.cu; do
+    "$NVCC" "${nvflags[@]}" -c "$f" -o "$bdir/cu_$(basename "${f%.cu}").o" & pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+"$NVCC" "${arch[@]}" -o "$bdir/check_kernels" "$bdir"/*.o -lcublas -lpthread -lm
+echo "built $bdir/check_kernels in $((SECONDS - t0)) s"
+((build_only)) && exit 0
+
+export LD_LIBRARY_PATH="$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+echo "== check"
+timeout 270 "$bdir/check_kernels"

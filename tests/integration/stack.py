@@ -1,0 +1,542 @@
+"""A private Kowloon stack for black-box tests: PostgreSQL 15, Redis, one
+gateway and two compute nodes, all on free loopback ports, plus a small HTTP
+client and the tensor codec the tests use. Everything has a timeout: a test
+that waits on a broken server fails, it never hangs."""
+
+import base64
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+from datetime import datetime
+
+import numpy as np
+import requests
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# KOWLOON_TEST_ROOT points the suite at another build tree (default: this repo)
+BUILD_ROOT = os.path.abspath(os.environ.get("KOWLOON_TEST_ROOT", REPO))
+GATEWAY_BIN = os.path.join(BUILD_ROOT, "bin", "kowloon-gateway")
+COMPUTE_BIN = os.path.join(BUILD_ROOT, "bin", "kowloon-compute")
+PLUGIN = os.path.join(BUILD_ROOT, "lib", "kowloon-cuda.so")
+PG_BIN = os.environ.get("KOWLOON_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+HTTP_TIMEOUT = 15  # seconds for any single request
+
+DTYPES = {"float32": "<f4", "float64": "<f8", "int32": "<i4"}
+
+
+class StackError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------- tensors
+
+def tensor(arr, b64=False, dtype=None):
+    """Wire form of a numpy array: flat "data" or little-endian "b64"."""
+    arr = np.asarray(arr)
+    if dtype is None:
+        dtype = {"f": "float32", "i": "int32"}.get(arr.dtype.kind, "float32")
+        if arr.dtype == np.float64:
+            dtype = "float32"  # numpy literals default to f64; kernels want f32
+    a = np.ascontiguousarray(arr, dtype=DTYPES[dtype])
+    t = {"dtype": dtype, "shape": list(a.shape)}
+    if b64:
+        t["b64"] = base64.b64encode(a.tobytes()).decode("ascii")
+    else:
+        t["data"] = a.ravel().tolist()
+    return t
+
+
+def decode(t):
+    """numpy array from a wire tensor (either encoding); checks its size."""
+    assert isinstance(t, dict), f"tensor is not an object: {t!r}"
+    assert t.get("dtype") in DTYPES, f"bad dtype in {t!r}"
+    shape = t.get("shape")
+    assert isinstance(shape, list), f"bad shape in {t!r}"
+    n = int(np.prod(shape)) if shape else 1
+    dt = np.dtype(DTYPES[t["dtype"]])
+    if "b64" in t:
+        raw = base64.b64decode(t["b64"], validate=True)
+        assert len(raw) == n * dt.itemsize, (
+            f"b64 holds {len(raw)} bytes, shape {shape} needs {n * dt.itemsize}")
+        a = np.frombuffer(raw, dtype=dt)
+    else:
+        assert "data" in t, f"tensor has neither data nor b64: {t!r}"
+        a = np.asarray(t["data"], dtype=dt)
+        assert a.ndim == 1 and a.size == n, (
+            f"data has {a.size} elements (flat expected), shape {shape} needs {n}")
+    return a.reshape(shape)
+
+
+# ---------------------------------------------------------------- helpers
+
+RFC3339_MS_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+
+
+def ts(s):
+    """datetime of an RFC3339 UTC timestamp with milliseconds; asserts the form."""
+    assert isinstance(s, str) and RFC3339_MS_Z.match(s), f"not RFC3339 with ms and Z: {s!r}"
+    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path, lines=60):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode("utf-8", "replace")
+        return "\n".join(data.splitlines()[-lines:])
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+
+
+def wait_until(pred, timeout, interval=0.1, what="condition"):
+    """Polls pred() until it returns something truthy; returns that value."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            last = pred()
+            if last:
+                return last
+        except (requests.RequestException, OSError, ValueError, ApiError,
+                subprocess.SubprocessError) as e:
+            last = e
+        if time.monotonic() >= deadline:
+            raise StackError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+def _clean_env():
+    """The parent's environment without any KOWLOON_* setting leaking in."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("KOWLOON_")}
+
+
+class Proc:
+    """A daemon started in its own session so that it (and anything it
+    forks) can be signalled as a group."""
+
+    def __init__(self, name, argv, env, log_path, user=None):
+        self.name, self.argv, self.env, self.log_path = name, argv, env, log_path
+        self.user = user
+        self.popen = None
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        log.write(f"\n===== start {time.strftime('%H:%M:%S')} {' '.join(self.argv)}\n".encode())
+        log.flush()
+        kw = {}
+        if self.user:
+            kw = {"user": self.user, "group": self.user, "extra_groups": []}
+        self.popen = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=log,
+                                      stdin=subprocess.DEVNULL, cwd=REPO,
+                                      start_new_session=True, **kw)
+        log.close()
+        return self
+
+    @property
+    def pid(self):
+        return self.popen.pid if self.popen else None
+
+    def alive(self):
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill9(self):
+        """SIGKILL the whole group; waits for the process to be reaped."""
+        if not self.popen:
+            return
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def stop(self, sig=signal.SIGTERM, grace=8):
+        if not self.popen:
+            return
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # anything left in the group (children) goes too
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+# ---------------------------------------------------------------- client
+
+class ApiError(AssertionError):
+    pass
+
+
+class Client:
+    """HTTP client for one API key. Remembers the jobs it submitted so the
+    test harness can cancel leftovers between tests."""
+
+    def __init__(self, base, key=None, tracker=None):
+        self.base = base.rstrip("/")
+        self.key = key
+        self.tracker = tracker if tracker is not None else []
+        self.http = requests.Session()
+
+    def headers(self, extra=None):
+        h = {}
+        if self.key:
+            h["Authorization"] = f"Bearer {self.key}"
+        if extra:
+            h.update(extra)
+        return h
+
+    def request(self, method, path, headers=None, timeout=HTTP_TIMEOUT, **kw):
+        return self.http.request(method, self.base + path, headers=self.headers(headers),
+                                 timeout=timeout, allow_redirects=False, **kw)
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, **kw):
+        return self.request("POST", path, **kw)
+
+    # -- jobs
+    def post_job(self, body):
+        """POSTs a job body (a dict) and returns the raw response."""
+        r = self.post("/v1/jobs", json=body)
+        if r.status_code == 202:
+            try:
+                self.tracker.append((self, r.json()["id"]))
+            except (ValueError, KeyError, TypeError):
+                pass
+        return r
+
+    def submit(self, kernel, params=None, inputs=None, **kw):
+        """Submits a job; asserts 202; returns the job object."""
+        body = {"kernel": kernel}
+        if params is not None:
+            body["params"] = params
+        if inputs is not None:
+            body["inputs"] = inputs
+        body.update(kw)
+        r = self.post_job(body)
+        if r.status_code != 202:
+            raise ApiError(f"submit {kernel} -> {r.status_code} {r.text[:500]}")
+        return r.json()
+
+    def job(self, job_id):
+        r = self.get(f"/v1/jobs/{job_id}")
+        if r.status_code != 200:
+            raise ApiError(f"GET job {job_id} -> {r.status_code} {r.text[:500]}")
+        return r.json()
+
+    def wait(self, job_id, timeout=30, states=TERMINAL):
+        """Polls GET /v1/jobs/{id} until its state is in states."""
+        deadline = time.monotonic() + timeout
+        j = None
+        while True:
+            j = self.job(job_id)
+            if j.get("state") in states:
+                return j
+            if time.monotonic() >= deadline:
+                raise ApiError(f"job {job_id} not in {states} after {timeout}s: {j}")
+            time.sleep(0.05)
+
+    def run(self, kernel, params=None, inputs=None, timeout=30, **kw):
+        """Submits and waits; asserts the job succeeded; returns the job."""
+        j = self.submit(kernel, params, inputs, **kw)
+        j = self.wait(j["id"], timeout)
+        if j["state"] != "succeeded":
+            raise ApiError(f"job {j['id']} ended {j['state']}: {j.get('error')}")
+        return j
+
+    def result(self, job_id, encoding=None):
+        q = f"?encoding={encoding}" if encoding else ""
+        return self.get(f"/v1/jobs/{job_id}/result{q}")
+
+    def outputs(self, job_id, encoding="json"):
+        r = self.result(job_id, encoding)
+        if r.status_code != 200:
+            raise ApiError(f"result {job_id} -> {r.status_code} {r.text[:500]}")
+        body = r.json()
+        assert body.get("id") == job_id, body
+        return {k: v for k, v in body["outputs"].items()}
+
+    def cancel(self, job_id):
+        return self.post(f"/v1/jobs/{job_id}/cancel")
+
+    def list(self, **params):
+        return self.get("/v1/jobs", params=params)
+
+    def nodes(self):
+        r = self.get("/v1/nodes")
+        if r.status_code != 200:
+            raise ApiError(f"GET /v1/nodes -> {r.status_code} {r.text[:300]}")
+        return r.json()["nodes"]
+
+
+# ---------------------------------------------------------------- stack
+
+class Stack:
+    """Owns every process of the test cluster and its temporary directory."""
+
+    def __init__(self, node_names=("node-a", "node-b"), node_timeout_s=3):
+        for b in (GATEWAY_BIN, COMPUTE_BIN):
+            if not os.access(b, os.X_OK):
+                raise StackError(f"{b} is missing; run `make all` first")
+        self.root = tempfile.mkdtemp(prefix="kowloon-it-")
+        os.chmod(self.root, 0o755)  # postgres must traverse it
+        self.logs = os.path.join(self.root, "logs")
+        os.makedirs(self.logs)
+        self.procs = {}
+        self.node_names = list(node_names)
+        self.node_ports = {}
+        self.node_timeout_s = node_timeout_s
+        self.cluster_token = uuid.uuid4().hex + uuid.uuid4().hex
+        self.pg_port = self.redis_port = self.gw_port = None
+        self.tracker = []  # (client, job_id) of every job submitted
+        self.keys = {}
+        self.is_root = os.geteuid() == 0
+
+    # -- lifecycle
+    def start(self):
+        self.start_postgres()
+        self.start_redis()
+        self.gw_port = free_port()
+        self.gateway = self.start_gateway("gateway", self.gw_port)
+        self.base = f"http://127.0.0.1:{self.gw_port}"
+        self.keys["A"] = self.create_key("A")
+        self.keys["B"] = self.create_key("B")
+        self.keys["admin"] = self.create_key("ops", admin=True)
+        self.admin = self.client("admin")
+        for name in self.node_names:
+            self.node_ports[name] = free_port()
+            self.start_node(name)
+        self.wait_nodes_up(self.node_names, timeout=30)
+        return self
+
+    def close(self):
+        for name in list(self.procs)[::-1]:
+            p = self.procs[name]
+            p.stop(signal.SIGINT if name == "postgres" else signal.SIGTERM)
+
+    def remove(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def log_tails(self, lines=60):
+        out = []
+        for name in sorted(os.listdir(self.logs)):
+            out.append(f"----- {name} (last {lines} lines) -----\n"
+                       + tail(os.path.join(self.logs, name), lines))
+        return "\n".join(out)
+
+    def _proc(self, name, argv, env, user=None):
+        p = Proc(name, argv, env, os.path.join(self.logs, name + ".log"), user=user)
+        self.procs[name] = p
+        return p.start()
+
+    def _die_if_dead(self, p):
+        if not p.alive():
+            raise StackError(f"{p.name} exited with {p.popen.returncode}:\n{tail(p.log_path)}")
+
+    # -- PostgreSQL
+    def _pg_run(self, argv, timeout=60):
+        kw = {"user": "postgres", "group": "postgres", "extra_groups": []} if self.is_root else {}
+        r = subprocess.run(argv, env=_clean_env(), capture_output=True, text=True,
+                           timeout=timeout, cwd=self.root, **kw)
+        if r.returncode != 0:
+            raise StackError(f"{argv[0]} failed ({r.returncode}): {r.stdout}\n{r.stderr}")
+        return r
+
+    def start_postgres(self):
+        self.pg_port = free_port()
+        data = os.path.join(self.root, "pgdata")
+        sock = os.path.join(self.root, "pgsock")
+        os.makedirs(data, mode=0o700)
+        os.makedirs(sock, mode=0o755)
+        if self.is_root:
+            for d in (data, sock):
+                shutil.chown(d, "postgres", "postgres")
+        self._pg_run([os.path.join(PG_BIN, "initdb"), "-D", data, "-A", "trust",
+                      "-U", "kowloon", "-E", "UTF8", "--no-sync"])
+        p = self._proc("postgres", [os.path.join(PG_BIN, "postgres"), "-D", data,
+                                    "-p", str(self.pg_port), "-k", sock,
+                                    "-c", "listen_addresses=127.0.0.1",
+                                    "-c", "fsync=off", "-c", "max_connections=200"],
+                       _clean_env(), user="postgres" if self.is_root else None)
+
+        def ready():
+            self._die_if_dead(p)
+            return subprocess.run([os.path.join(PG_BIN, "pg_isready"), "-h", "127.0.0.1",
+                                   "-p", str(self.pg_port), "-U", "kowloon"], capture_output=True,
+                                  timeout=10).returncode == 0
+        wait_until(ready, 30, 0.2, "postgres to accept connections")
+        r = subprocess.run([os.path.join(PG_BIN, "createdb"), "-h", "127.0.0.1", "-p",
+                            str(self.pg_port), "-U", "kowloon", "kowloon"],
+                           capture_output=True, text=True, timeout=30, env=_clean_env())
+        if r.returncode != 0:
+            raise StackError(f"createdb failed: {r.stderr}")
+        self.database_url = f"postgresql://kowloon@127.0.0.1:{self.pg_port}/kowloon"
+
+    def psql(self, sql, timeout=15):
+        """Runs one SQL statement; returns the rows as lists of strings."""
+        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "kowloon",
+                            "-d", "kowloon", "-X", "-A", "-t", "-F", "\t",
+                            "-v", "ON_ERROR_STOP=1", "-c", sql],
+                           capture_output=True, text=True, timeout=timeout,
+                           env=dict(_clean_env(), PGCONNECT_TIMEOUT="5"))
+        if r.returncode != 0:
+            raise StackError(f"psql failed: {sql!r}: {r.stderr}")
+        return [line.split("\t") for line in r.stdout.splitlines() if line != ""]
+
+    def psql_value(self, sql):
+        rows = self.psql(sql)
+        return rows[0][0] if rows else None
+
+    def count_jobs(self):
+        return int(self.psql_value("SELECT count(*) FROM jobs"))
+
+    # -- Redis
+    def start_redis(self):
+        self.redis_port = free_port()
+        rdir = os.path.join(self.root, "redis")
+        os.makedirs(rdir)
+        p = self._proc("redis", ["redis-server", "--port", str(self.redis_port),
+                                 "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                 "--dir", rdir], _clean_env())
+
+        def ready():
+            self._die_if_dead(p)
+            with socket.create_connection(("127.0.0.1", self.redis_port), timeout=2) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        wait_until(ready, 20, 0.1, "redis to answer PING")
+        self.redis_url = f"redis://127.0.0.1:{self.redis_port}/0"
+
+    # -- gateway
+    def gateway_env(self, **extra):
+        env = _clean_env()
+        env.update({
+            "KOWLOON_DATABASE_URL": self.database_url,
+            "KOWLOON_REDIS_URL": self.redis_url,
+            "KOWLOON_CLUSTER_TOKEN": self.cluster_token,
+            "KOWLOON_NODE_TIMEOUT_S": str(self.node_timeout_s),
+            "KOWLOON_LOG_LEVEL": "debug",
+        })
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def start_gateway(self, name, port, **extra_env):
+        """Starts a gateway (serve) and waits for /readyz; returns its Proc."""
+        env = self.gateway_env(KOWLOON_LISTEN=f"127.0.0.1:{port}", **extra_env)
+        p = self._proc(name, [GATEWAY_BIN, "serve"], env)
+        url = f"http://127.0.0.1:{port}/readyz"
+
+        def ready():
+            self._die_if_dead(p)
+            return requests.get(url, timeout=2).status_code == 200
+        try:
+            wait_until(ready, 30, 0.1, f"{name} /readyz")
+        except StackError as e:
+            raise StackError(f"{e}\n{tail(p.log_path)}")
+        return p
+
+    def gateway_cli(self, *args, timeout=30):
+        return subprocess.run([GATEWAY_BIN, *args], env=self.gateway_env(), capture_output=True,
+                              text=True, timeout=timeout, cwd=REPO)
+
+    def create_key(self, tenant, admin=False):
+        args = ["keys", "create", "--tenant", tenant] + (["--admin"] if admin else [])
+        r = self.gateway_cli(*args)
+        if r.returncode != 0:
+            raise StackError(f"keys create {tenant} failed ({r.returncode}): {r.stderr}")
+        lines = [l for l in r.stdout.splitlines() if l.strip()]
+        if len(lines) != 1:
+            raise StackError(f"keys create must print exactly one line, got {r.stdout!r}")
+        return lines[0].strip()
+
+    def revoke_key(self, key):
+        return self.gateway_cli("keys", "revoke", key)
+
+    def client(self, who=None, key=None, base=None):
+        """A Client for a named key ("A", "B", "admin"), an explicit key, or none."""
+        if who is not None:
+            key = self.keys[who]
+        return Client(base or self.base, key, self.tracker)
+
+    # -- nodes
+    def start_node(self, name, port=None, backend="auto", extra_args=(), proc_name=None):
+        """Starts (or restarts) a compute node; does not wait for it to register."""
+        if port is None:
+            port = self.node_ports[name]
+        env = _clean_env()
+        env.update({"KOWLOON_CLUSTER_TOKEN": self.cluster_token, "KOWLOON_LOG_LEVEL": "debug"})
+        argv = [COMPUTE_BIN, "--slots", "1", "--backend", backend, "--name", name,
+                "--listen", f"127.0.0.1:{port}", "--gateway", self.base,
+                "--heartbeat-s", "1", *extra_args]
+        return self._proc(proc_name or name, argv, env)
+
+    def node_url(self, name):
+        return f"http://127.0.0.1:{self.node_ports[name]}"
+
+    def kill_node(self, name):
+        self.procs[name].kill9()
+
+    def nodes_by_name(self):
+        return {n["name"]: n for n in self.admin.nodes()}
+
+    def wait_nodes_up(self, names, timeout=30):
+        def up():
+            for n in names:
+                p = self.procs.get(n)
+                if p is not None:
+                    self._die_if_dead(p)
+            by = self.nodes_by_name()
+            return all(by.get(n, {}).get("state") == "up" for n in names)
+        wait_until(up, timeout, 0.2, f"nodes {names} up")
+
+    def wait_idle(self, timeout=15):
+        """Cancels every job the tests left unfinished and waits until no
+        node reports a running job. Returns True when the cluster is idle."""
+        for client, job_id in self.tracker:
+            try:
+                j = client.job(job_id)
+                if j.get("state") not in TERMINAL:
+                    client.cancel(job_id)
+            except (ApiError, requests.RequestException, ValueError):
+                pass
+        self.tracker.clear()
+
+        def idle():
+            return all(n.get("running", 0) == 0 for n in self.admin.nodes() if n.get("state") == "up")
+        try:
+            wait_until(idle, timeout, 0.2, "nodes to be idle")
+            return True
+        except (StackError, ApiError):
+            return False

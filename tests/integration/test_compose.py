@@ -1,0 +1,311 @@
+"""Checks of the deployment files and the public contract that need no
+running stack: docker-compose.yml as Compose renders it, and
+openapi/openapi.yaml as an OpenAPI 3.0 document that covers every route of
+the v1 contract and whose examples fit its own schemas."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from openapi_schema_validator import OAS30Validator, oas30_format_checker
+from openapi_spec_validator import validate
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+COMPOSE = os.path.join(ROOT, "docker-compose.yml")
+SPEC = os.path.join(ROOT, "openapi", "openapi.yaml")
+
+# Every route of the contract: (method, path as the spec writes it).
+PUBLIC_ROUTES = [
+    ("post", "/v1/jobs"),
+    ("get", "/v1/jobs"),
+    ("get", "/v1/jobs/{id}"),
+    ("get", "/v1/jobs/{id}/result"),
+    ("post", "/v1/jobs/{id}/cancel"),
+    ("get", "/v1/kernels"),
+    ("get", "/v1/nodes"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/openapi.yaml"),
+]
+CLUSTER_ROUTES = [
+    ("post", "/v1/nodes/register"),
+    ("post", "/v1/nodes/{id}/heartbeat"),
+    ("delete", "/v1/nodes/{id}"),
+]
+UNAUTHENTICATED = {"/healthz", "/readyz", "/openapi.yaml"}
+KERNELS = ["saxpy", "reduce", "gemm", "sleep"]
+
+
+# ------------------------------------------------------------- compose ---
+
+def _compose_cmd():
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    return None
+
+
+@pytest.fixture(scope="module")
+def compose():
+    """docker-compose.yml as `compose config` renders it (defaults of the
+    ${VAR:-default} interpolations applied, anchors merged). `config` needs
+    no Docker engine."""
+    cmd = _compose_cmd()
+    if cmd is None:
+        pytest.skip("neither docker-compose nor `docker compose` is installed "
+                    "(Debian: apt-get install docker-compose)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KOWLOON_")}
+    out = subprocess.run(cmd + ["-f", COMPOSE, "config"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return yaml.safe_load(out.stdout)
+
+
+def test_compose_has_every_service(compose):
+    services = set(compose["services"])
+    assert {"postgres", "redis", "gateway", "compute-gpu", "compute-cpu"} <= services
+
+
+def test_compose_datastores_are_pinned_persistent_and_health_checked(compose):
+    pg, redis = compose["services"]["postgres"], compose["services"]["redis"]
+    assert pg["image"] == "postgres:15"
+    assert any("pg_isready" in part for part in pg["healthcheck"]["test"])
+    assert any(str(v).endswith(":/var/lib/postgresql/data") or
+               str(v).endswith(":/var/lib/postgresql/data:rw") or
+               (isinstance(v, dict) and v.get("target") == "/var/lib/postgresql/data")
+               for v in pg["volumes"])
+    assert redis["image"] == "redis:7"
+    command = redis["command"]
+    command = command if isinstance(command, list) else command.split()
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert "redis-cli" in redis["healthcheck"]["test"]
+
+
+def _depends(service):
+    deps = service.get("depends_on", {})
+    if isinstance(deps, list):  # short form carries no condition
+        return {name: None for name in deps}
+    return {name: spec.get("condition") for name, spec in deps.items()}
+
+
+def test_gateway_waits_for_healthy_postgres_and_redis(compose):
+    gw = compose["services"]["gateway"]
+    assert _depends(gw) == {"postgres": "service_healthy", "redis": "service_healthy"}
+    assert gw["command"] in (["kowloon-gateway", "serve"], "kowloon-gateway serve")
+    assert "healthcheck" in gw
+
+
+def test_gateway_environment_and_port(compose):
+    gw = compose["services"]["gateway"]
+    env = gw["environment"]
+    assert env["KOWLOON_LISTEN"] == "0.0.0.0:8080"
+    assert env["KOWLOON_DATABASE_URL"].startswith("postgresql://")
+    assert "@postgres:5432/" in env["KOWLOON_DATABASE_URL"]
+    assert env["KOWLOON_REDIS_URL"].startswith("redis://redis:6379")
+    assert env["KOWLOON_CLUSTER_TOKEN"], "the cluster token needs a default"
+    ports = gw["ports"]
+    assert any((isinstance(p, dict) and int(p["target"]) == 8080 and int(p["published"]) == 8080)
+               or str(p) == "8080:8080" for p in ports)
+
+
+def test_compute_gpu_reserves_nvidia_gpus(compose):
+    node = compose["services"]["compute-gpu"]
+    devices = node["deploy"]["resources"]["reservations"]["devices"]
+    assert len(devices) == 1
+    dev = devices[0]
+    assert dev["driver"] == "nvidia"
+    assert "gpu" in dev["capabilities"]
+    assert dev.get("count") in ("all", 1) or dev.get("device_ids")
+    env = node["environment"]
+    assert env["KOWLOON_BACKEND"] == "cuda"
+    assert env["KOWLOON_ADVERTISE"] == "http://compute-gpu:8081"
+    assert env["KOWLOON_LISTEN"] == "0.0.0.0:8081"
+
+
+def test_compute_cpu_runs_on_cpu_without_gpu_reservation(compose):
+    node = compose["services"]["compute-cpu"]
+    assert node["environment"]["KOWLOON_BACKEND"] == "cpu"
+    assert node["environment"]["KOWLOON_ADVERTISE"] == "http://compute-cpu:8081"
+    assert "deploy" not in node or "devices" not in str(node["deploy"])
+
+
+def test_nodes_share_the_gateways_cluster_token(compose):
+    s = compose["services"]
+    token = s["gateway"]["environment"]["KOWLOON_CLUSTER_TOKEN"]
+    for name in ("compute-gpu", "compute-cpu"):
+        env = s[name]["environment"]
+        assert env["KOWLOON_CLUSTER_TOKEN"] == token
+        assert env["KOWLOON_GATEWAY"] == "http://gateway:8080"
+        assert _depends(s[name]).get("gateway") == "service_healthy"
+        assert "healthcheck" in s[name]
+
+
+def test_every_service_has_a_healthcheck(compose):
+    for name, svc in compose["services"].items():
+        if "tools" in svc.get("profiles", []):
+            continue  # one-shot commands
+        assert "healthcheck" in svc, name
+
+
+def test_compose_documents_how_to_create_the_first_key():
+    with open(COMPOSE, encoding="utf-8") as f:
+        text = f.read()
+    assert "keys create --tenant" in text
+
+
+# ------------------------------------------------------------- openapi ---
+
+@pytest.fixture(scope="module")
+def spec():
+    with open(SPEC, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def test_openapi_is_a_valid_openapi_3_0_document(spec):
+    assert spec["openapi"].startswith("3.0.")
+    validate(spec)  # raises OpenAPIValidationError with the path at fault
+
+
+@pytest.mark.parametrize("method,path", PUBLIC_ROUTES + CLUSTER_ROUTES)
+def test_openapi_documents_every_contract_route(spec, method, path):
+    assert path in spec["paths"], f"{path} missing"
+    assert method in spec["paths"][path], f"{method.upper()} {path} missing"
+
+
+def test_openapi_security_is_bearer_except_health_and_spec(spec):
+    scheme = spec["components"]["securitySchemes"]["bearerAuth"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    assert spec["security"] == [{"bearerAuth": []}]
+    for method, path in PUBLIC_ROUTES + CLUSTER_ROUTES:
+        op = spec["paths"][path][method]
+        if path in UNAUTHENTICATED:
+            assert op.get("security") == [], f"{path} must not need a key"
+        else:
+            assert op.get("security", spec["security"]) == [{"bearerAuth": []}]
+            assert "401" in op["responses"], f"{method.upper()} {path} lacks 401"
+
+
+def test_openapi_cluster_routes_are_tagged_cluster(spec):
+    for method, path in CLUSTER_ROUTES:
+        assert "cluster" in spec["paths"][path][method]["tags"]
+
+
+def test_openapi_create_job_documents_every_error_status(spec):
+    responses = spec["paths"]["/v1/jobs"]["post"]["responses"]
+    for status in ("202", "400", "401", "413", "415", "422", "503"):
+        assert status in responses, status
+    assert "Location" in responses["202"]["headers"]
+
+
+def test_openapi_create_job_shows_every_kernel(spec):
+    op = spec["paths"]["/v1/jobs"]["post"]
+    examples = op["requestBody"]["content"]["application/json"]["examples"]
+    assert sorted(e["value"]["kernel"] for e in examples.values()) == sorted(KERNELS)
+    for kernel in KERNELS:
+        assert f"`{kernel}`" in op["description"]
+
+
+def test_openapi_job_request_schema_is_strict(spec):
+    req = spec["components"]["schemas"]["JobRequest"]
+    assert req["additionalProperties"] is False
+    assert req["required"] == ["kernel"]
+    p = req["properties"]
+    assert (p["priority"]["minimum"], p["priority"]["maximum"], p["priority"]["default"]) == (0, 9, 5)
+    assert (p["timeout_s"]["minimum"], p["timeout_s"]["maximum"]) == (1, 86400)
+    assert (p["max_attempts"]["minimum"], p["max_attempts"]["maximum"]) == (1, 10)
+
+
+def test_openapi_tensor_is_data_or_b64(spec):
+    schemas = spec["components"]["schemas"]
+    assert len(schemas["Tensor"]["oneOf"]) == 2
+    assert schemas["DType"]["enum"] == ["float32", "float64", "int32"]
+    assert schemas["Shape"]["maxItems"] == 8
+    assert schemas["Shape"]["items"]["minimum"] == 0
+
+
+def test_openapi_result_takes_encoding(spec):
+    params = spec["paths"]["/v1/jobs/{id}/result"]["get"]["parameters"]
+    enc = next(p for p in params if p.get("name") == "encoding")
+    assert enc["in"] == "query"
+    assert enc["schema"]["enum"] == ["json", "b64"]
+
+
+def _walk_examples(spec):
+    """Yields (where, schema, example) for every example next to a schema in
+    a media type, a parameter or a schema itself."""
+    def media(where, m):
+        if "schema" not in m:
+            return
+        if "example" in m:
+            yield where, m["schema"], m["example"]
+        for name, ex in m.get("examples", {}).items():
+            if "$ref" not in ex:
+                yield f"{where} examples.{name}", m["schema"], ex["value"]
+
+    def response_media(where, resp):
+        for ctype, m in resp.get("content", {}).items():
+            yield from media(f"{where} {ctype}", m)
+
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            if method == "parameters":
+                continue
+            body = op.get("requestBody", {})
+            for ctype, m in body.get("content", {}).items():
+                yield from media(f"{method.upper()} {path} request", m)
+            for status, resp in op["responses"].items():
+                if "$ref" not in resp:
+                    yield from response_media(f"{method.upper()} {path} {status}", resp)
+    for name, resp in spec["components"].get("responses", {}).items():
+        yield from response_media(f"responses.{name}", resp)
+    for name, schema in spec["components"]["schemas"].items():
+        if "example" in schema:
+            yield f"schemas.{name}", schema, schema["example"]
+
+
+def test_openapi_examples_fit_their_schemas(spec):
+    checked = 0
+    for where, schema, example in _walk_examples(spec):
+        # "#/components/..." references resolve against the root schema, so
+        # carry the components along (not a schema keyword: it is ignored).
+        rooted = dict(schema, components=spec["components"])
+        validator = OAS30Validator(rooted, format_checker=oas30_format_checker)
+        errors = sorted(validator.iter_errors(example), key=lambda e: list(e.path))
+        assert not errors, f"{where}: " + "; ".join(
+            f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:3])
+        checked += 1
+    assert checked >= 20
+
+
+def test_openapi_b64_examples_match_their_shapes(spec):
+    import base64
+    import math
+    sizes = {"float32": 4, "float64": 8, "int32": 4}
+    text = yaml.safe_dump(spec)
+    found = 0
+
+    def visit(node):
+        nonlocal found
+        if isinstance(node, dict):
+            if {"dtype", "shape", "b64"} <= set(node) and isinstance(node["b64"], str):
+                raw = base64.b64decode(node["b64"], validate=True)
+                assert len(raw) == math.prod(node["shape"]) * sizes[node["dtype"]], node
+                found += 1
+            if {"dtype", "shape", "data"} <= set(node) and isinstance(node["data"], list):
+                assert len(node["data"]) == math.prod(node["shape"]), node
+            for v in node.values():
+                visit(v)
+        elif isinstance(node, list):
+            for v in node:
+                visit(v)
+
+    visit(spec)
+    assert found >= 3
+    assert re.search(r"b64", text)

@@ -1,0 +1,88 @@
+"""Tenants see only their own jobs; keys are checked on every request."""
+
+import pytest
+
+from stack import Client
+
+
+@pytest.fixture(scope="module")
+def a_job(stack):
+    a = stack.client("A")
+    return a.run("sleep", {"seconds": 0})
+
+
+def test_other_tenant_gets_404_on_get_result_and_cancel(B, a_job):
+    for r in (B.get(f"/v1/jobs/{a_job['id']}"), B.result(a_job["id"], "json"),
+              B.cancel(a_job["id"])):
+        assert r.status_code == 404, r.text
+        assert r.json()["error"]["code"] == "not_found"
+
+
+def test_other_tenant_cancel_leaves_job_untouched(A, B, stack):
+    busy = [A.submit("sleep", {"seconds": 5}) for _ in stack.node_names]
+    for j in busy:
+        A.wait(j["id"], 10, states=("running",))
+    q = A.submit("sleep", {"seconds": 0})
+    assert B.cancel(q["id"]).status_code == 404
+    assert A.job(q["id"])["state"] == "queued"
+
+
+def test_other_tenant_list_does_not_show_jobs(A, B, a_job):
+    B.run("sleep", {"seconds": 0})
+    a_ids = {j["id"] for j in A.list(limit=1000).json()["jobs"]}
+    b_jobs = B.list(limit=1000).json()["jobs"]
+    assert a_job["id"] in a_ids
+    assert b_jobs, "B's own job must be listed"
+    assert not a_ids & {j["id"] for j in b_jobs}
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/kernels", "/v1/nodes"])
+def test_missing_key_is_401(anon, path):
+    r = anon.get(path)
+    assert r.status_code == 401, r.text
+    assert r.json()["error"]["code"] == "unauthenticated"
+
+
+def test_missing_key_on_submit_is_401(anon, stack):
+    before = stack.count_jobs()
+    r = anon.post("/v1/jobs", json={"kernel": "sleep", "params": {"seconds": 0}})
+    assert r.status_code == 401, r.text
+    assert stack.count_jobs() == before
+
+
+@pytest.mark.parametrize("header", ["Bearer nope", "Bearer ", "Basic Zm9vOmJhcg==", "nope"])
+def test_invalid_key_is_401(stack, header):
+    c = Client(stack.base)
+    r = c.get("/v1/jobs", headers={"Authorization": header})
+    assert r.status_code == 401, f"{header!r}: {r.status_code} {r.text}"
+    assert r.json()["error"]["code"] == "unauthenticated"
+
+
+def test_cluster_token_is_not_an_api_key(stack):
+    r = Client(stack.base, stack.cluster_token).get("/v1/jobs")
+    assert r.status_code == 401, r.text
+
+
+def test_revoked_key_is_401(stack):
+    key = stack.create_key("C")
+    c = stack.client(key=key)
+    assert c.get("/v1/jobs").status_code == 200
+    r = stack.revoke_key(key)
+    assert r.returncode == 0, r.stderr
+    r = c.get("/v1/jobs")
+    assert r.status_code == 401, r.text
+    assert r.json()["error"]["code"] == "unauthenticated"
+
+
+def test_revoking_unknown_key_exits_1(stack):
+    r = stack.revoke_key("kl_this_key_does_not_exist")
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+
+
+def test_second_key_of_same_tenant_sees_same_jobs(stack, a_job):
+    c = stack.client(key=stack.create_key("A"))
+    assert c.job(a_job["id"])["id"] == a_job["id"]
+
+
+def test_keys_are_distinct(stack):
+    assert len(set(stack.keys.values())) == len(stack.keys)

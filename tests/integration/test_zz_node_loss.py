@@ -1,0 +1,54 @@
+"""Losing a node mid-run: the job is re-queued and runs again on the other
+node. Runs last (file order); the killed node is restarted afterwards."""
+
+import time
+
+import pytest
+
+from stack import ts
+
+
+@pytest.mark.timeout(90)
+def test_job_on_killed_node_is_retried_on_the_other_node(A, stack):
+    j = A.submit("sleep", {"seconds": 4}, max_attempts=3)
+    j = A.wait(j["id"], 10, states=("running",))
+    victim = j["node"]
+    assert victim in stack.node_names, j
+    other = next(n for n in stack.node_names if n != victim)
+    first_start = ts(j["started_at"])
+    stack.kill_node(victim)
+    try:
+        done = A.wait(j["id"], 30)
+        assert done["state"] == "succeeded", done
+        assert done["attempts"] == 2, done
+        assert done["node"] == other, done
+        assert ts(done["started_at"]) >= first_start
+        by = stack.nodes_by_name()
+        assert by[victim]["state"] == "down", by[victim]
+    finally:
+        stack.start_node(victim)
+        stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_restarted_node_takes_work_again(A, stack):
+    stack.wait_nodes_up(stack.node_names, timeout=20)
+    jobs = [A.submit("sleep", {"seconds": 1}) for _ in stack.node_names]
+    done = [A.wait(j["id"], 20) for j in jobs]
+    assert all(j["state"] == "succeeded" for j in done), done
+    assert {j["node"] for j in done} == set(stack.node_names), "both nodes should have run one"
+
+
+@pytest.mark.timeout(90)
+def test_restarted_node_with_lost_run_requeues_it(A, stack):
+    """A node that comes back under the same name before it is declared
+    down has forgotten its runs; the gateway re-queues them."""
+    j = A.submit("sleep", {"seconds": 3})
+    j = A.wait(j["id"], 10, states=("running",))
+    victim = j["node"]
+    stack.kill_node(victim)
+    stack.start_node(victim)
+    done = A.wait(j["id"], 40)
+    stack.wait_nodes_up(stack.node_names, timeout=30)
+    assert done["state"] == "succeeded", done
+    assert done["attempts"] == 2, done

@@ -1,0 +1,91 @@
+"""Redis and PostgreSQL trouble: Redis losing its data, Redis down and
+PostgreSQL down. Runs after every other file; each test restores what it
+broke."""
+
+import signal
+import subprocess
+import socket
+import time
+
+import pytest
+
+from stack import StackError, wait_until
+
+
+def redis_cmd(stack, *args):
+    """One Redis command over RESP; returns the first reply line."""
+    cmd = f"*{len(args)}\r\n" + "".join(f"${len(str(a))}\r\n{a}\r\n" for a in args)
+    with socket.create_connection(("127.0.0.1", stack.redis_port), timeout=5) as s:
+        s.sendall(cmd.encode())
+        return s.recv(4096).decode("latin-1").split("\r\n")[0]
+
+
+def pg_up(stack):
+    try:
+        return stack.psql_value("SELECT 1") == "1"
+    except (StackError, OSError, subprocess.SubprocessError):
+        return False
+
+
+def readyz(anon):
+    r = anon.get("/readyz", timeout=10)
+    return r.status_code, r.json()
+
+
+@pytest.mark.timeout(60)
+def test_redis_flush_requeues_queued_jobs_from_postgres(A, stack):
+    busy = [A.submit("sleep", {"seconds": 2}) for _ in stack.node_names]
+    for b in busy:
+        A.wait(b["id"], 10, states=("running",))
+    queued = [A.submit("sleep", {"seconds": 0.1}, priority=p) for p in (3, 8)]
+    assert redis_cmd(stack, "FLUSHALL") == "+OK"
+    done = [A.wait(j["id"], 40) for j in busy + queued]
+    assert [j["state"] for j in done] == ["succeeded"] * 4, done
+    assert all(j["attempts"] >= 1 for j in done)
+
+
+@pytest.mark.timeout(60)
+def test_redis_down_makes_readyz_503_and_recovers(A, anon, stack):
+    redis = stack.procs["redis"]
+    redis.stop(signal.SIGTERM)
+    try:
+        code, body = wait_until(lambda: (lambda c, b: (c, b) if c == 503 else None)(*readyz(anon)),
+                                10, 0.2, "readyz 503 with redis down")
+        assert body == {"status": "unavailable", "postgres": "ok", "redis": "down"}, body
+        assert anon.get("/healthz").status_code == 200, "liveness does not depend on redis"
+        r = A.post_job({"kernel": "sleep", "params": {"seconds": 0}})
+        assert r.status_code in (202, 503), r.text
+        if r.status_code == 503:
+            assert r.json()["error"]["code"] == "unavailable"
+            assert r.headers.get("Retry-After"), "503 without Retry-After"
+        pending = r.json()["id"] if r.status_code == 202 else None
+    finally:
+        redis.start()
+    wait_until(lambda: readyz(anon)[0] == 200, 20, 0.2, "readyz 200 after redis is back")
+    stack.wait_nodes_up(stack.node_names, timeout=20)
+    if pending:
+        j = A.wait(pending, 30)
+        assert j["state"] == "succeeded", j
+    j = A.run("sleep", {"seconds": 0}, timeout=30)
+    assert j["state"] == "succeeded"
+
+
+@pytest.mark.timeout(60)
+def test_postgres_down_makes_readyz_and_submit_503_and_recovers(A, anon, stack):
+    pg = stack.procs["postgres"]
+    pg.stop(signal.SIGINT)  # fast shutdown: connections are closed
+    try:
+        code, body = wait_until(lambda: (lambda c, b: (c, b) if c == 503 else None)(*readyz(anon)),
+                                10, 0.2, "readyz 503 with postgres down")
+        assert body["status"] == "unavailable" and body["postgres"] == "down", body
+        r = A.post_job({"kernel": "sleep", "params": {"seconds": 0}})
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "unavailable"
+        assert r.headers.get("Retry-After"), "503 without Retry-After"
+    finally:
+        pg.start()
+        wait_until(lambda: pg_up(stack), 20, 0.2, "postgres back")
+    wait_until(lambda: readyz(anon)[0] == 200, 20, 0.2, "readyz 200 after postgres is back")
+    stack.wait_nodes_up(stack.node_names, timeout=20)
+    j = A.run("sleep", {"seconds": 0}, timeout=30)
+    assert j["state"] == "succeeded"

@@ -1,0 +1,305 @@
+/* test_cn_runs.c — the run manager through its C API, on the CPU backend:
+ * submit and collect, idempotency, overload, cancel, timeout, long polls,
+ * superseded attempts, draining, shutdown and the sweeper. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runs.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+typedef struct fixture {
+    cn_backend backend;
+    cn_runs *runs;
+} fixture;
+
+static int setup_slots(void **state, int slots, int64_t keep_ms)
+{
+    static fixture f;
+    memset(&f, 0, sizeof f);
+    svc_log_init("test", SVC_LOG_ERROR);
+    assert_int_equal(cn_backend_open(&f.backend, "cpu", NULL), 0);
+    cn_runs_opts o = {.slots = slots, .threads = 1, .backend = &f.backend, .keep_ms = keep_ms};
+    assert_int_equal(cn_runs_create(&o, &f.runs), 0);
+    *state = &f;
+    return 0;
+}
+static int setup2(void **state) { return setup_slots(state, 2, 0); }
+static int setup1(void **state) { return setup_slots(state, 1, 0); }
+static int setup_short_keep(void **state) { return setup_slots(state, 2, 100); }
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    cn_runs_destroy(f->runs);
+    cn_backend_close(&f->backend);
+    return 0;
+}
+
+/* Decodes a request and submits it; returns submit's result. */
+static int submit(cn_runs *m, const char *text, kl_err *err)
+{
+    cn_run_req req;
+    int status;
+    json_t *body = json_loads(text, 0, NULL), *run = NULL;
+    assert_non_null(body);
+    memset(err, 0, sizeof *err);
+    assert_int_equal(cn_run_req_decode(body, &req, &status, err), 0);
+    int rc = cn_runs_submit(m, &req, &run, err);
+    if (rc >= 0) {
+        assert_non_null(run);
+        assert_string_equal(json_string_value(json_object_get(run, "run_id")), req.run_id[0] ? req.run_id : json_string_value(json_object_get(run, "run_id")));
+    }
+    cn_run_req_clear(&req);
+    json_decref(run);
+    json_decref(body);
+    return rc;
+}
+
+static int submit_sleep(cn_runs *m, const char *job, int attempt, double seconds, int timeout_s)
+{
+    char text[256];
+    kl_err err;
+    snprintf(text, sizeof text,
+             "{\"job_id\":\"%s\",\"attempt\":%d,\"kernel\":\"sleep\",\"params\":{\"seconds\":%g},"
+             "\"timeout_s\":%d}", job, attempt, seconds, timeout_s);
+    return submit(m, text, &err);
+}
+
+/* Waits for the run to end and returns its object (caller decrefs). */
+static json_t *wait_run(cn_runs *m, const char *id, int64_t wait_ms)
+{
+    json_t *run = NULL;
+    assert_int_equal(cn_runs_get(m, id, wait_ms, 1, &run), 0);
+    return run;
+}
+
+static const char *str(const json_t *run, const char *key)
+{
+    return json_string_value(json_object_get(run, key));
+}
+
+static const char *err_code(const json_t *run)
+{
+    return json_string_value(json_object_get(json_object_get(run, "error"), "code"));
+}
+
+static void test_saxpy_runs_and_returns_outputs_in_base64(void **state)
+{
+    fixture *f = *state;
+    kl_err err;
+    assert_int_equal(submit(f->runs, "{\"job_id\":\"j\",\"attempt\":1,\"kernel\":\"saxpy\",\"params\":{\"a\":2},"
+                                     "\"inputs\":{\"x\":{\"dtype\":\"float32\",\"shape\":[2],\"data\":[1,2]},"
+                                     "\"y\":{\"dtype\":\"float32\",\"shape\":[2],\"data\":[10,20]}}}",
+                            &err),
+                     CN_RUN_NEW);
+    json_t *run = wait_run(f->runs, "j.1", 5000);
+    assert_string_equal(str(run, "state"), "succeeded");
+    assert_string_equal(str(run, "backend"), "cpu");
+    assert_true(json_is_null(json_object_get(run, "error")));
+    const json_t *y = json_object_get(json_object_get(run, "outputs"), "y");
+    assert_non_null(y);
+    /* [12, 24] as little-endian float32 */
+    assert_string_equal(str(y, "b64"), "AABAQQAAwEE=");
+    json_decref(run);
+}
+
+static void test_same_job_and_attempt_is_idempotent(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(submit_sleep(f->runs, "idem", 1, 0.1, 60), CN_RUN_NEW);
+    assert_int_equal(submit_sleep(f->runs, "idem", 1, 0.1, 60), CN_RUN_EXISTING);
+    json_t *run = wait_run(f->runs, "idem.1", 5000);
+    assert_string_equal(str(run, "state"), "succeeded");
+    json_decref(run);
+    /* even once it has finished */
+    assert_int_equal(submit_sleep(f->runs, "idem", 1, 0.1, 60), CN_RUN_EXISTING);
+}
+
+static void test_full_slots_answer_overloaded(void **state)
+{
+    fixture *f = *state;
+    json_t *run;
+    assert_int_equal(submit_sleep(f->runs, "busy", 1, 30, 60), CN_RUN_NEW);
+    assert_int_equal(submit_sleep(f->runs, "more", 1, 30, 60), CN_EOVERLOADED);
+    assert_int_equal(cn_runs_cancel(f->runs, "busy.1", 2000, &run), 0);
+    json_decref(run);
+    /* the slot is free again once the run has ended */
+    assert_int_equal(submit_sleep(f->runs, "more", 1, 0, 60), CN_RUN_NEW);
+}
+
+static void test_cancel_stops_a_running_sleep_quickly(void **state)
+{
+    fixture *f = *state;
+    json_t *run;
+    assert_int_equal(submit_sleep(f->runs, "c", 1, 30, 60), CN_RUN_NEW);
+    svc_sleep_ms(100);
+    int64_t t0 = svc_now_mono_ms();
+    assert_int_equal(cn_runs_cancel(f->runs, "c.1", 2000, &run), 0);
+    assert_true(svc_now_mono_ms() - t0 < 1000);
+    assert_string_equal(str(run, "state"), "cancelled");
+    assert_string_equal(err_code(run), "cancelled");
+    assert_null(json_object_get(run, "outputs"));
+    json_decref(run);
+}
+
+static void test_timeout_fails_the_run_with_code_timeout(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(submit_sleep(f->runs, "t", 1, 30, 1), CN_RUN_NEW);
+    int64_t t0 = svc_now_mono_ms();
+    json_t *run = wait_run(f->runs, "t.1", 5000);
+    int64_t took = svc_now_mono_ms() - t0;
+    assert_string_equal(str(run, "state"), "failed");
+    assert_string_equal(err_code(run), "timeout");
+    assert_true(took >= 900 && took < 2500);
+    json_decref(run);
+}
+
+static void test_long_poll_answers_when_the_run_ends_or_the_wait_does(void **state)
+{
+    fixture *f = *state;
+    json_t *run;
+    assert_int_equal(submit_sleep(f->runs, "lp", 1, 0.3, 60), CN_RUN_NEW);
+    /* wait 0 answers at once with the run still going */
+    assert_int_equal(cn_runs_get(f->runs, "lp.1", 0, 1, &run), 0);
+    assert_true(strcmp(str(run, "state"), "queued") == 0 || strcmp(str(run, "state"), "running") == 0);
+    json_decref(run);
+    /* a short wait runs out */
+    int64_t t0 = svc_now_mono_ms();
+    assert_int_equal(cn_runs_get(f->runs, "lp.1", 50, 1, &run), 0);
+    assert_true(svc_now_mono_ms() - t0 >= 45);
+    json_decref(run);
+    /* a long one ends with the run, not with the wait */
+    t0 = svc_now_mono_ms();
+    run = wait_run(f->runs, "lp.1", 20000);
+    assert_true(svc_now_mono_ms() - t0 < 2000);
+    assert_string_equal(str(run, "state"), "succeeded");
+    json_decref(run);
+}
+
+static void test_unknown_run_is_not_found(void **state)
+{
+    fixture *f = *state;
+    json_t *run = NULL;
+    assert_int_equal(cn_runs_get(f->runs, "nope.1", 0, 1, &run), CN_ENOENT);
+    assert_null(run);
+    assert_int_equal(cn_runs_cancel(f->runs, "nope.1", 0, &run), CN_ENOENT);
+}
+
+static void test_cuda_target_is_refused_on_a_cpu_node(void **state)
+{
+    fixture *f = *state;
+    kl_err err;
+    assert_int_equal(submit(f->runs, "{\"job_id\":\"g\",\"attempt\":1,\"kernel\":\"sleep\","
+                                     "\"params\":{\"seconds\":0},\"backend\":\"cuda\"}",
+                            &err),
+                     CN_EINVAL);
+    assert_string_equal(err.field, "backend");
+    assert_non_null(strstr(err.message, "backend cpu requested"));
+}
+
+static void test_newer_attempt_cancels_the_older_one(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(submit_sleep(f->runs, "sup", 1, 30, 60), CN_RUN_NEW);
+    assert_int_equal(submit_sleep(f->runs, "sup", 2, 0, 60), CN_RUN_NEW);
+    json_t *run = wait_run(f->runs, "sup.1", 2000);
+    assert_string_equal(str(run, "state"), "cancelled");
+    json_decref(run);
+    run = wait_run(f->runs, "sup.2", 2000);
+    assert_string_equal(str(run, "state"), "succeeded");
+    json_decref(run);
+}
+
+static void test_load_lists_runs_until_collected(void **state)
+{
+    fixture *f = *state;
+    int active;
+    json_t *ids = json_array(), *run;
+    assert_int_equal(submit_sleep(f->runs, "l", 1, 0.1, 60), CN_RUN_NEW);
+    cn_runs_load(f->runs, &active, ids);
+    assert_int_equal(active, 1);
+    assert_int_equal(json_array_size(ids), 1);
+    assert_string_equal(json_string_value(json_array_get(ids, 0)), "l.1");
+    /* finished but not collected: still listed, no longer active */
+    assert_int_equal(cn_runs_get(f->runs, "l.1", 5000, 0, &run), 0);
+    json_decref(run);
+    json_array_clear(ids);
+    cn_runs_load(f->runs, &active, ids);
+    assert_int_equal(active, 0);
+    assert_int_equal(json_array_size(ids), 1);
+    /* collected with its outputs: gone from the list */
+    json_decref(wait_run(f->runs, "l.1", 0));
+    json_array_clear(ids);
+    cn_runs_load(f->runs, &active, ids);
+    assert_int_equal(json_array_size(ids), 0);
+    json_decref(ids);
+}
+
+static void test_draining_refuses_new_runs_and_waits_for_collection(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(submit_sleep(f->runs, "d", 1, 0.2, 60), CN_RUN_NEW);
+    assert_int_equal(cn_runs_drain(f->runs), 1);
+    assert_int_equal(submit_sleep(f->runs, "d2", 1, 0, 60), CN_EDRAINING);
+    /* an idempotent repeat still answers */
+    assert_int_equal(submit_sleep(f->runs, "d", 1, 0.2, 60), CN_RUN_EXISTING);
+    json_t *run = wait_run(f->runs, "d.1", 5000);
+    json_decref(run);
+    assert_int_equal(cn_runs_unsettled(f->runs), 0);
+}
+
+static void test_shutdown_cancel_is_a_retryable_backend_error(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(submit_sleep(f->runs, "s", 1, 30, 60), CN_RUN_NEW);
+    svc_sleep_ms(50);
+    assert_int_equal(cn_runs_cancel_all(f->runs, 2000), 0);
+    json_t *run = wait_run(f->runs, "s.1", 0);
+    assert_string_equal(str(run, "state"), "failed");
+    assert_string_equal(err_code(run), "backend_error");
+    json_decref(run);
+}
+
+static void test_finished_runs_are_swept_after_keep_time(void **state)
+{
+    fixture *f = *state;
+    json_t *run = NULL;
+    assert_int_equal(submit_sleep(f->runs, "sw", 1, 0, 60), CN_RUN_NEW);
+    json_decref(wait_run(f->runs, "sw.1", 2000));
+    int64_t deadline = svc_now_mono_ms() + 3000;
+    int rc = 0;
+    while (rc == 0 && svc_now_mono_ms() < deadline) {
+        svc_sleep_ms(50);
+        rc = cn_runs_get(f->runs, "sw.1", 0, 0, &run);
+        json_decref(run);
+    }
+    assert_int_equal(rc, CN_ENOENT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_saxpy_runs_and_returns_outputs_in_base64, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_same_job_and_attempt_is_idempotent, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_full_slots_answer_overloaded, setup1, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_stops_a_running_sleep_quickly, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_timeout_fails_the_run_with_code_timeout, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_long_poll_answers_when_the_run_ends_or_the_wait_does, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_run_is_not_found, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_cuda_target_is_refused_on_a_cpu_node, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_newer_attempt_cancels_the_older_one, setup1, teardown),
+        cmocka_unit_test_setup_teardown(test_load_lists_runs_until_collected, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_draining_refuses_new_runs_and_waits_for_collection, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_shutdown_cancel_is_a_retryable_backend_error, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_finished_runs_are_swept_after_keep_time, setup_short_keep, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,563 @@
+/* test_svc_http.c — black-box tests of the HTTP server: a real server on a
+ * free port with a tiny route table, driven by libcurl (through svc_client
+ * where it fits) and by a raw socket where the test needs to control exactly
+ * what is sent. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "svc_client.h"
+#include "svc_http.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+#define MAX_BODY 1024
+
+static svc_server *srv;
+static char base[64];
+
+/* ---- handlers --------------------------------------------------------- */
+
+static int h_item(svc_req *r)
+{
+    return svc_reply_json(r, 200, json_pack("{s:s, s:s}", "id", svc_req_param(r, "id"),
+                                            "method", svc_req_method(r)));
+}
+
+static int h_part(svc_req *r)
+{
+    return svc_reply_json(r, 200, json_pack("{s:s, s:s}", "id", svc_req_param(r, "id"),
+                                            "part", svc_req_param(r, "part")));
+}
+
+static int h_create(svc_req *r)
+{
+    svc_reply_header(r, "Location", "/v1/items/new");
+    return svc_reply_json(r, 201, json_pack("{s:O}", "got", svc_req_json(r)));
+}
+
+static int h_query(svc_req *r)
+{
+    const char *a = svc_req_query(r, "a"), *b = svc_req_query(r, "b");
+    return svc_reply_json(r, 200, json_pack("{s:s?, s:s?}", "a", a, "b", b));
+}
+
+static int h_silent(svc_req *r)
+{
+    (void)r;
+    return 0;
+}
+
+static int h_whoami(svc_req *r)
+{
+    return svc_reply_json(r, 200, json_pack("{s:s?, s:s}", "bearer", svc_req_bearer(r), "ip",
+                                            svc_req_client_ip(r)));
+}
+
+static int h_raw(svc_req *r)
+{
+    size_t len;
+    svc_req_body(r, &len);
+    return svc_reply_json(r, 200, json_pack("{s:I}", "len", (json_int_t)len));
+}
+
+static int h_error(svc_req *r)
+{
+    return svc_reply_error(r, 409, "conflict", "params.n", json_pack("{s:s}", "state", "running"),
+                           "job is %s", "running");
+}
+
+/* A JSON string of ?mb= mebibytes: exercises replies far above socket
+ * buffer sizes. */
+static int h_big(svc_req *r)
+{
+    const char *mb = svc_req_query(r, "mb");
+    size_t n = (size_t)atol(mb ? mb : "1") << 20;
+    char *s = malloc(n + 1);
+    memset(s, 'x', n);
+    s[n] = '\0';
+    json_t *j = json_pack("{s:s%}", "blob", s, n);
+    free(s);
+    return svc_reply_json(r, 200, j);
+}
+
+static const svc_route routes[] = {
+    {.method = "GET", .pattern = "/v1/items/{id}", .handler = h_item},
+    {.method = "DELETE", .pattern = "/v1/items/{id}", .handler = h_item},
+    {.method = "GET", .pattern = "/v1/items/{id}/parts/{part}", .handler = h_part},
+    {.method = "POST", .pattern = "/v1/items", .handler = h_create, .json_body = 1},
+    {.method = "GET", .pattern = "/v1/query", .handler = h_query},
+    {.method = "GET", .pattern = "/v1/silent", .handler = h_silent},
+    {.method = "GET", .pattern = "/v1/whoami", .handler = h_whoami},
+    {.method = "POST", .pattern = "/v1/raw", .handler = h_raw},
+    {.method = "GET", .pattern = "/v1/error", .handler = h_error},
+    {.method = "GET", .pattern = "/v1/big", .handler = h_big},
+    {0},
+};
+
+static int setup(void **state)
+{
+    (void)state;
+    svc_log_init("test", getenv("TEST_LOG_DEBUG") ? SVC_LOG_DEBUG : SVC_LOG_ERROR);
+    svc_client_global_init();
+    char err[256];
+    svc_server_opts o = {.listen = "127.0.0.1:0", .routes = routes, .max_body = MAX_BODY};
+    srv = svc_server_start(&o, err, sizeof err);
+    if (srv == NULL) {
+        fprintf(stderr, "server: %s\n", err);
+        return -1;
+    }
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", svc_server_port(srv));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    svc_server_stop(srv);
+    return 0;
+}
+
+/* ---- a raw libcurl request for what svc_http_call does not expose ------ */
+
+typedef struct {
+    long status;
+    char *body;
+    size_t len;
+    char allow[128];
+    size_t unsent; /* of a chunked upload */
+    CURLcode rc;
+} raw_resp;
+
+static size_t on_write(char *d, size_t sz, size_t n, void *u)
+{
+    raw_resp *r = u;
+    r->body = realloc(r->body, r->len + sz * n + 1);
+    memcpy(r->body + r->len, d, sz * n);
+    r->len += sz * n;
+    r->body[r->len] = '\0';
+    return sz * n;
+}
+
+static size_t on_header(char *d, size_t sz, size_t n, void *u)
+{
+    raw_resp *r = u;
+    if (strncasecmp(d, "Allow:", 6) == 0)
+        snprintf(r->allow, sizeof r->allow, "%.*s", (int)(sz * n - 9), d + 7);
+    return sz * n;
+}
+
+typedef struct {
+    size_t left;
+} chunk_src;
+
+static size_t on_read(char *buf, size_t sz, size_t n, void *u)
+{
+    chunk_src *c = u;
+    size_t k = sz * n < c->left ? sz * n : c->left;
+    if (k > 4096)
+        k = 4096;
+    memset(buf, ' ', k);
+    c->left -= k;
+    return k;
+}
+
+/* content_type NULL: none sent. chunked > 0: upload that many bytes with
+ * Transfer-Encoding: chunked instead of body. */
+static raw_resp raw(const char *method, const char *path, const char *content_type,
+                    const char *body, size_t chunked)
+{
+    raw_resp r = {0};
+    char url[256], ct[128];
+    snprintf(url, sizeof url, "%s%s", base, path);
+    CURL *h = curl_easy_init();
+    struct curl_slist *hl = curl_slist_append(NULL, "Expect:");
+    if (content_type != NULL) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
+        hl = curl_slist_append(hl, ct);
+    }
+    chunk_src src = {chunked};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
+    if (chunked > 0) {
+        hl = curl_slist_append(hl, "Transfer-Encoding: chunked");
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(h, CURLOPT_READDATA, &src);
+    } else if (body != NULL) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    r.rc = curl_easy_perform(h);
+    r.unsent = src.left;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+    return r;
+}
+
+/* The error code of a reply body, or "" (static buffer). */
+static const char *error_code(const char *body)
+{
+    static char code[64];
+    json_t *j = json_loads(body ? body : "", 0, NULL);
+    snprintf(code, sizeof code, "%s",
+             json_string_value(json_object_get(json_object_get(j, "error"), "code")) ?: "");
+    json_decref(j);
+    return code;
+}
+
+static svc_response call(const char *method, const char *path, const char *bearer, json_t *body)
+{
+    char url[256];
+    svc_response resp;
+    snprintf(url, sizeof url, "%s%s", base, path);
+    svc_http_call(method, url, bearer, body, 10000, &resp);
+    json_decref(body);
+    return resp;
+}
+
+/* ---- tests ------------------------------------------------------------ */
+
+static void test_route_params_are_captured(void **state)
+{
+    (void)state;
+    svc_response r = call("GET", "/v1/items/abc-123", NULL, NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(json_string_value(json_object_get(r.json, "id")), "abc-123");
+    svc_response_clear(&r);
+
+    r = call("GET", "/v1/items/7/parts/wheel", NULL, NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(json_string_value(json_object_get(r.json, "id")), "7");
+    assert_string_equal(json_string_value(json_object_get(r.json, "part")), "wheel");
+    svc_response_clear(&r);
+
+    r = call("DELETE", "/v1/items/9", NULL, NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(json_string_value(json_object_get(r.json, "method")), "DELETE");
+    svc_response_clear(&r);
+}
+
+static void test_unknown_path_is_404_not_found(void **state)
+{
+    (void)state;
+    const char *paths[] = {"/nope", "/v1/item", "/v1/items/", "/v1/items/1/parts", "/v1/items/1/x"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        svc_response r = call("GET", paths[i], NULL, NULL);
+        assert_int_equal(r.status, 404);
+        assert_string_equal(
+            json_string_value(json_object_get(json_object_get(r.json, "error"), "code")),
+            "not_found");
+        svc_response_clear(&r);
+    }
+}
+
+static void test_wrong_method_is_405_with_allow_header(void **state)
+{
+    (void)state;
+    raw_resp r = raw("PUT", "/v1/items/1", NULL, NULL, 0);
+    assert_int_equal(r.status, 405);
+    assert_string_equal(error_code(r.body), "method_not_allowed");
+    assert_string_equal(r.allow, "GET, DELETE");
+    free(r.body);
+    r = raw("GET", "/v1/items", NULL, NULL, 0);
+    assert_int_equal(r.status, 405);
+    assert_string_equal(r.allow, "POST");
+    free(r.body);
+}
+
+static void test_json_route_without_json_content_type_is_415(void **state)
+{
+    (void)state;
+    raw_resp r = raw("POST", "/v1/items", "text/plain", "{\"a\":1}", 0);
+    assert_int_equal(r.status, 415);
+    assert_string_equal(error_code(r.body), "unsupported_media_type");
+    free(r.body);
+    r = raw("POST", "/v1/items", NULL, NULL, 0);
+    assert_int_equal(r.status, 415);
+    free(r.body);
+    r = raw("POST", "/v1/items", "application/jsonx", "{}", 0);
+    assert_int_equal(r.status, 415);
+    free(r.body);
+}
+
+static void test_json_route_accepts_charset_parameter_and_replies_with_headers(void **state)
+{
+    (void)state;
+    raw_resp r = raw("POST", "/v1/items", "application/json; charset=utf-8", "{\"a\":[1,2]}", 0);
+    assert_int_equal(r.status, 201);
+    json_t *j = json_loads(r.body, 0, NULL);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(json_object_get(j, "got"), "a"), 1)), 2);
+    json_decref(j);
+    free(r.body);
+}
+
+static void test_invalid_json_is_400_with_position(void **state)
+{
+    (void)state;
+    raw_resp r = raw("POST", "/v1/items", "application/json", "{\"a\": 1,,}", 0);
+    assert_int_equal(r.status, 400);
+    assert_string_equal(error_code(r.body), "invalid_json");
+    assert_non_null(strstr(r.body, "column"));
+    free(r.body);
+}
+
+static void test_empty_or_non_object_or_bad_utf8_json_is_400(void **state)
+{
+    (void)state;
+    const char *bodies[] = {"", "[1,2]", "\"str\"", "{\"a\":\"\xff\xfe\"}", "{\"a\":1,\"a\":2}"};
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        raw_resp r = raw("POST", "/v1/items", "application/json", bodies[i], 0);
+        assert_int_equal(r.status, 400);
+        assert_string_equal(error_code(r.body), "invalid_json");
+        free(r.body);
+    }
+}
+
+static void test_body_at_limit_is_accepted(void **state)
+{
+    (void)state;
+    char *body = malloc(MAX_BODY + 1);
+    memset(body, ' ', MAX_BODY);
+    body[MAX_BODY] = '\0';
+    raw_resp r = raw("POST", "/v1/raw", "application/octet-stream", body, 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "1024"));
+    free(r.body);
+    free(body);
+}
+
+/* The server must answer from the headers alone: the test sends none of the
+ * announced gigabyte and still gets its 413. */
+static void test_content_length_over_limit_is_413_without_reading_body(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)svc_server_port(srv))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    const char req[] = "POST /v1/items HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 1000000000\r\n\r\n";
+    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    char buf[2048] = {0};
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    assert_true(n > 0);
+    assert_memory_equal(buf, "HTTP/1.1 413", 12);
+    assert_non_null(strstr(buf, "payload_too_large"));
+    close(fd);
+}
+
+static void test_chunked_body_over_limit_is_413(void **state)
+{
+    (void)state;
+    raw_resp r = raw("POST", "/v1/items", "application/json", NULL, 64 * 1024);
+    assert_int_equal(r.status, 413);
+    assert_string_equal(error_code(r.body), "payload_too_large");
+    free(r.body);
+    /* A body that keeps coming is cut off, not read to its end. */
+    size_t huge = (size_t)256 << 20;
+    r = raw("POST", "/v1/items", "application/json", NULL, huge);
+    assert_true(r.status == 0 || r.status == 413);
+    assert_true(r.unsent > 0);
+    free(r.body);
+    /* Under the limit, chunked is read whole. */
+    r = raw("POST", "/v1/raw", "application/octet-stream", NULL, 1000);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "1000"));
+    free(r.body);
+}
+
+static void test_handler_without_reply_is_500_internal(void **state)
+{
+    (void)state;
+    svc_response r = call("GET", "/v1/silent", NULL, NULL);
+    assert_int_equal(r.status, 500);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "error"), "code")),
+                        "internal");
+    svc_response_clear(&r);
+}
+
+static void test_query_args_reach_handler(void **state)
+{
+    (void)state;
+    svc_response r = call("GET", "/v1/query?a=x%20y&c=3", NULL, NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(json_string_value(json_object_get(r.json, "a")), "x y");
+    assert_true(json_is_null(json_object_get(r.json, "b")));
+    svc_response_clear(&r);
+}
+
+static void test_bearer_token_is_parsed_and_client_ip_known(void **state)
+{
+    (void)state;
+    svc_response r = call("GET", "/v1/whoami", "tok-123", NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(json_string_value(json_object_get(r.json, "bearer")), "tok-123");
+    assert_string_equal(json_string_value(json_object_get(r.json, "ip")), "127.0.0.1");
+    svc_response_clear(&r);
+
+    r = call("GET", "/v1/whoami", NULL, NULL);
+    assert_true(json_is_null(json_object_get(r.json, "bearer")));
+    svc_response_clear(&r);
+}
+
+static void test_bearer_rejects_other_schemes(void **state)
+{
+    (void)state;
+    const char *bad[] = {"Basic dXNlcjpw", "Bearer", "Bearer ", "Bearertok", "Bearer a b"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char hdr[128], url[128];
+        snprintf(hdr, sizeof hdr, "Authorization: %s", bad[i]);
+        snprintf(url, sizeof url, "%s/v1/whoami", base);
+        raw_resp r = {0};
+        CURL *h = curl_easy_init();
+        struct curl_slist *hl = curl_slist_append(NULL, hdr);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+        assert_int_equal(curl_easy_perform(h), CURLE_OK);
+        json_t *j = json_loads(r.body, 0, NULL);
+        assert_true(json_is_null(json_object_get(j, "bearer")));
+        json_decref(j);
+        free(r.body);
+        curl_slist_free_all(hl);
+        curl_easy_cleanup(h);
+    }
+    /* The scheme is case-insensitive. */
+    svc_response r = {0};
+    raw_resp rr = {0};
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/whoami", base);
+    CURL *h = curl_easy_init();
+    struct curl_slist *hl = curl_slist_append(NULL, "Authorization: bearer  k2");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &rr);
+    assert_int_equal(curl_easy_perform(h), CURLE_OK);
+    r.json = json_loads(rr.body, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(r.json, "bearer")), "k2");
+    svc_response_clear(&r);
+    free(rr.body);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+}
+
+static void test_error_reply_has_code_message_field_and_extra(void **state)
+{
+    (void)state;
+    svc_response r = call("GET", "/v1/error", NULL, NULL);
+    assert_int_equal(r.status, 409);
+    json_t *e = json_object_get(r.json, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "code")), "conflict");
+    assert_string_equal(json_string_value(json_object_get(e, "message")), "job is running");
+    assert_string_equal(json_string_value(json_object_get(e, "field")), "params.n");
+    assert_string_equal(json_string_value(json_object_get(r.json, "state")), "running");
+    svc_response_clear(&r);
+}
+
+static void test_json_body_round_trips_through_client(void **state)
+{
+    (void)state;
+    svc_response r = call("POST", "/v1/items", NULL, json_pack("{s:f, s:s}", "x", 0.1, "s", "é"));
+    assert_int_equal(r.status, 201);
+    json_t *got = json_object_get(r.json, "got");
+    assert_true(json_real_value(json_object_get(got, "x")) == 0.1);
+    assert_string_equal(json_string_value(json_object_get(got, "s")), "é");
+    svc_response_clear(&r);
+}
+
+static void test_large_response_arrives_whole(void **state)
+{
+    (void)state;
+    svc_response r = call("GET", "/v1/big?mb=96", NULL, NULL);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(json_string_length(json_object_get(r.json, "blob")), (size_t)96 << 20);
+    svc_response_clear(&r);
+}
+
+static void test_client_reports_transport_error(void **state)
+{
+    (void)state;
+    /* A port that was just free: nothing listens there. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    close(fd);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/x", ntohs(sa.sin_port));
+    svc_response r;
+    assert_int_equal(svc_http_call("GET", url, NULL, NULL, 2000, &r), -1);
+    assert_int_equal(r.status, 0);
+    assert_true(r.error[0] != '\0');
+    svc_response_clear(&r);
+}
+
+static void test_bad_listen_address_is_refused(void **state)
+{
+    (void)state;
+    char err[256];
+    const char *bad[] = {"nohostport", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:12ab"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        svc_server_opts o = {.listen = bad[i], .routes = routes, .max_body = 10};
+        assert_null(svc_server_start(&o, err, sizeof err));
+        assert_non_null(strstr(err, "listen"));
+    }
+    /* The port the suite's server holds is in use. */
+    char busy[64];
+    snprintf(busy, sizeof busy, "127.0.0.1:%d", svc_server_port(srv));
+    svc_server_opts o = {.listen = busy, .routes = routes, .max_body = 10};
+    assert_null(svc_server_start(&o, err, sizeof err));
+    assert_non_null(strstr(err, busy));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_route_params_are_captured),
+        cmocka_unit_test(test_unknown_path_is_404_not_found),
+        cmocka_unit_test(test_wrong_method_is_405_with_allow_header),
+        cmocka_unit_test(test_json_route_without_json_content_type_is_415),
+        cmocka_unit_test(test_json_route_accepts_charset_parameter_and_replies_with_headers),
+        cmocka_unit_test(test_invalid_json_is_400_with_position),
+        cmocka_unit_test(test_empty_or_non_object_or_bad_utf8_json_is_400),
+        cmocka_unit_test(test_body_at_limit_is_accepted),
+        cmocka_unit_test(test_content_length_over_limit_is_413_without_reading_body),
+        cmocka_unit_test(test_chunked_body_over_limit_is_413),
+        cmocka_unit_test(test_handler_without_reply_is_500_internal),
+        cmocka_unit_test(test_query_args_reach_handler),
+        cmocka_unit_test(test_bearer_token_is_parsed_and_client_ip_known),
+        cmocka_unit_test(test_bearer_rejects_other_schemes),
+        cmocka_unit_test(test_error_reply_has_code_message_field_and_extra),
+        cmocka_unit_test(test_json_body_round_trips_through_client),
+        cmocka_unit_test(test_large_response_arrives_whole),
+        cmocka_unit_test(test_client_reports_transport_error),
+        cmocka_unit_test(test_bad_listen_address_is_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

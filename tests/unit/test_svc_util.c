@@ -1,0 +1,201 @@
+/* test_svc_util.c — base64 against RFC 4648's vectors and its strictness,
+ * ids, times, constant-time comparison, log levels. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "svc_log.h"
+#include "svc_util.h"
+
+static const char *const rfc4648[][2] = {
+    {"", ""},          {"f", "Zg=="},         {"fo", "Zm8="},         {"foo", "Zm9v"},
+    {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"},
+};
+
+static void test_b64_matches_rfc4648_vectors_both_ways(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof rfc4648 / sizeof *rfc4648; i++) {
+        const char *plain = rfc4648[i][0], *enc = rfc4648[i][1];
+        char *e = svc_b64_encode(plain, strlen(plain));
+        assert_string_equal(e, enc);
+        free(e);
+        unsigned char *d = NULL;
+        size_t dl = 99;
+        assert_int_equal(svc_b64_decode(enc, strlen(enc), &d, &dl), 0);
+        assert_int_equal(dl, strlen(plain));
+        assert_memory_equal(d, plain, dl);
+        free(d);
+    }
+}
+
+static void test_b64_round_trips_every_byte_value(void **state)
+{
+    (void)state;
+    unsigned char all[256];
+    for (int i = 0; i < 256; i++)
+        all[i] = (unsigned char)i;
+    for (size_t len = 0; len <= 256; len += 1) {
+        char *e = svc_b64_encode(all, len);
+        assert_int_equal(strlen(e), (len + 2) / 3 * 4);
+        unsigned char *d;
+        size_t dl;
+        assert_int_equal(svc_b64_decode(e, strlen(e), &d, &dl), 0);
+        assert_int_equal(dl, len);
+        assert_memory_equal(d, all, len);
+        free(d);
+        free(e);
+    }
+}
+
+static void test_b64_decoder_is_strict(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "Zg",       /* unpadded */
+        "Zg=",      /* length not a multiple of 4 */
+        "Zm9v\n",   /* trailing newline */
+        "Zm 9v",    /* inner space */
+        "Z===",     /* three pad characters */
+        "=Zm9",     /* pad first */
+        "Zg==Zm9v", /* padding before the end */
+        "Zm9v====", /* a group of padding only */
+        "Zh==",     /* non-zero bits under the padding */
+        "Zm9=",     /* same, one pad character */
+        "Zm9-",     /* base64url alphabet */
+        "Zm9_",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        unsigned char *d = (unsigned char *)"untouched";
+        size_t dl = 7;
+        if (svc_b64_decode(bad[i], strlen(bad[i]), &d, &dl) != -1)
+            fail_msg("accepted '%s'", bad[i]);
+        assert_string_equal((char *)d, "untouched");
+    }
+    /* slen counts: an embedded NUL is a bad character. */
+    unsigned char *d;
+    size_t dl;
+    assert_int_equal(svc_b64_decode("Zm9v\0\0\0\0", 8, &d, &dl), -1);
+}
+
+static void test_uuid_v4_has_canonical_form_version_and_variant(void **state)
+{
+    (void)state;
+    char a[37], b[37];
+    assert_int_equal(svc_uuid_v4(a), 0);
+    assert_int_equal(svc_uuid_v4(b), 0);
+    assert_int_equal(strlen(a), 36);
+    assert_true(svc_uuid_valid(a));
+    assert_string_not_equal(a, b);
+    assert_int_equal(a[14], '4');
+    assert_non_null(strchr("89ab", a[19]));
+    for (int i = 0; i < 36; i++)
+        assert_non_null(strchr(i == 8 || i == 13 || i == 18 || i == 23 ? "-" : "0123456789abcdef", a[i]));
+}
+
+static void test_uuid_valid_rejects_other_forms(void **state)
+{
+    (void)state;
+    assert_true(svc_uuid_valid("123e4567-e89b-12d3-a456-426614174000"));
+    assert_true(svc_uuid_valid("123E4567-E89B-12D3-A456-426614174000"));
+    assert_false(svc_uuid_valid("123e4567e89b12d3a456426614174000"));
+    assert_false(svc_uuid_valid("123e4567-e89b-12d3-a456-42661417400"));
+    assert_false(svc_uuid_valid("123e4567-e89b-12d3-a456-4266141740000"));
+    assert_false(svc_uuid_valid("{123e4567-e89b-12d3-a456-426614174000}"));
+    assert_false(svc_uuid_valid("123e4567-e89b-12d3-a456-42661417400g"));
+    assert_false(svc_uuid_valid(""));
+    assert_false(svc_uuid_valid(NULL));
+}
+
+static void test_time_format_is_rfc3339_utc_with_milliseconds(void **state)
+{
+    (void)state;
+    char buf[32];
+    svc_time_format(0, buf, sizeof buf);
+    assert_string_equal(buf, "1970-01-01T00:00:00.000Z");
+    svc_time_format(1796212800123LL, buf, sizeof buf);
+    assert_string_equal(buf, "2026-12-02T12:00:00.123Z");
+    svc_time_format(-1, buf, sizeof buf);
+    assert_string_equal(buf, "1969-12-31T23:59:59.999Z");
+    svc_time_format(svc_now_wall_ms(), buf, sizeof buf);
+    assert_int_equal(strlen(buf), 24);
+    assert_int_equal(buf[10], 'T');
+    assert_int_equal(buf[23], 'Z');
+}
+
+static void test_clocks_advance_and_sleep_waits(void **state)
+{
+    (void)state;
+    int64_t m0 = svc_now_mono_ms();
+    svc_sleep_ms(30);
+    int64_t m1 = svc_now_mono_ms();
+    assert_true(m1 - m0 >= 30);
+    assert_true(m1 - m0 < 2000);
+    assert_true(svc_now_wall_ms() > 1700000000000LL);
+}
+
+static void test_random_hex_has_requested_length(void **state)
+{
+    (void)state;
+    char a[65], b[65];
+    assert_int_equal(svc_random_hex(a, 32), 0);
+    assert_int_equal(svc_random_hex(b, 32), 0);
+    assert_int_equal(strlen(a), 64);
+    assert_int_equal(strspn(a, "0123456789abcdef"), 64);
+    assert_string_not_equal(a, b);
+    char big[2 * 200 + 1];
+    assert_int_equal(svc_random_hex(big, 200), 0);
+    assert_int_equal(strlen(big), 400);
+}
+
+static void test_secure_equal(void **state)
+{
+    (void)state;
+    assert_true(svc_secure_equal("token-abc", "token-abc"));
+    assert_true(svc_secure_equal("", ""));
+    assert_false(svc_secure_equal("token-abc", "token-abd"));
+    assert_false(svc_secure_equal("token-abc", "token-ab"));
+    assert_false(svc_secure_equal("token-ab", "token-abc"));
+    assert_false(svc_secure_equal("", "x"));
+    assert_false(svc_secure_equal(NULL, "x"));
+    assert_false(svc_secure_equal(NULL, NULL));
+}
+
+static void test_log_level_parse_and_filter(void **state)
+{
+    (void)state;
+    assert_int_equal(svc_log_level_parse("debug"), SVC_LOG_DEBUG);
+    assert_int_equal(svc_log_level_parse("INFO"), SVC_LOG_INFO);
+    assert_int_equal(svc_log_level_parse("warn"), SVC_LOG_WARN);
+    assert_int_equal(svc_log_level_parse("error"), SVC_LOG_ERROR);
+    assert_int_equal(svc_log_level_parse("verbose"), -1);
+    assert_int_equal(svc_log_level_parse(NULL), -1);
+    svc_log_init("test", SVC_LOG_WARN);
+    assert_false(svc_log_enabled(SVC_LOG_INFO));
+    assert_true(svc_log_enabled(SVC_LOG_ERROR));
+    svc_info("not shown");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_b64_matches_rfc4648_vectors_both_ways),
+        cmocka_unit_test(test_b64_round_trips_every_byte_value),
+        cmocka_unit_test(test_b64_decoder_is_strict),
+        cmocka_unit_test(test_uuid_v4_has_canonical_form_version_and_variant),
+        cmocka_unit_test(test_uuid_valid_rejects_other_forms),
+        cmocka_unit_test(test_time_format_is_rfc3339_utc_with_milliseconds),
+        cmocka_unit_test(test_clocks_advance_and_sleep_waits),
+        cmocka_unit_test(test_random_hex_has_requested_length),
+        cmocka_unit_test(test_secure_equal),
+        cmocka_unit_test(test_log_level_parse_and_filter),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
