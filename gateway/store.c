@@ -170,6 +170,14 @@ void gw_store_close(gw_store *s)
     free(s);
 }
 
+/* PostgreSQL's notices ("relation already exists, skipping") are not
+ * errors; they go to the debug log instead of stderr. */
+static void notice_to_log(void *arg, const char *message)
+{
+    (void)arg;
+    svc_debug("postgres: %.*s", (int)strcspn(message, "\n"), message);
+}
+
 static void conn_drop(store__conn *c)
 {
     if (c->pg)
@@ -203,6 +211,7 @@ store__conn *store__acquire(gw_store *s)
             store__release(s, c);
             return NULL;
         }
+        PQsetNoticeProcessor(c->pg, notice_to_log, NULL);
     }
     return c;
 }

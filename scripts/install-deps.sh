@@ -62,7 +62,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
         printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
         trap 'rm -f "$policy"' EXIT
     fi
-    apt_retry update -q
+    # One broken third-party source must not stop the install: warn, go on.
+    apt_retry update -q || echo "install-deps: apt-get update failed; trying the install anyway" >&2
     apt_retry install -y -q --no-install-recommends \
         -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
     mapfile -t still < <(missing_packages "${want[@]}")

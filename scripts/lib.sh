@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # scripts/lib.sh — shell helpers shared by run.sh, stop.sh and test.sh:
 # a private PostgreSQL and Redis under a state directory, free ports, waits,
 # and pid-file process control. Source it; it sets no shell options.

@@ -574,6 +574,13 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
                  gai_strerror(gai));
         return NULL;
     }
+    /* "localhost" may resolve to ::1 first; clients mostly dial 127.0.0.1. */
+    const struct addrinfo *pick = ai;
+    for (const struct addrinfo *a = ai; a != NULL; a = a->ai_next)
+        if (a->ai_family == AF_INET) {
+            pick = a;
+            break;
+        }
     svc_server *s = calloc(1, sizeof *s);
     if (s == NULL) {
         freeaddrinfo(ai);
@@ -587,12 +594,15 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6)
+    if (pick->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* MHD binds the address itself (SO_REUSEADDR, and the listen socket is
+     * unambiguously its own to close); the port argument only names it in
+     * MHD's messages. */
     s->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_access, s,
+        flags, (uint16_t)atoi(port), NULL, NULL, on_access, s,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_SOCK_ADDR, pick->ai_addr,
         MHD_OPTION_CONNECTION_TIMEOUT, opts->conn_timeout_s ? opts->conn_timeout_s : 30u,
         MHD_OPTION_CONNECTION_LIMIT, opts->max_connections ? opts->max_connections : 1024u,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, opts->per_ip_limit,

@@ -153,7 +153,7 @@ static size_t b64_decoded_len(const char *s, size_t slen)
     return slen / 4 * 3 - pad;
 }
 
-/* Fills out->data from a flat "data" array. */
+/* Allocates out->data (out->nbytes) and fills it from a flat "data" array. */
 static int data_parse(const json_t *arr, int64_t elems, const char *shp, svc_tensor *out,
                       char *msg, size_t msglen)
 {
@@ -171,6 +171,11 @@ static int data_parse(const json_t *arr, int64_t elems, const char *shp, svc_ten
     if ((int64_t)n != elems) {
         snprintf(msg, msglen, "shape %s needs %lld elements, data has %zu", shp,
                  (long long)elems, n);
+        return -1;
+    }
+    /* Allocated only now that the count is known to match the document. */
+    if (out->nbytes > 0 && (out->data = malloc(out->nbytes)) == NULL) {
+        snprintf(msg, msglen, "out of memory for %zu bytes", out->nbytes);
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
@@ -301,10 +306,6 @@ int svc_tensor_from_json(const json_t *j, int64_t max_elems, svc_tensor *out,
     }
     int rc;
     if (data != NULL) {
-        if (t.nbytes > 0 && (t.data = malloc(t.nbytes)) == NULL) {
-            snprintf(msg, msglen, "out of memory for %zu bytes", t.nbytes);
-            return -1;
-        }
         rc = data_parse(data, elems, shp, &t, msg, msglen);
     } else {
         rc = b64_parse(b64, shp, &t, msg, msglen);

@@ -58,12 +58,13 @@ int kl__cuda_gemm(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
     KL_CUBLAS_CHECK(kl__cuda_sgemm_rm(h, (int)m, (int)n, (int)k, alpha, dA, dB, beta, dC));
     if ((rc = kl__cuda_wait(s, args, err)) < 0)
         goto done;
-    KL_CUDA_CHECK(cudaMemcpy(outs[0].data, dC, (size_t)(m * n) * sizeof(float), cudaMemcpyDeviceToHost));
+    KL_CUDA_CHECK(cudaMemcpyAsync(outs[0].data, dC, (size_t)(m * n) * sizeof(float), cudaMemcpyDeviceToHost, s));
+    KL_CUDA_CHECK(cudaStreamSynchronize(s));
 done:
     if (s) {
-        cudaFreeAsync(dA, s);
-        cudaFreeAsync(dB, s);
-        cudaFreeAsync(dC, s);
+        kl__cuda_free(dA, s);
+        kl__cuda_free(dB, s);
+        kl__cuda_free(dC, s);
     }
     if (h)
         cublasDestroy(h);

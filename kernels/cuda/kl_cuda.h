@@ -43,6 +43,15 @@ static inline int kl__cuda_canceled(const kl_args *args)
  * KL_EBACKEND with err filled. */
 int kl__cuda_wait(cudaStream_t s, const kl_args *args, kl_err *err);
 
+/* Stream-ordered free that skips NULL: a runtime call that fails, even on
+ * NULL, is recorded as the thread's last error and would surface in the
+ * next launch check, of another run. */
+static inline void kl__cuda_free(void *p, cudaStream_t s)
+{
+    if (p)
+        cudaFreeAsync(p, s);
+}
+
 int kl__cuda_saxpy(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
 int kl__cuda_reduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
 int kl__cuda_gemm(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);

@@ -37,8 +37,10 @@ int kl__cuda_wait(cudaStream_t s, const kl_args *args, kl_err *err)
     const struct timespec tick = {0, 200 * 1000};
     for (;;) {
         cudaError_t e = cudaStreamQuery(s);
-        if (e == cudaSuccess)
+        if (e == cudaSuccess) {
+            (void)cudaGetLastError(); /* leave no cudaErrorNotReady behind */
             return 0;
+        }
         if (e != cudaErrorNotReady)
             return kl__cuda_fail(err, __FILE__, __LINE__, "cudaStreamQuery", cudaGetErrorString(e));
         if (kl__cuda_canceled(args)) {
@@ -85,6 +87,9 @@ static int plugin_run(const kl_args *args, int first_gpu, int gpus, kl_tensor *o
     cudaError_t e = cudaSetDevice(first_gpu);
     if (e != cudaSuccess)
         return kl__cuda_fail(err, __FILE__, __LINE__, "cudaSetDevice", cudaGetErrorString(e));
+    /* Start clean: CUB and the launch checks read the thread's last error,
+     * which an earlier run on this worker thread may have left set. */
+    (void)cudaGetLastError();
     rc = run(args, first_gpu, outs, err);
     if (rc < 0)
         for (int i = 0; i < args->kernel->noutputs; i++)

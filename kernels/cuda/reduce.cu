@@ -34,8 +34,9 @@ int kl__cuda_reduce_dev(const float *dx, int64_t n, kl_reduce_op op, cudaStream_
 
     KL_CUDA_CHECK(cudaMallocAsync(&dout, sizeof(double), s));
     for (int pass = 0; pass < 2; pass++) { /* the first pass only sizes the temp storage */
+        /* Never 0 bytes: a NULL temp would make the second pass a query too. */
         if (pass == 1)
-            KL_CUDA_CHECK(cudaMallocAsync(&temp, temp_bytes, s));
+            KL_CUDA_CHECK(cudaMallocAsync(&temp, temp_bytes > 16 ? temp_bytes : 16, s));
         if (is_sum)
             KL_CUDA_CHECK(cub::DeviceReduce::TransformReduce(temp, temp_bytes, dx, (double *)dout, items,
                                                              cuda::std::plus<double>{}, to_double{}, 0.0, s));
@@ -56,8 +57,8 @@ int kl__cuda_reduce_dev(const float *dx, int64_t n, kl_reduce_op op, cudaStream_
         *result = extreme;
     }
 done:
-    cudaFreeAsync(temp, s);
-    cudaFreeAsync(dout, s);
+    kl__cuda_free(temp, s);
+    kl__cuda_free(dout, s);
     return rc;
 }
 
@@ -87,7 +88,7 @@ int kl__cuda_reduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
     ((float *)outs[0].data)[0] = (float)r;
 done:
     if (s) {
-        cudaFreeAsync(dx, s);
+        kl__cuda_free(dx, s);
         cudaStreamDestroy(s);
     }
     return rc;

@@ -43,17 +43,19 @@ int kl__cuda_saxpy(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
      * loop covers the rest. */
     blocks = (n + 255) / 256;
     blocks = blocks < (int64_t)sms * 32 ? blocks : (int64_t)sms * 32;
+    (void)cudaGetLastError(); /* so the check below sees this launch only */
     saxpy_kernel<<<(unsigned)blocks, 256, 0, s>>>(n, a, dx, dy);
     KL_CUDA_CHECK(cudaGetLastError());
     /* Copy back only once the stream has drained: a cancelled run must not
      * leave a copy in flight into host memory that the caller frees. */
     if ((rc = kl__cuda_wait(s, args, err)) < 0)
         goto done;
-    KL_CUDA_CHECK(cudaMemcpy(outs[0].data, dy, bytes, cudaMemcpyDeviceToHost));
+    KL_CUDA_CHECK(cudaMemcpyAsync(outs[0].data, dy, bytes, cudaMemcpyDeviceToHost, s));
+    KL_CUDA_CHECK(cudaStreamSynchronize(s));
 done:
     if (s) {
-        cudaFreeAsync(dx, s);
-        cudaFreeAsync(dy, s);
+        kl__cuda_free(dx, s);
+        kl__cuda_free(dy, s);
         cudaStreamDestroy(s);
     }
     return rc;

@@ -51,10 +51,12 @@ static int submit(cn_runs *m, const char *text, kl_err *err)
     assert_non_null(body);
     memset(err, 0, sizeof *err);
     assert_int_equal(cn_run_req_decode(body, &req, &status, err), 0);
+    char run_id[CN_RUN_ID_MAX];
+    snprintf(run_id, sizeof run_id, "%s", req.run_id);
     int rc = cn_runs_submit(m, &req, &run, err);
     if (rc >= 0) {
         assert_non_null(run);
-        assert_string_equal(json_string_value(json_object_get(run, "run_id")), req.run_id[0] ? req.run_id : json_string_value(json_object_get(run, "run_id")));
+        assert_string_equal(json_string_value(json_object_get(run, "run_id")), run_id);
     }
     cn_run_req_clear(&req);
     json_decref(run);
@@ -295,7 +297,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_long_poll_answers_when_the_run_ends_or_the_wait_does, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_run_is_not_found, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_cuda_target_is_refused_on_a_cpu_node, setup2, teardown),
-        cmocka_unit_test_setup_teardown(test_newer_attempt_cancels_the_older_one, setup1, teardown),
+        cmocka_unit_test_setup_teardown(test_newer_attempt_cancels_the_older_one, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_load_lists_runs_until_collected, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_draining_refuses_new_runs_and_waits_for_collection, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_cancel_is_a_retryable_backend_error, setup2, teardown),

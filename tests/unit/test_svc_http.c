@@ -219,8 +219,8 @@ static const char *error_code(const char *body)
 {
     static char code[64];
     json_t *j = json_loads(body ? body : "", 0, NULL);
-    snprintf(code, sizeof code, "%s",
-             json_string_value(json_object_get(json_object_get(j, "error"), "code")) ?: "");
+    const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+    snprintf(code, sizeof code, "%s", c != NULL ? c : "");
     json_decref(j);
     return code;
 }
