@@ -114,3 +114,8 @@ bench-kernels: all
 
 clean:
 	rm -rf build build-san bin lib
+
+# CPU kernel figures; bench/kernels.sh builds and runs it.
+$(B)/bench/bench_kernels: bench/bench_kernels.c $(B)/libkl.a
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(KL_LIBS)

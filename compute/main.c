@@ -3,7 +3,8 @@
  * SIGTERM or SIGINT, drains: no new runs, running ones get a grace period to
  * finish and be collected, then it deregisters and exits 0. */
 #include <errno.h>
-#include <pthread.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,48 @@
 
 /* After the grace period, cancelled kernels get this long to stop. */
 #define CN_CANCEL_WAIT_MS 5000
+
+/* SIGTERM/SIGINT arrive on this pipe. Masks cannot steer them to main:
+ * libraries start threads before main runs (OpenBLAS's pool does), and any
+ * thread may take a process signal, so the handler only writes a byte. */
+static int cn_sigpipe[2] = {-1, -1};
+
+static void cn__on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char c = (unsigned char)sig;
+    if (write(cn_sigpipe[1], &c, 1) < 0) {
+        /* the pipe is full: a signal is already pending, which is enough */
+    }
+    errno = saved;
+}
+
+static int cn__signals_install(void)
+{
+    struct sigaction sa;
+
+    if (pipe2(cn_sigpipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -errno;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cn__on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0)
+        return -errno;
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+/* Waits up to timeout_ms (-1: for ever) for a signal; returns it, or 0. */
+static int cn__signal_wait(int timeout_ms)
+{
+    struct pollfd p = {.fd = cn_sigpipe[0], .events = POLLIN};
+    unsigned char c;
+
+    if (poll(&p, 1, timeout_ms) <= 0 || read(cn_sigpipe[0], &c, 1) != 1)
+        return 0;
+    return c;
+}
 
 static svc_opt cn_opts[] = {
     {.flag = "gateway", .env = "KOWLOON_GATEWAY", .type = SVC_OPT_STRING,
@@ -88,9 +131,9 @@ static void cn__identity(const char *listen, int port, char *name, size_t nlen, 
 
 /* Waits for the runs that were in flight to finish and be collected, up to
  * grace_s; a second signal cuts it short. Then cancels what is left. */
-static void cn__drain(cn_runs *runs, const sigset_t *sigs, long grace_s)
+static void cn__drain(cn_runs *runs, long grace_s)
 {
-    int64_t deadline = svc_now_mono_ms() + grace_s * 1000;
+    int64_t started = svc_now_mono_ms(), deadline = started + grace_s * 1000;
     int left = cn_runs_drain(runs);
 
     svc_info("draining runs=%d grace_s=%ld", left, grace_s);
@@ -100,10 +143,10 @@ static void cn__drain(cn_runs *runs, const sigset_t *sigs, long grace_s)
             svc_warn("grace period over; cancelling unfinished runs runs=%d", left);
             break;
         }
-        if (wait > 200)
-            wait = 200;
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait * 1000000L};
-        if (sigtimedwait(sigs, NULL, &ts) > 0) {
+        /* One kill can arrive twice (timeout(1) signals the child and its
+         * group), so only a signal a second later means "hurry". */
+        if (cn__signal_wait(wait > 200 ? 200 : (int)wait) > 0 &&
+            svc_now_mono_ms() - started >= 1000) {
             svc_warn("second signal; cancelling unfinished runs runs=%d", left);
             break;
         }
@@ -121,7 +164,6 @@ int main(int argc, char **argv)
     cn_runs *runs = NULL;
     svc_server *server = NULL;
     cn_register *reg = NULL;
-    sigset_t sigs;
     int sig, rc = 1;
 
     int prc = svc_config_parse(cn_opts, argc, argv, 1, NULL, 0, NULL, err, sizeof err);
@@ -146,18 +188,16 @@ int main(int argc, char **argv)
         svc_error("--cluster-token (KOWLOON_CLUSTER_TOKEN) is required");
         return 2;
     }
+    int e;
     if (svc_client_global_init() < 0) {
         svc_error("HTTP client initialisation failed");
         return 1;
     }
 
-    /* Block the shutdown signals before any thread starts, so every thread
-     * inherits the mask and only main's sigwait sees them. */
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    if ((e = cn__signals_install()) < 0) {
+        svc_error("cannot install signal handlers: %s", strerror(-e));
+        return 1;
+    }
 
     if (cn__opt("plugin") && cn__opt("plugin")[0])
         snprintf(plugin, sizeof plugin, "%s", cn__opt("plugin"));
@@ -180,7 +220,7 @@ int main(int argc, char **argv)
 
     cn_runs_opts ro = {.slots = (int)cn__num("slots"), .threads = (int)cn__num("threads"),
                        .backend = &backend};
-    int e = cn_runs_create(&ro, &runs);
+    e = cn_runs_create(&ro, &runs);
     if (e < 0) {
         svc_error("cannot start the run manager: %s", strerror(-e));
         goto cleanup;
@@ -216,11 +256,11 @@ int main(int argc, char **argv)
         goto cleanup;
     }
 
-    if (sigwait(&sigs, &sig) != 0)
-        goto cleanup;
+    while ((sig = cn__signal_wait(-1)) == 0)
+        ;
     svc_info("signal received signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     __atomic_store_n(&node.draining, 1, __ATOMIC_RELEASE);
-    cn__drain(runs, &sigs, cn__num("drain-grace-s"));
+    cn__drain(runs, cn__num("drain-grace-s"));
     rc = 0;
 cleanup:
     cn_register_stop(reg);      /* deregisters while the API still answers */

@@ -146,17 +146,24 @@ kl__pg_as() {
     fi
 }
 
+# Prints PATH made absolute (against the current directory).
+kl__abs() {
+    case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac
+}
+
 # Prints the directory holding the cluster of STATE (data/, sock/, postgres.log).
 # It is STATE/pg unless that was not reachable by the postgres user (a repo
 # under /root, say): then STATE/pg/home names a directory under /tmp.
 kl__pg_home() {
-    local state=$1
+    local state
+    state=$(kl__abs "$1")
     if [ -s "$state/pg/home" ]; then cat "$state/pg/home"; else echo "$state/pg"; fi
 }
 
 # Returns 0 when the cluster of STATE is running.
 kl_pg_running() {
-    local state=$1 bindir home
+    local state
+    state=$(kl__abs "$1") bindir home
     bindir=$(kl_pg_bindir) || return 1
     home=$(kl__pg_home "$state")
     [ -f "$home/data/PG_VERSION" ] || return 1
@@ -167,7 +174,8 @@ kl_pg_running() {
 # 127.0.0.1:PORT with a trusted superuser `kowloon` and a database `kowloon`.
 # Its log is STATE/log/postgres.log. Returns 0 when it is up (or already was).
 kl_pg_start() {
-    local state=$1 port=$2
+    local state port=$2
+    state=$(kl__abs "$1")
     local bindir home log sockdir root=0
     bindir=$(kl_pg_bindir) || kl_die "PostgreSQL server binaries not found (install postgresql, or set KOWLOON_PG_BIN)"
     mkdir -p "$state/pg" "$state/log"
@@ -224,7 +232,8 @@ kl_pg_start() {
 
 # Stops the PostgreSQL of STATE (fast shutdown). Quiet no-op when not running.
 kl_pg_stop() {
-    local state=$1 bindir home
+    local state
+    state=$(kl__abs "$1") bindir home
     bindir=$(kl_pg_bindir) || { kl_info "postgres: not running"; return 0; }
     home=$(kl__pg_home "$state")
     if ! kl_pg_running "$state"; then

@@ -75,6 +75,9 @@ EOF
 
 if all_running; then
     kl_info "Kowloon is already running (pids in .run/pids); nothing changed."
+    if [ "$GATEWAY" -nt "$STATE/pids/gateway.pid" ] || [ "$COMPUTE" -nt "$STATE/pids/gateway.pid" ]; then
+        kl_info "The binaries were rebuilt since it started: \`make stop && make run\` runs the new ones."
+    fi
     [ -s "$STATE/dev-key" ] && print_usage
     exit 0
 fi

@@ -13,11 +13,12 @@ if [ ! -d "$STATE" ]; then
     exit 0
 fi
 
+# Nodes stop side by side: each takes a moment to drain and deregister.
 for pidfile in "$STATE"/pids/node-*.pid; do
     [ -e "$pidfile" ] || continue
-    name=$(basename "$pidfile" .pid)
-    kl_stop_pidfile "$pidfile" "$name" kowloon-compute 10
+    kl_stop_pidfile "$pidfile" "$(basename "$pidfile" .pid)" kowloon-compute 10 &
 done
+wait
 kl_stop_pidfile "$STATE/pids/gateway.pid" gateway kowloon-gateway 15
 kl_redis_stop "$STATE"
 kl_pg_stop "$STATE"

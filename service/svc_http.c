@@ -289,7 +289,8 @@ static int too_large(svc_req *r)
 }
 
 /* First call: headers only. Everything that can be refused without the
- * body is refused here, so the body of a refused request is never read. */
+ * body is refused here, so a refused body is never buffered (after a reply
+ * to a POST or PUT, MHD closes the connection rather than read it). */
 static void req_begin(svc_req *r)
 {
     char allow[64];

@@ -1,0 +1,145 @@
+/* bench_kernels.c — CPU figures for the kernel library: gemm through
+ * kl_run_cpu against cblas_sgemm called directly in the same process (the
+ * ratio is the library's overhead), and the bandwidth of saxpy and reduce.
+ * Medians of several runs after a warm-up; prints figures, never judges.
+ * Usage: bench_kernels [gemm_size=2048] [vector_elems=2^26] [reps=5] */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kl.h"
+#include "kl_kernels.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+static float *random_floats(int64_t n)
+{
+    float *p = malloc(sizeof(float) * (size_t)n);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    uint64_t s = 88172645463325252ull;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        p[i] = (float)((double)(s >> 40) / (double)(1ull << 23) - 1.0);
+    }
+    return p;
+}
+
+/* Median seconds of `reps` kl_run_cpu calls after one warm-up; with
+ * reps = 0, the seconds of a single call. */
+static double time_kl(const kl_args *a, int reps)
+{
+    double t[64];
+    for (int i = 0; i <= reps; i++) {
+        kl_tensor out[KL_MAX_IO];
+        kl_err err;
+        double t0 = now_s();
+        int rc = kl_run_cpu(a, out, &err);
+        double dt = now_s() - t0;
+        if (rc < 0) {
+            fprintf(stderr, "%s failed: %s\n", a->kernel->name, err.message);
+            exit(1);
+        }
+        kl_tensor_free(&out[0]);
+        if (reps == 0)
+            return dt;
+        if (i > 0)
+            t[i - 1] = dt;
+    }
+    return median(t, reps);
+}
+
+static void bench_gemm(int64_t s, int reps)
+{
+    float *A = random_floats(s * s), *B = random_floats(s * s), *C = calloc((size_t)(s * s), sizeof(float));
+    kl_tensor ta = {.dtype = KL_F32, .ndim = 2, .shape = {s, s}, .data = A};
+    kl_tensor tb = {.dtype = KL_F32, .ndim = 2, .shape = {s, s}, .data = B};
+    kl_args a = {.kernel = kl_kernel_find("gemm")};
+    kl_args_defaults(&a);
+    a.inputs[KL_GEMM_A] = &ta;
+    a.inputs[KL_GEMM_B] = &tb;
+    /* The two are interleaved so that both see the same machine: on a
+     * shared host, turbo and neighbours shift figures between phases. */
+    double t_kl[64], t_blas[64];
+    for (int i = 0; i <= reps; i++) {
+        double k = time_kl(&a, 0);
+        double t0 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s, (int)s, (int)s, 1.0f, A, (int)s, B, (int)s,
+                    0.0f, C, (int)s);
+        if (i > 0) {
+            t_kl[i - 1] = k;
+            t_blas[i - 1] = now_s() - t0;
+        }
+    }
+    double tk = median(t_kl, reps), tblas = median(t_blas, reps);
+    double flops = 2.0 * (double)s * (double)s * (double)s;
+    printf("gemm %lld^3 fp32   kl_run_cpu %7.1f GFLOP/s   cblas_sgemm direct %7.1f GFLOP/s   ratio %.3f\n",
+           (long long)s, flops / tk * 1e-9, flops / tblas * 1e-9, tblas / tk);
+    free(A);
+    free(B);
+    free(C);
+}
+
+static void bench_vectors(int64_t n, int reps)
+{
+    float *x = random_floats(n), *y = random_floats(n);
+    kl_tensor tx = {.dtype = KL_F32, .ndim = 1, .shape = {n}, .data = x};
+    kl_tensor ty = {.dtype = KL_F32, .ndim = 1, .shape = {n}, .data = y};
+
+    kl_args s = {.kernel = kl_kernel_find("saxpy")};
+    s.params[KL_SAXPY_A] = (kl_value){.num = 0.5, .given = 1};
+    s.inputs[KL_SAXPY_X] = &tx;
+    s.inputs[KL_SAXPY_Y] = &ty;
+    double t = time_kl(&s, reps);
+    /* Reads x and y, writes y: 12 bytes an element (the output is a new
+     * tensor, so its page faults are part of the cost). */
+    printf("saxpy n=%lld      %7.1f GB/s  (%.1f ms)\n", (long long)n, 12.0 * (double)n / t * 1e-9, t * 1e3);
+
+    static const char *ops[] = {"sum", "min", "max", "mean"};
+    for (int op = 0; op < 3; op++) {
+        kl_args r = {.kernel = kl_kernel_find("reduce")};
+        r.params[KL_REDUCE_OP] = (kl_value){.choice = op, .given = 1};
+        r.inputs[KL_REDUCE_X] = &tx;
+        t = time_kl(&r, reps);
+        printf("reduce %-4s n=%lld %7.1f GB/s  (%.1f ms)\n", ops[op], (long long)n, 4.0 * (double)n / t * 1e-9,
+               t * 1e3);
+    }
+    free(x);
+    free(y);
+}
+
+int main(int argc, char **argv)
+{
+    int64_t s = argc > 1 ? atoll(argv[1]) : 2048;
+    int64_t n = argc > 2 ? atoll(argv[2]) : (int64_t)1 << 26;
+    int reps = argc > 3 ? atoi(argv[3]) : 5;
+    reps = reps < 1 ? 1 : reps > 63 ? 63 : reps;
+    printf("cores %ld, OpenBLAS threads %d, medians of %d runs after a warm-up\n", sysconf(_SC_NPROCESSORS_ONLN),
+           openblas_get_num_threads(), reps);
+    bench_gemm(s, reps);
+    bench_vectors(n, reps);
+    return 0;
+}
