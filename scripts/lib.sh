@@ -162,8 +162,8 @@ kl__pg_home() {
 
 # Returns 0 when the cluster of STATE is running.
 kl_pg_running() {
-    local state
-    state=$(kl__abs "$1") bindir home
+    local state bindir home
+    state=$(kl__abs "$1")
     bindir=$(kl_pg_bindir) || return 1
     home=$(kl__pg_home "$state")
     [ -f "$home/data/PG_VERSION" ] || return 1
@@ -232,8 +232,8 @@ kl_pg_start() {
 
 # Stops the PostgreSQL of STATE (fast shutdown). Quiet no-op when not running.
 kl_pg_stop() {
-    local state
-    state=$(kl__abs "$1") bindir home
+    local state bindir home
+    state=$(kl__abs "$1")
     bindir=$(kl_pg_bindir) || { kl_info "postgres: not running"; return 0; }
     home=$(kl__pg_home "$state")
     if ! kl_pg_running "$state"; then
@@ -249,7 +249,8 @@ kl_pg_stop() {
 # Starts a private, non-persistent Redis for STATE on 127.0.0.1:PORT
 # (pid STATE/pids/redis.pid, log STATE/log/redis.log). Returns 0 when up.
 kl_redis_start() {
-    local state=$1 port=$2
+    local state port=$2
+    state=$(kl__abs "$1")
     local pidfile=$state/pids/redis.pid log=$state/log/redis.log
     command -v redis-server >/dev/null 2>&1 || kl_die "redis-server not found (apt-get install redis-server)"
     mkdir -p "$state/redis" "$state/pids" "$state/log"

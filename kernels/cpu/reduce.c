@@ -37,22 +37,30 @@ static int reduce_check(const kl_args *args, kl_err *err)
     return 0;
 }
 
-/* Eight independent accumulators: the adds pipeline instead of waiting on
- * one another, and the order stays fixed, so results are reproducible. */
+/* Eight independent accumulators, kept in registers: the adds pipeline
+ * instead of waiting on one another, and the order stays fixed, so results
+ * are reproducible. */
 static double sum_chunk(const float *restrict x, int64_t n)
 {
-    double acc[8] = {0};
+    double a[16] = {0};
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            acc[l] += x[i + l];
+    for (; i + 16 <= n; i += 16) {
+        a[0] += x[i + 0], a[1] += x[i + 1], a[2] += x[i + 2], a[3] += x[i + 3];
+        a[4] += x[i + 4], a[5] += x[i + 5], a[6] += x[i + 6], a[7] += x[i + 7];
+        a[8] += x[i + 8], a[9] += x[i + 9], a[10] += x[i + 10], a[11] += x[i + 11];
+        a[12] += x[i + 12], a[13] += x[i + 13], a[14] += x[i + 14], a[15] += x[i + 15];
+    }
     for (; i < n; i++)
-        acc[0] += x[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        a[0] += x[i];
+    for (int w = 8; w > 0; w /= 2)
+        for (int l = 0; l < w; l++)
+            a[l] += a[l + w];
+    return a[0];
 }
 
-/* The NaN test is kept apart from the comparison so the loop vectorizes. */
-static float minmax_chunk(const float *restrict x, int64_t n, int want_max)
+/* The NaN test is kept apart from the comparison so the loop vectorizes;
+ * inlined so that each call site gets a loop without the want_max test. */
+static inline __attribute__((always_inline)) float minmax_chunk(const float *restrict x, int64_t n, int want_max)
 {
     float m[8];
     int nan = 0;
@@ -108,8 +116,10 @@ static void reduce_slice(void *ctx, int i, int n)
         int64_t len = start + KL_CHUNK_ELEMS < j->n ? KL_CHUNK_ELEMS : j->n - start;
         if (j->op == KL_REDUCE_SUM || j->op == KL_REDUCE_MEAN)
             j->partial[c] = sum_chunk(j->x + start, len);
+        else if (j->op == KL_REDUCE_MAX)
+            j->partial[c] = minmax_chunk(j->x + start, len, 1);
         else
-            j->partial[c] = minmax_chunk(j->x + start, len, j->op == KL_REDUCE_MAX);
+            j->partial[c] = minmax_chunk(j->x + start, len, 0);
     }
 }
 

@@ -55,7 +55,12 @@ static void saxpy_slice(void *ctx, int i, int n)
         if (kl__stop_seen(j->args, &j->canceled))
             return;
         int64_t end = c + KL_CHUNK_ELEMS < hi ? c + KL_CHUNK_ELEMS : hi;
-        for (int64_t k = c; k < end; k++)
+        int64_t k = c;
+        /* Fixed blocks of 8 vectorize at -O2, where an open loop does not. */
+        for (; k + 8 <= end; k += 8)
+            for (int l = 0; l < 8; l++)
+                out[k + l] = a * x[k + l] + y[k + l];
+        for (; k < end; k++)
             out[k] = a * x[k] + y[k];
     }
 }
