@@ -193,6 +193,9 @@ static int check_input(const kl_kernel *k, const kl_io_spec *s, const kl_tensor 
     return 0;
 }
 
+/* Reads shapes and params only, never data, so the gateway can validate a
+ * job before it decodes any tensor. Names that the kernel does not have are
+ * the caller's to refuse: kl_args has no slot to carry them. */
 int kl_args_check(const kl_args *args, kl_err *err)
 {
     if (!args || !args->kernel) {

@@ -13,10 +13,11 @@ if [ ! -d "$STATE" ]; then
     exit 0
 fi
 
-# Nodes stop side by side: each takes a moment to drain and deregister.
+# Nodes stop side by side; each may drain its runs for up to 30 s (its own
+# grace period) before it deregisters, so they get 35 s before SIGKILL.
 for pidfile in "$STATE"/pids/node-*.pid; do
     [ -e "$pidfile" ] || continue
-    kl_stop_pidfile "$pidfile" "$(basename "$pidfile" .pid)" kowloon-compute 10 &
+    kl_stop_pidfile "$pidfile" "$(basename "$pidfile" .pid)" kowloon-compute 35 &
 done
 wait
 kl_stop_pidfile "$STATE/pids/gateway.pid" gateway kowloon-gateway 15

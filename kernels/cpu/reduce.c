@@ -37,9 +37,9 @@ static int reduce_check(const kl_args *args, kl_err *err)
     return 0;
 }
 
-/* Eight independent accumulators, kept in registers: the adds pipeline
+/* Sixteen independent accumulators (eight SSE registers): the adds pipeline
  * instead of waiting on one another, and the order stays fixed, so results
- * are reproducible. */
+ * are reproducible. Written out so the compiler keeps them in registers. */
 static double sum_chunk(const float *restrict x, int64_t n)
 {
     double a[16] = {0};

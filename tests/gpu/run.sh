@@ -5,7 +5,7 @@
 # -DKL_NO_BLAS), no cmocka. Takes about a minute on an H100/H200.
 #   tests/gpu/run.sh               build for this machine's GPU, then run
 #   tests/gpu/run.sh --build-only  build for sm_80 (no GPU needed), do not run
-# Environment: NVCC, CC, KL_GPU_BUILD (build folder, default build-gpu).
+# Environment: NVCC, CC, KL_GPU_BUILD (build folder, default build/gpu, which make clean removes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -15,7 +15,7 @@ build_only=0
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
 CC=${CC:-gcc}
-bdir=${KL_GPU_BUILD:-build-gpu}
+bdir=${KL_GPU_BUILD:-build/gpu}
 # One architecture keeps the build short; native asks the driver which.
 if ((build_only)); then arch=(-gencode arch=compute_80,code=sm_80); else arch=(-arch=native); fi
 

@@ -1,0 +1,730 @@
+#!/usr/bin/env python3
+"""bench/klbench.py — the client side of `make bench` (driven by bench/run.sh).
+
+Subcommands (each prints its section and, with --json FILE, saves its figures):
+  body        write a saxpy n=1024 POST /v1/jobs body (inputs in b64) for wrk
+  throughput  end-to-end tiny-job throughput: submit N saxpy jobs with a pool
+              of concurrent clients, wait until none is queued or running,
+              check every job succeeded and a sample of results is right
+  latency     end-to-end latency at a fixed rate: open-loop submission, one
+              poller per job (GET every ~1 ms), plus the server's own
+              finished_at - created_at
+  wrk         parse a wrk run of bench/submit.lua into figures
+  pgbench     parse pgbench output into figures
+  cpu         sample per-process CPU over a window (gateway, nodes, postgres...)
+  summary     print the final block from the saved figures
+
+The HTTP client is a small asyncio HTTP/1.1 keep-alive client on the standard
+library: on a 2-core machine the client's own CPU is part of what is
+measured, so it stays as thin as it can. Only numpy is needed beyond stdlib.
+"""
+
+import argparse
+import asyncio
+import base64
+import json
+import math
+import os
+import random
+import re
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+
+import numpy as np
+
+N_ELEMS = 1024
+VARIANTS = 8          # distinct saxpy inputs, so result checks mean something
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+# ---------------------------------------------------------------- payloads
+
+def saxpy_variant(v, n=N_ELEMS):
+    """(a, x, y) of variant v: deterministic, so any process can rebuild them."""
+    rng = np.random.default_rng(1000 + v)
+    a = float(v + 1) * 0.5
+    x = rng.standard_normal(n).astype("<f4")
+    y = rng.standard_normal(n).astype("<f4")
+    return a, x, y
+
+
+def saxpy_body(v, labels=None, n=N_ELEMS):
+    a, x, y = saxpy_variant(v, n)
+    doc = {
+        "kernel": "saxpy",
+        "params": {"a": a},
+        "inputs": {
+            "x": {"dtype": "float32", "shape": [n], "b64": base64.b64encode(x.tobytes()).decode()},
+            "y": {"dtype": "float32", "shape": [n], "b64": base64.b64encode(y.tobytes()).decode()},
+        },
+    }
+    if labels:
+        doc["labels"] = labels
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def saxpy_expected(v):
+    a, x, y = saxpy_variant(v)
+    return (np.float32(a) * x + y).astype("<f4")
+
+
+def decode_tensor(t):
+    dt = {"float32": "<f4", "float64": "<f8", "int32": "<i4"}[t["dtype"]]
+    if "b64" in t:
+        a = np.frombuffer(base64.b64decode(t["b64"]), dtype=dt)
+    else:
+        a = np.asarray(t["data"], dtype=dt)
+    return a.reshape(t["shape"])
+
+
+def parse_ts(s):
+    """RFC3339 (ms, Z) -> seconds since the epoch (float); None stays None."""
+    if not s:
+        return None
+    s = s.replace("Z", "+00:00")
+    return datetime.fromisoformat(s).timestamp()
+
+
+def pct(values, p):
+    """Percentile p (0..100) by nearest rank; None for no values."""
+    if not values:
+        return None
+    v = sorted(values)
+    k = max(0, min(len(v) - 1, int(math.ceil(p / 100.0 * len(v))) - 1))
+    return v[k]
+
+
+def fmt_ms(x):
+    return "n/a" if x is None else "%.2f ms" % (x * 1000.0)
+
+
+# ---------------------------------------------------------------- HTTP client
+
+class HttpError(Exception):
+    pass
+
+
+class Conn:
+    def __init__(self, host, port):
+        self.host, self.port = host, port
+        self.r = self.w = None
+
+    async def open(self):
+        self.r, self.w = await asyncio.open_connection(self.host, self.port)
+
+    def close(self):
+        if self.w:
+            self.w.close()
+        self.r = self.w = None
+
+    async def request(self, head, body):
+        self.w.write(head + body if body else head)
+        raw = await self.r.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise HttpError("bad status line %r" % lines[0])
+        status = int(parts[1])
+        hdrs = {}
+        for ln in lines[1:]:
+            if ":" in ln:
+                k, v = ln.split(":", 1)
+                hdrs[k.strip().lower()] = v.strip()
+        keep = hdrs.get("connection", "").lower() != "close"
+        if "content-length" in hdrs:
+            data = await self.r.readexactly(int(hdrs["content-length"]))
+        elif hdrs.get("transfer-encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int((await self.r.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    await self.r.readuntil(b"\r\n")   # (no trailers expected)
+                    break
+                chunks.append(await self.r.readexactly(size))
+                await self.r.readexactly(2)
+            data = b"".join(chunks)
+        else:
+            data = await self.r.read()
+            keep = False
+        return status, data, keep
+
+
+class Client:
+    """Keep-alive connection pool; one request per connection at a time."""
+
+    def __init__(self, url, key):
+        m = re.match(r"http://([^:/]+):(\d+)", url)
+        if not m:
+            raise SystemExit("bad --url %s" % url)
+        self.host, self.port = m.group(1), int(m.group(2))
+        self.key = key
+        self.idle = []
+        self.opened = 0
+
+    async def warm(self, n):
+        conns = []
+        for _ in range(n):
+            c = Conn(self.host, self.port)
+            await c.open()
+            conns.append(c)
+        self.idle.extend(conns)
+        self.opened += n
+
+    def close(self):
+        for c in self.idle:
+            c.close()
+        self.idle = []
+
+    async def call(self, method, path, body=None):
+        head = ["%s %s HTTP/1.1" % (method, path), "Host: %s:%d" % (self.host, self.port),
+                "Authorization: Bearer %s" % self.key]
+        if body is not None:
+            head.append("Content-Type: application/json")
+            head.append("Content-Length: %d" % len(body))
+        head = ("\r\n".join(head) + "\r\n\r\n").encode()
+        for attempt in range(2):
+            reused = bool(self.idle)
+            if reused:
+                c = self.idle.pop()
+            else:
+                c = Conn(self.host, self.port)
+                await c.open()
+                self.opened += 1
+            try:
+                status, data, keep = await c.request(head, body)
+            except (ConnectionError, asyncio.IncompleteReadError, HttpError):
+                c.close()
+                # A kept-alive connection the server had closed: a GET may be
+                # repeated; a POST is not (it could make a second job).
+                if reused and attempt == 0 and method == "GET":
+                    continue
+                raise
+            if keep:
+                self.idle.append(c)
+            else:
+                c.close()
+            return status, data
+        raise HttpError("unreachable")
+
+    async def json(self, method, path, body=None):
+        status, data = await self.call(method, path, body)
+        try:
+            doc = json.loads(data) if data else None
+        except ValueError:
+            doc = None
+        return status, doc
+
+
+async def check_results(cl, jobs, sample):
+    """GETs the result of up to SAMPLE of JOBS ({id: variant}); returns the
+    list of problems (empty when every sampled result is right)."""
+    bad = []
+    ids = list(jobs)
+    random.Random(7).shuffle(ids)
+    for jid in ids[:sample]:
+        status, doc = await cl.json("GET", "/v1/jobs/%s/result?encoding=b64" % jid)
+        if status != 200:
+            bad.append("%s: result status %d" % (jid, status))
+            continue
+        try:
+            got = decode_tensor(doc["outputs"]["y"])
+        except (KeyError, TypeError, ValueError) as e:
+            bad.append("%s: malformed result (%s)" % (jid, e))
+            continue
+        want = saxpy_expected(jobs[jid])
+        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-5, atol=1e-5):
+            bad.append("%s: wrong saxpy result (max error %s)" % (
+                jid, np.max(np.abs(got.astype(np.float64) - want)) if got.shape == want.shape else "shape"))
+    return bad
+
+
+async def list_label(cl, label, state=None, limit=1000):
+    """Every job with LABEL (k:v), optionally in STATE, following cursors."""
+    out, cursor = [], None
+    while True:
+        q = "/v1/jobs?label=%s&limit=%d" % (label, limit)
+        if state:
+            q += "&state=" + state
+        if cursor:
+            q += "&cursor=" + cursor
+        status, doc = await cl.json("GET", q)
+        if status != 200:
+            raise HttpError("list jobs: status %d" % status)
+        out.extend(doc["jobs"])
+        cursor = doc.get("next_cursor")
+        if not cursor:
+            return out
+
+
+async def any_in_state(cl, label, state):
+    status, doc = await cl.json("GET", "/v1/jobs?label=%s&state=%s&limit=1" % (label, state))
+    if status != 200:
+        raise HttpError("list jobs: status %d" % status)
+    return bool(doc["jobs"])
+
+
+def save(path, doc):
+    if path:
+        with open(path, "w") as f:
+            json.dump(doc, f)
+
+
+# ---------------------------------------------------------------- throughput
+
+async def throughput(args):
+    cl = Client(args.url, os.environ["KL_BENCH_KEY"])
+    tag = "tput-" + uuid.uuid4().hex[:8]
+    label = "bench:" + tag
+    bodies = [saxpy_body(v, {"bench": tag}) for v in range(VARIANTS)]
+    await cl.warm(args.concurrency + 2)
+    jobs, errors = {}, []
+    next_i = 0
+    t_first = time.time()
+
+    async def submitter():
+        nonlocal next_i
+        while next_i < args.n:
+            i = next_i
+            next_i += 1
+            v = i % VARIANTS
+            try:
+                status, doc = await cl.json("POST", "/v1/jobs", bodies[v])
+            except Exception as e:   # noqa: BLE001 - reported, not raised
+                errors.append("submit: %r" % e)
+                continue
+            if status != 202 or not doc or "id" not in doc:
+                errors.append("submit: status %d %s" % (status, (doc or {}).get("error")))
+                continue
+            jobs[doc["id"]] = v
+
+    await asyncio.gather(*(submitter() for _ in range(args.concurrency)))
+    t_submitted = time.time()
+    # Every job is submitted: wait until none is queued, then none running
+    # (in that order: once none is queued, none can start afterwards).
+    deadline = t_first + args.max_wait
+    done = False
+    while time.time() < deadline:
+        if not await any_in_state(cl, label, "queued") and not await any_in_state(cl, label, "running"):
+            done = True
+            break
+        await asyncio.sleep(0.005)
+    t_done = time.time()
+
+    listed = await list_label(cl, label)
+    states = {}
+    for j in listed:
+        states[j["state"]] = states.get(j["state"], 0) + 1
+    ok = [j for j in listed if j["state"] == "succeeded"]
+    created = [parse_ts(j["created_at"]) for j in listed]
+    finished = [parse_ts(j["finished_at"]) for j in ok if j.get("finished_at")]
+    problems = list(errors[:5])
+    if len(errors) > 5:
+        problems.append("... %d submit errors in all" % len(errors))
+    if len(listed) != len(jobs):
+        problems.append("%d jobs accepted but %d listed" % (len(jobs), len(listed)))
+    for j in listed:
+        if j["state"] in ("failed", "cancelled"):
+            problems.append("job %s %s: %s" % (j["id"], j["state"], j.get("error")))
+            if len(problems) > 10:
+                break
+    problems += await check_results(cl, {j["id"]: jobs[j["id"]] for j in ok if j["id"] in jobs},
+                                    args.sample)
+    cl.close()
+
+    wall = t_done - t_first
+    server_wall = (max(finished) - min(created)) if finished and created else None
+    res = {
+        "n": args.n, "accepted": len(jobs), "succeeded": len(ok), "states": states,
+        "complete": done and len(ok) == args.n,
+        "concurrency": args.concurrency,
+        "submit_s": t_submitted - t_first, "wall_s": wall,
+        "jobs_per_s": len(ok) / wall if wall > 0 else None,
+        "server_wall_s": server_wall,
+        "server_jobs_per_s": len(ok) / server_wall if server_wall else None,
+        "checked": min(args.sample, len(ok)), "problems": problems,
+    }
+    print("== 2. end-to-end tiny-job throughput (saxpy n=%d, %d jobs, %d concurrent submitters)"
+          % (N_ELEMS, args.n, args.concurrency))
+    print("   submitted all %d in %.2f s (%.0f submits/s while nodes ran them)"
+          % (len(jobs), res["submit_s"], len(jobs) / res["submit_s"] if res["submit_s"] else 0))
+    print("   %s: %d/%d succeeded, states %s" % ("complete" if res["complete"] else
+                                                 "INCOMPLETE after %.0f s" % args.max_wait,
+                                                 len(ok), args.n, states))
+    print("   client: first submit -> last completion seen: %.2f s  => %.1f jobs/s"
+          % (wall, res["jobs_per_s"] or 0))
+    if server_wall:
+        print("   server: min(created_at) -> max(finished_at): %.2f s  => %.1f jobs/s"
+              % (server_wall, res["server_jobs_per_s"]))
+    print("   results checked: %d sampled, %s" % (res["checked"], "all correct" if not problems
+                                                  else "%d PROBLEM(S)" % len(problems)))
+    for p in problems[:10]:
+        print("     ! " + p)
+    save(args.json, res)
+    return 1 if problems else 0
+
+
+# ---------------------------------------------------------------- latency
+
+async def latency(args):
+    cl = Client(args.url, os.environ["KL_BENCH_KEY"])
+    tag = "lat-" + uuid.uuid4().hex[:8]
+    bodies = [saxpy_body(v, {"bench": tag}) for v in range(VARIANTS)]
+    await cl.warm(16)
+    total = int(round(args.rate * args.duration))
+    recs = [None] * total
+    errors = []
+    polls = 0
+
+    async def one(i):
+        nonlocal polls
+        v = i % VARIANTS
+        t_sub = time.monotonic()
+        try:
+            status, doc = await cl.json("POST", "/v1/jobs", bodies[v])
+        except Exception as e:   # noqa: BLE001
+            errors.append("submit: %r" % e)
+            return
+        t_ack = time.monotonic()
+        if status != 202 or not doc or "id" not in doc:
+            errors.append("submit: status %d %s" % (status, (doc or {}).get("error")))
+            return
+        jid = doc["id"]
+        path = "/v1/jobs/" + jid
+        while True:
+            try:
+                status, job = await cl.json("GET", path)
+            except Exception as e:   # noqa: BLE001
+                errors.append("poll %s: %r" % (jid, e))
+                return
+            polls += 1
+            t_seen = time.monotonic()
+            if status != 200:
+                errors.append("poll %s: status %d" % (jid, status))
+                return
+            if job["state"] in TERMINAL:
+                break
+            if t_seen - t_sub > args.max_wait:
+                errors.append("job %s still %s after %.0f s" % (jid, job["state"], args.max_wait))
+                return
+            # ~1 ms between polls while it is young; back off if it is slow,
+            # so a backlog does not turn into a storm of GETs.
+            age = t_seen - t_sub
+            await asyncio.sleep(0.001 if age < 0.05 else 0.002 if age < 0.2 else 0.01)
+        recs[i] = {"id": jid, "v": v, "state": job["state"], "error": job.get("error"),
+                   "client": t_seen - t_sub, "ack": t_ack - t_sub,
+                   "created": parse_ts(job["created_at"]), "started": parse_ts(job.get("started_at")),
+                   "finished": parse_ts(job.get("finished_at"))}
+
+    tasks = []
+    start = time.monotonic() + 0.05
+    slip = []
+    for i in range(total):
+        target = start + i / args.rate
+        d = target - time.monotonic()
+        if d > 0:
+            await asyncio.sleep(d)
+        slip.append(time.monotonic() - target)
+        tasks.append(asyncio.ensure_future(one(i)))
+    t_last = time.monotonic()
+    await asyncio.gather(*tasks)
+    offered = (total - 1) / (t_last - start) if total > 1 else 0.0
+
+    done = [r for r in recs if r]
+    ok = [r for r in done if r["state"] == "succeeded"]
+    problems = list(errors[:5])
+    if len(errors) > 5:
+        problems.append("... %d errors in all" % len(errors))
+    for r in done:
+        if r["state"] != "succeeded" and len(problems) < 10:
+            problems.append("job %s %s: %s" % (r["id"], r["state"], r["error"]))
+    problems += await check_results(cl, {r["id"]: r["v"] for r in ok}, args.sample)
+    cl.close()
+
+    client = [r["client"] for r in ok]
+    server = [r["finished"] - r["created"] for r in ok if r["finished"] and r["created"]]
+    wait = [r["started"] - r["created"] for r in ok if r["started"] and r["created"]]
+    run = [r["finished"] - r["started"] for r in ok if r["finished"] and r["started"]]
+    ack = [r["ack"] for r in ok]
+    res = {
+        "rate": args.rate, "duration_s": args.duration, "jobs": total, "succeeded": len(ok),
+        "offered_rate": offered, "max_slip_s": max(slip) if slip else None,
+        "polls": polls,
+        "client_p50_s": pct(client, 50), "client_p90_s": pct(client, 90),
+        "client_p99_s": pct(client, 99), "client_max_s": max(client) if client else None,
+        "server_p50_s": pct(server, 50), "server_p99_s": pct(server, 99),
+        "ack_p50_s": pct(ack, 50), "ack_p99_s": pct(ack, 99),
+        "wait_p50_s": pct(wait, 50), "wait_p99_s": pct(wait, 99),
+        "run_p50_s": pct(run, 50), "run_p99_s": pct(run, 99),
+        "checked": min(args.sample, len(ok)), "problems": problems,
+    }
+    print("== 3. end-to-end latency at a fixed %.0f jobs/s for %.0f s (open loop, saxpy n=%d)"
+          % (args.rate, args.duration, N_ELEMS))
+    print("   offered %.1f jobs/s (max schedule slip %s), %d/%d succeeded, %d polls"
+          % (offered, fmt_ms(res["max_slip_s"]), len(ok), total, polls))
+    print("   client-observed (submit -> GET shows succeeded): p50 %s  p90 %s  p99 %s  max %s"
+          % (fmt_ms(res["client_p50_s"]), fmt_ms(res["client_p90_s"]),
+             fmt_ms(res["client_p99_s"]), fmt_ms(res["client_max_s"])))
+    print("   server-side (finished_at - created_at, 1 ms resolution): p50 %s  p99 %s"
+          % (fmt_ms(res["server_p50_s"]), fmt_ms(res["server_p99_s"])))
+    print("     of which: POST answered p50 %s p99 %s | queued (started-created) p50 %s p99 %s |"
+          " running (finished-started) p50 %s p99 %s"
+          % (fmt_ms(res["ack_p50_s"]), fmt_ms(res["ack_p99_s"]), fmt_ms(res["wait_p50_s"]),
+             fmt_ms(res["wait_p99_s"]), fmt_ms(res["run_p50_s"]), fmt_ms(res["run_p99_s"])))
+    print("   results checked: %d sampled, %s" % (res["checked"], "all correct" if not problems
+                                                  else "%d PROBLEM(S)" % len(problems)))
+    for p in problems[:10]:
+        print("     ! " + p)
+    save(args.json, res)
+    return 1 if problems else 0
+
+
+# ---------------------------------------------------------------- wrk, pgbench
+
+def cmd_wrk(args):
+    text = open(args.file).read()
+    m = re.search(r"^KLWRK (.*)$", text, re.M)
+    if not m:
+        print("   wrk printed no KLWRK line; its output:\n" + text)
+        save(args.json, {"connections": args.connections, "error": "no wrk figures"})
+        return 0
+    f = {k: float(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+    res = {"connections": args.connections, "rps": f["rps"], "requests": int(f["requests"]),
+           "duration_s": f["duration_us"] / 1e6, "p50_s": f["p50_us"] / 1e6,
+           "p90_s": f["p90_us"] / 1e6, "p99_s": f["p99_us"] / 1e6, "max_s": f["max_us"] / 1e6,
+           "non2xx": int(f["non2xx"]),
+           "socket_errors": int(f["connect_err"] + f["read_err"] + f["write_err"] + f["timeout_err"]),
+           "jobs_rows": args.jobs_rows}
+    print("== 1. accepted submits/s, POST /v1/jobs saxpy n=%d b64, %d connections, %.1f s (wrk -t2)"
+          % (N_ELEMS, args.connections, res["duration_s"]))
+    print("   Requests/sec %.1f   latency p50 %s  p90 %s  p99 %s  max %s"
+          % (res["rps"], fmt_ms(res["p50_s"]), fmt_ms(res["p90_s"]), fmt_ms(res["p99_s"]),
+             fmt_ms(res["max_s"])))
+    print("   requests %d, non-2xx/3xx %d, socket errors %d (connect %d read %d write %d timeout %d)"
+          % (res["requests"], res["non2xx"], res["socket_errors"], f["connect_err"], f["read_err"],
+             f["write_err"], f["timeout_err"]))
+    if args.jobs_rows is not None:
+        print("   jobs rows added in PostgreSQL during the run: %d" % args.jobs_rows)
+    save(args.json, res)
+    return 0
+
+
+def cmd_pgbench(args):
+    text = open(args.file).read()
+    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", text) or \
+        re.search(r"tps = ([0-9.]+)", text)
+    lat = re.search(r"latency average = ([0-9.]+) ms", text)
+    xacts = re.search(r"number of transactions actually processed: (\d+)", text)
+    failed = re.search(r"number of failed transactions: (\d+)", text)
+    res = {"tps": float(m.group(1)) if m else None,
+           "latency_avg_ms": float(lat.group(1)) if lat else None,
+           "transactions": int(xacts.group(1)) if xacts else None,
+           "failed": int(failed.group(1)) if failed else 0}
+    print("== 4. pgbench: single-row INSERT, -c 16 -j 2 -T %s -n, same PostgreSQL (fsync on, "
+          "synchronous_commit %s)" % (args.seconds, args.sync))
+    if res["tps"] is None:
+        print("   pgbench printed no tps; its output:\n" + text)
+    else:
+        print("   tps %.1f   latency avg %s ms   transactions %s   failed %d"
+              % (res["tps"], res["latency_avg_ms"], res["transactions"], res["failed"]))
+    save(args.json, res)
+    return 0
+
+
+# ---------------------------------------------------------------- CPU sampling
+
+def _cpu_ticks(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])   # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _children(ppid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
+                        out.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _total_ticks():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]   # all, idle + iowait
+
+
+def cmd_cpu(args):
+    """Samples CPU of named processes over --seconds (after --delay); prints a line.
+    --proc NAME=PID (repeatable); --pg POSTMASTER_PID sums the postmaster and
+    its children (backends); --comm NAME sums every process with that comm."""
+    time.sleep(args.delay)
+    hz = os.sysconf("SC_CLK_TCK")
+    groups = {}
+    for p in args.proc or []:
+        name, pid = p.split("=")
+        groups.setdefault(name, []).append(int(pid))
+
+    def pids_now():
+        g = {k: list(v) for k, v in groups.items()}
+        if args.pg:
+            g["postgres"] = [args.pg] + _children(args.pg)
+        for comm in args.comm or []:
+            for d in os.listdir("/proc"):
+                if d.isdigit():
+                    try:
+                        with open("/proc/%s/comm" % d) as f:
+                            if f.read().strip() == comm:
+                                g.setdefault(comm, []).append(int(d))
+                    except OSError:
+                        pass
+        return g
+
+    g0 = pids_now()
+    t0 = {k: {p: _cpu_ticks(p) for p in v} for k, v in g0.items()}
+    all0, idle0 = _total_ticks()
+    w0 = time.monotonic()
+    time.sleep(args.seconds)
+    g1 = pids_now()
+    all1, idle1 = _total_ticks()
+    w1 = time.monotonic()
+    parts = []
+    for k, v in g1.items():
+        used = 0
+        for p in v:
+            b = _cpu_ticks(p)
+            a = t0.get(k, {}).get(p, 0) or 0
+            if b is not None:
+                used += b - a
+        parts.append((used, k))
+    parts.sort(reverse=True)
+    busy = 100.0 * (1 - (idle1 - idle0) / max(1, all1 - all0))
+    line = "   CPU over %.1f s (%% of one core): " % (w1 - w0, ) + ", ".join(
+        "%s %.0f%%" % (k, 100.0 * u / hz / (w1 - w0)) for u, k in parts)
+    line += " | machine busy %.0f%% of %d cores" % (busy, os.cpu_count())
+    print(line, flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- summary
+
+def cmd_summary(args):
+    def load(name):
+        try:
+            with open(os.path.join(args.dir, name + ".json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
+
+    w16, w64, pg = load("wrk16"), load("wrk64"), load("pgbench")
+    tp, lat = load("throughput"), load("latency")
+    tps = pg.get("tps")
+
+    def ratio(w):
+        return (w.get("rps") / tps) if (w.get("rps") and tps) else None
+
+    r16, r64 = ratio(w16), ratio(w64)
+    p50 = lat.get("client_p50_s")
+
+    def met(ok):
+        return "n/a" if ok is None else ("MET" if ok else "NOT MET")
+
+    def num(x, f="%.1f"):
+        return "n/a" if x is None else f % x
+
+    print()
+    print("=" * 78)
+    print("KOWLOON BENCH SUMMARY  (%s, %d cores, PostgreSQL fsync=%s synchronous_commit=%s)"
+          % (datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), os.cpu_count(),
+             args.fsync, args.sync))
+    print("-" * 78)
+    for w, r in ((w16, r16), (w64, r64)):
+        if w:
+            print("accepted submits/s @%-3d conns : %8s req/s  p50 %s  p99 %s  non-2xx %s  ratio %sx"
+                  % (w.get("connections"), num(w.get("rps")), fmt_ms(w.get("p50_s")),
+                     fmt_ms(w.get("p99_s")), w.get("non2xx", "n/a"), num(r, "%.2f")))
+    print("pgbench INSERT tps @16 clients : %8s tps" % num(tps))
+    print("e2e throughput (saxpy n=1024) : %8s jobs/s client (%s/%s ok), %s jobs/s server"
+          % (num(tp.get("jobs_per_s")), tp.get("succeeded", "n/a"), tp.get("n", "n/a"),
+             num(tp.get("server_jobs_per_s"))))
+    print("e2e latency @%.0f jobs/s         : client p50 %s p99 %s | server p50 %s p99 %s"
+          % (lat.get("rate", 0), fmt_ms(p50), fmt_ms(lat.get("client_p99_s")),
+             fmt_ms(lat.get("server_p50_s")), fmt_ms(lat.get("server_p99_s"))))
+    print("-" * 78)
+    print("target: accepted submits @16 >= 1.0x pgbench tps : %s (%sx)" % (met(None if r16 is None else r16 >= 1.0), num(r16, "%.2f")))
+    print("target: accepted submits @64 >= 1.0x pgbench tps : %s (%sx)" % (met(None if r64 is None else r64 >= 1.0), num(r64, "%.2f")))
+    print("target: e2e p50 <= 5 ms at 100 jobs/s (client)   : %s (%s)" % (met(None if p50 is None else p50 <= 0.005), fmt_ms(p50)))
+    sp50 = lat.get("server_p50_s")
+    print("        (server-side finished-created p50        : %s, %s)" % (fmt_ms(sp50), met(None if sp50 is None else sp50 <= 0.005)))
+    bad = tp.get("problems", []) + lat.get("problems", [])
+    print("results: %s" % ("correct (all jobs succeeded, sampled outputs match numpy)" if not bad
+                           else "%d PROBLEM(S), see above" % len(bad)))
+    print("=" * 78)
+    return 0
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("body")
+    b.add_argument("--out", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--url", required=True)
+    t.add_argument("--n", type=int, default=2000)
+    t.add_argument("--concurrency", type=int, default=32)
+    t.add_argument("--max-wait", type=float, default=60.0)
+    t.add_argument("--sample", type=int, default=32)
+    t.add_argument("--json")
+    la = sub.add_parser("latency")
+    la.add_argument("--url", required=True)
+    la.add_argument("--rate", type=float, default=100.0)
+    la.add_argument("--duration", type=float, default=10.0)
+    la.add_argument("--max-wait", type=float, default=30.0)
+    la.add_argument("--sample", type=int, default=16)
+    la.add_argument("--json")
+    w = sub.add_parser("wrk")
+    w.add_argument("--file", required=True)
+    w.add_argument("--connections", type=int, required=True)
+    w.add_argument("--jobs-rows", type=int)
+    w.add_argument("--json")
+    p = sub.add_parser("pgbench")
+    p.add_argument("--file", required=True)
+    p.add_argument("--seconds", default="10")
+    p.add_argument("--sync", default="on")
+    p.add_argument("--json")
+    c = sub.add_parser("cpu")
+    c.add_argument("--seconds", type=float, default=5.0)
+    c.add_argument("--delay", type=float, default=0.0)
+    c.add_argument("--proc", action="append")
+    c.add_argument("--pg", type=int)
+    c.add_argument("--comm", action="append")
+    s = sub.add_parser("summary")
+    s.add_argument("--dir", required=True)
+    s.add_argument("--fsync", default="on")
+    s.add_argument("--sync", default="on")
+    args = ap.parse_args()
+
+    if args.cmd == "body":
+        with open(args.out, "wb") as f:
+            f.write(saxpy_body(0))
+        return 0
+    if args.cmd == "throughput":
+        return asyncio.run(throughput(args))
+    if args.cmd == "latency":
+        return asyncio.run(latency(args))
+    return {"wrk": cmd_wrk, "pgbench": cmd_pgbench, "cpu": cmd_cpu,
+            "summary": cmd_summary}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
