@@ -56,7 +56,8 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " ev AS (INSERT INTO job_events (job_id, state, attempt, detail)"
     "        SELECT id, 'cancelled', attempts, 'cancelled while queued' FROM upd"
     "        WHERE state = 'cancelled')"
-    " SELECT old.state, kowloon_job_json(upd::jobs)::text, n.url, old.attempts"
+    " SELECT old.state, CASE WHEN upd.id IS NOT NULL THEN kowloon_job_json(upd::jobs)::text END,"
+    "        n.url, old.attempts"
     " FROM old LEFT JOIN upd ON true LEFT JOIN nodes n ON n.id = old.node_id", 2},
 [ST_JOB_CLAIM] = {
     "WITH n AS (SELECT id, name, url FROM nodes WHERE id = $2::uuid),"

@@ -1,11 +1,43 @@
 """Losing a node mid-run: the job is re-queued and runs again on the other
 node. Runs last (file order); the killed node is restarted afterwards."""
 
+import signal
 import time
 
 import pytest
 
-from stack import ts
+from stack import free_port, ts
+
+
+@pytest.mark.timeout(60)
+def test_deregistered_node_is_never_dispatched_to(A, stack):
+    """A node that shut down cleanly (DELETE /v1/nodes/{id}) gets no job
+    afterwards, and the job waiting for a slot stays plainly queued."""
+    busy = [A.submit("sleep", {"seconds": 4}) for _ in stack.node_names]
+    for b in busy:
+        A.wait(b["id"], 10, states=("running",))
+    name = "node-leaver"
+    stack.node_ports[name] = free_port()
+    p = stack.start_node(name)
+    try:
+        stack.wait_nodes_up([name], timeout=20)
+    finally:
+        p.stop(signal.SIGTERM)  # deregisters before it exits
+    assert p.popen.returncode == 0, "clean shutdown should exit 0"
+    j = A.submit("sleep", {"seconds": 0})
+    seen = []
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        seen.append(A.job(j["id"]))
+        time.sleep(0.05)
+    done = A.wait(j["id"], 20)
+    assert done["state"] == "succeeded", done
+    sent_to_leaver = stack.psql_value(
+        f"SELECT count(*) FROM job_events WHERE job_id = '{j['id']}' AND node_name = '{name}'")
+    assert sent_to_leaver == "0", f"job dispatched to {name} after it deregistered"
+    assert done["node"] in stack.node_names and done["attempts"] == 1, done
+    odd = [s for s in seen if s["state"] == "queued" and (s["started_at"] or s["node"])]
+    assert not odd, f"a queued job shows a start or a node: {odd[0]}"
 
 
 @pytest.mark.timeout(90)

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -87,6 +88,12 @@ def test_postgres_down_makes_readyz_and_submit_503_and_recovers(A, anon, stack):
         pg.start()
         wait_until(lambda: pg_up(stack), 20, 0.2, "postgres back")
     wait_until(lambda: readyz(anon)[0] == 200, 20, 0.2, "readyz 200 after postgres is back")
+    # once ready, every request is served: no pooled connection may still
+    # be the one PostgreSQL closed (parallel requests touch the whole pool)
+    clients = [stack.client("A") for _ in range(32)]
+    with ThreadPoolExecutor(16) as ex:
+        codes = list(ex.map(lambda c: c.list(limit=1).status_code, clients))
+    assert codes == [200] * len(codes), f"after PostgreSQL came back and /readyz said ready: {codes}"
     stack.wait_nodes_up(stack.node_names, timeout=20)
     j = A.run("sleep", {"seconds": 0}, timeout=30)
     assert j["state"] == "succeeded"
