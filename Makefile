@@ -38,6 +38,7 @@ CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand -lnccl -lcudart
 
 PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
+.DELETE_ON_ERROR:
 .PHONY: all clean run stop test test-unit test-integration bench bench-kernels gpu-check
 all: bin/kowloon-gateway bin/kowloon-compute $(PLUGIN) $(UT_BIN)
 	@echo "✓ bin/kowloon-gateway  ✓ bin/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))"

@@ -557,9 +557,9 @@ def _children(ppid):
 
 
 def _total_ticks():
+    """/proc/stat's first line: user nice system idle iowait irq softirq steal."""
     with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v), v[3] + v[4]   # all, idle + iowait
+        return [int(x) for x in f.readline().split()[1:9]]
 
 
 def cmd_cpu(args):
@@ -590,11 +590,11 @@ def cmd_cpu(args):
 
     g0 = pids_now()
     t0 = {k: {p: _cpu_ticks(p) for p in v} for k, v in g0.items()}
-    all0, idle0 = _total_ticks()
+    m0 = _total_ticks()
     w0 = time.monotonic()
     time.sleep(args.seconds)
     g1 = pids_now()
-    all1, idle1 = _total_ticks()
+    m1 = _total_ticks()
     w1 = time.monotonic()
     parts = []
     for k, v in g1.items():
@@ -606,11 +606,15 @@ def cmd_cpu(args):
                 used += b - a
         parts.append((used, k))
     parts.sort(reverse=True)
-    busy = 100.0 * (1 - (idle1 - idle0) / max(1, all1 - all0))
+    d = [b - a for a, b in zip(m0, m1)]
+    tot = max(1, sum(d))
+    share = lambda *ix: 100.0 * sum(d[i] for i in ix) / tot   # noqa: E731
     line = "   CPU over %.1f s (%% of one core): " % (w1 - w0, ) + ", ".join(
         "%s %.0f%%" % (k, 100.0 * u / hz / (w1 - w0)) for u, k in parts)
-    line += " | machine busy %.0f%% of %d cores" % (busy, os.cpu_count())
-    print(line, flush=True)
+    print(line)
+    print("   machine (%d cores): user %.0f%% system %.0f%% softirq %.0f%% iowait %.0f%% "
+          "steal %.0f%% idle %.0f%%" % (os.cpu_count(), share(0, 1), share(2, 5), share(6),
+                                        share(4), share(7), share(3)), flush=True)
     return 0
 
 

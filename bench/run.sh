@@ -190,7 +190,7 @@ drain() {
           [ "$SECONDS" -lt "$deadline" ]; do
         sleep 0.2
     done
-    say "   (drained: $n queued job(s) left by the flood were cancelled in PostgreSQL)"
+    [ "$n" = 0 ] || say "   (drained: $n queued job(s) left by the flood were cancelled in PostgreSQL)"
 }
 
 # ---------------------------------------------------------------- 4. pgbench
@@ -230,7 +230,6 @@ cat "$STATE/lat.out" "$STATE/lat.out.cpu"
 export KL_BENCH_BODY=$STATE/body.json
 for conns in 16 64; do
     say ""
-    drain
     before=$(psql_q "SELECT count(*) FROM jobs")
     run_sampled wrk 2 6 "$STATE/wrk$conns.out" \
         wrk -t 2 -c "$conns" -d "${WRK_S}s" --timeout 10s -s "$ROOT/bench/submit.lua" "$GW_URL" || true
@@ -238,8 +237,8 @@ for conns in 16 64; do
     "${KB[@]}" wrk --file "$STATE/wrk$conns.out" --connections "$conns" \
         --jobs-rows $((after - before)) --json "$RES/wrk$conns.json"
     cat "$STATE/wrk$conns.out.cpu"
+    drain
 done
-drain
 
 # ---------------------------------------------------------------- 5. summary
 for p in "$GW_PID" "${NODE_PIDS[@]}"; do
