@@ -11,14 +11,6 @@
 #include "store_int.h"
 #include "svc_log.h"
 
-struct gw_store {
-    char *conninfo;
-    int size;
-    store__conn *conns;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-};
-
 static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_AUTH] = {"SELECT tenant_id, admin FROM api_keys"
              " WHERE key_hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL", 1},
@@ -156,6 +148,8 @@ gw_store *gw_store_open(const char *conninfo, int pool_size)
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->batch_mu, NULL);
+    pthread_cond_init(&s->batch_cv, NULL);
     return s;
 }
 

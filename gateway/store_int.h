@@ -4,6 +4,7 @@
 #define GW_STORE_INT_H
 
 #include <libpq-fe.h>
+#include <pthread.h>
 
 #include "store.h"
 
@@ -12,6 +13,22 @@ typedef struct store__conn {
     uint64_t prepared;   /* bit i: statement i is prepared on pg */
     int busy;
 } store__conn;
+
+typedef struct store__insert store__insert;
+
+struct gw_store {
+    char *conninfo;
+    int size;
+    store__conn *conns;
+    pthread_mutex_t mu;             /* guards conns[].busy */
+    pthread_cond_t cv;
+    /* Group commit of submits (store_jobs.c): inserts queue here and one
+     * caller at a time commits everything queued in one transaction. */
+    pthread_mutex_t batch_mu;
+    pthread_cond_t batch_cv;
+    store__insert *pending, *pending_tail;
+    int committing;
+};
 
 /* Statement ids; the SQL lives in the table in store.c. */
 enum {

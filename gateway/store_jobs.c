@@ -19,8 +19,20 @@ void gw_dispatch_clear(gw_dispatch *d)
     memset(d, 0, sizeof(*d));
 }
 
-int gw_store_job_insert(gw_store *s, const gw_job_new *j, json_t **job, int64_t *seq)
+/* One submit waiting for its group commit. */
+struct store__insert {
+    const gw_job_new *j;
+    json_t *job;
+    int64_t seq;
+    int rc, done;
+    store__insert *next;
+};
+
+#define BATCH_MAX 128
+
+static int insert_one(store__conn *c, store__insert *in)
 {
+    const gw_job_new *j = in->j;
     char tenant[24], prio[8], timeout[16], attempts[8], gpus[8];
     snprintf(tenant, sizeof(tenant), "%lld", (long long)j->tenant_id);
     snprintf(prio, sizeof(prio), "%d", j->priority);
@@ -34,19 +46,96 @@ int gw_store_job_insert(gw_store *s, const gw_job_new *j, json_t **job, int64_t 
     int fmts[11] = {0};
     lens[10] = (int)j->inputs_len;
     fmts[10] = 1;
-
-    *job = NULL;
-    store__conn *c = store__acquire(s);
-    if (!c)
+    if (!c->pg)
         return -EIO;
     PGresult *r = store__exec(c, ST_JOB_INSERT, v, lens, fmts, 0);
     if (r && PQntuples(r) == 1) {
-        *job = store__json(r, 0, 0);
-        *seq = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+        in->job = store__json(r, 0, 0);
+        in->seq = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
     }
     PQclear(r);
+    return in->job ? 0 : -EIO;
+}
+
+static int exec_command(store__conn *c, const char *sql)
+{
+    if (!c->pg)
+        return -EIO;
+    PGresult *r = PQexec(c->pg, sql);
+    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -EIO;
+    if (rc)
+        svc_error("postgres: %s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+    return rc;
+}
+
+/* Commits a batch of submits in one transaction: one WAL flush for all.
+ * If the batch fails on a live connection, each insert is retried on its
+ * own so one bad row cannot fail the others; on a lost connection the
+ * outcome is unknown and every caller answers 503. */
+static void batch_commit(gw_store *s, store__insert *batch)
+{
+    store__conn *c = store__acquire(s);
+    int ok = c && exec_command(c, "BEGIN") == 0;
+    for (store__insert *in = batch; ok && in; in = in->next)
+        ok = insert_one(c, in) == 0;
+    if (ok)
+        ok = exec_command(c, "COMMIT") == 0;
+    for (store__insert *in = batch; in; in = in->next) {
+        if (ok) {
+            in->rc = 0;
+            continue;
+        }
+        json_decref(in->job);
+        in->job = NULL;
+        in->rc = -EIO;
+    }
+    if (!ok && c && c->pg) {
+        exec_command(c, "ROLLBACK");
+        for (store__insert *in = batch; in; in = in->next)
+            in->rc = insert_one(c, in);
+    }
     store__release(s, c);
-    return *job ? 0 : -EIO;
+}
+
+int gw_store_job_insert(gw_store *s, const gw_job_new *j, json_t **job, int64_t *seq)
+{
+    store__insert me = {.j = j, .rc = -EIO};
+    pthread_mutex_lock(&s->batch_mu);
+    if (s->pending_tail)
+        s->pending_tail->next = &me;
+    else
+        s->pending = &me;
+    s->pending_tail = &me;
+    while (!me.done) {
+        if (s->committing) {
+            pthread_cond_wait(&s->batch_cv, &s->batch_mu);
+            continue;
+        }
+        /* Nobody is committing: this caller commits what is queued,
+         * its own insert among the first BATCH_MAX or a later round. */
+        s->committing = 1;
+        store__insert *batch = s->pending, *last = batch;
+        for (int n = 1; n < BATCH_MAX && last->next; n++)
+            last = last->next;
+        s->pending = last->next;
+        if (!s->pending)
+            s->pending_tail = NULL;
+        last->next = NULL;
+        pthread_mutex_unlock(&s->batch_mu);
+        batch_commit(s, batch);
+        pthread_mutex_lock(&s->batch_mu);
+        for (store__insert *in = batch, *next; in; in = next) {
+            next = in->next;
+            in->done = 1;
+        }
+        s->committing = 0;
+        pthread_cond_broadcast(&s->batch_cv);
+    }
+    pthread_mutex_unlock(&s->batch_mu);
+    *job = me.job;
+    *seq = me.seq;
+    return me.rc;
 }
 
 int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **job)
