@@ -124,8 +124,12 @@ static int cn__run_create(svc_req *req)
         svc_reply_header(req, "Retry-After", "1");
         return svc_reply_error(req, 503, "draining", NULL, NULL,
                                "node is shutting down and takes no new runs");
-    case CN_EINVAL:
-        return cn__reply_kl_err(req, 422, &err);
+    case CN_ENOTSUP:
+        /* The arguments are fine; this node is the wrong place for them
+         * (no CUDA, too few GPUs). 409 lets the gateway place the job
+         * elsewhere, where a 422 would fail it for good. */
+        return svc_reply_error(req, 409, "conflict", err.field[0] ? err.field : NULL, NULL, "%s",
+                               err.message);
     default:
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     }

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-
+/* Job ids become part of run ids and URL paths: keep them URL-safe. */
 static int cn__job_id_valid(const char *s)
 {
     size_t n = strlen(s);

@@ -130,8 +130,9 @@ static void cn__identity(const char *listen, int port, char *name, size_t nlen, 
 }
 
 /* Waits for the runs that were in flight to finish and be collected, up to
- * grace_s; a second signal cuts it short. Then cancels what is left. */
-static void cn__drain(cn_runs *runs, long grace_s)
+ * grace_s; a second signal cuts it short. Then cancels what is left.
+ * Returns how many kernels are still running despite being cancelled. */
+static int cn__drain(cn_runs *runs, long grace_s)
 {
     int64_t started = svc_now_mono_ms(), deadline = started + grace_s * 1000;
     int left = cn_runs_drain(runs);
@@ -152,8 +153,10 @@ static void cn__drain(cn_runs *runs, long grace_s)
         }
         left = cn_runs_unsettled(runs);
     }
-    if (left > 0 && cn_runs_cancel_all(runs, CN_CANCEL_WAIT_MS) > 0)
-        svc_warn("some kernels ignore their cancel flag; exiting without them");
+    int stuck = left > 0 ? cn_runs_cancel_all(runs, CN_CANCEL_WAIT_MS) : 0;
+    if (stuck > 0)
+        svc_warn("kernels ignore their cancel flag; exiting without them runs=%d", stuck);
+    return stuck;
 }
 
 int main(int argc, char **argv)
@@ -164,7 +167,7 @@ int main(int argc, char **argv)
     cn_runs *runs = NULL;
     svc_server *server = NULL;
     cn_register *reg = NULL;
-    int sig, rc = 1;
+    int sig, e, stuck = 0, rc = 1;
 
     int prc = svc_config_parse(cn_opts, argc, argv, 1, NULL, 0, NULL, err, sizeof err);
     if (prc == 1) {
@@ -188,7 +191,6 @@ int main(int argc, char **argv)
         svc_error("--cluster-token (KOWLOON_CLUSTER_TOKEN) is required");
         return 2;
     }
-    int e;
     if (svc_client_global_init() < 0) {
         svc_error("HTTP client initialisation failed");
         return 1;
@@ -260,14 +262,18 @@ int main(int argc, char **argv)
         ;
     svc_info("signal received signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     __atomic_store_n(&node.draining, 1, __ATOMIC_RELEASE);
-    cn__drain(runs, cn__num("drain-grace-s"));
+    stuck = cn__drain(runs, cn__num("drain-grace-s"));
     rc = 0;
 cleanup:
     cn_register_stop(reg);      /* deregisters while the API still answers */
     cn_runs_shutdown(runs);     /* ends long polls so the server can stop */
     svc_server_stop(server);
-    cn_runs_destroy(runs);
-    cn_backend_close(&backend);
+    /* A kernel that ignores its cancel flag would block the join for ever,
+     * and the plugin must stay loaded under it: leave both to the exit. */
+    if (!stuck) {
+        cn_runs_destroy(runs);
+        cn_backend_close(&backend);
+    }
     if (rc == 0)
         svc_info("stopped");
     return rc;

@@ -29,7 +29,7 @@ struct cn_register {
     /* Owned by the thread while it runs, by cn_register_stop afterwards. */
     int registered;
     char node_id[64];
-    char problem[448];           /* the last problem logged; "" when all is well */
+    char problem[320];           /* key of the last problem logged; "" when all is well */
 };
 
 /* Sleeps ms or until stop is asked. Returns 1 when stopping. */
@@ -47,15 +47,26 @@ static int cn__sleep(cn_register *r, int64_t ms)
     return stop;
 }
 
-/* Logs text at WARN when it differs from the last problem, else at DEBUG. */
-static void cn__problem(cn_register *r, const char *text)
+/* Logs text at WARN when the kind of problem (key) differs from the last
+ * one logged, else at DEBUG: transport errors vary in their details ("after
+ * 2 ms") and must not defeat the once-per-change rule. */
+static void cn__problem(cn_register *r, const char *key, const char *text)
 {
-    if (strcmp(text, r->problem) != 0) {
+    if (strcmp(key, r->problem) != 0) {
         svc_warn("%s (retrying)", text);
-        snprintf(r->problem, sizeof r->problem, "%s", text);
+        snprintf(r->problem, sizeof r->problem, "%s", key);
     } else {
         svc_debug("%s (still)", text);
     }
+}
+
+/* "register HTTP 503" or "register Couldn't connect to server". */
+static void cn__problem_key(const char *what, const svc_response *resp, char *buf, size_t len)
+{
+    if (resp->status)
+        snprintf(buf, len, "%s HTTP %d", what, resp->status);
+    else
+        snprintf(buf, len, "%s %.*s", what, (int)strcspn(resp->error, ":"), resp->error);
 }
 
 static void cn__problem_clear(cn_register *r)
@@ -90,14 +101,14 @@ static int cn__id_ok(const char *s)
 /* POST /v1/nodes/register. Returns 0 when registered. */
 static int cn__register_once(cn_register *r)
 {
-    char url[600], what[320], text[448];
+    char url[600], what[320], text[448], key[320];
     svc_response resp;
     int rc = -1;
     json_t *body = cn_node_describe(r->node);
 
     memset(&resp, 0, sizeof resp);
     if (!body) {
-        cn__problem(r, "register: out of memory");
+        cn__problem(r, "register ENOMEM", "register: out of memory");
         goto cleanup;
     }
     snprintf(url, sizeof url, "%s/v1/nodes/register", r->gateway);
@@ -107,7 +118,8 @@ static int cn__register_once(cn_register *r)
         cn__describe(&resp, what, sizeof what);
         snprintf(text, sizeof text, "register with %.200s failed: %.140s%s", url, what,
                  resp.status == 200 ? " (no usable id in the reply)" : "");
-        cn__problem(r, text);
+        cn__problem_key("register", &resp, key, sizeof key);
+        cn__problem(r, key, text);
         goto cleanup;
     }
     snprintf(r->node_id, sizeof r->node_id, "%s", id);
@@ -132,7 +144,7 @@ cleanup:
  * us): register again. Other failures are retried at the next beat. */
 static void cn__heartbeat(cn_register *r)
 {
-    char url[600], what[320], text[448];
+    char url[600], what[320], text[448], key[320];
     svc_response resp;
     int active;
     json_t *runs = json_array();
@@ -142,7 +154,7 @@ static void cn__heartbeat(cn_register *r)
     json_t *body = json_pack("{s:i, s:i, s:o, s:b}", "running", active, "slots", r->node->slots,
                              "runs", runs, "draining", cn_node_draining(r->node));
     if (!body) {
-        cn__problem(r, "heartbeat: out of memory");
+        cn__problem(r, "heartbeat ENOMEM", "heartbeat: out of memory");
         goto cleanup;
     }
     snprintf(url, sizeof url, "%s/v1/nodes/%s/heartbeat", r->gateway, r->node_id);
@@ -158,7 +170,8 @@ static void cn__heartbeat(cn_register *r)
     }
     cn__describe(&resp, what, sizeof what);
     snprintf(text, sizeof text, "heartbeat to %.200s failed: %.160s", r->gateway, what);
-    cn__problem(r, text);
+    cn__problem_key("heartbeat", &resp, key, sizeof key);
+    cn__problem(r, key, text);
 cleanup:
     json_decref(body);
     svc_response_clear(&resp);

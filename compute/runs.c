@@ -504,13 +504,13 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
         return CN_EDRAINING;
     if (req->target == CN_TARGET_CUDA && m->backend->kind != CN_BACKEND_CUDA) {
         kl_err_set(err, "backend", "this node has no CUDA backend: %s", m->backend->reason);
-        return CN_EINVAL;
+        return CN_ENOTSUP;
     }
     int use_cuda = req->target != CN_TARGET_CPU && cn_backend_supports(m->backend, kname);
     int ngpus = cn_backend_ngpus(m->backend);
     if (use_cuda && req->gpus > ngpus) {
         kl_err_set(err, "gpus", "gpus=%d but this node has %d", req->gpus, ngpus);
-        return CN_EINVAL;
+        return CN_ENOTSUP;
     }
     /* A newer attempt of the same job means the gateway has moved on: the
      * older one's result would be discarded, so stop spending a slot on it. */

@@ -27,7 +27,8 @@ enum {
     CN_ENOENT = -2,          /* no such run (never here, or swept) */
     CN_EOVERLOADED = -3,     /* running + queued >= slots */
     CN_EDRAINING = -4,       /* the node is shutting down */
-    CN_EINVAL = -5,          /* the node cannot honour the request; err says why */
+    CN_ENOTSUP = -5,         /* this node cannot serve the request (no CUDA, too few
+                                GPUs); err says why */
     CN_ENOMEM = -6,
 };
 
@@ -49,7 +50,7 @@ void cn_runs_destroy(cn_runs *m);
  * inputs (req is left cleared); on any other result req is untouched and
  * the caller still clears it. *run_json (may be NULL) receives the run
  * object without outputs, a new reference, for CN_RUN_NEW and
- * CN_RUN_EXISTING. CN_EINVAL fills err (field "backend" or "gpus"). Submit
+ * CN_RUN_EXISTING. CN_ENOTSUP fills err (field "backend" or "gpus"). Submit
  * also cancels older attempts of the same job still held here: the gateway
  * has given up on them. */
 int cn_runs_submit(cn_runs *m, cn_run_req *req, json_t **run_json, kl_err *err);

@@ -202,7 +202,7 @@ static void test_cuda_target_is_refused_on_a_cpu_node(void **state)
     assert_int_equal(submit(f->runs, "{\"job_id\":\"g\",\"attempt\":1,\"kernel\":\"sleep\","
                                      "\"params\":{\"seconds\":0},\"backend\":\"cuda\"}",
                             &err),
-                     CN_EINVAL);
+                     CN_ENOTSUP);
     assert_string_equal(err.field, "backend");
     assert_non_null(strstr(err.message, "backend cpu requested"));
 }
