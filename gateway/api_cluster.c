@@ -124,7 +124,7 @@ int gw_api_node_register(svc_req *req)
         return gw_reply_unavailable(req, "PostgreSQL");
     svc_info("node registered: %s at %s backend=%s slots=%d%s%s", name, url, backend,
              (int)json_integer_value(slots), reason && *reason ? " reason=" : "", reason ? reason : "");
-    gw_sched_wake(app->sched);
+    gw_sched_nodes_changed(app->sched);
     return svc_reply_json(req, 200, json_pack("{s:s, s:i}", "id", id, "heartbeat_s", app->cfg.heartbeat_s));
 }
 
@@ -157,6 +157,7 @@ int gw_api_node_remove(svc_req *req)
     if (rc)
         return gw_reply_unavailable(req, "PostgreSQL");
     svc_info("node %s deregistered", id);
+    gw_sched_nodes_changed(app->sched);
     return svc_reply_json(req, 200, json_object());
 }
 

@@ -53,6 +53,17 @@ void gw_sched_wake(gw_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+void gw_sched_nodes_changed(gw_sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->nodes_changed = 1;
+    s->wake = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 int gw_sched_is_leader(gw_sched *s)
 {
     return s && s->leader;
@@ -194,6 +205,12 @@ static void *sched_main(void *arg)
             next_lock = now + LOCK_TTL_MS / 5;
         }
         if (s->leader) {
+            pthread_mutex_lock(&s->mu);
+            int changed = s->nodes_changed;
+            s->nodes_changed = 0;
+            pthread_mutex_unlock(&s->mu);
+            if (changed)
+                nodes_refresh(s);
             if (now >= next_reap) {
                 nodes_refresh(s);
                 reap(s);

@@ -27,6 +27,8 @@ gw_sched *gw_sched_start(gw_app *app);
 void gw_sched_stop(gw_sched *s, int grace_ms);
 /* Wakes the scheduler (a job was queued, a node freed a slot). */
 void gw_sched_wake(gw_sched *s);
+/* A node registered or left: reload the node table before placing. */
+void gw_sched_nodes_changed(gw_sched *s);
 /* 1 while this gateway holds the scheduler lock. */
 int gw_sched_is_leader(gw_sched *s);
 

@@ -27,6 +27,7 @@ struct gw_sched {
     pthread_cond_t cv;
     volatile int stop;
     int wake;
+    int nodes_changed;        /* reload the node table before placing */
     volatile int leader;
     char owner[96];
     sched__node nodes[SCHED_MAX_NODES];

@@ -92,6 +92,8 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "             FOR UPDATE),"
     " j AS (UPDATE jobs SET state = cur.next, attempts = attempts - $3::int,"
     "         node_id = CASE WHEN cur.next = 'queued' THEN NULL ELSE node_id END,"
+    "         node_name = CASE WHEN cur.next = 'queued' THEN NULL ELSE node_name END,"
+    "         started_at = CASE WHEN cur.next = 'queued' THEN NULL ELSE started_at END,"
     "         error_code = CASE WHEN cur.next = 'failed' THEN $4 END,"
     "         error_message = CASE WHEN cur.next = 'failed' THEN $5 END,"
     "         finished_at = CASE WHEN cur.next <> 'queued' THEN clock_timestamp() END"
@@ -196,7 +198,9 @@ store__conn *store__acquire(gw_store *s)
     c->busy = 1;
     pthread_mutex_unlock(&s->mu);
 
-    if (c->pg && PQstatus(c->pg) != CONNECTION_OK)
+    /* A server restart leaves idle connections that still look fine;
+     * reading what the server sent (its goodbye, then EOF) exposes them. */
+    if (c->pg && (PQconsumeInput(c->pg) == 0 || PQstatus(c->pg) != CONNECTION_OK))
         conn_drop(c);
     if (!c->pg) {
         c->pg = PQconnectdb(s->conninfo);

@@ -6,6 +6,7 @@ hangs. On failure the tails of every daemon log are printed at the end."""
 import os
 import signal
 import sys
+import time
 
 import pytest
 
@@ -16,7 +17,10 @@ import stack as stk  # noqa: E402
 
 TEST_TIMEOUT_S = int(os.environ.get("KOWLOON_TEST_TIMEOUT_S", "60"))
 
-_state = {"failed": False, "stack": None, "tails": None, "root": None}
+SESSION_BUDGET_S = int(os.environ.get("KOWLOON_TEST_SESSION_S", "1200"))
+
+_state = {"failed": False, "stack": None, "tails": None, "root": None,
+          "timeouts": 0, "t0": time.monotonic()}
 
 
 def pytest_configure(config):
@@ -63,6 +67,16 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     if rep.failed:
         _state["failed"] = True
+    if call.when == "call":
+        # a stack that stopped answering must not cost a minute per test
+        if call.excinfo is not None and call.excinfo.errisinstance((TestTimeout, stk.requests.Timeout)):
+            _state["timeouts"] += 1
+        else:
+            _state["timeouts"] = 0
+        if _state["timeouts"] >= 3:
+            item.session.shouldstop = "3 tests in a row ran out of time: the stack is stuck"
+        if time.monotonic() - _state["t0"] > SESSION_BUDGET_S:
+            item.session.shouldstop = f"the suite ran past its {SESSION_BUDGET_S} s budget"
 
 
 # ------------------------------------------------------------ the stack

@@ -21,6 +21,7 @@ def test_deregistered_node_is_never_dispatched_to(A, stack):
     p = stack.start_node(name)
     try:
         stack.wait_nodes_up([name], timeout=20)
+        time.sleep(1.5)  # long enough for any scheduler cache to know it
     finally:
         p.stop(signal.SIGTERM)  # deregisters before it exits
     assert p.popen.returncode == 0, "clean shutdown should exit 0"
@@ -42,21 +43,33 @@ def test_deregistered_node_is_never_dispatched_to(A, stack):
 
 @pytest.mark.timeout(90)
 def test_job_on_killed_node_is_retried_on_the_other_node(A, stack):
+    # the other node is busy for a while, so the lost job waits re-queued
+    blocker = A.wait(A.submit("sleep", {"seconds": 7})["id"], 10, states=("running",))
     j = A.submit("sleep", {"seconds": 4}, max_attempts=3)
     j = A.wait(j["id"], 10, states=("running",))
-    victim = j["node"]
-    assert victim in stack.node_names, j
-    other = next(n for n in stack.node_names if n != victim)
+    victim, other = j["node"], blocker["node"]
+    assert victim in stack.node_names and victim != other, (j, blocker)
     first_start = ts(j["started_at"])
     stack.kill_node(victim)
     try:
-        done = A.wait(j["id"], 30)
+        snaps, deadline = [], time.monotonic() + 40
+        while True:
+            done = A.job(j["id"])
+            snaps.append(done)
+            if done["state"] in ("succeeded", "failed", "cancelled") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert done["state"] == "succeeded", done
         assert done["attempts"] == 2, done
         assert done["node"] == other, done
         assert ts(done["started_at"]) >= first_start
         by = stack.nodes_by_name()
         assert by[victim]["state"] == "down", by[victim]
+        requeued = [s for s in snaps if s["state"] == "queued"]
+        assert requeued, "the job was never seen re-queued while the other node was busy"
+        stale = [s for s in requeued if s["node"] is not None or s["started_at"] is not None]
+        assert not stale, ("a re-queued job still shows the lost attempt's node/started_at: "
+                           f"node={stale[0]['node']} started_at={stale[0]['started_at']}")
     finally:
         stack.start_node(victim)
         stack.wait_nodes_up(stack.node_names, timeout=30)
