@@ -198,10 +198,12 @@ store__conn *store__acquire(gw_store *s)
     c->busy = 1;
     pthread_mutex_unlock(&s->mu);
 
-    /* A server restart leaves idle connections that still look fine;
-     * reading what the server sent (its goodbye, then EOF) exposes them. */
-    if (c->pg && (PQconsumeInput(c->pg) == 0 || PQstatus(c->pg) != CONNECTION_OK))
-        conn_drop(c);
+    /* A server restart leaves idle connections that still look fine.
+     * Reading what the server sent exposes them: the first read takes its
+     * goodbye message, the second finds the end of the stream. */
+    for (int i = 0; i < 2 && c->pg; i++)
+        if (PQconsumeInput(c->pg) == 0 || PQstatus(c->pg) != CONNECTION_OK)
+            conn_drop(c);
     if (!c->pg) {
         c->pg = PQconnectdb(s->conninfo);
         if (PQstatus(c->pg) != CONNECTION_OK) {
