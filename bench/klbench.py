@@ -609,12 +609,18 @@ def cmd_cpu(args):
     d = [b - a for a, b in zip(m0, m1)]
     tot = max(1, sum(d))
     share = lambda *ix: 100.0 * sum(d[i] for i in ix) / tot   # noqa: E731
-    line = "   CPU over %.1f s (%% of one core): " % (w1 - w0, ) + ", ".join(
-        "%s %.0f%%" % (k, 100.0 * u / hz / (w1 - w0)) for u, k in parts)
+    # What the machine spent beyond the processes named: the kernel's own
+    # threads, and anything else running here (other users' jobs skew figures).
+    other = sum(d) - d[3] - d[4] - sum(u for u, _ in parts)
+    secs = w1 - w0
+    line = "   CPU over %.1f s (%% of one core): " % secs + "".join(
+        "%s %.0f%%, " % (k, 100.0 * u / hz / secs) for u, k in parts)
+    line += "everything else %.0f%%" % max(0.0, 100.0 * other / hz / secs)
     print(line)
     print("   machine (%d cores): user %.0f%% system %.0f%% softirq %.0f%% iowait %.0f%% "
           "steal %.0f%% idle %.0f%%" % (os.cpu_count(), share(0, 1), share(2, 5), share(6),
                                         share(4), share(7), share(3)), flush=True)
+    save(args.json, {"busy_pct": 100.0 - share(3, 4), "seconds": secs})
     return 0
 
 
@@ -649,6 +655,10 @@ def cmd_summary(args):
     print("KOWLOON BENCH SUMMARY  (%s, %d cores, PostgreSQL fsync=%s synchronous_commit=%s)"
           % (datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), os.cpu_count(),
              args.fsync, args.sync))
+    bg = load("background")
+    if bg.get("busy_pct") is not None:
+        print("machine %.0f%% busy just before the run (anything above a few %% is other work on"
+              " this machine,\n and it skews every figure below)" % bg["busy_pct"])
     print("-" * 78)
     for w, r in ((w16, r16), (w64, r64)):
         if w:
@@ -712,6 +722,7 @@ def main():
     c.add_argument("--proc", action="append")
     c.add_argument("--pg", type=int)
     c.add_argument("--comm", action="append")
+    c.add_argument("--json")
     s = sub.add_parser("summary")
     s.add_argument("--dir", required=True)
     s.add_argument("--fsync", default="on")

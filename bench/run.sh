@@ -17,7 +17,7 @@
 # Environment knobs (defaults in brackets): KL_BENCH_WRK_S [10],
 # KL_BENCH_PGBENCH_S [10], KL_BENCH_TPUT_N [2000], KL_BENCH_TPUT_CONC [32],
 # KL_BENCH_LAT_RATE [100], KL_BENCH_LAT_S [10], KL_BENCH_KEEP=1 keeps the
-# temp directory (logs) after the run.
+# temp directory (logs) after the run; it is also kept when the run fails.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -59,7 +59,7 @@ fi
 STATE=$(mktemp -d /tmp/kowloon-bench.XXXXXX)
 RES=$STATE/results
 mkdir -p "$STATE/log" "$STATE/pids" "$RES"
-GW_PID= NODE_PIDS=() RESULT_RC=0
+GW_PID= NODE_PIDS=() BG_PIDS=() RESULT_RC=0
 
 cleanup() {
     local rc=$?
@@ -67,13 +67,15 @@ cleanup() {
     trap - EXIT INT TERM
     say ""
     say "bench: stopping the stack"
+    # a load generator still running (interrupted run): stop it first
+    for p in "${BG_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && kl_kill_wait "$p" 5; done
     for p in "${NODE_PIDS[@]}"; do kl_kill_wait "$p" 10; done
     [ -n "$GW_PID" ] && kl_kill_wait "$GW_PID" 15
     wait 2>/dev/null
     kl_redis_stop "$STATE" >/dev/null
     kl_pg_stop "$STATE" >/dev/null
-    if [ "${KL_BENCH_KEEP:-0}" = 1 ]; then
-        say "bench: kept $STATE (logs in $STATE/log)"
+    if [ "${KL_BENCH_KEEP:-0}" = 1 ] || [ "$rc" = 1 ] || [ "$rc" = 2 ]; then
+        say "bench: kept $STATE (logs in $STATE/log; remove it when done)"
     else
         local home
         home=$(kl__pg_home "$STATE")
@@ -147,15 +149,18 @@ deadline=$((SECONDS + 20))
 while :; do
     read -r nup desc <<<"$(nodes_up)"
     [ "${nup:-0}" -ge 2 ] && break
-    for p in "${NODE_PIDS[@]}"; do
-        kill -0 "$p" 2>/dev/null || stack_fail "a compute node exited during start" "$STATE/log/node-1.log"
+    for k in "${!NODE_PIDS[@]}"; do
+        kill -0 "${NODE_PIDS[$k]}" 2>/dev/null ||
+            stack_fail "compute node bench-node-$((k + 1)) exited during start" "$STATE/log/node-$((k + 1)).log"
     done
     [ "$SECONDS" -ge "$deadline" ] && stack_fail "the two nodes did not come up within 20 s" "$STATE/log/gateway.log"
     sleep 0.2
 done
 say "   PostgreSQL $("$PSQL" -X -h 127.0.0.1 -p "$PG_PORT" -U kowloon -d kowloon -Atc 'SHOW server_version') on :$PG_PORT (fsync=$PG_FSYNC, synchronous_commit=$PG_SYNC), Redis :$REDIS_PORT, gateway $GW_URL"
 say "   nodes up: $desc (--slots 2 each)"
-say "   machine: $(nproc) cores; timing on a small machine is noisy"
+say "   machine: $(nproc) cores; timing on a small machine is noisy. Background load before the run:"
+"${KB[@]}" cpu --seconds 1 --json "$RES/background.json"
+say "   phases run in this order: 4 (pgbench, on the idle stack), 2, 3, 1 @16, 1 @64; 5 sums up"
 
 CPU_ARGS=(--proc "gateway=$GW_PID" --proc "node-1=${NODE_PIDS[0]}" --proc "node-2=${NODE_PIDS[1]}"
           --proc "redis=$(cat "$STATE/pids/redis.pid")" --pg "$PG_POSTMASTER")
@@ -171,8 +176,10 @@ run_sampled() {
     "${KB[@]}" cpu --delay "$delay" --seconds "$secs" "${CPU_ARGS[@]}" --proc "$name=$pid" \
         >"$out.cpu" 2>&1 &
     local spid=$! rc=0
+    BG_PIDS=("$pid" "$spid")
     wait "$pid" || rc=$?
     wait "$spid" || true
+    BG_PIDS=()
     return "$rc"
 }
 
