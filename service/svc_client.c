@@ -1,7 +1,9 @@
 /* svc_client.c — JSON over HTTP with libcurl (svc_client.h). Each thread
- * keeps one easy handle, reset between calls but never closed, so its
- * connection cache keeps connections to the gateway or a node alive. The
- * handle is cleaned up by a thread-specific destructor when the thread ends. */
+ * keeps one easy handle, reset between calls but never closed. All handles
+ * share one connection cache (a curl share object), so a short-lived thread
+ * — the gateway's tracker of one run — reuses a kept-alive connection to its
+ * node instead of opening its own. The handle is cleaned up by a
+ * thread-specific destructor when the thread ends. */
 #include "svc_client.h"
 
 #include <curl/curl.h>
@@ -26,9 +28,35 @@ static void curl_key_create(void)
     pthread_key_create(&curl_key, curl_handle_destroy);
 }
 
+static CURLSH *curl_share;
+static pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *arg)
+{
+    (void)h, (void)access, (void)arg;
+    pthread_mutex_lock(&share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *arg)
+{
+    (void)h, (void)arg;
+    pthread_mutex_unlock(&share_locks[data]);
+}
+
 static void curl_global_once_init(void)
 {
     curl_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (curl_global_rc != CURLE_OK)
+        return;
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&share_locks[i], NULL);
+    curl_share = curl_share_init();
+    if (curl_share) {
+        curl_share_setopt(curl_share, CURLSHOPT_LOCKFUNC, share_lock);
+        curl_share_setopt(curl_share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+        curl_share_setopt(curl_share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+        curl_share_setopt(curl_share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    }
 }
 
 int svc_client_global_init(void)
@@ -137,6 +165,8 @@ int svc_http_call(const char *method, const char *url, const char *bearer,
     }
 
     curl_easy_setopt(h, CURLOPT_URL, url);
+    if (curl_share)
+        curl_easy_setopt(h, CURLOPT_SHARE, curl_share);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
