@@ -48,6 +48,7 @@ typedef struct cn_run {
     char err_message[256];
     char err_field[64];
     kl_tensor outs[KL_MAX_IO]; /* owned; valid when state == CN_SUCCEEDED */
+    kl_info info;              /* what the kernel said of the run; read once terminal */
     int refs;                  /* callers using it without the lock */
     struct cn_run *hnext;      /* hash chain */
     struct cn_run *prev, *next;/* every run, oldest first */
@@ -279,6 +280,12 @@ static json_t *cn__run_json(const cn_run *r)
                           "elapsed_ms", (json_int_t)elapsed, "error", err);
     if (j && r->cancel_requested && !cn__terminal(r))
         json_object_set_new(j, "cancel_requested", json_true());
+    if (j && cn__terminal(r)) {
+        json_t *info = json_object();
+        for (int i = 0; info && i < r->info.n; i++)
+            json_object_set_new(info, r->info.kv[i].key, json_string(r->info.kv[i].value));
+        json_object_set_new(j, "info", info);
+    }
     return j;
 }
 
@@ -534,6 +541,8 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
     snprintf(r->id, sizeof r->id, "%s", r->req.run_id);
     r->req.ka.args.cancel = &r->cancel;
     r->req.ka.args.threads = m->threads;
+    r->req.ka.args.ranks = r->req.gpus;
+    r->req.ka.args.info = &r->info;
     r->use_cuda = use_cuda;
     if (use_cuda)
         r->first_gpu = (int)(m->rr++ % (unsigned)(ngpus - r->req.gpus + 1));

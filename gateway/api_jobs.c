@@ -185,7 +185,8 @@ int gw_api_jobs_result(svc_req *req)
     json_t *meta;
     unsigned char *data;
     size_t len;
-    int rc = gw_store_job_result(app->store, who.tenant_id, id, state, &meta, &data, &len);
+    json_t *info;
+    int rc = gw_store_job_result(app->store, who.tenant_id, id, state, &meta, &data, &len, &info);
     if (rc == -EAGAIN)
         return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", state),
                                "the job is %s; a result exists only once it has succeeded", state);
@@ -194,9 +195,12 @@ int gw_api_jobs_result(svc_req *req)
     json_t *outputs = gw_blob_to_json(meta, data, len, enc && strcmp(enc, "b64") == 0);
     json_decref(meta);
     free(data);
-    if (!outputs)
+    if (!outputs) {
+        json_decref(info);
         return svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");
-    return svc_reply_json(req, 200, json_pack("{s:s, s:o}", "id", id, "outputs", outputs));
+    }
+    return svc_reply_json(req, 200, json_pack("{s:s, s:o, s:o}", "id", id, "outputs", outputs,
+                                              "info", info ? info : json_object()));
 }
 
 int gw_api_jobs_cancel(svc_req *req)

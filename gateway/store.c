@@ -35,7 +35,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " AND ($2::text IS NULL OR j.state = $2) AND ($3::text IS NULL OR j.kernel = $3)"
     " AND ($4::jsonb IS NULL OR j.labels @> $4::jsonb) AND ($5::bigint IS NULL OR j.seq < $5)"
     " ORDER BY j.seq DESC LIMIT $6", 6},
-[ST_JOB_RESULT] = {"SELECT j.state, r.meta::text, r.data FROM jobs j"
+[ST_JOB_RESULT] = {"SELECT j.state, r.meta::text, r.data, j.info::text FROM jobs j"
                    " LEFT JOIN job_results r ON r.job_id = j.id"
                    " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 [ST_JOB_CANCEL] = {
@@ -68,14 +68,15 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running'", 0},
 [ST_JOB_SUCCEED] = {
-    "WITH j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3"
+    "WITH j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
+    "             info = $6::jsonb"
     "           WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
     "           RETURNING id, attempts, node_name),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
-    " SELECT id FROM j", 5},
+    " SELECT id FROM j", 6},
 [ST_JOB_FAIL] = {
     "WITH j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"
     "             error_code = $4, error_message = $5"

@@ -57,11 +57,11 @@ typedef struct gw_job_filter {
 int gw_store_job_list(gw_store *s, int64_t tenant_id, const gw_job_filter *f,
                       json_t **jobs, int64_t *next_seq);
 
-/* The stored outputs of a succeeded job: meta is JSON (new reference), data
- * is malloc'd (caller frees). -EAGAIN with state filled when the job has
+/* The stored outputs of a succeeded job: meta and info are JSON (new
+ * references), data is malloc'd (caller frees). -EAGAIN with state filled when the job has
  * not succeeded. */
 int gw_store_job_result(gw_store *s, int64_t tenant_id, const char *id, char state[16],
-                        json_t **meta, unsigned char **data, size_t *len);
+                        json_t **meta, unsigned char **data, size_t *len, json_t **info);
 
 /* Cancels a queued job at once (*was = "queued"), or marks a running one
  * cancel_requested (*was = "running", node_url and attempt filled so the
@@ -97,7 +97,7 @@ int gw_store_jobs_running(gw_store *s, gw_dispatch **out, int *n);
 /* Fenced transitions: each applies only while the job is running with this
  * attempt, and returns -EAGAIN otherwise (a late or duplicate report). */
 int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
-                         const char *meta_json, const void *data, size_t len);
+                         const char *info_json, const char *meta_json, const void *data, size_t len);
 int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
                       const char *code, const char *message);
 /* Back to queued when attempts remain (uncounted: the attempt is given

@@ -187,8 +187,9 @@ int gw_store_job_list(gw_store *s, int64_t tenant_id, const gw_job_filter *f,
 }
 
 int gw_store_job_result(gw_store *s, int64_t tenant_id, const char *id, char state[16],
-                        json_t **meta, unsigned char **data, size_t *len)
+                        json_t **meta, unsigned char **data, size_t *len, json_t **info)
 {
+    *info = NULL;
     char tenant[24];
     snprintf(tenant, sizeof(tenant), "%lld", (long long)tenant_id);
     const char *v[2] = {id, tenant};
@@ -209,6 +210,7 @@ int gw_store_job_result(gw_store *s, int64_t tenant_id, const char *id, char sta
             *meta = store__json(r, 0, 1);
             *len = (size_t)PQgetlength(r, 0, 2);
             *data = malloc(*len ? *len : 1);
+            *info = store__json(r, 0, 3);
             if (!*meta || !*data) {
                 rc = -ENOMEM;
             } else {
@@ -217,6 +219,8 @@ int gw_store_job_result(gw_store *s, int64_t tenant_id, const char *id, char sta
         }
     }
     if (rc && rc != -EAGAIN) {
+        json_decref(*info);
+        *info = NULL;
         json_decref(*meta);
         free(*data);
         *meta = NULL;
@@ -344,13 +348,13 @@ int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n)
 }
 
 int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
-                         const char *meta_json, const void *data, size_t len)
+                         const char *info_json, const char *meta_json, const void *data, size_t len)
 {
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
-    const char *v[5] = {job_id, att, backend, meta_json, len ? (const char *)data : ""};
-    int lens[5] = {0, 0, 0, 0, (int)len};
-    int fmts[5] = {0, 0, 0, 0, 1};
+    const char *v[6] = {job_id, att, backend, meta_json, len ? (const char *)data : "", info_json};
+    int lens[6] = {0, 0, 0, 0, (int)len, 0};
+    int fmts[6] = {0, 0, 0, 0, 1, 0};
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;

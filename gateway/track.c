@@ -134,13 +134,17 @@ static void run_finish(tracker *t, json_t *run)
             rc = gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", "bad_result", why);
         } else {
             char *meta = json_dumps(b.meta, JSON_COMPACT);
+            json_t *info = json_object_get(run, "info");
+            char *info_s = json_is_object(info) ? json_dumps(info, JSON_COMPACT) : NULL;
             /* PostgreSQL may be down for a while: the node keeps the run, so
              * retry until the result is stored or the attempt is stale. */
             while ((rc = gw_store_job_succeed(s->app->store, d->job_id, d->attempt,
-                                              backend ? backend : "cpu", meta, b.data, b.len)) == -EIO &&
+                                              backend ? backend : "cpu", info_s ? info_s : "{}",
+                                              meta, b.data, b.len)) == -EIO &&
                    !s->stop)
                 svc_sleep_ms(1000);
             free(meta);
+            free(info_s);
         }
         gw_blob_free(&b);
     } else if (state && strcmp(state, "cancelled") == 0 && strcmp(code, "timeout") != 0) {

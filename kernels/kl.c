@@ -349,3 +349,21 @@ void kl_err_set(kl_err *err, const char *field, const char *fmt, ...)
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
 }
+
+void kl_info_set(kl_info *info, const char *key, const char *fmt, ...)
+{
+    if (!info)
+        return;
+    int i = 0;
+    while (i < info->n && strcmp(info->kv[i].key, key) != 0)
+        i++;
+    if (i == KL_INFO_MAX)
+        return;
+    snprintf(info->kv[i].key, sizeof(info->kv[i].key), "%s", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(info->kv[i].value, sizeof(info->kv[i].value), fmt, ap);
+    va_end(ap);
+    if (i == info->n)
+        info->n++;
+}

@@ -79,6 +79,22 @@ typedef struct kl_value {
     int given;               /* 0 when the default was used */
 } kl_value;
 
+/* Facts about a run that are not tensors, as key/value text the kernel
+ * fills (gemm: "precision" = "bf16"); the node returns them as the run's
+ * "info" object and the gateway shows them on the job and its result. */
+#define KL_INFO_MAX 8
+typedef struct kl_info {
+    int n;
+    struct {
+        char key[32];
+        char value[96];
+    } kv[KL_INFO_MAX];
+} kl_info;
+
+/* Sets key (replacing an earlier value); NULL info is a no-op. */
+void kl_info_set(kl_info *info, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Everything one run needs. params[i] and inputs[i] follow the order of the
  * kernel's specs; an absent optional input is NULL. `cancel` (may be NULL)
  * is polled between chunks of work. `threads` <= 0 means all cores. */
@@ -88,6 +104,9 @@ typedef struct kl_args {
     const kl_tensor *inputs[KL_MAX_IO];
     volatile int *cancel;
     int threads;
+    int ranks;               /* resources.gpus: ranks of a multi-GPU kernel
+                                (on CPU, threads acting as ranks); <= 0 means 1 */
+    kl_info *info;           /* may be NULL */
 } kl_args;
 
 typedef struct kl_kernel {
