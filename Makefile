@@ -116,7 +116,8 @@ bench-kernels: all
 clean:
 	rm -rf build build-san bin lib
 
-# CPU kernel figures; bench/kernels.sh builds and runs it.
-$(B)/bench/bench_kernels: bench/bench_kernels.c $(B)/libkl.a
+# CPU kernel figures, one program per bench/bench_*.c; bench/kernels.sh
+# builds and runs them.
+$(B)/bench/bench_%: bench/bench_%.c $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(KL_LIBS)

@@ -6,5 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${B:-build}
-make --no-print-directory -s B="$B" "$B/bench/bench_kernels"
-exec "$B/bench/bench_kernels" "$@"
+progs=()
+for f in bench/bench_*.c; do
+    progs+=("$B/bench/$(basename "${f%.c}")")
+done
+make --no-print-directory -s B="$B" "${progs[@]}"
+# bench_kernels takes [gemm_size] [vector_elems] [reps]; the others take none.
+"$B/bench/bench_kernels" "$@"
+for p in "${progs[@]}"; do
+    [ "$(basename "$p")" = bench_kernels ] || "$p"
+done

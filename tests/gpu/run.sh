@@ -30,15 +30,29 @@ pids=()
 for f in kernels/*.c kernels/cpu/*.c; do
     "$CC" "${cflags[@]}" -c "$f" -o "$bdir/$(basename "${f%.c}").o" & pids+=($!)
 done
-for f in kernels/cuda/*.cu tests/gpu/check_kernels.cu; do
+for f in kernels/cuda/*.cu; do
     "$NVCC" "${nvflags[@]}" -c "$f" -o "$bdir/cu_$(basename "${f%.cu}").o" & pids+=($!)
 done
+# One checker per file (tests/gpu/check_*.cu), each with its own main.
+mkdir -p "$bdir/checks"
+for f in tests/gpu/check_*.cu; do
+    "$NVCC" "${nvflags[@]}" -c "$f" -o "$bdir/checks/$(basename "${f%.cu}").o" & pids+=($!)
+done
 for p in "${pids[@]}"; do wait "$p"; done
-"$NVCC" "${arch[@]}" -o "$bdir/check_kernels" "$bdir"/*.o -lcublas -lpthread -lm
-echo "built $bdir/check_kernels in $((SECONDS - t0)) s"
+checks=()
+for o in "$bdir"/checks/*.o; do
+    exe="$bdir/$(basename "${o%.o}")"
+    "$NVCC" "${arch[@]}" -o "$exe" "$bdir"/*.o "$o" -lcublas -lcurand -lnccl -lpthread -lm
+    checks+=("$exe")
+done
+echo "built ${checks[*]} in $((SECONDS - t0)) s"
 ((build_only)) && exit 0
 
 export LD_LIBRARY_PATH="$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-echo "== check"
-timeout 270 "$bdir/check_kernels"
+status=0
+for exe in "${checks[@]}"; do
+    echo "== $(basename "$exe")"
+    timeout 240 "$exe" || status=1
+done
+exit $status
