@@ -127,7 +127,7 @@ int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *
     /* The per-input limits of the catalog are checked by kl_args_check; the
      * contract's global limit stops the codec before it allocates. */
     if (svc_kargs_bind(k, json_is_null(params) ? NULL : params,
-                       json_is_null(inputs) ? NULL : inputs, KL_MAX_ELEMS, &req->ka, err) < 0)
+                       json_is_null(inputs) ? NULL : inputs, KL_MAX_ELEMS, req->gpus, &req->ka, err) < 0)
         goto cleanup;
     rc = 0;
 cleanup:

@@ -146,7 +146,7 @@ int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
         goto bad;
     }
     kl_err ke = {{0}, {0}};
-    if (svc_kargs_bind(r->kernel, params, inputs, MAX_ELEMS, &r->ka, &ke) != 0) {
+    if (svc_kargs_bind(r->kernel, params, inputs, MAX_ELEMS, r->gpus, &r->ka, &ke) != 0) {
         fail(e, 422, ke.field, "%s", ke.message);
         goto bad;
     }

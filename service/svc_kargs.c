@@ -107,10 +107,11 @@ static int inputs_bind(const kl_kernel *k, const json_t *inputs, int64_t max_ele
 }
 
 int svc_kargs_bind(const kl_kernel *k, const json_t *params, const json_t *inputs,
-                   int64_t max_elems, svc_kargs *out, kl_err *err)
+                   int64_t max_elems, int ranks, svc_kargs *out, kl_err *err)
 {
     memset(out, 0, sizeof(*out));
     out->args.kernel = k;
+    out->args.ranks = ranks;
     if (params_bind(k, params, &out->args, err) != 0 ||
         inputs_bind(k, inputs, max_elems, out, err) != 0 ||
         kl_args_check(&out->args, err) != 0) {

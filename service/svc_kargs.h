@@ -22,9 +22,10 @@ typedef struct svc_kargs {
  * ("params.alpha", "inputs.b") and what is wrong; out is then empty.
  * Unknown names, wrong types, values out of range, tensors that do not
  * decode, and kl_args_check failures all fail here. Either way release out
- * with svc_kargs_free. */
+ * with svc_kargs_free. ranks (resources.gpus) is set on the args before
+ * they are checked: multi-rank kernels check their sizes against it. */
 int svc_kargs_bind(const kl_kernel *k, const json_t *params, const json_t *inputs,
-                   int64_t max_elems, svc_kargs *out, kl_err *err);
+                   int64_t max_elems, int ranks, svc_kargs *out, kl_err *err);
 void svc_kargs_free(svc_kargs *ka);
 
 /* The resolved parameters (given or default) as a JSON object; new ref. */

@@ -126,7 +126,7 @@ static int bind_n(const char *params_text, kl_err *err)
     svc_kargs ka;
     assert_non_null(params);
     memset(err, 0, sizeof *err);
-    int rc = svc_kargs_bind(&int_kernel, params, NULL, KL_MAX_ELEMS, &ka, err);
+    int rc = svc_kargs_bind(&int_kernel, params, NULL, KL_MAX_ELEMS, 1, &ka, err);
     if (rc == 0)
         assert_true(ka.args.params[0].num == 7.0);
     svc_kargs_free(&ka);
