@@ -77,7 +77,7 @@ lib/kowloon-cuda.so: $(CU_OBJ) $(B)/libkl.a
 
 # Unit tests link what their prefix names: test_kl_* the kernel library,
 # test_svc_* the service runtime, test_gw_* / test_cn_* a daemon's objects.
-UT_CC = $(CC) $(CPPFLAGS) $(CFLAGS) -Wno-unused-parameter $(LDFLAGS) -o $@ $^ -lcmocka
+UT_CC = $(CC) $(CPPFLAGS) $(CFLAGS) -Wno-unused-parameter $(LDFLAGS) -o $@ $< $(filter %.o %.a,$^) -lcmocka
 $(B)/tests/test_kl_%: tests/unit/test_kl_%.c $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(UT_CC) $(KL_LIBS)
@@ -120,4 +120,4 @@ clean:
 # builds and runs them.
 $(B)/bench/bench_%: bench/bench_%.c $(B)/libkl.a
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(KL_LIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libkl.a $(KL_LIBS)

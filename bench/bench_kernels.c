@@ -1,6 +1,7 @@
 /* bench_kernels.c — CPU figures for the kernel library: gemm through
  * kl_run_cpu against cblas_sgemm called directly in the same process (the
- * ratio is the library's overhead), and the bandwidth of saxpy and reduce.
+ * ratio is the library's overhead), batched gemm against a loop of
+ * cblas_sgemm, and the bandwidth of saxpy and reduce.
  * Medians of several runs after a warm-up; prints figures, never judges.
  * Usage: bench_kernels [gemm_size=2048] [vector_elems=2^26] [reps=5] */
 #include <cblas.h>
@@ -103,6 +104,40 @@ static void bench_gemm(int64_t s, int reps)
     free(C);
 }
 
+/* A batch of s^3 products (rank-3 inputs) through kl_run_cpu against a
+ * loop of cblas_sgemm calls, one per matrix, as a caller would write it. */
+static void bench_gemm_batched(int64_t batch, int64_t s, int reps)
+{
+    int64_t per = s * s;
+    float *A = random_floats(batch * per), *B = random_floats(batch * per);
+    float *C = calloc((size_t)(batch * per), sizeof(float));
+    kl_tensor ta = {.dtype = KL_F32, .ndim = 3, .shape = {batch, s, s}, .data = A};
+    kl_tensor tb = {.dtype = KL_F32, .ndim = 3, .shape = {batch, s, s}, .data = B};
+    kl_args a = {.kernel = kl_kernel_find("gemm")};
+    kl_args_defaults(&a);
+    a.inputs[KL_GEMM_A] = &ta;
+    a.inputs[KL_GEMM_B] = &tb;
+    double t_kl[64], t_blas[64];
+    for (int i = 0; i <= reps; i++) {
+        double k = time_kl(&a, 0);
+        double t0 = now_s();
+        for (int64_t b = 0; b < batch; b++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s, (int)s, (int)s, 1.0f, A + b * per,
+                        (int)s, B + b * per, (int)s, 0.0f, C + b * per, (int)s);
+        if (i > 0) {
+            t_kl[i - 1] = k;
+            t_blas[i - 1] = now_s() - t0;
+        }
+    }
+    double tk = median(t_kl, reps), tblas = median(t_blas, reps);
+    double flops = 2.0 * (double)batch * (double)s * (double)s * (double)s;
+    printf("gemm batched %lldx%lld^3 fp32   kl_run_cpu %7.1f GFLOP/s   cblas_sgemm loop %7.1f GFLOP/s   ratio %.3f\n",
+           (long long)batch, (long long)s, flops / tk * 1e-9, flops / tblas * 1e-9, tblas / tk);
+    free(A);
+    free(B);
+    free(C);
+}
+
 static void bench_vectors(int64_t n, int reps)
 {
     float *x = random_floats(n), *y = random_floats(n);
@@ -140,6 +175,8 @@ int main(int argc, char **argv)
     printf("cores %ld, OpenBLAS threads %d, medians of %d runs after a warm-up\n", sysconf(_SC_NPROCESSORS_ONLN),
            openblas_get_num_threads(), reps);
     bench_gemm(s, reps);
+    bench_gemm_batched(512, 64, reps);  /* small: the batch split across threads */
+    bench_gemm_batched(8, 512, reps);   /* large: one threaded BLAS call per matrix */
     bench_vectors(n, reps);
     return 0;
 }

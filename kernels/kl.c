@@ -19,6 +19,11 @@ static const kl_kernel *const catalog[] = {
     &kl__reduce,
     &kl__gemm,
     &kl__sleep,
+    &kl__allreduce,
+    &kl__train_mlp,
+    &kl__heat2d,
+    &kl__montecarlo_option,
+    &kl__kmeans,
 };
 
 const kl_kernel *const *kl_catalog(int *count)

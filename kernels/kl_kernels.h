@@ -31,10 +31,22 @@ typedef enum {
     KL_REDUCE_MEAN = 3,
 } kl_reduce_op;
 
-enum { KL_GEMM_ALPHA = 0, KL_GEMM_BETA = 1 };
+enum { KL_GEMM_ALPHA = 0, KL_GEMM_BETA = 1, KL_GEMM_PRECISION = 2 };
+typedef enum { KL_GEMM_FP32 = 0, KL_GEMM_TF32 = 1, KL_GEMM_BF16 = 2 } kl_gemm_precision;
 enum { KL_GEMM_A = 0, KL_GEMM_B = 1, KL_GEMM_C = 2 };
 
 enum { KL_SLEEP_SECONDS = 0 };
+enum { KL_HEAT2D_ALPHA = 0, KL_HEAT2D_STEPS = 1 };
+enum { KL_HEAT2D_GRID = 0 };
+enum { KL_MLP_HIDDEN = 0, KL_MLP_CLASSES, KL_MLP_EPOCHS, KL_MLP_BATCH, KL_MLP_LR, KL_MLP_MOMENTUM, KL_MLP_SEED };
+enum { KL_MLP_X = 0, KL_MLP_Y = 1 };
+enum { KL_ALLREDUCE_COUNT = 0, KL_ALLREDUCE_DTYPE = 1, KL_ALLREDUCE_OP = 2, KL_ALLREDUCE_ITERS = 3 };
+typedef enum { KL_ALLREDUCE_SUM = 0, KL_ALLREDUCE_MAX = 1, KL_ALLREDUCE_MIN = 2 } kl_allreduce_op;
+enum { KL_MC_TYPE = 0, KL_MC_STYLE, KL_MC_S0, KL_MC_STRIKE, KL_MC_RATE, KL_MC_SIGMA, KL_MC_MATURITY, KL_MC_PATHS, KL_MC_STEPS, KL_MC_SEED };
+typedef enum { KL_MC_CALL = 0, KL_MC_PUT = 1 } kl_mc_type;
+typedef enum { KL_MC_EUROPEAN = 0, KL_MC_ASIAN = 1 } kl_mc_style;
+enum { KL_KMEANS_K = 0, KL_KMEANS_ITERATIONS = 1, KL_KMEANS_TOL = 2, KL_KMEANS_SEED = 3 };
+enum { KL_KMEANS_POINTS = 0, KL_KMEANS_INIT = 1 };
 
 /* min/max that return NaN when either side is NaN, as numpy does, so that a
  * NaN in the input shows in the result on every backend. */
@@ -50,7 +62,15 @@ static inline KL_HD float kl__maxf_nan(float a, float b)
 extern const kl_kernel kl__saxpy;
 extern const kl_kernel kl__reduce;
 extern const kl_kernel kl__gemm;
+extern const kl_kernel kl__gemm_blocked; /* not in the catalog: gemm's no-BLAS loop, for tests */
 extern const kl_kernel kl__sleep;
+extern const kl_kernel kl__train_mlp;
+extern const kl_kernel kl__heat2d;
+extern const kl_kernel kl__allreduce;
+extern const kl_kernel kl__montecarlo_option;
+extern const kl_kernel kl__kmeans;
+/* kmeans' starting centroids C (k,d), computed on the host for both backends (cpu/kmeans.c). */
+int kl__kmeans_start(const kl_args *args, float *C, kl_err *err);
 
 /* kl_args_check, then that every non-empty input has data: what both
  * kl_run_cpu and the plugin's run require before touching a tensor. */

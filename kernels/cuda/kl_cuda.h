@@ -56,14 +56,28 @@ int kl__cuda_saxpy(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
 int kl__cuda_reduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
 int kl__cuda_gemm(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
 int kl__cuda_sleep(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+int kl__cuda_allreduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+int kl__cuda_heat2d(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+int kl__cuda_kmeans(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+int kl__cuda_montecarlo_option(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
 
 /* Device-resident building blocks, also used by tests/gpu to time the
  * kernels apart from the host transfers. */
 /* *result = op over dx[0..n), n >= 1; synchronizes s. */
 int kl__cuda_reduce_dev(const float *dx, int64_t n, kl_reduce_op op, cudaStream_t s, double *result,
                         kl_err *err);
+/* heat2d: `steps` updates ping-ponging buf[0] (h,w) -> buf[1] -> ... (both must hold the grid, boundary
+ * included), ending in buf[steps & 1]; *residual of the last step; polls *cancel (may be NULL). */
+int kl__cuda_heat2d_dev(float *const buf[2], int h, int w, float alpha, int64_t steps, volatile int *cancel,
+                        cudaStream_t s, float *residual, kl_err *err);
 /* Row-major dC (m,n) = alpha * dA (m,k) @ dB (k,n) + beta * dC, in FP32. */
 cublasStatus_t kl__cuda_sgemm_rm(cublasHandle_t h, int m, int n, int k, float alpha, const float *dA,
                                  const float *dB, float beta, float *dC);
+/* Row-major batched gemm in precision p on device data (see gemm.cu); bf16 takes dA, dB as bf16. */
+cublasStatus_t kl__cuda_gemm_rm(cublasHandle_t h, kl_gemm_precision p, int64_t batch, int m, int n, int k,
+                                float alpha, const void *dA, const void *dB, float beta, float *dC);
+/* dst[0..n) = src rounded to bf16 (nearest even), queued on s. */
+cudaError_t kl__cuda_f32_to_bf16(const float *src, void *dst, int64_t n, cudaStream_t s);
 
 #endif

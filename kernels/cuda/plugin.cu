@@ -20,6 +20,11 @@ static const struct {
     {"reduce", kl__cuda_reduce},
     {"gemm", kl__cuda_gemm},
     {"sleep", kl__cuda_sleep},
+    {"allreduce", kl__cuda_allreduce},
+    {"train_mlp", kl__cuda_train_mlp},
+    {"heat2d", kl__cuda_heat2d},
+    {"kmeans", kl__cuda_kmeans},
+    {"montecarlo_option", kl__cuda_montecarlo_option},
 };
 
 static int ngpus;

@@ -35,16 +35,20 @@ static kl_tensor shaped(kl_dtype dt, int ndim, int64_t d0, int64_t d1)
     return t;
 }
 
-static void catalog_lists_the_v0_kernels_in_order(void **state)
+static void catalog_lists_every_public_kernel_once(void **state)
 {
+    static const char *const names[] = {"saxpy", "reduce", "gemm", "sleep", "montecarlo_option",
+                                        "heat2d", "kmeans", "allreduce", "train_mlp"};
     (void)state;
     int n = 0;
     const kl_kernel *const *cat = kl_catalog(&n);
-    assert_int_equal(n, 4);
-    assert_string_equal(cat[0]->name, "saxpy");
-    assert_string_equal(cat[1]->name, "reduce");
-    assert_string_equal(cat[2]->name, "gemm");
-    assert_string_equal(cat[3]->name, "sleep");
+    assert_int_equal(n, (int)(sizeof names / sizeof names[0]));
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int seen = 0;
+        for (int j = 0; j < n; j++)
+            seen += strcmp(cat[j]->name, names[i]) == 0;
+        assert_int_equal(seen, 1);
+    }
     for (int i = 0; i < n; i++) {
         assert_true(cat[i]->nparams <= KL_MAX_PARAMS);
         assert_true(cat[i]->ninputs <= KL_MAX_IO && cat[i]->noutputs <= KL_MAX_IO);
@@ -190,7 +194,7 @@ static void wrong_rank_is_refused(void **state)
     a.inputs[KL_GEMM_B] = &tb;
     assert_int_equal(kl_args_check(&a, &err), KL_EINVAL);
     assert_string_equal(err.field, "inputs.a");
-    assert_string_equal(err.message, "inputs.a has rank 1; gemm needs rank 2 [m,k]");
+    assert_string_equal(err.message, "inputs.a has rank 1; gemm needs rank 2 to 3");
 
     kl_tensor scalar = {.dtype = KL_F32, .ndim = 0};
     kl_args r = args_for("reduce");
@@ -323,7 +327,7 @@ static void err_set_tolerates_null_field_and_null_err(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(catalog_lists_the_v0_kernels_in_order),
+        cmocka_unit_test(catalog_lists_every_public_kernel_once),
         cmocka_unit_test(unknown_names_are_not_found),
         cmocka_unit_test(internal_indices_agree_with_the_specs),
         cmocka_unit_test(defaults_fill_only_params_not_given),

@@ -1,0 +1,529 @@
+/* train_mlp.cu — train_mlp on the GPU, side by side with cpu/train_mlp.c
+ * (the reference: read its header for the algorithm) and cpu/mlp_math.c.
+ *   x is (n,d) float32, y is (n) int32; outputs w1 (d,h), b1 (h), w2 (h,c),
+ *   b2 (c), loss (epochs), accuracy (1).
+ * Rank r runs on device dev + r with its own stream and cuBLAS handle.
+ * Before training, each rank gets the rows it will ever see, gathered in
+ * step order, so its shard of a step is one contiguous slice. Per step: the
+ * forward and backward pass with cuBLAS (FP32, no TF32) and small kernels,
+ * then, with more than one rank, one NCCL all-reduce (sum) of the flat
+ * gradient, then the same update on every rank. Weights start from
+ * kl__mlp_init on the host, as on the CPU. */
+#include "kl_cuda.h"
+#include "cpu/mlp_math.h"
+
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KL_NCCL_CHECK(call)                                                                    \
+    do {                                                                                       \
+        ncclResult_t r_ = (call);                                                              \
+        if (r_ != ncclSuccess) {                                                               \
+            rc = kl__cuda_fail(err, __FILE__, __LINE__, #call, ncclGetErrorString(r_));       \
+            goto done;                                                                         \
+        }                                                                                      \
+    } while (0)
+
+/* Rows a rank classifies at a time after training, at least: more than a
+ * shard where shards are small, so that batch_size 1 does not cost four
+ * launches a row (2*4096 + 1024 floats a row: 150 MB at most). */
+static const int64_t EVAL_ROWS = 4096;
+
+/* The host may run this many steps ahead of the GPU (two windows of
+ * WINDOW): enough to hide launch latency, few enough that a cancel seen
+ * between steps leaves little queued work behind. */
+enum { WINDOW = 16 };
+
+/* ---- GPU kernels ---- */
+
+/* hid (rows,h) = max(hid + b1, 0). */
+__global__ void bias_relu_kernel(float *__restrict__ hid, const float *__restrict__ b1, int64_t total, int64_t h)
+{
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        float v = hid[i] + b1[i % h];
+        hid[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+
+/* dhid = hid > 0 ? dhid : 0, elementwise. */
+__global__ void relu_mask_kernel(float *__restrict__ dhid, const float *__restrict__ hid, int64_t total)
+{
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
+        dhid[i] = hid[i] > 0.0f ? dhid[i] : 0.0f;
+}
+
+/* One warp per row of l (rows,c): adds b2, writes the row's cross-entropy
+ * to loss[row] and leaves softmax - onehot(y) in l, as softmax_xent in
+ * cpu/mlp_math.c does (its sums run in a different order). */
+__global__ void softmax_xent_kernel(float *__restrict__ l, const float *__restrict__ b2,
+                                    const int32_t *__restrict__ y, float *__restrict__ loss, int64_t rows,
+                                    int64_t c)
+{
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    float *r = l + row * c;
+    const int32_t label = y[row];
+    float mx = -INFINITY;
+    for (int64_t j = lane; j < c; j += 32) {
+        float v = r[j] + b2[j];
+        r[j] = v;
+        mx = v > mx ? v : mx;
+    }
+    for (int o = 16; o > 0; o /= 2) {
+        float other = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = other > mx ? other : mx;
+    }
+    __syncwarp(); /* every lane's biased logits are in r */
+    const float ly = r[label];
+    __syncwarp(); /* read before the lane that owns it overwrites it below */
+    float sum = 0.0f;
+    for (int64_t j = lane; j < c; j += 32) {
+        float e = expf(r[j] - mx);
+        r[j] = e;
+        sum += e;
+    }
+    for (int o = 16; o > 0; o /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    for (int64_t j = lane; j < c; j += 32)
+        r[j] = r[j] / sum - (j == label ? 1.0f : 0.0f);
+    if (lane == 0)
+        loss[row] = mx + logf(sum) - ly;
+}
+
+/* One warp per row: *right += 1 when argmax(l + b2) == y (lowest class on
+ * ties, as on the CPU). */
+__global__ void argmax_count_kernel(const float *__restrict__ l, const float *__restrict__ b2,
+                                    const int32_t *__restrict__ y, int64_t rows, int64_t c, int *right)
+{
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    const float *r = l + row * c;
+    float top = -INFINITY;
+    int best = -1;
+    for (int64_t j = lane; j < c; j += 32) {
+        float v = r[j] + b2[j];
+        if (best < 0 || v > top) {
+            top = v;
+            best = (int)j;
+        }
+    }
+    for (int o = 16; o > 0; o /= 2) {
+        float t = __shfl_xor_sync(0xffffffffu, top, o);
+        int b = __shfl_xor_sync(0xffffffffu, best, o);
+        if (b >= 0 && (best < 0 || t > top || (t == top && b < best))) {
+            top = t;
+            best = b;
+        }
+    }
+    if (lane == 0 && best == y[row])
+        atomicAdd(right, 1);
+}
+
+/* The update of cpu/train_mlp.c, rounded step by step (no fused
+ * multiply-add) so it matches the CPU bit for bit given the same g. */
+__global__ void update_kernel(float *__restrict__ w, float *__restrict__ v, const float *__restrict__ g,
+                              int64_t size, float rows, float lr, float mom)
+{
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += stride) {
+        float gi = __fdiv_rn(g[i], rows);
+        float vi = __fadd_rn(__fmul_rn(mom, v[i]), gi);
+        v[i] = vi;
+        w[i] = __fsub_rn(w[i], __fmul_rn(lr, vi));
+    }
+}
+
+/* ---- launcher ---- */
+
+static unsigned grid_for(int64_t total)
+{
+    int64_t b = (total + 255) / 256;
+    return (unsigned)(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+static unsigned warps_grid(int64_t rows)
+{
+    return (unsigned)((rows + 7) / 8); /* 8 warps of 256 threads */
+}
+
+/* Row-major C (m,n) = op(A) @ op(B) + beta*C; ta: A is stored (k,m), tb: B
+ * is stored (n,k). Column-major cuBLAS sees C^T = op(B)^T op(A)^T. */
+static cublasStatus_t sgemm(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
+                            const float *B, float beta, float *C)
+{
+    const float one = 1.0f;
+    return cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                       &one, B, tb ? (int)k : (int)n, A, ta ? (int)m : (int)k, &beta, C, (int)n);
+}
+
+/* out (cols) = the column sums of a (rows,cols) row-major: a^T @ ones. */
+static cublasStatus_t column_sums(cublasHandle_t h, const float *a, int64_t rows, int64_t cols, const float *ones,
+                                  float *out)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return cublasSgemv(h, CUBLAS_OP_N, (int)cols, (int)rows, &one, a, (int)cols, ones, 1, &zero, out, 1);
+}
+
+typedef struct rank_state {
+    int dev;
+    cudaStream_t s;
+    cublasHandle_t h;
+    ncclComm_t comm;
+    cudaEvent_t ev[2];
+    int64_t nr;           /* rows this rank sees per epoch */
+    int64_t srows;        /* rows of the activation buffers */
+    int64_t *rows;        /* host: global index of each local row */
+    float *hx;            /* host staging: the local rows of x */
+    int32_t *hy;
+    float *hloss;         /* host: the epoch's per-row losses */
+    float *x, *loss, *w, *v, *g, *hid, *dhid, *logits, *ones;
+    int32_t *y;
+    int *right;
+} rank_state;
+
+/* Waits for ev, polling cancel like kl__cuda_wait. */
+static int wait_event(cudaEvent_t ev, const kl_args *args, kl_err *err)
+{
+    const struct timespec tick = {0, 100 * 1000};
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        if (e != cudaErrorNotReady)
+            return kl__cuda_fail(err, __FILE__, __LINE__, "cudaEventQuery", cudaGetErrorString(e));
+        if (kl__cuda_canceled(args)) {
+            kl_err_set(err, NULL, "train_mlp: cancelled");
+            return KL_ECANCELED;
+        }
+        nanosleep(&tick, NULL);
+    }
+}
+
+/* Queues rank k's gradient of local rows [off, off+b) on its stream. */
+static int queue_grad(rank_state *k, const kl_mlp_dims *m, int64_t off, int64_t b, kl_err *err)
+{
+    int rc = 0;
+    const float *x = k->x + off * m->d;
+    const int32_t *y = k->y + off;
+    if (b == 0) {
+        KL_CUDA_CHECK(cudaMemsetAsync(k->g, 0, sizeof(float) * (size_t)m->size, k->s));
+        return 0;
+    }
+    KL_CUBLAS_CHECK(sgemm(k->h, false, false, b, m->h, m->d, x, k->w + m->w1, 0.0f, k->hid));
+    bias_relu_kernel<<<grid_for(b * m->h), 256, 0, k->s>>>(k->hid, k->w + m->b1, b * m->h, m->h);
+    KL_CUBLAS_CHECK(sgemm(k->h, false, false, b, m->c, m->h, k->hid, k->w + m->w2, 0.0f, k->logits));
+    softmax_xent_kernel<<<warps_grid(b), 256, 0, k->s>>>(k->logits, k->w + m->b2, y, k->loss + off, b, m->c);
+    KL_CUBLAS_CHECK(sgemm(k->h, true, false, m->h, m->c, b, k->hid, k->logits, 0.0f, k->g + m->w2));
+    KL_CUBLAS_CHECK(column_sums(k->h, k->logits, b, m->c, k->ones, k->g + m->b2));
+    KL_CUBLAS_CHECK(sgemm(k->h, false, true, b, m->h, m->c, k->logits, k->w + m->w2, 0.0f, k->dhid));
+    relu_mask_kernel<<<grid_for(b * m->h), 256, 0, k->s>>>(k->dhid, k->hid, b * m->h);
+    KL_CUBLAS_CHECK(sgemm(k->h, true, false, m->d, m->h, b, x, k->dhid, 0.0f, k->g + m->w1));
+    KL_CUBLAS_CHECK(column_sums(k->h, k->dhid, b, m->h, k->ones, k->g + m->b1));
+    KL_CUDA_CHECK(cudaGetLastError());
+done:
+    return rc;
+}
+
+/* Queues the classification count of rank k's local rows, in chunks of
+ * `chunk` rows, into k->right. */
+static int queue_correct(rank_state *k, const kl_mlp_dims *m, int64_t chunk, kl_err *err)
+{
+    int rc = 0;
+    KL_CUDA_CHECK(cudaMemsetAsync(k->right, 0, sizeof(int), k->s));
+    for (int64_t off = 0; off < k->nr; off += chunk) {
+        int64_t b = off + chunk < k->nr ? chunk : k->nr - off;
+        KL_CUBLAS_CHECK(sgemm(k->h, false, false, b, m->h, m->d, k->x + off * m->d, k->w + m->w1, 0.0f, k->hid));
+        bias_relu_kernel<<<grid_for(b * m->h), 256, 0, k->s>>>(k->hid, k->w + m->b1, b * m->h, m->h);
+        KL_CUBLAS_CHECK(sgemm(k->h, false, false, b, m->c, m->h, k->hid, k->w + m->w2, 0.0f, k->logits));
+        argmax_count_kernel<<<warps_grid(b), 256, 0, k->s>>>(k->logits, k->w + m->b2, k->y + off, b, m->c,
+                                                             k->right);
+    }
+    KL_CUDA_CHECK(cudaGetLastError());
+done:
+    return rc;
+}
+
+/* Splits x and y into the ranks' local rows, in step order: rank r's
+ * shard of step s follows its shard of step s-1. */
+static void gather_rows(rank_state *ranks, int R, const kl_mlp_dims *m, const float *x, const int32_t *y,
+                        int64_t bs)
+{
+    int64_t cursor[KL_MLP_MAX_RANKS] = {0};
+    for (int64_t b0 = 0; b0 < m->n; b0 += bs) {
+        int64_t bt = b0 + bs <= m->n ? bs : m->n - b0;
+        for (int r = 0; r < R; r++) {
+            int64_t lo, hi;
+            kl__mlp_shard(bt, r, R, &lo, &hi);
+            for (int64_t i = b0 + lo; i < b0 + hi; i++) {
+                rank_state *k = &ranks[r];
+                memcpy(k->hx + cursor[r] * m->d, x + i * m->d, sizeof(float) * (size_t)m->d);
+                k->hy[cursor[r]] = y[i];
+                k->rows[cursor[r]++] = i;
+            }
+        }
+    }
+}
+
+static int64_t rows_of_rank(const kl_mlp_dims *m, int64_t bs, int r, int R)
+{
+    int64_t total = 0;
+    for (int64_t b0 = 0; b0 < m->n; b0 += bs) {
+        int64_t lo, hi, bt = b0 + bs <= m->n ? bs : m->n - b0;
+        kl__mlp_shard(bt, r, R, &lo, &hi);
+        total += hi - lo;
+    }
+    return total;
+}
+
+int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+{
+    const kl_tensor *tx = args->inputs[KL_MLP_X], *ty = args->inputs[KL_MLP_Y];
+    const int64_t epochs = (int64_t)args->params[KL_MLP_EPOCHS].num;
+    const int64_t bs = (int64_t)args->params[KL_MLP_BATCH].num;
+    const float lr = (float)args->params[KL_MLP_LR].num, mom = (float)args->params[KL_MLP_MOMENTUM].num;
+    const kl_mlp_dims m = kl__mlp_dims(tx->shape[0], tx->shape[1], (int64_t)args->params[KL_MLP_HIDDEN].num,
+                                       (int64_t)args->params[KL_MLP_CLASSES].num);
+    const int R = kl__mlp_ranks(args);
+    const int64_t n = m.n, steps = (n + bs - 1) / bs, bmax = kl__mlp_shard_max(bs, R);
+    rank_state ranks[KL_MLP_MAX_RANKS];
+    ncclComm_t comms[KL_MLP_MAX_RANKS];
+    int devs[KL_MLP_MAX_RANKS];
+    float *w0 = NULL, *row_loss = NULL, *loss_out = NULL;
+    int64_t t = 0, right = 0;
+    int rc = kl__mlp_labels_check((const int32_t *)ty->data, n, m.c, err), started = 0;
+
+    if (rc < 0)
+        return rc;
+    if (kl__cuda_canceled(args)) {
+        kl_err_set(err, NULL, "train_mlp: cancelled");
+        return KL_ECANCELED;
+    }
+    memset(ranks, 0, sizeof ranks);
+    memset(comms, 0, sizeof comms);
+    for (int r = 0; r < R; r++)
+        devs[r] = dev + r;
+    {
+        const int64_t w1s[2] = {m.d, m.h}, b1s[1] = {m.h}, w2s[2] = {m.h, m.c}, b2s[1] = {m.c};
+        const int64_t ls[1] = {epochs}, as[1] = {1};
+        if (kl_tensor_alloc(&outs[KL_MLP_OUT_W1], KL_F32, 2, w1s) < 0 ||
+            kl_tensor_alloc(&outs[KL_MLP_OUT_B1], KL_F32, 1, b1s) < 0 ||
+            kl_tensor_alloc(&outs[KL_MLP_OUT_W2], KL_F32, 2, w2s) < 0 ||
+            kl_tensor_alloc(&outs[KL_MLP_OUT_B2], KL_F32, 1, b2s) < 0 ||
+            kl_tensor_alloc(&outs[KL_MLP_OUT_LOSS], KL_F32, 1, ls) < 0 ||
+            kl_tensor_alloc(&outs[KL_MLP_OUT_ACC], KL_F32, 1, as) < 0)
+            goto nomem;
+    }
+    loss_out = (float *)outs[KL_MLP_OUT_LOSS].data;
+    w0 = (float *)malloc(sizeof(float) * (size_t)m.size);
+    row_loss = (float *)malloc(sizeof(float) * (size_t)n);
+    if (!w0 || !row_loss)
+        goto nomem;
+    kl__mlp_init(&m, (uint64_t)args->params[KL_MLP_SEED].num, w0);
+    for (int r = 0; r < R; r++) {
+        rank_state *k = &ranks[r];
+        size_t nr;
+        k->dev = dev + r;
+        k->nr = rows_of_rank(&m, bs, r, R);
+        nr = (size_t)(k->nr > 0 ? k->nr : 1);
+        k->rows = (int64_t *)malloc(sizeof(int64_t) * nr);
+        k->hx = (float *)malloc(sizeof(float) * nr * (size_t)m.d);
+        k->hy = (int32_t *)malloc(sizeof(int32_t) * nr);
+        k->hloss = (float *)malloc(sizeof(float) * nr);
+        if (!k->rows || !k->hx || !k->hy || !k->hloss)
+            goto nomem;
+    }
+    gather_rows(ranks, R, &m, (const float *)tx->data, (const int32_t *)ty->data, bs);
+
+    for (int r = 0; r < R; r++) {
+        rank_state *k = &ranks[r];
+        k->srows = k->nr < EVAL_ROWS ? k->nr : EVAL_ROWS;
+        k->srows = k->srows > bmax ? k->srows : bmax;
+        const size_t nr = (size_t)(k->nr > 0 ? k->nr : 1), P = (size_t)m.size, rows = (size_t)k->srows;
+        KL_CUDA_CHECK(cudaSetDevice(k->dev));
+        KL_CUDA_CHECK(cudaStreamCreateWithFlags(&k->s, cudaStreamNonBlocking));
+        KL_CUDA_CHECK(cudaEventCreateWithFlags(&k->ev[0], cudaEventDisableTiming));
+        KL_CUDA_CHECK(cudaEventCreateWithFlags(&k->ev[1], cudaEventDisableTiming));
+        KL_CUBLAS_CHECK(cublasCreate(&k->h));
+        KL_CUBLAS_CHECK(cublasSetStream(k->h, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->x, sizeof(float) * nr * (size_t)m.d, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->y, sizeof(int32_t) * nr, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->loss, sizeof(float) * nr, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->w, sizeof(float) * P, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->v, sizeof(float) * P, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->g, sizeof(float) * P, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->hid, sizeof(float) * rows * (size_t)m.h, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->dhid, sizeof(float) * rows * (size_t)m.h, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->logits, sizeof(float) * rows * (size_t)m.c, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->ones, sizeof(float) * rows, k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->right, sizeof(int), k->s));
+        KL_CUDA_CHECK(cudaMemcpyAsync(k->x, k->hx, sizeof(float) * (size_t)k->nr * (size_t)m.d,
+                                      cudaMemcpyHostToDevice, k->s));
+        KL_CUDA_CHECK(cudaMemcpyAsync(k->y, k->hy, sizeof(int32_t) * (size_t)k->nr, cudaMemcpyHostToDevice, k->s));
+        KL_CUDA_CHECK(cudaMemcpyAsync(k->w, w0, sizeof(float) * P, cudaMemcpyHostToDevice, k->s));
+        KL_CUDA_CHECK(cudaMemsetAsync(k->v, 0, sizeof(float) * P, k->s));
+        {
+            float *ones = (float *)malloc(sizeof(float) * rows);
+            if (!ones)
+                goto nomem;
+            for (size_t i = 0; i < rows; i++)
+                ones[i] = 1.0f;
+            cudaError_t e = cudaMemcpyAsync(k->ones, ones, sizeof(float) * rows, cudaMemcpyHostToDevice, k->s);
+            if (e == cudaSuccess)
+                e = cudaStreamSynchronize(k->s); /* pageable source: done before it is freed */
+            free(ones);
+            KL_CUDA_CHECK(e);
+        }
+    }
+    if (R > 1)
+        KL_NCCL_CHECK(ncclCommInitAll(comms, R, devs));
+    for (int r = 0; r < R; r++)
+        ranks[r].comm = comms[r];
+    started = 1;
+
+    for (int64_t e = 0; e < epochs; e++) {
+        int64_t cursor[KL_MLP_MAX_RANKS] = {0};
+        for (int64_t s = 0; s < steps; s++, t++) {
+            const int64_t b0 = s * bs, bt = b0 + bs <= n ? bs : n - b0;
+            if (kl__cuda_canceled(args)) {
+                rc = KL_ECANCELED;
+                kl_err_set(err, NULL, "train_mlp: cancelled");
+                goto done;
+            }
+            if (t % WINDOW == 0) { /* keep at most two windows queued */
+                const int slot = (int)(t / WINDOW % 2);
+                for (int r = 0; r < R; r++) {
+                    if (t >= 2 * WINDOW && (rc = wait_event(ranks[r].ev[slot], args, err)) < 0)
+                        goto done;
+                    KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
+                    KL_CUDA_CHECK(cudaEventRecord(ranks[r].ev[slot], ranks[r].s));
+                }
+            }
+            for (int r = 0; r < R; r++) {
+                int64_t lo, hi;
+                kl__mlp_shard(bt, r, R, &lo, &hi);
+                KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
+                if ((rc = queue_grad(&ranks[r], &m, cursor[r], hi - lo, err)) < 0)
+                    goto done;
+                cursor[r] += hi - lo;
+            }
+            if (R > 1) {
+                KL_NCCL_CHECK(ncclGroupStart());
+                for (int r = 0; r < R; r++) {
+                    ncclResult_t nr = ncclAllReduce(ranks[r].g, ranks[r].g, (size_t)m.size, ncclFloat, ncclSum,
+                                                    ranks[r].comm, ranks[r].s);
+                    if (nr != ncclSuccess) {
+                        (void)ncclGroupEnd();
+                        KL_NCCL_CHECK(nr);
+                    }
+                }
+                KL_NCCL_CHECK(ncclGroupEnd());
+            }
+            for (int r = 0; r < R; r++) {
+                rank_state *k = &ranks[r];
+                KL_CUDA_CHECK(cudaSetDevice(k->dev));
+                update_kernel<<<grid_for(m.size), 256, 0, k->s>>>(k->w, k->v, k->g, m.size, (float)bt, lr, mom);
+                KL_CUDA_CHECK(cudaGetLastError());
+            }
+        }
+        /* The epoch's losses, summed on the host in row order as the CPU does. */
+        for (int r = 0; r < R; r++) {
+            rank_state *k = &ranks[r];
+            KL_CUDA_CHECK(cudaSetDevice(k->dev));
+            if ((rc = kl__cuda_wait(k->s, args, err)) < 0)
+                goto done;
+            KL_CUDA_CHECK(cudaMemcpy(k->hloss, k->loss, sizeof(float) * (size_t)k->nr, cudaMemcpyDeviceToHost));
+            for (int64_t i = 0; i < k->nr; i++)
+                row_loss[k->rows[i]] = k->hloss[i];
+        }
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++)
+            sum += row_loss[i];
+        loss_out[e] = (float)(sum / (double)n);
+    }
+
+    for (int r = 0; r < R; r++) {
+        KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
+        if ((rc = queue_correct(&ranks[r], &m, ranks[r].srows, err)) < 0)
+            goto done;
+    }
+    for (int r = 0; r < R; r++) {
+        int got = 0;
+        KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
+        if ((rc = kl__cuda_wait(ranks[r].s, args, err)) < 0)
+            goto done;
+        KL_CUDA_CHECK(cudaMemcpy(&got, ranks[r].right, sizeof(int), cudaMemcpyDeviceToHost));
+        right += got;
+    }
+    ((float *)outs[KL_MLP_OUT_ACC].data)[0] = (float)((double)right / (double)n);
+    /* Every rank holds the same weights; rank 0's are the result. */
+    KL_CUDA_CHECK(cudaSetDevice(ranks[0].dev));
+    KL_CUDA_CHECK(cudaMemcpy(w0, ranks[0].w, sizeof(float) * (size_t)m.size, cudaMemcpyDeviceToHost));
+    memcpy(outs[KL_MLP_OUT_W1].data, w0 + m.w1, sizeof(float) * (size_t)(m.d * m.h));
+    memcpy(outs[KL_MLP_OUT_B1].data, w0 + m.b1, sizeof(float) * (size_t)m.h);
+    memcpy(outs[KL_MLP_OUT_W2].data, w0 + m.w2, sizeof(float) * (size_t)(m.h * m.c));
+    memcpy(outs[KL_MLP_OUT_B2].data, w0 + m.b2, sizeof(float) * (size_t)m.c);
+    kl_info_set(args->info, "ranks", "%d", R);
+    kl_info_set(args->info, "steps", "%lld", (long long)(steps * epochs));
+    rc = 0;
+    goto done;
+nomem:
+    kl_err_set(err, NULL, "train_mlp: cannot allocate host memory (%lld parameters, %lld rows)", (long long)m.size,
+               (long long)n);
+    rc = KL_ENOMEM;
+done:
+    for (int r = 0; r < R; r++) {
+        rank_state *k = &ranks[r];
+        if (!k->s)
+            continue;
+        cudaSetDevice(k->dev);
+        /* Work left queued by a cancel or a failure holds collectives that
+         * the communicators must see through before they are destroyed. */
+        if (rc < 0 && started && R > 1)
+            cudaStreamSynchronize(k->s);
+        kl__cuda_free(k->x, k->s);
+        kl__cuda_free(k->y, k->s);
+        kl__cuda_free(k->loss, k->s);
+        kl__cuda_free(k->w, k->s);
+        kl__cuda_free(k->v, k->s);
+        kl__cuda_free(k->g, k->s);
+        kl__cuda_free(k->hid, k->s);
+        kl__cuda_free(k->dhid, k->s);
+        kl__cuda_free(k->logits, k->s);
+        kl__cuda_free(k->ones, k->s);
+        kl__cuda_free(k->right, k->s);
+    }
+    for (int r = 0; r < R; r++) {
+        rank_state *k = &ranks[r];
+        if (comms[r])
+            ncclCommDestroy(comms[r]);
+        if (k->s) {
+            cudaSetDevice(k->dev);
+            if (k->h)
+                cublasDestroy(k->h);
+            if (k->ev[0])
+                cudaEventDestroy(k->ev[0]);
+            if (k->ev[1])
+                cudaEventDestroy(k->ev[1]);
+            cudaStreamDestroy(k->s);
+        }
+        free(k->rows);
+        free(k->hx);
+        free(k->hy);
+        free(k->hloss);
+    }
+    free(w0);
+    free(row_loss);
+    cudaSetDevice(dev);
+    (void)cudaGetLastError(); /* leave nothing for the next run on this thread */
+    return rc;
+}

@@ -1,0 +1,332 @@
+/* check_heat2d.cu — heat2d on CUDA (the plugin) against the CPU reference,
+ * then figures. Both backends round every float32 operation apart, in the
+ * same order (no FMA anywhere), so the grid and the residual must agree bit
+ * for bit: the comparison is exact (atol = rtol = 0), skipping non-finite
+ * reference cells, stopping after 10 mismatches; one PASS or FAIL line per
+ * case. Then, correctness done, the device-resident stencil (cell updates/s
+ * and effective bandwidth at 8 bytes a cell update) against a device-to-
+ * device cudaMemcpy of the same grid measured in the same run (the issue's
+ * target: >= 70 %), and the plugin end to end. Exits 1 on any FAIL or when
+ * no GPU answers. Built and run by tests/gpu/run.sh; about 10 s on an H200. */
+#include "kl_cuda.h"
+#include "kl_plugin.h"
+
+#include <algorithm>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <vector>
+
+extern "C" int kl_cuda_plugin_open(kl_plugin *p, char *why, size_t why_len);
+
+static kl_plugin plugin;
+static int failures;
+
+#define CHECK_CUDA(call)                                                                       \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(2);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_state = 0x3c6ef372fe94f82bull;
+
+static float frand(void) /* splitmix64 to [-1, 1) */
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 40) / (double)(1ull << 23) - 1.0);
+}
+
+static std::vector<float> frand_grid(int64_t h, int64_t w)
+{
+    std::vector<float> v((size_t)(h * w));
+    for (auto &x : v)
+        x = frand();
+    return v;
+}
+
+static kl_tensor grid_tensor(float *data, int64_t h, int64_t w)
+{
+    kl_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = KL_F32;
+    t.ndim = 2;
+    t.shape[0] = h;
+    t.shape[1] = w;
+    t.data = data;
+    return t;
+}
+
+static kl_args heat_args(const kl_tensor *g, double alpha, int64_t steps)
+{
+    kl_args a;
+    memset(&a, 0, sizeof a);
+    a.kernel = kl_kernel_find("heat2d");
+    a.params[KL_HEAT2D_ALPHA] = kl_value{alpha, 0, 1};
+    a.params[KL_HEAT2D_STEPS] = kl_value{(double)steps, 0, 1};
+    a.inputs[KL_HEAT2D_GRID] = g;
+    return a;
+}
+
+/* Exact comparison; a NaN reference wants a NaN. */
+static int same_bits_or_both_nan(float got, float ref)
+{
+    return isnan(ref) ? isnan(got) : memcmp(&got, &ref, sizeof got) == 0;
+}
+
+static int compare_grid(const float *got, const float *ref, int64_t n, int64_t w)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 10; i++) {
+        if (!isfinite(ref[i]))
+            continue;
+        if (memcmp(&got[i], &ref[i], sizeof(float)) != 0) {
+            printf("    mismatch at (%lld,%lld): cuda %.9g cpu %.9g\n", (long long)(i / w), (long long)(i % w), got[i],
+                   ref[i]);
+            bad++;
+        }
+    }
+    return bad == 0;
+}
+
+static void check_case(const char *label, std::vector<float> &g, int64_t h, int64_t w, double alpha, int64_t steps)
+{
+    kl_tensor tg = grid_tensor(g.data(), h, w), cpu[2], gpu[2];
+    kl_args a = heat_args(&tg, alpha, steps);
+    kl_err e1, e2;
+    memset(&e1, 0, sizeof e1);
+    memset(&e2, 0, sizeof e2);
+    double t0 = now_s();
+    int rc_gpu = plugin.run(&a, 0, 1, gpu, &e1);
+    double t1 = now_s();
+    int rc_cpu = kl_run_cpu(&a, cpu, &e2);
+    double t2 = now_s();
+    int ok = rc_gpu == 0 && rc_cpu == 0;
+    if (!ok)
+        printf("    cuda rc %d (%s)  cpu rc %d (%s)\n", rc_gpu, e1.message, rc_cpu, e2.message);
+    if (ok) {
+        ok = gpu[0].ndim == 2 && gpu[0].shape[0] == h && gpu[0].shape[1] == w && gpu[1].ndim == 1 &&
+             gpu[1].shape[0] == 1;
+        ok = ok && compare_grid((float *)gpu[0].data, (float *)cpu[0].data, h * w, w);
+        float rg = ((float *)gpu[1].data)[0], rc = ((float *)cpu[1].data)[0];
+        if (ok && !same_bits_or_both_nan(rg, rc)) {
+            printf("    residual: cuda %.9g cpu %.9g\n", rg, rc);
+            ok = 0;
+        }
+    }
+    char full[128];
+    snprintf(full, sizeof full, "heat2d %s %lldx%lld alpha %g steps %lld", label, (long long)h, (long long)w, alpha,
+             (long long)steps);
+    printf("%s %-56s cuda %8.1f ms  cpu %8.1f ms\n", ok ? "PASS" : "FAIL", full, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+    failures += !ok;
+    if (rc_gpu == 0) {
+        kl_tensor_free(&gpu[0]);
+        kl_tensor_free(&gpu[1]);
+    }
+    if (rc_cpu == 0) {
+        kl_tensor_free(&cpu[0]);
+        kl_tensor_free(&cpu[1]);
+    }
+}
+
+static void check_random(int64_t h, int64_t w, double alpha, int64_t steps)
+{
+    std::vector<float> g = frand_grid(h, w);
+    check_case("random", g, h, w, alpha, steps);
+}
+
+/* A constant grid is a fixed point: unchanged, residual exactly 0 (checked
+ * against the CPU, whose unit tests prove both). */
+static void check_constant(void)
+{
+    std::vector<float> g((size_t)(300 * 301), 2.5f);
+    check_case("constant", g, 300, 301, 0.25, 10);
+}
+
+/* A NaN spreads: the residual is NaN on both. */
+static void check_nan(void)
+{
+    std::vector<float> g = frand_grid(64, 70);
+    g[(size_t)(30 * 70 + 33)] = NAN;
+    check_case("with a NaN", g, 64, 70, 0.2, 3);
+}
+
+static void *raise_later(void *p)
+{
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void check_cancel_and_refusals(void)
+{
+    /* 8192^2 x 100000 steps would take minutes: a cancel after 100 ms is
+     * seen within a group of steps (a few ms). */
+    const int64_t n = 8192;
+    std::vector<float> g = frand_grid(n, n);
+    kl_tensor tg = grid_tensor(g.data(), n, n), out[2];
+    kl_args a = heat_args(&tg, 0.2, 100000);
+    volatile int cancel = 0;
+    a.cancel = &cancel;
+    kl_err err;
+    memset(&err, 0, sizeof err);
+    pthread_t t;
+    pthread_create(&t, NULL, raise_later, (void *)&cancel);
+    double t0 = now_s();
+    int rc = plugin.run(&a, 0, 1, out, &err);
+    double took = now_s() - t0;
+    pthread_join(t, NULL);
+    bool ok = rc == KL_ECANCELED && out[0].data == NULL && took < 0.1 + 0.15;
+    printf("%s %-56s %.0f ms (rc %d)\n", ok ? "PASS" : "FAIL", "heat2d 8192x8192 cancelled after 100 ms", took * 1e3,
+           rc);
+    failures += !ok;
+
+    rc = plugin.run(&a, 0, 1, out, &err); /* cancel still raised: refused before any step */
+    ok = rc == KL_ECANCELED && out[0].data == NULL;
+    printf("%s %-56s\n", ok ? "PASS" : "FAIL", "heat2d cancelled before launch");
+    failures += !ok;
+
+    a = heat_args(&tg, 0.3, 1);
+    rc = plugin.run(&a, 0, 1, out, &err);
+    ok = rc == KL_EINVAL && strcmp(err.field, "params.alpha") == 0;
+    printf("%s %-56s\n", ok ? "PASS" : "FAIL", "heat2d alpha 0.3 refused, naming params.alpha");
+    failures += !ok;
+}
+
+static double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* Device seconds of fn() on stream s, median of `reps` after a warm-up. */
+template <typename F> static double time_stream(cudaStream_t s, F fn, int reps)
+{
+    cudaEvent_t a, b;
+    CHECK_CUDA(cudaEventCreate(&a));
+    CHECK_CUDA(cudaEventCreate(&b));
+    fn();
+    std::vector<double> ts;
+    for (int i = 0; i < reps; i++) {
+        CHECK_CUDA(cudaEventRecord(a, s));
+        fn();
+        CHECK_CUDA(cudaEventRecord(b, s));
+        CHECK_CUDA(cudaEventSynchronize(b));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+        ts.push_back(ms * 1e-3);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return median(ts);
+}
+
+/* The stencil on device-resident buffers against a D2D copy of one grid. */
+static void bench_device(int64_t h, int64_t w, int64_t steps, const char *note)
+{
+    const size_t bytes = (size_t)(h * w) * sizeof(float);
+    std::vector<float> g = frand_grid(h, w);
+    float *buf[2], *dcopy;
+    cudaStream_t s;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaMalloc(&buf[0], bytes));
+    CHECK_CUDA(cudaMalloc(&buf[1], bytes));
+    CHECK_CUDA(cudaMalloc(&dcopy, bytes));
+    CHECK_CUDA(cudaMemcpy(buf[0], g.data(), bytes, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(buf[1], buf[0], bytes, cudaMemcpyDeviceToDevice));
+    float resid = 0;
+    kl_err err;
+    int rc = 0;
+    double t_heat = time_stream(
+        s, [&] { rc |= kl__cuda_heat2d_dev(buf, (int)h, (int)w, 0.2f, steps, NULL, s, &resid, &err); }, 5);
+    if (rc < 0) {
+        printf("FAIL heat2d device run for timing: %s\n", err.message);
+        failures++;
+    }
+    double t_copy = time_stream(
+        s, [&] { CHECK_CUDA(cudaMemcpyAsync(dcopy, buf[0], bytes, cudaMemcpyDeviceToDevice, s)); }, 10);
+    cudaFree(buf[0]);
+    cudaFree(buf[1]);
+    cudaFree(dcopy);
+    cudaStreamDestroy(s);
+    const double updates = (double)(h - 2) * (double)(w - 2) * (double)steps;
+    const double bw = 8.0 * updates / t_heat * 1e-9, copy_bw = 2.0 * (double)bytes / t_copy * 1e-9;
+    printf("heat2d %lldx%lld x %lld steps (%.0f MiB a grid%s): %7.1f Gcell-updates/s  effective %7.1f GB/s  "
+           "D2D memcpy (read+write) %7.1f GB/s  ratio %.2f\n",
+           (long long)h, (long long)w, (long long)steps, (double)bytes / 1048576.0, note, updates / t_heat * 1e-9, bw,
+           copy_bw, bw / copy_bw);
+}
+
+static void bench_plugin(int64_t n, int64_t steps)
+{
+    std::vector<float> g = frand_grid(n, n);
+    kl_tensor tg = grid_tensor(g.data(), n, n);
+    kl_args a = heat_args(&tg, 0.2, steps);
+    std::vector<double> ts;
+    for (int i = 0; i < 4; i++) {
+        kl_tensor out[2];
+        kl_err err;
+        double t0 = now_s();
+        int rc = plugin.run(&a, 0, 1, out, &err);
+        double t = now_s() - t0;
+        if (rc < 0) {
+            printf("FAIL plugin run for timing: %s\n", err.message);
+            failures++;
+            return;
+        }
+        kl_tensor_free(&out[0]);
+        kl_tensor_free(&out[1]);
+        if (i > 0) /* the first run pays for the memory pool */
+            ts.push_back(t);
+    }
+    double t = median(ts);
+    printf("heat2d %lldx%lld x %lld steps: plugin end to end (host grid in and out) %.1f ms, %.1f Gcell-updates/s\n",
+           (long long)n, (long long)n, (long long)steps, t * 1e3, (double)(n - 2) * (n - 2) * steps / t * 1e-9);
+}
+
+int main(void)
+{
+    char why[256];
+    if (kl_cuda_plugin_open(&plugin, why, sizeof why) < 0) {
+        printf("FAIL plugin open: %s\n", why);
+        return 1;
+    }
+    printf("gpu 0: %s, %.1f GiB, sm_%d%d\n", plugin.gpus[0].name, plugin.gpus[0].memory_bytes / 1073741824.0,
+           plugin.gpus[0].cc_major, plugin.gpus[0].cc_minor);
+
+    check_random(3, 3, 0.25, 1);
+    check_random(3, 1000, 0.2, 7);  /* one interior row, many column blocks */
+    check_random(1000, 3, 0.2, 7);  /* one interior column, many bands */
+    check_random(37, 53, 0.1, 1);
+    check_random(131, 257, 0.25, 50); /* a partial band and a partial column block */
+    check_random(64, 64, 0.15, 1000); /* several groups of launches, even steps */
+    check_random(64, 64, 0.15, 1001); /* odd steps: the result in the other buffer */
+    check_random(1025, 2049, 0.2, 20);
+    check_random(4099, 4097, 0.25, 3);
+    check_constant();
+    check_nan();
+    check_cancel_and_refusals();
+    printf("%s: %d failure(s)\n\n", failures ? "FAIL" : "PASS", failures);
+
+    bench_device(8192, 8192, 100, "");
+    bench_device(16384, 16384, 20, "");
+    bench_device(2048, 2048, 500, ", fits in L2");
+    bench_plugin(8192, 100);
+    return failures ? 1 : 0;
+}

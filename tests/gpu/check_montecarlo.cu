@@ -1,0 +1,324 @@
+/* check_montecarlo.cu — montecarlo_option on CUDA against the CPU reference,
+ * then figures. First the generator: kl_philox.h run on the device against
+ * the Random123 known answers and against the host on a million counters
+ * (bit for bit), and its Box–Muller normals (to the ulps of CUDA's logf and
+ * sincosf). Then the same options through plugin.run and kl_run_cpu:
+ * price and std_error compared with |got - ref| <= atol + rtol*|ref| (the
+ * same draws; float32 path arithmetic differs by libm ulps only), the GPU
+ * run repeated for bit-identical output, the GPU price within 3 standard
+ * errors of Black–Scholes on 1e8 pairs, and a cancel. Figures: path-steps
+ * per second through the plugin (host in and out, medians of 3 runs after a
+ * warm-up); a path-step is one antithetic pair advanced by one time step.
+ * Built and run by tests/gpu/run.sh; exits 1 on any FAIL or without a GPU. */
+#include "kl_cuda.h"
+#include "kl_philox.h"
+#include "kl_plugin.h"
+
+#include <algorithm>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <vector>
+
+extern "C" int kl_cuda_plugin_open(kl_plugin *p, char *why, size_t why_len);
+
+static kl_plugin plugin;
+static int failures;
+
+#define CHECK_CUDA(call)                                                                       \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(2);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void report(bool ok, const char *label)
+{
+    printf("%s %s\n", ok ? "PASS" : "FAIL", label);
+    failures += !ok;
+}
+
+/* ---- the generator ---- */
+
+__global__ void philox_kernel(const kl_philox4x32 *ctr, const kl_philox_key *key, kl_philox4x32 *out, float *z,
+                              int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    kl_philox4x32 w = kl_philox4x32_10(ctr[i], key[i]);
+    out[i] = w;
+    kl_box_muller(w.v[0], w.v[1], &z[4 * i + 0], &z[4 * i + 1]);
+    kl_box_muller(w.v[2], w.v[3], &z[4 * i + 2], &z[4 * i + 3]);
+}
+
+static void check_philox(void)
+{
+    const int n = 1 << 20;
+    std::vector<kl_philox4x32> ctr(n), got(n);
+    std::vector<kl_philox_key> key(n);
+    std::vector<float> z(4 * (size_t)n);
+    /* The Random123 known answers first, then counters and keys from a
+     * splitmix64 stream: every bit pattern of the words gets exercised. */
+    const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e, 0xa20bc7c6,
+         0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb, 0x5001e420,
+         0x24126ea1},
+    };
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < n; i++) {
+        uint32_t w[6];
+        for (int k = 0; k < 6; k++) {
+            uint64_t x = (s += 0x9e3779b97f4a7c15ull);
+            x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+            x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+            w[k] = (uint32_t)(x ^ (x >> 31));
+        }
+        if (i < 3)
+            memcpy(w, kat[i], sizeof w);
+        ctr[i] = kl_philox4x32{{w[0], w[1], w[2], w[3]}};
+        key[i] = kl_philox_key{{w[4], w[5]}};
+    }
+    kl_philox4x32 *dctr, *dout;
+    kl_philox_key *dkey;
+    float *dz;
+    CHECK_CUDA(cudaMalloc(&dctr, sizeof(kl_philox4x32) * n));
+    CHECK_CUDA(cudaMalloc(&dout, sizeof(kl_philox4x32) * n));
+    CHECK_CUDA(cudaMalloc(&dkey, sizeof(kl_philox_key) * n));
+    CHECK_CUDA(cudaMalloc(&dz, sizeof(float) * 4 * n));
+    CHECK_CUDA(cudaMemcpy(dctr, ctr.data(), sizeof(kl_philox4x32) * n, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dkey, key.data(), sizeof(kl_philox_key) * n, cudaMemcpyHostToDevice));
+    philox_kernel<<<(n + 255) / 256, 256>>>(dctr, dkey, dout, dz, n);
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaMemcpy(got.data(), dout, sizeof(kl_philox4x32) * n, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(z.data(), dz, sizeof(float) * 4 * n, cudaMemcpyDeviceToHost));
+    cudaFree(dctr);
+    cudaFree(dout);
+    cudaFree(dkey);
+    cudaFree(dz);
+
+    bool kat_ok = true;
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            kat_ok = kat_ok && got[i].v[k] == kat[i][6 + k];
+    report(kat_ok, "philox4x32-10 on the device: Random123 known answers");
+
+    int differ = 0;
+    double zmax = 0, zerr = 0;
+    for (int i = 0; i < n; i++) {
+        kl_philox4x32 h = kl_philox4x32_10(ctr[i], key[i]);
+        differ += memcmp(&h, &got[i], sizeof h) != 0;
+        float hz[4];
+        kl_box_muller(h.v[0], h.v[1], &hz[0], &hz[1]);
+        kl_box_muller(h.v[2], h.v[3], &hz[2], &hz[3]);
+        for (int k = 0; k < 4; k++) {
+            zerr = std::max(zerr, fabs((double)hz[k] - z[4 * (size_t)i + k]));
+            zmax = std::max(zmax, fabs((double)hz[k]));
+        }
+    }
+    char label[160];
+    snprintf(label, sizeof label, "philox4x32-10 device == host on %d counters (%d differ)", n, differ);
+    report(differ == 0, label);
+    /* |z| <= 6.8; a few ulps of logf, sqrtf and sincosf: ~1e-6 at most. */
+    snprintf(label, sizeof label, "box-muller device vs host: max |dz| %.3g (max |z| %.3f)", zerr, zmax);
+    report(zerr <= 4e-6, label);
+}
+
+/* ---- the kernel ---- */
+
+struct option {
+    const char *type, *style;
+    double s0, strike, rate, sigma, maturity, paths, steps, seed;
+};
+
+static kl_args args_of(const option &o)
+{
+    kl_args a;
+    memset(&a, 0, sizeof a);
+    a.kernel = kl_kernel_find("montecarlo_option");
+    a.params[KL_MC_TYPE] = kl_value{0, strcmp(o.type, "put") == 0 ? KL_MC_PUT : KL_MC_CALL, 1};
+    a.params[KL_MC_STYLE] = kl_value{0, strcmp(o.style, "asian") == 0 ? KL_MC_ASIAN : KL_MC_EUROPEAN, 1};
+    const double nums[] = {o.s0, o.strike, o.rate, o.sigma, o.maturity, o.paths, o.steps, o.seed};
+    for (int i = 0; i < 8; i++)
+        a.params[KL_MC_S0 + i] = kl_value{nums[i], 0, 1};
+    return a;
+}
+
+struct priced {
+    int rc;
+    float price, std_error;
+    double seconds;
+    char message[256];
+};
+
+static priced run(const option &o, bool gpu, volatile int *cancel = NULL)
+{
+    kl_args a = args_of(o);
+    a.cancel = cancel;
+    kl_tensor out[2];
+    kl_err err;
+    memset(&err, 0, sizeof err);
+    priced p;
+    memset(&p, 0, sizeof p);
+    double t0 = now_s();
+    p.rc = gpu ? plugin.run(&a, 0, 1, out, &err) : kl_run_cpu(&a, out, &err);
+    p.seconds = now_s() - t0;
+    snprintf(p.message, sizeof p.message, "%s", err.message);
+    if (p.rc == 0) {
+        p.price = ((float *)out[0].data)[0];
+        p.std_error = ((float *)out[1].data)[0];
+        kl_tensor_free(&out[0]);
+        kl_tensor_free(&out[1]);
+    }
+    return p;
+}
+
+static const char *describe(const option &o, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s %s K=%g paths=%.0f steps=%.0f seed=%.0f", o.style, o.type, o.strike, o.paths, o.steps,
+             o.seed);
+    return buf;
+}
+
+static bool close_to(double got, double ref, double atol, double rtol)
+{
+    return isfinite(got) && fabs(got - ref) <= atol + rtol * fabs(ref);
+}
+
+/* Same draws on both: the price agrees to float roundings of the paths,
+ * orders of magnitude inside std_error. */
+static void check_case(const option &o)
+{
+    char what[128];
+    describe(o, what, sizeof what);
+    priced g = run(o, true), c = run(o, false), g2 = run(o, true);
+    bool ok = g.rc == 0 && c.rc == 0 && g2.rc == 0;
+    if (!ok)
+        printf("    cuda rc %d (%s)  cpu rc %d (%s)\n", g.rc, g.message, c.rc, c.message);
+    const double atol = 1e-6 * o.s0;
+    ok = ok && close_to(g.price, c.price, atol, 1e-5) && close_to(g.std_error, c.std_error, atol / 10, 1e-4);
+    printf("%s %-55s cuda %.7f ± %.3g  cpu %.7f ± %.3g  (|dprice| %.2g = %.2g std_error)  "
+           "cuda %7.1f ms  cpu %7.1f ms\n",
+           ok ? "PASS" : "FAIL", what, g.price, g.std_error, c.price, c.std_error, fabs(g.price - c.price),
+           c.std_error > 0 ? fabs(g.price - c.price) / c.std_error : 0.0, g.seconds * 1e3, c.seconds * 1e3);
+    failures += !ok;
+    bool same = g.rc == 0 && g2.rc == 0 && g.price == g2.price && g.std_error == g2.std_error;
+    printf("%s %-55s\n", same ? "PASS" : "FAIL", "  cuda run twice: the same bits");
+    failures += !same;
+}
+
+static double norm_cdf(double x)
+{
+    return 0.5 * erfc(-x / sqrt(2.0));
+}
+
+static double black_scholes(const option &o)
+{
+    double sd = o.sigma * sqrt(o.maturity);
+    double d1 = (log(o.s0 / o.strike) + (o.rate + 0.5 * o.sigma * o.sigma) * o.maturity) / sd, d2 = d1 - sd;
+    double df = exp(-o.rate * o.maturity);
+    if (strcmp(o.type, "call") == 0)
+        return o.s0 * norm_cdf(d1) - o.strike * df * norm_cdf(d2);
+    return o.strike * df * norm_cdf(-d2) - o.s0 * norm_cdf(-d1);
+}
+
+static void check_black_scholes(const option &o)
+{
+    char what[128], label[256];
+    priced g = run(o, true);
+    double bs = black_scholes(o);
+    bool ok = g.rc == 0 && g.std_error > 0 && fabs(g.price - bs) <= 3 * g.std_error;
+    snprintf(label, sizeof label, "%-55s cuda %.6f ± %.2g, Black-Scholes %.6f (%.2f std_error)",
+             describe(o, what, sizeof what), g.price, g.std_error, bs, (g.price - bs) / g.std_error);
+    report(ok, label);
+}
+
+static void *raise_later(void *p)
+{
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void check_cancel(void)
+{
+    option o = {"call", "asian", 100, 100, 0.05, 0.2, 1, 1e9, 1000, 1}; /* 1e12 path-steps: seconds */
+    volatile int cancel = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, raise_later, (void *)&cancel);
+    priced g = run(o, true, &cancel);
+    pthread_join(t, NULL);
+    char label[128];
+    snprintf(label, sizeof label, "cancel raised after 100 ms: returned after %.0f ms", g.seconds * 1e3);
+    report(g.rc == KL_ECANCELED && g.seconds < 0.1 + 0.25, label);
+}
+
+/* ---- figures ---- */
+
+static void figure(const option &o)
+{
+    priced warm = run(o, true);
+    if (warm.rc != 0) {
+        printf("FAIL figure run: %s\n", warm.message);
+        failures++;
+        return;
+    }
+    std::vector<double> ts;
+    for (int i = 0; i < 3; i++)
+        ts.push_back(run(o, true).seconds);
+    std::sort(ts.begin(), ts.end());
+    double path_steps = o.paths * o.steps;
+    char what[128];
+    printf("montecarlo %-50s %8.2f ms  %.3g path-steps/s  (%.3g price path-steps/s counting both of a pair)\n",
+           describe(o, what, sizeof what), ts[1] * 1e3, path_steps / ts[1], 2 * path_steps / ts[1]);
+}
+
+int main(void)
+{
+    char why[256];
+    if (kl_cuda_plugin_open(&plugin, why, sizeof why) < 0) {
+        printf("FAIL plugin open: %s\n", why);
+        return 1;
+    }
+    printf("gpu 0: %s, sm_%d%d\n", plugin.gpus[0].name, plugin.gpus[0].cc_major, plugin.gpus[0].cc_minor);
+
+    check_philox();
+    const option cases[] = {
+        {"call", "european", 100, 100, 0.05, 0.2, 1, 2, 1, 0},
+        {"call", "european", 100, 100, 0.05, 0.2, 1, 1000001, 1, 7},
+        {"put", "european", 100, 100, 0.05, 0.2, 1, 1000000, 7, 7},
+        {"put", "european", 50, 40, -0.01, 0.35, 2.5, 300000, 3, 0x123456789ull},
+        {"call", "asian", 100, 100, 0.05, 0.2, 1, 100000, 64, 11},
+        {"put", "asian", 100, 105, 0.03, 0.3, 2, 1001, 5, 12},
+        {"put", "asian", 100, 100, 0.05, 0.2, 1, 20000, 1000, 13},
+        {"call", "asian", 1e6, 9e5, 0.0, 0.8, 10, 20000, 365, 14},
+    };
+    for (const option &o : cases)
+        check_case(o);
+    check_black_scholes({"call", "european", 100, 100, 0.05, 0.2, 1, 1e8, 1, 21});
+    check_black_scholes({"put", "european", 100, 110, 0.05, 0.25, 0.5, 1e8, 1, 22});
+    check_black_scholes({"call", "european", 100, 90, 0.02, 0.3, 3, 1e7, 50, 23});
+    check_cancel();
+    printf("%s: %d failure(s)\n\n", failures ? "FAIL" : "PASS", failures);
+
+    figure({"call", "european", 100, 100, 0.05, 0.2, 1, 1e9, 1, 1});
+    figure({"call", "european", 100, 100, 0.05, 0.2, 1, 1 << 26, 256, 1});
+    figure({"call", "asian", 100, 100, 0.05, 0.2, 1, 1 << 26, 256, 1});
+    figure({"call", "asian", 100, 100, 0.05, 0.2, 1, 1 << 22, 4096, 1});
+    return failures ? 1 : 0;
+}

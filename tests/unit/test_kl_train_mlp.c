@@ -1,0 +1,633 @@
+/* test_kl_train_mlp.c — train_mlp on the CPU: against a naive trainer in
+ * double (plain loops, the same init, order and update), on 1 and 3 ranks
+ * with uneven and empty shards; > 95 % accuracy and a falling loss on three
+ * Gaussian blobs; ranks 1 and 2 learning the same weights; the same bits
+ * for the same seed; the seeded init; refused params and shapes naming the
+ * field; labels out of range; cancel; and the plain-loop products that a
+ * -DKL_NO_BLAS build (the GPU checker's CPU reference) uses in place of
+ * OpenBLAS, against a triple loop. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/mlp_math.h"
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+
+static double urand(void) /* splitmix64 to [0, 1) */
+{
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1p-53;
+}
+
+static double nrand(void) /* Box–Muller */
+{
+    double u = 1.0 - urand(), v = urand();
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A data set: x (n,d), y (n). */
+typedef struct set {
+    int64_t n, d;
+    float *x;
+    int32_t *y;
+    kl_tensor tx, ty;
+} set;
+
+static void set_tensors(set *s)
+{
+    s->tx = (kl_tensor){.dtype = KL_F32, .ndim = 2, .shape = {s->n, s->d}, .data = s->x};
+    s->ty = (kl_tensor){.dtype = KL_I32, .ndim = 1, .shape = {s->n}, .data = s->y};
+}
+
+/* Blobs of unit variance around spread*e_k, class k = row % classes. */
+static set blobs(int64_t n, int64_t d, int classes, double spread)
+{
+    set s = {.n = n, .d = d, .x = malloc(sizeof(float) * (size_t)(n * d)), .y = malloc(sizeof(int32_t) * (size_t)n)};
+    assert_non_null(s.x);
+    assert_non_null(s.y);
+    for (int64_t i = 0; i < n; i++) {
+        s.y[i] = (int32_t)(i % classes);
+        for (int64_t j = 0; j < d; j++)
+            s.x[i * d + j] = (float)(nrand() + (j == s.y[i] % d ? spread : 0.0));
+    }
+    set_tensors(&s);
+    return s;
+}
+
+static void set_free(set *s)
+{
+    free(s->x);
+    free(s->y);
+}
+
+typedef struct hyper {
+    int hidden, classes, epochs, batch;
+    double lr, momentum, seed;
+    int ranks;
+} hyper;
+
+static kl_args args_for(const set *s, const hyper *h)
+{
+    kl_args a;
+    memset(&a, 0, sizeof a);
+    a.kernel = kl_kernel_find("train_mlp");
+    assert_non_null(a.kernel);
+    const double v[] = {h->hidden, h->classes, h->epochs, h->batch, h->lr, h->momentum, h->seed};
+    for (int i = 0; i < 7; i++)
+        a.params[i] = (kl_value){.num = v[i], .given = 1};
+    a.inputs[KL_MLP_X] = &s->tx;
+    a.inputs[KL_MLP_Y] = &s->ty;
+    a.ranks = h->ranks;
+    return a;
+}
+
+static void train(const set *s, const hyper *h, kl_tensor *out)
+{
+    kl_args a = args_for(s, h);
+    kl_err err = {0};
+    int rc = kl_run_cpu(&a, out, &err);
+    if (rc != 0)
+        print_error("train_mlp failed: %d %s: %s\n", rc, err.field, err.message);
+    assert_int_equal(rc, 0);
+}
+
+static void outs_free(kl_tensor *out)
+{
+    for (int i = 0; i < 6; i++)
+        kl_tensor_free(&out[i]);
+}
+
+static float *f32(kl_tensor *t)
+{
+    return t->data;
+}
+
+/* |got - want| <= atol + rtol*|want| for every element, else fails naming
+ * the first one that is not. */
+static void assert_close(const float *got, const double *want, int64_t n, double atol, double rtol, const char *what)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (!(fabs((double)got[i] - want[i]) <= atol + rtol * fabs(want[i]))) {
+            print_error("%s[%lld]: got %.9g want %.9g\n", what, (long long)i, got[i], want[i]);
+            fail();
+        }
+    }
+}
+
+static void assert_close_f(const float *got, const float *want, int64_t n, double atol, double rtol,
+                           const char *what)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (!(fabs((double)got[i] - want[i]) <= atol + rtol * fabs((double)want[i]))) {
+            print_error("%s[%lld]: got %.9g want %.9g\n", what, (long long)i, got[i], want[i]);
+            fail();
+        }
+    }
+}
+
+/* ---- the naive trainer: one row at a time, in double ---- */
+
+typedef struct naive {
+    double *w, *loss, accuracy;
+} naive;
+
+static naive naive_train(const set *s, const hyper *h)
+{
+    const kl_mlp_dims m = kl__mlp_dims(s->n, s->d, h->hidden, h->classes);
+    const int64_t H = m.h, C = m.c, D = m.d;
+    float *w0 = malloc(sizeof(float) * (size_t)m.size);
+    double *w = malloc(sizeof(double) * (size_t)m.size), *v = calloc((size_t)m.size, sizeof(double));
+    double *g = malloc(sizeof(double) * (size_t)m.size), *hid = malloc(sizeof(double) * (size_t)H);
+    double *l = malloc(sizeof(double) * (size_t)C), *loss = calloc((size_t)h->epochs, sizeof(double));
+    assert_true(w0 && w && v && g && hid && l && loss);
+    kl__mlp_init(&m, (uint64_t)h->seed, w0);
+    for (int64_t i = 0; i < m.size; i++)
+        w[i] = w0[i];
+    free(w0);
+
+    for (int e = 0; e < h->epochs; e++) {
+        for (int64_t b0 = 0; b0 < s->n; b0 += h->batch) {
+            int64_t bt = b0 + h->batch <= s->n ? h->batch : s->n - b0;
+            memset(g, 0, sizeof(double) * (size_t)m.size);
+            for (int64_t i = b0; i < b0 + bt; i++) {
+                const float *x = s->x + i * D;
+                for (int64_t j = 0; j < H; j++) {
+                    double z = w[m.b1 + j];
+                    for (int64_t k = 0; k < D; k++)
+                        z += x[k] * w[m.w1 + k * H + j];
+                    hid[j] = z > 0 ? z : 0;
+                }
+                double mx = -INFINITY, sum = 0;
+                for (int64_t c = 0; c < C; c++) {
+                    double z = w[m.b2 + c];
+                    for (int64_t j = 0; j < H; j++)
+                        z += hid[j] * w[m.w2 + j * C + c];
+                    l[c] = z;
+                    mx = z > mx ? z : mx;
+                }
+                for (int64_t c = 0; c < C; c++)
+                    sum += exp(l[c] - mx);
+                loss[e] += mx + log(sum) - l[s->y[i]];
+                for (int64_t c = 0; c < C; c++) {
+                    double dl = exp(l[c] - mx) / sum - (c == s->y[i]);
+                    g[m.b2 + c] += dl;
+                    for (int64_t j = 0; j < H; j++)
+                        g[m.w2 + j * C + c] += hid[j] * dl;
+                    l[c] = dl;
+                }
+                for (int64_t j = 0; j < H; j++) {
+                    if (hid[j] <= 0)
+                        continue;
+                    double dh = 0;
+                    for (int64_t c = 0; c < C; c++)
+                        dh += l[c] * w[m.w2 + j * C + c];
+                    g[m.b1 + j] += dh;
+                    for (int64_t k = 0; k < D; k++)
+                        g[m.w1 + k * H + j] += x[k] * dh;
+                }
+            }
+            for (int64_t p = 0; p < m.size; p++) {
+                v[p] = h->momentum * v[p] + g[p] / (double)bt;
+                w[p] -= h->lr * v[p];
+            }
+        }
+        loss[e] /= (double)s->n;
+    }
+    int64_t right = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        const float *x = s->x + i * D;
+        for (int64_t j = 0; j < H; j++) {
+            double z = w[m.b1 + j];
+            for (int64_t k = 0; k < D; k++)
+                z += x[k] * w[m.w1 + k * H + j];
+            hid[j] = z > 0 ? z : 0;
+        }
+        int64_t best = 0;
+        double top = -INFINITY;
+        for (int64_t c = 0; c < C; c++) {
+            double z = w[m.b2 + c];
+            for (int64_t j = 0; j < H; j++)
+                z += hid[j] * w[m.w2 + j * C + c];
+            if (z > top) {
+                top = z;
+                best = c;
+            }
+        }
+        right += best == s->y[i];
+    }
+    free(v);
+    free(g);
+    free(hid);
+    free(l);
+    return (naive){.w = w, .loss = loss, .accuracy = (double)right / (double)s->n};
+}
+
+static void matches_naive(const hyper *h)
+{
+    set s = blobs(50, 3, h->classes, 1.5);
+    naive ref = naive_train(&s, h);
+    const kl_mlp_dims m = kl__mlp_dims(s.n, s.d, h->hidden, h->classes);
+    kl_tensor out[6];
+    train(&s, h, out);
+    assert_int_equal(out[KL_MLP_OUT_W1].shape[0], s.d);
+    assert_int_equal(out[KL_MLP_OUT_W1].shape[1], h->hidden);
+    assert_int_equal(out[KL_MLP_OUT_W2].shape[0], h->hidden);
+    assert_int_equal(out[KL_MLP_OUT_W2].shape[1], h->classes);
+    assert_int_equal(out[KL_MLP_OUT_LOSS].shape[0], h->epochs);
+    assert_int_equal(out[KL_MLP_OUT_ACC].shape[0], 1);
+    assert_close(f32(&out[KL_MLP_OUT_W1]), ref.w + m.w1, m.d * m.h, 1e-5, 1e-4, "w1");
+    assert_close(f32(&out[KL_MLP_OUT_B1]), ref.w + m.b1, m.h, 1e-5, 1e-4, "b1");
+    assert_close(f32(&out[KL_MLP_OUT_W2]), ref.w + m.w2, m.h * m.c, 1e-5, 1e-4, "w2");
+    assert_close(f32(&out[KL_MLP_OUT_B2]), ref.w + m.b2, m.c, 1e-5, 1e-4, "b2");
+    assert_close(f32(&out[KL_MLP_OUT_LOSS]), ref.loss, h->epochs, 1e-6, 1e-5, "loss");
+    assert_close(f32(&out[KL_MLP_OUT_ACC]), &ref.accuracy, 1, 1e-7, 0, "accuracy");
+    outs_free(out);
+    free(ref.w);
+    free(ref.loss);
+    set_free(&s);
+}
+
+static void matches_naive_trainer_on_one_rank(void **state)
+{
+    (void)state;
+    /* 50 rows in batches of 7: the last batch has 1 row */
+    matches_naive(&(hyper){.hidden = 6, .classes = 3, .epochs = 4, .batch = 7, .lr = 0.1, .momentum = 0.9, .seed = 5,
+                           .ranks = 1});
+    /* full batch, no momentum */
+    matches_naive(&(hyper){.hidden = 4, .classes = 2, .epochs = 3, .batch = 50, .lr = 0.5, .momentum = 0, .seed = 1,
+                           .ranks = 0});
+}
+
+static void matches_naive_trainer_on_three_ranks(void **state)
+{
+    (void)state;
+    /* shards of 2, 2, 3 rows, and a last batch of 1 row: two empty ranks */
+    matches_naive(&(hyper){.hidden = 6, .classes = 3, .epochs = 4, .batch = 7, .lr = 0.1, .momentum = 0.9, .seed = 5,
+                           .ranks = 3});
+    /* batches of 2 on 3 ranks: one rank always idle */
+    matches_naive(&(hyper){.hidden = 5, .classes = 4, .epochs = 2, .batch = 2, .lr = 0.05, .momentum = 0.5, .seed = 9,
+                           .ranks = 3});
+    /* batch of 1 on 16 ranks */
+    matches_naive(&(hyper){.hidden = 3, .classes = 2, .epochs = 1, .batch = 1, .lr = 0.05, .momentum = 0.8, .seed = 2,
+                           .ranks = 16});
+}
+
+static const hyper BLOBS = {.hidden = 32, .classes = 3, .epochs = 8, .batch = 32, .lr = 0.05, .momentum = 0.9,
+                            .seed = 42, .ranks = 1};
+
+static void learns_separable_blobs(void **state)
+{
+    (void)state;
+    set s = blobs(960, 6, 3, 4.0);
+    kl_tensor out[6];
+    train(&s, &BLOBS, out);
+    const float *loss = f32(&out[KL_MLP_OUT_LOSS]), acc = f32(&out[KL_MLP_OUT_ACC])[0];
+    print_message("blobs: accuracy %.4f, loss %.4f -> %.4f\n", acc, loss[0], loss[BLOBS.epochs - 1]);
+    assert_true(acc > 0.95f);
+    assert_true(loss[BLOBS.epochs - 1] < 0.25f * loss[0]);
+    for (int e = 1; e < BLOBS.epochs; e++)
+        assert_true(loss[e] < loss[e - 1] * 1.05f);
+    for (int i = 0; i < 4; i++)
+        for (int64_t k = 0; k < kl_tensor_elems(&out[i]); k++)
+            assert_true(isfinite(f32(&out[i])[k]));
+    outs_free(out);
+    set_free(&s);
+}
+
+static void one_and_two_ranks_agree(int64_t n, int64_t d, hyper h1)
+{
+    set s = blobs(n, d, h1.classes, 4.0);
+    hyper h2 = h1;
+    h1.ranks = 1;
+    h2.ranks = 2;
+    kl_tensor a[6], b[6];
+    train(&s, &h1, a);
+    train(&s, &h2, b);
+    static const char *names[] = {"w1", "b1", "w2", "b2", "loss"};
+    for (int i = 0; i < 5; i++)
+        assert_close_f(f32(&b[i]), f32(&a[i]), kl_tensor_elems(&a[i]), 1e-4, 1e-3, names[i]);
+    assert_true(fabsf(f32(&a[KL_MLP_OUT_ACC])[0] - f32(&b[KL_MLP_OUT_ACC])[0]) <= 2.0f / (float)n);
+    assert_true(f32(&b[KL_MLP_OUT_ACC])[0] > 0.95f);
+    outs_free(a);
+    outs_free(b);
+    set_free(&s);
+}
+
+static void ranks_one_and_two_learn_the_same_weights(void **state)
+{
+    (void)state;
+    hyper h = BLOBS;
+    h.epochs = 5;
+    one_and_two_ranks_agree(600, 5, h); /* small products: a thread a rank */
+    h.hidden = 256;
+    h.batch = 128;
+    h.epochs = 2;
+    one_and_two_ranks_agree(512, 64, h); /* 64 x 64 x 256 products: ranks in turn, OpenBLAS threads */
+}
+
+static void same_seed_gives_the_same_bits(void **state)
+{
+    (void)state;
+    set s = blobs(200, 4, 3, 3.0);
+    hyper h = BLOBS;
+    h.epochs = 3;
+    h.batch = 24;
+    for (int ranks = 1; ranks <= 3; ranks += 2) {
+        h.ranks = ranks;
+        kl_tensor a[6], b[6];
+        train(&s, &h, a);
+        train(&s, &h, b);
+        for (int i = 0; i < 6; i++)
+            assert_memory_equal(a[i].data, b[i].data, kl_tensor_bytes(&a[i]));
+        outs_free(b);
+        h.seed += 1;
+        train(&s, &h, b);
+        assert_memory_not_equal(a[KL_MLP_OUT_W1].data, b[KL_MLP_OUT_W1].data, kl_tensor_bytes(&a[KL_MLP_OUT_W1]));
+        h.seed -= 1;
+        outs_free(a);
+        outs_free(b);
+    }
+    set_free(&s);
+}
+
+static void init_is_seeded_and_scaled(void **state)
+{
+    (void)state;
+    const kl_mlp_dims m = kl__mlp_dims(1, 50, 200, 10);
+    float *p = malloc(sizeof(float) * (size_t)m.size), *q = malloc(sizeof(float) * (size_t)m.size);
+    assert_true(p && q);
+    kl__mlp_init(&m, 7, p);
+    kl__mlp_init(&m, 7, q);
+    assert_memory_equal(p, q, sizeof(float) * (size_t)m.size);
+    const double s1 = sqrt(6.0 / 50), s2 = sqrt(6.0 / 210);
+    double sum = 0, sq = 0;
+    for (int64_t i = m.w1; i < m.b1; i++) {
+        assert_true(fabs(p[i]) <= s1 * (1 + 1e-6));
+        sum += p[i];
+        sq += (double)p[i] * p[i];
+    }
+    const double cnt = (double)(m.b1 - m.w1);
+    assert_true(fabs(sum / cnt) < 0.02 * s1);
+    assert_true(fabs(sq / cnt - s1 * s1 / 3) < 0.03 * s1 * s1); /* variance of U(-s, s) */
+    for (int64_t i = m.w2; i < m.b2; i++)
+        assert_true(fabs(p[i]) <= s2 * (1 + 1e-6));
+    for (int64_t i = m.b1; i < m.w2; i++)
+        assert_true(p[i] == 0.0f);
+    for (int64_t i = m.b2; i < m.size; i++)
+        assert_true(p[i] == 0.0f);
+    kl__mlp_init(&m, (uint64_t)1 << 40, q); /* the seed's high word counts too */
+    assert_memory_not_equal(p, q, sizeof(float) * (size_t)m.size);
+    free(p);
+    free(q);
+}
+
+/* Every transpose combination, beta 0 over NaN (C must not be read) and
+ * beta 1, against a triple loop in double. */
+static void sgemm_loops_match_a_triple_loop(void **state)
+{
+    (void)state;
+    const int64_t m = 7, n = 13, k = 5;
+    float A[7 * 5], B[5 * 13], C[7 * 13], C0[7 * 13];
+    for (int i = 0; i < m * k; i++)
+        A[i] = (float)(urand() * 2 - 1);
+    for (int i = 0; i < k * n; i++)
+        B[i] = (float)(urand() * 2 - 1);
+    for (int i = 0; i < m * n; i++)
+        C0[i] = (float)(urand() * 2 - 1);
+    for (int ta = 0; ta < 2; ta++) {
+        for (int tb = 0; tb < 2; tb++) {
+            for (int beta = 0; beta < 2; beta++) {
+                for (int i = 0; i < m * n; i++)
+                    C[i] = beta ? C0[i] : NAN;
+                kl__mlp_sgemm_loops(ta, tb, m, n, k, A, B, (float)beta, C);
+                for (int64_t i = 0; i < m; i++) {
+                    for (int64_t j = 0; j < n; j++) {
+                        double want = beta ? C0[i * n + j] : 0.0;
+                        for (int64_t p = 0; p < k; p++)
+                            want += (double)(ta ? A[p * m + i] : A[i * k + p]) * (tb ? B[j * k + p] : B[p * n + j]);
+                        assert_true(fabs(C[i * n + j] - want) <= 1e-6);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void indices_match_the_specs(void **state)
+{
+    (void)state;
+    const kl_kernel *k = kl_kernel_find("train_mlp");
+    assert_non_null(k);
+    assert_int_equal(kl_param_index(k, "hidden"), KL_MLP_HIDDEN);
+    assert_int_equal(kl_param_index(k, "classes"), KL_MLP_CLASSES);
+    assert_int_equal(kl_param_index(k, "epochs"), KL_MLP_EPOCHS);
+    assert_int_equal(kl_param_index(k, "batch_size"), KL_MLP_BATCH);
+    assert_int_equal(kl_param_index(k, "lr"), KL_MLP_LR);
+    assert_int_equal(kl_param_index(k, "momentum"), KL_MLP_MOMENTUM);
+    assert_int_equal(kl_param_index(k, "seed"), KL_MLP_SEED);
+    assert_int_equal(kl_input_index(k, "x"), KL_MLP_X);
+    assert_int_equal(kl_input_index(k, "y"), KL_MLP_Y);
+    static const char *outs[] = {"w1", "b1", "w2", "b2", "loss", "accuracy"};
+    assert_int_equal(k->noutputs, 6);
+    for (int i = 0; i < 6; i++)
+        assert_string_equal(k->outputs[i].name, outs[i]);
+}
+
+/* Expects kl_args_check to refuse `a` naming `field`. */
+static void refused(kl_args *a, const char *field)
+{
+    kl_err err = {0};
+    assert_int_equal(kl_args_check(a, &err), KL_EINVAL);
+    if (strcmp(err.field, field) != 0)
+        print_error("wanted %s, got %s: %s\n", field, err.field, err.message);
+    assert_string_equal(err.field, field);
+    assert_non_null(strstr(err.message, field));
+}
+
+static void refuses_bad_params_and_shapes_naming_the_field(void **state)
+{
+    (void)state;
+    set s = blobs(20, 3, 2, 1.0);
+    hyper h = {.hidden = 4, .classes = 2, .epochs = 1, .batch = 5, .lr = 0.1, .momentum = 0.5, .ranks = 1};
+    kl_args a = args_for(&s, &h);
+    kl_err err = {0};
+    assert_int_equal(kl_args_check(&a, &err), 0);
+
+    static const struct {
+        int param;
+        double value;
+        const char *field;
+    } bad[] = {
+        {KL_MLP_HIDDEN, 0, "params.hidden"},        {KL_MLP_HIDDEN, 4097, "params.hidden"},
+        {KL_MLP_HIDDEN, 2.5, "params.hidden"},      {KL_MLP_CLASSES, 1, "params.classes"},
+        {KL_MLP_CLASSES, 1025, "params.classes"},   {KL_MLP_EPOCHS, 0, "params.epochs"},
+        {KL_MLP_EPOCHS, 1001, "params.epochs"},     {KL_MLP_BATCH, 0, "params.batch_size"},
+        {KL_MLP_BATCH, 21, "params.batch_size"},    {KL_MLP_LR, 0, "params.lr"},
+        {KL_MLP_LR, -1, "params.lr"},               {KL_MLP_LR, NAN, "params.lr"},
+        {KL_MLP_MOMENTUM, 1, "params.momentum"},    {KL_MLP_MOMENTUM, -0.1, "params.momentum"},
+        {KL_MLP_SEED, -1, "params.seed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kl_args b = a;
+        b.params[bad[i].param].num = bad[i].value;
+        refused(&b, bad[i].field);
+    }
+    kl_args b = a;
+    b.params[KL_MLP_CLASSES].given = 0; /* required */
+    refused(&b, "params.classes");
+
+    kl_tensor y_short = s.ty, y_f32 = s.ty, x_flat = s.tx, x_empty = s.tx;
+    y_short.shape[0] = 19;
+    y_f32.dtype = KL_F32;
+    x_flat.ndim = 1;
+    x_empty.shape[0] = 0;
+    b = a;
+    b.inputs[KL_MLP_Y] = &y_short;
+    refused(&b, "inputs.y");
+    b.inputs[KL_MLP_Y] = &y_f32;
+    refused(&b, "inputs.y");
+    b.inputs[KL_MLP_Y] = NULL;
+    refused(&b, "inputs.y");
+    b = a;
+    b.inputs[KL_MLP_X] = &x_flat;
+    refused(&b, "inputs.x");
+    b.inputs[KL_MLP_X] = &x_empty;
+    refused(&b, "inputs.x");
+
+    kl_tensor x_wide = s.tx;
+    x_wide.shape[1] = 20000; /* w1 of 20000 x 4096 is past the limit */
+    b = a;
+    b.inputs[KL_MLP_X] = &x_wide;
+    b.params[KL_MLP_HIDDEN].num = 4096;
+    refused(&b, "inputs.x");
+
+    kl_tensor x_tall = s.tx, y_tall = s.ty;
+    x_tall.shape[0] = y_tall.shape[0] = (int64_t)1 << 26;
+    x_tall.shape[1] = 1;
+    b = a;
+    b.inputs[KL_MLP_X] = &x_tall;
+    b.inputs[KL_MLP_Y] = &y_tall;
+    b.params[KL_MLP_BATCH].num = (double)((int64_t)1 << 26); /* 2^26 x (2*4 + 2) activations */
+    refused(&b, "params.batch_size");
+
+    b = a;
+    b.ranks = 17;
+    refused(&b, "resources.gpus");
+    set_free(&s);
+}
+
+static void refuses_labels_out_of_range_at_run_time(void **state)
+{
+    (void)state;
+    set s = blobs(20, 3, 2, 1.0);
+    hyper h = {.hidden = 4, .classes = 2, .epochs = 1, .batch = 5, .lr = 0.1, .momentum = 0.5, .ranks = 2};
+    const int32_t bad[] = {2, -1};
+    for (int i = 0; i < 2; i++) {
+        s.y[13] = bad[i];
+        kl_args a = args_for(&s, &h);
+        kl_tensor out[6];
+        kl_err err = {0};
+        assert_int_equal(kl_run_cpu(&a, out, &err), KL_EINVAL);
+        assert_string_equal(err.field, "inputs.y");
+        assert_non_null(strstr(err.message, "inputs.y[13]"));
+        for (int k = 0; k < 6; k++)
+            assert_null(out[k].data);
+    }
+    set_free(&s);
+}
+
+static void *raise_later(void *p)
+{
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void stops_when_cancelled(void **state)
+{
+    (void)state;
+    set s = blobs(2000, 8, 3, 2.0);
+    hyper h = {.hidden = 64, .classes = 3, .epochs = 1000, .batch = 16, .lr = 0.01, .momentum = 0.9, .ranks = 2};
+    kl_args a = args_for(&s, &h);
+    volatile int cancel = 1;
+    a.cancel = &cancel;
+    kl_tensor out[6];
+    kl_err err = {0};
+    assert_int_equal(kl_run_cpu(&a, out, &err), KL_ECANCELED);
+    assert_null(out[0].data);
+
+    cancel = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, raise_later, (void *)&cancel);
+    double t0 = now_s();
+    assert_int_equal(kl_run_cpu(&a, out, &err), KL_ECANCELED);
+    double took = now_s() - t0;
+    pthread_join(t, NULL);
+    assert_true(took < 0.05 + 0.2);
+    set_free(&s);
+}
+
+static void reports_ranks_and_steps(void **state)
+{
+    (void)state;
+    set s = blobs(30, 2, 2, 3.0);
+    hyper h = {.hidden = 4, .classes = 2, .epochs = 3, .batch = 8, .lr = 0.1, .momentum = 0.5, .ranks = 2};
+    kl_args a = args_for(&s, &h);
+    kl_info info = {0};
+    a.info = &info;
+    kl_tensor out[6];
+    kl_err err = {0};
+    assert_int_equal(kl_run_cpu(&a, out, &err), 0);
+    const char *ranks = NULL, *steps = NULL;
+    for (int i = 0; i < info.n; i++) {
+        if (strcmp(info.kv[i].key, "ranks") == 0)
+            ranks = info.kv[i].value;
+        if (strcmp(info.kv[i].key, "steps") == 0)
+            steps = info.kv[i].value;
+    }
+    assert_non_null(ranks);
+    assert_non_null(steps);
+    assert_string_equal(ranks, "2");
+    assert_string_equal(steps, "12"); /* 3 epochs x 4 batches */
+    outs_free(out);
+    set_free(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(indices_match_the_specs),
+        cmocka_unit_test(init_is_seeded_and_scaled),
+        cmocka_unit_test(sgemm_loops_match_a_triple_loop),
+        cmocka_unit_test(matches_naive_trainer_on_one_rank),
+        cmocka_unit_test(matches_naive_trainer_on_three_ranks),
+        cmocka_unit_test(learns_separable_blobs),
+        cmocka_unit_test(ranks_one_and_two_learn_the_same_weights),
+        cmocka_unit_test(same_seed_gives_the_same_bits),
+        cmocka_unit_test(refuses_bad_params_and_shapes_naming_the_field),
+        cmocka_unit_test(refuses_labels_out_of_range_at_run_time),
+        cmocka_unit_test(stops_when_cancelled),
+        cmocka_unit_test(reports_ranks_and_steps),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
