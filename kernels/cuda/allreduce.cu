@@ -65,25 +65,6 @@ unsigned blocks_for(int64_t count)
     return (unsigned)(b < 2048 ? (b > 0 ? b : 1) : 2048);
 }
 
-/* Runs of this kernel in the process take turns: kernels of two NCCL
- * communicators that share devices can interleave in different orders on
- * different GPUs and wait on each other forever (NCCL's "using multiple
- * communicators concurrently"). A waiting run still honours cancel. */
-pthread_mutex_t turn = PTHREAD_MUTEX_INITIALIZER;
-
-int take_turn(const kl_args *args, kl_err *err)
-{
-    const struct timespec tick = {0, 1000 * 1000};
-    while (pthread_mutex_trylock(&turn) != 0) {
-        if (kl__cuda_canceled(args)) {
-            kl_err_set(err, NULL, "allreduce: cancelled while waiting for another allreduce to finish");
-            return KL_ECANCELED;
-        }
-        nanosleep(&tick, NULL);
-    }
-    return 0;
-}
-
 /* One all-reduce: every rank's call in one group, as one thread driving
  * several GPUs must. The group is closed even when a call fails, so no
  * half-open group is left on the worker thread for its next run. */
@@ -144,7 +125,7 @@ int kl__cuda_allreduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
         return KL_ENOMEM; /* the plugin frees what was allocated */
     }
     kl__allreduce_expected(op, n, table.v);
-    if ((rc = take_turn(args, err)) < 0)
+    if ((rc = kl__cuda_nccl_turn_take(args, err)) < 0)
         return rc;
     have_turn = true;
 
@@ -244,6 +225,6 @@ done:
             cudaEventDestroy(ahead[d]);
     (void)cudaGetLastError(); /* leave no error behind for the worker's next run */
     if (have_turn)
-        pthread_mutex_unlock(&turn);
+        kl__cuda_nccl_turn_give();
     return rc;
 }

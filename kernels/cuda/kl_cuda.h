@@ -52,6 +52,11 @@ static inline void kl__cuda_free(void *p, cudaStream_t s)
         cudaFreeAsync(p, s);
 }
 
+/* One NCCL user at a time per process (plugin.cu): 0, or KL_ECANCELED when
+ * the run was cancelled while waiting. */
+int kl__cuda_nccl_turn_take(const kl_args *args, kl_err *err);
+void kl__cuda_nccl_turn_give(void);
+
 int kl__cuda_saxpy(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
 int kl__cuda_reduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
 int kl__cuda_gemm(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);

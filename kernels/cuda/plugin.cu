@@ -5,6 +5,7 @@
 #include "kl_cuda.h"
 #include "kl_plugin.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +29,32 @@ static const struct {
 };
 
 static int ngpus;
+
+/* Runs that use NCCL (allreduce, train_mlp) take turns in this process:
+ * kernels of two communicators that share devices can interleave in
+ * different orders on different GPUs and wait on each other forever (NCCL's
+ * "using multiple communicators concurrently"). A waiting run still
+ * honours cancel. */
+static pthread_mutex_t nccl_turn = PTHREAD_MUTEX_INITIALIZER;
+
+int kl__cuda_nccl_turn_take(const kl_args *args, kl_err *err)
+{
+    const struct timespec tick = {0, 1000 * 1000};
+    while (pthread_mutex_trylock(&nccl_turn) != 0) {
+        if (kl__cuda_canceled(args)) {
+            kl_err_set(err, NULL, "%s: cancelled while waiting for another NCCL run to finish",
+                       args->kernel->name);
+            return KL_ECANCELED;
+        }
+        nanosleep(&tick, NULL);
+    }
+    return 0;
+}
+
+void kl__cuda_nccl_turn_give(void)
+{
+    pthread_mutex_unlock(&nccl_turn);
+}
 
 int kl__cuda_fail(kl_err *err, const char *file, int line, const char *call, const char *reason)
 {

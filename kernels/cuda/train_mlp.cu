@@ -301,6 +301,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
     float *w0 = NULL, *row_loss = NULL, *loss_out = NULL;
     int64_t t = 0, right = 0;
     int rc = kl__mlp_labels_check((const int32_t *)ty->data, n, m.c, err), started = 0;
+    int have_turn = 0;
 
     if (rc < 0)
         return rc;
@@ -384,8 +385,12 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
             KL_CUDA_CHECK(e);
         }
     }
-    if (R > 1)
+    if (R > 1) {
+        if ((rc = kl__cuda_nccl_turn_take(args, err)) < 0)
+            goto done;
+        have_turn = 1;
         KL_NCCL_CHECK(ncclCommInitAll(comms, R, devs));
+    }
     for (int r = 0; r < R; r++)
         ranks[r].comm = comms[r];
     started = 1;
@@ -523,6 +528,8 @@ done:
     }
     free(w0);
     free(row_loss);
+    if (have_turn)
+        kl__cuda_nccl_turn_give();
     cudaSetDevice(dev);
     (void)cudaGetLastError(); /* leave nothing for the next run on this thread */
     return rc;
