@@ -14,7 +14,9 @@ NVFLAGS ?= -O3 -std=c++17 --compiler-options -fPIC,-Wall,-Wextra -Werror all-war
            -gencode arch=compute_90,code=compute_90 -Ikernels
 
 Q = $(if $(V),,@)
-B = build$(if $(SAN),-san,)
+# A sanitizer build (SAN=-fsanitize=...) keeps its objects and binaries apart.
+B   = build$(if $(SAN),-san,)
+BIN = bin$(if $(SAN),-san,)
 
 SVC_SRC  := $(wildcard service/*.c)
 KL_SRC   := $(wildcard kernels/*.c kernels/cpu/*.c)
@@ -39,9 +41,9 @@ CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand -lnccl -lcudart
 PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
 .DELETE_ON_ERROR:
-.PHONY: all clean run stop test test-unit test-integration bench bench-kernels gpu-check
-all: bin/kowloon-gateway bin/kowloon-compute $(PLUGIN) $(UT_BIN)
-	@echo "✓ bin/kowloon-gateway  ✓ bin/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))"
+.PHONY: all clean run stop test test-unit test-integration bench bench-kernels chaos fuzz fuzz-api test-asan
+all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN)
+	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))"
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -58,13 +60,13 @@ $(B)/libsvc.a: $(SVC_OBJ)
 $(B)/libkl.a: $(KL_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-bin/kowloon-gateway: $(GW_OBJ) $(B)/libsvc.a $(B)/libkl.a
-	@mkdir -p bin
+$(BIN)/kowloon-gateway: $(GW_OBJ) $(B)/libsvc.a $(B)/libkl.a
+	@mkdir -p $(BIN)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(GW_OBJ) $(B)/libsvc.a $(B)/libkl.a $(GW_LIBS) $(SVC_LIBS) $(KL_LIBS)
 
-bin/kowloon-compute: $(CN_OBJ) $(B)/libsvc.a $(B)/libkl.a
-	@mkdir -p bin
+$(BIN)/kowloon-compute: $(CN_OBJ) $(B)/libsvc.a $(B)/libkl.a
+	@mkdir -p $(BIN)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -rdynamic -o $@ $(CN_OBJ) $(B)/libsvc.a $(B)/libkl.a $(SVC_LIBS) $(KL_LIBS) $(CN_LIBS)
 
@@ -112,9 +114,19 @@ bench: all
 	@bench/run.sh
 bench-kernels: all
 	@bench/kernels.sh
+# Fault injection, fuzzing and sanitizers (issue 4); each script says what it runs.
+chaos: all
+	@tests/chaos/run.sh --full
+fuzz:
+	@tests/fuzz/run.sh
+fuzz-api: all
+	@tests/api_fuzz/run.sh --full
+test-asan:
+	@scripts/install-deps.sh
+	@scripts/test-asan.sh
 
 clean:
-	rm -rf build build-san bin lib
+	rm -rf build build-san bin bin-san lib
 
 # CPU kernel figures, one program per bench/bench_*.c; bench/kernels.sh
 # builds and runs them.
