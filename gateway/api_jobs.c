@@ -19,6 +19,8 @@ int gw_api_jobs_submit(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
     gw_caller who;
+    if (app->draining)
+        return gw_reply_unavailable(req, "this gateway (shutting down)");
     if (gw_auth_tenant(req, &who) != 0)
         return 0;
     gw_job_req jr;

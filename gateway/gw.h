@@ -22,6 +22,8 @@ typedef struct gw_config {
     int reconcile_interval_s;
     int db_pool;
     int heartbeat_s;
+    int drain_s;
+    int retry_base_ms, retry_max_s;
 } gw_config;
 
 typedef struct gw_app {

@@ -35,6 +35,11 @@ static svc_opt opts[] = {
      "OpenAPI document to serve (default: <exe>/../openapi/openapi.yaml)", NULL, 0},
     {"tenant", NULL, SVC_OPT_STRING, NULL, 0, 0, "keys create: tenant name", NULL, 0},
     {"admin", NULL, SVC_OPT_BOOL, "0", 0, 1, "keys create: an admin key", NULL, 0},
+    {"drain-s", "KOWLOON_DRAIN_S", SVC_OPT_INT, "2", 0, 600,
+     "on SIGTERM, seconds to keep answering (readyz 503, submits 503) before stopping", NULL, 0},
+    {"retry-base-ms", "KOWLOON_RETRY_BASE_MS", SVC_OPT_INT, "1000", 0, 3600000,
+     "first back-off before a retryable failure is re-run; doubles per attempt, with jitter", NULL, 0},
+    {"retry-max-s", "KOWLOON_RETRY_MAX_S", SVC_OPT_INT, "60", 0, 86400, "longest back-off", NULL, 0},
     {"log-level", "KOWLOON_LOG_LEVEL", SVC_OPT_STRING, "info", 0, 0, "debug, info, warn or error", NULL, 0},
     {NULL, NULL, 0, NULL, 0, 0, NULL, NULL, 0},
 };
@@ -161,8 +166,12 @@ static int cmd_serve(gw_app *app)
     svc_info("kowloon-gateway serving on %s (max body %d MiB)", app->cfg.listen, app->cfg.max_body_mb);
     while (!stop_signal)
         pause();
-    svc_info("signal %d: draining (readyz answers 503), finishing requests in flight", (int)stop_signal);
+    svc_info("signal %d: draining for %d s (readyz and submits answer 503), then finishing requests in flight",
+             (int)stop_signal, app->cfg.drain_s);
     app->draining = 1;
+    for (int64_t until = svc_now_mono_ms() + (int64_t)app->cfg.drain_s * 1000;
+         svc_now_mono_ms() < until && stop_signal != SIGINT;)
+        svc_sleep_ms(50);
     svc_server_stop(srv);
     gw_sched_stop(app->sched, 2000);
     svc_info("kowloon-gateway stopped");
@@ -199,6 +208,9 @@ int main(int argc, char **argv)
     app.cfg.heartbeat_s = (int)svc_config_get(opts, "heartbeat-s")->num;
     app.cfg.reconcile_interval_s = (int)svc_config_get(opts, "reconcile-interval-s")->num;
     app.cfg.db_pool = (int)svc_config_get(opts, "db-pool")->num;
+    app.cfg.drain_s = (int)svc_config_get(opts, "drain-s")->num;
+    app.cfg.retry_base_ms = (int)svc_config_get(opts, "retry-base-ms")->num;
+    app.cfg.retry_max_s = (int)svc_config_get(opts, "retry-max-s")->num;
 
     app.store = gw_store_open(app.cfg.database_url, app.cfg.db_pool);
     if (!app.store)

@@ -11,8 +11,10 @@
 #include "queue.h"
 #include "store.h"
 #include "svc_log.h"
+#include "svc_util.h"
 
 #define READY_KEY "kowloon:ready"
+#define DELAYED_KEY "kowloon:delayed"
 #define EVENTS_CHANNEL "kowloon:events"
 
 typedef struct qconn {
@@ -185,21 +187,53 @@ int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
     return r ? 0 : -EIO;
 }
 
-int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
+/* A delayed entry carries its ready score, so promotion needs no lookup:
+ * "<job_id> <backend> <gpus> <ready score>". */
+static void delayed_format(char *out, size_t len, const gw_queued *j)
+{
+    snprintf(out, len, "%s %s %d %.0f", j->id, j->backend, j->gpus,
+             gw_queue_score(j->priority, j->seq));
+}
+
+static int delayed(const gw_queued *j, int64_t now_ms)
+{
+    return j->not_before_ms > now_ms;
+}
+
+int gw_queue_push_queued(gw_queue *q, const gw_queued *j)
+{
+    if (!delayed(j, svc_now_wall_ms()))
+        return gw_queue_push(q, j->id, j->priority, j->seq, j->backend, j->gpus);
+    char score[32], member[112];
+    snprintf(score, sizeof(score), "%lld", (long long)j->not_before_ms);
+    delayed_format(member, sizeof(member), j);
+    const char *argv[4] = {"ZADD", DELAYED_KEY, score, member};
+    redisReply *r = command(q, 4, argv, NULL);
+    freeReplyObject(r);
+    return r ? 0 : -EIO;
+}
+
+/* One ZADD NX of up to BATCH jobs of list into key (ready or delayed). */
+static int push_batch(gw_queue *q, const char *key, const gw_queued *const *jobs, int n, int *added)
 {
     enum { BATCH = 256 };
-    static __thread char score[BATCH][32], member[BATCH][80];
+    static __thread char score[BATCH][32], member[BATCH][112];
     const char *argv[3 + 2 * BATCH];
-    *added = 0;
+    int is_ready = strcmp(key, READY_KEY) == 0;
     for (int start = 0; start < n; start += BATCH) {
         int argc = 0;
         argv[argc++] = "ZADD";
-        argv[argc++] = READY_KEY;
+        argv[argc++] = key;
         argv[argc++] = "NX";
         for (int i = start; i < n && i < start + BATCH; i++) {
-            const gw_queued *j = &list[i];
-            snprintf(score[i - start], 32, "%.0f", gw_queue_score(j->priority, j->seq));
-            member_format(member[i - start], 80, j->id, j->backend, j->gpus);
+            const gw_queued *j = jobs[i];
+            if (is_ready) {
+                snprintf(score[i - start], 32, "%.0f", gw_queue_score(j->priority, j->seq));
+                member_format(member[i - start], 112, j->id, j->backend, j->gpus);
+            } else {
+                snprintf(score[i - start], 32, "%lld", (long long)j->not_before_ms);
+                delayed_format(member[i - start], 112, j);
+            }
             argv[argc++] = score[i - start];
             argv[argc++] = member[i - start];
         }
@@ -209,6 +243,51 @@ int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
         *added += (int)r->integer;
         freeReplyObject(r);
     }
+    return 0;
+}
+
+int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
+{
+    *added = 0;
+    const gw_queued **ready = malloc(sizeof(*ready) * (size_t)(n ? n : 1));
+    const gw_queued **later = malloc(sizeof(*later) * (size_t)(n ? n : 1));
+    int nr = 0, nl = 0, rc = -ENOMEM;
+    int64_t now = svc_now_wall_ms();
+    if (ready && later) {
+        for (int i = 0; i < n; i++) {
+            if (delayed(&list[i], now))
+                later[nl++] = &list[i];
+            else
+                ready[nr++] = &list[i];
+        }
+        rc = push_batch(q, READY_KEY, ready, nr, added);
+        if (!rc)
+            rc = push_batch(q, DELAYED_KEY, later, nl, added);
+    }
+    free(ready);
+    free(later);
+    return rc;
+}
+
+int gw_queue_promote_due(gw_queue *q, int *moved)
+{
+    static const char script[] =
+        "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 512) "
+        "for _, m in ipairs(due) do "
+        "  local id, b, g, score = string.match(m, '^(%S+) (%S+) (%S+) (%S+)$') "
+        "  if id then redis.call('ZADD', KEYS[2], score, id .. ' ' .. b .. ' ' .. g) end "
+        "  redis.call('ZREM', KEYS[1], m) "
+        "end "
+        "return #due";
+    char now[32];
+    snprintf(now, sizeof(now), "%lld", (long long)svc_now_wall_ms());
+    const char *argv[6] = {"EVAL", script, "2", DELAYED_KEY, READY_KEY, now};
+    *moved = 0;
+    redisReply *r = command(q, 6, argv, NULL);
+    if (!r)
+        return -EIO;
+    *moved = (int)r->integer;
+    freeReplyObject(r);
     return 0;
 }
 

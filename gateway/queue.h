@@ -1,6 +1,7 @@
 /* queue.h — the gateway's Redis side: the ready queue (a sorted set ordered
- * by priority, then age), the scheduler lock, and event publication. All of
- * it can be rebuilt from PostgreSQL. Functions return 0 or -EIO when Redis
+ * by priority, then age), the delayed set of retries waiting out their
+ * back-off (ordered by when they may run), the scheduler lock, and event
+ * publication. All of it can be rebuilt from PostgreSQL. Functions return 0 or -EIO when Redis
  * cannot be reached or answers with an error. */
 #ifndef GW_QUEUE_H
 #define GW_QUEUE_H
@@ -28,8 +29,15 @@ double gw_queue_score(int priority, int64_t seq);
 int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
                   const char *backend, int gpus);
 typedef struct gw_queued gw_queued;
-/* Adds every job of list that is missing; *added says how many were. */
+/* Adds a re-queued job: to the delayed set while its back-off lasts (its
+ * not_before is in the future), else to the ready queue. */
+int gw_queue_push_queued(gw_queue *q, const gw_queued *j);
+/* Adds every job of list that is missing from both sets, each where it
+ * belongs; *added says how many were. */
 int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added);
+/* Moves the delayed jobs whose back-off has ended to the ready queue;
+ * *moved says how many. */
+int gw_queue_promote_due(gw_queue *q, int *moved);
 /* The first max entries in order. */
 int gw_queue_peek(gw_queue *q, gw_ready *out, int max, int *n);
 /* Removes an entry: 1 when this call removed it, 0 when it was gone. */

@@ -220,6 +220,8 @@ static void *sched_main(void *arg)
                 reconcile(s);
                 next_reconcile = now + (int64_t)s->app->cfg.reconcile_interval_s * 1000;
             }
+            int due = 0;
+            gw_queue_promote_due(s->app->queue, &due);
             while (!s->stop && dispatch_pass(s) > 0)
                 ;
         }

@@ -56,7 +56,9 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " j AS (UPDATE jobs SET state = 'running', attempts = attempts + 1, node_id = n.id,"
     "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
     "         error_message = NULL"
-    "       FROM n WHERE jobs.id = $1::uuid AND jobs.state = 'queued' RETURNING jobs.*),"
+    "       FROM n WHERE jobs.id = $1::uuid AND jobs.state = 'queued'"
+    "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
+    "       RETURNING jobs.*),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'running', attempts, node_name FROM j)"
     " SELECT j.attempts::text, j.kernel, j.params::text, j.timeout_s::text, j.gpus::text,"
@@ -86,12 +88,19 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "       SELECT id, state, attempts, node_name, coalesce($4, 'cancel requested') FROM j)"
     " SELECT id FROM j", 5},
 [ST_JOB_REQUEUE] = {
+    /* A counted retry waits min(base * 2^(attempts-1), max) scaled by a
+     * random factor in [0.5, 1) ("equal jitter"); an attempt given back
+     * (the run never started) is placed again at once. */
     "WITH cur AS (SELECT id, CASE WHEN cancel_requested THEN 'cancelled'"
     "                             WHEN attempts - $3::int < max_attempts THEN 'queued'"
-    "                             ELSE 'failed' END AS next"
+    "                             ELSE 'failed' END AS next,"
+    "                    CASE WHEN $3::int = 1 THEN NULL"
+    "                         ELSE clock_timestamp() + make_interval(secs => least($6::float8 * 2 ^ (attempts - 1),"
+    "                              $7::float8) * (0.5 + random() / 2) / 1000) END AS not_before"
     "             FROM jobs WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
     "             FOR UPDATE),"
     " j AS (UPDATE jobs SET state = cur.next, attempts = attempts - $3::int,"
+    "         not_before = CASE WHEN cur.next = 'queued' THEN cur.not_before END,"
     "         node_id = CASE WHEN cur.next = 'queued' THEN NULL ELSE node_id END,"
     "         node_name = CASE WHEN cur.next = 'queued' THEN NULL ELSE node_name END,"
     "         started_at = CASE WHEN cur.next = 'queued' THEN NULL ELSE started_at END,"
@@ -100,12 +109,14 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "         finished_at = CASE WHEN cur.next <> 'queued' THEN clock_timestamp() END"
     "       FROM cur WHERE jobs.id = cur.id"
     "       RETURNING jobs.id, jobs.state, jobs.attempts, jobs.seq, jobs.priority,"
-    "                 jobs.backend_req, jobs.gpus, jobs.node_name),"
+    "                 jobs.backend_req, jobs.gpus, jobs.node_name, jobs.not_before),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j)"
-    " SELECT state, seq, priority, backend_req, gpus FROM j", 5},
-[ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus FROM jobs"
-                    " WHERE state = 'queued'", 0},
+    " SELECT state, seq, priority, backend_req, gpus,"
+    "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0) FROM j", 7},
+[ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus,"
+                    "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0)"
+                    " FROM jobs WHERE state = 'queued'", 0},
 [ST_NODE_REGISTER] = {
     "INSERT INTO nodes (name, url, backend, backend_reason, gpus, slots, kernels)"
     " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb)"

@@ -100,15 +100,28 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
                          const char *info_json, const char *meta_json, const void *data, size_t len);
 int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
                       const char *code, const char *message);
-/* Back to queued when attempts remain (uncounted: the attempt is given
- * back, for runs that never started); else failed with code. *requeued
- * says which; *seq and *priority are for the ready queue. */
+/* A queued job as the ready queue needs it; not_before_ms (epoch ms, 0 =
+ * none) is the end of its retry back-off. */
+typedef struct gw_queued {
+    char id[37];
+    int64_t seq;
+    int priority, gpus;
+    char backend[8];
+    int64_t not_before_ms;
+} gw_queued;
+
+typedef struct gw_backoff { int base_ms, max_s; } gw_backoff;
+typedef struct gw_requeued { int requeued; gw_queued q; } gw_requeued;
+
+/* Back to queued when attempts remain, after a back-off (uncounted: the
+ * attempt is given back, for runs that never started, and the job is
+ * placed again at once); failed with code when attempts are spent;
+ * cancelled when a cancel was asked for. out->requeued says which. */
 int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
-                         const char *code, const char *message, int *requeued,
-                         int64_t *seq, int *priority, char backend[8], int *gpus);
+                         const char *code, const char *message, const gw_backoff *bo,
+                         gw_requeued *out);
 
 /* Every queued job, for rebuilding the ready queue. */
-typedef struct gw_queued { char id[37]; int64_t seq; int priority, gpus; char backend[8]; } gw_queued;
 int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n);
 
 /* Nodes. */

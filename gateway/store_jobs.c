@@ -382,24 +382,28 @@ int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *
 }
 
 int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
-                         const char *code, const char *message, int *requeued,
-                         int64_t *seq, int *priority, char backend[8], int *gpus)
+                         const char *code, const char *message, const gw_backoff *bo,
+                         gw_requeued *out)
 {
-    char att[16];
+    char att[16], base[24], max[24];
     snprintf(att, sizeof(att), "%d", attempt);
-    const char *v[5] = {job_id, att, uncounted ? "1" : "0", code, message};
-    *requeued = 0;
+    snprintf(base, sizeof(base), "%d", bo->base_ms);
+    snprintf(max, sizeof(max), "%lld", (long long)bo->max_s * 1000);
+    const char *v[7] = {job_id, att, uncounted ? "1" : "0", code, message, base, max};
+    memset(out, 0, sizeof(*out));
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
     PGresult *r = store__exec(c, ST_JOB_REQUEUE, v, NULL, NULL, 0);
     int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : 0;
     if (!rc) {
-        *requeued = strcmp(PQgetvalue(r, 0, 0), "queued") == 0;
-        *seq = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
-        *priority = atoi(PQgetvalue(r, 0, 2));
-        store__copy(r, 0, 3, backend, 8);
-        *gpus = atoi(PQgetvalue(r, 0, 4));
+        out->requeued = strcmp(PQgetvalue(r, 0, 0), "queued") == 0;
+        snprintf(out->q.id, sizeof(out->q.id), "%s", job_id);
+        out->q.seq = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+        out->q.priority = atoi(PQgetvalue(r, 0, 2));
+        store__copy(r, 0, 3, out->q.backend, sizeof(out->q.backend));
+        out->q.gpus = atoi(PQgetvalue(r, 0, 4));
+        out->q.not_before_ms = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
         svc_info("job %s attempt %d: %s (%s: %s)", job_id, attempt, PQgetvalue(r, 0, 0), code, message);
     }
     PQclear(r);
@@ -426,6 +430,7 @@ int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n)
         q->priority = atoi(PQgetvalue(r, i, 2));
         store__copy(r, i, 3, q->backend, sizeof(q->backend));
         q->gpus = atoi(PQgetvalue(r, i, 4));
+        q->not_before_ms = strtoll(PQgetvalue(r, i, 5), NULL, 10);
         *n = i + 1;
     }
     PQclear(r);

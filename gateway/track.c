@@ -35,12 +35,11 @@ int sched__running_on(gw_sched *s, const char *node_id)
 void sched__requeue(gw_sched *s, const char *job_id, int attempt, int uncounted,
                     const char *code, const char *message)
 {
-    int requeued = 0, priority = 0, gpus = 0;
-    int64_t seq = 0;
-    char backend[8];
-    if (gw_store_job_requeue(s->app->store, job_id, attempt, uncounted, code, message,
-                             &requeued, &seq, &priority, backend, &gpus) == 0 && requeued) {
-        gw_queue_push(s->app->queue, job_id, priority, seq, backend, gpus);
+    gw_backoff bo = {s->app->cfg.retry_base_ms, s->app->cfg.retry_max_s};
+    gw_requeued out;
+    if (gw_store_job_requeue(s->app->store, job_id, attempt, uncounted, code, message, &bo, &out) == 0 &&
+        out.requeued) {
+        gw_queue_push_queued(s->app->queue, &out.q);
         gw_sched_wake(s);
     }
 }

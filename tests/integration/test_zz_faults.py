@@ -1,0 +1,104 @@
+"""Faults the gateway survives: a node cut off mid-run (its late result must
+not be recorded twice), retry back-off, a gateway killed with -9 and
+restarted (it re-attaches to the run instead of re-running it), and a
+graceful SIGTERM of a gateway."""
+
+import signal
+import time
+
+import pytest
+import requests
+
+from stack import free_port, ts
+
+
+def events(stack, job_id):
+    rows = stack.psql(
+        "SELECT state, attempt, coalesce(node_name, ''), "
+        "extract(epoch FROM at) FROM job_events "
+        f"WHERE job_id = '{job_id}' ORDER BY id")
+    return [(state, int(attempt), node, float(at)) for state, attempt, node, at in rows]
+
+
+@pytest.mark.timeout(90)
+def test_job_cut_off_from_its_node_runs_again_and_is_recorded_once(A, stack):
+    """SIGSTOP stands for a network cut: the node stops answering but its
+    run is not lost. The job is re-queued after the node times out, runs on
+    the other node, and the frozen node's attempt, resumed later, changes
+    nothing."""
+    j = A.submit("sleep", {"seconds": 3}, max_attempts=3)
+    j = A.wait(j["id"], 10, states=("running",))
+    victim = j["node"]
+    other = [n for n in stack.node_names if n != victim][0]
+    proc = stack.procs[victim]
+    proc.popen.send_signal(signal.SIGSTOP)
+    try:
+        done = A.wait(j["id"], 40)
+    finally:
+        proc.popen.send_signal(signal.SIGCONT)
+    assert done["state"] == "succeeded", done
+    assert done["attempts"] == 2 and done["node"] == other, done
+    time.sleep(4)  # the resumed node finishes its stale attempt meanwhile
+    again = A.job(j["id"])
+    assert again["state"] == "succeeded" and again["attempts"] == 2 and again["node"] == other, again
+    assert stack.psql_value(f"SELECT count(*) FROM job_results WHERE job_id = '{j['id']}'") == "1"
+    assert stack.psql_value(
+        f"SELECT attempt FROM job_results WHERE job_id = '{j['id']}'") == "2"
+    stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+@pytest.mark.timeout(90)
+def test_lost_attempt_is_retried_after_a_backoff(A, stack):
+    """A counted retry is not placed again at once: it waits at least half
+    the base back-off (1 s by default, with jitter in [0.5, 1))."""
+    j = A.submit("sleep", {"seconds": 3}, max_attempts=3)
+    j = A.wait(j["id"], 10, states=("running",))
+    victim = j["node"]
+    stack.kill_node(victim)
+    try:
+        done = A.wait(j["id"], 40)
+        assert done["state"] == "succeeded" and done["attempts"] == 2, done
+        ev = events(stack, j["id"])
+        requeue = [e for e in ev if e[0] == "queued" and e[1] == 1]
+        rerun = [e for e in ev if e[0] == "running" and e[1] == 2]
+        assert requeue and rerun, ev
+        assert rerun[0][3] - requeue[0][3] >= 0.5, ev
+        not_before = stack.psql_value(f"SELECT not_before IS NOT NULL FROM jobs WHERE id = '{j['id']}'")
+        assert not_before == "t", "the back-off should be recorded on the job"
+    finally:
+        stack.start_node(victim)
+        stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+@pytest.mark.timeout(90)
+def test_gateway_killed_mid_run_reattaches_instead_of_rerunning(A, stack):
+    j = A.submit("sleep", {"seconds": 3})
+    j = A.wait(j["id"], 10, states=("running",))
+    stack.gateway.kill9()
+    time.sleep(0.5)
+    stack.gateway = stack.start_gateway("gateway", stack.gw_port)
+    done = A.wait(j["id"], 40)
+    assert done["state"] == "succeeded", done
+    assert done["attempts"] == 1, f"the run should have been collected, not re-run: {done}"
+    assert stack.psql_value(f"SELECT count(*) FROM job_results WHERE job_id = '{j['id']}'") == "1"
+    stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_turns_readyz_and_submits_503_then_exits(A, stack):
+    port = free_port()
+    p = stack.start_gateway("gateway-drain", port, KOWLOON_DRAIN_S=3)
+    base = f"http://127.0.0.1:{port}"
+    p.popen.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    r = requests.get(base + "/readyz", timeout=5)
+    assert r.status_code == 503 and r.json()["draining"] is True, r.text
+    body = {"kernel": "sleep", "params": {"seconds": 0}}
+    r = requests.post(base + "/v1/jobs", json=body, timeout=5,
+                      headers={"Authorization": "Bearer " + stack.keys["A"]})
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "unavailable" and r.headers.get("Retry-After")
+    p.popen.wait(timeout=20)
+    assert p.popen.returncode == 0
+    # the main gateway is untouched
+    assert A.run("sleep", {"seconds": 0})["state"] == "succeeded"
