@@ -102,3 +102,19 @@ def test_sigterm_turns_readyz_and_submits_503_then_exits(A, stack):
     assert p.popen.returncode == 0
     # the main gateway is untouched
     assert A.run("sleep", {"seconds": 0})["state"] == "succeeded"
+
+
+@pytest.mark.timeout(60)
+def test_second_gateway_serves_the_api_while_one_scheduler_dispatches(A, stack):
+    port = free_port()
+    p = stack.start_gateway("gateway-2", port, KOWLOON_DRAIN_S=0)
+    try:
+        other = stack.client("A", base=f"http://127.0.0.1:{port}")
+        done = other.run("sleep", {"seconds": 0})
+        assert done["state"] == "succeeded", done
+        assert A.job(done["id"])["state"] == "succeeded"
+        with open(p.log_path) as f:
+            log = f.read()
+        assert "holds the scheduler lock" not in log, "only one gateway may schedule"
+    finally:
+        p.stop(signal.SIGTERM)
