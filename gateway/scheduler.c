@@ -92,8 +92,12 @@ static void nodes_refresh(gw_sched *s)
     free(list);
 }
 
+static void reattach(gw_sched *s);
+
 /* Marks silent nodes down and puts their running jobs back in the queue
- * (or fails them with node_lost when their attempts are spent). */
+ * (or fails them with node_lost when their attempts are spent), then
+ * follows any running job that has no tracker here (its tracker's last
+ * transition was lost with an asynchronous commit, or it ended early). */
 static void reap(gw_sched *s)
 {
     int marked = 0;
@@ -111,6 +115,7 @@ static void reap(gw_sched *s)
     free(lost);
     if (marked || n)
         nodes_refresh(s);
+    reattach(s);
 }
 
 /* Re-adds to Redis every job PostgreSQL says is queued: after a Redis

@@ -11,6 +11,13 @@
 #include "store_int.h"
 #include "svc_log.h"
 
+/* Transitions after the submit need not wait for their WAL flush: if a
+ * crash of PostgreSQL loses one, the job falls back to its earlier state
+ * and is placed or re-attached again, and a re-posted run is idempotent on
+ * the node. Only a submit's commit is a promise to the client. The setting
+ * is local to the statement's own transaction. */
+#define ASYNC_COMMIT "cfg AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
+
 static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_AUTH] = {"SELECT tenant_id, admin FROM api_keys"
              " WHERE key_hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL", 1},
@@ -52,7 +59,8 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "        n.url, old.attempts"
     " FROM old LEFT JOIN upd ON true LEFT JOIN nodes n ON n.id = old.node_id", 2},
 [ST_JOB_CLAIM] = {
-    "WITH n AS (SELECT id, name, url FROM nodes WHERE id = $2::uuid),"
+    "WITH " ASYNC_COMMIT ","
+    " n AS (SELECT id, name, url FROM nodes, cfg WHERE id = $2::uuid),"
     " j AS (UPDATE jobs SET state = 'running', attempts = attempts + 1, node_id = n.id,"
     "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
     "         error_message = NULL"
@@ -70,9 +78,10 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running'", 0},
 [ST_JOB_SUCCEED] = {
-    "WITH j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
+    "WITH " ASYNC_COMMIT ","
+    " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
     "             info = $6::jsonb"
-    "           WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
     "           RETURNING id, attempts, node_name),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
@@ -80,9 +89,10 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
     " SELECT id FROM j", 6},
 [ST_JOB_FAIL] = {
-    "WITH j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"
+    "WITH " ASYNC_COMMIT ","
+    " j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"
     "             error_code = $4, error_message = $5"
-    "           WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
     "           RETURNING id, attempts, node_name, state),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, coalesce($4, 'cancel requested') FROM j)"
@@ -131,12 +141,12 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_NODES_JSON] = {
     "SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'name', name, 'url', url,"
     "  'backend', backend, 'backend_reason', backend_reason, 'gpus', gpus, 'slots', slots,"
-    "  'running', running, 'kernels', kernels, 'state', state,"
+    "  'running', running, 'kernels', kernels, 'state', state, 'draining', draining,"
     "  'registered_at', kowloon_ts(registered_at), 'last_heartbeat', kowloon_ts(last_heartbeat))"
     "  ORDER BY name), '[]')::text FROM nodes", 0},
 [ST_NODES_LOAD] = {
     "SELECT id::text, name, url, backend, slots, jsonb_array_length(gpus), (state = 'up')::int,"
-    "       (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint FROM nodes", 0},
+    "       (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint, draining::int FROM nodes", 0},
 [ST_NODES_EXPIRE] = {"UPDATE nodes SET state = 'down', running = 0 WHERE state = 'up'"
                      " AND last_heartbeat < now() - make_interval(secs => $1::int) RETURNING name", 1},
 [ST_JOBS_ON_DOWN] = {
@@ -146,6 +156,46 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_BACKENDS_UP] = {"SELECT coalesce(jsonb_agg(DISTINCT backend), '[]')::text FROM nodes"
                     " WHERE state = 'up'", 0},
 [ST_PING] = {"SELECT 1", 0},
+[ST_AUTH_KEY] = {
+    "SELECT k.tenant_id, k.admin, k.id, coalesce(t.rate_rps, -1), coalesce(t.rate_burst, -1)"
+    " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"
+    " WHERE k.key_hash = sha256(convert_to($1, 'UTF8')) AND k.revoked_at IS NULL", 1},
+/* Quota counts stop at the limit, so a long queue costs no more than the
+ * quota's worth of index entries (jobs_tenant_active). */
+[ST_TENANT_QUEUED] = {
+    "SELECT q.lim, CASE WHEN q.lim = 0 THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM jobs j"
+    "         WHERE j.tenant_id = $1 AND j.state = 'queued' LIMIT q.lim) x) END"
+    " FROM (SELECT coalesce((SELECT max_queued FROM tenants WHERE id = $1), $2::int) AS lim) q", 2},
+[ST_TENANT_RUNNING_OK] = {
+    "SELECT q.lim = 0 OR (SELECT count(*) FROM (SELECT 1 FROM jobs r"
+    "         WHERE r.tenant_id = q.tenant_id AND r.state = 'running' LIMIT q.lim) x) < q.lim"
+    " FROM (SELECT j.tenant_id, coalesce(t.max_running, $2::int) AS lim"
+    "       FROM jobs j JOIN tenants t ON t.id = j.tenant_id WHERE j.id = $1::uuid) q", 2},
+[ST_TENANT_UPSERT] = {
+    "INSERT INTO tenants AS t (name, rate_rps, rate_burst, max_queued, max_running)"
+    " VALUES ($1, $2::int, $4::int, $6::int, $8::int)"
+    " ON CONFLICT (name) DO UPDATE SET"
+    "   rate_rps = CASE WHEN $3::boolean THEN EXCLUDED.rate_rps ELSE t.rate_rps END,"
+    "   rate_burst = CASE WHEN $5::boolean THEN EXCLUDED.rate_burst ELSE t.rate_burst END,"
+    "   max_queued = CASE WHEN $7::boolean THEN EXCLUDED.max_queued ELSE t.max_queued END,"
+    "   max_running = CASE WHEN $9::boolean THEN EXCLUDED.max_running ELSE t.max_running END"
+    " RETURNING (t.xmax = 0)::int, kowloon_tenant_json(t)::text", 9},
+[ST_TENANTS_JSON] = {"SELECT coalesce(jsonb_agg(kowloon_tenant_json(t) ORDER BY t.name), '[]')::text"
+                     " FROM tenants t", 0},
+[ST_KEY_ISSUE] = {
+    "INSERT INTO api_keys (tenant_id, key_hash, key_prefix, admin)"
+    " SELECT id, sha256(convert_to($2, 'UTF8')), left($2, 11), $3::boolean FROM tenants"
+    " WHERE name = $1 RETURNING key_prefix, kowloon_ts(created_at)", 3},
+/* Revokes only when the prefix names exactly one active key. */
+[ST_KEY_REVOKE_PREFIX] = {
+    "WITH m AS (SELECT id FROM api_keys WHERE key_prefix = $1 AND revoked_at IS NULL FOR UPDATE),"
+    " u AS (UPDATE api_keys SET revoked_at = now() WHERE id IN (SELECT id FROM m)"
+    "       AND (SELECT count(*) FROM m) = 1 RETURNING id)"
+    " SELECT (SELECT count(*) FROM m), (SELECT count(*) FROM u)", 1},
+[ST_NODE_DRAIN] = {
+    "UPDATE nodes SET draining = $2::boolean WHERE id = $1::uuid"
+    " RETURNING jsonb_build_object('id', id, 'name', name, 'state', state,"
+    "                              'draining', draining)::text", 2},
 };
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)
@@ -545,6 +595,7 @@ int gw_store_nodes_load(gw_store *s, gw_node **out, int *n)
         nd->ngpus = atoi(PQgetvalue(r, i, 5));
         nd->up = atoi(PQgetvalue(r, i, 6));
         nd->heartbeat_age_ms = strtoll(PQgetvalue(r, i, 7), NULL, 10);
+        nd->draining = atoi(PQgetvalue(r, i, 8));
         *n = i + 1;
     }
     PQclear(r);

@@ -511,6 +511,19 @@ class Stack:
     def nodes_by_name(self):
         return {n["name"]: n for n in self.admin.nodes()}
 
+    def wait_run_on_node(self, job, timeout=10):
+        """Waits until the job's node reports the current attempt's run:
+        "running" in the gateway only means the job was claimed, and a fault
+        injected before the run reaches its node tests something else."""
+        url = f"{self.node_url(job['node'])}/v1/runs/{job['id']}.{job['attempts']}"
+        hdr = {"Authorization": "Bearer " + self.cluster_token}
+
+        def started():
+            r = requests.get(url, headers=hdr, timeout=2)
+            return r.status_code == 200 and r.json().get("state") == "running"
+        wait_until(started, timeout, 0.05, f"run {job['id']} on {job['node']}")
+        return job
+
     def wait_nodes_up(self, names, timeout=30):
         def up():
             for n in names:

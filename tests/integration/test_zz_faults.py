@@ -27,7 +27,7 @@ def test_job_cut_off_from_its_node_runs_again_and_is_recorded_once(A, stack):
     the other node, and the frozen node's attempt, resumed later, changes
     nothing."""
     j = A.submit("sleep", {"seconds": 3}, max_attempts=3)
-    j = A.wait(j["id"], 10, states=("running",))
+    j = stack.wait_run_on_node(A.wait(j["id"], 10, states=("running",)))
     victim = j["node"]
     other = [n for n in stack.node_names if n != victim][0]
     proc = stack.procs[victim]
@@ -52,7 +52,7 @@ def test_lost_attempt_is_retried_after_a_backoff(A, stack):
     """A counted retry is not placed again at once: it waits at least half
     the base back-off (1 s by default, with jitter in [0.5, 1))."""
     j = A.submit("sleep", {"seconds": 3}, max_attempts=3)
-    j = A.wait(j["id"], 10, states=("running",))
+    j = stack.wait_run_on_node(A.wait(j["id"], 10, states=("running",)))
     victim = j["node"]
     stack.kill_node(victim)
     try:
@@ -73,7 +73,7 @@ def test_lost_attempt_is_retried_after_a_backoff(A, stack):
 @pytest.mark.timeout(90)
 def test_gateway_killed_mid_run_reattaches_instead_of_rerunning(A, stack):
     j = A.submit("sleep", {"seconds": 3})
-    j = A.wait(j["id"], 10, states=("running",))
+    j = stack.wait_run_on_node(A.wait(j["id"], 10, states=("running",)))
     stack.gateway.kill9()
     time.sleep(0.5)
     stack.gateway = stack.start_gateway("gateway", stack.gw_port)

@@ -46,7 +46,7 @@ def test_job_on_killed_node_is_retried_on_the_other_node(A, stack):
     # the other node is busy for a while, so the lost job waits re-queued
     blocker = A.wait(A.submit("sleep", {"seconds": 7})["id"], 10, states=("running",))
     j = A.submit("sleep", {"seconds": 4}, max_attempts=3)
-    j = A.wait(j["id"], 10, states=("running",))
+    j = stack.wait_run_on_node(A.wait(j["id"], 10, states=("running",)))
     victim, other = j["node"], blocker["node"]
     assert victim in stack.node_names and victim != other, (j, blocker)
     first_start = ts(j["started_at"])
@@ -89,7 +89,7 @@ def test_restarted_node_with_lost_run_requeues_it(A, stack):
     """A node that comes back under the same name before it is declared
     down has forgotten its runs; the gateway re-queues them."""
     j = A.submit("sleep", {"seconds": 3})
-    j = A.wait(j["id"], 10, states=("running",))
+    j = stack.wait_run_on_node(A.wait(j["id"], 10, states=("running",)))
     victim = j["node"]
     stack.kill_node(victim)
     stack.start_node(victim)
