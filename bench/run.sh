@@ -117,7 +117,11 @@ PG_POSTMASTER=$(head -n 1 "$(kl__pg_home "$STATE")/data/postmaster.pid")
 
 "$GATEWAY" migrate --database-url "$DB_URL" >>"$STATE/log/gateway.log" 2>&1 </dev/null ||
     stack_fail "kowloon-gateway migrate failed" "$STATE/log/gateway.log"
+# The benchmark measures the pipeline, not the limits that protect it: no
+# rate limit, no queued quota, no per-address connection cap (wrk's 64
+# connections all come from 127.0.0.1).
 "$GATEWAY" serve --listen "127.0.0.1:$GW_PORT" --database-url "$DB_URL" --redis-url "$REDIS_URL" \
+    --rate-limit-rps 0 --max-queued-per-tenant 0 --max-conns-per-ip 0 \
     >>"$STATE/log/gateway.log" 2>&1 </dev/null &
 GW_PID=$!
 kl_wait_http "$GW_URL/readyz" 20 "$GW_PID" ||

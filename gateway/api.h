@@ -1,5 +1,6 @@
 /* api.h — the gateway's HTTP handlers, grouped by resource: api_jobs.c
- * (the public job API), api_cluster.c (nodes, kernels, health, the spec).
+ * (the public job API), api_cluster.c (nodes, kernels, health, the spec),
+ * api_admin.c (tenants, keys, node drain).
  * auth.c decides who is calling. */
 #ifndef GW_API_H
 #define GW_API_H
@@ -7,8 +8,9 @@
 #include "gw.h"
 #include "svc_http.h"
 
-/* Authenticates a tenant key; on failure replies 401 (or 503 when
- * PostgreSQL cannot be asked) and returns -1. */
+/* Authenticates a tenant key and takes a token of its rate limit; on
+ * failure replies 401 (429 over the rate limit, 503 when PostgreSQL cannot
+ * be asked) and returns -1. */
 int gw_auth_tenant(svc_req *req, gw_caller *who);
 /* Checks the cluster token; on failure replies 401 and returns -1. */
 int gw_auth_cluster(svc_req *req);
@@ -29,6 +31,14 @@ int gw_api_node_remove(svc_req *req);
 int gw_api_healthz(svc_req *req);
 int gw_api_readyz(svc_req *req);
 int gw_api_openapi(svc_req *req);
+
+/* api_admin.c: admin keys only (403 for other keys). */
+int gw_api_tenants_put(svc_req *req);
+int gw_api_tenants_list(svc_req *req);
+int gw_api_keys_create(svc_req *req);
+int gw_api_keys_revoke(svc_req *req);
+int gw_api_node_drain(svc_req *req);
+int gw_api_node_undrain(svc_req *req);
 
 /* The route table of the gateway, terminated by a NULL method. */
 extern const svc_route gw_routes[];

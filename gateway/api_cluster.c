@@ -43,8 +43,8 @@ static json_t *io_json(const kl_io_spec *s, int input)
                           kl_dtype_name(s->dtype), "shape", s->shape_doc ? s->shape_doc : "",
                           "max_elements", (json_int_t)s->max_elems, "description",
                           s->doc ? s->doc : "");
-    if (input)
-        json_object_set_new(o, "optional", json_boolean(s->optional));
+    /* The spec has it on every tensor: outputs are never optional. */
+    json_object_set_new(o, "optional", json_boolean(input && s->optional));
     return o;
 }
 
@@ -90,6 +90,39 @@ int gw_api_nodes_list(svc_req *req)
     return svc_reply_json(req, 200, json_pack("{s:o}", "nodes", nodes));
 }
 
+/* Characters (code points) of a UTF-8 string: what a JSON Schema maxLength counts. */
+static size_t utf8_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+/* The gpus of a registration, checked and reduced to what GET /v1/nodes
+ * shows ({name, memory_bytes}); NULL after replying 400. */
+static json_t *node_gpus(svc_req *req, json_t *gpus)
+{
+    if (gpus && !json_is_array(gpus)) {
+        svc_reply_error(req, 400, "invalid_argument", "gpus", NULL, "gpus must be an array");
+        return NULL;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_t *g;
+    json_array_foreach(gpus, i, g) {
+        json_t *name = json_object_get(g, "name"), *mem = json_object_get(g, "memory_bytes");
+        if (!json_is_string(name) || !json_is_integer(mem) || json_integer_value(mem) < 0) {
+            json_decref(out);
+            svc_reply_error(req, 400, "invalid_argument", "gpus", NULL,
+                            "gpus[%zu] must be {\"name\": string, \"memory_bytes\": integer >= 0}", i);
+            return NULL;
+        }
+        json_array_append_new(out, json_pack("{s:O, s:O}", "name", name, "memory_bytes", mem));
+    }
+    return out;
+}
+
 int gw_api_node_register(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -99,27 +132,45 @@ int gw_api_node_register(svc_req *req)
     const char *name = json_string_value(json_object_get(b, "name"));
     const char *url = json_string_value(json_object_get(b, "url"));
     const char *backend = json_string_value(json_object_get(b, "backend"));
-    const char *reason = json_string_value(json_object_get(b, "backend_reason"));
-    json_t *gpus = json_object_get(b, "gpus");
+    json_t *jreason = json_object_get(b, "backend_reason");
+    const char *reason = json_string_value(jreason);
     json_t *kernels = json_object_get(b, "kernels");
     json_t *slots = json_object_get(b, "slots");
-    if (!name || !*name || strlen(name) > 120)
+    if (!name || !*name || utf8_chars(name) > 120)
         return svc_reply_error(req, 400, "invalid_argument", "name", NULL, "name: 1-120 characters");
-    if (!url || strncmp(url, "http", 4) != 0 || strlen(url) > 500)
+    if (!url || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
+        utf8_chars(url) > 500)
         return svc_reply_error(req, 400, "invalid_argument", "url", NULL, "url must be an http(s) URL");
     if (!backend || (strcmp(backend, "cpu") && strcmp(backend, "cuda")))
         return svc_reply_error(req, 400, "invalid_argument", "backend", NULL, "backend must be cpu or cuda");
+    if (jreason && !reason)
+        return svc_reply_error(req, 400, "invalid_argument", "backend_reason", NULL,
+                               "backend_reason must be a string");
     if (!json_is_integer(slots) || json_integer_value(slots) < 1 || json_integer_value(slots) > 1024)
         return svc_reply_error(req, 400, "invalid_argument", "slots", NULL, "slots must be 1-1024");
-    if ((gpus && !json_is_array(gpus)) || (kernels && !json_is_array(kernels)))
-        return svc_reply_error(req, 400, "invalid_argument", NULL, NULL, "gpus and kernels must be arrays");
-    char *gpus_s = json_dumps(gpus ? gpus : json_array(), JSON_COMPACT | JSON_ENCODE_ANY);
-    char *kernels_s = json_dumps(kernels ? kernels : json_array(), JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t i;
+    json_t *k;
+    int kernels_ok = json_is_array(kernels);
+    json_array_foreach(kernels, i, k)
+        kernels_ok &= json_is_string(k);
+    if (!kernels_ok)
+        return svc_reply_error(req, 400, "invalid_argument", "kernels", NULL,
+                               "kernels must be an array of kernel names");
+    json_t *gpus = node_gpus(req, json_object_get(b, "gpus"));
+    if (!gpus)
+        return 0;
+    char *gpus_s = json_dumps(gpus, JSON_COMPACT);
+    char *kernels_s = json_dumps(kernels, JSON_COMPACT);
+    json_decref(gpus);
     char id[37];
-    int rc = gw_store_node_register(app->store, name, url, backend, reason ? reason : "", gpus_s,
-                                    (int)json_integer_value(slots), kernels_s, id);
+    int rc = gpus_s && kernels_s ? gw_store_node_register(app->store, name, url, backend,
+                                                          reason ? reason : "", gpus_s,
+                                                          (int)json_integer_value(slots), kernels_s, id)
+                                 : -ENOMEM;
     free(gpus_s);
     free(kernels_s);
+    if (rc == -ENOMEM)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     if (rc)
         return gw_reply_unavailable(req, "PostgreSQL");
     svc_info("node registered: %s at %s backend=%s slots=%d%s%s", name, url, backend,
@@ -134,10 +185,23 @@ int gw_api_node_heartbeat(svc_req *req)
     if (gw_auth_cluster(req) != 0)
         return 0;
     const char *id = svc_req_param(req, "id");
+    json_t *b = svc_req_json(req);
+    json_t *running = json_object_get(b, "running"), *slots = json_object_get(b, "slots");
+    json_t *runs = json_object_get(b, "runs"), *draining = json_object_get(b, "draining"), *r;
+    size_t i;
+    int runs_ok = json_is_array(runs);
+    json_array_foreach(runs, i, r)
+        runs_ok &= json_is_string(r);
+    if (!json_is_integer(running) || json_integer_value(running) < 0 ||
+        json_integer_value(running) > 1024 || !json_is_integer(slots) ||
+        json_integer_value(slots) < 0 || json_integer_value(slots) > 1024 || !runs_ok ||
+        (draining && !json_is_boolean(draining)))
+        return svc_reply_error(req, 400, "invalid_argument", NULL, NULL,
+                               "a heartbeat is {running: 0-1024, slots: 0-1024, runs: [strings], "
+                               "draining: boolean (optional)}");
     if (!svc_uuid_valid(id))
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
-    json_t *running = json_object_get(svc_req_json(req), "running");
-    int rc = gw_store_node_heartbeat(app->store, id, json_is_integer(running) ? (int)json_integer_value(running) : 0);
+    int rc = gw_store_node_heartbeat(app->store, id, (int)json_integer_value(running));
     if (rc == -ENOENT)
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
     if (rc)
@@ -202,5 +266,11 @@ const svc_route gw_routes[] = {
     {"GET", "/healthz", gw_api_healthz, 0},
     {"GET", "/readyz", gw_api_readyz, 0},
     {"GET", "/openapi.yaml", gw_api_openapi, 0},
+    {"POST", "/v1/tenants", gw_api_tenants_put, 1},
+    {"GET", "/v1/tenants", gw_api_tenants_list, 0},
+    {"POST", "/v1/keys", gw_api_keys_create, 1},
+    {"DELETE", "/v1/keys/{prefix}", gw_api_keys_revoke, 0},
+    {"POST", "/v1/nodes/{id}/drain", gw_api_node_drain, 0},
+    {"DELETE", "/v1/nodes/{id}/drain", gw_api_node_undrain, 0},
     {NULL, NULL, NULL, 0},
 };

@@ -9,6 +9,7 @@
 
 #include "api.h"
 #include "blob.h"
+#include "limits.h"
 #include "request.h"
 #include "scheduler.h"
 #include "svc_client.h"
@@ -21,7 +22,7 @@ int gw_api_jobs_submit(svc_req *req)
     gw_caller who;
     if (app->draining)
         return gw_reply_unavailable(req, "this gateway (shutting down)");
-    if (gw_auth_tenant(req, &who) != 0)
+    if (gw_auth_tenant(req, &who) != 0 || gw_limits_admit_submit(req, &who) != 0)
         return 0;
     gw_job_req jr;
     gw_verr ve;
@@ -106,6 +107,29 @@ int gw_api_jobs_get(svc_req *req)
     return rc ? reply_store_error(req, rc) : svc_reply_json(req, 200, job);
 }
 
+/* A label filter "key:value": the key as labels allow it, the value at most
+ * 256 characters (the HTTP layer has refused query values that are not
+ * UTF-8). Returns the filter as a JSON object text, or NULL. */
+static char *label_filter(const char *label)
+{
+    const char *colon = strchr(label, ':');
+    size_t klen = colon ? (size_t)(colon - label) : 0;
+    if (klen < 1 || klen > 64 || strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                               "0123456789_.-") != klen)
+        return NULL;
+    size_t chars = 0;
+    for (const char *p = colon + 1; *p; p++)
+        chars += ((unsigned char)*p & 0xC0) != 0x80;
+    if (chars > 256)
+        return NULL;
+    char key[65];
+    snprintf(key, sizeof(key), "%.*s", (int)klen, label);
+    json_t *o = json_pack("{s:s}", key, colon + 1);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return text;
+}
+
 int gw_api_jobs_list(svc_req *req)
 {
     static const char *const states[] = {"queued", "running", "succeeded", "failed", "cancelled", NULL};
@@ -130,34 +154,25 @@ int gw_api_jobs_list(svc_req *req)
     if (limit) {
         char *end;
         long n = strtol(limit, &end, 10);
-        if (*end || end == limit || n < 1 || n > 1000)
+        if (*end || end == limit || *limit < '0' || *limit > '9' || n < 1 || n > 1000)
             return svc_reply_error(req, 400, "invalid_argument", "limit", NULL,
                                    "limit must be an integer from 1 to 1000");
         f.limit = (int)n;
     }
     if (cursor) {
-        char *end;
-        long long n = strtoll(cursor, &end, 10);
-        if (*end || end == cursor || n < 1)
+        /* next_cursor values are job sequence numbers: 1-18 digits. */
+        size_t len = strlen(cursor);
+        if (len < 1 || len > 18 || strspn(cursor, "0123456789") != len || cursor[0] == '0')
             return svc_reply_error(req, 400, "invalid_argument", "cursor", NULL,
                                    "cursor must be a next_cursor value from a previous page");
-        f.before_seq = n;
+        f.before_seq = strtoll(cursor, NULL, 10);
     }
     char *label_json = NULL;
     if (label) {
-        const char *colon = strchr(label, ':');
-        if (!colon || colon == label)
+        if (!(label_json = label_filter(label)))
             return svc_reply_error(req, 400, "invalid_argument", "label", NULL,
-                                   "label must be key:value");
-        json_t *o = json_object();
-        char key[80];
-        snprintf(key, sizeof(key), "%.*s", (int)(colon - label) < 79 ? (int)(colon - label) : 79, label);
-        json_object_set_new(o, key, json_string(colon + 1));
-        label_json = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        if (!label_json)
-            return svc_reply_error(req, 400, "invalid_argument", "label", NULL,
-                                   "label must be valid UTF-8 key:value");
+                                   "label must be key:value, the key 1-64 characters of "
+                                   "A-Z a-z 0-9 _ . -, the value at most 256 characters of UTF-8");
         f.label_json = label_json;
     }
     json_t *jobs;

@@ -1,9 +1,11 @@
 /* auth.c — who is calling: tenants with API keys (only their SHA-256 is in
- * PostgreSQL), nodes with the cluster token (compared in constant time). */
+ * PostgreSQL; each key's requests pass its rate limit), nodes with the
+ * cluster token (compared in constant time). */
 #include <errno.h>
 #include <string.h>
 
 #include "api.h"
+#include "limits.h"
 #include "svc_util.h"
 
 int gw_reply_unavailable(svc_req *req, const char *what)
@@ -23,7 +25,8 @@ int gw_auth_tenant(svc_req *req, gw_caller *who)
                         "send an API key as 'Authorization: Bearer <key>'");
         return -1;
     }
-    int rc = strlen(key) > 200 ? -ENOENT : gw_store_auth(app->store, key, &who->tenant_id, &who->admin);
+    gw_key_auth ka;
+    int rc = strlen(key) > 200 ? -ENOENT : gw_store_auth_key(app->store, key, &ka);
     if (rc == -EIO) {
         gw_reply_unavailable(req, "PostgreSQL");
         return -1;
@@ -32,7 +35,9 @@ int gw_auth_tenant(svc_req *req, gw_caller *who)
         svc_reply_error(req, 401, "unauthenticated", NULL, NULL, "the API key is not valid or was revoked");
         return -1;
     }
-    return 0;
+    *who = (gw_caller){.tenant_id = ka.tenant_id, .admin = ka.admin, .key_id = ka.key_id,
+                       .rate_rps = ka.rate_rps, .rate_burst = ka.rate_burst};
+    return gw_limits_rate(req, who);
 }
 
 int gw_auth_cluster(svc_req *req)

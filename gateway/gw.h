@@ -10,6 +10,7 @@
 #include "store.h"
 
 typedef struct gw_sched gw_sched;
+typedef struct gw_limits gw_limits;
 
 typedef struct gw_config {
     const char *listen;
@@ -24,6 +25,8 @@ typedef struct gw_config {
     int heartbeat_s;
     int drain_s;
     int retry_base_ms, retry_max_s;
+    int rate_limit_rps, rate_limit_burst;            /* per API key; rps 0: off */
+    int max_queued_per_tenant, max_running_per_tenant; /* 0: no quota */
 } gw_config;
 
 typedef struct gw_app {
@@ -31,6 +34,7 @@ typedef struct gw_app {
     gw_store *store;
     gw_queue *queue;
     gw_sched *sched;
+    gw_limits *limits;      /* rate limits and quotas (limits.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */
@@ -41,6 +45,8 @@ typedef struct gw_caller {
     int64_t tenant_id;
     int admin;
     int node;               /* authenticated with the cluster token */
+    int64_t key_id;         /* api_keys.id: the rate-limit bucket */
+    int rate_rps, rate_burst;   /* the tenant's overrides, -1 when not set */
 } gw_caller;
 
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "limits.h"
 #include "scheduler.h"
 #include "svc_client.h"
 #include "svc_config.h"
@@ -23,6 +24,14 @@ static svc_opt opts[] = {
     {"cluster-token", "KOWLOON_CLUSTER_TOKEN", SVC_OPT_STRING, NULL, 0, 0,
      "shared secret of gateway and compute nodes (required for serve)", NULL, 0},
     {"max-body-mb", "KOWLOON_MAX_BODY_MB", SVC_OPT_INT, "64", 1, 4096, "largest request body, MiB", NULL, 0},
+    {"conn-timeout-s", "KOWLOON_CONN_TIMEOUT_S", SVC_OPT_INT, "30", 1, 3600,
+     "an idle connection, or one whose request headers take longer, is closed", NULL, 0},
+    {"max-conns-per-ip", "KOWLOON_MAX_CONNS_PER_IP", SVC_OPT_INT, "64", 0, 100000,
+     "connections one client IP may hold; more are closed at once (0: no limit)", NULL, 0},
+    {"max-connections", "KOWLOON_MAX_CONNECTIONS", SVC_OPT_INT, "1024", 1, 100000,
+     "connections in all; more are closed at once", NULL, 0},
+    {"max-header-kb", "KOWLOON_MAX_HEADER_KB", SVC_OPT_INT, "16", 1, 1024,
+     "largest request line + headers, KiB (431 above)", NULL, 0},
     {"node-timeout-s", "KOWLOON_NODE_TIMEOUT_S", SVC_OPT_INT, "6", 1, 3600,
      "a node silent this long is marked down and its jobs re-queued", NULL, 0},
     {"heartbeat-s", "KOWLOON_HEARTBEAT_S", SVC_OPT_INT, "2", 1, 600, "heartbeat interval told to nodes", NULL, 0},
@@ -40,6 +49,14 @@ static svc_opt opts[] = {
     {"retry-base-ms", "KOWLOON_RETRY_BASE_MS", SVC_OPT_INT, "1000", 0, 3600000,
      "first back-off before a retryable failure is re-run; doubles per attempt, with jitter", NULL, 0},
     {"retry-max-s", "KOWLOON_RETRY_MAX_S", SVC_OPT_INT, "60", 0, 86400, "longest back-off", NULL, 0},
+    {"rate-limit-rps", "KOWLOON_RATE_LIMIT_RPS", SVC_OPT_INT, "50", 0, 1000000,
+     "requests per second per API key (token bucket refill); 0 turns rate limits off", NULL, 0},
+    {"rate-limit-burst", "KOWLOON_RATE_LIMIT_BURST", SVC_OPT_INT, "100", 0, 1000000,
+     "token bucket size per API key (requests allowed at once)", NULL, 0},
+    {"max-queued-per-tenant", "KOWLOON_MAX_QUEUED_PER_TENANT", SVC_OPT_INT, "10000", 0, 100000000,
+     "queued jobs a tenant may have; a submit over it gets 429 quota_queued (0: no quota)", NULL, 0},
+    {"max-running-per-tenant", "KOWLOON_MAX_RUNNING_PER_TENANT", SVC_OPT_INT, "1000", 0, 100000000,
+     "running jobs a tenant may have; the scheduler leaves the rest queued (0: no quota)", NULL, 0},
     {"log-level", "KOWLOON_LOG_LEVEL", SVC_OPT_STRING, "info", 0, 0, "debug, info, warn or error", NULL, 0},
     {NULL, NULL, 0, NULL, 0, 0, NULL, NULL, 0},
 };
@@ -154,7 +171,10 @@ static int cmd_serve(gw_app *app)
         .listen = app->cfg.listen,
         .routes = gw_routes,
         .max_body = (size_t)app->cfg.max_body_mb << 20,
-        .conn_timeout_s = 60,
+        .conn_timeout_s = (unsigned)svc_config_get(opts, "conn-timeout-s")->num,
+        .per_ip_limit = (unsigned)svc_config_get(opts, "max-conns-per-ip")->num,
+        .max_connections = (unsigned)svc_config_get(opts, "max-connections")->num,
+        .max_header = (size_t)svc_config_get(opts, "max-header-kb")->num << 10,
         .app = app,
     };
     svc_server *srv = svc_server_start(&so, err, sizeof(err));
@@ -211,6 +231,10 @@ int main(int argc, char **argv)
     app.cfg.drain_s = (int)svc_config_get(opts, "drain-s")->num;
     app.cfg.retry_base_ms = (int)svc_config_get(opts, "retry-base-ms")->num;
     app.cfg.retry_max_s = (int)svc_config_get(opts, "retry-max-s")->num;
+    app.cfg.rate_limit_rps = (int)svc_config_get(opts, "rate-limit-rps")->num;
+    app.cfg.rate_limit_burst = (int)svc_config_get(opts, "rate-limit-burst")->num;
+    app.cfg.max_queued_per_tenant = (int)svc_config_get(opts, "max-queued-per-tenant")->num;
+    app.cfg.max_running_per_tenant = (int)svc_config_get(opts, "max-running-per-tenant")->num;
 
     app.store = gw_store_open(app.cfg.database_url, app.cfg.db_pool);
     if (!app.store)
@@ -241,7 +265,9 @@ int main(int argc, char **argv)
         return 2;
     }
     app.queue = gw_queue_open(app.cfg.redis_url, app.cfg.db_pool + 4);
-    rc = app.queue ? cmd_serve(&app) : 1;
+    app.limits = app.queue ? gw_limits_open(&app.cfg) : NULL;
+    rc = app.limits ? cmd_serve(&app) : 1;
+    gw_limits_close(app.limits);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
     free(app.openapi);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "limits.h"
 #include "scheduler_int.h"
 #include "svc_log.h"
 #include "svc_util.h"
@@ -164,13 +165,16 @@ static int dispatch_pass(gw_sched *s)
             const sched__node *sn = &s->nodes[k];
             view[k] = (gw_place_node){sn->n.name, sn->n.backend, sn->n.slots,
                                       sched__running_on(s, sn->n.id), sn->n.ngpus,
-                                      sn->n.up && sn->avoid_until_ms <= now};
+                                      sn->n.up && !sn->n.draining && sn->avoid_until_ms <= now};
         }
         int pick = gw_place(view, s->nnodes, ready[i].backend, ready[i].gpus);
         if (pick >= 0)
             memcpy(node_id, s->nodes[pick].n.id, sizeof(node_id));
         pthread_mutex_unlock(&s->mu);
         if (pick < 0)
+            continue;
+        /* A tenant at its running quota waits; others pass it. */
+        if (!gw_limits_running_allowed(s->app, ready[i].job_id))
             continue;
         if (gw_queue_take(s->app->queue, ready[i].member) != 1)
             continue;

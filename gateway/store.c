@@ -18,9 +18,10 @@
  * is local to the statement's own transaction. */
 #define ASYNC_COMMIT "cfg AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
 
+/* store__conn.prepared has one bit per statement. */
+_Static_assert(ST__COUNT <= 64, "more statements than bits in store__conn.prepared");
+
 static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
-[ST_AUTH] = {"SELECT tenant_id, admin FROM api_keys"
-             " WHERE key_hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL", 1},
 [ST_KEY_CREATE] = {
     "WITH t AS (INSERT INTO tenants (name) VALUES ($1)"
     "           ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id)"
@@ -498,23 +499,6 @@ int gw_store_key_revoke(gw_store *s, const char *key)
 {
     const char *v[1] = {key};
     return exec_simple(s, ST_KEY_REVOKE, v, 1);
-}
-
-int gw_store_auth(gw_store *s, const char *key, int64_t *tenant_id, int *admin)
-{
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    const char *v[1] = {key};
-    PGresult *r = store__exec(c, ST_AUTH, v, NULL, NULL, 0);
-    int rc = !r ? -EIO : PQntuples(r) == 1 ? 0 : -ENOENT;
-    if (rc == 0) {
-        *tenant_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-        *admin = PQgetvalue(r, 0, 1)[0] == 't';
-    }
-    PQclear(r);
-    store__release(s, c);
-    return rc;
 }
 
 int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,

@@ -26,7 +26,6 @@ int gw_store_migrate(gw_store *s, const char *dir, char *err, size_t errlen);
  * stored. create makes the tenant when it is new. */
 int gw_store_key_create(gw_store *s, const char *tenant, int admin, const char *key);
 int gw_store_key_revoke(gw_store *s, const char *key);
-int gw_store_auth(gw_store *s, const char *key, int64_t *tenant_id, int *admin);
 
 /* A validated job ready to be written. inputs_meta is borrowed. */
 typedef struct gw_job_new {
@@ -129,6 +128,7 @@ typedef struct gw_node {
     char id[37], name[128], url[512], backend[8];
     int slots, ngpus, up;
     int64_t heartbeat_age_ms;
+    int draining;             /* an admin drained it: place nothing new here */
 } gw_node;
 int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,
                            const char *reason, const char *gpus_json, int slots,
@@ -144,5 +144,41 @@ int gw_store_nodes_expire(gw_store *s, int timeout_s, int *marked);
 int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n);
 /* Backends offered by nodes that are up, as a JSON array of strings. */
 int gw_store_backends_up(gw_store *s, json_t **backends);
+
+/* Tenants, keys and limits (store_tenants.c). */
+
+/* What a valid key says of its caller; a tenant limit not set is -1. */
+typedef struct gw_key_auth {
+    int64_t tenant_id, key_id;
+    int admin;
+    int rate_rps, rate_burst;
+} gw_key_auth;
+/* -ENOENT for an unknown or revoked key. */
+int gw_store_auth_key(gw_store *s, const char *key, gw_key_auth *out);
+/* The tenant's queued-jobs quota (its own, else def; 0 = none) in *limit,
+ * and its queued jobs in *queued, counted no further than the quota. */
+int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int def, int64_t *limit, int64_t *queued);
+/* *ok = 1 when the tenant of job_id runs fewer jobs than its running quota
+ * (its own, else def; 0 = none), or when the job is not found. */
+int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok);
+
+/* One limit of a tenant update: set = 0 leaves it; value -1 writes NULL. */
+typedef struct gw_store_limit { int set, value; } gw_store_limit;
+/* Creates the tenant or updates the limits that are set. *created says
+ * which; *tenant is the tenant object (new reference). */
+int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit lim[4],
+                           int *created, json_t **tenant);
+/* Every tenant object, by name (new reference). */
+int gw_store_tenants_json(gw_store *s, json_t **tenants);
+/* Stores a new key of an existing tenant: prefix (the key's first 11
+ * characters) and created_at filled. -ENOENT when there is no such tenant. */
+int gw_store_key_issue(gw_store *s, const char *tenant, int admin, const char *key,
+                       char prefix[16], char created_at[32]);
+/* Revokes the one active key with this prefix. -ENOENT when none has it,
+ * -EEXIST when several do (nothing is revoked). */
+int gw_store_key_revoke_prefix(gw_store *s, const char *prefix);
+/* Sets or clears a node's draining flag; *node is {id, name, state,
+ * draining} (new reference). -ENOENT for an unknown node. */
+int gw_store_node_drain(gw_store *s, const char *id, int draining, json_t **node);
 
 #endif

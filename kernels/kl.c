@@ -183,14 +183,22 @@ static int check_input(const kl_kernel *k, const kl_io_spec *s, const kl_tensor 
                        s->ndim_min, s->ndim_max);
         return KL_EINVAL;
     }
+    int64_t limit = s->max_elems > 0 ? s->max_elems : KL_MAX_ELEMS;
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0) {
             kl_err_set(err, field, "%s has a negative dimension (%lld at axis %d)", field,
                        (long long)t->shape[d], d);
             return KL_EINVAL;
         }
+        /* Even in an empty tensor (another dim 0): kernel checks multiply
+         * dims of several inputs ([m,0] x [0,n] gives [m,n]) and count on
+         * each being within the limit. */
+        if (t->shape[d] > limit) {
+            kl_err_set(err, field, "%s has a dimension of %lld at axis %d; none may be more than %lld, the limit",
+                       field, (long long)t->shape[d], d, (long long)limit);
+            return KL_EINVAL;
+        }
     }
-    int64_t limit = s->max_elems > 0 ? s->max_elems : KL_MAX_ELEMS;
     if (elems_within(t, limit) < 0) {
         kl_err_set(err, field, "%s has more than %lld elements, the limit", field, (long long)limit);
         return KL_EINVAL;

@@ -2,20 +2,28 @@
  * lives in one svc_req from the access handler's first call to MHD's
  * completion callback, which frees it whatever happened in between (reply,
  * early error, client gone). Bodies are read raw into our own buffer, never
- * through MHD's post processor (CVE-2023-27371), and capped at max_body. */
+ * through MHD's post processor (CVE-2023-27371), and capped at max_body.
+ * Each TCP connection has an svc_conn from MHD's connection-start to its
+ * connection-close notice; a watchdog thread cuts off connections that spend
+ * longer than the timeout between requests, which MHD's own idle timeout
+ * misses when the client sends a byte now and then (slowloris). */
 #include "svc_http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "svc_log.h"
 #include "svc_util.h"
@@ -24,14 +32,38 @@
 /* Bytes of an over-limit chunked body read and dropped so that its sender
  * still gets a 413 (see on_access); past this the connection is closed. */
 #define DRAIN_MAX ((size_t)1 << 20)
+/* libmicrohttpd's default memory per connection; it holds the request head. */
+#define MHD_POOL_DEFAULT ((size_t)32 << 10)
+/* How often the watchdog looks for connections past their deadline. */
+#define WATCHDOG_MS 250
+
+/* One TCP connection, as the watchdog sees it. Fields after the links are
+ * guarded by svc_server.conns_mu. */
+typedef struct svc_conn {
+    struct svc_conn *prev, *next;
+    int fd;          /* MHD's socket; MHD closes it only after the
+                        connection-close notice has unlinked this */
+    int busy;        /* a request is with the application: no deadline */
+    int cut;         /* already shut down by the watchdog */
+    int64_t since;   /* opened, or its last request completed (mono ms) */
+    char ip[INET6_ADDRSTRLEN];
+} svc_conn;
 
 struct svc_server {
     struct MHD_Daemon *mhd;
     const svc_route *routes;
     size_t max_body;
+    size_t max_header;       /* 0: no check of our own */
+    int64_t head_timeout_ms; /* deadline between requests */
     void *app;
     atomic_int starting;  /* MHD's log lines go to start_err while set */
     char start_err[256];
+    pthread_mutex_t conns_mu;
+    pthread_cond_t conns_cv; /* wakes the watchdog to stop */
+    svc_conn *conns;
+    int stopping;
+    int watchdog_started;
+    pthread_t watchdog;
 };
 
 typedef struct reply_header {
@@ -96,6 +128,95 @@ static void client_ip(struct MHD_Connection *conn, char *out, size_t len)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
 }
 
+/* ---- connections and the header deadline ------------------------------ */
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    svc_server *s = cls;
+    svc_conn *c = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci == NULL || (c = calloc(1, sizeof *c)) == NULL)
+            return; /* this connection just goes without a deadline */
+        c->fd = ci->connect_fd;
+        c->since = svc_now_mono_ms();
+        client_ip(conn, c->ip, sizeof c->ip);
+        pthread_mutex_lock(&s->conns_mu);
+        c->next = s->conns;
+        if (s->conns != NULL)
+            s->conns->prev = c;
+        s->conns = c;
+        pthread_mutex_unlock(&s->conns_mu);
+        *socket_context = c;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && c != NULL) {
+        pthread_mutex_lock(&s->conns_mu);
+        if (c->prev != NULL)
+            c->prev->next = c->next;
+        else
+            s->conns = c->next;
+        if (c->next != NULL)
+            c->next->prev = c->prev;
+        pthread_mutex_unlock(&s->conns_mu);
+        free(c);
+        *socket_context = NULL;
+    }
+}
+
+/* Marks the connection's request as with the application (busy: its
+ * headers are complete) or as completed (its deadline starts again). */
+static void conn_set_busy(svc_server *s, struct MHD_Connection *conn, int busy)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    svc_conn *c = ci != NULL ? ci->socket_context : NULL;
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&s->conns_mu);
+    c->busy = busy;
+    if (!busy)
+        c->since = svc_now_mono_ms();
+    pthread_mutex_unlock(&s->conns_mu);
+}
+
+/* Shuts down (never closes: the descriptor stays MHD's) every connection
+ * that has gone without a complete request head for longer than the
+ * timeout; MHD's thread for it then sees the end of the stream and closes
+ * it. The lock keeps MHD from closing the descriptor in between. */
+static void *watchdog_main(void *arg)
+{
+    svc_server *s = arg;
+    pthread_mutex_lock(&s->conns_mu);
+    while (!s->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += WATCHDOG_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        int rc = 0;
+        while (!s->stopping && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&s->conns_cv, &s->conns_mu, &ts);
+        int64_t now = svc_now_mono_ms();
+        int cut = 0;
+        char ip[INET6_ADDRSTRLEN] = "";
+        for (svc_conn *c = s->conns; c != NULL && !s->stopping; c = c->next) {
+            if (c->busy || c->cut || now - c->since <= s->head_timeout_ms)
+                continue;
+            shutdown(c->fd, SHUT_RDWR);
+            c->cut = 1;
+            if (cut++ == 0)
+                memcpy(ip, c->ip, sizeof ip);
+        }
+        if (cut > 0)
+            svc_info("http: closed %d connection%s (first from %s) that sent no complete "
+                     "request head in %lld s", cut, cut == 1 ? "" : "s", ip,
+                     (long long)(s->head_timeout_ms / 1000));
+    }
+    pthread_mutex_unlock(&s->conns_mu);
+    return NULL;
+}
+
 /* ---- routing ---------------------------------------------------------- */
 
 typedef struct {
@@ -140,14 +261,20 @@ static int method_match(const char *route_method, const char *method)
 }
 
 /* Finds the route for the request and copies its captures; on no match
- * fills allow with the methods the path does accept ("" when none). */
+ * fills allow with the methods the path does accept ("" when none). A path
+ * that some route names literally belongs to the literal routes alone, as in
+ * OpenAPI: DELETE /v1/nodes/register is 405 (Allow: POST), not a DELETE of
+ * the node "register" through /v1/nodes/{id}. */
 static const svc_route *route_find(svc_req *r, char *allow, size_t allow_len)
 {
     captures cap;
     size_t off = 0;
+    int literal = 0;
     allow[0] = '\0';
+    for (const svc_route *rt = r->srv->routes; rt != NULL && rt->method != NULL && !literal; rt++)
+        literal = strchr(rt->pattern, '{') == NULL && strcmp(rt->pattern, r->path) == 0;
     for (const svc_route *rt = r->srv->routes; rt != NULL && rt->method != NULL; rt++) {
-        if (!path_match(rt->pattern, r->path, &cap))
+        if ((literal && strchr(rt->pattern, '{') != NULL) || !path_match(rt->pattern, r->path, &cap))
             continue;
         if (method_match(rt->method, r->method)) {
             for (int i = 0; i < cap.n; i++) {
@@ -288,12 +415,136 @@ static int too_large(svc_req *r)
                            "request body exceeds the limit of %zu bytes", r->srv->max_body);
 }
 
+typedef struct {
+    const char *name;
+    int n;
+} header_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    (void)kind;
+    (void)value;
+    header_count *hc = cls;
+    if (key != NULL && strcasecmp(key, hc->name) == 0)
+        hc->n++;
+    return MHD_YES;
+}
+
+static int header_times(svc_req *r, const char *name)
+{
+    header_count hc = {name, 0};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, &hc);
+    return hc.n;
+}
+
+/* Refuses a request head that is too large or whose body length is
+ * ambiguous: two Content-Lengths (MHD reads the first), Content-Length
+ * beside Transfer-Encoding (MHD follows the latter), or a transfer coding
+ * other than chunked (MHD would read the body until the connection
+ * closes). MHD itself answers a malformed Content-Length with 400 and one
+ * over 2^64 with 413. Returns 1 when it has replied. */
+static int req_refuse_head(svc_req *r)
+{
+    if (r->srv->max_header > 0) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        if (ci != NULL && ci->header_size > r->srv->max_header) {
+            svc_reply_error(r, 431, "headers_too_large", NULL, NULL,
+                            "the request line and headers take %zu bytes, over the limit of %zu",
+                            ci->header_size, r->srv->max_header);
+            return 1;
+        }
+    }
+    int ncl = header_times(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    int nte = header_times(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *why = NULL;
+    if (ncl > 1)
+        why = "more than one Content-Length header";
+    else if (nte > 0 && ncl > 0)
+        why = "both Content-Length and Transfer-Encoding";
+    else if (nte > 1 || (te != NULL && strcasecmp(te, "chunked") != 0))
+        why = "a transfer coding other than chunked";
+    if (why == NULL)
+        return 0;
+    svc_reply_error(r, 400, "bad_request", NULL, NULL, "the request has %s", why);
+    return 1;
+}
+
+/* 1 if s is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
+ * nothing above U+10FFFF), as jansson and PostgreSQL require. */
+static int utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p != '\0') {
+        unsigned c = *p++;
+        int more;
+        unsigned min;
+        if (c < 0x80)
+            continue;
+        if (c >= 0xc2 && c <= 0xdf)
+            more = 1, min = 0x80, c &= 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+            more = 2, min = 0x800, c &= 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+            more = 3, min = 0x10000, c &= 0x07;
+        else
+            return 0;
+        for (; more > 0; more--, p++) {
+            if ((*p & 0xc0) != 0x80)
+                return 0;
+            c = (c << 6) | (*p & 0x3f);
+        }
+        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+            return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    const char *bad; /* name of the first query parameter that is not UTF-8 */
+} query_check;
+
+static enum MHD_Result check_query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    (void)kind;
+    query_check *qc = cls;
+    if ((key != NULL && !utf8_valid(key)) || (value != NULL && !utf8_valid(value))) {
+        qc->bad = key != NULL && utf8_valid(key) ? key : "";
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+/* Handlers get text that is UTF-8 throughout, so that no path or query
+ * value can fail later in jansson or PostgreSQL (a 5xx, or a filter
+ * silently dropped). Returns 1 when it has replied. */
+static int req_refuse_non_utf8(svc_req *r)
+{
+    if (!utf8_valid(r->path)) {
+        svc_reply_error(r, 404, "not_found", NULL, NULL, "no such resource (path not UTF-8)");
+        return 1;
+    }
+    query_check qc = {NULL};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, check_query_arg, &qc);
+    if (qc.bad == NULL)
+        return 0;
+    svc_reply_error(r, 400, "invalid_argument", qc.bad[0] ? qc.bad : NULL, NULL,
+                    "query parameter %s is not valid UTF-8", qc.bad[0] ? qc.bad : "(name)");
+    return 1;
+}
+
 /* First call: headers only. Everything that can be refused without the
  * body is refused here, so a refused body is never buffered (after a reply
  * to a POST or PUT, MHD closes the connection rather than read it). */
 static void req_begin(svc_req *r)
 {
     char allow[64];
+    if (req_refuse_head(r) || req_refuse_non_utf8(r))
+        return;
     r->route = route_find(r, allow, sizeof allow);
     if (r->route == NULL) {
         if (allow[0] != '\0') {
@@ -408,6 +659,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         if (r->method == NULL || r->path == NULL)
             return MHD_NO;
         client_ip(conn, r->ip, sizeof r->ip);
+        conn_set_busy(r->srv, conn, 1);
         req_begin(r);
         return r->status == 0 || r->queued ? MHD_YES : MHD_NO;
     }
@@ -448,8 +700,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)conn;
+    conn_set_busy(cls, conn, 0);
     svc_req *r = *con_cls;
     if (r == NULL)
         return;
@@ -590,8 +841,29 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
     }
     s->routes = opts->routes;
     s->max_body = opts->max_body;
+    s->max_header = opts->max_header;
+    unsigned timeout_s = opts->conn_timeout_s ? opts->conn_timeout_s : 30u;
+    unsigned max_conns = opts->max_connections ? opts->max_connections : 1024u;
+    s->head_timeout_ms = (int64_t)timeout_s * 1000;
     s->app = opts->app;
     atomic_store(&s->starting, 1);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->conns_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&s->conns_mu, NULL);
+    /* The head is read into the connection's memory pool: twice the limit
+     * leaves room for MHD's own records, so that a head over the limit
+     * mostly gets our JSON 431 rather than MHD's HTML one. */
+    size_t pool = MHD_POOL_DEFAULT;
+    if (s->max_header > 0 && 2 * s->max_header > pool)
+        pool = 2 * s->max_header;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)max_conns + 64)
+        svc_warn("http: %u connections allowed but only %llu file descriptors (ulimit -n)",
+                 max_conns, (unsigned long long)rl.rlim_cur);
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
@@ -604,20 +876,33 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
         flags, (uint16_t)atoi(port), NULL, NULL, on_access, s,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
         MHD_OPTION_SOCK_ADDR, pick->ai_addr,
-        MHD_OPTION_CONNECTION_TIMEOUT, opts->conn_timeout_s ? opts->conn_timeout_s : 30u,
-        MHD_OPTION_CONNECTION_LIMIT, opts->max_connections ? opts->max_connections : 1024u,
+        MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, max_conns,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, opts->per_ip_limit,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     atomic_store(&s->starting, 0);
     if (s->mhd == NULL) {
         snprintf(err, errlen, "cannot listen on %s%s%s", opts->listen,
                  s->start_err[0] ? ": " : "", s->start_err);
-        free(s);
-        return NULL;
+        goto fail;
     }
+    int e = pthread_create(&s->watchdog, NULL, watchdog_main, s);
+    if (e != 0) {
+        snprintf(err, errlen, "cannot start the connection watchdog: %s", strerror(e));
+        MHD_stop_daemon(s->mhd);
+        goto fail;
+    }
+    s->watchdog_started = 1;
     return s;
+fail:
+    pthread_cond_destroy(&s->conns_cv);
+    pthread_mutex_destroy(&s->conns_mu);
+    free(s);
+    return NULL;
 }
 
 int svc_server_port(const svc_server *s)
@@ -632,6 +917,15 @@ void svc_server_stop(svc_server *s)
 {
     if (s == NULL)
         return;
+    if (s->watchdog_started) {
+        pthread_mutex_lock(&s->conns_mu);
+        s->stopping = 1;
+        pthread_cond_signal(&s->conns_cv);
+        pthread_mutex_unlock(&s->conns_mu);
+        pthread_join(s->watchdog, NULL);
+    }
     MHD_stop_daemon(s->mhd); /* joins every connection thread */
+    pthread_cond_destroy(&s->conns_cv);
+    pthread_mutex_destroy(&s->conns_mu);
     free(s);
 }

@@ -1,7 +1,11 @@
 /* svc_http.h — the HTTP server both daemons are built on (libmicrohttpd):
  * one route table, JSON bodies read raw and parsed once centrally, one reply
  * helper and one error helper so every answer has the same shape, a body
- * limit enforced before the body is read, and a connection timeout.
+ * limit enforced before the body is read, and the limits that keep hostile
+ * clients from holding the server: a deadline for request headers (a client
+ * that trickles them is cut off), connection limits per client IP and in
+ * all, a header size limit, and framing checks (one Content-Length, no
+ * Content-Length beside chunked, no other transfer coding).
  * Handlers run on libmicrohttpd's per-connection threads and may block
  * (long polls). */
 #ifndef SVC_HTTP_H
@@ -30,9 +34,17 @@ typedef struct svc_server_opts {
     const char *listen;          /* "127.0.0.1:8080"; port 0 picks a free one */
     const svc_route *routes;     /* terminated by a route with method NULL */
     size_t max_body;             /* bytes; larger bodies get 413 unread */
-    unsigned conn_timeout_s;     /* idle connection timeout; 0 => 30 */
-    unsigned per_ip_limit;       /* max connections per client IP; 0 => none */
-    unsigned max_connections;    /* 0 => 1024 */
+    unsigned conn_timeout_s;     /* a connection idle this long is closed, and
+                                    so is one whose request line and headers
+                                    are not complete this long after it opened
+                                    or after its previous request ended, however
+                                    steadily they trickle in; 0 => 30 */
+    unsigned per_ip_limit;       /* max connections per client IP, more are
+                                    closed at once; 0 => none */
+    unsigned max_connections;    /* 0 => 1024; more are closed at once */
+    size_t max_header;           /* bytes of request line + headers; larger
+                                    get 431 (JSON); 0 => only libmicrohttpd's
+                                    own 32 KiB connection memory bounds them */
     void *app;                   /* handed to handlers via svc_req_app */
 } svc_server_opts;
 

@@ -448,6 +448,10 @@ class Stack:
             "KOWLOON_CLUSTER_TOKEN": self.cluster_token,
             "KOWLOON_NODE_TIMEOUT_S": str(self.node_timeout_s),
             "KOWLOON_LOG_LEVEL": "debug",
+            # the suite drives one key per tenant hard; rate limits stay on
+            # but generous (test_access sets tight ones per tenant)
+            "KOWLOON_RATE_LIMIT_RPS": "1000",
+            "KOWLOON_RATE_LIMIT_BURST": "1000",
         })
         env.update({k: str(v) for k, v in extra.items()})
         return env

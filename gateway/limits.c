@@ -1,0 +1,353 @@
+/* limits.c — rate limits (a token bucket per API key, kept in Redis and
+ * updated by one Lua script so every gateway shares it) and the queued and
+ * running quotas of tenants (indexed counts in PostgreSQL). A Redis outage
+ * lets requests through; a PostgreSQL outage fails the submit anyway. */
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "limits.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+#define LIMITS_POOL 4
+#define REDIS_TIMEOUT_MS 300
+#define REDIS_RETRY_MS 1000      /* after a failure, skip Redis this long */
+#define WARN_EVERY_MS 5000
+#define BLOCKED_MEMO 256
+#define BLOCKED_MEMO_MS 250
+
+struct gw_limits {
+    char host[256];
+    int port, db;
+    gw_rate def;
+    int max_queued, max_running;
+
+    pthread_mutex_t mu;          /* guards the pool and the two times below */
+    pthread_cond_t cv;
+    redisContext *rc[LIMITS_POOL];
+    int busy[LIMITS_POOL];
+    int64_t redis_retry_ms;      /* Redis failed: fail open until then */
+    int64_t next_warn_ms;
+
+    struct { char job_id[37]; int64_t until_ms; } blocked[BLOCKED_MEMO];
+};
+
+/* The bucket of one key, a hash {tokens, ts}: refilled by the time passed
+ * since ts (Redis's clock, so gateways on different hosts agree), then one
+ * token taken if there is one. Returns {allowed, ms until the next token}.
+ * The key expires once a full bucket would have refilled. */
+static const char BUCKET_LUA[] =
+    "local rate = tonumber(ARGV[1]) / 1000 "
+    "local burst = tonumber(ARGV[2]) "
+    "local t = redis.call('TIME') "
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts') "
+    "local tokens, ts = tonumber(b[1]), tonumber(b[2]) "
+    "if not tokens or not ts then tokens, ts = burst, now end "
+    "if now > ts then tokens = tokens + (now - ts) * rate ts = now end "
+    "if tokens > burst then tokens = burst end "
+    "local allowed = 0 "
+    "if tokens >= 1 then tokens = tokens - 1 allowed = 1 end "
+    "local wait = 0 "
+    "if tokens < 1 then wait = math.ceil((1 - tokens) / rate) end "
+    "redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', ts) "
+    "redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 1000) "
+    "return {allowed, wait}";
+
+gw_rate gw_rate_resolve(int def_rps, int def_burst, int tenant_rps, int tenant_burst)
+{
+    gw_rate r = {tenant_rps >= 0 ? tenant_rps : def_rps, tenant_burst >= 0 ? tenant_burst : def_burst};
+    if (r.rps < 0)
+        r.rps = 0;
+    if (r.burst <= 0)
+        r.burst = r.rps > 0 ? r.rps : 1;
+    return r;
+}
+
+int gw_retry_after_s(int64_t wait_ms)
+{
+    if (wait_ms <= 1000)
+        return 1;
+    if (wait_ms > 86400000)
+        return 86400;
+    return (int)((wait_ms + 999) / 1000);
+}
+
+int gw_tenant_name_valid(const char *name)
+{
+    size_t chars = 0;
+    for (const unsigned char *p = (const unsigned char *)(name ? name : ""); *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            return 0;
+        chars += (*p & 0xc0) != 0x80;   /* UTF-8: count lead bytes only */
+    }
+    return chars >= 1 && chars <= 128;
+}
+
+const char *const gw_limit_names[GW_LIM__COUNT] = {"rate_rps", "rate_burst", "max_queued",
+                                                    "max_running"};
+
+int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32],
+                         char *msg, size_t msglen)
+{
+    static const long max[GW_LIM__COUNT] = {1000000, 1000000, 100000000, 100000000};
+    memset(out, 0, sizeof(*out));
+    field[0] = '\0';
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)body, k, v) {
+        int ok = strcmp(k, "name") == 0;
+        for (int i = 0; i < GW_LIM__COUNT && !ok; i++)
+            ok = strcmp(k, gw_limit_names[i]) == 0;
+        if (!ok) {
+            snprintf(field, 32, "%.31s", k);
+            snprintf(msg, msglen, "unknown field \"%.64s\"", k);
+            return -1;
+        }
+    }
+    const char *name = json_string_value(json_object_get(body, "name"));
+    if (!gw_tenant_name_valid(name)) {
+        snprintf(field, 32, "name");
+        snprintf(msg, msglen, "name must be a string of 1-128 characters without control characters");
+        return -1;
+    }
+    out->name = name;
+    for (int i = 0; i < GW_LIM__COUNT; i++) {
+        const json_t *l = json_object_get(body, gw_limit_names[i]);
+        out->lim[i].set = l != NULL;
+        out->lim[i].value = -1;
+        if (!l || json_is_null(l))
+            continue;
+        if (!json_is_integer(l) || json_integer_value(l) < 0 || json_integer_value(l) > max[i]) {
+            snprintf(field, 32, "%s", gw_limit_names[i]);
+            snprintf(msg, msglen, "%s must be null or an integer from 0 to %ld", gw_limit_names[i], max[i]);
+            return -1;
+        }
+        out->lim[i].value = (int)json_integer_value(l);
+    }
+    return 0;
+}
+
+/* Parses redis://host:port/db (port and db optional). */
+static int url_parse(gw_limits *l, const char *url)
+{
+    const char *p = url;
+    if (strncmp(p, "redis://", 8) == 0)
+        p += 8;
+    l->port = 6379;
+    l->db = 0;
+    size_t hl = strcspn(p, ":/");
+    if (hl == 0 || hl >= sizeof(l->host))
+        return -EINVAL;
+    memcpy(l->host, p, hl);
+    l->host[hl] = '\0';
+    p += hl;
+    if (*p == ':') {
+        char *end;
+        long port = strtol(p + 1, &end, 10);
+        if (port <= 0 || port > 65535)
+            return -EINVAL;
+        l->port = (int)port;
+        p = end;
+    }
+    if (*p == '/' && p[1])
+        l->db = atoi(p + 1);
+    return 0;
+}
+
+gw_limits *gw_limits_open(const gw_config *cfg)
+{
+    gw_limits *l = calloc(1, sizeof(*l));
+    if (!l)
+        return NULL;
+    if (url_parse(l, cfg->redis_url) != 0) {
+        svc_error("limits: bad Redis URL %s", cfg->redis_url);
+        free(l);
+        return NULL;
+    }
+    l->def = (gw_rate){cfg->rate_limit_rps, cfg->rate_limit_burst};
+    l->max_queued = cfg->max_queued_per_tenant;
+    l->max_running = cfg->max_running_per_tenant;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    return l;
+}
+
+void gw_limits_close(gw_limits *l)
+{
+    if (!l)
+        return;
+    for (int i = 0; i < LIMITS_POOL; i++)
+        if (l->rc[i])
+            redisFree(l->rc[i]);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
+}
+
+/* Borrows a connected context, or -1 while Redis is known to be down. */
+static int redis_acquire(gw_limits *l)
+{
+    int slot = -1;
+    pthread_mutex_lock(&l->mu);
+    while (slot < 0) {
+        if (svc_now_mono_ms() < l->redis_retry_ms)
+            break;
+        for (int i = 0; i < LIMITS_POOL && slot < 0; i++)
+            if (!l->busy[i])
+                slot = i;
+        if (slot < 0)
+            pthread_cond_wait(&l->cv, &l->mu);
+    }
+    if (slot >= 0)
+        l->busy[slot] = 1;
+    pthread_mutex_unlock(&l->mu);
+    if (slot < 0 || l->rc[slot])
+        return slot;
+    struct timeval tv = {0, REDIS_TIMEOUT_MS * 1000};
+    redisContext *c = redisConnectWithTimeout(l->host, l->port, tv);
+    if (c && !c->err) {
+        redisSetTimeout(c, tv);
+        if (l->db) {
+            redisReply *r = redisCommand(c, "SELECT %d", l->db);
+            freeReplyObject(r);
+        }
+    }
+    l->rc[slot] = c;
+    return slot;
+}
+
+/* Gives the context back; failed says the call did not get an answer, so
+ * the context is dropped and Redis is left alone for a while. */
+static void redis_release(gw_limits *l, int slot, int failed)
+{
+    if (failed && l->rc[slot]) {
+        redisFree(l->rc[slot]);
+        l->rc[slot] = NULL;
+    }
+    pthread_mutex_lock(&l->mu);
+    if (failed)
+        l->redis_retry_ms = svc_now_mono_ms() + REDIS_RETRY_MS;
+    l->busy[slot] = 0;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int gw_limits_take(gw_limits *l, int64_t key_id, const gw_rate *r, int *allowed, int64_t *wait_ms)
+{
+    *allowed = 1;
+    *wait_ms = 0;
+    int slot = redis_acquire(l);
+    if (slot < 0)
+        return -EIO;
+    redisContext *c = l->rc[slot];
+    redisReply *rep = NULL;
+    if (c && !c->err) {
+        char key[48], rps[16], burst[16];
+        snprintf(key, sizeof(key), "kowloon:rate:%lld", (long long)key_id);
+        snprintf(rps, sizeof(rps), "%d", r->rps);
+        snprintf(burst, sizeof(burst), "%d", r->burst);
+        const char *argv[6] = {"EVAL", BUCKET_LUA, "1", key, rps, burst};
+        rep = redisCommandArgv(c, 6, argv, NULL);
+    }
+    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+             rep->element[0]->type == REDIS_REPLY_INTEGER &&
+             rep->element[1]->type == REDIS_REPLY_INTEGER;
+    if (ok) {
+        *allowed = rep->element[0]->integer == 1;
+        *wait_ms = rep->element[1]->integer;
+    } else if (rep && rep->type == REDIS_REPLY_ERROR) {
+        svc_warn("limits: rate script failed: %s", rep->str);
+    }
+    freeReplyObject(rep);
+    /* An error reply is Redis answering: the connection stays. */
+    redis_release(l, slot, !rep);
+    return ok ? 0 : -EIO;
+}
+
+/* Logs a fail-open at most every WARN_EVERY_MS. */
+static void warn_fail_open(gw_limits *l)
+{
+    int64_t now = svc_now_mono_ms();
+    pthread_mutex_lock(&l->mu);
+    int due = now >= l->next_warn_ms;
+    if (due)
+        l->next_warn_ms = now + WARN_EVERY_MS;
+    pthread_mutex_unlock(&l->mu);
+    if (due)
+        svc_warn("limits: Redis cannot be asked; rate limits are not enforced until it answers");
+}
+
+int gw_limits_rate(svc_req *req, const gw_caller *who)
+{
+    gw_app *app = svc_req_app(req);
+    gw_limits *l = app->limits;
+    if (!l)
+        return 0;
+    gw_rate r = gw_rate_resolve(l->def.rps, l->def.burst, who->rate_rps, who->rate_burst);
+    if (r.rps == 0)
+        return 0;
+    int allowed;
+    int64_t wait_ms;
+    if (gw_limits_take(l, who->key_id, &r, &allowed, &wait_ms) != 0) {
+        warn_fail_open(l);
+        return 0;
+    }
+    if (allowed)
+        return 0;
+    int after = gw_retry_after_s(wait_ms);
+    char ra[16];
+    snprintf(ra, sizeof(ra), "%d", after);
+    svc_reply_header(req, "Retry-After", ra);
+    svc_reply_error(req, 429, "rate_limited", NULL, NULL,
+                    "this API key is over its rate limit (%d requests/s, burst %d); retry after %d s",
+                    r.rps, r.burst, after);
+    return -1;
+}
+
+int gw_limits_admit_submit(svc_req *req, const gw_caller *who)
+{
+    gw_app *app = svc_req_app(req);
+    if (!app->limits)
+        return 0;
+    int64_t limit = 0, queued = 0;
+    int rc = gw_store_tenant_queued(app->store, who->tenant_id, app->limits->max_queued, &limit, &queued);
+    if (rc == -EIO) {
+        gw_reply_unavailable(req, "PostgreSQL");
+        return -1;
+    }
+    if (rc != 0 || limit == 0 || queued < limit)
+        return 0;
+    svc_reply_error(req, 429, "quota_queued", NULL, NULL,
+                    "the tenant has %lld queued jobs, its quota; submit again when some have started",
+                    (long long)queued);
+    return -1;
+}
+
+int gw_limits_running_allowed(gw_app *app, const char *job_id)
+{
+    gw_limits *l = app->limits;
+    if (!l)
+        return 1;
+    unsigned h = 2166136261u;
+    for (const char *p = job_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h %= BLOCKED_MEMO;
+    int64_t now = svc_now_mono_ms();
+    if (l->blocked[h].until_ms > now && strcmp(l->blocked[h].job_id, job_id) == 0)
+        return 0;
+    int ok = 1;
+    if (gw_store_tenant_running_ok(app->store, job_id, l->max_running, &ok) != 0)
+        return 1;
+    if (!ok) {
+        snprintf(l->blocked[h].job_id, sizeof(l->blocked[h].job_id), "%s", job_id);
+        l->blocked[h].until_ms = now + BLOCKED_MEMO_MS;
+        svc_debug("job %s waits: its tenant is at its running quota", job_id);
+    }
+    return ok;
+}

@@ -1,0 +1,169 @@
+/* store_tenants.c — tenants, keys and limits in PostgreSQL: authentication
+ * with the tenant's rate limits, the quota counts, the admin API's tenant
+ * and key statements, and node drain. The SQL is in store.c's table. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+/* Runs statement id; on 0, *r holds its result (caller clears it). */
+static int run(gw_store *s, int id, const char *const *vals, PGresult **r)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    *r = store__exec(c, id, vals, NULL, NULL, 0);
+    store__release(s, c);
+    return *r ? 0 : -EIO;
+}
+
+/* Keys and their prefixes are printable ASCII: anything else matches no
+ * key, and is not sent (bytes that are not UTF-8 fail the statement). */
+static int printable_ascii(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e)
+            return 0;
+    return 1;
+}
+
+int gw_store_auth_key(gw_store *s, const char *key, gw_key_auth *out)
+{
+    if (!printable_ascii(key))
+        return -ENOENT;
+    const char *v[1] = {key};
+    PGresult *r;
+    int rc = run(s, ST_AUTH_KEY, v, &r);
+    if (rc)
+        return rc;
+    rc = PQntuples(r) == 1 ? 0 : -ENOENT;
+    if (rc == 0) {
+        out->tenant_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        out->admin = PQgetvalue(r, 0, 1)[0] == 't';
+        out->key_id = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+        out->rate_rps = atoi(PQgetvalue(r, 0, 3));
+        out->rate_burst = atoi(PQgetvalue(r, 0, 4));
+    }
+    PQclear(r);
+    return rc;
+}
+
+int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int def, int64_t *limit, int64_t *queued)
+{
+    char t[24], d[16];
+    snprintf(t, sizeof(t), "%lld", (long long)tenant_id);
+    snprintf(d, sizeof(d), "%d", def);
+    const char *v[2] = {t, d};
+    PGresult *r;
+    int rc = run(s, ST_TENANT_QUEUED, v, &r);
+    if (rc)
+        return rc;
+    rc = PQntuples(r) == 1 ? 0 : -EIO;
+    if (rc == 0) {
+        *limit = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        *queued = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    }
+    PQclear(r);
+    return rc;
+}
+
+int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok)
+{
+    char d[16];
+    snprintf(d, sizeof(d), "%d", def);
+    const char *v[2] = {job_id, d};
+    PGresult *r;
+    *ok = 1;
+    int rc = run(s, ST_TENANT_RUNNING_OK, v, &r);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1)
+        *ok = PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    return 0;
+}
+
+int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit lim[4],
+                           int *created, json_t **tenant)
+{
+    char val[4][16];
+    const char *v[9] = {name};
+    for (int i = 0; i < 4; i++) {
+        snprintf(val[i], sizeof(val[i]), "%d", lim[i].value);
+        v[1 + 2 * i] = lim[i].value >= 0 ? val[i] : NULL;
+        v[2 + 2 * i] = lim[i].set ? "true" : "false";
+    }
+    PGresult *r;
+    *tenant = NULL;
+    int rc = run(s, ST_TENANT_UPSERT, v, &r);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1) {
+        *created = atoi(PQgetvalue(r, 0, 0));
+        *tenant = store__json(r, 0, 1);
+    }
+    PQclear(r);
+    return *tenant ? 0 : -EIO;
+}
+
+int gw_store_tenants_json(gw_store *s, json_t **tenants)
+{
+    PGresult *r;
+    *tenants = NULL;
+    int rc = run(s, ST_TENANTS_JSON, NULL, &r);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1)
+        *tenants = store__json(r, 0, 0);
+    PQclear(r);
+    return *tenants ? 0 : -EIO;
+}
+
+int gw_store_key_issue(gw_store *s, const char *tenant, int admin, const char *key,
+                       char prefix[16], char created_at[32])
+{
+    const char *v[3] = {tenant, key, admin ? "true" : "false"};
+    PGresult *r;
+    int rc = run(s, ST_KEY_ISSUE, v, &r);
+    if (rc)
+        return rc;
+    rc = PQntuples(r) == 1 ? 0 : -ENOENT;
+    if (rc == 0) {
+        store__copy(r, 0, 0, prefix, 16);
+        store__copy(r, 0, 1, created_at, 32);
+    }
+    PQclear(r);
+    return rc;
+}
+
+int gw_store_key_revoke_prefix(gw_store *s, const char *prefix)
+{
+    if (!printable_ascii(prefix))
+        return -ENOENT;
+    const char *v[1] = {prefix};
+    PGresult *r;
+    int rc = run(s, ST_KEY_REVOKE_PREFIX, v, &r);
+    if (rc)
+        return rc;
+    long matched = PQntuples(r) == 1 ? atol(PQgetvalue(r, 0, 0)) : 0;
+    long revoked = PQntuples(r) == 1 ? atol(PQgetvalue(r, 0, 1)) : 0;
+    PQclear(r);
+    return revoked == 1 ? 0 : matched > 1 ? -EEXIST : -ENOENT;
+}
+
+int gw_store_node_drain(gw_store *s, const char *id, int draining, json_t **node)
+{
+    const char *v[2] = {id, draining ? "true" : "false"};
+    PGresult *r;
+    *node = NULL;
+    int rc = run(s, ST_NODE_DRAIN, v, &r);
+    if (rc)
+        return rc;
+    rc = PQntuples(r) == 1 ? 0 : -ENOENT;
+    if (rc == 0 && !(*node = store__json(r, 0, 0)))
+        rc = -EIO;
+    PQclear(r);
+    return rc;
+}
