@@ -102,7 +102,13 @@ static void reattach(gw_sched *s);
 static void reap(gw_sched *s)
 {
     int marked = 0;
-    gw_store_nodes_expire(s->app->store, s->app->cfg.node_timeout_s, &marked);
+    /* Heartbeats that arrived while PostgreSQL was down, or while no
+     * gateway held the lock, could not be recorded: a node is judged only
+     * on a full timeout of heartbeats that had a chance to be written. */
+    int64_t now = svc_now_mono_ms(), window = (int64_t)s->app->cfg.node_timeout_s * 1000;
+    int64_t failed = gw_store_last_failure_ms(s->app->store);
+    if ((!failed || now - failed >= window) && now - s->leader_since_ms >= window)
+        gw_store_nodes_expire(s->app->store, s->app->cfg.node_timeout_s, &marked);
     gw_dispatch *lost;
     int n;
     if (gw_store_jobs_on_down_nodes(s->app->store, &lost, &n) != 0)
@@ -204,6 +210,7 @@ static void *sched_main(void *arg)
             if (held && !s->leader) {
                 svc_info("scheduler: this gateway holds the scheduler lock (%s)", s->owner);
                 s->leader = 1;
+                s->leader_since_ms = now;
                 nodes_refresh(s);
                 reattach(s);
                 next_reconcile = 0;

@@ -29,6 +29,7 @@ struct gw_sched {
     int wake;
     int nodes_changed;        /* reload the node table before placing */
     volatile int leader;
+    int64_t leader_since_ms;  /* monotonic: when this gateway took the lock */
     char owner[96];
     sched__node nodes[SCHED_MAX_NODES];
     int nnodes;

@@ -10,6 +10,7 @@
 
 #include "store_int.h"
 #include "svc_log.h"
+#include "svc_util.h"
 
 /* Transitions after the submit need not wait for their WAL flush: if a
  * crash of PostgreSQL loses one, the job falls back to its earlier state
@@ -265,12 +266,15 @@ store__conn *store__acquire(gw_store *s)
      * Reading what the server sent exposes them: the first read takes its
      * goodbye message, the second finds the end of the stream. */
     for (int i = 0; i < 2 && c->pg; i++)
-        if (PQconsumeInput(c->pg) == 0 || PQstatus(c->pg) != CONNECTION_OK)
+        if (PQconsumeInput(c->pg) == 0 || PQstatus(c->pg) != CONNECTION_OK) {
             conn_drop(c);
+            s->last_failure_ms = svc_now_mono_ms();
+        }
     if (!c->pg) {
         c->pg = PQconnectdb(s->conninfo);
         if (PQstatus(c->pg) != CONNECTION_OK) {
             svc_warn("postgres: cannot connect: %s", PQerrorMessage(c->pg));
+            s->last_failure_ms = svc_now_mono_ms();
             conn_drop(c);
             store__release(s, c);
             return NULL;
@@ -351,6 +355,11 @@ static int exec_simple(gw_store *s, int id, const char *const *vals, int need_ro
     PQclear(r);
     store__release(s, c);
     return rc;
+}
+
+int64_t gw_store_last_failure_ms(const gw_store *s)
+{
+    return s->last_failure_ms;
 }
 
 int gw_store_ping(gw_store *s)

@@ -17,6 +17,8 @@ gw_store *gw_store_open(const char *conninfo, int pool_size);
 void gw_store_close(gw_store *s);
 /* 0 when a round trip to PostgreSQL succeeds. */
 int gw_store_ping(gw_store *s);
+/* Monotonic ms when PostgreSQL was last found unreachable; 0 if never. */
+int64_t gw_store_last_failure_ms(const gw_store *s);
 
 /* Applies the pending sql/NNN_*.sql files of dir, each in its own
  * transaction, under an advisory lock; logs each one applied. */

@@ -28,6 +28,9 @@ struct gw_store {
     pthread_cond_t batch_cv;
     store__insert *pending, *pending_tail;
     int committing;
+    /* Monotonic ms of the last time PostgreSQL could not be reached (0:
+     * never); read without the lock, a stale value only delays expiry. */
+    volatile int64_t last_failure_ms;
 };
 
 /* Statement ids; the SQL lives in the table in store.c. */

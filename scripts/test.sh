@@ -15,6 +15,9 @@ record() { names+=("$1"); results+=("$2"); }
 echo "=== unit tests (make test-unit)"
 if kl_run_contained make --no-print-directory test-unit; then record unit PASS; else record unit FAIL; fi
 
+echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness; make fuzz runs 60 s)"
+if FUZZ_SECONDS=${FUZZ_SECONDS:-10} kl_run_contained tests/fuzz/run.sh; then record fuzz PASS; else record fuzz FAIL; fi
+
 echo "=== integration tests (pytest tests/integration)"
 kl_run_contained python3 -m pytest -q tests/integration
 rc=$?
@@ -23,6 +26,12 @@ case $rc in
     5) record integration "SKIP (no tests collected)" ;;
     *) record integration "FAIL (pytest exit $rc)" ;;
 esac
+
+echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one)"
+if tests/chaos/run.sh; then record chaos PASS; else record chaos FAIL; fi
+
+echo "=== API fuzzing, short run (tests/api_fuzz/run.sh; make fuzz-api runs the full one)"
+if tests/api_fuzz/run.sh; then record api-fuzz PASS; else record api-fuzz FAIL; fi
 
 status=0
 echo
