@@ -87,6 +87,9 @@ static void nodes_refresh(gw_sched *s)
             if (strcmp(s->nodes[j].n.id, list[i].id) == 0)
                 fresh[m].avoid_until_ms = s->nodes[j].avoid_until_ms;
     }
+    if (n > SCHED_MAX_NODES)
+        svc_warn("scheduler: %d nodes are up; placing on the %d with the latest heartbeats",
+                 n, SCHED_MAX_NODES);
     memcpy(s->nodes, fresh, sizeof(fresh[0]) * (size_t)m);
     s->nnodes = m;
     pthread_mutex_unlock(&s->mu);

@@ -148,7 +148,10 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "  ORDER BY name), '[]')::text FROM nodes", 0},
 [ST_NODES_LOAD] = {
     "SELECT id::text, name, url, backend, slots, jsonb_array_length(gpus), (state = 'up')::int,"
-    "       (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint, draining::int FROM nodes", 0},
+    "       (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint, draining::int FROM nodes"
+    /* Only nodes that are up matter to placement and to trackers (a node
+     * missing from the table counts as down); the freshest first. */
+    " WHERE state = 'up' ORDER BY last_heartbeat DESC", 0},
 [ST_NODES_EXPIRE] = {"UPDATE nodes SET state = 'down', running = 0 WHERE state = 'up'"
                      " AND last_heartbeat < now() - make_interval(secs => $1::int) RETURNING name", 1},
 [ST_JOBS_ON_DOWN] = {

@@ -1,0 +1,78 @@
+"""Schemathesis hooks for the Kowloon API fuzz (loaded through
+SCHEMATHESIS_HOOKS=hooks with this directory on PYTHONPATH; fuzz.py sets both).
+
+Three adjustments, applied right before each request is sent so that they
+hold in every phase (examples, coverage, fuzzing, stateful):
+
+- POST /v1/nodes/register: a URL the gateway would accept is replaced by
+  KOWLOON_FUZZ_NODE_URL, a loopback address where nothing listens. The
+  gateway calls the URL of a registered node when it dispatches or cancels
+  a run; a fuzzed URL must never lead it off this machine.
+- POST /v1/jobs: label keys are rewritten into the documented alphabet
+  ([A-Za-z0-9_.-], 1..64 characters), keeping them distinct. OpenAPI 3.0
+  cannot state a rule on property names (the spec carries it as
+  x-key-pattern), so a generated "valid" body would otherwise almost always
+  carry an invalid key and never reach the rest of the validation.
+- POST /v1/tenants: the tenants named in KOWLOON_FUZZ_PROTECTED_TENANTS
+  (those of the fuzz's own keys) get another name, so that the admin round
+  cannot throttle its own key into a run of 429s (it would still pass, but
+  test little).
+- Any JSON body: integers outside the signed 64-bit range are clamped into
+  it. The gateway's JSON parser refuses larger literals as a whole
+  (400 invalid_json, as the spec says); clamping keeps every schema bound
+  (all lie within int64) on the same side, so a valid body stays valid and
+  an invalid one invalid. fuzz.py sends such literals itself (pinned).
+"""
+
+import os
+import re
+
+import schemathesis
+
+_BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _clamp_ints(v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return min(max(v, INT64_MIN), INT64_MAX)
+    if isinstance(v, dict):
+        return {k: _clamp_ints(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clamp_ints(x) for x in v]
+    return v
+
+
+def _clean_labels(labels):
+    out = {}
+    for i, (key, value) in enumerate(labels.items()):
+        k = _BAD_KEY_CHARS.sub("_", str(key))[:60] or "k"
+        while k in out:
+            k = f"{k[:56]}_{i}"
+        out[k] = value
+    return out
+
+
+@schemathesis.hook
+def before_call(ctx, case, kwargs):
+    op = ctx.operation
+    if isinstance(case.body, (dict, list, int)):
+        case.body = _clamp_ints(case.body)
+    if op is None or not isinstance(case.body, dict):
+        return
+    if op.method.upper() == "POST" and op.path == "/v1/nodes/register":
+        url = case.body.get("url")
+        if isinstance(url, str) and url.lower().startswith("http"):
+            case.body["url"] = os.environ.get("KOWLOON_FUZZ_NODE_URL", "http://127.0.0.1:9/")
+    elif op.method.upper() == "POST" and op.path == "/v1/tenants":
+        protected = os.environ.get("KOWLOON_FUZZ_PROTECTED_TENANTS", "").split(",")
+        if case.body.get("name") in protected:
+            case.body["name"] += "-fuzz"
+    elif op.method.upper() == "POST" and op.path == "/v1/jobs":
+        labels = case.body.get("labels")
+        if isinstance(labels, dict):
+            case.body["labels"] = _clean_labels(labels)
