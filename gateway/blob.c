@@ -67,7 +67,7 @@ json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t le
             (size_t)svc_tensor_elems(&t) * svc_dtype_size(t.dtype) != t.nbytes)
             goto fail;
         /* A view into data: svc_tensor_to_json only reads it. */
-        t.data = (void *)(data + off);
+        t.data = data ? (void *)(data + off) : NULL;
         json_t *j = svc_tensor_to_json(&t, b64);
         if (!j || json_object_set_new(out, name, j) != 0)
             goto fail;

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# tests/fuzz/run.sh — `make fuzz`: builds the libFuzzer harnesses of
+# tests/fuzz/fuzz_*.c with clang (AddressSanitizer + UndefinedBehavior-
+# Sanitizer, every UB report fatal, leaks checked) into build-fuzz/, then
+# runs each for FUZZ_SECONDS (default 60) seconds, one after the other.
+#
+#   tests/fuzz/run.sh [harness...]      job_req tensor b64 (default: all)
+#   FUZZ_SECONDS=10 tests/fuzz/run.sh   the short run of `make test`
+#
+# Each harness starts from its seed corpus (tests/fuzz/corpus/<harness>/,
+# read-only) plus what earlier runs found (build-fuzz/corpus/<harness>/,
+# where new inputs go). A crash, a leak, a UB report, a timeout or an
+# out-of-memory is saved under build-fuzz/artifacts/<harness>/ and printed
+# with the command that reproduces it. Prints one line per harness:
+#   fuzz job_req: executions=N crashes=0 corpus=M seconds=S
+# and exits non-zero when any harness crashed or did not build or run.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+
+SECONDS_EACH=${FUZZ_SECONDS:-60}
+CLANG=${FUZZ_CC:-$(command -v clang || command -v clang-14 || true)}
+OUT=build-fuzz
+[ -n "$CLANG" ] || { echo "fuzz: clang not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
+case $SECONDS_EACH in ''|*[!0-9]*) echo "fuzz: FUZZ_SECONDS must be a number of seconds" >&2; exit 2 ;; esac
+
+# The harness links only what it exercises, compiled here from the sources.
+SRC_b64="service/svc_util.c"
+SRC_tensor="service/svc_tensor.c service/svc_util.c"
+SRC_job_req="gateway/request.c gateway/blob.c service/svc_kargs.c service/svc_tensor.c service/svc_util.c
+             kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ')"
+LIBS_b64=""
+LIBS_tensor="-ljansson -lm"
+LIBS_job_req="-ljansson -lopenblas -lm -lpthread"
+ALL="job_req tensor b64"
+
+CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -pthread -Wall -Wextra -Wno-unused-parameter
+        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+        -Iservice -Ikernels -Igateway"
+
+# OpenBLAS starts a thread pool when it loads; the harnesses never run a
+# kernel, so one thread is all they need.
+export OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:symbolize=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+build() {
+    local h=$1 src libs bin=$OUT/fuzz_$h
+    src="tests/fuzz/fuzz_$h.c $(eval echo "\$SRC_$h")"
+    libs=$(eval echo "\$LIBS_$h")
+    # Rebuilt when a source, a header or this script is newer than the binary.
+    if [ -x "$bin" ] && [ -z "$(find $src service/*.h kernels/*.h kernels/cpu/*.h gateway/*.h \
+                                    tests/fuzz/run.sh -newer "$bin" 2>/dev/null | head -n 1)" ]; then
+        return 0
+    fi
+    echo "fuzz: building $bin"
+    # shellcheck disable=SC2086
+    "$CLANG" $CFLAGS -o "$bin.tmp" $src $libs >"$OUT/logs/build_$h.log" 2>&1 \
+        && mv -f "$bin.tmp" "$bin" && return 0
+    rm -f "$bin.tmp"
+    cat "$OUT/logs/build_$h.log" >&2
+    return 1
+}
+
+# Runs one harness; prints its line; returns 0 when it ran clean.
+fuzz_one() {
+    local h=$1 bin=$OUT/fuzz_$h log=$OUT/logs/$h.log
+    local art=$OUT/artifacts/$h/ work=$OUT/corpus/$h seeds=tests/fuzz/corpus/$h
+    mkdir -p "$art" "$work"
+    local before
+    before=$(find "$art" -type f | wc -l)
+    local start=$SECONDS
+    # -max_total_time bounds the fuzzing; timeout bounds everything else
+    # (a hang in startup, a huge corpus to replay).
+    timeout -k 10 $((SECONDS_EACH + 120)) "$bin" \
+        -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+        -max_len=16384 -dict="tests/fuzz/$h.dict" -artifact_prefix="$art" \
+        "$work" "$seeds" >"$log" 2>&1
+    local rc=$? took=$((SECONDS - start))
+    local execs crashes corpus
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+    crashes=$(( $(find "$art" -type f | wc -l) - before ))
+    # A sanitizer report without an artifact (one in startup, say) counts too.
+    if [ "$crashes" -eq 0 ] && grep -qE '^==[0-9]+==ERROR|runtime error:|deadly signal' "$log"; then
+        crashes=1
+    fi
+    corpus=$(find "$work" -type f | wc -l)
+    echo "fuzz $h: executions=${execs:-0} crashes=$crashes corpus=$corpus seconds=$took"
+    if [ "$crashes" -gt 0 ] || [ "$rc" -ne 0 ] || [ -z "$execs" ]; then
+        echo "fuzz $h: FAILED (exit $rc); log $log" >&2
+        grep -E -A 40 '^==[0-9]+==ERROR|runtime error:|invariant broken|deadly signal|Test unit written' "$log" \
+            | head -n 80 >&2
+        local a
+        for a in $(find "$art" -type f -newer "$bin"); do
+            echo "fuzz $h: reproduce with: $bin $a" >&2
+        done
+        return 1
+    fi
+    return 0
+}
+
+harnesses=${*:-$ALL}
+for h in $harnesses; do
+    case " $ALL " in *" $h "*) ;; *) echo "fuzz: no harness '$h' (have: $ALL)" >&2; exit 2 ;; esac
+done
+mkdir -p "$OUT/logs"
+status=0
+for h in $harnesses; do
+    if ! build "$h"; then
+        echo "fuzz $h: executions=0 crashes=0 (build FAILED)"
+        status=1
+        continue
+    fi
+done
+[ "$status" = 0 ] || exit 1
+for h in $harnesses; do
+    fuzz_one "$h" || status=1
+done
+exit "$status"
