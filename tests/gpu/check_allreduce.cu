@@ -19,18 +19,9 @@
 #include <string.h>
 #include <time.h>
 
-extern "C" int kl_cuda_plugin_open(kl_plugin *p, char *why, size_t why_len);
+#include "check_common.h"
 
-static kl_plugin plugin;
-static int failures;
 static const char *const op_names[] = {"sum", "max", "min"};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static kl_args args_for(int64_t count, int f64, int op, int iters, int ranks)
 {

@@ -20,26 +20,7 @@
 #include <time.h>
 #include <vector>
 
-extern "C" int kl_cuda_plugin_open(kl_plugin *p, char *why, size_t why_len);
-
-static kl_plugin plugin;
-static int failures;
-
-#define CHECK_CUDA(call)                                                                       \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                           \
-        }                                                                                      \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "check_common.h"
 
 static uint64_t rng_state = 0x3c6ef372fe94f82bull;
 

@@ -23,17 +23,7 @@
 #include <time.h>
 #include <vector>
 
-extern "C" int kl_cuda_plugin_open(kl_plugin *p, char *why, size_t why_len);
-
-static kl_plugin plugin;
-static int failures;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "check_common.h"
 
 static uint64_t rng_state = 0x452821e638d01377ull;
 
