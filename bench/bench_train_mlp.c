@@ -15,19 +15,7 @@
 
 #include "kl.h"
 #include "kl_kernels.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_common.h"
 
 static void bench(const char *label, int64_t n, int64_t d, int h, int c, int epochs, int batch, int ranks)
 {
