@@ -139,8 +139,8 @@ int gw_api_node_register(svc_req *req)
     if (!name || !*name || utf8_chars(name) > 120)
         return svc_reply_error(req, 400, "invalid_argument", "name", NULL, "name: 1-120 characters");
     if (!url || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
-        utf8_chars(url) > 500)
-        return svc_reply_error(req, 400, "invalid_argument", "url", NULL, "url must be an http(s) URL");
+        strlen(url) > 500)
+        return svc_reply_error(req, 400, "invalid_argument", "url", NULL, "url must be an http(s) URL of at most 500 bytes");
     if (!backend || (strcmp(backend, "cpu") && strcmp(backend, "cuda")))
         return svc_reply_error(req, 400, "invalid_argument", "backend", NULL, "backend must be cpu or cuda");
     if (jreason && !reason)

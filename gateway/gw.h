@@ -38,6 +38,7 @@ typedef struct gw_app {
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */
+    int trackers_left;      /* run trackers still alive at shutdown */
 } gw_app;
 
 /* The authenticated caller, set on the request by the auth check. */

@@ -193,8 +193,12 @@ static int cmd_serve(gw_app *app)
          svc_now_mono_ms() < until && stop_signal != SIGINT;)
         svc_sleep_ms(50);
     svc_server_stop(srv);
-    gw_sched_stop(app->sched, 2000);
-    svc_info("kowloon-gateway stopped");
+    app->trackers_left = gw_sched_stop(app->sched, 2000);
+    if (app->trackers_left > 0)
+        svc_info("kowloon-gateway stopped (%d run tracker(s) left to the next scheduler)",
+                 app->trackers_left);
+    else
+        svc_info("kowloon-gateway stopped");
     return 0;
 }
 
@@ -267,6 +271,8 @@ int main(int argc, char **argv)
     app.queue = gw_queue_open(app.cfg.redis_url, app.cfg.db_pool + 4);
     app.limits = app.queue ? gw_limits_open(&app.cfg) : NULL;
     rc = app.limits ? cmd_serve(&app) : 1;
+    if (app.trackers_left > 0)
+        return rc; /* their runs go on; freeing what those threads use would race them */
     gw_limits_close(app.limits);
     gw_queue_close(app.queue);
     gw_store_close(app.store);

@@ -192,8 +192,8 @@ static int dispatch_pass(gw_sched *s)
         if (rc == -EAGAIN)
             continue;   /* cancelled, or already running: nothing to dispatch */
         if (rc != 0) {
-            /* PostgreSQL is unavailable: give the entry back and wait. */
-            gw_queue_push(s->app->queue, ready[i].job_id, 0, 0, ready[i].backend, ready[i].gpus);
+            /* PostgreSQL is unavailable: the job is still queued there, and
+             * the reconciler puts it back in Redis with its own priority. */
             break;
         }
         if (sched__track(s, &d, 1) == 0)
@@ -280,10 +280,10 @@ gw_sched *gw_sched_start(gw_app *app)
     return s;
 }
 
-void gw_sched_stop(gw_sched *s, int grace_ms)
+int gw_sched_stop(gw_sched *s, int grace_ms)
 {
     if (!s)
-        return;
+        return 0;
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     pthread_cond_broadcast(&s->cv);
@@ -304,4 +304,5 @@ void gw_sched_stop(gw_sched *s, int grace_ms)
         free(s->tracked);
         free(s);
     }
+    return left;
 }

@@ -23,8 +23,10 @@ typedef struct gw_place_node {
 int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus);
 
 gw_sched *gw_sched_start(gw_app *app);
-/* Stops dispatching, waits up to grace_ms for trackers, frees. */
-void gw_sched_stop(gw_sched *s, int grace_ms);
+/* Stops dispatching and waits up to grace_ms for trackers. Returns how
+ * many are still running: then nothing is freed, and the caller must not
+ * free the store or the queue those trackers still use. */
+int gw_sched_stop(gw_sched *s, int grace_ms);
 /* Wakes the scheduler (a job was queued, a node freed a slot). */
 void gw_sched_wake(gw_sched *s);
 /* A node registered or left: reload the node table before placing. */

@@ -103,9 +103,13 @@ static int run_post(tracker *t, const char *url)
             gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", "invalid_argument",
                               why ? why : "the node refused the job's arguments");
         } else {
-            /* The run never started: the attempt is given back. */
+            /* Unreachable, full or draining: the run never started and the
+             * attempt is given back. Any other refusal (a wrong cluster
+             * token, a node that cannot host the job) counts, so a job no
+             * node will take ends failed instead of bouncing for ever. */
+            int uncounted = rc != 0 || r.status == 503 || r.status == 429;
             node_avoid(s, d->node_id, rc ? 2000 : 500);
-            sched__requeue(s, d->job_id, d->attempt, 1, "dispatch_failed",
+            sched__requeue(s, d->job_id, d->attempt, uncounted, "dispatch_failed",
                            why ? why : "dispatch failed");
         }
     }
@@ -127,7 +131,7 @@ static void run_finish(tracker *t, json_t *run)
     int rc = 0;
     if (state && strcmp(state, "succeeded") == 0) {
         gw_blob b = {0};
-        char why[256];
+        char why[256] = "out of memory";
         const char *backend = json_string_value(json_object_get(run, "backend"));
         if (gw_blob_from_json(&b, json_object_get(run, "outputs"), why, sizeof(why)) != 0) {
             rc = gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", "bad_result", why);
