@@ -15,21 +15,6 @@
 #include "kl_kernels.h"
 #include "bench_common.h"
 
-static float *random_grid(int64_t n)
-{
-    float *p = malloc(sizeof(float) * (size_t)n);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    uint64_t s = 88172645463325252ull;
-    for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        p[i] = (float)((double)(s >> 40) / (double)(1ull << 23) - 1.0);
-    }
-    return p;
-}
-
 /* Median seconds of `reps` runs after one warm-up. */
 static double time_heat(const kl_args *a, int reps)
 {
@@ -77,7 +62,7 @@ static double time_memcpy(int64_t n, int reps)
 
 static void bench(int64_t h, int64_t w, int steps, int reps)
 {
-    float *g = random_grid(h * w);
+    float *g = random_floats(h * w);
     kl_tensor tg = {.dtype = KL_F32, .ndim = 2, .shape = {h, w}, .data = g};
     kl_args a = {.kernel = kl_kernel_find("heat2d")};
     a.params[KL_HEAT2D_ALPHA] = (kl_value){.num = 0.2, .given = 1};

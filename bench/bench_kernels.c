@@ -16,21 +16,6 @@
 #include "kl_kernels.h"
 #include "bench_common.h"
 
-static float *random_floats(int64_t n)
-{
-    float *p = malloc(sizeof(float) * (size_t)n);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    uint64_t s = 88172645463325252ull;
-    for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        p[i] = (float)((double)(s >> 40) / (double)(1ull << 23) - 1.0);
-    }
-    return p;
-}
-
 /* Median seconds of `reps` kl_run_cpu calls after one warm-up; with
  * reps = 0, the seconds of a single call. */
 static double time_kl(const kl_args *a, int reps)
