@@ -24,17 +24,8 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-/* splitmix64, mapped to [-1, 1) */
-static float frand(void)
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 40) / (double)(1ull << 23) - 1.0);
-}
+#define KL_TEST_SEED 0x2545f4914f6cdd1dull
+#include "kl_test_rand.h"
 
 static float *frand_grid(int64_t h, int64_t w)
 {

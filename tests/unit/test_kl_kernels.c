@@ -16,32 +16,8 @@
 #include "kl.h"
 #include "kl_kernels.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-/* splitmix64, mapped to [-1, 1) */
-static float frand(void)
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 40) / (double)(1ull << 23) - 1.0);
-}
-
-static float *frand_array(int64_t n)
-{
-    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    assert_non_null(p);
-    for (int64_t i = 0; i < n; i++)
-        p[i] = frand();
-    return p;
-}
-
-static kl_tensor tensor(float *data, int ndim, int64_t d0, int64_t d1, int64_t d2)
-{
-    kl_tensor t = {.dtype = KL_F32, .ndim = ndim, .shape = {d0, d1, d2}, .data = data};
-    return t;
-}
+#define KL_TEST_SEED 0x9e3779b97f4a7c15ull
+#include "kl_test_rand.h"
 
 static kl_args args_for(const char *name)
 {
