@@ -1,11 +1,13 @@
 /* check_common.h — what every GPU checker (tests/gpu/check_*.cu) shares: the
  * plugin table it runs kernels through, the failure count its exit status
  * comes from, a CUDA call check for the checker's own device work, and a
- * monotonic clock for the figures. Each checker is its own program, so
+ * monotonic clock for the figures, and (with KL_CHECK_SEED defined before the
+ * include) a seeded splitmix64 source of floats in [-1, 1). Each checker is its own program, so
  * these are per-program statics. */
 #ifndef KL_CHECK_COMMON_H
 #define KL_CHECK_COMMON_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -32,5 +34,18 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+#ifdef KL_CHECK_SEED
+static uint64_t rng_state = KL_CHECK_SEED;
+
+static float frand(void) /* splitmix64 to [-1, 1) */
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 40) / (double)(1ull << 23) - 1.0);
+}
+#endif
 
 #endif

@@ -20,18 +20,8 @@
 #include <time.h>
 #include <vector>
 
+#define KL_CHECK_SEED 0x243f6a8885a308d3ull
 #include "check_common.h"
-
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-
-static float frand(void) /* splitmix64 to [-1, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 40) / (double)(1ull << 23) - 1.0);
-}
 
 static std::vector<float> frand_vec(int64_t n)
 {
