@@ -291,11 +291,12 @@ int gw_queue_promote_due(gw_queue *q, int *moved)
     return 0;
 }
 
-int gw_queue_peek(gw_queue *q, gw_ready *out, int max, int *n)
+int gw_queue_peek(gw_queue *q, int offset, gw_ready *out, int max, int *n)
 {
-    char stop[16];
-    snprintf(stop, sizeof(stop), "%d", max - 1);
-    const char *argv[4] = {"ZRANGE", READY_KEY, "0", stop};
+    char start[16], stop[16];
+    snprintf(start, sizeof(start), "%d", offset);
+    snprintf(stop, sizeof(stop), "%d", offset + max - 1);
+    const char *argv[4] = {"ZRANGE", READY_KEY, start, stop};
     *n = 0;
     redisReply *r = command(q, 4, argv, NULL);
     if (!r)

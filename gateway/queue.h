@@ -38,8 +38,8 @@ int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
 /* Moves the delayed jobs whose back-off has ended to the ready queue;
  * *moved says how many. */
 int gw_queue_promote_due(gw_queue *q, int *moved);
-/* The first max entries in order. */
-int gw_queue_peek(gw_queue *q, gw_ready *out, int max, int *n);
+/* Up to max entries in order, from position offset (0 = most urgent). */
+int gw_queue_peek(gw_queue *q, int offset, gw_ready *out, int max, int *n);
 /* Removes an entry: 1 when this call removed it, 0 when it was gone. */
 int gw_queue_take(gw_queue *q, const char *member);
 /* Removes the entry of job_id whatever its member text; 0 or -EIO. */

@@ -17,6 +17,10 @@
 #define LOCK_NAME "kowloon:scheduler"
 #define LOCK_TTL_MS 5000
 #define PEEK_MAX 64
+/* Ready entries one pass looks at, at most: jobs no free slot fits (a
+ * backend no node offers, a tenant at its running quota) are passed over,
+ * so that they cannot hold back the jobs behind them. */
+#define SCAN_MAX 4096
 
 int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus)
 {
@@ -157,47 +161,70 @@ static void reattach(gw_sched *s)
         svc_info("scheduler: re-attached to %d running job(s)", attached);
 }
 
-/* One placement pass: dispatches as many queued jobs as there are free
- * slots that fit them. Returns how many were dispatched. */
+/* The placement view of the nodes; 1 when some node has a free slot. */
+static int nodes_view(gw_sched *s, gw_place_node *view, int64_t now)
+{
+    int free_slot = 0;
+    for (int k = 0; k < s->nnodes; k++) {
+        const sched__node *sn = &s->nodes[k];
+        view[k] = (gw_place_node){sn->n.name, sn->n.backend, sn->n.slots,
+                                  sched__running_on(s, sn->n.id), sn->n.ngpus,
+                                  sn->n.up && !sn->n.draining && sn->avoid_until_ms <= now};
+        free_slot |= view[k].available && view[k].running < view[k].slots;
+    }
+    return free_slot;
+}
+
+/* One placement pass: walks the ready queue from the most urgent entry and
+ * dispatches each job that some free slot fits, until no slot is free, the
+ * queue ends, or SCAN_MAX entries were looked at. Returns how many were
+ * dispatched. */
 static int dispatch_pass(gw_sched *s)
 {
     gw_ready ready[PEEK_MAX];
-    int n = 0, dispatched = 0;
-    if (gw_queue_peek(s->app->queue, ready, PEEK_MAX, &n) != 0 || n == 0)
-        return 0;
+    int dispatched = 0, passed = 0, scanned = 0;
     int64_t now = svc_now_mono_ms();
-    for (int i = 0; i < n && !s->stop; i++) {
-        gw_place_node view[SCHED_MAX_NODES];
-        char node_id[37];
-        pthread_mutex_lock(&s->mu);
-        for (int k = 0; k < s->nnodes; k++) {
-            const sched__node *sn = &s->nodes[k];
-            view[k] = (gw_place_node){sn->n.name, sn->n.backend, sn->n.slots,
-                                      sched__running_on(s, sn->n.id), sn->n.ngpus,
-                                      sn->n.up && !sn->n.draining && sn->avoid_until_ms <= now};
-        }
-        int pick = gw_place(view, s->nnodes, ready[i].backend, ready[i].gpus);
-        if (pick >= 0)
-            memcpy(node_id, s->nodes[pick].n.id, sizeof(node_id));
-        pthread_mutex_unlock(&s->mu);
-        if (pick < 0)
-            continue;
-        /* A tenant at its running quota waits; others pass it. */
-        if (!gw_limits_running_allowed(s->app, ready[i].job_id))
-            continue;
-        if (gw_queue_take(s->app->queue, ready[i].member) != 1)
-            continue;
-        gw_dispatch d;
-        int rc = gw_store_job_claim(s->app->store, ready[i].job_id, node_id, &d);
-        if (rc == -EAGAIN)
-            continue;   /* cancelled, or already running: nothing to dispatch */
-        if (rc != 0) {
-            /* PostgreSQL is unavailable: the job is still queued there, and
-             * the reconciler puts it back in Redis with its own priority. */
+    while (!s->stop && scanned < SCAN_MAX) {
+        int n = 0;
+        /* Entries taken below leave the set; the ones passed over stay, so
+         * the next window starts after them. */
+        if (gw_queue_peek(s->app->queue, passed, ready, PEEK_MAX, &n) != 0 || n == 0)
             break;
+        scanned += n;
+        int free_slot = 1;
+        for (int i = 0; i < n && !s->stop && free_slot; i++) {
+            gw_place_node view[SCHED_MAX_NODES];
+            char node_id[37];
+            pthread_mutex_lock(&s->mu);
+            nodes_view(s, view, now);
+            int pick = gw_place(view, s->nnodes, ready[i].backend, ready[i].gpus);
+            if (pick >= 0)
+                memcpy(node_id, s->nodes[pick].n.id, sizeof(node_id));
+            pthread_mutex_unlock(&s->mu);
+            /* A job no free slot fits, or whose tenant is at its running
+             * quota, waits; the jobs behind it go ahead. */
+            if (pick < 0 || !gw_limits_running_allowed(s->app, ready[i].job_id)) {
+                passed++;
+                continue;
+            }
+            if (gw_queue_take(s->app->queue, ready[i].member) == 1) {
+                gw_dispatch d;
+                int rc = gw_store_job_claim(s->app->store, ready[i].job_id, node_id, &d);
+                /* -EAGAIN: cancelled, or already running; nothing to dispatch.
+                 * Another error: PostgreSQL is unavailable; the job is still
+                 * queued there, and the reconciler puts it back in Redis
+                 * with its own priority. */
+                if (rc != 0 && rc != -EAGAIN)
+                    return dispatched;
+                if (rc == 0 && sched__track(s, &d, 1) == 0)
+                    dispatched++;
+            }
+            pthread_mutex_lock(&s->mu);
+            free_slot = nodes_view(s, view, now);
+            pthread_mutex_unlock(&s->mu);
         }
-        if (sched__track(s, &d, 1) == 0)
-            dispatched++;
+        if (n < PEEK_MAX || !free_slot)
+            break;
     }
     return dispatched;
 }
@@ -241,7 +268,9 @@ static void *sched_main(void *arg)
             }
             int due = 0;
             gw_queue_promote_due(s->app->queue, &due);
-            while (!s->stop && dispatch_pass(s) > 0)
+            /* Back to the top for the lock's renewal in time, however long
+             * the queue keeps the passes busy. */
+            while (!s->stop && svc_now_mono_ms() < next_lock && dispatch_pass(s) > 0)
                 ;
         }
         pthread_mutex_lock(&s->mu);

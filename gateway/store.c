@@ -75,9 +75,12 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "        j.priority::text, j.seq::text, j.backend_req, n.url, n.name, i.meta::text, i.data,"
     "        j.cancel_requested::text"
     " FROM j JOIN n ON true JOIN job_inputs i ON i.job_id = j.id", 2},
+[ST_JOB_CANCEL_ASKED] = {"SELECT cancel_requested::int FROM jobs"
+                         " WHERE id = $1::uuid AND attempts = $2 AND state = 'running'", 2},
 [ST_JOBS_RUNNING] = {
     "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
-    "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus"
+    "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus,"
+    "       coalesce((extract(epoch FROM j.started_at) * 1000)::bigint, 0)"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running'", 0},
 [ST_JOB_SUCCEED] = {
     "WITH " ASYNC_COMMIT ","
@@ -156,7 +159,8 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
                      " AND last_heartbeat < now() - make_interval(secs => $1::int) RETURNING name", 1},
 [ST_JOBS_ON_DOWN] = {
     "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
-    "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus"
+    "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus,"
+    "       coalesce((extract(epoch FROM j.started_at) * 1000)::bigint, 0)"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'", 0},
 [ST_BACKENDS_UP] = {"SELECT coalesce(jsonb_agg(DISTINCT backend), '[]')::text FROM nodes"
                     " WHERE state = 'up'", 0},

@@ -86,12 +86,16 @@ typedef struct gw_dispatch {
     unsigned char *inputs;    /* owned */
     size_t inputs_len;
     int cancel_requested;
+    int64_t started_ms;       /* epoch ms; 0 for a fresh claim */
 } gw_dispatch;
 void gw_dispatch_clear(gw_dispatch *d);
 
 /* queued -> running on the node, attempts + 1. -EAGAIN if the job is no
  * longer queued (cancelled meanwhile). Fills d (inputs included). */
 int gw_store_job_claim(gw_store *s, const char *job_id, const char *node_id, gw_dispatch *d);
+/* 1 when a cancel was asked for this running attempt, 0 when not, -EAGAIN
+ * when the attempt is no longer running, -EIO when PostgreSQL is away. */
+int gw_store_job_cancel_asked(gw_store *s, const char *job_id, int attempt);
 /* Running jobs, without their inputs, for re-attaching after a restart. */
 int gw_store_jobs_running(gw_store *s, gw_dispatch **out, int *n);
 

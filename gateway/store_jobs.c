@@ -330,6 +330,7 @@ static int load_running(gw_store *s, int id, gw_dispatch **out, int *n)
         d->seq = strtoll(PQgetvalue(r, i, 9), NULL, 10);
         store__copy(r, i, 10, d->backend, sizeof(d->backend));
         d->gpus = atoi(PQgetvalue(r, i, 11));
+        d->started_ms = strtoll(PQgetvalue(r, i, 12), NULL, 10);
         *n = i + 1;
     }
     PQclear(r);
@@ -345,6 +346,21 @@ int gw_store_jobs_running(gw_store *s, gw_dispatch **out, int *n)
 int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n)
 {
     return load_running(s, ST_JOBS_ON_DOWN, out, n);
+}
+
+int gw_store_job_cancel_asked(gw_store *s, const char *job_id, int attempt)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *v[2] = {job_id, att};
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOB_CANCEL_ASKED, v, NULL, NULL, 0);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : atoi(PQgetvalue(r, 0, 0)) != 0;
+    PQclear(r);
+    store__release(s, c);
+    return rc;
 }
 
 int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,

@@ -166,6 +166,25 @@ static void run_finish(tracker *t, json_t *run)
         svc_debug("job %s attempt %d: %s on %s", d->job_id, d->attempt, state ? state : "?", d->node_name);
 }
 
+/* A cancel asked for between the claim and the node's accepting the run
+ * (or while no gateway followed it) found no run to stop: stop it now.
+ * Returns 1 once the node has been asked. */
+static int cancel_if_asked(tracker *t)
+{
+    gw_dispatch *d = &t->d;
+    if (gw_store_job_cancel_asked(t->s->app->store, d->job_id, d->attempt) != 1)
+        return 0;
+    char url[700];
+    snprintf(url, sizeof(url), "%s/v1/runs/%s.%d", d->node_url, d->job_id, d->attempt);
+    svc_response r;
+    int rc = svc_http_call("DELETE", url, t->s->app->cfg.cluster_token, NULL, 5000, &r);
+    int ok = rc == 0 && (r.status == 200 || r.status == 404);
+    svc_info("job %s attempt %d: cancel asked for; %s %s", d->job_id, d->attempt,
+             ok ? "stop sent to" : "could not reach", d->node_name);
+    svc_response_clear(&r);
+    return ok;
+}
+
 static void *tracker_main(void *arg)
 {
     tracker *t = arg;
@@ -175,9 +194,17 @@ static void *tracker_main(void *arg)
     snprintf(url, sizeof(url), "%s/v1/runs", d->node_url);
     if (t->fresh && run_post(t, url) != 0)
         goto out;
+    /* A run followed again after a restart keeps the deadline it started
+     * with (PostgreSQL's started_at), not a fresh one. */
     int64_t deadline = svc_now_mono_ms() + (int64_t)(d->timeout_s + TIMEOUT_GRACE_S) * 1000;
-    int failures = 0;
+    if (!t->fresh && d->started_ms > 0) {
+        int64_t ran = svc_now_wall_ms() - d->started_ms;
+        deadline -= ran > 0 ? ran : 0;
+    }
+    int failures = 0, cancel_sent = 0;
     while (!s->stop && s->leader) {
+        if (!cancel_sent)
+            cancel_sent = cancel_if_asked(t);
         int64_t left_ms = deadline - svc_now_mono_ms();
         if (left_ms <= 0) {
             snprintf(url, sizeof(url), "%s/v1/runs/%s.%d", d->node_url, d->job_id, d->attempt);

@@ -12,14 +12,30 @@ trap 'echo "test.sh: interrupted" >&2; exit 130' INT TERM
 declare -a names results
 record() { names+=("$1"); results+=("$2"); }
 
+# Each part's output also goes to .test-logs/<part>.log; when a part fails,
+# the lines that say why are printed again next to the summary, so that the
+# reason is in the last screen of a long CI log.
+LOGS=$ROOT/.test-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+stage() { # stage NAME COMMAND...: runs COMMAND, its output to the screen and to the log
+    local name=$1; shift
+    "$@" 2>&1 | tee "$LOGS/$name.log"
+    return "${PIPESTATUS[0]}"
+}
+why() { # why NAME: the lines of a failed part's log that say why
+    grep -E -a 'PROBLEM|NOT counted|broke|^accepted=|FAILED|FAIL:|Error|ERROR|error:|failures=[1-9]|5xx=[1-9]|crash|Assertion|AddressSanitizer|timed out|Timeout' \
+        "$LOGS/$1.log" | grep -v -E '^\s*$' | tail -n 25
+}
+
 echo "=== unit tests (make test-unit)"
-if kl_run_contained make --no-print-directory test-unit; then record unit PASS; else record unit FAIL; fi
+if stage unit kl_run_contained make --no-print-directory test-unit; then record unit PASS; else record unit FAIL; fi
 
 echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness; make fuzz runs 60 s)"
-if FUZZ_SECONDS=${FUZZ_SECONDS:-10} kl_run_contained tests/fuzz/run.sh; then record fuzz PASS; else record fuzz FAIL; fi
+export FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+if stage fuzz kl_run_contained tests/fuzz/run.sh; then record fuzz PASS; else record fuzz FAIL; fi
 
 echo "=== integration tests (pytest tests/integration)"
-kl_run_contained python3 -m pytest -q tests/integration
+stage integration kl_run_contained python3 -m pytest -q tests/integration
 rc=$?
 case $rc in
     0) record integration PASS ;;
@@ -28,12 +44,17 @@ case $rc in
 esac
 
 echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one)"
-if tests/chaos/run.sh; then record chaos PASS; else record chaos FAIL; fi
+if stage chaos tests/chaos/run.sh; then record chaos PASS; else record chaos FAIL; fi
 
 echo "=== API fuzzing, short run (tests/api_fuzz/run.sh; make fuzz-api runs the full one)"
-if tests/api_fuzz/run.sh; then record api-fuzz PASS; else record api-fuzz FAIL; fi
+if stage api-fuzz tests/api_fuzz/run.sh; then record api-fuzz PASS; else record api-fuzz FAIL; fi
 
 status=0
+for i in "${!names[@]}"; do
+    case ${results[$i]} in
+        FAIL*) echo; echo "=== why ${names[$i]} failed (from .test-logs/${names[$i]}.log)"; why "${names[$i]}" ;;
+    esac
+done
 echo
 echo "=== summary"
 for i in "${!names[@]}"; do

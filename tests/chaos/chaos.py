@@ -474,11 +474,16 @@ class Chaos:
     def _redis_flush(self):
         # A flush bites hardest while jobs wait in Redis: give one a few
         # seconds to show up in the ready or delayed set.
+        # Redis can also be empty for a moment (the gateway down past its
+        # lock's TTL, no submit for a while): a flush of nothing proves
+        # nothing, so wait up to 20 s for some key before flushing.
         port, waiting = self.stack.redis_port, 0
-        until = time.monotonic() + 5
-        while time.monotonic() < until:
-            waiting = sum(redis_cmds(port, ("ZCARD", "kowloon:ready"), ("ZCARD", "kowloon:delayed")))
-            if waiting:
+        t0 = time.monotonic()
+        while time.monotonic() < t0 + 20:
+            ready, delayed, size = redis_cmds(port, ("ZCARD", "kowloon:ready"),
+                                              ("ZCARD", "kowloon:delayed"), ("DBSIZE",))
+            waiting = ready + delayed
+            if waiting or (size and time.monotonic() >= t0 + 5):
                 break
             time.sleep(0.01)
         before, ok_reply, after = redis_cmds(port, ("DBSIZE",), ("FLUSHALL",), ("DBSIZE",))
@@ -663,7 +668,7 @@ def main():
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
 
-    failed, summary = True, None
+    failed, summary, problems = True, None, []
     try:
         t_start = time.monotonic()
         stack.start()
@@ -788,11 +793,15 @@ def main():
                    f"redis_flush={c['redis_flush']} pg_restart={c['pg_restart']}")
     except (stk.StackError, stk.ApiError, OSError, subprocess.SubprocessError,
             requests.RequestException) as e:
-        log(f"chaos run broke (no summary): {type(e).__name__}: {e}")
+        problems = [f"chaos run broke (no summary): {type(e).__name__}: {e}"]
+        log(problems[0])
     finally:
         stack.close()
         if failed:
-            print(stack.log_tails(40), file=sys.stderr)
+            print(stack.log_tails(40), file=sys.stderr, flush=True)
+            # again after the log tails, so that the reasons end the output
+            for p in problems:
+                log("PROBLEM: " + p)
         if failed or a.keep:
             log(f"stack files kept in {stack.root}")
         else:

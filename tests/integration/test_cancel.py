@@ -74,3 +74,27 @@ def test_cancel_unknown_job_is_404(A, job_id):
     r = A.cancel(job_id)
     assert r.status_code == 404, r.text
     assert r.json()["error"]["code"] == "not_found"
+
+
+def test_cancel_while_the_node_is_still_accepting_the_run_stops_it(A, stack):
+    """The cancel arrives after the job was claimed but before its node has
+    the run: the gateway's DELETE finds nothing to stop (404). Once the node
+    accepts the run, its tracker sees the cancel request and stops it; the
+    job ends cancelled, not succeeded."""
+    from fakenode import FakeNode
+    node = FakeNode(stack.base, stack.cluster_token, "fake-slow-accept",
+                    accept_delay_s=2.0, run_s=4.0).start()
+    try:
+        j = A.submit("sleep", {"seconds": 1}, resources={"backend": "cuda", "gpus": 1})
+        assert node.posting.wait(10), "the job never reached the fake node"
+        r = A.cancel(j["id"])
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "running" and r.json()["cancel_requested"] is True, r.json()
+        done = A.wait(j["id"], 15)
+        assert done["state"] == "cancelled", done
+        posted = node.seen("POST")
+        assert len(posted) == 1
+        stops = [e for e in node.seen("DELETE") if e[0] >= posted[0][0] and e[3] == 200]
+        assert stops, f"no DELETE reached the run after it was accepted: {node.events}"
+    finally:
+        node.close()

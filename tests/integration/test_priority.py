@@ -28,3 +28,19 @@ def test_equal_priority_is_first_in_first_out(A, stack):
     done = [A.wait(j["id"], 20) for j in jobs]
     starts = [ts(j["started_at"]) for j in done]
     assert starts == sorted(starts), f"same priority ran out of order: {starts}"
+
+
+def test_jobs_no_node_fits_do_not_hold_back_the_jobs_behind_them(A, stack):
+    """More urgent jobs than one window of the scheduler's scan (64) ask for
+    a CUDA node that no node offers; a priority-0 CPU job queued behind them
+    still runs at once."""
+    stuck = [A.submit("sleep", {"seconds": 0}, priority=9,
+                      resources={"backend": "cuda", "gpus": 1}) for _ in range(150)]
+    try:
+        j = A.submit("sleep", {"seconds": 0}, priority=0)
+        done = A.wait(j["id"], 15)
+        assert done["state"] == "succeeded", done
+        assert all(A.job(s["id"])["state"] == "queued" for s in stuck[:3] + stuck[-3:])
+    finally:
+        for s in stuck:
+            A.cancel(s["id"])

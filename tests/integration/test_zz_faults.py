@@ -84,6 +84,31 @@ def test_gateway_killed_mid_run_reattaches_instead_of_rerunning(A, stack):
     stack.wait_nodes_up(stack.node_names, timeout=30)
 
 
+@pytest.mark.timeout(90)
+def test_restarted_gateway_keeps_a_runs_deadline_from_its_start(A, stack):
+    """A node that never finishes a run (a fake one that ignores timeout_s)
+    is given up at started_at + timeout_s + 15 s grace; a gateway restart in
+    between does not start the clock again."""
+    from fakenode import FakeNode
+    node = FakeNode(stack.base, stack.cluster_token, "fake-stuck", run_s=3600).start()
+    try:
+        j = A.submit("sleep", {"seconds": 1}, timeout_s=2,
+                     resources={"backend": "cuda", "gpus": 1})
+        assert node.posting.wait(10), "the job never reached the fake node"
+        time.sleep(8)
+        stack.gateway.kill9()
+        time.sleep(0.5)
+        stack.gateway = stack.start_gateway("gateway", stack.gw_port)
+        done = A.wait(j["id"], 40)
+        assert done["state"] == "failed" and done["error"]["code"] == "timeout", done
+        took = (ts(done["finished_at"]) - ts(done["started_at"])).total_seconds()
+        # 2 s + 15 s grace; a clock started again at the restart gives ~26 s
+        assert 16 <= took <= 22, f"given up {took:.1f}s after the start"
+    finally:
+        node.close()
+        stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
 @pytest.mark.timeout(60)
 def test_sigterm_turns_readyz_and_submits_503_then_exits(A, stack):
     port = free_port()
