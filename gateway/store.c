@@ -301,6 +301,24 @@ void store__release(gw_store *s, store__conn *c)
     pthread_mutex_unlock(&s->mu);
 }
 
+int gw_store_sqlstate_transient(const char *sqlstate)
+{
+    static const char *const classes[] = {"08", "40", "53", "57", "58", NULL};
+    if (!sqlstate || strlen(sqlstate) != 5)
+        return 1;
+    if (strcmp(sqlstate, "55P03") == 0)
+        return 1;
+    for (int i = 0; classes[i]; i++)
+        if (strncmp(sqlstate, classes[i], 2) == 0)
+            return 1;
+    return 0;
+}
+
+int store__fail_rc(const store__conn *c)
+{
+    return gw_store_sqlstate_transient(c->sqlstate) ? -EIO : -EPROTO;
+}
+
 PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int *lens,
                       const int *fmts, int binary)
 {
@@ -309,6 +327,8 @@ PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int
     if (!(c->prepared & (1ull << id))) {
         PGresult *p = PQprepare(c->pg, name, stmts[id].sql, stmts[id].nparams, NULL);
         int ok = PQresultStatus(p) == PGRES_COMMAND_OK;
+        const char *state = p ? PQresultErrorField(p, PG_DIAG_SQLSTATE) : NULL;
+        snprintf(c->sqlstate, sizeof(c->sqlstate), "%s", !ok && state ? state : "");
         if (!ok)
             svc_error("postgres: prepare %s: %s", name, PQresultErrorMessage(p));
         PQclear(p);
@@ -323,7 +343,10 @@ PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
         return r;
-    svc_error("postgres: statement %s: %s", name, PQresultErrorMessage(r));
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    snprintf(c->sqlstate, sizeof(c->sqlstate), "%s", state ? state : "");
+    svc_error("postgres: statement %s: %s%s%s", name, PQresultErrorMessage(r),
+              state ? " SQLSTATE " : "", state ? state : "");
     PQclear(r);
     if (PQstatus(c->pg) != CONNECTION_OK)
         conn_drop(c);

@@ -2,8 +2,9 @@
  * connections, statements prepared once per connection with bound
  * parameters, migrations, keys, jobs and nodes. Functions return 0 or a
  * negative errno: -ENOENT (no such row, or not this tenant's), -EIO
- * (PostgreSQL unreachable or failed), -EAGAIN (the row is not in a state
- * that allows the change), -EINVAL. */
+ * (PostgreSQL unreachable or failed, worth trying again), -EPROTO
+ * (PostgreSQL refused the statement; trying again would not help),
+ * -EAGAIN (the row is not in a state that allows the change), -EINVAL. */
 #ifndef GW_STORE_H
 #define GW_STORE_H
 
@@ -17,6 +18,10 @@ gw_store *gw_store_open(const char *conninfo, int pool_size);
 void gw_store_close(gw_store *s);
 /* 0 when a round trip to PostgreSQL succeeds. */
 int gw_store_ping(gw_store *s);
+/* 1 when an error of this SQLSTATE may pass if the statement is tried
+ * again (classes 08 connection, 40 rollback, 53 resources, 57 operator
+ * intervention, 58 system, and 55P03 lock not available; "" = no answer). */
+int gw_store_sqlstate_transient(const char *sqlstate);
 /* Monotonic ms when PostgreSQL was last found unreachable; 0 if never. */
 int64_t gw_store_last_failure_ms(const gw_store *s);
 

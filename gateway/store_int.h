@@ -12,6 +12,7 @@ typedef struct store__conn {
     PGconn *pg;
     uint64_t prepared;   /* bit i: statement i is prepared on pg */
     int busy;
+    char sqlstate[6];    /* of the last failed statement; "" when no answer came */
 } store__conn;
 
 typedef struct store__insert store__insert;
@@ -55,6 +56,10 @@ void store__release(gw_store *s, store__conn *c);
  * connection is reset for the next user. binary asks for binary results. */
 PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int *lens,
                       const int *fmts, int binary);
+/* The errno for the last failure of store__exec on c: -EIO when it may
+ * pass if tried again (no connection, an outage, a deadlock), -EPROTO when
+ * PostgreSQL refused the statement itself and would refuse it again. */
+int store__fail_rc(const store__conn *c);
 /* Copies column col of row into a NUL-terminated buffer of size len. */
 void store__copy(const PGresult *r, int row, int col, char *out, size_t len);
 /* Parses column col as JSON; NULL when NULL or not JSON. */

@@ -375,7 +375,7 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
     if (!c)
         return -EIO;
     PGresult *r = store__exec(c, ST_JOB_SUCCEED, v, lens, fmts, 0);
-    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : 0;
+    int rc = !r ? store__fail_rc(c) : PQntuples(r) == 0 ? -EAGAIN : 0;
     PQclear(r);
     store__release(s, c);
     return rc;
@@ -391,7 +391,7 @@ int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *
     if (!c)
         return -EIO;
     PGresult *r = store__exec(c, ST_JOB_FAIL, v, NULL, NULL, 0);
-    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : 0;
+    int rc = !r ? store__fail_rc(c) : PQntuples(r) == 0 ? -EAGAIN : 0;
     PQclear(r);
     store__release(s, c);
     return rc;
@@ -411,7 +411,7 @@ int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncou
     if (!c)
         return -EIO;
     PGresult *r = store__exec(c, ST_JOB_REQUEUE, v, NULL, NULL, 0);
-    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : 0;
+    int rc = !r ? store__fail_rc(c) : PQntuples(r) == 0 ? -EAGAIN : 0;
     if (!rc) {
         out->requeued = strcmp(PQgetvalue(r, 0, 0), "queued") == 0;
         snprintf(out->q.id, sizeof(out->q.id), "%s", job_id);

@@ -146,6 +146,11 @@ static void run_finish(tracker *t, json_t *run)
                                               meta, b.data, b.len)) == -EIO &&
                    !s->stop)
                 svc_sleep_ms(1000);
+            /* PostgreSQL refused the result itself (too large for one
+             * value, say): retrying would not help, the job fails. */
+            if (rc == -EPROTO)
+                rc = gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", "bad_result",
+                                       "PostgreSQL refused to store the result (see the gateway log)");
             free(meta);
             free(info_s);
         }

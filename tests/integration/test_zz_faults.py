@@ -6,10 +6,11 @@ graceful SIGTERM of a gateway."""
 import signal
 import time
 
+import numpy as np
 import pytest
 import requests
 
-from stack import free_port, ts
+from stack import free_port, tensor, ts
 
 
 def events(stack, job_id):
@@ -82,6 +83,27 @@ def test_gateway_killed_mid_run_reattaches_instead_of_rerunning(A, stack):
     assert done["attempts"] == 1, f"the run should have been collected, not re-run: {done}"
     assert stack.psql_value(f"SELECT count(*) FROM job_results WHERE job_id = '{j['id']}'") == "1"
     stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_result_postgresql_refuses_fails_the_job_instead_of_retrying_for_ever(A, stack):
+    """A result PostgreSQL will never accept (here: a constraint the test
+    adds, standing in for a value past bytea's 1 GB) is not retried as if
+    PostgreSQL were down: the job fails with bad_result and the node's slot
+    is free again."""
+    stack.psql("ALTER TABLE job_results ADD CONSTRAINT it_small_results"
+               " CHECK (octet_length(data) < 100) NOT VALID")
+    try:
+        x = np.arange(64, dtype=np.float32)
+        j = A.submit("saxpy", {"a": 1.0}, {"x": tensor(x), "y": tensor(x)})
+        done = A.wait(j["id"], 20)
+        assert done["state"] == "failed", done
+        assert done["error"]["code"] == "bad_result", done
+        assert stack.psql_value(f"SELECT count(*) FROM job_results WHERE job_id = '{j['id']}'") == "0"
+    finally:
+        stack.psql("ALTER TABLE job_results DROP CONSTRAINT it_small_results")
+    small = A.run("saxpy", {"a": 1.0}, {"x": tensor(x[:4]), "y": tensor(x[:4])})
+    assert small["state"] == "succeeded"
 
 
 @pytest.mark.timeout(90)
