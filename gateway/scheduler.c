@@ -21,6 +21,9 @@
  * backend no node offers, a tenant at its running quota) are passed over,
  * so that they cannot hold back the jobs behind them. */
 #define SCAN_MAX 4096
+/* A pass runs on every submit; only the first window is read each time,
+ * the deeper ones at most this often. */
+#define DEEP_SCAN_MS 200
 
 int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus)
 {
@@ -182,18 +185,27 @@ static int nodes_view(gw_sched *s, gw_place_node *view, int64_t now)
 static int dispatch_pass(gw_sched *s)
 {
     gw_ready ready[PEEK_MAX];
+    gw_place_node view[SCHED_MAX_NODES];
     int dispatched = 0, passed = 0, scanned = 0;
     int64_t now = svc_now_mono_ms();
+    pthread_mutex_lock(&s->mu);
+    int free_slot = nodes_view(s, view, now);
+    pthread_mutex_unlock(&s->mu);
+    if (!free_slot)
+        return 0;
     while (!s->stop && scanned < SCAN_MAX) {
         int n = 0;
+        if (scanned == PEEK_MAX) {
+            if (now < s->next_deep_ms)
+                break;
+            s->next_deep_ms = now + DEEP_SCAN_MS;
+        }
         /* Entries taken below leave the set; the ones passed over stay, so
          * the next window starts after them. */
         if (gw_queue_peek(s->app->queue, passed, ready, PEEK_MAX, &n) != 0 || n == 0)
             break;
         scanned += n;
-        int free_slot = 1;
         for (int i = 0; i < n && !s->stop && free_slot; i++) {
-            gw_place_node view[SCHED_MAX_NODES];
             char node_id[37];
             pthread_mutex_lock(&s->mu);
             nodes_view(s, view, now);

@@ -30,6 +30,7 @@ struct gw_sched {
     int nodes_changed;        /* reload the node table before placing */
     volatile int leader;
     int64_t leader_since_ms;  /* monotonic: when this gateway took the lock */
+    int64_t next_deep_ms;     /* monotonic: earliest next scan past the first window */
     char owner[96];
     sched__node nodes[SCHED_MAX_NODES];
     int nnodes;
