@@ -5,6 +5,7 @@ import signal
 import time
 
 import pytest
+import requests
 
 from stack import free_port, ts
 
@@ -97,3 +98,43 @@ def test_restarted_node_with_lost_run_requeues_it(A, stack):
     stack.wait_nodes_up(stack.node_names, timeout=30)
     assert done["state"] == "succeeded", done
     assert done["attempts"] == 2, done
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_drains_a_node_its_run_finishes_there_and_is_collected(A, stack):
+    """SIGTERM to a node running a job: the node stops taking runs (503
+    draining, draining: true in /v1/info and /v1/nodes), lets the run
+    finish, waits for the gateway to collect it, deregisters and exits 0.
+    The job succeeds there on its first attempt."""
+    busy = [A.submit("sleep", {"seconds": 6}) for _ in stack.node_names]
+    for b in busy:
+        A.wait(b["id"], 10, states=("running",))
+    name = "node-drainer"
+    stack.node_ports[name] = free_port()
+    p = stack.start_node(name)
+    try:
+        stack.wait_nodes_up([name], timeout=20)
+        j = stack.wait_run_on_node(A.wait(A.submit("sleep", {"seconds": 2.5})["id"], 10,
+                                          states=("running",)))
+        assert j["node"] == name, j
+        p.popen.send_signal(signal.SIGTERM)
+        hdr = {"Authorization": "Bearer " + stack.cluster_token}
+        url = stack.node_url(name)
+        stack_wait = time.monotonic() + 5
+        while time.monotonic() < stack_wait:
+            info = requests.get(f"{url}/v1/info", headers=hdr, timeout=2).json()
+            if info.get("draining"):
+                break
+            time.sleep(0.05)
+        assert info.get("draining") is True, info
+        r = requests.post(f"{url}/v1/runs", headers=hdr, timeout=5, json={
+            "job_id": "00000000-0000-4000-8000-000000000001", "attempt": 1, "kernel": "sleep",
+            "params": {"seconds": 0}, "inputs": {}, "timeout_s": 10, "backend": "any", "gpus": 1})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "draining", r.text
+        done = A.wait(j["id"], 20)
+        assert done["state"] == "succeeded" and done["attempts"] == 1, done
+        assert done["node"] == name, done
+        assert p.popen.wait(timeout=20) == 0, "a drained node exits 0"
+        assert stack.nodes_by_name()[name]["state"] == "down"
+    finally:
+        p.stop(signal.SIGKILL)
