@@ -10,16 +10,22 @@ import requests
 from stack import free_port, ts
 
 
+def extra_node_while_busy(A, stack, name, busy_s):
+    """Fills every regular node with a sleep of busy_s seconds, then starts
+    one more node (name, on a free port), so the next job goes to it."""
+    busy = [A.submit("sleep", {"seconds": busy_s}) for _ in stack.node_names]
+    for b in busy:
+        A.wait(b["id"], 10, states=("running",))
+    stack.node_ports[name] = free_port()
+    return stack.start_node(name)
+
+
 @pytest.mark.timeout(60)
 def test_deregistered_node_is_never_dispatched_to(A, stack):
     """A node that shut down cleanly (DELETE /v1/nodes/{id}) gets no job
     afterwards, and the job waiting for a slot stays plainly queued."""
-    busy = [A.submit("sleep", {"seconds": 4}) for _ in stack.node_names]
-    for b in busy:
-        A.wait(b["id"], 10, states=("running",))
     name = "node-leaver"
-    stack.node_ports[name] = free_port()
-    p = stack.start_node(name)
+    p = extra_node_while_busy(A, stack, name, busy_s=4)
     try:
         stack.wait_nodes_up([name], timeout=20)
         time.sleep(1.5)  # long enough for any scheduler cache to know it
@@ -106,12 +112,8 @@ def test_sigterm_drains_a_node_its_run_finishes_there_and_is_collected(A, stack)
     draining, draining: true in /v1/info and /v1/nodes), lets the run
     finish, waits for the gateway to collect it, deregisters and exits 0.
     The job succeeds there on its first attempt."""
-    busy = [A.submit("sleep", {"seconds": 6}) for _ in stack.node_names]
-    for b in busy:
-        A.wait(b["id"], 10, states=("running",))
     name = "node-drainer"
-    stack.node_ports[name] = free_port()
-    p = stack.start_node(name)
+    p = extra_node_while_busy(A, stack, name, busy_s=6)
     try:
         stack.wait_nodes_up([name], timeout=20)
         j = stack.wait_run_on_node(A.wait(A.submit("sleep", {"seconds": 2.5})["id"], 10,
