@@ -159,11 +159,27 @@ static int cn__run_cancel(svc_req *req)
     return cn__reply_run(req, rc, run);
 }
 
+static int cn__run_release(svc_req *req)
+{
+    const cn_node *n = svc_req_app(req);
+
+    if (!cn__authorized(req))
+        return 0;
+    const char *id = svc_req_param(req, "id");
+    int rc = cn_runs_release(n->runs, id);
+    if (rc == CN_EBUSY)
+        return svc_reply_error(req, 409, "conflict", NULL, NULL, "run %s has not finished", id);
+    if (rc == CN_ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no run %s on this node", id);
+    return svc_reply_json(req, 200, json_pack("{s:s, s:b}", "id", id, "released", 1));
+}
+
 const svc_route cn_api_routes[] = {
     {.method = "GET", .pattern = "/healthz", .handler = cn__healthz},
     {.method = "GET", .pattern = "/v1/info", .handler = cn__info},
     {.method = "POST", .pattern = "/v1/runs", .handler = cn__run_create, .json_body = 1},
     {.method = "GET", .pattern = "/v1/runs/{id}", .handler = cn__run_get},
     {.method = "DELETE", .pattern = "/v1/runs/{id}", .handler = cn__run_cancel},
+    {.method = "POST", .pattern = "/v1/runs/{id}/release", .handler = cn__run_release},
     {.method = NULL},
 };

@@ -16,6 +16,10 @@
 
 #define CN_BUCKETS 1024
 #define CN_KEEP_DEFAULT_MS (15 * 60 * 1000)
+/* A released run stays this long: the gateway records outcomes with an
+ * asynchronous commit, and a PostgreSQL crash in that window sends it back
+ * to the node for the run. */
+#define CN_RELEASE_GRACE_DEFAULT_MS (10 * 1000)
 /* Draining waits for runs that ended this recently and were not collected
  * yet: the gateway's long poll is about to take them. Older ones it has
  * evidently given up on. */
@@ -41,6 +45,8 @@ typedef struct cn_run {
     int cancel_requested;      /* by whom: one of cn_cancel_why, 0 when not */
     int timed_out, timeout_logged;
     int collected;             /* a terminal answer went out */
+    int released;              /* the gateway has recorded it: free it soon */
+    int64_t released_mono;
     int watched;               /* draining waits for it */
     int64_t created_wall, started_wall, finished_wall;
     int64_t started_mono, deadline_mono, finished_mono;
@@ -67,7 +73,7 @@ struct cn_runs {
     int running;
     int slots, threads;
     const cn_backend *backend;
-    int64_t keep_ms;
+    int64_t keep_ms, release_grace_ms;
     int draining, closing;
     unsigned rr;               /* round robin over GPUs */
     pthread_t *workers;
@@ -280,6 +286,8 @@ static json_t *cn__run_json(const cn_run *r)
                           "elapsed_ms", (json_int_t)elapsed, "error", err);
     if (j && r->cancel_requested && !cn__terminal(r))
         json_object_set_new(j, "cancel_requested", json_true());
+    if (j && r->released)
+        json_object_set_new(j, "released", json_true());
     if (j && cn__terminal(r)) {
         json_t *info = json_object();
         for (int i = 0; info && i < r->info.n; i++)
@@ -400,7 +408,9 @@ static void *cn__watchdog(void *arg)
                 } else if (r->deadline_mono < next) {
                     next = r->deadline_mono;
                 }
-            } else if (cn__terminal(r) && r->refs == 0 && now - r->finished_mono >= m->keep_ms) {
+            } else if (cn__terminal(r) && r->refs == 0 &&
+                       ((r->released && now - r->released_mono >= m->release_grace_ms) ||
+                        now - r->finished_mono >= m->keep_ms)) {
                 cn__unlink(m, r);
                 svc_debug("run freed run=%s", r->id);
                 cn__run_free(r);
@@ -438,6 +448,8 @@ int cn_runs_create(const cn_runs_opts *opts, cn_runs **out)
     m->threads = opts->threads;
     m->backend = opts->backend;
     m->keep_ms = opts->keep_ms > 0 ? opts->keep_ms : CN_KEEP_DEFAULT_MS;
+    m->release_grace_ms = opts->release_grace_ms > 0 ? opts->release_grace_ms
+                                                     : CN_RELEASE_GRACE_DEFAULT_MS;
     rc = -ENOMEM;
     if (!(m->workers = calloc((size_t)opts->slots, sizeof *m->workers)))
         goto cleanup;
@@ -635,6 +647,21 @@ int cn_runs_cancel(cn_runs *m, const char *run_id, int64_t wait_ms, json_t **out
         return CN_ENOENT;
     }
     return cn_runs_get(m, run_id, wait_ms, 1, out);
+}
+
+int cn_runs_release(cn_runs *m, const char *run_id)
+{
+    pthread_mutex_lock(&m->mu);
+    cn_run *r = cn__find(m, run_id);
+    int rc = !r ? CN_ENOENT : !cn__terminal(r) ? CN_EBUSY : 0;
+    if (rc == 0 && !r->released) {
+        r->collected = 1;
+        r->released = 1;
+        r->released_mono = svc_now_mono_ms();
+        pthread_cond_signal(&m->tick);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
 }
 
 void cn_runs_load(cn_runs *m, int *active, json_t *ids)

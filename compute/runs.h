@@ -19,6 +19,7 @@ typedef struct cn_runs_opts {
     int threads;                /* CPU threads per run; <= 0: all cores */
     const cn_backend *backend;  /* borrowed; must outlive the manager */
     int64_t keep_ms;            /* how long finished runs stay; <= 0: 15 minutes */
+    int64_t release_grace_ms;   /* how long released runs stay; <= 0: 10 seconds */
 } cn_runs_opts;
 
 enum {
@@ -30,6 +31,7 @@ enum {
     CN_ENOTSUP = -5,         /* this node cannot serve the request (no CUDA, too few
                                 GPUs); err says why */
     CN_ENOMEM = -6,
+    CN_EBUSY = -7,           /* the run has not finished */
 };
 
 /* Starts the workers and the watchdog. Returns 0 and *out, or a negative
@@ -65,6 +67,11 @@ int cn_runs_get(cn_runs *m, const char *run_id, int64_t wait_ms, int outputs, js
  * raised and ends when the kernel notices. Then as cn_runs_get with outputs.
  * A finished run is left as it is. */
 int cn_runs_cancel(cn_runs *m, const char *run_id, int64_t wait_ms, json_t **out);
+
+/* The gateway has recorded how the run ended: the run and its outputs are
+ * freed after release_grace_ms instead of keep_ms. 0, CN_ENOENT, or
+ * CN_EBUSY for a run that has not finished (nothing changes). */
+int cn_runs_release(cn_runs *m, const char *run_id);
 
 /* Load for heartbeats: *active = queued + running; ids (may be NULL) gets
  * every run id the gateway still has to learn about (queued, running, and

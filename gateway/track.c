@@ -117,8 +117,9 @@ static int run_post(tracker *t, const char *url)
     return ok ? 0 : -EIO;
 }
 
-/* Records a terminal run. */
-static void run_finish(tracker *t, json_t *run)
+/* Records a terminal run. Returns 1 once PostgreSQL has its outcome (or
+ * has moved on from this attempt), 0 when the gateway stopped first. */
+static int run_finish(tracker *t, json_t *run)
 {
     gw_sched *s = t->s;
     gw_dispatch *d = &t->d;
@@ -169,6 +170,22 @@ static void run_finish(tracker *t, json_t *run)
                  d->job_id, d->attempt, d->node_name);
     else
         svc_debug("job %s attempt %d: %s on %s", d->job_id, d->attempt, state ? state : "?", d->node_name);
+    return rc != -EIO;
+}
+
+/* Tells the node its finished run is recorded, so that it frees the
+ * outputs now rather than keeping them for minutes. */
+static void run_release(tracker *t)
+{
+    gw_dispatch *d = &t->d;
+    char url[700];
+    snprintf(url, sizeof(url), "%s/v1/runs/%s.%d/release", d->node_url, d->job_id, d->attempt);
+    svc_response r;
+    if (svc_http_call("POST", url, t->s->app->cfg.cluster_token, NULL, 5000, &r) != 0 ||
+        (r.status != 200 && r.status != 404))
+        svc_debug("job %s attempt %d: release on %s not confirmed (%s, status %d)", d->job_id,
+                  d->attempt, d->node_name, r.error, r.status);
+    svc_response_clear(&r);
 }
 
 /* A cancel asked for between the claim and the node's accepting the run
@@ -231,8 +248,10 @@ static void *tracker_main(void *arg)
             const char *state = json_string_value(json_object_get(r.json, "state"));
             if (state && (strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
                           strcmp(state, "cancelled") == 0)) {
-                run_finish(t, r.json);
+                int recorded = run_finish(t, r.json);
                 svc_response_clear(&r);
+                if (recorded)
+                    run_release(t);
                 break;
             }
         } else if (rc == 0 && r.status == 404) {

@@ -5,8 +5,9 @@ import re
 from datetime import datetime
 
 import numpy as np
+import requests
 
-from stack import decode, tensor, ts
+from stack import decode, tensor, ts, wait_until
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -117,3 +118,25 @@ def test_job_row_is_in_postgres_when_202_returns(A, stack):
     j = A.submit("sleep", {"seconds": 0})
     n = stack.psql_value(f"SELECT count(*) FROM jobs WHERE id = '{j['id']}'")
     assert n == "1"
+
+
+def test_node_frees_a_run_once_the_gateway_has_recorded_it(A, stack):
+    """After storing a result the gateway releases the run on its node
+    (POST /v1/runs/{id}/release): the node frees it after a short grace
+    instead of holding the outputs for 15 minutes. A run that has not
+    finished cannot be released."""
+    hdr = {"Authorization": "Bearer " + stack.cluster_token}
+    long = stack.wait_run_on_node(A.wait(A.submit("sleep", {"seconds": 2})["id"], 10,
+                                         states=("running",)))
+    run_url = f"{stack.node_url(long['node'])}/v1/runs/{long['id']}.{long['attempts']}"
+    r = requests.post(run_url + "/release", headers=hdr, timeout=5)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "conflict", r.text
+    r = requests.post(f"{stack.node_url(long['node'])}/v1/runs/nope.1/release", headers=hdr, timeout=5)
+    assert r.status_code == 404, r.text
+    assert requests.post(run_url + "/release", timeout=5).status_code == 401
+    assert A.wait(long["id"], 10)["state"] == "succeeded"
+
+    def released():
+        got = requests.get(run_url, headers=hdr, timeout=5)
+        return got.status_code == 404 or got.json().get("released") is True
+    wait_until(released, 5, 0.1, "the run released on its node")

@@ -19,20 +19,22 @@ typedef struct fixture {
     cn_runs *runs;
 } fixture;
 
-static int setup_slots(void **state, int slots, int64_t keep_ms)
+static int setup_opts(void **state, int slots, int64_t keep_ms, int64_t release_grace_ms)
 {
     static fixture f;
     memset(&f, 0, sizeof f);
     svc_log_init("test", SVC_LOG_ERROR);
     assert_int_equal(cn_backend_open(&f.backend, "cpu", NULL), 0);
-    cn_runs_opts o = {.slots = slots, .threads = 1, .backend = &f.backend, .keep_ms = keep_ms};
+    cn_runs_opts o = {.slots = slots, .threads = 1, .backend = &f.backend, .keep_ms = keep_ms,
+                      .release_grace_ms = release_grace_ms};
     assert_int_equal(cn_runs_create(&o, &f.runs), 0);
     *state = &f;
     return 0;
 }
-static int setup2(void **state) { return setup_slots(state, 2, 0); }
-static int setup1(void **state) { return setup_slots(state, 1, 0); }
-static int setup_short_keep(void **state) { return setup_slots(state, 2, 100); }
+static int setup2(void **state) { return setup_opts(state, 2, 0, 0); }
+static int setup1(void **state) { return setup_opts(state, 1, 0, 0); }
+static int setup_short_keep(void **state) { return setup_opts(state, 2, 100, 0); }
+static int setup_short_release(void **state) { return setup_opts(state, 2, 0, 100); }
 
 static int teardown(void **state)
 {
@@ -270,20 +272,46 @@ static void test_shutdown_cancel_is_a_retryable_backend_error(void **state)
     json_decref(run);
 }
 
+/* Polls until the run is gone or ms have passed; returns the last get's result. */
+static int gone_within(cn_runs *m, const char *id, int64_t ms)
+{
+    json_t *run = NULL;
+    int64_t deadline = svc_now_mono_ms() + ms;
+    int rc = 0;
+    while (rc == 0 && svc_now_mono_ms() < deadline) {
+        svc_sleep_ms(20);
+        rc = cn_runs_get(m, id, 0, 0, &run);
+        json_decref(run);
+    }
+    return rc;
+}
+
 static void test_finished_runs_are_swept_after_keep_time(void **state)
 {
     fixture *f = *state;
-    json_t *run = NULL;
     assert_int_equal(submit_sleep(f->runs, "sw", 1, 0, 60), CN_RUN_NEW);
     json_decref(wait_run(f->runs, "sw.1", 2000));
-    int64_t deadline = svc_now_mono_ms() + 3000;
-    int rc = 0;
-    while (rc == 0 && svc_now_mono_ms() < deadline) {
-        svc_sleep_ms(50);
-        rc = cn_runs_get(f->runs, "sw.1", 0, 0, &run);
-        json_decref(run);
-    }
-    assert_int_equal(rc, CN_ENOENT);
+    assert_int_equal(gone_within(f->runs, "sw.1", 3000), CN_ENOENT);
+}
+
+static void test_release_frees_a_finished_run_long_before_keep_time(void **state)
+{
+    fixture *f = *state;
+    /* keep time is the default 15 minutes; release grace 100 ms */
+    assert_int_equal(submit_sleep(f->runs, "rl", 1, 30, 60), CN_RUN_NEW);
+    assert_int_equal(cn_runs_release(f->runs, "rl.1"), CN_EBUSY);   /* still running */
+    assert_int_equal(cn_runs_release(f->runs, "nope.1"), CN_ENOENT);
+    json_t *run = NULL;
+    assert_int_equal(cn_runs_cancel(f->runs, "rl.1", 2000, &run), 0);
+    json_decref(run);
+    assert_int_equal(submit_sleep(f->runs, "kept", 1, 0, 60), CN_RUN_NEW);
+    json_decref(wait_run(f->runs, "kept.1", 2000));
+    assert_int_equal(cn_runs_release(f->runs, "rl.1"), 0);
+    assert_int_equal(cn_runs_release(f->runs, "rl.1"), 0);           /* twice is fine */
+    assert_int_equal(gone_within(f->runs, "rl.1", 3000), CN_ENOENT);
+    /* an unreleased run is still kept */
+    assert_int_equal(cn_runs_get(f->runs, "kept.1", 0, 0, &run), 0);
+    json_decref(run);
 }
 
 int main(void)
@@ -302,6 +330,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_draining_refuses_new_runs_and_waits_for_collection, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_cancel_is_a_retryable_backend_error, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_finished_runs_are_swept_after_keep_time, setup_short_keep, teardown),
+        cmocka_unit_test_setup_teardown(test_release_frees_a_finished_run_long_before_keep_time, setup_short_release, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
