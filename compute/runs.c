@@ -17,9 +17,9 @@
 #define CN_BUCKETS 1024
 #define CN_KEEP_DEFAULT_MS (15 * 60 * 1000)
 /* A released run stays this long: the gateway records outcomes with an
- * asynchronous commit, and a PostgreSQL crash in that window sends it back
- * to the node for the run. */
-#define CN_RELEASE_GRACE_DEFAULT_MS (10 * 1000)
+ * asynchronous commit, and a PostgreSQL crash that loses one sends it back
+ * to the node for the run once PostgreSQL has recovered. */
+#define CN_RELEASE_GRACE_DEFAULT_MS (60 * 1000)
 /* Draining waits for runs that ended this recently and were not collected
  * yet: the gateway's long poll is about to take them. Older ones it has
  * evidently given up on. */

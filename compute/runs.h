@@ -19,7 +19,7 @@ typedef struct cn_runs_opts {
     int threads;                /* CPU threads per run; <= 0: all cores */
     const cn_backend *backend;  /* borrowed; must outlive the manager */
     int64_t keep_ms;            /* how long finished runs stay; <= 0: 15 minutes */
-    int64_t release_grace_ms;   /* how long released runs stay; <= 0: 10 seconds */
+    int64_t release_grace_ms;   /* how long released runs stay; <= 0: 60 seconds */
 } cn_runs_opts;
 
 enum {

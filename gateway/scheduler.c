@@ -180,9 +180,9 @@ static int nodes_view(gw_sched *s, gw_place_node *view, int64_t now)
 
 /* One placement pass: walks the ready queue from the most urgent entry and
  * dispatches each job that some free slot fits, until no slot is free, the
- * queue ends, or SCAN_MAX entries were looked at. Returns how many were
- * dispatched. */
-static int dispatch_pass(gw_sched *s)
+ * queue ends, SCAN_MAX entries were looked at, or the clock reaches until
+ * (the scheduler lock wants renewing). Returns how many were dispatched. */
+static int dispatch_pass(gw_sched *s, int64_t until)
 {
     gw_ready ready[PEEK_MAX];
     gw_place_node view[SCHED_MAX_NODES];
@@ -205,7 +205,7 @@ static int dispatch_pass(gw_sched *s)
         if (gw_queue_peek(s->app->queue, passed, ready, PEEK_MAX, &n) != 0 || n == 0)
             break;
         scanned += n;
-        for (int i = 0; i < n && !s->stop && free_slot; i++) {
+        for (int i = 0; i < n && !s->stop && free_slot && svc_now_mono_ms() < until; i++) {
             char node_id[37];
             pthread_mutex_lock(&s->mu);
             nodes_view(s, view, now);
@@ -235,7 +235,7 @@ static int dispatch_pass(gw_sched *s)
             free_slot = nodes_view(s, view, now);
             pthread_mutex_unlock(&s->mu);
         }
-        if (n < PEEK_MAX || !free_slot)
+        if (n < PEEK_MAX || !free_slot || svc_now_mono_ms() >= until)
             break;
     }
     return dispatched;
@@ -282,7 +282,7 @@ static void *sched_main(void *arg)
             gw_queue_promote_due(s->app->queue, &due);
             /* Back to the top for the lock's renewal in time, however long
              * the queue keeps the passes busy. */
-            while (!s->stop && svc_now_mono_ms() < next_lock && dispatch_pass(s) > 0)
+            while (!s->stop && svc_now_mono_ms() < next_lock && dispatch_pass(s, next_lock) > 0)
                 ;
         }
         pthread_mutex_lock(&s->mu);

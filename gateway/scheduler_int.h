@@ -44,8 +44,9 @@ int sched__running_on(gw_sched *s, const char *node_id);
  * Takes d's contents either way. 0, or -EEXIST when already tracked. */
 int sched__track(gw_sched *s, gw_dispatch *d, int fresh);
 /* Fenced: back to queued (and into Redis) or failed when attempts are
- * spent, or cancelled when a cancel was asked for. */
-void sched__requeue(gw_sched *s, const char *job_id, int attempt, int uncounted,
-                    const char *code, const char *message);
+ * spent, or cancelled when a cancel was asked for. Returns the store's
+ * answer: 0, -EAGAIN (the attempt is no longer current), -EIO, -EPROTO. */
+int sched__requeue(gw_sched *s, const char *job_id, int attempt, int uncounted,
+                   const char *code, const char *message);
 
 #endif

@@ -80,7 +80,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_JOBS_RUNNING] = {
     "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
     "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus,"
-    "       coalesce((extract(epoch FROM j.started_at) * 1000)::bigint, 0)"
+    "       coalesce((extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint, 0)"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running'", 0},
 [ST_JOB_SUCCEED] = {
     "WITH " ASYNC_COMMIT ","
@@ -160,7 +160,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_JOBS_ON_DOWN] = {
     "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
     "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus,"
-    "       coalesce((extract(epoch FROM j.started_at) * 1000)::bigint, 0)"
+    "       coalesce((extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint, 0)"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'", 0},
 [ST_BACKENDS_UP] = {"SELECT coalesce(jsonb_agg(DISTINCT backend), '[]')::text FROM nodes"
                     " WHERE state = 'up'", 0},
@@ -303,10 +303,11 @@ void store__release(gw_store *s, store__conn *c)
 
 int gw_store_sqlstate_transient(const char *sqlstate)
 {
-    static const char *const classes[] = {"08", "40", "53", "57", "58", NULL};
+    static const char *const classes[] = {"08", "25", "40", "53", "57", "58", NULL};
     if (!sqlstate || strlen(sqlstate) != 5)
         return 1;
-    if (strcmp(sqlstate, "55P03") == 0)
+    /* lock not available; a prepared statement gone with a reset session */
+    if (strcmp(sqlstate, "55P03") == 0 || strcmp(sqlstate, "26000") == 0)
         return 1;
     for (int i = 0; classes[i]; i++)
         if (strncmp(sqlstate, classes[i], 2) == 0)

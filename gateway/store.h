@@ -19,8 +19,9 @@ void gw_store_close(gw_store *s);
 /* 0 when a round trip to PostgreSQL succeeds. */
 int gw_store_ping(gw_store *s);
 /* 1 when an error of this SQLSTATE may pass if the statement is tried
- * again (classes 08 connection, 40 rollback, 53 resources, 57 operator
- * intervention, 58 system, and 55P03 lock not available; "" = no answer). */
+ * again (classes 08 connection, 25 transaction state (a read-only standby),
+ * 40 rollback, 53 resources, 57 operator intervention, 58 system, 55P03
+ * lock not available, 26000 prepared statement missing; "" = no answer). */
 int gw_store_sqlstate_transient(const char *sqlstate);
 /* Monotonic ms when PostgreSQL was last found unreachable; 0 if never. */
 int64_t gw_store_last_failure_ms(const gw_store *s);
@@ -91,7 +92,7 @@ typedef struct gw_dispatch {
     unsigned char *inputs;    /* owned */
     size_t inputs_len;
     int cancel_requested;
-    int64_t started_ms;       /* epoch ms; 0 for a fresh claim */
+    int64_t ran_ms;           /* since started_at, by PostgreSQL's clock; 0 for a fresh claim */
 } gw_dispatch;
 void gw_dispatch_clear(gw_dispatch *d);
 

@@ -337,7 +337,7 @@ static int load_running(gw_store *s, int id, gw_dispatch **out, int *n)
         d->seq = strtoll(PQgetvalue(r, i, 9), NULL, 10);
         store__copy(r, i, 10, d->backend, sizeof(d->backend));
         d->gpus = atoi(PQgetvalue(r, i, 11));
-        d->started_ms = strtoll(PQgetvalue(r, i, 12), NULL, 10);
+        d->ran_ms = strtoll(PQgetvalue(r, i, 12), NULL, 10);
         *n = i + 1;
     }
     PQclear(r);

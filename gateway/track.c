@@ -17,6 +17,9 @@
  * enforces first; past it the node is presumed stuck. */
 #define TIMEOUT_GRACE_S 15
 #define POLL_WAIT_S 20
+/* How often a followed run checks PostgreSQL for a cancel request that the
+ * API could not deliver itself. */
+#define CANCEL_CHECK_MS 5000
 
 typedef struct tracker {
     gw_sched *s;
@@ -32,16 +35,17 @@ int sched__running_on(gw_sched *s, const char *node_id)
     return n;
 }
 
-void sched__requeue(gw_sched *s, const char *job_id, int attempt, int uncounted,
-                    const char *code, const char *message)
+int sched__requeue(gw_sched *s, const char *job_id, int attempt, int uncounted,
+                   const char *code, const char *message)
 {
     gw_backoff bo = {s->app->cfg.retry_base_ms, s->app->cfg.retry_max_s};
     gw_requeued out;
-    if (gw_store_job_requeue(s->app->store, job_id, attempt, uncounted, code, message, &bo, &out) == 0 &&
-        out.requeued) {
+    int rc = gw_store_job_requeue(s->app->store, job_id, attempt, uncounted, code, message, &bo, &out);
+    if (rc == 0 && out.requeued) {
         gw_queue_push_queued(s->app->queue, &out.q);
         gw_sched_wake(s);
     }
+    return rc;
 }
 
 static void node_avoid(gw_sched *s, const char *node_id, int ms)
@@ -118,7 +122,8 @@ static int run_post(tracker *t, const char *url)
 }
 
 /* Records a terminal run. Returns 1 once PostgreSQL has its outcome (or
- * has moved on from this attempt), 0 when the gateway stopped first. */
+ * has moved on from this attempt), 0 when it has not (the gateway stopped
+ * first, or the store failed): then the node must keep the run. */
 static int run_finish(tracker *t, json_t *run)
 {
     gw_sched *s = t->s;
@@ -157,9 +162,9 @@ static int run_finish(tracker *t, json_t *run)
         }
         gw_blob_free(&b);
     } else if (state && strcmp(state, "cancelled") == 0 && strcmp(code, "timeout") != 0) {
-        sched__requeue(s, d->job_id, d->attempt, 0, "cancelled", "the node cancelled the run");
+        rc = sched__requeue(s, d->job_id, d->attempt, 0, "cancelled", "the node cancelled the run");
     } else if (strcmp(code, "backend_error") == 0) {
-        sched__requeue(s, d->job_id, d->attempt, 0, code, msg);
+        rc = sched__requeue(s, d->job_id, d->attempt, 0, code, msg);
     } else {
         while ((rc = gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", code, msg)) == -EIO &&
                !s->stop)
@@ -170,7 +175,7 @@ static int run_finish(tracker *t, json_t *run)
                  d->job_id, d->attempt, d->node_name);
     else
         svc_debug("job %s attempt %d: %s on %s", d->job_id, d->attempt, state ? state : "?", d->node_name);
-    return rc != -EIO;
+    return rc == 0 || rc == -EAGAIN;
 }
 
 /* Tells the node its finished run is recorded, so that it frees the
@@ -217,18 +222,25 @@ static void *tracker_main(void *arg)
     if (t->fresh && run_post(t, url) != 0)
         goto out;
     /* A run followed again after a restart keeps the deadline it started
-     * with (PostgreSQL's started_at), not a fresh one. */
+     * with: ran_ms is how long ago it started, by PostgreSQL's clock. */
     int64_t deadline = svc_now_mono_ms() + (int64_t)(d->timeout_s + TIMEOUT_GRACE_S) * 1000;
-    if (!t->fresh && d->started_ms > 0) {
-        int64_t ran = svc_now_wall_ms() - d->started_ms;
-        deadline -= ran > 0 ? ran : 0;
-    }
-    int failures = 0, cancel_sent = 0;
+    if (!t->fresh)
+        deadline -= d->ran_ms;
+    int failures = 0, cancel_sent = 0, last_look = 0;
+    int64_t next_cancel_check = 0;
     while (!s->stop && s->leader) {
-        if (!cancel_sent)
+        int64_t now = svc_now_mono_ms();
+        if (!cancel_sent && now >= next_cancel_check) {
             cancel_sent = cancel_if_asked(t);
-        int64_t left_ms = deadline - svc_now_mono_ms();
-        if (left_ms <= 0) {
+            next_cancel_check = now + CANCEL_CHECK_MS;
+        }
+        int64_t left_ms = deadline - now;
+        /* Past the deadline, one last look without waiting first: a run
+         * that ended while no gateway followed it is collected, not failed. */
+        if (left_ms <= 0 && !last_look) {
+            last_look = 1;
+            left_ms = 0;
+        } else if (left_ms <= 0) {
             snprintf(url, sizeof(url), "%s/v1/runs/%s.%d", d->node_url, d->job_id, d->attempt);
             svc_response r;
             svc_http_call("DELETE", url, s->app->cfg.cluster_token, NULL, 5000, &r);
@@ -237,12 +249,11 @@ static void *tracker_main(void *arg)
                               "no result from the node within timeout_s plus grace");
             break;
         }
-        int wait = left_ms / 1000 < POLL_WAIT_S ? (int)(left_ms / 1000) : POLL_WAIT_S;
-        snprintf(url, sizeof(url), "%s/v1/runs/%s.%d?wait=%d", d->node_url, d->job_id,
-                 d->attempt, wait);
+        int64_t wait_ms = left_ms < POLL_WAIT_S * 1000 ? left_ms : POLL_WAIT_S * 1000;
+        snprintf(url, sizeof(url), "%s/v1/runs/%s.%d?wait=%.3f", d->node_url, d->job_id,
+                 d->attempt, (double)wait_ms / 1000);
         svc_response r;
-        int rc = svc_http_call("GET", url, s->app->cfg.cluster_token, NULL,
-                               (long)(wait + 10) * 1000, &r);
+        int rc = svc_http_call("GET", url, s->app->cfg.cluster_token, NULL, wait_ms + 10000, &r);
         if (rc == 0 && r.status == 200) {
             failures = 0;
             const char *state = json_string_value(json_object_get(r.json, "state"));

@@ -19,7 +19,8 @@ LOGS=$ROOT/.test-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 stage() { # stage NAME COMMAND...: runs COMMAND, its output to the screen and to the log
     local name=$1; shift
-    "$@" 2>&1 | tee "$LOGS/$name.log"
+    # tee -i: Ctrl-C must not kill the pipe while the part cleans up
+    "$@" 2>&1 | tee -i "$LOGS/$name.log"
     return "${PIPESTATUS[0]}"
 }
 why() { # why NAME: the lines of a failed part's log that say why

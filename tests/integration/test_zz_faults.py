@@ -131,6 +131,28 @@ def test_restarted_gateway_keeps_a_runs_deadline_from_its_start(A, stack):
         stack.wait_nodes_up(stack.node_names, timeout=30)
 
 
+@pytest.mark.timeout(90)
+def test_run_that_ended_while_no_gateway_followed_it_is_collected_past_its_deadline(A, stack):
+    """The gateway is down longer than the run's timeout_s + 15 s grace, and
+    the run ended on its node meanwhile: the restarted gateway collects the
+    result (one last look) instead of failing the job with timeout."""
+    from fakenode import FakeNode
+    node = FakeNode(stack.base, stack.cluster_token, "fake-done-meanwhile", run_s=3).start()
+    try:
+        j = A.submit("sleep", {"seconds": 1}, timeout_s=1,
+                     resources={"backend": "cuda", "gpus": 1})
+        assert node.posting.wait(10), "the job never reached the fake node"
+        time.sleep(0.5)
+        stack.gateway.kill9()
+        time.sleep(17)   # past 1 s + 15 s grace; the run ended at 3 s
+        stack.gateway = stack.start_gateway("gateway", stack.gw_port)
+        done = A.wait(j["id"], 20)
+        assert done["state"] == "succeeded" and done["attempts"] == 1, done
+    finally:
+        node.close()
+        stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
 @pytest.mark.timeout(60)
 def test_sigterm_turns_readyz_and_submits_503_then_exits(A, stack):
     port = free_port()

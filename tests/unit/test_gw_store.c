@@ -20,6 +20,8 @@ static void test_outages_are_transient(void **state)
     assert_true(gw_store_sqlstate_transient("53300"));  /* too many connections */
     assert_true(gw_store_sqlstate_transient("55P03"));  /* lock not available */
     assert_true(gw_store_sqlstate_transient("58030"));  /* I/O error */
+    assert_true(gw_store_sqlstate_transient("25006"));  /* read-only transaction */
+    assert_true(gw_store_sqlstate_transient("26000"));  /* prepared statement missing */
 }
 
 static void test_refused_statements_are_final(void **state)
