@@ -106,29 +106,38 @@ def test_result_postgresql_refuses_fails_the_job_instead_of_retrying_for_ever(A,
     assert small["state"] == "succeeded"
 
 
+def fake_run_across_gateway_restart(A, stack, name, run_s, timeout_s, kill_after_s, down_s):
+    """A sleep job on a scripted CUDA node whose runs end after run_s
+    (whatever timeout_s says); the gateway is killed kill_after_s after the
+    node got the run, stays down down_s, and is restarted. Returns the job
+    once it is terminal."""
+    from fakenode import FakeNode
+    node = FakeNode(stack.base, stack.cluster_token, name, run_s=run_s).start()
+    try:
+        j = A.submit("sleep", {"seconds": 1}, timeout_s=timeout_s,
+                     resources={"backend": "cuda", "gpus": 1})
+        assert node.posting.wait(10), "the job never reached the fake node"
+        time.sleep(kill_after_s)
+        stack.gateway.kill9()
+        time.sleep(down_s)
+        stack.gateway = stack.start_gateway("gateway", stack.gw_port)
+        return A.wait(j["id"], 40)
+    finally:
+        node.close()
+        stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
 @pytest.mark.timeout(90)
 def test_restarted_gateway_keeps_a_runs_deadline_from_its_start(A, stack):
     """A node that never finishes a run (a fake one that ignores timeout_s)
     is given up at started_at + timeout_s + 15 s grace; a gateway restart in
     between does not start the clock again."""
-    from fakenode import FakeNode
-    node = FakeNode(stack.base, stack.cluster_token, "fake-stuck", run_s=3600).start()
-    try:
-        j = A.submit("sleep", {"seconds": 1}, timeout_s=2,
-                     resources={"backend": "cuda", "gpus": 1})
-        assert node.posting.wait(10), "the job never reached the fake node"
-        time.sleep(8)
-        stack.gateway.kill9()
-        time.sleep(0.5)
-        stack.gateway = stack.start_gateway("gateway", stack.gw_port)
-        done = A.wait(j["id"], 40)
-        assert done["state"] == "failed" and done["error"]["code"] == "timeout", done
-        took = (ts(done["finished_at"]) - ts(done["started_at"])).total_seconds()
-        # 2 s + 15 s grace; a clock started again at the restart gives ~26 s
-        assert 16 <= took <= 22, f"given up {took:.1f}s after the start"
-    finally:
-        node.close()
-        stack.wait_nodes_up(stack.node_names, timeout=30)
+    done = fake_run_across_gateway_restart(A, stack, "fake-stuck", run_s=3600, timeout_s=2,
+                                           kill_after_s=8, down_s=0.5)
+    assert done["state"] == "failed" and done["error"]["code"] == "timeout", done
+    took = (ts(done["finished_at"]) - ts(done["started_at"])).total_seconds()
+    # 2 s + 15 s grace; a clock started again at the restart gives ~26 s
+    assert 16 <= took <= 22, f"given up {took:.1f}s after the start"
 
 
 @pytest.mark.timeout(90)
@@ -136,21 +145,10 @@ def test_run_that_ended_while_no_gateway_followed_it_is_collected_past_its_deadl
     """The gateway is down longer than the run's timeout_s + 15 s grace, and
     the run ended on its node meanwhile: the restarted gateway collects the
     result (one last look) instead of failing the job with timeout."""
-    from fakenode import FakeNode
-    node = FakeNode(stack.base, stack.cluster_token, "fake-done-meanwhile", run_s=3).start()
-    try:
-        j = A.submit("sleep", {"seconds": 1}, timeout_s=1,
-                     resources={"backend": "cuda", "gpus": 1})
-        assert node.posting.wait(10), "the job never reached the fake node"
-        time.sleep(0.5)
-        stack.gateway.kill9()
-        time.sleep(17)   # past 1 s + 15 s grace; the run ended at 3 s
-        stack.gateway = stack.start_gateway("gateway", stack.gw_port)
-        done = A.wait(j["id"], 20)
-        assert done["state"] == "succeeded" and done["attempts"] == 1, done
-    finally:
-        node.close()
-        stack.wait_nodes_up(stack.node_names, timeout=30)
+    # down past 1 s + 15 s grace; the run ended 3 s after it started
+    done = fake_run_across_gateway_restart(A, stack, "fake-done-meanwhile", run_s=3, timeout_s=1,
+                                           kill_after_s=0.5, down_s=17)
+    assert done["state"] == "succeeded" and done["attempts"] == 1, done
 
 
 @pytest.mark.timeout(60)
