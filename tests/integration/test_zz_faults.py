@@ -136,8 +136,8 @@ def test_restarted_gateway_keeps_a_runs_deadline_from_its_start(A, stack):
                                            kill_after_s=8, down_s=0.5)
     assert done["state"] == "failed" and done["error"]["code"] == "timeout", done
     took = (ts(done["finished_at"]) - ts(done["started_at"])).total_seconds()
-    # 2 s + 15 s grace; a clock started again at the restart gives ~26 s
-    assert 16 <= took <= 22, f"given up {took:.1f}s after the start"
+    # 2 s + 15 s grace (~17 s); a clock started again at the restart, ~8.5 s in, gives ~26 s
+    assert 16 <= took <= 24, f"given up {took:.1f}s after the start"
 
 
 @pytest.mark.timeout(90)
