@@ -230,11 +230,8 @@ static void bench_sizes(int ranks)
 
 int main(void)
 {
-    char why[256];
-    if (kl_cuda_plugin_open(&plugin, why, sizeof why) < 0) {
-        printf("FAIL plugin open: %s\n", why);
+    if (open_plugin() != 0)
         return 1;
-    }
     const int ngpus = plugin.ngpus;
     int version = 0;
     ncclGetVersion(&version);

@@ -1,5 +1,6 @@
 /* check_common.h — what every GPU checker (tests/gpu/check_*.cu) shares: the
- * plugin table it runs kernels through, the failure count its exit status
+ * plugin table it runs kernels through (opened by open_plugin, which also
+ * lists the GPUs), the failure count its exit status
  * comes from, a CUDA call check for the checker's own device work, and a
  * monotonic clock for the figures, and (with KL_CHECK_SEED defined before the
  * include) a seeded splitmix64 source of floats in [-1, 1). Each checker is its own program, so
@@ -27,6 +28,20 @@ static int failures;
             exit(2);                                                                           \
         }                                                                                      \
     } while (0)
+
+/* Opens the CUDA plugin and prints its GPUs; -1 after printing why not. */
+static int open_plugin(void)
+{
+    char why[256];
+    if (kl_cuda_plugin_open(&plugin, why, sizeof why) < 0) {
+        printf("FAIL plugin open: %s\n", why);
+        return -1;
+    }
+    for (int i = 0; i < plugin.ngpus; i++)
+        printf("gpu %d: %s, %.1f GiB, sm_%d%d\n", i, plugin.gpus[i].name,
+               plugin.gpus[i].memory_bytes / 1073741824.0, plugin.gpus[i].cc_major, plugin.gpus[i].cc_minor);
+    return 0;
+}
 
 static double now_s(void)
 {

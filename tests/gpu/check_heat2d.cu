@@ -273,13 +273,8 @@ static void bench_plugin(int64_t n, int64_t steps)
 
 int main(void)
 {
-    char why[256];
-    if (kl_cuda_plugin_open(&plugin, why, sizeof why) < 0) {
-        printf("FAIL plugin open: %s\n", why);
+    if (open_plugin() != 0)
         return 1;
-    }
-    printf("gpu 0: %s, %.1f GiB, sm_%d%d\n", plugin.gpus[0].name, plugin.gpus[0].memory_bytes / 1073741824.0,
-           plugin.gpus[0].cc_major, plugin.gpus[0].cc_minor);
 
     check_random(3, 3, 0.25, 1);
     check_random(3, 1000, 0.2, 7);  /* one interior row, many column blocks */

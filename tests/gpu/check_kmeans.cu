@@ -290,14 +290,8 @@ static void bench(int64_t n, int64_t d, int k, int m)
 
 int main(void)
 {
-    char why[256];
-    if (kl_cuda_plugin_open(&plugin, why, sizeof why) < 0) {
-        printf("FAIL plugin open: %s\n", why);
+    if (open_plugin() != 0)
         return 1;
-    }
-    for (int i = 0; i < plugin.ngpus; i++)
-        printf("gpu %d: %s, %.1f GiB, sm_%d%d\n", i, plugin.gpus[i].name,
-               plugin.gpus[i].memory_bytes / 1073741824.0, plugin.gpus[i].cc_major, plugin.gpus[i].cc_minor);
 
     check_blobs(100000, 8, 16, 7);
     check_blobs(50000, 2, 5, 1);

@@ -271,12 +271,8 @@ static void figure(const option &o)
 
 int main(void)
 {
-    char why[256];
-    if (kl_cuda_plugin_open(&plugin, why, sizeof why) < 0) {
-        printf("FAIL plugin open: %s\n", why);
+    if (open_plugin() != 0)
         return 1;
-    }
-    printf("gpu 0: %s, sm_%d%d\n", plugin.gpus[0].name, plugin.gpus[0].cc_major, plugin.gpus[0].cc_minor);
 
     check_philox();
     const option cases[] = {

@@ -243,14 +243,8 @@ static void bench(const char *label, int64_t n, int64_t d, const hyper &h, int r
 
 int main(void)
 {
-    char why[256];
-    if (kl_cuda_plugin_open(&plugin, why, sizeof why) < 0) {
-        printf("FAIL plugin open: %s\n", why);
+    if (open_plugin() != 0)
         return 1;
-    }
-    for (int i = 0; i < plugin.ngpus; i++)
-        printf("gpu %d: %s, %.1f GiB, sm_%d%d\n", i, plugin.gpus[i].name,
-               plugin.gpus[i].memory_bytes / 1073741824.0, plugin.gpus[i].cc_major, plugin.gpus[i].cc_minor);
 
     {
         blobs b(1000, 8, 3, 3.0);
