@@ -1,10 +1,11 @@
 /* check_common.h — what every GPU checker (tests/gpu/check_*.cu) shares: the
  * plugin table it runs kernels through (opened by open_plugin, which also
- * lists the GPUs), the failure count its exit status
- * comes from, a CUDA call check for the checker's own device work, and a
- * monotonic clock for the figures, and (with KL_CHECK_SEED defined before the
- * include) a seeded splitmix64 source of floats in [-1, 1). Each checker is its own program, so
- * these are per-program statics. */
+ * lists the GPUs), the failure count its exit status comes from, a CUDA call
+ * check for the checker's own device work, a monotonic clock for the
+ * figures, a thread body that cancels a run later, and (with KL_CHECK_SEED
+ * defined before the include) a seeded splitmix64 source of floats in
+ * [-1, 1). Each checker is its own program, so these are per-program
+ * statics. */
 #ifndef KL_CHECK_COMMON_H
 #define KL_CHECK_COMMON_H
 
@@ -41,6 +42,16 @@ static int open_plugin(void)
         printf("gpu %d: %s, %.1f GiB, sm_%d%d\n", i, plugin.gpus[i].name,
                plugin.gpus[i].memory_bytes / 1073741824.0, plugin.gpus[i].cc_major, plugin.gpus[i].cc_minor);
     return 0;
+}
+
+/* pthread body: raises the cancel flag p points to after 100 ms, as the
+ * node does when a run is cancelled. */
+static void *raise_later(void *p)
+{
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
+    return NULL;
 }
 
 static double now_s(void)

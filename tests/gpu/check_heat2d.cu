@@ -137,14 +137,6 @@ static void check_nan(void)
     check_case("with a NaN", g, 64, 70, 0.2, 3);
 }
 
-static void *raise_later(void *p)
-{
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
-    return NULL;
-}
-
 static void check_cancel_and_refusals(void)
 {
     /* 8192^2 x 100000 steps would take minutes: a cancel after 100 ms is

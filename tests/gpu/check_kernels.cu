@@ -214,14 +214,6 @@ static void check_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, bool with
         kl_tensor_free(&cpu[0]);
 }
 
-static void *raise_later(void *p)
-{
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
-    return NULL;
-}
-
 static void check_sleep_and_cancel(void)
 {
     kl_tensor out[1];

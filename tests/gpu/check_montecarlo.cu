@@ -228,14 +228,6 @@ static void check_black_scholes(const option &o)
     report(ok, label);
 }
 
-static void *raise_later(void *p)
-{
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
-    return NULL;
-}
-
 static void check_cancel(void)
 {
     option o = {"call", "asian", 100, 100, 0.05, 0.2, 1, 1e9, 1000, 1}; /* 1e12 path-steps: seconds */

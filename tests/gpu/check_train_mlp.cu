@@ -175,14 +175,6 @@ static void check_labels_refused(void)
     outs_free(out, rc);
 }
 
-static void *raise_later(void *p)
-{
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
-    return NULL;
-}
-
 static void check_cancel(void)
 {
     blobs b(20000, 32, 10, 3.0);

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "kl.h"
+#include "kl_test_clock.h"
 #include "kl_allreduce.h"
 
 static const char *const op_names[] = {"sum", "max", "min"};
@@ -253,21 +254,6 @@ static void a_raised_cancel_stops_before_any_output(void **state)
         assert_null(outs[i].data);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void *raise_after_100ms(void *p)
-{
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
-    return NULL;
-}
-
 /* 1000 iterations of 2 x 4 MiB would take seconds; cancel ends it at the
  * next barrier, and every rank leaves the loop at the same one. */
 static void cancel_between_iterations_stops_every_rank(void **state)
@@ -277,7 +263,8 @@ static void cancel_between_iterations_stops_every_rank(void **state)
     kl_args a = args_for(1 << 20, 0, 0, 1000, 2);
     a.cancel = &cancel;
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, raise_after_100ms, (void *)&cancel), 0);
+    kl_test_raise raiser = {&cancel, 100};
+    assert_int_equal(pthread_create(&t, NULL, raise_later, &raiser), 0);
     kl_tensor outs[4];
     kl_err err = {0};
     double t0 = now_s();

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "kl.h"
+#include "kl_test_clock.h"
 #include "kl_kernels.h"
 
 /* The direct loop rounds every operation apart, as the kernel does. */
@@ -370,21 +371,6 @@ static void heat2d_cancel_raised_before_run_stops_it(void **state)
     free(g);
 }
 
-static void *raise_later(void *p)
-{
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
-    return NULL;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* 1000 x 1000 x 100000 steps would take minutes: a cancel after 50 ms
  * stops every thread within a band, single-threaded and threaded alike. */
 static void heat2d_cancel_during_run_stops_every_thread(void **state)
@@ -397,7 +383,8 @@ static void heat2d_cancel_during_run_stops_every_thread(void **state)
         kl_args a = heat_args(&tg, 0.2, 100000, threads);
         a.cancel = &cancel;
         pthread_t t;
-        assert_int_equal(pthread_create(&t, NULL, raise_later, (void *)&cancel), 0);
+        kl_test_raise raiser = {&cancel, 50};
+        assert_int_equal(pthread_create(&t, NULL, raise_later, &raiser), 0);
         kl_err err = {0};
         double t0 = now_s();
         int rc = kl_run_cpu(&a, out, &err);

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "kl.h"
+#include "kl_test_clock.h"
 #include "kl_kernels.h"
 
 #define KL_TEST_SEED 0x9e3779b97f4a7c15ull
@@ -31,13 +32,6 @@ static kl_args args_for(const char *name)
 static void given(kl_args *a, int i, double v)
 {
     a->params[i] = (kl_value){.num = v, .given = 1};
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- saxpy ---- */
@@ -358,14 +352,6 @@ static void sleep_reports_the_time_slept(void **state)
     kl_tensor_free(&out[0]);
 }
 
-static void *raise_after_100ms(void *p)
-{
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED); /* as the node raises it */
-    return NULL;
-}
-
 static void sleep_honours_cancel_within_50ms(void **state)
 {
     (void)state;
@@ -376,7 +362,8 @@ static void sleep_honours_cancel_within_50ms(void **state)
     a.cancel = &cancel;
     pthread_t t;
     double t0 = now_s();
-    assert_int_equal(pthread_create(&t, NULL, raise_after_100ms, (void *)&cancel), 0);
+    kl_test_raise raiser = {&cancel, 100};
+    assert_int_equal(pthread_create(&t, NULL, raise_later, &raiser), 0);
     kl_err err = {0};
     assert_int_equal(kl_run_cpu(&a, out, &err), KL_ECANCELED);
     double took = now_s() - t0;

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "kl.h"
+#include "kl_test_clock.h"
 #include "kl_kernels.h"
 #include "kl_philox.h"
 
@@ -356,21 +357,6 @@ static void stops_when_cancelled(void **state)
     assert_non_null(strstr(err.message, "cancelled"));
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void *raise_after_50ms(void *p)
-{
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
-    return NULL;
-}
-
 /* The threads poll every 65536 path-steps (a millisecond or two); the
  * bound leaves room for a loaded machine. */
 static void stops_soon_after_a_cancel_mid_run(void **state)
@@ -384,7 +370,8 @@ static void stops_soon_after_a_cancel_mid_run(void **state)
     volatile int cancel = 0;
     a.cancel = &cancel;
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, raise_after_50ms, (void *)&cancel), 0);
+    kl_test_raise raiser = {&cancel, 50};
+    assert_int_equal(pthread_create(&t, NULL, raise_later, &raiser), 0);
     kl_tensor out[2];
     kl_err err = {0};
     double t0 = now_s();

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "cpu/mlp_math.h"
+#include "kl_test_clock.h"
 
 static uint64_t rng = 0x853c49e6748fea9bull;
 
@@ -35,13 +36,6 @@ static double nrand(void) /* Box–Muller */
 {
     double u = 1.0 - urand(), v = urand();
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* A data set: x (n,d), y (n). */
@@ -555,14 +549,6 @@ static void refuses_labels_out_of_range_at_run_time(void **state)
     set_free(&s);
 }
 
-static void *raise_later(void *p)
-{
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
-    return NULL;
-}
-
 static void stops_when_cancelled(void **state)
 {
     (void)state;
@@ -578,7 +564,8 @@ static void stops_when_cancelled(void **state)
 
     cancel = 0;
     pthread_t t;
-    pthread_create(&t, NULL, raise_later, (void *)&cancel);
+    kl_test_raise raiser = {&cancel, 50};
+    pthread_create(&t, NULL, raise_later, &raiser);
     double t0 = now_s();
     assert_int_equal(kl_run_cpu(&a, out, &err), KL_ECANCELED);
     double took = now_s() - t0;
