@@ -20,16 +20,6 @@
 #include <pthread.h>
 #include <time.h>
 
-/* Same contract as KL_CUDA_CHECK, for NCCL calls. */
-#define KL_NCCL_CHECK(call)                                                                    \
-    do {                                                                                       \
-        ncclResult_t r_ = (call);                                                              \
-        if (r_ != ncclSuccess) {                                                               \
-            rc = kl__cuda_fail(err, __FILE__, __LINE__, #call, ncclGetErrorString(r_));       \
-            goto done;                                                                         \
-        }                                                                                      \
-    } while (0)
-
 /* Iterations enqueued ahead of the GPUs: enough to keep them busy between
  * two host polls, few enough that a cancel is seen within milliseconds. */
 #define AR_DEPTH 8

@@ -9,8 +9,9 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 
-/* Both macros need `int rc`, `kl_err *err` and a `done:` label in scope:
+/* The macros need `int rc`, `kl_err *err` and a `done:` label in scope:
  * the failing call, with file:line, goes to the user's error detail. */
 #define KL_CUDA_CHECK(call)                                                                    \
     do {                                                                                       \
@@ -26,6 +27,16 @@
         cublasStatus_t s_ = (call);                                                            \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
             rc = kl__cuda_fail(err, __FILE__, __LINE__, #call, cublasGetStatusString(s_));    \
+            goto done;                                                                         \
+        }                                                                                      \
+    } while (0)
+
+/* The same contract, for NCCL calls. */
+#define KL_NCCL_CHECK(call)                                                                    \
+    do {                                                                                       \
+        ncclResult_t r_ = (call);                                                              \
+        if (r_ != ncclSuccess) {                                                               \
+            rc = kl__cuda_fail(err, __FILE__, __LINE__, #call, ncclGetErrorString(r_));       \
             goto done;                                                                         \
         }                                                                                      \
     } while (0)

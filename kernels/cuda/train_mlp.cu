@@ -17,15 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-#define KL_NCCL_CHECK(call)                                                                    \
-    do {                                                                                       \
-        ncclResult_t r_ = (call);                                                              \
-        if (r_ != ncclSuccess) {                                                               \
-            rc = kl__cuda_fail(err, __FILE__, __LINE__, #call, ncclGetErrorString(r_));       \
-            goto done;                                                                         \
-        }                                                                                      \
-    } while (0)
-
 /* Rows a rank classifies at a time after training, at least: more than a
  * shard where shards are small, so that batch_size 1 does not cost four
  * launches a row (2*4096 + 1024 floats a row: 150 MB at most). */
