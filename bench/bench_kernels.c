@@ -40,46 +40,22 @@ static double time_kl(const kl_args *a, int reps)
     return median(t, reps);
 }
 
-static void bench_gemm(int64_t s, int reps)
+/* Median seconds of batch products of s^3 through kl_run_cpu (*tk) and
+ * through cblas_sgemm, one call per matrix (*tblas). batch 0: one plain
+ * rank-2 product; otherwise rank-3 inputs. The two are interleaved so that
+ * both see the same machine: on a shared host, turbo and neighbours shift
+ * figures between phases. */
+static void time_gemm(int64_t batch, int64_t s, int reps, double *tk, double *tblas)
 {
-    float *A = random_floats(s * s), *B = random_floats(s * s), *C = calloc((size_t)(s * s), sizeof(float));
+    int64_t per = s * s, n = batch ? batch : 1;
+    float *A = random_floats(n * per), *B = random_floats(n * per);
+    float *C = calloc((size_t)(n * per), sizeof(float));
     kl_tensor ta = {.dtype = KL_F32, .ndim = 2, .shape = {s, s}, .data = A};
     kl_tensor tb = {.dtype = KL_F32, .ndim = 2, .shape = {s, s}, .data = B};
-    kl_args a = {.kernel = kl_kernel_find("gemm")};
-    kl_args_defaults(&a);
-    a.inputs[KL_GEMM_A] = &ta;
-    a.inputs[KL_GEMM_B] = &tb;
-    /* The two are interleaved so that both see the same machine: on a
-     * shared host, turbo and neighbours shift figures between phases. */
-    double t_kl[64], t_blas[64];
-    for (int i = 0; i <= reps; i++) {
-        double k = time_kl(&a, 0);
-        double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s, (int)s, (int)s, 1.0f, A, (int)s, B, (int)s,
-                    0.0f, C, (int)s);
-        if (i > 0) {
-            t_kl[i - 1] = k;
-            t_blas[i - 1] = now_s() - t0;
-        }
+    if (batch) {
+        ta = (kl_tensor){.dtype = KL_F32, .ndim = 3, .shape = {batch, s, s}, .data = A};
+        tb = (kl_tensor){.dtype = KL_F32, .ndim = 3, .shape = {batch, s, s}, .data = B};
     }
-    double tk = median(t_kl, reps), tblas = median(t_blas, reps);
-    double flops = 2.0 * (double)s * (double)s * (double)s;
-    printf("gemm %lld^3 fp32   kl_run_cpu %7.1f GFLOP/s   cblas_sgemm direct %7.1f GFLOP/s   ratio %.3f\n",
-           (long long)s, flops / tk * 1e-9, flops / tblas * 1e-9, tblas / tk);
-    free(A);
-    free(B);
-    free(C);
-}
-
-/* A batch of s^3 products (rank-3 inputs) through kl_run_cpu against a
- * loop of cblas_sgemm calls, one per matrix, as a caller would write it. */
-static void bench_gemm_batched(int64_t batch, int64_t s, int reps)
-{
-    int64_t per = s * s;
-    float *A = random_floats(batch * per), *B = random_floats(batch * per);
-    float *C = calloc((size_t)(batch * per), sizeof(float));
-    kl_tensor ta = {.dtype = KL_F32, .ndim = 3, .shape = {batch, s, s}, .data = A};
-    kl_tensor tb = {.dtype = KL_F32, .ndim = 3, .shape = {batch, s, s}, .data = B};
     kl_args a = {.kernel = kl_kernel_find("gemm")};
     kl_args_defaults(&a);
     a.inputs[KL_GEMM_A] = &ta;
@@ -88,7 +64,7 @@ static void bench_gemm_batched(int64_t batch, int64_t s, int reps)
     for (int i = 0; i <= reps; i++) {
         double k = time_kl(&a, 0);
         double t0 = now_s();
-        for (int64_t b = 0; b < batch; b++)
+        for (int64_t b = 0; b < n; b++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s, (int)s, (int)s, 1.0f, A + b * per,
                         (int)s, B + b * per, (int)s, 0.0f, C + b * per, (int)s);
         if (i > 0) {
@@ -96,13 +72,29 @@ static void bench_gemm_batched(int64_t batch, int64_t s, int reps)
             t_blas[i - 1] = now_s() - t0;
         }
     }
-    double tk = median(t_kl, reps), tblas = median(t_blas, reps);
-    double flops = 2.0 * (double)batch * (double)s * (double)s * (double)s;
-    printf("gemm batched %lldx%lld^3 fp32   kl_run_cpu %7.1f GFLOP/s   cblas_sgemm loop %7.1f GFLOP/s   ratio %.3f\n",
-           (long long)batch, (long long)s, flops / tk * 1e-9, flops / tblas * 1e-9, tblas / tk);
+    *tk = median(t_kl, reps);
+    *tblas = median(t_blas, reps);
     free(A);
     free(B);
     free(C);
+}
+
+static void bench_gemm(int64_t s, int reps)
+{
+    double tk, tblas, flops = 2.0 * (double)s * (double)s * (double)s;
+    time_gemm(0, s, reps, &tk, &tblas);
+    printf("gemm %lld^3 fp32   kl_run_cpu %7.1f GFLOP/s   cblas_sgemm direct %7.1f GFLOP/s   ratio %.3f\n",
+           (long long)s, flops / tk * 1e-9, flops / tblas * 1e-9, tblas / tk);
+}
+
+/* A batch of s^3 products (rank-3 inputs) through kl_run_cpu against a
+ * loop of cblas_sgemm calls, one per matrix, as a caller would write it. */
+static void bench_gemm_batched(int64_t batch, int64_t s, int reps)
+{
+    double tk, tblas, flops = 2.0 * (double)batch * (double)s * (double)s * (double)s;
+    time_gemm(batch, s, reps, &tk, &tblas);
+    printf("gemm batched %lldx%lld^3 fp32   kl_run_cpu %7.1f GFLOP/s   cblas_sgemm loop %7.1f GFLOP/s   ratio %.3f\n",
+           (long long)batch, (long long)s, flops / tk * 1e-9, flops / tblas * 1e-9, tblas / tk);
 }
 
 static void bench_vectors(int64_t n, int reps)
