@@ -285,6 +285,25 @@ kl_redis_stop() {
 
 # ---------------------------------------------------------------- containment
 
+# The parts of a test run and how each ended ("PASS ...", "FAIL ...",
+# "SKIP ..."), in order, for kl_summary.
+kl_parts=() kl_results=()
+kl_record() { kl_parts+=("$1"); kl_results+=("$2"); }
+
+# kl_summary TITLE: prints every part's result under "=== TITLE"; returns 1
+# when any part failed.
+kl_summary() {
+    local status=0 i
+    echo
+    echo "=== $1"
+    for i in "${!kl_parts[@]}"; do
+        printf '  %-12s %s\n' "${kl_parts[$i]}" "${kl_results[$i]}"
+        case ${kl_results[$i]} in FAIL*) status=1 ;; esac
+    done
+    [ "$status" = 0 ] && echo "  all passed" || echo "  FAILED"
+    return "$status"
+}
+
 # Runs CMD... and returns its exit status; then stops every process it left
 # behind, daemons that detached included (SIGTERM, SIGKILL after 10 s). The
 # runner is a child subreaper (prctl), so orphans of CMD become its children

@@ -23,20 +23,6 @@ SAN="-fsanitize=address,undefined -fno-omit-frame-pointer"
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 REPORT_RE='ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:'
 
-declare -a names results
-record() { names+=("$1"); results+=("$2"); }
-summary() {
-    local status=0 i
-    echo
-    echo "=== summary (sanitizers)"
-    for i in "${!names[@]}"; do
-        printf '  %-12s %s\n' "${names[$i]}" "${results[$i]}"
-        case ${results[$i]} in FAIL*) status=1 ;; esac
-    done
-    [ "$status" = 0 ] && echo "  all passed" || echo "  FAILED"
-    return "$status"
-}
-
 WORK=$(mktemp -d /tmp/kowloon-asan.XXXXXX)
 chmod 755 "$WORK"   # PostgreSQL (as its own user) keeps its data below
 keep=0
@@ -47,8 +33,8 @@ trap 'echo "test-asan.sh: interrupted" >&2; exit 130' INT TERM
 echo "=== build (make SAN=\"$SAN\" NVCC= all)"
 t0=$SECONDS
 if ! make --no-print-directory -j"$JOBS" SAN="$SAN" NVCC= all; then
-    record build FAIL
-    summary
+    kl_record build FAIL
+    kl_summary "summary (sanitizers)"
     exit 1
 fi
 # The suite below must really run instrumented daemons.
@@ -56,12 +42,12 @@ for b in bin-san/kowloon-gateway bin-san/kowloon-compute; do
     syms=$(nm -D "$b" 2>/dev/null)   # not piped into grep -q: pipefail + SIGPIPE
     if ! grep -q __asan_init <<<"$syms"; then
         echo "test-asan: $b is not built with AddressSanitizer" >&2
-        record build "FAIL ($b not instrumented)"
-        summary
+        kl_record build "FAIL ($b not instrumented)"
+        kl_summary "summary (sanitizers)"
         exit 1
     fi
 done
-record build "PASS ($((SECONDS - t0)) s)"
+kl_record build "PASS ($((SECONDS - t0)) s)"
 
 echo "=== unit tests under ASan/UBSan/LSan (build-san/tests)"
 t0=$SECONDS
@@ -86,9 +72,9 @@ for src in tests/unit/test_*.c; do
     fi
 done
 if [ "${#unit_failed[@]}" -eq 0 ]; then
-    record unit "PASS ($((SECONDS - t0)) s)"
+    kl_record unit "PASS ($((SECONDS - t0)) s)"
 else
-    record unit "FAIL (${unit_failed[*]})"
+    kl_record unit "FAIL (${unit_failed[*]})"
 fi
 
 echo "=== integration tests against bin-san (pytest tests/integration)"
@@ -110,9 +96,9 @@ KOWLOON_TEST_SESSION_S=${KOWLOON_TEST_SESSION_S:-2400} \
     kl_run_contained python3 -m pytest -q tests/integration
 rc=$?
 case $rc in
-    0) record integration "PASS ($((SECONDS - t0)) s)" ;;
-    5) record integration "SKIP (no tests collected)" ;;
-    *) record integration "FAIL (pytest exit $rc)"; keep=1 ;;
+    0) kl_record integration "PASS ($((SECONDS - t0)) s)" ;;
+    5) kl_record integration "SKIP (no tests collected)" ;;
+    *) kl_record integration "FAIL (pytest exit $rc)"; keep=1 ;;
 esac
 
 echo "=== sanitizer reports in daemon logs"
@@ -120,22 +106,22 @@ mapfile -t logs < <(find "$WORK/tmp" -path '*/logs/*' -type f 2>/dev/null | sort
 mapfile -t bad < <([ "${#logs[@]}" -gt 0 ] && grep -lE "$REPORT_RE" "${logs[@]}" 2>/dev/null)
 if [ "${#logs[@]}" -eq 0 ]; then
     echo "  no daemon logs found under $WORK/tmp"
-    record reports "FAIL (no daemon logs to check)"
+    kl_record reports "FAIL (no daemon logs to check)"
     keep=1
 elif ! grep -qF "$TROOT/bin/kowloon-gateway" "${logs[@]}"; then
     echo "  the daemon logs do not show $TROOT/bin/kowloon-gateway: the suite ran other binaries"
-    record reports "FAIL (sanitizer binaries not used)"
+    kl_record reports "FAIL (sanitizer binaries not used)"
     keep=1
 elif [ "${#bad[@]}" -eq 0 ]; then
     echo "  ${#logs[@]} daemon logs, no ASan/UBSan report"
-    record reports "PASS (${#logs[@]} logs clean)"
+    kl_record reports "PASS (${#logs[@]} logs clean)"
 else
     keep=1
     for f in "${bad[@]}"; do
         echo "--- $f"
         grep -nE -A 30 "$REPORT_RE" "$f" | head -n 60
     done
-    record reports "FAIL (${#bad[@]} logs with reports)"
+    kl_record reports "FAIL (${#bad[@]} logs with reports)"
 fi
 [ "$keep" = 1 ] && echo "test-asan: files kept in $WORK"
-summary
+kl_summary "summary (sanitizers)"

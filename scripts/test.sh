@@ -9,8 +9,6 @@ cd "$ROOT" || exit 1
 . scripts/lib.sh
 trap 'echo "test.sh: interrupted" >&2; exit 130' INT TERM
 
-declare -a names results
-record() { names+=("$1"); results+=("$2"); }
 
 # Each part's output also goes to .test-logs/<part>.log; when a part fails,
 # the lines that say why are printed again next to the summary, so that the
@@ -29,38 +27,30 @@ why() { # why NAME: the lines of a failed part's log that say why
 }
 
 echo "=== unit tests (make test-unit)"
-if stage unit kl_run_contained make --no-print-directory test-unit; then record unit PASS; else record unit FAIL; fi
+if stage unit kl_run_contained make --no-print-directory test-unit; then kl_record unit PASS; else kl_record unit FAIL; fi
 
 echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness; make fuzz runs 60 s)"
 export FUZZ_SECONDS=${FUZZ_SECONDS:-10}
-if stage fuzz kl_run_contained tests/fuzz/run.sh; then record fuzz PASS; else record fuzz FAIL; fi
+if stage fuzz kl_run_contained tests/fuzz/run.sh; then kl_record fuzz PASS; else kl_record fuzz FAIL; fi
 
 echo "=== integration tests (pytest tests/integration)"
 stage integration kl_run_contained python3 -m pytest -q tests/integration
 rc=$?
 case $rc in
-    0) record integration PASS ;;
-    5) record integration "SKIP (no tests collected)" ;;
-    *) record integration "FAIL (pytest exit $rc)" ;;
+    0) kl_record integration PASS ;;
+    5) kl_record integration "SKIP (no tests collected)" ;;
+    *) kl_record integration "FAIL (pytest exit $rc)" ;;
 esac
 
 echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one)"
-if stage chaos tests/chaos/run.sh; then record chaos PASS; else record chaos FAIL; fi
+if stage chaos tests/chaos/run.sh; then kl_record chaos PASS; else kl_record chaos FAIL; fi
 
 echo "=== API fuzzing, short run (tests/api_fuzz/run.sh; make fuzz-api runs the full one)"
-if stage api-fuzz tests/api_fuzz/run.sh; then record api-fuzz PASS; else record api-fuzz FAIL; fi
+if stage api-fuzz tests/api_fuzz/run.sh; then kl_record api-fuzz PASS; else kl_record api-fuzz FAIL; fi
 
-status=0
-for i in "${!names[@]}"; do
-    case ${results[$i]} in
-        FAIL*) echo; echo "=== why ${names[$i]} failed (from .test-logs/${names[$i]}.log)"; why "${names[$i]}" ;;
+for i in "${!kl_parts[@]}"; do
+    case ${kl_results[$i]} in
+        FAIL*) echo; echo "=== why ${kl_parts[$i]} failed (from .test-logs/${kl_parts[$i]}.log)"; why "${kl_parts[$i]}" ;;
     esac
 done
-echo
-echo "=== summary"
-for i in "${!names[@]}"; do
-    printf '  %-12s %s\n' "${names[$i]}" "${results[$i]}"
-    case ${results[$i]} in FAIL*) status=1 ;; esac
-done
-[ "$status" = 0 ] && echo "  all passed" || echo "  FAILED"
-exit "$status"
+kl_summary summary
