@@ -4,7 +4,7 @@
  * check for the checker's own device work, a monotonic clock for the
  * figures, a thread body that cancels a run later, and (with KL_CHECK_SEED
  * defined before the include) a seeded splitmix64 source of floats in
- * [-1, 1). Each checker is its own program, so these are per-program
+ * [-1, 1) (frand) and doubles in [0, 1) (urand). Each checker is its own program, so these are per-program
  * statics. */
 #ifndef KL_CHECK_COMMON_H
 #define KL_CHECK_COMMON_H
@@ -71,6 +71,15 @@ static float frand(void) /* splitmix64 to [-1, 1) */
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     return (float)((double)(z >> 40) / (double)(1ull << 23) - 1.0);
+}
+
+static double urand(void) /* the same stream, to [0, 1) */
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1p-53;
 }
 #endif
 

@@ -23,18 +23,8 @@
 #include <time.h>
 #include <vector>
 
+#define KL_CHECK_SEED 0x452821e638d01377ull
 #include "check_common.h"
-
-static uint64_t rng_state = 0x452821e638d01377ull;
-
-static double urand(void) /* splitmix64 to [0, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-53;
-}
 
 /* Gaussian blobs: class k = row % c, unit variance around spread at
  * coordinate k % d. */

@@ -23,23 +23,8 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-static uint64_t rng = 0x6a09e667f3bcc909ull;
-
-/* splitmix64, mapped to [0, 1) */
-static double urand(void)
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-53;
-}
-
-static double nrand(void) /* Box-Muller, one of the pair */
-{
-    double u = urand(), v = urand();
-    return sqrt(-2 * log(1 - u)) * cos(6.283185307179586 * v);
-}
+#define KL_TEST_SEED 0x6a09e667f3bcc909ull
+#include "kl_test_rand.h"
 
 static float *uniform_points(int64_t n, int64_t d)
 {

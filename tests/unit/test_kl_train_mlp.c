@@ -21,22 +21,8 @@
 #include "cpu/mlp_math.h"
 #include "kl_test_clock.h"
 
-static uint64_t rng = 0x853c49e6748fea9bull;
-
-static double urand(void) /* splitmix64 to [0, 1) */
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-53;
-}
-
-static double nrand(void) /* Box–Muller */
-{
-    double u = 1.0 - urand(), v = urand();
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
+#define KL_TEST_SEED 0x853c49e6748fea9bull
+#include "kl_test_rand.h"
 
 /* A data set: x (n,d), y (n). */
 typedef struct set {
