@@ -1,11 +1,11 @@
 /* check_common.h — what every GPU checker (tests/gpu/check_*.cu) shares: the
  * plugin table it runs kernels through (opened by open_plugin, which also
  * lists the GPUs), the failure count its exit status comes from, a CUDA call
- * check for the checker's own device work, a monotonic clock for the
- * figures, a thread body that cancels a run later, and (with KL_CHECK_SEED
+ * check for the checker's own device work, a monotonic clock and a median
+ * for the figures, a thread body that cancels a run later, and (with KL_CHECK_SEED
  * defined before the include) a seeded splitmix64 source of floats in
- * [-1, 1) (frand) and doubles in [0, 1) (urand). Each checker is its own program, so these are per-program
- * statics. */
+ * [-1, 1) (frand) and doubles in [0, 1) (urand). Each checker is its own
+ * program, so these are per-program statics. */
 #ifndef KL_CHECK_COMMON_H
 #define KL_CHECK_COMMON_H
 
@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "kl_plugin.h"
 
@@ -52,6 +55,13 @@ static void *raise_later(void *p)
     nanosleep(&ts, NULL);
     __atomic_store_n((volatile int *)p, 1, __ATOMIC_RELAXED);
     return NULL;
+}
+
+/* The middle value (the upper one of an even count). */
+static double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
 }
 
 static double now_s(void)

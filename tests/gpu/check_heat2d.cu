@@ -172,12 +172,6 @@ static void check_cancel_and_refusals(void)
     failures += !ok;
 }
 
-static double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 /* Device seconds of fn() on stream s, median of `reps` after a warm-up. */
 template <typename F> static double time_stream(cudaStream_t s, F fn, int reps)
 {

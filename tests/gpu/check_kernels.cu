@@ -260,12 +260,6 @@ static void check_sleep_and_cancel(void)
     failures += !ok;
 }
 
-static double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 /* Device time of `reps` launches of fn, median per launch, in seconds. */
 template <typename F> static double time_device(F fn, int reps)
 {

@@ -226,12 +226,6 @@ static void check_edges(void)
     failures += !ok;
 }
 
-static double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 /* Median seconds of plugin runs (after one warm-up) and the iterations run. */
 static double time_plugin(const kl_args *a, int reps, int *iterations_run)
 {

@@ -254,11 +254,10 @@ static void figure(const option &o)
     std::vector<double> ts;
     for (int i = 0; i < 3; i++)
         ts.push_back(run(o, true).seconds);
-    std::sort(ts.begin(), ts.end());
-    double path_steps = o.paths * o.steps;
+    double t = median(ts), path_steps = o.paths * o.steps;
     char what[128];
     printf("montecarlo %-50s %8.2f ms  %.3g path-steps/s  (%.3g price path-steps/s counting both of a pair)\n",
-           describe(o, what, sizeof what), ts[1] * 1e3, path_steps / ts[1], 2 * path_steps / ts[1]);
+           describe(o, what, sizeof what), t * 1e3, path_steps / t, 2 * path_steps / t);
 }
 
 int main(void)

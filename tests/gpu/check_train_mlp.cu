@@ -217,8 +217,7 @@ static void bench(const char *label, int64_t n, int64_t d, const hyper &h, int r
         if (i > 0)
             ts.push_back(dt);
     }
-    std::sort(ts.begin(), ts.end());
-    double t = ts[ts.size() / 2];
+    double t = median(ts);
     printf("train_mlp %-40s %d rank(s): %10.0f samples/s  (%lld x %d epochs in %.3f s)\n", label, ranks,
            (double)n * h.epochs / t, (long long)n, h.epochs, t);
 }
