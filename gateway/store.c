@@ -72,14 +72,13 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'running', attempts, node_name FROM j)"
     " SELECT j.attempts::text, j.kernel, j.params::text, j.timeout_s::text, j.gpus::text,"
-    "        j.priority::text, j.seq::text, j.backend_req, n.url, n.name, i.meta::text, i.data,"
-    "        j.cancel_requested::text"
+    "        j.priority::text, j.seq::text, j.backend_req, n.url, n.name, i.meta::text, i.data"
     " FROM j JOIN n ON true JOIN job_inputs i ON i.job_id = j.id", 2},
 [ST_JOB_CANCEL_ASKED] = {"SELECT cancel_requested::int FROM jobs"
                          " WHERE id = $1::uuid AND attempts = $2 AND state = 'running'", 2},
 [ST_JOBS_RUNNING] = {
     "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
-    "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus,"
+    "       j.priority, j.seq, j.backend_req, j.gpus,"
     "       coalesce((extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint, 0)"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running'", 0},
 [ST_JOB_SUCCEED] = {
@@ -159,7 +158,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
                      " AND last_heartbeat < now() - make_interval(secs => $1::int) RETURNING name", 1},
 [ST_JOBS_ON_DOWN] = {
     "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
-    "       j.cancel_requested::int, j.priority, j.seq, j.backend_req, j.gpus,"
+    "       j.priority, j.seq, j.backend_req, j.gpus,"
     "       coalesce((extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint, 0)"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'", 0},
 [ST_BACKENDS_UP] = {"SELECT coalesce(jsonb_agg(DISTINCT backend), '[]')::text FROM nodes"

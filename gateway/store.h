@@ -91,7 +91,6 @@ typedef struct gw_dispatch {
     json_t *inputs_meta;      /* owned */
     unsigned char *inputs;    /* owned */
     size_t inputs_len;
-    int cancel_requested;
     int64_t ran_ms;           /* since started_at, by PostgreSQL's clock; 0 for a fresh claim */
 } gw_dispatch;
 void gw_dispatch_clear(gw_dispatch *d);

@@ -296,8 +296,6 @@ int gw_store_job_claim(gw_store *s, const char *job_id, const char *node_id, gw_
         d->inputs_meta = store__json(r, 0, 10);
         d->inputs_len = (size_t)PQgetlength(r, 0, 11);
         d->inputs = malloc(d->inputs_len ? d->inputs_len : 1);
-        store__copy(r, 0, 12, buf, sizeof(buf));
-        d->cancel_requested = buf[0] == 't';
         if (!d->params || !d->inputs_meta || !d->inputs)
             rc = -ENOMEM;
         else
@@ -332,12 +330,11 @@ static int load_running(gw_store *s, int id, gw_dispatch **out, int *n)
         store__copy(r, i, 4, d->node_id, sizeof(d->node_id));
         store__copy(r, i, 5, d->node_url, sizeof(d->node_url));
         store__copy(r, i, 6, d->node_name, sizeof(d->node_name));
-        d->cancel_requested = atoi(PQgetvalue(r, i, 7));
-        d->priority = atoi(PQgetvalue(r, i, 8));
-        d->seq = strtoll(PQgetvalue(r, i, 9), NULL, 10);
-        store__copy(r, i, 10, d->backend, sizeof(d->backend));
-        d->gpus = atoi(PQgetvalue(r, i, 11));
-        d->ran_ms = strtoll(PQgetvalue(r, i, 12), NULL, 10);
+        d->priority = atoi(PQgetvalue(r, i, 7));
+        d->seq = strtoll(PQgetvalue(r, i, 8), NULL, 10);
+        store__copy(r, i, 9, d->backend, sizeof(d->backend));
+        d->gpus = atoi(PQgetvalue(r, i, 10));
+        d->ran_ms = strtoll(PQgetvalue(r, i, 11), NULL, 10);
         *n = i + 1;
     }
     PQclear(r);
