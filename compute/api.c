@@ -12,17 +12,18 @@
 
 #define CN_WAIT_MAX_S 60
 
-/* 1 when the request carries the cluster token; otherwise replies 401. */
-static int cn__authorized(svc_req *req)
+int cn_api_authorize(svc_req *req, int access)
 {
+    (void)access;
     const cn_node *n = svc_req_app(req);
     const char *tok = svc_req_bearer(req);
 
     if (tok && svc_secure_equal(tok, n->token))
-        return 1;
+        return 0;
+    svc_reply_header(req, "WWW-Authenticate", "Bearer realm=\"kowloon-node\"");
     svc_reply_error(req, 401, "unauthenticated", NULL, NULL,
                     tok ? "invalid cluster token" : "missing Authorization: Bearer <cluster token>");
-    return 0;
+    return -1;
 }
 
 /* ?wait=S (seconds, 0..60, fractions allowed) into *ms. Returns 0, or -1
@@ -72,8 +73,6 @@ static int cn__info(svc_req *req)
     const cn_node *n = svc_req_app(req);
     int active;
 
-    if (!cn__authorized(req))
-        return 0;
     cn_runs_load(n->runs, &active, NULL);
     json_t *j = cn_node_describe(n);
     if (!j)
@@ -93,8 +92,6 @@ static int cn__run_create(svc_req *req)
     json_t *run = NULL;
     int status, rc;
 
-    if (!cn__authorized(req))
-        return 0;
     /* A repeated POST (the gateway retrying after a lost reply) is answered
      * from the run it already made, before the inputs are decoded again. */
     if (cn_run_req_ident(body, &rq, &status, &err) < 0)
@@ -141,7 +138,7 @@ static int cn__run_get(svc_req *req)
     json_t *run = NULL;
     int64_t wait_ms;
 
-    if (!cn__authorized(req) || cn__wait_ms(req, &wait_ms) < 0)
+    if (cn__wait_ms(req, &wait_ms) < 0)
         return 0;
     int rc = cn_runs_get(n->runs, svc_req_param(req, "id"), wait_ms, 1, &run);
     return cn__reply_run(req, rc, run);
@@ -153,7 +150,7 @@ static int cn__run_cancel(svc_req *req)
     json_t *run = NULL;
     int64_t wait_ms;
 
-    if (!cn__authorized(req) || cn__wait_ms(req, &wait_ms) < 0)
+    if (cn__wait_ms(req, &wait_ms) < 0)
         return 0;
     int rc = cn_runs_cancel(n->runs, svc_req_param(req, "id"), wait_ms, &run);
     return cn__reply_run(req, rc, run);
@@ -163,8 +160,6 @@ static int cn__run_release(svc_req *req)
 {
     const cn_node *n = svc_req_app(req);
 
-    if (!cn__authorized(req))
-        return 0;
     const char *id = svc_req_param(req, "id");
     int rc = cn_runs_release(n->runs, id);
     if (rc == CN_EBUSY)
@@ -176,10 +171,10 @@ static int cn__run_release(svc_req *req)
 
 const svc_route cn_api_routes[] = {
     {.method = "GET", .pattern = "/healthz", .handler = cn__healthz},
-    {.method = "GET", .pattern = "/v1/info", .handler = cn__info},
-    {.method = "POST", .pattern = "/v1/runs", .handler = cn__run_create, .json_body = 1},
-    {.method = "GET", .pattern = "/v1/runs/{id}", .handler = cn__run_get},
-    {.method = "DELETE", .pattern = "/v1/runs/{id}", .handler = cn__run_cancel},
-    {.method = "POST", .pattern = "/v1/runs/{id}/release", .handler = cn__run_release},
+    {.method = "GET", .pattern = "/v1/info", .handler = cn__info, .access = 1},
+    {.method = "POST", .pattern = "/v1/runs", .handler = cn__run_create, .json_body = 1, .access = 1},
+    {.method = "GET", .pattern = "/v1/runs/{id}", .handler = cn__run_get, .access = 1},
+    {.method = "DELETE", .pattern = "/v1/runs/{id}", .handler = cn__run_cancel, .access = 1},
+    {.method = "POST", .pattern = "/v1/runs/{id}/release", .handler = cn__run_release, .access = 1},
     {.method = NULL},
 };

@@ -6,7 +6,13 @@
 
 #include "svc_http.h"
 
-/* The route table, terminated by an entry with method NULL. */
+/* The route table, terminated by an entry with method NULL. Every route
+ * but /healthz has access 1: the cluster token, checked by cn_api_authorize
+ * from the head before the body is read. */
 extern const svc_route cn_api_routes[];
+
+/* svc_authorize_fn of the node: 0 with the cluster token, else -1 after
+ * replying 401 with WWW-Authenticate. */
+int cn_api_authorize(svc_req *req, int access);
 
 #endif

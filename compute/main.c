@@ -243,7 +243,8 @@ int main(int argc, char **argv)
     svc_server_opts so = {.listen = listen, .routes = cn_api_routes,
                           .max_body = (size_t)cn__num("max-body-mb") << 20,
                           /* long polls hold a request for up to 60 s */
-                          .conn_timeout_s = 120, .max_header = 16 << 10, .app = &node};
+                          .conn_timeout_s = 120, .max_header = 16 << 10,
+                          .authorize = cn_api_authorize, .app = &node};
     if (!(server = svc_server_start(&so, err, sizeof err))) {
         svc_error("%s", err);
         goto cleanup;

@@ -8,12 +8,31 @@
 #include "gw.h"
 #include "svc_http.h"
 
+/* Who a route is for (svc_route.access); the server checks it from the
+ * head, before the body is read, through gw_authorize. */
+enum { GW_ACCESS_PUBLIC = 0, GW_ACCESS_TENANT, GW_ACCESS_ADMIN, GW_ACCESS_CLUSTER };
+/* svc_authorize_fn of the gateway: 0, or -1 after replying 401 (with
+ * WWW-Authenticate), 403, 429 or 503. */
+int gw_authorize(svc_req *req, int access);
+
 /* Authenticates a tenant key and takes a token of its rate limit; on
- * failure replies 401 (429 over the rate limit, 503 when PostgreSQL cannot
- * be asked) and returns -1. */
+ * failure replies 401 (429 over the rate limit or after too many failed
+ * attempts from the address, 503 when PostgreSQL cannot be asked) and
+ * returns -1. The caller found is kept on the request: a second call
+ * answers from it without a lookup or another token. */
 int gw_auth_tenant(svc_req *req, gw_caller *who);
-/* Checks the cluster token; on failure replies 401 and returns -1. */
+/* Checks the cluster token; on failure replies 401 (429 after too many
+ * failed attempts from the address) and returns -1. */
 int gw_auth_cluster(svc_req *req);
+
+/* Failed authentications per client address (in this process). */
+gw_authfail *gw_authfail_new(void);
+void gw_authfail_free(gw_authfail *f);
+/* Seconds the address must wait before its next attempt; 0: it may go on. */
+int gw_authfail_blocked(gw_authfail *f, const char *ip, int64_t now_ms);
+/* Counts one failed attempt (and logs, at most every 10 s per address,
+ * when the address runs out of attempts). */
+void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms);
 /* Replies 503 unavailable naming the store that failed, with Retry-After. */
 int gw_reply_unavailable(svc_req *req, const char *what);
 

@@ -87,6 +87,16 @@ int gw_api_nodes_list(svc_req *req)
     json_t *nodes;
     if (gw_store_nodes_json(app->store, &nodes) != 0)
         return gw_reply_unavailable(req, "PostgreSQL");
+    /* A tenant sees what it needs to choose resources (backend, GPUs, free
+     * slots, state); where nodes live and what their hosts' files are
+     * called (url, backend_reason) is for admins. */
+    static const char *const admin_only[] = {"url", "backend_reason", "registered_at",
+                                             "last_heartbeat", NULL};
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n)
+        for (int f = 0; !who.admin && admin_only[f]; f++)
+            json_object_del(n, admin_only[f]);
     return svc_reply_json(req, 200, json_pack("{s:o}", "nodes", nodes));
 }
 
@@ -252,25 +262,38 @@ int gw_api_openapi(svc_req *req)
     return svc_reply_raw(req, 200, "application/yaml", app->openapi, app->openapi_len);
 }
 
+/* The route table. access is checked from the head before the body is
+ * read (gw_authorize); reserved routes are served even on a connection over
+ * the per-IP limit: health checks and nodes must not queue behind clients
+ * on the same address. */
+#define T GW_ACCESS_TENANT
+#define A GW_ACCESS_ADMIN
+#define C GW_ACCESS_CLUSTER
 const svc_route gw_routes[] = {
-    {"POST", "/v1/jobs", gw_api_jobs_submit, 1},
-    {"GET", "/v1/jobs", gw_api_jobs_list, 0},
-    {"GET", "/v1/jobs/{id}", gw_api_jobs_get, 0},
-    {"GET", "/v1/jobs/{id}/result", gw_api_jobs_result, 0},
-    {"POST", "/v1/jobs/{id}/cancel", gw_api_jobs_cancel, 0},
-    {"GET", "/v1/kernels", gw_api_kernels, 0},
-    {"GET", "/v1/nodes", gw_api_nodes_list, 0},
-    {"POST", "/v1/nodes/register", gw_api_node_register, 1},
-    {"POST", "/v1/nodes/{id}/heartbeat", gw_api_node_heartbeat, 1},
-    {"DELETE", "/v1/nodes/{id}", gw_api_node_remove, 0},
-    {"GET", "/healthz", gw_api_healthz, 0},
-    {"GET", "/readyz", gw_api_readyz, 0},
-    {"GET", "/openapi.yaml", gw_api_openapi, 0},
-    {"POST", "/v1/tenants", gw_api_tenants_put, 1},
-    {"GET", "/v1/tenants", gw_api_tenants_list, 0},
-    {"POST", "/v1/keys", gw_api_keys_create, 1},
-    {"DELETE", "/v1/keys/{prefix}", gw_api_keys_revoke, 0},
-    {"POST", "/v1/nodes/{id}/drain", gw_api_node_drain, 0},
-    {"DELETE", "/v1/nodes/{id}/drain", gw_api_node_undrain, 0},
-    {NULL, NULL, NULL, 0},
+    {.method = "POST", .pattern = "/v1/jobs", .handler = gw_api_jobs_submit, .json_body = 1, .access = T},
+    {.method = "GET", .pattern = "/v1/jobs", .handler = gw_api_jobs_list, .access = T},
+    {.method = "GET", .pattern = "/v1/jobs/{id}", .handler = gw_api_jobs_get, .access = T},
+    {.method = "GET", .pattern = "/v1/jobs/{id}/result", .handler = gw_api_jobs_result, .access = T},
+    {.method = "POST", .pattern = "/v1/jobs/{id}/cancel", .handler = gw_api_jobs_cancel, .access = T},
+    {.method = "GET", .pattern = "/v1/kernels", .handler = gw_api_kernels, .access = T},
+    {.method = "GET", .pattern = "/v1/nodes", .handler = gw_api_nodes_list, .access = T},
+    {.method = "POST", .pattern = "/v1/nodes/register", .handler = gw_api_node_register,
+     .json_body = 1, .access = C, .reserved = 1},
+    {.method = "POST", .pattern = "/v1/nodes/{id}/heartbeat", .handler = gw_api_node_heartbeat,
+     .json_body = 1, .access = C, .reserved = 1},
+    {.method = "DELETE", .pattern = "/v1/nodes/{id}", .handler = gw_api_node_remove, .access = C,
+     .reserved = 1},
+    {.method = "GET", .pattern = "/healthz", .handler = gw_api_healthz, .reserved = 1},
+    {.method = "GET", .pattern = "/readyz", .handler = gw_api_readyz, .reserved = 1},
+    {.method = "GET", .pattern = "/openapi.yaml", .handler = gw_api_openapi},
+    {.method = "POST", .pattern = "/v1/tenants", .handler = gw_api_tenants_put, .json_body = 1, .access = A},
+    {.method = "GET", .pattern = "/v1/tenants", .handler = gw_api_tenants_list, .access = A},
+    {.method = "POST", .pattern = "/v1/keys", .handler = gw_api_keys_create, .json_body = 1, .access = A},
+    {.method = "DELETE", .pattern = "/v1/keys/{prefix}", .handler = gw_api_keys_revoke, .access = A},
+    {.method = "POST", .pattern = "/v1/nodes/{id}/drain", .handler = gw_api_node_drain, .access = A},
+    {.method = "DELETE", .pattern = "/v1/nodes/{id}/drain", .handler = gw_api_node_undrain, .access = A},
+    {.method = NULL},
 };
+#undef T
+#undef A
+#undef C

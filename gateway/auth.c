@@ -1,12 +1,110 @@
 /* auth.c — who is calling: tenants with API keys (only their SHA-256 is in
  * PostgreSQL; each key's requests pass its rate limit), nodes with the
- * cluster token (compared in constant time). */
+ * cluster token (compared in constant time). The server asks gw_authorize
+ * from the request head, before the body is read; the caller it finds is
+ * kept on the request, so handlers that ask again cost nothing. Failed
+ * attempts are counted per client address and, past a burst, refused
+ * before any lookup. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
 #include "limits.h"
+#include "svc_log.h"
 #include "svc_util.h"
+
+/* Failed attempts per address: a token bucket of BURST that refills at
+ * RPS; an address without tokens is refused for the time one takes to
+ * come back. Addresses share SLOTS slots; a new one takes the slot that
+ * was used least recently. */
+#define AUTHFAIL_SLOTS 1024
+#define AUTHFAIL_BURST 20.0
+#define AUTHFAIL_RPS 2.0
+#define AUTHFAIL_LOG_MS 10000
+
+typedef struct authfail_slot {
+    char ip[48];
+    double tokens;
+    int64_t at_ms;     /* last refill */
+    int64_t logged_ms; /* last log line for this address */
+} authfail_slot;
+
+struct gw_authfail {
+    pthread_mutex_t mu;
+    authfail_slot slot[AUTHFAIL_SLOTS];
+};
+
+gw_authfail *gw_authfail_new(void)
+{
+    gw_authfail *f = calloc(1, sizeof *f);
+    if (f != NULL)
+        pthread_mutex_init(&f->mu, NULL);
+    return f;
+}
+
+void gw_authfail_free(gw_authfail *f)
+{
+    if (f == NULL)
+        return;
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+/* The slot of ip, refilled to now; a new one (full bucket) when ip has
+ * none. Called with f->mu held. */
+static authfail_slot *authfail_slot_of(gw_authfail *f, const char *ip, int64_t now_ms)
+{
+    size_t h = 5381;
+    for (const char *p = ip; *p; p++)
+        h = h * 33 + (unsigned char)*p;
+    authfail_slot *oldest = NULL;
+    for (int probe = 0; probe < 8; probe++) {
+        authfail_slot *s = &f->slot[(h + (size_t)probe) % AUTHFAIL_SLOTS];
+        if (strcmp(s->ip, ip) == 0) {
+            s->tokens += (double)(now_ms - s->at_ms) * AUTHFAIL_RPS / 1000.0;
+            if (s->tokens > AUTHFAIL_BURST)
+                s->tokens = AUTHFAIL_BURST;
+            s->at_ms = now_ms;
+            return s;
+        }
+        if (oldest == NULL || s->at_ms < oldest->at_ms)
+            oldest = s;
+    }
+    snprintf(oldest->ip, sizeof oldest->ip, "%s", ip);
+    oldest->tokens = AUTHFAIL_BURST;
+    oldest->at_ms = now_ms;
+    oldest->logged_ms = 0;
+    return oldest;
+}
+
+int gw_authfail_blocked(gw_authfail *f, const char *ip, int64_t now_ms)
+{
+    if (f == NULL)
+        return 0;
+    pthread_mutex_lock(&f->mu);
+    authfail_slot *s = authfail_slot_of(f, ip, now_ms);
+    int wait_s = s->tokens >= 1.0 ? 0 : gw_retry_after_s((int64_t)((1.0 - s->tokens) * 1000.0 / AUTHFAIL_RPS));
+    pthread_mutex_unlock(&f->mu);
+    return wait_s;
+}
+
+void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms)
+{
+    if (f == NULL)
+        return;
+    pthread_mutex_lock(&f->mu);
+    authfail_slot *s = authfail_slot_of(f, ip, now_ms);
+    s->tokens -= 1.0;
+    int log_now = s->tokens < 1.0 && now_ms - s->logged_ms >= AUTHFAIL_LOG_MS;
+    if (log_now)
+        s->logged_ms = now_ms;
+    pthread_mutex_unlock(&f->mu);
+    if (log_now)
+        svc_warn("auth: more than %.0f failed authentications from %s; its requests get 429 "
+                 "until it slows to %.0f a second", AUTHFAIL_BURST, ip, AUTHFAIL_RPS);
+}
 
 int gw_reply_unavailable(svc_req *req, const char *what)
 {
@@ -15,37 +113,90 @@ int gw_reply_unavailable(svc_req *req, const char *what)
                            "%s is unavailable; retry shortly", what);
 }
 
+/* 429 before any lookup when the caller's address has failed too often;
+ * 0 to go on. */
+static int refuse_failing_address(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    int wait_s = gw_authfail_blocked(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
+    if (wait_s == 0)
+        return 0;
+    char ra[16];
+    snprintf(ra, sizeof ra, "%d", wait_s);
+    svc_reply_header(req, "Retry-After", ra);
+    svc_reply_error(req, 429, "rate_limited", NULL, NULL,
+                    "too many failed authentications from this address; retry in %d s", wait_s);
+    return -1;
+}
+
+/* 401 with the challenge RFC 6750 asks for, and the failure counted. */
+static int reply_unauthenticated(svc_req *req, const char *msg)
+{
+    gw_app *app = svc_req_app(req);
+    gw_authfail_count(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
+    svc_reply_header(req, "WWW-Authenticate", "Bearer realm=\"kowloon\"");
+    svc_reply_error(req, 401, "unauthenticated", NULL, NULL, "%s", msg);
+    return -1;
+}
+
 int gw_auth_tenant(svc_req *req, gw_caller *who)
 {
     gw_app *app = svc_req_app(req);
-    const char *key = svc_req_bearer(req);
-    memset(who, 0, sizeof(*who));
-    if (!key || !*key) {
-        svc_reply_error(req, 401, "unauthenticated", NULL, NULL,
-                        "send an API key as 'Authorization: Bearer <key>'");
-        return -1;
+    const gw_caller *known = svc_req_user(req);
+    if (known != NULL) {
+        *who = *known;
+        return 0;
     }
+    memset(who, 0, sizeof(*who));
+    if (refuse_failing_address(req) != 0)
+        return -1;
+    const char *key = svc_req_bearer(req);
+    if (!key || !*key)
+        return reply_unauthenticated(req, "send an API key as 'Authorization: Bearer <key>'");
     gw_key_auth ka;
     int rc = strlen(key) > 200 ? -ENOENT : gw_store_auth_key(app->store, key, &ka);
     if (rc == -EIO) {
         gw_reply_unavailable(req, "PostgreSQL");
         return -1;
     }
-    if (rc != 0) {
-        svc_reply_error(req, 401, "unauthenticated", NULL, NULL, "the API key is not valid or was revoked");
-        return -1;
-    }
+    if (rc != 0)
+        return reply_unauthenticated(req, "the API key is not valid or was revoked");
     *who = (gw_caller){.tenant_id = ka.tenant_id, .admin = ka.admin, .key_id = ka.key_id,
                        .rate_rps = ka.rate_rps, .rate_burst = ka.rate_burst};
-    return gw_limits_rate(req, who);
+    if (gw_limits_rate(req, who) != 0)
+        return -1;
+    gw_caller *keep = svc_req_user_alloc(req, sizeof *keep);
+    if (keep != NULL)
+        *keep = *who;
+    return 0;
 }
 
 int gw_auth_cluster(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
+    if (refuse_failing_address(req) != 0)
+        return -1;
     const char *token = svc_req_bearer(req);
     if (token && svc_secure_equal(token, app->cfg.cluster_token))
         return 0;
-    svc_reply_error(req, 401, "unauthenticated", NULL, NULL, "a valid cluster token is required");
-    return -1;
+    return reply_unauthenticated(req, "a valid cluster token is required");
+}
+
+int gw_authorize(svc_req *req, int access)
+{
+    gw_caller who;
+    switch (access) {
+    case GW_ACCESS_CLUSTER:
+        return gw_auth_cluster(req);
+    case GW_ACCESS_TENANT:
+        return gw_auth_tenant(req, &who);
+    case GW_ACCESS_ADMIN:
+        if (gw_auth_tenant(req, &who) != 0)
+            return -1;
+        if (who.admin)
+            return 0;
+        svc_reply_error(req, 403, "forbidden", NULL, NULL, "this operation needs an admin key");
+        return -1;
+    }
+    return 0;
 }

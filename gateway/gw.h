@@ -11,6 +11,7 @@
 
 typedef struct gw_sched gw_sched;
 typedef struct gw_limits gw_limits;
+typedef struct gw_authfail gw_authfail;
 
 typedef struct gw_config {
     const char *listen;
@@ -35,6 +36,7 @@ typedef struct gw_app {
     gw_queue *queue;
     gw_sched *sched;
     gw_limits *limits;      /* rate limits and quotas (limits.h) */
+    gw_authfail *authfail;  /* failed authentications per address (auth.c) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -323,6 +323,9 @@ int gw_limits_admit_submit(svc_req *req, const gw_caller *who)
     }
     if (rc != 0 || limit == 0 || queued < limit)
         return 0;
+    /* Nothing tells when a queued job will start; a few seconds is a
+     * polite pace for a client that retries. */
+    svc_reply_header(req, "Retry-After", "5");
     svc_reply_error(req, 429, "quota_queued", NULL, NULL,
                     "the tenant has %lld queued jobs, its quota; submit again when some have started",
                     (long long)queued);

@@ -175,6 +175,7 @@ static int cmd_serve(gw_app *app)
         .per_ip_limit = (unsigned)svc_config_get(opts, "max-conns-per-ip")->num,
         .max_connections = (unsigned)svc_config_get(opts, "max-connections")->num,
         .max_header = (size_t)svc_config_get(opts, "max-header-kb")->num << 10,
+        .authorize = gw_authorize,
         .app = app,
     };
     svc_server *srv = svc_server_start(&so, err, sizeof(err));
@@ -270,10 +271,12 @@ int main(int argc, char **argv)
     }
     app.queue = gw_queue_open(app.cfg.redis_url, app.cfg.db_pool + 4);
     app.limits = app.queue ? gw_limits_open(&app.cfg) : NULL;
-    rc = app.limits ? cmd_serve(&app) : 1;
+    app.authfail = gw_authfail_new();
+    rc = app.limits && app.authfail ? cmd_serve(&app) : 1;
     if (app.trackers_left > 0)
         return rc; /* their runs go on; freeing what those threads use would race them */
     gw_limits_close(app.limits);
+    gw_authfail_free(app.authfail);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
     free(app.openapi);

@@ -33,7 +33,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_JOB_INSERT] = {
     "WITH j AS (INSERT INTO jobs (tenant_id, kernel, params, priority, timeout_s, max_attempts,"
     "                             backend_req, gpus, labels, state)"
-    "           VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9::jsonb, 'queued') RETURNING *),"
+    "           VALUES ($1, $2, $3::json, $4, $5, $6, $7, $8, $9::jsonb, 'queued') RETURNING *),"
     " i AS (INSERT INTO job_inputs (job_id, meta, data) SELECT id, $10::jsonb, $11::bytea FROM j),"
     " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM j)"
     " SELECT kowloon_job_json(j::jobs)::text, j.seq FROM j", 11},
@@ -368,7 +368,12 @@ json_t *store__json(const PGresult *r, int row, int col)
 {
     if (PQgetisnull(r, row, col))
         return NULL;
-    return json_loadb(PQgetvalue(r, row, col), (size_t)PQgetlength(r, row, col), 0, NULL);
+    json_error_t e;
+    json_t *j = json_loadb(PQgetvalue(r, row, col), (size_t)PQgetlength(r, row, col), 0, &e);
+    if (j == NULL)
+        svc_error("postgres: column %d of a row is not JSON the gateway can read: %s (byte %d)",
+                  col, e.text, e.position);
+    return j;
 }
 
 /* Runs one statement that needs no result beyond success; -EIO on failure,

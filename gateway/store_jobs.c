@@ -183,9 +183,16 @@ int gw_store_job_list(gw_store *s, int64_t tenant_id, const gw_job_filter *f,
     if (!rc) {
         int rows = PQntuples(r);
         *jobs = json_array();
-        for (int i = 0; i < rows && i < f->limit; i++)
-            json_array_append_new(*jobs, store__json(r, i, 0));
-        if (rows > f->limit)
+        /* A row that cannot be read fails the page: dropping it would
+         * hide the job behind a short page with a next_cursor. */
+        for (int i = 0; !rc && i < rows && i < f->limit; i++)
+            if (json_array_append_new(*jobs, store__json(r, i, 0)) != 0)
+                rc = -EPROTO;
+        if (rc) {
+            json_decref(*jobs);
+            *jobs = NULL;
+        }
+        if (!rc && rows > f->limit)
             *next_seq = strtoll(PQgetvalue(r, f->limit - 1, 1), NULL, 10);
     }
     PQclear(r);

@@ -34,6 +34,9 @@
 #define DRAIN_MAX ((size_t)1 << 20)
 /* libmicrohttpd's default memory per connection; it holds the request head. */
 #define MHD_POOL_DEFAULT ((size_t)32 << 10)
+/* Bytes of pool libmicrohttpd 0.9.75 takes per header or query argument
+ * (struct MHD_HTTP_Header, 56 on LP64, with allocation slack). */
+#define HEADER_RECORD ((size_t)64)
 /* How often the watchdog looks for connections past their deadline. */
 #define WATCHDOG_MS 250
 
@@ -44,6 +47,7 @@ typedef struct svc_conn {
     int fd;          /* MHD's socket; MHD closes it only after the
                         connection-close notice has unlinked this */
     int busy;        /* a request is with the application: no deadline */
+    int over;        /* opened while its address held per_ip_limit others */
     int cut;         /* already shut down by the watchdog */
     int64_t since;   /* opened, or its last request completed (mono ms) */
     char ip[INET6_ADDRSTRLEN];
@@ -54,6 +58,8 @@ struct svc_server {
     const svc_route *routes;
     size_t max_body;
     size_t max_header;       /* 0: no check of our own */
+    unsigned per_ip_limit;   /* 0: none */
+    svc_authorize_fn authorize;
     int64_t head_timeout_ms; /* deadline between requests */
     void *app;
     atomic_int starting;  /* MHD's log lines go to start_err while set */
@@ -85,6 +91,11 @@ struct svc_req {
     json_t *json;                  /* own reference */
     reply_header *headers;         /* queued by svc_reply_header */
     void *user;
+    void *user_owned;              /* from svc_req_user_alloc, freed with r */
+    int started;                   /* the access handler has seen it */
+    int http11;                    /* HTTP/1.1 (Host required) */
+    int raw_nul;                   /* the raw target has %00 */
+    size_t raw_len;                /* bytes of the raw target */
     int status;                    /* 0 until a reply is queued */
     int queued;                    /* 1 if MHD accepted the reply */
     int over_limit;                /* body exceeded max_body; rest discarded */
@@ -108,6 +119,7 @@ static void req_free(svc_req *r)
         free(h);
     }
     json_decref(r->json);
+    free(r->user_owned);
     free(r->body);
     free(r->method);
     free(r->path);
@@ -144,6 +156,12 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         c->since = svc_now_mono_ms();
         client_ip(conn, c->ip, sizeof c->ip);
         pthread_mutex_lock(&s->conns_mu);
+        if (s->per_ip_limit > 0) {
+            unsigned same = 0;
+            for (const svc_conn *o = s->conns; o != NULL && same < s->per_ip_limit; o = o->next)
+                same += strcmp(o->ip, c->ip) == 0;
+            c->over = same >= s->per_ip_limit;
+        }
         c->next = s->conns;
         if (s->conns != NULL)
             s->conns->prev = c;
@@ -162,6 +180,21 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         free(c);
         *socket_context = NULL;
     }
+}
+
+/* 1 if the request's connection opened while its address already held
+ * per_ip_limit others. */
+static int conn_over_limit(svc_server *s, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    svc_conn *c = ci != NULL ? ci->socket_context : NULL;
+    if (c == NULL)
+        return 0;
+    pthread_mutex_lock(&s->conns_mu);
+    int over = c->over;
+    pthread_mutex_unlock(&s->conns_mu);
+    return over;
 }
 
 /* Marks the connection's request as with the application (busy: its
@@ -446,6 +479,12 @@ static int header_times(svc_req *r, const char *name)
  * over 2^64 with 413. Returns 1 when it has replied. */
 static int req_refuse_head(svc_req *r)
 {
+    if (r->srv->max_header > 0 && r->raw_len > r->srv->max_header) {
+        svc_reply_error(r, 414, "uri_too_long", NULL, NULL,
+                        "the request target takes %zu bytes, over the limit of %zu",
+                        r->raw_len, r->srv->max_header);
+        return 1;
+    }
     if (r->srv->max_header > 0) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
@@ -503,6 +542,67 @@ static int utf8_valid(const char *s)
     return 1;
 }
 
+/* 1 if name is an RFC 9110 token (what a header field name must be). */
+static int is_token(const char *name)
+{
+    static const char tchar[] = "!#$%&'*+-.^_`|~0123456789"
+                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    return name[0] != '\0' && strspn(name, tchar) == strlen(name);
+}
+
+/* 1 if name is longer than one of the headers that frame a request but
+ * starts with it: libmicrohttpd 0.9.75 appends an obsolete line folding
+ * ("Transfer-Encoding: identity\r\n chunked") to the header's name, so a
+ * folded framing header would silently vanish here while a proxy in front
+ * reads it. */
+static int is_folded_framing(const char *name)
+{
+    static const char *const framing[] = {"Transfer-Encoding", "Content-Length", "Host", NULL};
+    for (int i = 0; framing[i] != NULL; i++) {
+        size_t n = strlen(framing[i]);
+        if (strlen(name) > n && strncasecmp(name, framing[i], n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static enum MHD_Result find_bad_name(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    (void)kind;
+    (void)value;
+    const char **bad = cls;
+    if (key != NULL && is_token(key) && !is_folded_framing(key))
+        return MHD_YES;
+    *bad = key != NULL ? key : "";
+    return MHD_NO;
+}
+
+/* Refuses what a proxy in front could read differently from us (request
+ * smuggling) and what would silently change meaning: an HTTP/1.1 request
+ * without exactly one Host (RFC 9112 3.2), a header name that is not a
+ * token (libmicrohttpd keeps "Transfer-Encoding " with its space, so the
+ * header would be ignored here and obeyed elsewhere), and a NUL (%00) in
+ * the target, which decoding would turn into a silent truncation of the
+ * path or of a query value. Returns 1 when it has replied. */
+static int req_refuse_syntax(svc_req *r)
+{
+    const char *bad = NULL;
+    int hosts = header_times(r, MHD_HTTP_HEADER_HOST);
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, find_bad_name, &bad);
+    if (bad != NULL)
+        svc_reply_error(r, 400, "bad_request", NULL, NULL,
+                        "header name '%.64s' is not a token, or a header was folded over "
+                        "lines (no spaces before the colon, no line folding)", bad);
+    else if (hosts > 1 || (r->http11 && hosts == 0))
+        svc_reply_error(r, 400, "bad_request", NULL, NULL,
+                        "an HTTP/1.1 request needs exactly one Host header");
+    else if (r->raw_nul)
+        svc_reply_error(r, 400, "bad_request", NULL, NULL,
+                        "the request target contains a NUL character (%%00)");
+    return r->status != 0;
+}
+
 typedef struct {
     const char *bad; /* name of the first query parameter that is not UTF-8 */
 } query_check;
@@ -543,7 +643,7 @@ static int req_refuse_non_utf8(svc_req *r)
 static void req_begin(svc_req *r)
 {
     char allow[64];
-    if (req_refuse_head(r) || req_refuse_non_utf8(r))
+    if (req_refuse_head(r) || req_refuse_syntax(r) || req_refuse_non_utf8(r))
         return;
     r->route = route_find(r, allow, sizeof allow);
     if (r->route == NULL) {
@@ -552,8 +652,27 @@ static void req_begin(svc_req *r)
             svc_reply_error(r, 405, "method_not_allowed", NULL, NULL,
                             "%s is not allowed on %s (allowed: %s)", r->method, r->path, allow);
         } else {
-            svc_reply_error(r, 404, "not_found", NULL, NULL, "no such resource: %s", r->path);
+            svc_reply_error(r, 404, "not_found", NULL, NULL, "no such resource: %.200s%s",
+                            r->path, strlen(r->path) > 200 ? "…" : "");
         }
+        return;
+    }
+    if (!r->route->reserved && conn_over_limit(r->srv, r->conn)) {
+        svc_info("http: %s %s from %s refused: over %u connections from that address",
+                 r->method, r->path, r->ip, r->srv->per_ip_limit);
+        svc_reply_header(r, "Retry-After", "1");
+        svc_reply_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+        svc_reply_error(r, 503, "unavailable", NULL, NULL,
+                        "too many connections from %s (at most %u); reuse one of them",
+                        r->ip, r->srv->per_ip_limit);
+        return;
+    }
+    /* Who may call is decided from the head: a caller that may not gets its
+     * answer before a byte of the body is read or parsed. */
+    if (r->route->access != 0 && r->srv->authorize != NULL &&
+        r->srv->authorize(r, r->route->access) != 0) {
+        if (r->status == 0)
+            svc_reply_error(r, 500, "internal", NULL, NULL, "the access check did not reply");
         return;
     }
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
@@ -644,15 +763,15 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                                  const char *method, const char *version,
                                  const char *upload_data, size_t *upload_size, void **con_cls)
 {
-    (void)version;
     svc_req *r = *con_cls;
-    if (r == NULL) {
-        r = calloc(1, sizeof *r);
-        if (r == NULL)
+    if (r == NULL || !r->started) {
+        if (r == NULL && (r = calloc(1, sizeof *r)) == NULL)
             return MHD_NO;
         *con_cls = r; /* from here on on_completed frees it */
+        r->started = 1;
         r->srv = cls;
         r->conn = conn;
+        r->http11 = strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
         r->t0 = svc_now_mono_ms();
         r->method = strdup(method);
         r->path = strdup(url);
@@ -697,6 +816,33 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     return r->queued ? MHD_YES : MHD_NO;
 }
 
+/* MHD's first look at a request: the raw target, before %xx is decoded and
+ * the query split. Returns the request state, which MHD hands to on_access
+ * as *con_cls (and on_completed frees), with a NUL (%00) noted. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    svc_server *s = cls;
+    (void)conn;
+    svc_req *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    r->raw_nul = strstr(uri, "%00") != NULL;
+    r->raw_len = strlen(uri);
+    if (s->max_header > 0 && r->raw_len > s->max_header) {
+        /* The target alone is over the limit, and MHD is about to add a
+         * record to the connection's pool for every query argument in it:
+         * tens of thousands of them exhaust the pool, and MHD then closes
+         * the connection without a word. The target lies in MHD's own
+         * writable read buffer and MHD splits the arguments only after
+         * this call, so ending the query here leaves it nothing to split;
+         * the request is refused with a JSON 414 once its head is in. */
+        char *q = strchr((char *)uri, '?');
+        if (q != NULL)
+            q[1] = '\0';
+    }
+    return r;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -721,6 +867,13 @@ json_t *svc_req_json(svc_req *req) { return req->json; }
 const char *svc_req_client_ip(svc_req *req) { return req->ip; }
 void svc_req_set_user(svc_req *req, void *p) { req->user = p; }
 void *svc_req_user(svc_req *req) { return req->user; }
+
+void *svc_req_user_alloc(svc_req *req, size_t size)
+{
+    free(req->user_owned);
+    req->user_owned = req->user = calloc(1, size);
+    return req->user;
+}
 
 const char *svc_req_param(svc_req *req, const char *name)
 {
@@ -842,6 +995,8 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
     s->routes = opts->routes;
     s->max_body = opts->max_body;
     s->max_header = opts->max_header;
+    s->per_ip_limit = opts->per_ip_limit;
+    s->authorize = opts->authorize;
     unsigned timeout_s = opts->conn_timeout_s ? opts->conn_timeout_s : 30u;
     unsigned max_conns = opts->max_connections ? opts->max_connections : 1024u;
     s->head_timeout_ms = (int64_t)timeout_s * 1000;
@@ -853,12 +1008,17 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
     pthread_cond_init(&s->conns_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->conns_mu, NULL);
-    /* The head is read into the connection's memory pool: twice the limit
-     * leaves room for MHD's own records, so that a head over the limit
-     * mostly gets our JSON 431 rather than MHD's HTML one. */
+    /* The head is read into the connection's memory pool, and MHD adds a
+     * record for every header and query argument to it: a 2-byte "a&"
+     * costs a record, so a head of max_header bytes may need max_header / 2
+     * of them on top of its own text. A pool that holds that worst case
+     * lets every head within the limit through to our own checks (whose
+     * refusals are JSON) instead of MHD closing the connection for want of
+     * memory. The pool is mmap'd: pages a connection never touches cost
+     * nothing. */
     size_t pool = MHD_POOL_DEFAULT;
-    if (s->max_header > 0 && 2 * s->max_header > pool)
-        pool = 2 * s->max_header;
+    if (s->max_header > 0 && 2 * s->max_header + (s->max_header / 2) * HEADER_RECORD > pool)
+        pool = 2 * s->max_header + (s->max_header / 2) * HEADER_RECORD;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         rl.rlim_cur < (rlim_t)max_conns + 64)
@@ -878,10 +1038,10 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
         MHD_OPTION_SOCK_ADDR, pick->ai_addr,
         MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, opts->per_ip_limit,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     atomic_store(&s->starting, 0);

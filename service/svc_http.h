@@ -7,7 +7,10 @@
  * all, a header size limit, and framing checks (one Content-Length, no
  * Content-Length beside chunked, no other transfer coding).
  * Handlers run on libmicrohttpd's per-connection threads and may block
- * (long polls). */
+ * (long polls). Errors the server gives itself are JSON like every other;
+ * the few that libmicrohttpd 0.9.75 answers before any callback runs (a
+ * malformed Content-Length, an unsupported HTTP version, a request line
+ * larger than the connection's memory) keep its fixed HTML bodies. */
 #ifndef SVC_HTTP_H
 #define SVC_HTTP_H
 
@@ -28,7 +31,18 @@ typedef struct svc_route {
     svc_handler handler;
     int json_body;        /* 1: the body must be application/json and parse to
                              an object, else 415/400 before the handler runs */
+    int access;           /* who may call it, in the application's terms; when
+                             not 0 the server's authorize callback decides from
+                             the request head, before a byte of the body is read */
+    int reserved;         /* 1: served even on a connection over the per-IP
+                             limit (health checks, cluster traffic), so that
+                             clients on the same address cannot crowd it out */
 } svc_route;
+
+/* Decides from the head whether the caller may use a route whose access is
+ * not 0. Returns 0 to go on, or replies (401, 403, 429, 503) and returns -1;
+ * the body is then never read. */
+typedef int (*svc_authorize_fn)(svc_req *req, int access);
 
 typedef struct svc_server_opts {
     const char *listen;          /* "127.0.0.1:8080"; port 0 picks a free one */
@@ -39,12 +53,15 @@ typedef struct svc_server_opts {
                                     are not complete this long after it opened
                                     or after its previous request ended, however
                                     steadily they trickle in; 0 => 30 */
-    unsigned per_ip_limit;       /* max connections per client IP, more are
-                                    closed at once; 0 => none */
+    unsigned per_ip_limit;       /* max connections per client IP; a request on
+                                    one more gets 503 with Retry-After and the
+                                    connection is closed, unless its route is
+                                    reserved; 0 => none */
     unsigned max_connections;    /* 0 => 1024; more are closed at once */
     size_t max_header;           /* bytes of request line + headers; larger
                                     get 431 (JSON); 0 => only libmicrohttpd's
                                     own 32 KiB connection memory bounds them */
+    svc_authorize_fn authorize;  /* for routes with access != 0; NULL: none */
     void *app;                   /* handed to handlers via svc_req_app */
 } svc_server_opts;
 
@@ -71,6 +88,9 @@ const char *svc_req_client_ip(svc_req *req);
 /* Per-request slot for the application (e.g. the authenticated tenant). */
 void svc_req_set_user(svc_req *req, void *p);
 void *svc_req_user(svc_req *req);
+/* Zeroed memory of size bytes owned by the request (freed with it), also set
+ * as its user slot; NULL on ENOMEM. */
+void *svc_req_user_alloc(svc_req *req, size_t size);
 
 /* Adds a header to the reply that follows (Location, Retry-After). */
 void svc_reply_header(svc_req *req, const char *name, const char *value);
