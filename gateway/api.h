@@ -25,8 +25,9 @@ int gw_auth_tenant(svc_req *req, gw_caller *who);
  * failed attempts from the address) and returns -1. */
 int gw_auth_cluster(svc_req *req);
 
-/* Failed authentications per client address (in this process). */
-gw_authfail *gw_authfail_new(void);
+/* Failed authentications per client address, in this process: burst at
+ * once, rps a second after that (burst 0: no limit). NULL on ENOMEM. */
+gw_authfail *gw_authfail_new(int burst, int rps);
 void gw_authfail_free(gw_authfail *f);
 /* Seconds the address must wait before its next attempt; 0: it may go on. */
 int gw_authfail_blocked(gw_authfail *f, const char *ip, int64_t now_ms);

@@ -15,13 +15,11 @@
 #include "svc_log.h"
 #include "svc_util.h"
 
-/* Failed attempts per address: a token bucket of BURST that refills at
- * RPS; an address without tokens is refused for the time one takes to
- * come back. Addresses share SLOTS slots; a new one takes the slot that
- * was used least recently. */
+/* Failed attempts per address: a token bucket of burst that refills at
+ * rps; an address without tokens is refused for the time one takes to
+ * come back. Addresses share SLOTS slots (8 probes from a hash); a new one
+ * takes the probed slot used least recently. */
 #define AUTHFAIL_SLOTS 1024
-#define AUTHFAIL_BURST 20.0
-#define AUTHFAIL_RPS 2.0
 #define AUTHFAIL_LOG_MS 10000
 
 typedef struct authfail_slot {
@@ -32,15 +30,19 @@ typedef struct authfail_slot {
 } authfail_slot;
 
 struct gw_authfail {
+    double burst, rps;     /* burst 0: no limit */
     pthread_mutex_t mu;
     authfail_slot slot[AUTHFAIL_SLOTS];
 };
 
-gw_authfail *gw_authfail_new(void)
+gw_authfail *gw_authfail_new(int burst, int rps)
 {
     gw_authfail *f = calloc(1, sizeof *f);
-    if (f != NULL)
-        pthread_mutex_init(&f->mu, NULL);
+    if (f == NULL)
+        return NULL;
+    f->burst = burst;
+    f->rps = rps > 0 ? rps : 1;
+    pthread_mutex_init(&f->mu, NULL);
     return f;
 }
 
@@ -63,9 +65,9 @@ static authfail_slot *authfail_slot_of(gw_authfail *f, const char *ip, int64_t n
     for (int probe = 0; probe < 8; probe++) {
         authfail_slot *s = &f->slot[(h + (size_t)probe) % AUTHFAIL_SLOTS];
         if (strcmp(s->ip, ip) == 0) {
-            s->tokens += (double)(now_ms - s->at_ms) * AUTHFAIL_RPS / 1000.0;
-            if (s->tokens > AUTHFAIL_BURST)
-                s->tokens = AUTHFAIL_BURST;
+            s->tokens += (double)(now_ms - s->at_ms) * f->rps / 1000.0;
+            if (s->tokens > f->burst)
+                s->tokens = f->burst;
             s->at_ms = now_ms;
             return s;
         }
@@ -73,7 +75,7 @@ static authfail_slot *authfail_slot_of(gw_authfail *f, const char *ip, int64_t n
             oldest = s;
     }
     snprintf(oldest->ip, sizeof oldest->ip, "%s", ip);
-    oldest->tokens = AUTHFAIL_BURST;
+    oldest->tokens = f->burst;
     oldest->at_ms = now_ms;
     oldest->logged_ms = 0;
     return oldest;
@@ -81,18 +83,18 @@ static authfail_slot *authfail_slot_of(gw_authfail *f, const char *ip, int64_t n
 
 int gw_authfail_blocked(gw_authfail *f, const char *ip, int64_t now_ms)
 {
-    if (f == NULL)
+    if (f == NULL || f->burst <= 0)
         return 0;
     pthread_mutex_lock(&f->mu);
     authfail_slot *s = authfail_slot_of(f, ip, now_ms);
-    int wait_s = s->tokens >= 1.0 ? 0 : gw_retry_after_s((int64_t)((1.0 - s->tokens) * 1000.0 / AUTHFAIL_RPS));
+    int wait_s = s->tokens >= 1.0 ? 0 : gw_retry_after_s((int64_t)((1.0 - s->tokens) * 1000.0 / f->rps));
     pthread_mutex_unlock(&f->mu);
     return wait_s;
 }
 
 void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms)
 {
-    if (f == NULL)
+    if (f == NULL || f->burst <= 0)
         return;
     pthread_mutex_lock(&f->mu);
     authfail_slot *s = authfail_slot_of(f, ip, now_ms);
@@ -103,7 +105,7 @@ void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms)
     pthread_mutex_unlock(&f->mu);
     if (log_now)
         svc_warn("auth: more than %.0f failed authentications from %s; its requests get 429 "
-                 "until it slows to %.0f a second", AUTHFAIL_BURST, ip, AUTHFAIL_RPS);
+                 "until it slows to %.0f a second", f->burst, ip, f->rps);
 }
 
 int gw_reply_unavailable(svc_req *req, const char *what)

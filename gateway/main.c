@@ -27,7 +27,8 @@ static svc_opt opts[] = {
     {"conn-timeout-s", "KOWLOON_CONN_TIMEOUT_S", SVC_OPT_INT, "30", 1, 3600,
      "an idle connection, or one whose request headers take longer, is closed", NULL, 0},
     {"max-conns-per-ip", "KOWLOON_MAX_CONNS_PER_IP", SVC_OPT_INT, "64", 0, 100000,
-     "connections one client IP may hold; more are closed at once (0: no limit)", NULL, 0},
+     "connections one client IP may hold; a request on one more gets 503 with Retry-After "
+     "(health checks and nodes excepted) (0: no limit)", NULL, 0},
     {"max-connections", "KOWLOON_MAX_CONNECTIONS", SVC_OPT_INT, "1024", 1, 100000,
      "connections in all; more are closed at once", NULL, 0},
     {"max-header-kb", "KOWLOON_MAX_HEADER_KB", SVC_OPT_INT, "16", 1, 1024,
@@ -53,6 +54,11 @@ static svc_opt opts[] = {
      "requests per second per API key (token bucket refill); 0 turns rate limits off", NULL, 0},
     {"rate-limit-burst", "KOWLOON_RATE_LIMIT_BURST", SVC_OPT_INT, "100", 0, 1000000,
      "token bucket size per API key (requests allowed at once)", NULL, 0},
+    {"auth-fail-burst", "KOWLOON_AUTH_FAIL_BURST", SVC_OPT_INT, "20", 0, 1000000,
+     "failed authentications one client address may make at once; more get 429 (0: no limit)",
+     NULL, 0},
+    {"auth-fail-rps", "KOWLOON_AUTH_FAIL_RPS", SVC_OPT_INT, "2", 1, 1000000,
+     "failed authentications per second a client address gets back", NULL, 0},
     {"max-queued-per-tenant", "KOWLOON_MAX_QUEUED_PER_TENANT", SVC_OPT_INT, "10000", 0, 100000000,
      "queued jobs a tenant may have; a submit over it gets 429 quota_queued (0: no quota)", NULL, 0},
     {"max-running-per-tenant", "KOWLOON_MAX_RUNNING_PER_TENANT", SVC_OPT_INT, "1000", 0, 100000000,
@@ -271,7 +277,8 @@ int main(int argc, char **argv)
     }
     app.queue = gw_queue_open(app.cfg.redis_url, app.cfg.db_pool + 4);
     app.limits = app.queue ? gw_limits_open(&app.cfg) : NULL;
-    app.authfail = gw_authfail_new();
+    app.authfail = gw_authfail_new((int)svc_config_get(opts, "auth-fail-burst")->num,
+                                   (int)svc_config_get(opts, "auth-fail-rps")->num);
     rc = app.limits && app.authfail ? cmd_serve(&app) : 1;
     if (app.trackers_left > 0)
         return rc; /* their runs go on; freeing what those threads use would race them */

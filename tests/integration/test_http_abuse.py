@@ -265,30 +265,32 @@ def test_slow_clients_do_not_starve_others(gw, stack):
         t.close()
 
 
-def test_per_ip_limit_closes_only_the_extra_connections(gw):
+def test_per_ip_limit_answers_503_on_the_extra_connections_but_serves_health(gw):
     socks = open_many(gw, "127.0.0.5", PER_IP + 3)
     try:
         time.sleep(0.3)
-        served = refused = 0
-        for s in socks:
+        statuses = []
+        for i, s in enumerate(socks):
+            # the extra connections still get health checks (a reserved route)
+            path = b"/healthz" if i == len(socks) - 1 else b"/openapi.yaml"
             try:
-                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
             except OSError:
                 pass
             r = Reply(*read_all(s, 5))
-            if r.status == 200:
-                served += 1
-            else:
-                assert_refused(r, ())
-                refused += 1
-        assert (served, refused) == (PER_IP, 3), (served, refused)
+            statuses.append(r.status)
+            if r.status == 503:
+                assert r.json()["error"]["code"] == "unavailable", r
+                assert r.headers.get("retry-after") == "1", r
+        assert statuses == [200] * PER_IP + [503, 503, 200], statuses
         assert healthz(gw).status == 200  # another address is not limited
     finally:
         for s in socks:
             s.close()
     # the slots come back once the connections are gone
     deadline = time.monotonic() + SLACK_S
-    while healthz(gw, src="127.0.0.5").status != 200:
+    while exchange(gw, b"GET /openapi.yaml HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                   src="127.0.0.5").status != 200:
         assert time.monotonic() < deadline, "127.0.0.5 still refused after closing its connections"
         time.sleep(0.1)
 
@@ -319,7 +321,7 @@ BIG = 64 * 1024
 
 
 @pytest.mark.parametrize("case", ["header-over-limit", "header-64k", "many-headers",
-                                  "url-over-limit", "url-64k"])
+                                  "url-over-limit", "url-64k", "many-args-over-limit"])
 def test_oversized_head_is_431_or_414(gw, case):
     over = MAX_HEADER_KB * 1024 + 2048
     req = {
@@ -329,11 +331,65 @@ def test_oversized_head_is_431_or_414(gw, case):
                         + b"".join(b"X-H%d: v\r\n" % i for i in range(4000)),
         "url-over-limit": b"GET /healthz?q=" + b"a" * over + b" HTTP/1.1\r\nHost: t\r\n",
         "url-64k": b"GET /healthz?q=" + b"a" * BIG + b" HTTP/1.1\r\nHost: t\r\n",
+        "many-args-over-limit": b"GET /healthz?" + b"&".join([b"a"] * (over // 2))
+                                + b" HTTP/1.1\r\nHost: t\r\n",
     }[case]
     r = exchange(gw, req + b"Connection: close\r\n\r\n")
     assert r.status in (414, 431), r
-    if case.endswith("over-limit"):  # within MHD's memory: our own JSON answer
-        assert r.status == 431 and r.json()["error"]["code"] == "headers_too_large", r
+    # Our own JSON answer, except for thousands of headers far over the
+    # limit: they exhaust the connection's memory before any callback runs,
+    # and libmicrohttpd 0.9.75 answers with its own HTML 431.
+    if case != "many-headers":
+        assert r.json()["error"]["code"] in ("headers_too_large", "uri_too_long"), r
+    if case == "header-over-limit":
+        assert r.status == 431, r
+    if case.startswith("url") or case.startswith("many-args"):
+        assert r.status == 414, r
+
+
+def test_many_query_arguments_within_the_limit_are_served(gw):
+    # ~480 arguments, ~2.3 KB: once a silent close for want of pool memory
+    query = b"&".join(b"p%d=1" % i for i in range(480))
+    r = exchange(gw, b"GET /healthz?" + query + b" HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    assert r.status == 200, r
+    query = b"&".join([b"a"] * (MAX_HEADER_KB * 1024 // 2 - 64))  # the most a head may hold
+    r = exchange(gw, b"GET /healthz?" + query + b" HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    assert r.status == 200, r
+
+
+# ---------------------------------------------------------------- request syntax
+
+@pytest.mark.parametrize("head", [
+    b"GET /healthz HTTP/1.1\r\n",                                   # no Host
+    b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n",             # two
+    b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Name : v\r\n",           # space before colon
+    b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nTransfer-Encoding : chunked\r\n",
+    b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: identity\r\n chunked\r\n",
+    b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\t0\r\n",
+    b"GET /openapi.yaml%00.txt HTTP/1.1\r\nHost: t\r\n",
+    b"GET /v1/jobs%00.json HTTP/1.1\r\nHost: t\r\n{auth}",
+    b"GET /v1/jobs?limit=5%00 HTTP/1.1\r\nHost: t\r\n{auth}",
+], ids=["no-host", "two-hosts", "space-before-colon", "te-space-before-colon", "folded-te",
+        "folded-content-length", "nul-path", "nul-path-json", "nul-query"])
+def test_ambiguous_request_syntax_is_a_json_400(gw, no_new_jobs, head):
+    head = head.replace(b"{auth}", gw.auth)
+    if head.startswith(b"POST"):
+        head += gw.auth + b"Content-Type: application/json\r\n"
+    r = exchange(gw, head + b"Connection: close\r\n\r\n" + (JOB if head.startswith(b"POST") else b""))
+    assert r.status == 400 and r.json()["error"]["code"] == "bad_request", r
+
+
+def test_http_1_0_needs_no_host(gw):
+    r = exchange(gw, b"GET /healthz HTTP/1.0\r\n\r\n")
+    assert r.status == 200, r
+
+
+def test_long_unknown_path_is_cut_in_the_message(gw):
+    r = exchange(gw, b"GET /" + b"x" * 5000 + b" HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    assert r.status == 404, r
+    assert len(r.json()["error"]["message"]) < 300, r
+
+
 
 
 def test_oversized_head_on_default_gateway_is_431(stack):
