@@ -20,7 +20,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         build-essential pkg-config \
         libmicrohttpd-dev libjansson-dev libpq-dev libhiredis-dev \
-        libcurl4-openssl-dev libopenblas-dev libcmocka-dev \
+        libcurl4-openssl-dev libopenblas-dev libcmocka-dev libdouble-conversion-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -50,7 +50,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         libmicrohttpd12t64 libjansson4 libpq5 libhiredis1.1.0 \
-        libcurl4t64 libopenblas0 curl ca-certificates \
+        libcurl4t64 libopenblas0 libdouble-conversion3 curl ca-certificates \
  && { ldconfig -p | grep -q 'libnccl\.so\.2' \
       || apt-get install -y --no-install-recommends libnccl2; } \
  && rm -rf /var/lib/apt/lists/*

@@ -2,12 +2,16 @@
 # and the tests. `make V=1` shows the commands.
 
 CC      ?= cc
+CXX     ?= c++
 NVCC    ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 SAN     ?=
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -MMD -MP -pthread $(SAN)
 CPPFLAGS += -Iservice -Ikernels -Igateway -Icompute $(shell pkg-config --cflags-only-I libpq 2>/dev/null) -I/usr/include/postgresql
+# C++ only for service/svc_dtoa.cc, the C face of double-conversion.
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -std=c++17 -Wall -Wextra -Werror -fPIC -fno-exceptions -fno-rtti -MMD -MP $(SAN)
 LDFLAGS += -pthread $(SAN)
 NVFLAGS ?= -O3 -std=c++17 --compiler-options -fPIC,-Wall,-Wextra -Werror all-warnings \
            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
@@ -19,20 +23,21 @@ B   = build$(if $(SAN),-san,)
 BIN = bin$(if $(SAN),-san,)
 
 SVC_SRC  := $(wildcard service/*.c)
+SVC_CXX  := $(wildcard service/*.cc)
 KL_SRC   := $(wildcard kernels/*.c kernels/cpu/*.c)
 GW_SRC   := $(wildcard gateway/*.c)
 CN_SRC   := $(wildcard compute/*.c)
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
 UT_SRC   := $(wildcard tests/unit/test_*.c)
 
-SVC_OBJ  := $(SVC_SRC:%.c=$(B)/%.o)
+SVC_OBJ  := $(SVC_SRC:%.c=$(B)/%.o) $(SVC_CXX:%.cc=$(B)/%.o)
 KL_OBJ   := $(KL_SRC:%.c=$(B)/%.o)
 GW_OBJ   := $(GW_SRC:%.c=$(B)/%.o)
 CN_OBJ   := $(CN_SRC:%.c=$(B)/%.o)
 CU_OBJ   := $(CU_SRC:%.cu=$(B)/%.o)
 UT_BIN   := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-SVC_LIBS := -lmicrohttpd -ljansson -lcurl
+SVC_LIBS := -lmicrohttpd -ljansson -lcurl -ldouble-conversion -lstdc++
 KL_LIBS  := -lopenblas -lm
 GW_LIBS  := -lpq -lhiredis
 CN_LIBS  := -ldl
@@ -49,6 +54,11 @@ $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(B)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CXX     $<")
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
 $(B)/%.o: %.cu
 	@mkdir -p $(dir $@)

@@ -29,6 +29,10 @@ int gw_api_jobs_submit(svc_req *req)
     if (gw_job_req_parse(svc_req_json(req), &jr, &ve) != 0)
         return svc_reply_error(req, ve.status, "invalid_argument", ve.field[0] ? ve.field : NULL,
                                NULL, "%s", ve.message);
+    if (gw_job_req_check_output(&jr, (int64_t)app->cfg.max_output_mb << 20, &ve) != 0) {
+        gw_job_req_free(&jr);
+        return svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
+    }
 
     gw_blob inputs = {0};
     json_t *params = svc_kargs_params_json(&jr.ka.args);
@@ -209,15 +213,41 @@ int gw_api_jobs_result(svc_req *req)
                                "the job is %s; a result exists only once it has succeeded", state);
     if (rc)
         return reply_store_error(req, rc);
-    json_t *outputs = gw_blob_to_json(meta, data, len, enc && strcmp(enc, "b64") == 0);
-    json_decref(meta);
-    free(data);
-    if (!outputs) {
-        json_decref(info);
-        return svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");
+    /* Streamed: the text of a large result is never whole in memory; the
+     * stored bytes are, owned by the stream from here on. Field order as
+     * before: id, outputs, info. */
+    svc_tstream *doc = svc_tstream_new();
+    char *info_s = info ? json_dumps(info, JSON_COMPACT) : strdup("{}");
+    char head[96];
+    int n = snprintf(head, sizeof(head), "{\"id\":\"%s\",\"outputs\":", id);
+    if (!doc) {
+        free(data);
+        rc = -ENOMEM;
+    } else {
+        rc = svc_tstream_own(doc, data);
     }
-    return svc_reply_json(req, 200, json_pack("{s:s, s:o, s:o}", "id", id, "outputs", outputs,
-                                              "info", info ? info : json_object()));
+    if (!rc && !info_s)
+        rc = -ENOMEM;
+    if (!rc)
+        rc = svc_tstream_text(doc, head, (size_t)n);
+    if (!rc)
+        rc = gw_blob_to_stream(doc, meta, data, len, enc && strcmp(enc, "b64") == 0);
+    if (!rc)
+        rc = svc_tstream_text(doc, ",\"info\":", 8);
+    if (!rc)
+        rc = svc_tstream_text(doc, info_s, strlen(info_s));
+    if (!rc)
+        rc = svc_tstream_text(doc, "}", 1);
+    json_decref(meta);
+    json_decref(info);
+    free(info_s);
+    if (rc) {
+        svc_tstream_free(doc);
+        if (rc == -EINVAL)
+            return svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    }
+    return svc_reply_stream(req, 200, "application/json", svc_tstream_read, doc, svc_tstream_free);
 }
 
 int gw_api_jobs_cancel(svc_req *req)

@@ -1,4 +1,5 @@
-/* blob.c — packing named tensors into one buffer and back. */
+/* blob.c — packing named tensors into one buffer and back: as a JSON tree,
+ * or as text streamed piece by piece for replies too large to hold whole. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,23 +52,34 @@ int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msgle
     return 0;
 }
 
+/* Entry m of meta as a view into data (t->data borrowed, never written) and
+ * its name; -1 when the entry does not fit data (a corrupt row). */
+static int meta_view(const json_t *m, const unsigned char *data, size_t len, svc_tensor *t,
+                     const char **name)
+{
+    memset(t, 0, sizeof(*t));
+    size_t off = (size_t)json_integer_value(json_object_get(m, "offset"));
+    t->nbytes = (size_t)json_integer_value(json_object_get(m, "nbytes"));
+    *name = json_string_value(json_object_get(m, "name"));
+    if (!*name || off > len || t->nbytes > len - off ||
+        svc_dtype_parse(json_string_value(json_object_get(m, "dtype")), &t->dtype) != 0 ||
+        svc_shape_from_json(json_object_get(m, "shape"), &t->ndim, t->shape) != 0 ||
+        (size_t)svc_tensor_elems(t) * svc_dtype_size(t->dtype) != t->nbytes)
+        return -1;
+    t->data = data ? (void *)(data + off) : NULL;
+    return 0;
+}
+
 json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t len, int b64)
 {
     json_t *out = json_object();
     size_t i;
     json_t *m;
     json_array_foreach(meta, i, m) {
-        svc_tensor t = {0};
-        size_t off = (size_t)json_integer_value(json_object_get(m, "offset"));
-        t.nbytes = (size_t)json_integer_value(json_object_get(m, "nbytes"));
-        const char *name = json_string_value(json_object_get(m, "name"));
-        if (!name || off > len || t.nbytes > len - off ||
-            svc_dtype_parse(json_string_value(json_object_get(m, "dtype")), &t.dtype) != 0 ||
-            svc_shape_from_json(json_object_get(m, "shape"), &t.ndim, t.shape) != 0 ||
-            (size_t)svc_tensor_elems(&t) * svc_dtype_size(t.dtype) != t.nbytes)
+        svc_tensor t;
+        const char *name;
+        if (meta_view(m, data, len, &t, &name) != 0)
             goto fail;
-        /* A view into data: svc_tensor_to_json only reads it. */
-        t.data = data ? (void *)(data + off) : NULL;
         json_t *j = svc_tensor_to_json(&t, b64);
         if (!j || json_object_set_new(out, name, j) != 0)
             goto fail;
@@ -76,6 +88,34 @@ json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t le
 fail:
     json_decref(out);
     return NULL;
+}
+
+int gw_blob_to_stream(svc_tstream *s, const json_t *meta, const unsigned char *data, size_t len,
+                      int b64)
+{
+    size_t i;
+    json_t *m;
+    int rc = svc_tstream_text(s, "{", 1);
+    json_array_foreach(meta, i, m) {
+        svc_tensor t;
+        const char *name;
+        if (rc == 0 && meta_view(m, data, len, &t, &name) != 0)
+            rc = -EINVAL;
+        if (rc)
+            break;
+        json_t *key = json_string(name);
+        char *text = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
+        json_decref(key);
+        rc = !text ? -ENOMEM : svc_tstream_text(s, i ? "," : "", i ? 1 : 0);
+        if (!rc)
+            rc = svc_tstream_text(s, text, strlen(text));
+        if (!rc)
+            rc = svc_tstream_text(s, ":", 1);
+        if (!rc)
+            rc = svc_tstream_tensor(s, &t, b64);
+        free(text);
+    }
+    return rc ? rc : svc_tstream_text(s, "}", 1);
 }
 
 void gw_blob_free(gw_blob *b)

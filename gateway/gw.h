@@ -20,6 +20,7 @@ typedef struct gw_config {
     const char *cluster_token;
     const char *migrations;
     int max_body_mb;
+    int max_output_mb;      /* outputs of one job, all tensors together */
     int node_timeout_s;
     int reconcile_interval_s;
     int db_pool;

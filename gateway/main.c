@@ -24,6 +24,8 @@ static svc_opt opts[] = {
     {"cluster-token", "KOWLOON_CLUSTER_TOKEN", SVC_OPT_STRING, NULL, 0, 0,
      "shared secret of gateway and compute nodes (required for serve)", NULL, 0},
     {"max-body-mb", "KOWLOON_MAX_BODY_MB", SVC_OPT_INT, "64", 1, 4096, "largest request body, MiB", NULL, 0},
+    {"max-output-mb", "KOWLOON_MAX_OUTPUT_MB", SVC_OPT_INT, "256", 1, 65536,
+     "largest output of one job (all its tensors), MiB; a submit whose shapes exceed it gets 422", NULL, 0},
     {"conn-timeout-s", "KOWLOON_CONN_TIMEOUT_S", SVC_OPT_INT, "30", 1, 3600,
      "an idle connection, or one whose request headers take longer, is closed", NULL, 0},
     {"max-conns-per-ip", "KOWLOON_MAX_CONNS_PER_IP", SVC_OPT_INT, "64", 0, 100000,
@@ -235,6 +237,7 @@ int main(int argc, char **argv)
     app.cfg.redis_url = svc_config_get(opts, "redis-url")->str;
     app.cfg.cluster_token = svc_config_get(opts, "cluster-token")->str;
     app.cfg.max_body_mb = (int)svc_config_get(opts, "max-body-mb")->num;
+    app.cfg.max_output_mb = (int)svc_config_get(opts, "max-output-mb")->num;
     app.cfg.node_timeout_s = (int)svc_config_get(opts, "node-timeout-s")->num;
     app.cfg.heartbeat_s = (int)svc_config_get(opts, "heartbeat-s")->num;
     app.cfg.reconcile_interval_s = (int)svc_config_get(opts, "reconcile-interval-s")->num;

@@ -165,6 +165,19 @@ bad:
     return -1;
 }
 
+int gw_job_req_check_output(const gw_job_req *r, int64_t max_bytes, gw_verr *e)
+{
+    const char *field = NULL;
+    int64_t bytes = kl_output_bytes(&r->ka.args, &field);
+    if (bytes <= max_bytes)
+        return 0;
+    return fail(e, 422, field ? field : "kernel",
+                "the outputs of this %s job would take %lld bytes (%.1f MiB, sized by %s); this gateway "
+                "allows at most %lld MiB per job (--max-output-mb)",
+                r->kernel->name, (long long)bytes, (double)bytes / (1 << 20), field ? field : "the kernel",
+                (long long)(max_bytes >> 20));
+}
+
 void gw_job_req_free(gw_job_req *r)
 {
     if (!r)

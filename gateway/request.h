@@ -30,6 +30,9 @@ typedef struct gw_verr {
 /* Parses and validates body. 0 with *req filled (release with
  * gw_job_req_free), or -1 with *err. */
 int gw_job_req_parse(const json_t *body, gw_job_req *req, gw_verr *err);
+/* Refuses (422 naming the input or param that sizes them, -1 with *err) a
+ * parsed job whose outputs would take more than max_bytes; 0 otherwise. */
+int gw_job_req_check_output(const gw_job_req *req, int64_t max_bytes, gw_verr *err);
 void gw_job_req_free(gw_job_req *req);
 
 #endif

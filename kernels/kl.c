@@ -263,6 +263,20 @@ int kl_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
     return rc;
 }
 
+int64_t kl_output_bytes(const kl_args *args, const char **field)
+{
+    const kl_kernel *k = args->kernel;
+    const char *unused;
+    field = field ? field : &unused;
+    *field = NULL;
+    if (k->output_bytes)
+        return k->output_bytes(args, field);
+    int64_t bytes = 0;
+    for (int i = 0; i < k->noutputs; i++)
+        bytes += k->outputs[i].max_elems * (int64_t)kl_dtype_size(k->outputs[i].dtype);
+    return bytes;
+}
+
 size_t kl_dtype_size(kl_dtype t)
 {
     switch (t) {

@@ -124,6 +124,11 @@ typedef struct kl_kernel {
     /* CPU implementation (the reference). Fills outs[0..noutputs) with newly
      * allocated tensors the caller frees with kl_tensor_free. */
     int (*run_cpu)(const kl_args *args, kl_tensor *outs, kl_err *err);
+    /* Bytes of all outputs together, as the shapes and params of checked
+     * args decide them, with *field naming the input or param that sizes
+     * them ("inputs.a"). Reads only shapes. NULL when every output is a
+     * fixed size (the specs' max_elems bound them): see kl_output_bytes. */
+    int64_t (*output_bytes)(const kl_args *args, const char **field);
 } kl_kernel;
 
 /* The catalog: a static table, valid for the life of the process. */
@@ -138,6 +143,12 @@ int kl_args_check(const kl_args *args, kl_err *err);
 
 /* Fills args->params[i] with defaults for every param not given. */
 void kl_args_defaults(kl_args *args);
+
+/* Bytes the outputs of a run will take, known before it runs (args must
+ * have passed kl_args_check); *field (may be NULL) gets the public name of
+ * the input or param that sizes them, or NULL for a kernel whose outputs
+ * are fixed in size (then the sum of the output specs' max_elems). */
+int64_t kl_output_bytes(const kl_args *args, const char **field);
 
 /* Runs the CPU implementation after kl_args_check. */
 int kl_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err);

@@ -430,6 +430,65 @@ int svc_reply_raw(svc_req *req, int status, const char *content_type, const void
     return reply_buffer(req, status, content_type, (void *)data, len, 0);
 }
 
+/* What MHD's content reader calls back with: the caller's writer. */
+typedef struct reply_stream {
+    svc_stream_fn fill;
+    void *cls;
+    void (*free_cls)(void *);
+} reply_stream;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    reply_stream *st = cls;
+    ssize_t n = st->fill(st->cls, buf, max);
+    if (n > 0)
+        return n;
+    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void stream_free(void *cls)
+{
+    reply_stream *st = cls;
+    if (st->free_cls != NULL)
+        st->free_cls(st->cls);
+    free(st);
+}
+
+int svc_reply_stream(svc_req *req, int status, const char *ctype, svc_stream_fn fill, void *cls,
+                     void (*free_cls)(void *))
+{
+    reply_stream *st = req->status == 0 ? malloc(sizeof(*st)) : NULL;
+    struct MHD_Response *resp = NULL;
+    if (st != NULL) {
+        *st = (reply_stream){fill, cls, free_cls};
+        /* Unknown size: MHD sends it chunked, asking for up to 64 KiB a call
+         * (less when the connection's buffer is smaller). */
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, (size_t)64 << 10, stream_read, st,
+                                                 stream_free);
+    }
+    if (resp == NULL) {
+        if (req->status != 0)
+            svc_error("http: second reply to %s %s ignored (status %d)", req->method, req->path, status);
+        free(st);
+        if (free_cls != NULL)
+            free_cls(cls);
+        if (req->status == 0)
+            svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return -1;
+    }
+    req->status = status;
+    int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
+    for (reply_header *h = req->headers; h != NULL; h = h->next)
+        ok &= MHD_add_response_header(resp, h->name, h->value) == MHD_YES;
+    if (ok)
+        req->queued = MHD_queue_response(req->conn, (unsigned)status, resp) == MHD_YES;
+    MHD_destroy_response(resp); /* frees st and cls unless MHD holds it */
+    if (!req->queued)
+        svc_warn("http: could not queue the %d reply to %s %s", status, req->method, req->path);
+    return req->queued ? 0 : -1;
+}
+
 /* ---- the request pipeline --------------------------------------------- */
 
 static int is_json_content_type(const char *ct)

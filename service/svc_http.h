@@ -17,6 +17,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct svc_server svc_server;
 typedef struct svc_req svc_req;
@@ -102,5 +103,21 @@ int svc_reply_error(svc_req *req, int status, const char *code, const char *fiel
                     json_t *extra, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Replies with raw bytes of the given content type (copied). */
 int svc_reply_raw(svc_req *req, int status, const char *content_type, const void *data, size_t len);
+
+/* Writes the next at most max bytes of a streamed reply into buf: returns
+ * how many (> 0), 0 once the body is complete, -1 to abort it (the client
+ * sees a truncated chunked body and the connection is closed). */
+typedef ssize_t (*svc_stream_fn)(void *cls, char *buf, size_t max);
+/* Replies with a body produced piece by piece by fill as the connection can
+ * take it (chunked transfer coding, no Content-Length), so that a large
+ * reply never sits whole in memory; queued headers (svc_reply_header) are
+ * sent as with any reply. fill runs on the connection's thread after the
+ * handler has returned, so cls must not point into the request or the
+ * handler's stack. The reply owns cls from this call on, whatever happens:
+ * free_cls (may be NULL) releases it once the body is sent or abandoned, or
+ * at once when the reply cannot be queued. 0, or -1 (a second reply, or
+ * ENOMEM: then the reply is a 500 when none was queued before). */
+int svc_reply_stream(svc_req *req, int status, const char *ctype, svc_stream_fn fill, void *cls,
+                     void (*free_cls)(void *));
 
 #endif

@@ -9,7 +9,8 @@
  * text and narrowing gives back the same float). JSON_REAL_PRECISION(9)
  * would be enough for float32 alone and shorter, but the same dump carries
  * float64 tensors and parameters, which 9 digits would corrupt; the base64
- * form is the compact path. */
+ * form is the compact path. Job results do not come through here: the
+ * gateway streams them with svc_tstream.h, shortest round-trip per dtype. */
 #include "svc_tensor.h"
 
 #include <math.h>

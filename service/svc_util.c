@@ -146,15 +146,9 @@ int svc_secure_equal(const char *a, const char *b)
 static const char b64_alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-char *svc_b64_encode(const void *data, size_t len)
+size_t svc_b64_encode_to(const void *data, size_t len, char *out)
 {
-    if (len > (SIZE_MAX - 1) / 4 * 3 - 3)
-        return NULL;
     const unsigned char *in = data;
-    size_t olen = (len + 2) / 3 * 4;
-    char *out = malloc(olen + 1);
-    if (out == NULL)
-        return NULL;
     char *p = out;
     size_t i = 0;
     for (; i + 3 <= len; i += 3) {
@@ -177,7 +171,17 @@ char *svc_b64_encode(const void *data, size_t len)
         *p++ = b64_alphabet[(v >> 6) & 63];
         *p++ = '=';
     }
-    *p = '\0';
+    return (size_t)(p - out);
+}
+
+char *svc_b64_encode(const void *data, size_t len)
+{
+    if (len > (SIZE_MAX - 1) / 4 * 3 - 3)
+        return NULL;
+    char *out = malloc((len + 2) / 3 * 4 + 1);
+    if (out == NULL)
+        return NULL;
+    out[svc_b64_encode_to(data, len, out)] = '\0';
     return out;
 }
 

@@ -33,6 +33,11 @@ int svc_secure_equal(const char *a, const char *b);
  * length in *out_len, or -1 for malformed input (bad characters, bad
  * padding, wrong length; whitespace is not accepted). */
 char *svc_b64_encode(const void *data, size_t len);
+/* The same text without allocating: writes (len + 2) / 3 * 4 characters to
+ * out (no NUL) and returns that count. Whole 3-byte groups encode alone, so
+ * a long buffer can be encoded piece by piece, every piece but the last a
+ * multiple of 3 bytes. */
+size_t svc_b64_encode_to(const void *data, size_t len, char *out);
 int svc_b64_decode(const char *s, size_t slen, unsigned char **out, size_t *out_len);
 
 #endif

@@ -117,6 +117,15 @@ static int gemm_check(const kl_args *args, kl_err *err)
     return 0;
 }
 
+/* c is [batch,m,n] float32; gemm_check has bounded its element count. */
+static int64_t gemm_output_bytes(const kl_args *args, const char **field)
+{
+    const kl_tensor *a = args->inputs[KL_GEMM_A], *b = args->inputs[KL_GEMM_B];
+    const int o = a->ndim == 3;
+    *field = "inputs.b";
+    return (o ? a->shape[0] : 1) * a->shape[o] * b->shape[o + 1] * 4;
+}
+
 /* One multiplication problem: for each of `batch` matrices, C (m x n,
  * already holding beta*c) += alpha * A (m x k) @ B (k x n), contiguous. */
 typedef struct gemm_job {
@@ -307,7 +316,7 @@ static int gemm_run_blocked(const kl_args *args, kl_tensor *outs, kl_err *err)
         .doc = "c = alpha*a@b + beta*c on float32 matrices (or batches of them), row-major; fp32, tf32 " \
                "or bf16 arithmetic on the GPU",                                                        \
         .params = params, .nparams = 3, .inputs = inputs, .ninputs = 3, .outputs = outputs,            \
-        .noutputs = 1, .check = gemm_check, .run_cpu = run_fn,                                         \
+        .noutputs = 1, .check = gemm_check, .run_cpu = run_fn, .output_bytes = gemm_output_bytes,      \
     }
 
 const kl_kernel kl__gemm = GEMM_KERNEL(gemm_run_cpu);

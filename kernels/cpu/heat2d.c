@@ -256,6 +256,14 @@ done:
     return rc;
 }
 
+/* grid is [h,w] float32 like the input, residual [1]. */
+static int64_t heat2d_output_bytes(const kl_args *args, const char **field)
+{
+    const kl_tensor *g = args->inputs[KL_HEAT2D_GRID];
+    *field = "inputs.grid";
+    return (g->shape[0] * g->shape[1] + 1) * 4;
+}
+
 const kl_kernel kl__heat2d = {
     .name = "heat2d",
     .doc = "explicit 5-point heat diffusion on a float32 grid with fixed boundary cells",
@@ -267,4 +275,5 @@ const kl_kernel kl__heat2d = {
     .noutputs = 2,
     .check = heat2d_check,
     .run_cpu = heat2d_run_cpu,
+    .output_bytes = heat2d_output_bytes,
 };

@@ -497,6 +497,16 @@ done:
     return rc; /* on failure kl_run_cpu frees outs */
 }
 
+/* centroids [k,d] float32, labels [n] int32, inertia and iterations_run
+ * [1]; labels, one per point, are what grows. */
+static int64_t kmeans_output_bytes(const kl_args *args, const char **field)
+{
+    const kl_tensor *x = args->inputs[KL_KMEANS_POINTS];
+    const int64_t k = (int64_t)args->params[KL_KMEANS_K].num;
+    *field = "inputs.points";
+    return (k * x->shape[1] + x->shape[0] + 2) * 4;
+}
+
 const kl_kernel kl__kmeans = {
     .name = "kmeans",
     .doc = "k-means clustering (Lloyd iterations from init or a seeded k-means++ start): centroids, labels, "
@@ -509,4 +519,5 @@ const kl_kernel kl__kmeans = {
     .noutputs = 4,
     .check = kmeans_check,
     .run_cpu = kmeans_run_cpu,
+    .output_bytes = kmeans_output_bytes,
 };

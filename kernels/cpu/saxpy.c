@@ -35,6 +35,13 @@ static int saxpy_check(const kl_args *args, kl_err *err)
     return 0;
 }
 
+/* y is [n] float32, n from x. */
+static int64_t saxpy_output_bytes(const kl_args *args, const char **field)
+{
+    *field = "inputs.x";
+    return args->inputs[KL_SAXPY_X]->shape[0] * 4;
+}
+
 typedef struct saxpy_job {
     const kl_args *args;
     float a;
@@ -100,4 +107,5 @@ const kl_kernel kl__saxpy = {
     .noutputs = 1,
     .check = saxpy_check,
     .run_cpu = saxpy_run_cpu,
+    .output_bytes = saxpy_output_bytes,
 };

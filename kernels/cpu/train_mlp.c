@@ -311,6 +311,17 @@ done:
     return rc;
 }
 
+/* w1 [d,hidden], b1 [hidden], w2 [hidden,classes], b2 [classes], loss
+ * [epochs], accuracy [1], all float32; w1 is what grows. */
+static int64_t train_mlp_output_bytes(const kl_args *args, const char **field)
+{
+    const int64_t d = args->inputs[KL_MLP_X]->shape[1];
+    const int64_t h = (int64_t)args->params[KL_MLP_HIDDEN].num, c = (int64_t)args->params[KL_MLP_CLASSES].num;
+    const int64_t epochs = (int64_t)args->params[KL_MLP_EPOCHS].num;
+    *field = "params.hidden";
+    return (d * h + h + h * c + c + epochs + 1) * 4;
+}
+
 const kl_kernel kl__train_mlp = {
     .name = "train_mlp",
     .doc = "data-parallel SGD with momentum on a one-hidden-layer perceptron (ReLU, softmax cross-entropy); "
@@ -323,4 +334,5 @@ const kl_kernel kl__train_mlp = {
     .noutputs = 6,
     .check = train_mlp_check,
     .run_cpu = train_mlp_run_cpu,
+    .output_bytes = train_mlp_output_bytes,
 };

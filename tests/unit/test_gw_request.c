@@ -104,10 +104,33 @@ static void test_kernel_call_errors_are_422_naming_the_field(void **state)
                  "\"b\":{\"dtype\":\"float32\",\"shape\":[1,1],\"data\":[1]}}}", 422, "inputs.a");
 }
 
+/* gemm's c is m x n float32: 2 x 3 is 24 bytes. */
+static void test_outputs_over_the_limit_are_422_naming_the_input(void **state)
+{
+    gw_job_req r;
+    gw_verr err;
+    assert_int_equal(parse("{\"kernel\":\"gemm\",\"inputs\":{"
+                           "\"a\":{\"dtype\":\"float32\",\"shape\":[2,1],\"data\":[1,2]},"
+                           "\"b\":{\"dtype\":\"float32\",\"shape\":[1,3],\"data\":[1,2,3]}}}", &r, &err), 0);
+    assert_int_equal(gw_job_req_check_output(&r, 24, &err), 0);
+    assert_int_equal(gw_job_req_check_output(&r, 23, &err), -1);
+    assert_int_equal(err.status, 422);
+    assert_string_equal(err.field, "inputs.b");
+    assert_non_null(strstr(err.message, "24 bytes"));
+    gw_job_req_free(&r);
+
+    assert_int_equal(parse("{\"kernel\":\"saxpy\",\"params\":{\"a\":2}," SAXPY_INPUTS "}", &r, &err), 0);
+    assert_int_equal(gw_job_req_check_output(&r, 8, &err), 0);
+    assert_int_equal(gw_job_req_check_output(&r, 7, &err), -1);
+    assert_string_equal(err.field, "inputs.x");
+    gw_job_req_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_saxpy_gets_defaults),
+        cmocka_unit_test(test_outputs_over_the_limit_are_422_naming_the_input),
         cmocka_unit_test(test_envelope_fields_are_read),
         cmocka_unit_test(test_envelope_errors_are_400_naming_the_field),
         cmocka_unit_test(test_kernel_call_errors_are_422_naming_the_field),

@@ -94,6 +94,32 @@ static int h_big(svc_req *r)
     return svc_reply_json(r, 200, j);
 }
 
+/* A streamed reply of ?bytes= bytes of "0123456789..." handed out at most
+ * 1000 bytes a call, with a queued header. */
+typedef struct digits {
+    size_t left, pos;
+} digits;
+
+static ssize_t digits_fill(void *cls, char *buf, size_t max)
+{
+    digits *d = cls;
+    size_t n = d->left < max ? d->left : max;
+    n = n < 1000 ? n : 1000;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (char)('0' + (d->pos + i) % 10);
+    d->pos += n;
+    d->left -= n;
+    return (ssize_t)n;
+}
+
+static int h_stream(svc_req *r)
+{
+    digits *d = calloc(1, sizeof(*d));
+    d->left = (size_t)atol(svc_req_query(r, "bytes"));
+    svc_reply_header(r, "X-Kind", "stream");
+    return svc_reply_stream(r, 200, "text/plain", digits_fill, d, free);
+}
+
 static const svc_route routes[] = {
     {.method = "GET", .pattern = "/v1/items/{id}", .handler = h_item},
     {.method = "DELETE", .pattern = "/v1/items/{id}", .handler = h_item},
@@ -105,6 +131,7 @@ static const svc_route routes[] = {
     {.method = "POST", .pattern = "/v1/raw", .handler = h_raw},
     {.method = "GET", .pattern = "/v1/error", .handler = h_error},
     {.method = "GET", .pattern = "/v1/big", .handler = h_big},
+    {.method = "GET", .pattern = "/v1/stream", .handler = h_stream},
     {0},
 };
 
@@ -138,6 +165,8 @@ typedef struct {
     char *body;
     size_t len;
     char allow[128];
+    char xkind[32];    /* X-Kind */
+    int chunked;       /* Transfer-Encoding: chunked */
     size_t unsent; /* of a chunked upload */
     CURLcode rc;
 } raw_resp;
@@ -157,6 +186,10 @@ static size_t on_header(char *d, size_t sz, size_t n, void *u)
     raw_resp *r = u;
     if (strncasecmp(d, "Allow:", 6) == 0)
         snprintf(r->allow, sizeof r->allow, "%.*s", (int)(sz * n - 9), d + 7);
+    if (strncasecmp(d, "X-Kind:", 7) == 0)
+        snprintf(r->xkind, sizeof r->xkind, "%.*s", (int)(sz * n - 10), d + 8);
+    if (strncasecmp(d, "Transfer-Encoding: chunked", 26) == 0)
+        r->chunked = 1;
     return sz * n;
 }
 
@@ -498,6 +531,26 @@ static void test_large_response_arrives_whole(void **state)
     svc_response_clear(&r);
 }
 
+static void test_streamed_reply_arrives_whole_and_chunked(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {0, 1, 999, 1000, 1001, 3 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/v1/stream?bytes=%zu", sizes[i]);
+        raw_resp r = raw("GET", path, NULL, NULL, 0);
+        assert_int_equal(r.rc, CURLE_OK);
+        assert_int_equal(r.status, 200);
+        assert_string_equal(r.xkind, "stream");
+        assert_true(r.chunked);
+        assert_int_equal(r.len, sizes[i]);
+        for (size_t j = 0; j < r.len; j++)
+            if (r.body[j] != (char)('0' + j % 10))
+                fail_msg("byte %zu of %zu is '%c'", j, r.len, r.body[j]);
+        free(r.body);
+    }
+}
+
 static void test_client_reports_transport_error(void **state)
 {
     (void)state;
@@ -556,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_error_reply_has_code_message_field_and_extra),
         cmocka_unit_test(test_json_body_round_trips_through_client),
         cmocka_unit_test(test_large_response_arrives_whole),
+        cmocka_unit_test(test_streamed_reply_arrives_whole_and_chunked),
         cmocka_unit_test(test_client_reports_transport_error),
         cmocka_unit_test(test_bad_listen_address_is_refused),
     };
