@@ -37,6 +37,9 @@
 /* Bytes of pool libmicrohttpd 0.9.75 takes per header or query argument
  * (struct MHD_HTTP_Header, 56 on LP64, with allocation slack). */
 #define HEADER_RECORD ((size_t)64)
+/* How long a connection over the per-IP limit may take to send its request
+ * head (a health check or a node's call; others get 503). */
+#define OVER_HEAD_MS 2000
 /* How often the watchdog looks for connections past their deadline. */
 #define WATCHDOG_MS 250
 
@@ -157,10 +160,18 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         client_ip(conn, c->ip, sizeof c->ip);
         pthread_mutex_lock(&s->conns_mu);
         if (s->per_ip_limit > 0) {
+            /* Up to per_ip_limit more are taken, for a reserved route or a
+             * 503 within OVER_HEAD_MS; past twice the limit the connection
+             * is shut at once, so that one address cannot hold the
+             * server's threads. */
             unsigned same = 0;
-            for (const svc_conn *o = s->conns; o != NULL && same < s->per_ip_limit; o = o->next)
-                same += strcmp(o->ip, c->ip) == 0;
+            for (const svc_conn *o = s->conns; o != NULL && same < 2 * s->per_ip_limit; o = o->next)
+                same += strcmp(o->ip, c->ip) == 0 && !o->cut;
             c->over = same >= s->per_ip_limit;
+            if (same >= 2 * s->per_ip_limit) {
+                shutdown(c->fd, SHUT_RDWR);
+                c->cut = 1;
+            }
         }
         c->next = s->conns;
         if (s->conns != NULL)
@@ -234,7 +245,8 @@ static void *watchdog_main(void *arg)
         int cut = 0;
         char ip[INET6_ADDRSTRLEN] = "";
         for (svc_conn *c = s->conns; c != NULL && !s->stopping; c = c->next) {
-            if (c->busy || c->cut || now - c->since <= s->head_timeout_ms)
+            if (c->busy || c->cut ||
+                now - c->since <= (c->over ? OVER_HEAD_MS : s->head_timeout_ms))
                 continue;
             shutdown(c->fd, SHUT_RDWR);
             c->cut = 1;

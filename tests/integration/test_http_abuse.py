@@ -295,6 +295,24 @@ def test_per_ip_limit_answers_503_on_the_extra_connections_but_serves_health(gw)
         time.sleep(0.1)
 
 
+def test_connections_past_twice_the_per_ip_limit_are_closed_at_once(gw):
+    socks = open_many(gw, "127.0.0.6", 2 * PER_IP + 2)
+    try:
+        time.sleep(0.5)
+        # the last two were shut at once: EOF without a byte
+        for s in socks[-2:]:
+            r = Reply(*read_all(s, 2))
+            assert r.raw == b"" and r.how in ("eof", "reset"), r
+        # the ones over the limit that send nothing are cut within ~2 s
+        t0 = time.monotonic()
+        r = Reply(*read_all(socks[PER_IP], 6))
+        assert r.raw == b"" and r.how in ("eof", "reset"), r
+        assert time.monotonic() - t0 < 2 + SLACK_S
+    finally:
+        for s in socks:
+            s.close()
+
+
 def test_connection_limit_holds_until_slow_clients_are_cut_off(gw):
     n_src = -(-MAX_CONNS // PER_IP) + 1  # a few more than the server takes
     t = Trickler([s for k in range(n_src) for s in open_many(gw, f"127.0.1.{k + 1}", PER_IP)])
