@@ -14,6 +14,7 @@
 #include "scheduler.h"
 #include "svc_client.h"
 #include "svc_log.h"
+#include "svc_tstream.h"
 #include "svc_util.h"
 
 int gw_api_jobs_submit(svc_req *req)
@@ -191,6 +192,37 @@ int gw_api_jobs_list(svc_req *req)
                                               next ? json_string(next_s) : json_null()));
 }
 
+/* Appends {"name":{"dtype","shape","data"|"b64"},...} for the tensors of a
+ * stored blob to s, which borrows data. 0, -EINVAL when meta does not fit
+ * data (a corrupt row), or -ENOMEM. */
+static int outputs_stream(svc_tstream *s, const json_t *meta, const unsigned char *data, size_t len,
+                          int b64)
+{
+    size_t i;
+    json_t *m;
+    int rc = svc_tstream_text(s, "{", 1);
+    json_array_foreach(meta, i, m) {
+        svc_tensor t;
+        const char *name;
+        if (rc == 0 && gw_blob_view(m, data, len, &t, &name) != 0)
+            rc = -EINVAL;
+        if (rc)
+            break;
+        json_t *key = json_string(name);
+        char *text = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
+        json_decref(key);
+        rc = !text ? -ENOMEM : svc_tstream_text(s, ",", i ? 1 : 0);
+        if (!rc)
+            rc = svc_tstream_text(s, text, strlen(text));
+        if (!rc)
+            rc = svc_tstream_text(s, ":", 1);
+        if (!rc)
+            rc = svc_tstream_tensor(s, &t, b64);
+        free(text);
+    }
+    return rc ? rc : svc_tstream_text(s, "}", 1);
+}
+
 int gw_api_jobs_result(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -231,7 +263,7 @@ int gw_api_jobs_result(svc_req *req)
     if (!rc)
         rc = svc_tstream_text(doc, head, (size_t)n);
     if (!rc)
-        rc = gw_blob_to_stream(doc, meta, data, len, enc && strcmp(enc, "b64") == 0);
+        rc = outputs_stream(doc, meta, data, len, enc && strcmp(enc, "b64") == 0);
     if (!rc)
         rc = svc_tstream_text(doc, ",\"info\":", 8);
     if (!rc)

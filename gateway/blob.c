@@ -1,5 +1,4 @@
-/* blob.c — packing named tensors into one buffer and back: as a JSON tree,
- * or as text streamed piece by piece for replies too large to hold whole. */
+/* blob.c — packing named tensors into one buffer and back. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,10 +51,8 @@ int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msgle
     return 0;
 }
 
-/* Entry m of meta as a view into data (t->data borrowed, never written) and
- * its name; -1 when the entry does not fit data (a corrupt row). */
-static int meta_view(const json_t *m, const unsigned char *data, size_t len, svc_tensor *t,
-                     const char **name)
+int gw_blob_view(const json_t *m, const unsigned char *data, size_t len, svc_tensor *t,
+                 const char **name)
 {
     memset(t, 0, sizeof(*t));
     size_t off = (size_t)json_integer_value(json_object_get(m, "offset"));
@@ -78,7 +75,7 @@ json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t le
     json_array_foreach(meta, i, m) {
         svc_tensor t;
         const char *name;
-        if (meta_view(m, data, len, &t, &name) != 0)
+        if (gw_blob_view(m, data, len, &t, &name) != 0)
             goto fail;
         json_t *j = svc_tensor_to_json(&t, b64);
         if (!j || json_object_set_new(out, name, j) != 0)
@@ -88,34 +85,6 @@ json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t le
 fail:
     json_decref(out);
     return NULL;
-}
-
-int gw_blob_to_stream(svc_tstream *s, const json_t *meta, const unsigned char *data, size_t len,
-                      int b64)
-{
-    size_t i;
-    json_t *m;
-    int rc = svc_tstream_text(s, "{", 1);
-    json_array_foreach(meta, i, m) {
-        svc_tensor t;
-        const char *name;
-        if (rc == 0 && meta_view(m, data, len, &t, &name) != 0)
-            rc = -EINVAL;
-        if (rc)
-            break;
-        json_t *key = json_string(name);
-        char *text = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
-        json_decref(key);
-        rc = !text ? -ENOMEM : svc_tstream_text(s, i ? "," : "", i ? 1 : 0);
-        if (!rc)
-            rc = svc_tstream_text(s, text, strlen(text));
-        if (!rc)
-            rc = svc_tstream_text(s, ":", 1);
-        if (!rc)
-            rc = svc_tstream_tensor(s, &t, b64);
-        free(text);
-    }
-    return rc ? rc : svc_tstream_text(s, "}", 1);
 }
 
 void gw_blob_free(gw_blob *b)

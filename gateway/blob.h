@@ -9,7 +9,6 @@
 #include <stddef.h>
 
 #include "svc_tensor.h"
-#include "svc_tstream.h"
 
 typedef struct gw_blob {
     json_t *meta;          /* array, owned */
@@ -25,12 +24,11 @@ int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msgle
 /* Unpacks meta + data into an object of wire tensors, b64 or "data"
  * arrays. NULL when meta does not fit data (a corrupt row) or ENOMEM. */
 json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t len, int b64);
-/* The same object as gw_blob_to_json, appended to s as streamed text:
- * {"name":{"dtype","shape","data"|"b64"},...}. data is borrowed by s (hand
- * it over with svc_tstream_own). 0, -EINVAL when meta does not fit data, or
- * -ENOMEM; s then holds part of the object and is only good for freeing. */
-int gw_blob_to_stream(svc_tstream *s, const json_t *meta, const unsigned char *data, size_t len,
-                      int b64);
+/* Entry m of a meta list as a view into data: *t gets dtype, shape and
+ * nbytes, t->data points into data (borrowed; NULL for an empty tensor),
+ * *name into m. 0, or -1 when the entry does not fit data (a corrupt row). */
+int gw_blob_view(const json_t *m, const unsigned char *data, size_t len, svc_tensor *t,
+                 const char **name);
 void gw_blob_free(gw_blob *b);
 
 #endif
