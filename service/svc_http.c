@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -25,6 +26,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "svc_json.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -42,6 +44,9 @@
 #define OVER_HEAD_MS 2000
 /* How often the watchdog looks for connections past their deadline. */
 #define WATCHDOG_MS 250
+/* After a request whose body buffer reached this size, free memory is
+ * handed back to the system (malloc_trim): see on_completed. */
+#define TRIM_BODY_BYTES ((size_t)1 << 20)
 
 /* One TCP connection, as the watchdog sees it. Fields after the links are
  * guarded by svc_server.conns_mu. */
@@ -810,7 +815,7 @@ static void req_finish(svc_req *r)
             return;
         }
         json_error_t jerr;
-        r->json = json_loadb(r->body, r->body_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+        r->json = svc_json_parse(r->body, r->body_len, &jerr);
         if (r->json == NULL) {
             svc_reply_error(r, 400, "invalid_json", NULL, NULL,
                             "invalid JSON: %s (line %d, column %d, byte %d)", jerr.text,
@@ -925,8 +930,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         svc_debug("http: %s %s %d %lldms%s ip=%s", r->method ? r->method : "?",
                   r->path ? r->path : "?", r->status, (long long)(svc_now_mono_ms() - r->t0),
                   toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)", r->ip);
+    int large = r->body_cap >= TRIM_BODY_BYTES;
     req_free(r);
     *con_cls = NULL;
+    /* What a large request freed in this thread's malloc arena (one per
+     * connection thread) goes back to the system now rather than staying
+     * with the arena. The body and parse buffers themselves are mmapped
+     * and unmapped on free; this is for the mid-sized rest (README, Limits). */
+    if (large)
+        malloc_trim(0);
 }
 
 /* ---- accessors -------------------------------------------------------- */

@@ -19,7 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "svc_json.h"
 #include "svc_util.h"
+
+_Static_assert(SVC_JSON_COMPACT_MIN > SVC_TENSOR_MAX_DIMS, "a shape must stay a plain array");
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the b64 form is little-endian and is copied as-is: port the codec first"
@@ -100,11 +103,16 @@ static void shape_text(int ndim, const int64_t *shape, char *buf, size_t len)
 static int shape_parse(const json_t *j, int *ndim, int64_t *shape, int64_t *elems,
                        char *msg, size_t msglen)
 {
-    if (!json_is_array(j)) {
+    size_t n = 0;
+    /* A compact array (svc_json.h) is longer than any shape may be: only
+     * its length is looked at. */
+    int compact = svc_json_numbers(j, NULL, NULL, &n);
+    if (!compact && !json_is_array(j)) {
         snprintf(msg, msglen, "shape must be an array of non-negative integers");
         return -1;
     }
-    size_t n = json_array_size(j);
+    if (!compact)
+        n = json_array_size(j);
     if (n > SVC_TENSOR_MAX_DIMS) {
         snprintf(msg, msglen, "shape has %zu dimensions, at most %d are allowed", n,
                  SVC_TENSOR_MAX_DIMS);
@@ -154,17 +162,97 @@ static size_t b64_decoded_len(const char *s, size_t slen)
     return slen / 4 * 3 - pad;
 }
 
-/* Allocates out->data (out->nbytes) and fills it from a flat "data" array. */
+/* Stores element i, as jansson typed it (is_int: an integer token, x its
+ * value as json_number_value gives it), into out->data. 0, or -1 with msg.
+ * A non-zero value that float32 would make exactly 0 is refused like one
+ * too large for it; subnormal floats are kept. */
+static int elem_store(svc_tensor *out, size_t i, int is_int, json_int_t ix, double x,
+                      char *msg, size_t msglen)
+{
+    if (out->dtype == SVC_I32) {
+        if (!is_int) {
+            snprintf(msg, msglen, "data[%zu] must be an integer for int32", i);
+            return -1;
+        }
+        if (ix < INT32_MIN || ix > INT32_MAX) {
+            snprintf(msg, msglen, "data[%zu] = %lld is out of range for int32", i, (long long)ix);
+            return -1;
+        }
+        ((int32_t *)out->data)[i] = (int32_t)ix;
+        return 0;
+    }
+    if (!isfinite(x)) {
+        snprintf(msg, msglen, "data[%zu] is not a finite number", i);
+        return -1;
+    }
+    if (out->dtype == SVC_F64) {
+        ((double *)out->data)[i] = x;
+        return 0;
+    }
+    float f = (float)x;
+    if (!isfinite(f)) {
+        snprintf(msg, msglen, "data[%zu] = %g is out of range for float32", i, x);
+        return -1;
+    }
+    if (f == 0.0f && x != 0.0) {
+        snprintf(msg, msglen, "data[%zu] = %g is not zero but reads as 0 in float32 (underflow)", i, x);
+        return -1;
+    }
+    ((float *)out->data)[i] = f;
+    return 0;
+}
+
+/* 1 if a number literal has a non-zero digit before its exponent. */
+static int mantissa_nonzero(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n && p[i] != 'e' && p[i] != 'E'; i++)
+        if (p[i] >= '1' && p[i] <= '9')
+            return 1;
+    return 0;
+}
+
+/* A compact array from svc_json_parse: the elements are read from their
+ * text one by one, with the checks of the plain form, plus one the plain
+ * form cannot make (its text is gone): a literal with a non-zero digit must
+ * not read as 0. svc_json_parse refuses those already; this is the codec's
+ * own guard. */
+static int data_parse_compact(const char *text, size_t len, size_t n, svc_tensor *out,
+                              char *msg, size_t msglen)
+{
+    size_t pos = 0;
+    svc_json_num v;
+    for (size_t i = 0; i < n; i++) {
+        if (svc_json_numbers_next(text, len, &pos, &v) != 1) {
+            snprintf(msg, msglen, "data[%zu] must be a number", i);
+            return -1;
+        }
+        if (!v.is_int && v.d == 0.0 && mantissa_nonzero(v.text, v.len)) {
+            snprintf(msg, msglen, "data[%zu] = %.*s is not zero but reads as 0 (underflow)", i,
+                     (int)(v.len > 32 ? 32 : v.len), v.text);
+            return -1;
+        }
+        if (elem_store(out, i, v.is_int, (json_int_t)v.i, v.d, msg, msglen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Allocates out->data (out->nbytes) and fills it from a flat "data" array,
+ * plain (a json_t per element) or compact (svc_json_parse). */
 static int data_parse(const json_t *arr, int64_t elems, const char *shp, svc_tensor *out,
                       char *msg, size_t msglen)
 {
-    if (!json_is_array(arr)) {
+    const char *ctext = NULL;
+    size_t clen = 0, n = 0;
+    int compact = svc_json_numbers(arr, &ctext, &clen, &n);
+    if (!compact && !json_is_array(arr)) {
         snprintf(msg, msglen, "data must be a flat array of numbers");
         return -1;
     }
-    size_t n = json_array_size(arr);
+    if (!compact)
+        n = json_array_size(arr);
     /* Nesting is named before the count, which it would only confuse. */
-    if (n > 0 && json_is_array(json_array_get(arr, 0))) {
+    if (!compact && n > 0 && json_is_array(json_array_get(arr, 0))) {
         snprintf(msg, msglen, "data must be a flat row-major array, not nested arrays "
                  "(data[0] is an array)");
         return -1;
@@ -179,6 +267,8 @@ static int data_parse(const json_t *arr, int64_t elems, const char *shp, svc_ten
         snprintf(msg, msglen, "out of memory for %zu bytes", out->nbytes);
         return -1;
     }
+    if (compact)
+        return data_parse_compact(ctext, clen, n, out, msg, msglen);
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(arr, i);
         if (json_is_array(v)) {
@@ -186,38 +276,13 @@ static int data_parse(const json_t *arr, int64_t elems, const char *shp, svc_ten
                      "(data[%zu] is an array)", i);
             return -1;
         }
-        if (out->dtype == SVC_I32) {
-            if (!json_is_integer(v)) {
-                snprintf(msg, msglen, "data[%zu] must be an integer for int32", i);
-                return -1;
-            }
-            json_int_t x = json_integer_value(v);
-            if (x < INT32_MIN || x > INT32_MAX) {
-                snprintf(msg, msglen, "data[%zu] = %lld is out of range for int32", i, (long long)x);
-                return -1;
-            }
-            ((int32_t *)out->data)[i] = (int32_t)x;
-            continue;
-        }
-        if (!json_is_number(v)) {
+        if (out->dtype != SVC_I32 && !json_is_number(v)) {
             snprintf(msg, msglen, "data[%zu] must be a number", i);
             return -1;
         }
-        double x = json_number_value(v);
-        if (!isfinite(x)) {
-            snprintf(msg, msglen, "data[%zu] is not a finite number", i);
+        if (elem_store(out, i, json_is_integer(v), json_integer_value(v), json_number_value(v),
+                       msg, msglen) < 0)
             return -1;
-        }
-        if (out->dtype == SVC_F64) {
-            ((double *)out->data)[i] = x;
-        } else {
-            float f = (float)x;
-            if (!isfinite(f)) {
-                snprintf(msg, msglen, "data[%zu] = %g is out of range for float32", i, x);
-                return -1;
-            }
-            ((float *)out->data)[i] = f;
-        }
     }
     return 0;
 }

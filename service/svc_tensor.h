@@ -31,7 +31,10 @@ int64_t svc_tensor_elems(const svc_tensor *t);
  * data. On failure returns -1, *out is left empty, and msg says what is
  * wrong ("shape [2,3] needs 6 elements, data has 5"). Tensors with more than
  * max_elems elements are refused (max_elems <= 0: no limit). Non-finite
- * numbers are refused in "data"; in "b64" the bytes are taken as they are. */
+ * numbers are refused in "data"; in "b64" the bytes are taken as they are.
+ * "data" may be a plain jansson array or a compact one from svc_json_parse,
+ * with the same checks and messages; in both, a non-zero number that would
+ * be stored as exactly 0 (float32 underflow) is refused, subnormals kept. */
 int svc_tensor_from_json(const json_t *j, int64_t max_elems, svc_tensor *out,
                          char *msg, size_t msglen);
 

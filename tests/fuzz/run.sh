@@ -4,7 +4,7 @@
 # Sanitizer, every UB report fatal, leaks checked) into build-fuzz/, then
 # runs each for FUZZ_SECONDS (default 60) seconds, one after the other.
 #
-#   tests/fuzz/run.sh [harness...]      job_req tensor b64 (default: all)
+#   tests/fuzz/run.sh [harness...]      job_req tensor b64 json (default: all)
 #   FUZZ_SECONDS=10 tests/fuzz/run.sh   the short run of `make test`
 #
 # Each harness starts from its seed corpus (tests/fuzz/corpus/<harness>/,
@@ -26,13 +26,15 @@ case $SECONDS_EACH in ''|*[!0-9]*) echo "fuzz: FUZZ_SECONDS must be a number of 
 
 # The harness links only what it exercises, compiled here from the sources.
 SRC_b64="service/svc_util.c"
-SRC_tensor="service/svc_tensor.c service/svc_util.c"
-SRC_job_req="gateway/request.c gateway/blob.c service/svc_kargs.c service/svc_tensor.c service/svc_util.c
+SRC_json="service/svc_json.c service/svc_util.c"
+SRC_tensor="service/svc_tensor.c service/svc_json.c service/svc_util.c"
+SRC_job_req="gateway/request.c gateway/blob.c service/svc_kargs.c service/svc_tensor.c service/svc_json.c service/svc_util.c
              kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ')"
 LIBS_b64=""
+LIBS_json="-ljansson -lm"
 LIBS_tensor="-ljansson -lm"
 LIBS_job_req="-ljansson -lopenblas -lm -lpthread"
-ALL="job_req tensor b64"
+ALL="job_req tensor b64 json"
 
 CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -pthread -Wall -Wextra -Wno-unused-parameter
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all

@@ -1,0 +1,617 @@
+/* svc_json.c — request bodies to jansson trees (svc_json.h). One pass over
+ * the text finds the flat arrays of numbers and checks every number literal;
+ * jansson then parses a copy of the text in which each such array is a
+ * one-string placeholder array, and the placeholders are swapped for
+ * compact arrays that keep the elements' text.
+ *
+ * Why the placeholder is ["<nonce>:<k>"]: it is an array, so it is valid
+ * exactly where the array it stands for was, and jansson's errors (same
+ * tokens before it, '[' at its start) keep their texts; errors after it are
+ * moved back by the bytes it saved. The nonce is 128 random bits drawn per
+ * parse, so a client string cannot be taken for a placeholder. */
+#include "svc_json.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "svc_util.h"
+
+/* Tag of a compact array: [TAG, count, "elements text"]. The NUL byte is
+ * what no client string can hold. */
+static const char TAG[] = "\0kowloon.numbers";
+#define TAG_LEN (sizeof TAG - 1)
+
+#define NONCE_HEX 32
+/* Deeper than jansson's JSON_PARSER_MAX_DEPTH: past it jansson refuses the
+ * document anyway, so the scan stops following containers. */
+#define SCAN_MAX_DEPTH 4096
+
+enum { NUM_OK = 0, NUM_OVERFLOW = 1, NUM_UNDERFLOW = 2 };
+
+typedef struct span {
+    size_t off, len; /* the array in the text, brackets included */
+    size_t count;
+} span;
+
+typedef struct frame {
+    unsigned char obj, expect_key;
+    size_t index;            /* arrays: current element */
+    size_t key_off, key_len; /* objects: current key (raw text) */
+} frame;
+
+typedef struct scan {
+    const char *text;
+    size_t len;
+    span *spans;
+    size_t nspans, cap;
+    frame *stack;
+    size_t depth, stack_cap;
+    int plain;               /* compact nothing (the text holds a NUL byte) */
+    int under;               /* a literal reads as 0 though not zero */
+    size_t under_end;        /* byte just after it */
+    char under_msg[JSON_ERROR_TEXT_LENGTH];
+} scan;
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* strtod on a NUL-terminated copy of the literal: the text may go on with
+ * characters strtod would take ("0x1p3", or no terminator at all).
+ * 0 with *d and *erange set, or -1 on ENOMEM. */
+static int strtod_n(const char *p, size_t n, double *d, int *erange)
+{
+    char small[64], *buf = small;
+    if (n >= sizeof small && (buf = malloc(n + 1)) == NULL)
+        return -1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    errno = 0;
+    *d = strtod(buf, NULL);
+    *erange = errno == ERANGE;
+    if (buf != small)
+        free(buf);
+    return 0;
+}
+
+/* Length of the JSON number literal at p (jansson's grammar: -?(0|[1-9]d*)
+ * (.d+)?([eE][+-]?d+)?), or 0 if there is none. *is_int as jansson
+ * classifies it; *status NUM_OVERFLOW where jansson would refuse it (too big
+ * integer, real overflow), NUM_UNDERFLOW where it has a non-zero digit but
+ * reads as 0. strtod runs only for literals whose magnitude is near a limit. */
+static size_t num_scan(const char *p, const char *end, int *is_int, int *status)
+{
+    const char *s = p;
+    *status = NUM_OK;
+    if (p < end && *p == '-')
+        p++;
+    if (p >= end || !is_digit(*p))
+        return 0;
+    const char *int0 = p;
+    if (*p == '0') {
+        p++;
+        if (p < end && is_digit(*p))
+            return 0;
+    } else {
+        while (p < end && is_digit(*p))
+            p++;
+    }
+    const char *int1 = p, *frac0 = p, *frac1 = p;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !is_digit(*p))
+            return 0;
+        frac0 = p;
+        while (p < end && is_digit(*p))
+            p++;
+        frac1 = p;
+    }
+    long long exp = 0;
+    int has_exp = 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int neg = 0;
+        if (p < end && (*p == '+' || *p == '-'))
+            neg = *p++ == '-';
+        if (p >= end || !is_digit(*p))
+            return 0;
+        while (p < end && is_digit(*p)) {
+            if (exp < 1000000000)
+                exp = exp * 10 + (*p - '0');
+            p++;
+        }
+        exp = neg ? -exp : exp;
+        has_exp = 1;
+    }
+    size_t n = (size_t)(p - s);
+    *is_int = frac1 == frac0 && !has_exp && int1 == p;
+    if (*is_int) {
+        size_t digits = (size_t)(int1 - int0);
+        if (digits > 19 || (digits == 19 && memcmp(int0, *s == '-' ? "9223372036854775808"
+                                                                   : "9223372036854775807", 19) > 0))
+            *status = NUM_OVERFLOW;
+        return n;
+    }
+    /* Decimal exponent of the first non-zero digit. */
+    long long e10;
+    const char *q = int0;
+    while (q < int1 && *q == '0')
+        q++;
+    if (q < int1) {
+        e10 = (long long)(int1 - q) - 1 + exp;
+    } else {
+        q = frac0;
+        while (q < frac1 && *q == '0')
+            q++;
+        if (q == frac1)
+            return n; /* all zeros: exactly 0 */
+        e10 = -(long long)(q - frac0) - 1 + exp;
+    }
+    if (e10 > -300 && e10 < 300)
+        return n;
+    int erange;
+    double d;
+    if (strtod_n(s, n, &d, &erange) < 0)
+        *status = NUM_OVERFLOW; /* out of memory: not compacted, not judged */
+    else if (erange && (d > 1.0 || d < -1.0))
+        *status = NUM_OVERFLOW;
+    else if (d == 0.0)
+        *status = NUM_UNDERFLOW;
+    return n;
+}
+
+/* "inputs.x.data[3]": where the scan stands, plus [idx] when idx is given. */
+static void path_text(const scan *sc, long long idx, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < sc->depth && off < len; k++) {
+        const frame *f = &sc->stack[k];
+        if (f->obj)
+            off += (size_t)snprintf(buf + off, len - off, "%s%.*s", off ? "." : "",
+                                    (int)(f->key_len > 40 ? 40 : f->key_len), sc->text + f->key_off);
+        else
+            off += (size_t)snprintf(buf + off, len - off, "[%zu]", f->index);
+    }
+    if (idx >= 0 && off < len)
+        snprintf(buf + off, len - off, "[%lld]", idx);
+}
+
+static void under_note(scan *sc, const char *lit, size_t n, long long idx)
+{
+    if (sc->under)
+        return;
+    char path[96];
+    path_text(sc, idx, path, sizeof path);
+    sc->under = 1;
+    sc->under_end = (size_t)(lit - sc->text) + n;
+    snprintf(sc->under_msg, sizeof sc->under_msg,
+             "number %.*s%s is not zero but reads as 0 (underflow) at %s", (int)(n > 32 ? 32 : n),
+             lit, n > 32 ? "..." : "", path[0] ? path : "the top level");
+}
+
+/* The array opening at text[at] if it is flat and made of numbers only:
+ * returns 1 with *end just past its ']' and *count its elements; 0 if not
+ * (then jansson gets it as it is, and says what is wrong with it). */
+static int numeric_array(scan *sc, size_t at, size_t *end, size_t *count)
+{
+    const char *p = sc->text + at + 1, *e = sc->text + sc->len;
+    const char *ulit = NULL;
+    size_t un = 0, uidx = 0, n = 0;
+    while (p < e && is_ws(*p))
+        p++;
+    if (p < e && *p == ']')
+        return 0;
+    for (;;) {
+        int is_int, st;
+        size_t t = num_scan(p, e, &is_int, &st);
+        if (t == 0 || st == NUM_OVERFLOW)
+            return 0;
+        if (st == NUM_UNDERFLOW && ulit == NULL) {
+            ulit = p;
+            un = t;
+            uidx = n;
+        }
+        n++;
+        p += t;
+        while (p < e && is_ws(*p))
+            p++;
+        if (p < e && *p == ']')
+            break;
+        if (p >= e || *p != ',')
+            return 0;
+        p++;
+        while (p < e && is_ws(*p))
+            p++;
+    }
+    if (n >= SVC_JSON_COMPACT_MIN && ulit != NULL)
+        under_note(sc, ulit, un, (long long)uidx);
+    *end = (size_t)(p + 1 - sc->text);
+    *count = n;
+    return 1;
+}
+
+static int push(scan *sc, int obj)
+{
+    if (sc->depth == sc->stack_cap) {
+        size_t cap = sc->stack_cap ? 2 * sc->stack_cap : 32;
+        frame *f = realloc(sc->stack, cap * sizeof *f);
+        if (f == NULL)
+            return -1;
+        sc->stack = f;
+        sc->stack_cap = cap;
+    }
+    sc->stack[sc->depth++] = (frame){.obj = (unsigned char)obj, .expect_key = (unsigned char)obj};
+    return 0;
+}
+
+static int span_add(scan *sc, size_t off, size_t len, size_t count)
+{
+    if (sc->nspans == sc->cap) {
+        size_t cap = sc->cap ? 2 * sc->cap : 8;
+        span *s = realloc(sc->spans, cap * sizeof *s);
+        if (s == NULL)
+            return -1;
+        sc->spans = s;
+        sc->cap = cap;
+    }
+    sc->spans[sc->nspans++] = (span){off, len, count};
+    return 0;
+}
+
+/* The scan: containers followed for paths, strings skipped, numeric arrays
+ * recorded, every other literal checked. It need not judge the grammar:
+ * where the text is not JSON, jansson refuses it at or before the place
+ * this scan could be misled. 0, or -1 on ENOMEM. */
+static int scan_text(scan *sc)
+{
+    const char *t = sc->text;
+    size_t i = 0, n = sc->len;
+    while (i < n) {
+        char c = t[i];
+        frame *top = sc->depth > 0 && sc->depth <= SCAN_MAX_DEPTH ? &sc->stack[sc->depth - 1] : NULL;
+        if (c == '"') {
+            size_t s = ++i;
+            while (i < n && t[i] != '"')
+                i += t[i] == '\\' ? 2 : 1;
+            if (top != NULL && top->obj && top->expect_key) {
+                top->key_off = s;
+                top->key_len = (i < n ? i : n) - s;
+                top->expect_key = 0;
+            }
+            i++;
+        } else if (c == '[') {
+            size_t end, count;
+            if (!sc->plain && numeric_array(sc, i, &end, &count) &&
+                count >= SVC_JSON_COMPACT_MIN) {
+                if (span_add(sc, i, end - i, count) < 0)
+                    return -1;
+                i = end;
+                continue;
+            }
+            if (push(sc, 0) < 0)
+                return -1;
+            i++;
+        } else if (c == '{') {
+            if (push(sc, 1) < 0)
+                return -1;
+            i++;
+        } else if (c == ']' || c == '}') {
+            if (sc->depth > 0)
+                sc->depth--;
+            i++;
+        } else if (c == ',') {
+            if (top != NULL && top->obj)
+                top->expect_key = 1;
+            else if (top != NULL)
+                top->index++;
+            i++;
+        } else if (c == '-' || is_digit(c)) {
+            int is_int, st;
+            size_t len = num_scan(t + i, t + n, &is_int, &st);
+            if (len == 0) {
+                i++;
+                continue;
+            }
+            if (st == NUM_UNDERFLOW)
+                under_note(sc, t + i, len, -1);
+            i += len;
+        } else {
+            i++;
+        }
+    }
+    return 0;
+}
+
+/* jansson's line and column at byte pos of text: lines from 1, columns
+ * counting characters (UTF-8 lead bytes) since the last newline. */
+static void line_col(const char *text, size_t pos, int *line, int *col)
+{
+    int l = 1, c = 0;
+    for (size_t i = 0; i < pos; i++) {
+        unsigned char b = (unsigned char)text[i];
+        if (b == '\n') {
+            l++;
+            c = 0;
+        } else if (b < 0x80 || (b >= 0xC2 && b <= 0xF4)) {
+            c++;
+        }
+    }
+    *line = l;
+    *col = c;
+}
+
+static void error_fill(json_error_t *err, const char *text, size_t pos, enum json_error_code code,
+                       const char *msg)
+{
+    if (err == NULL)
+        return;
+    memset(err, 0, sizeof *err);
+    line_col(text, pos, &err->line, &err->column);
+    err->position = (int)pos;
+    snprintf(err->source, sizeof err->source, "<buffer>");
+    snprintf(err->text, sizeof err->text - 1, "%s", msg);
+    err->text[JSON_ERROR_TEXT_LENGTH - 1] = (char)code;
+}
+
+typedef struct swap {
+    const scan *sc;
+    const char *nonce;
+    size_t done;
+} swap;
+
+/* k if v is placeholder k of this parse, else -1. */
+static long long placeholder(const swap *w, const json_t *v)
+{
+    if (!json_is_array(v) || json_array_size(v) != 1)
+        return -1;
+    const json_t *s = json_array_get(v, 0);
+    if (!json_is_string(s))
+        return -1;
+    const char *p = json_string_value(s);
+    size_t len = json_string_length(s);
+    if (len < NONCE_HEX + 2 || len > NONCE_HEX + 21 || memcmp(p, w->nonce, NONCE_HEX) != 0 ||
+        p[NONCE_HEX] != ':')
+        return -1;
+    long long k = 0;
+    for (size_t i = NONCE_HEX + 1; i < len; i++) {
+        if (!is_digit(p[i]))
+            return -1;
+        k = k * 10 + (p[i] - '0');
+    }
+    return k < (long long)w->sc->nspans ? k : -1;
+}
+
+static json_t *compact_new(const scan *sc, size_t k)
+{
+    const span *s = &sc->spans[k];
+    json_t *a = json_array();
+    if (a == NULL ||
+        json_array_append_new(a, json_stringn_nocheck(TAG, TAG_LEN)) < 0 ||
+        json_array_append_new(a, json_integer((json_int_t)s->count)) < 0 ||
+        json_array_append_new(a, json_stringn_nocheck(sc->text + s->off + 1, s->len - 2)) < 0) {
+        json_decref(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* Replaces the placeholders under container v. 0, or -1 on ENOMEM. */
+static int swap_in(swap *w, json_t *v)
+{
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *c = json_array_get(v, i);
+            long long k = placeholder(w, c);
+            if (k >= 0) {
+                if (json_array_set_new(v, i, compact_new(w->sc, (size_t)k)) < 0)
+                    return -1;
+                w->done++;
+            } else if ((json_is_array(c) || json_is_object(c)) && swap_in(w, c) < 0) {
+                return -1;
+            }
+        }
+    } else if (json_is_object(v)) {
+        for (void *it = json_object_iter(v); it != NULL; it = json_object_iter_next(v, it)) {
+            json_t *c = json_object_iter_value(it);
+            long long k = placeholder(w, c);
+            if (k >= 0) {
+                if (json_object_iter_set_new(v, it, compact_new(w->sc, (size_t)k)) < 0)
+                    return -1;
+                w->done++;
+            } else if ((json_is_array(c) || json_is_object(c)) && swap_in(w, c) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The text jansson parses: spans replaced by placeholders. NULL on ENOMEM. */
+static char *rewrite(const scan *sc, const char *nonce, size_t *out_len)
+{
+    size_t ph_max = NONCE_HEX + 25, len = sc->len;
+    for (size_t k = 0; k < sc->nspans; k++)
+        len = len - sc->spans[k].len + ph_max;
+    char *r = malloc(len + 1);
+    if (r == NULL)
+        return NULL;
+    size_t from = 0, o = 0;
+    for (size_t k = 0; k < sc->nspans; k++) {
+        const span *s = &sc->spans[k];
+        memcpy(r + o, sc->text + from, s->off - from);
+        o += s->off - from;
+        o += (size_t)snprintf(r + o, ph_max + 1, "[\"%s:%zu\"]", nonce, k);
+        from = s->off + s->len;
+    }
+    memcpy(r + o, sc->text + from, sc->len - from);
+    o += sc->len - from;
+    r[o] = '\0';
+    *out_len = o;
+    return r;
+}
+
+/* Moves jansson's error on the rewritten text rw back onto the original:
+ * the byte by the lengths the placeholders before it saved, the line by
+ * the newlines in the arrays they replaced, and the column only where a
+ * placeholder shares the error's line. jansson's own counts are adjusted,
+ * not recomputed, so that its quirks (NUL bytes) stay as they are. */
+static void error_back(const scan *sc, const char *nonce, const char *rw, json_error_t *e)
+{
+    size_t pos = (size_t)e->position, from_o = 0, from_r = 0;
+    size_t delta = 0; /* original - rewritten, modulo 2^64 */
+    int line_r = 1, col_r = 0, lines = 0, adj_line = 0;
+    long long adj = 0; /* column change on line adj_line of rw */
+    for (size_t k = 0; k < sc->nspans; k++) {
+        const span *s = &sc->spans[k];
+        char ph[NONCE_HEX + 32];
+        size_t plen = (size_t)snprintf(ph, sizeof ph, "[\"%s:%zu\"]", nonce, k);
+        size_t ro = from_r + (s->off - from_o);
+        if (pos < ro + plen)
+            break;
+        for (size_t i = from_r; i < ro; i++) {
+            unsigned char b = (unsigned char)rw[i];
+            if (b == '\n') {
+                line_r++;
+                col_r = 0;
+            } else if (b < 0x80 || (b >= 0xC2 && b <= 0xF4)) {
+                col_r++;
+            }
+        }
+        col_r += (int)plen;
+        if (line_r != adj_line) {
+            adj_line = line_r;
+            adj = 0;
+        }
+        const char *nl = memrchr(sc->text + s->off, '\n', s->len);
+        if (nl != NULL) /* the original line starts inside this array */
+            adj = (long long)(sc->text + s->off + s->len - (nl + 1)) - col_r;
+        else
+            adj += (long long)s->len - (long long)plen;
+        for (size_t i = 0; i < s->len; i++)
+            lines += sc->text[s->off + i] == '\n';
+        delta += s->len - plen;
+        from_o = s->off + s->len;
+        from_r = ro + plen;
+    }
+    if (adj_line != 0 && adj_line == e->line)
+        e->column += (int)adj;
+    e->line += lines;
+    e->position = (int)(pos + delta);
+}
+
+json_t *svc_json_parse(const char *text, size_t len, json_error_t *err)
+{
+    const size_t flags = JSON_DECODE_ANY | JSON_REJECT_DUPLICATES;
+    /* jansson skips some NUL bytes without counting them in positions: a
+     * text with one is left to jansson whole, so its errors stay exact. */
+    scan sc = {.text = text, .len = len, .plain = text != NULL && memchr(text, '\0', len) != NULL};
+    char nonce[NONCE_HEX + 1];
+    char *rw = NULL;
+    json_t *root = NULL;
+    json_error_t jerr;
+    if (text == NULL) {
+        error_fill(err, "", 0, json_error_invalid_argument, "wrong arguments");
+        return NULL;
+    }
+    if (scan_text(&sc) < 0 || (sc.nspans > 0 && svc_random_hex(nonce, NONCE_HEX / 2) < 0)) {
+        error_fill(err, "", 0, json_error_out_of_memory, "out of memory");
+        goto done;
+    }
+    size_t rlen = len;
+    if (sc.nspans > 0 && (rw = rewrite(&sc, nonce, &rlen)) == NULL) {
+        error_fill(err, "", 0, json_error_out_of_memory, "out of memory");
+        goto done;
+    }
+    root = json_loadb(rw != NULL ? rw : text, rlen, flags, &jerr);
+    if (root == NULL) {
+        if (rw != NULL)
+            error_back(&sc, nonce, rw, &jerr);
+        if (sc.under && sc.under_end < (size_t)jerr.position)
+            error_fill(err, text, sc.under_end, json_error_numeric_overflow, sc.under_msg);
+        else if (err != NULL)
+            *err = jerr;
+        goto done;
+    }
+    if (sc.under) {
+        error_fill(err, text, sc.under_end, json_error_numeric_overflow, sc.under_msg);
+        json_decref(root);
+        root = NULL;
+        goto done;
+    }
+    if (sc.nspans > 0) {
+        swap w = {.sc = &sc, .nonce = nonce};
+        long long k = placeholder(&w, root);
+        if (k >= 0) {
+            json_decref(root);
+            root = compact_new(&sc, (size_t)k);
+            w.done = root != NULL;
+        } else if (swap_in(&w, root) < 0) {
+            w.done = 0;
+        }
+        if (w.done != sc.nspans) {
+            json_decref(root);
+            root = NULL;
+            error_fill(err, "", 0, json_error_out_of_memory, "out of memory");
+        }
+    }
+done:
+    free(rw);
+    free(sc.spans);
+    free(sc.stack);
+    return root;
+}
+
+int svc_json_numbers(const json_t *j, const char **text, size_t *len, size_t *count)
+{
+    if (!json_is_array(j) || json_array_size(j) != 3)
+        return 0;
+    const json_t *tag = json_array_get(j, 0), *n = json_array_get(j, 1), *s = json_array_get(j, 2);
+    if (!json_is_string(tag) || json_string_length(tag) != TAG_LEN ||
+        memcmp(json_string_value(tag), TAG, TAG_LEN) != 0 || !json_is_integer(n) ||
+        !json_is_string(s))
+        return 0;
+    if (text != NULL)
+        *text = json_string_value(s);
+    if (len != NULL)
+        *len = json_string_length(s);
+    if (count != NULL)
+        *count = (size_t)json_integer_value(n);
+    return 1;
+}
+
+int svc_json_numbers_next(const char *text, size_t len, size_t *pos, svc_json_num *out)
+{
+    const char *p = text + *pos, *e = text + len;
+    while (p < e && (is_ws(*p) || *p == ','))
+        p++;
+    if (p == e) {
+        *pos = len;
+        return 0;
+    }
+    int is_int, st;
+    size_t n = num_scan(p, e, &is_int, &st);
+    if (n == 0 || st == NUM_OVERFLOW)
+        return -1;
+    out->text = p;
+    out->len = n;
+    out->is_int = is_int;
+    if (is_int) {
+        /* In range: num_scan has checked. Accumulated negative so that
+         * INT64_MIN needs no special case. */
+        const char *q = p + (*p == '-');
+        int64_t v = 0;
+        for (; q < p + n; q++)
+            v = v * 10 - (*q - '0');
+        out->i = *p == '-' ? v : -v;
+        out->d = (double)out->i;
+    } else {
+        int erange;
+        if (strtod_n(p, n, &out->d, &erange) < 0)
+            return -1;
+        out->i = 0;
+    }
+    *pos = (size_t)(p + n - text);
+    return 1;
+}

@@ -1,0 +1,49 @@
+/* svc_json.h — request bodies to jansson trees without a json_t per number
+ * in the large flat arrays that carry tensors; every other value is built
+ * by jansson exactly as json_loadb would build it. */
+#ifndef SVC_JSON_H
+#define SVC_JSON_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Flat arrays of at least this many numbers become compact arrays. Below
+ * it (shapes have at most 8 dimensions) arrays stay plain jansson arrays. */
+#define SVC_JSON_COMPACT_MIN 16
+
+/* Parses text[0..len) like json_loadb(text, len, JSON_DECODE_ANY |
+ * JSON_REJECT_DUPLICATES, err): same accepted documents, same error texts
+ * and positions (line, column, byte), except that
+ *   - every flat array of SVC_JSON_COMPACT_MIN or more JSON numbers is a
+ *     compact array in the tree (see svc_json_numbers): its text is kept,
+ *     one byte per byte, instead of about 40 bytes of json_t per element;
+ *   - a number literal with a non-zero digit that reads as 0 (1e-999) is
+ *     refused, the error naming its path ("inputs.x.data[3]") and position.
+ * Returns a new reference the caller owns, or NULL with err filled.
+ * text need not be NUL-terminated and is not referenced afterwards. */
+json_t *svc_json_parse(const char *text, size_t len, json_error_t *err);
+
+/* 1 if j is a compact array made by svc_json_parse, with *text and *len
+ * set to its elements' text (commas and whitespace between them; borrowed
+ * from j) and *count to the number of elements; 0 for anything else. A
+ * client cannot forge one: its tag holds a NUL byte, which no string read
+ * without JSON_ALLOW_NUL can. */
+int svc_json_numbers(const json_t *j, const char **text, size_t *len, size_t *count);
+
+/* One number of a compact array, read as jansson reads a number token. */
+typedef struct svc_json_num {
+    const char *text; /* the literal, borrowed */
+    size_t len;
+    int is_int;       /* no '.', 'e' or 'E': jansson's JSON_INTEGER */
+    int64_t i;        /* when is_int */
+    double d;         /* the value as json_number_value gives it */
+} svc_json_num;
+
+/* Reads the next element of a compact array's text, starting at *pos
+ * (0 for the first), and advances *pos. Returns 1 with *out filled, 0 at
+ * the end, -1 if the text is not a compact array's (never for a tree from
+ * svc_json_parse). */
+int svc_json_numbers_next(const char *text, size_t len, size_t *pos, svc_json_num *out);
+
+#endif
