@@ -37,7 +37,7 @@ CN_OBJ   := $(CN_SRC:%.c=$(B)/%.o)
 CU_OBJ   := $(CU_SRC:%.cu=$(B)/%.o)
 UT_BIN   := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-SVC_LIBS := -lmicrohttpd -ljansson -lcurl -ldouble-conversion -lstdc++
+SVC_LIBS := -lmicrohttpd -ljansson -lcurl -lcrypto -ldouble-conversion -lstdc++
 KL_LIBS  := -lopenblas -lm
 GW_LIBS  := -lpq -lhiredis
 CN_LIBS  := -ldl

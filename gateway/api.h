@@ -8,6 +8,17 @@
 #include "gw.h"
 #include "svc_http.h"
 
+/* What the gateway keeps on a request (its svc_req user slot): the caller
+ * once authenticated, and a blob upload in progress. */
+typedef struct gw_reqctx {
+    gw_caller who;
+    int authenticated;
+    struct gw_bwriter *upload;  /* POST /v1/blobs: the bytes so far */
+    int upload_err;             /* -errno of the first failed write */
+} gw_reqctx;
+/* The request's context, created zeroed on first use; NULL on ENOMEM. */
+gw_reqctx *gw_reqctx_of(svc_req *req);
+
 /* Who a route is for (svc_route.access); the server checks it from the
  * head, before the body is read, through gw_authorize. */
 enum { GW_ACCESS_PUBLIC = 0, GW_ACCESS_TENANT, GW_ACCESS_ADMIN, GW_ACCESS_CLUSTER };
@@ -43,6 +54,15 @@ int gw_api_jobs_list(svc_req *req);
 int gw_api_jobs_result(svc_req *req);
 int gw_api_jobs_cancel(svc_req *req);
 
+/* api_blobs.c: POST /v1/blobs streams the body (gw_api_blobs_body) into the
+ * blob store; GET/HEAD/DELETE /v1/blobs/{id}. */
+int gw_api_blobs_body(svc_req *req, const char *data, size_t n);
+int gw_api_blobs_upload(svc_req *req);
+int gw_api_blobs_get(svc_req *req);
+int gw_api_blobs_delete(svc_req *req);
+/* Sets the body limit of POST /v1/blobs (the route table's one runtime value). */
+void gw_routes_set_blob_limit(size_t bytes);
+
 int gw_api_kernels(svc_req *req);
 int gw_api_nodes_list(svc_req *req);
 int gw_api_node_register(svc_req *req);
@@ -61,6 +81,6 @@ int gw_api_node_drain(svc_req *req);
 int gw_api_node_undrain(svc_req *req);
 
 /* The route table of the gateway, terminated by a NULL method. */
-extern const svc_route gw_routes[];
+extern svc_route gw_routes[];
 
 #endif

@@ -269,12 +269,16 @@ int gw_api_openapi(svc_req *req)
 #define T GW_ACCESS_TENANT
 #define A GW_ACCESS_ADMIN
 #define C GW_ACCESS_CLUSTER
-const svc_route gw_routes[] = {
+svc_route gw_routes[] = {
     {.method = "POST", .pattern = "/v1/jobs", .handler = gw_api_jobs_submit, .json_body = 1, .access = T},
     {.method = "GET", .pattern = "/v1/jobs", .handler = gw_api_jobs_list, .access = T},
     {.method = "GET", .pattern = "/v1/jobs/{id}", .handler = gw_api_jobs_get, .access = T},
     {.method = "GET", .pattern = "/v1/jobs/{id}/result", .handler = gw_api_jobs_result, .access = T},
     {.method = "POST", .pattern = "/v1/jobs/{id}/cancel", .handler = gw_api_jobs_cancel, .access = T},
+    {.method = "POST", .pattern = "/v1/blobs", .handler = gw_api_blobs_upload, .access = T,
+     .body = gw_api_blobs_body, .body_type = "application/octet-stream"},
+    {.method = "GET", .pattern = "/v1/blobs/{id}", .handler = gw_api_blobs_get, .access = T},
+    {.method = "DELETE", .pattern = "/v1/blobs/{id}", .handler = gw_api_blobs_delete, .access = T},
     {.method = "GET", .pattern = "/v1/kernels", .handler = gw_api_kernels, .access = T},
     {.method = "GET", .pattern = "/v1/nodes", .handler = gw_api_nodes_list, .access = T},
     {.method = "POST", .pattern = "/v1/nodes/register", .handler = gw_api_node_register,
@@ -297,3 +301,10 @@ const svc_route gw_routes[] = {
 #undef T
 #undef A
 #undef C
+
+void gw_routes_set_blob_limit(size_t bytes)
+{
+    for (svc_route *r = gw_routes; r->method != NULL; r++)
+        if (r->body == gw_api_blobs_body)
+            r->max_body = bytes;
+}

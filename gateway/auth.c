@@ -108,6 +108,12 @@ void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms)
                  "until it slows to %.0f a second", f->burst, ip, f->rps);
 }
 
+gw_reqctx *gw_reqctx_of(svc_req *req)
+{
+    gw_reqctx *ctx = svc_req_user(req);
+    return ctx != NULL ? ctx : svc_req_user_alloc(req, sizeof *ctx);
+}
+
 int gw_reply_unavailable(svc_req *req, const char *what)
 {
     svc_reply_header(req, "Retry-After", "2");
@@ -144,9 +150,9 @@ static int reply_unauthenticated(svc_req *req, const char *msg)
 int gw_auth_tenant(svc_req *req, gw_caller *who)
 {
     gw_app *app = svc_req_app(req);
-    const gw_caller *known = svc_req_user(req);
-    if (known != NULL) {
-        *who = *known;
+    gw_reqctx *ctx = svc_req_user(req);
+    if (ctx != NULL && ctx->authenticated) {
+        *who = ctx->who;
         return 0;
     }
     memset(who, 0, sizeof(*who));
@@ -167,9 +173,10 @@ int gw_auth_tenant(svc_req *req, gw_caller *who)
                        .rate_rps = ka.rate_rps, .rate_burst = ka.rate_burst};
     if (gw_limits_rate(req, who) != 0)
         return -1;
-    gw_caller *keep = svc_req_user_alloc(req, sizeof *keep);
-    if (keep != NULL)
-        *keep = *who;
+    if ((ctx = gw_reqctx_of(req)) != NULL) {
+        ctx->who = *who;
+        ctx->authenticated = 1;
+    }
     return 0;
 }
 

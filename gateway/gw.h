@@ -12,6 +12,7 @@
 typedef struct gw_sched gw_sched;
 typedef struct gw_limits gw_limits;
 typedef struct gw_authfail gw_authfail;
+typedef struct gw_bstore gw_bstore;
 
 typedef struct gw_config {
     const char *listen;
@@ -29,6 +30,11 @@ typedef struct gw_config {
     int retry_base_ms, retry_max_s;
     int rate_limit_rps, rate_limit_burst;            /* per API key; rps 0: off */
     int max_queued_per_tenant, max_running_per_tenant; /* 0: no quota */
+    const char *blob_dir;
+    int max_blob_mb;        /* largest upload */
+    int blob_quota_mb;      /* blob bytes a tenant may reference; 0: none */
+    int blob_retention_s;   /* unreferenced blobs live this long */
+    int blob_sweep_s;       /* how often retention runs */
 } gw_config;
 
 typedef struct gw_app {
@@ -38,6 +44,7 @@ typedef struct gw_app {
     gw_sched *sched;
     gw_limits *limits;      /* rate limits and quotas (limits.h) */
     gw_authfail *authfail;  /* failed authentications per address (auth.c) */
+    gw_bstore *blobs;       /* where blob bytes live (blobstore.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "blob_gc.h"
+#include "blobstore.h"
 #include "limits.h"
 #include "scheduler.h"
 #include "svc_client.h"
@@ -61,6 +63,16 @@ static svc_opt opts[] = {
      NULL, 0},
     {"auth-fail-rps", "KOWLOON_AUTH_FAIL_RPS", SVC_OPT_INT, "2", 1, 1000000,
      "failed authentications per second a client address gets back", NULL, 0},
+    {"blob-dir", "KOWLOON_BLOB_DIR", SVC_OPT_STRING, NULL, 0, 0,
+     "directory of blob bytes, shared by every gateway (default: <exe>/../var/blobs)", NULL, 0},
+    {"max-blob-mb", "KOWLOON_MAX_BLOB_MB", SVC_OPT_INT, "4096", 1, 1048576,
+     "largest blob upload, MiB (413 above)", NULL, 0},
+    {"blob-quota-mb", "KOWLOON_BLOB_QUOTA_MB", SVC_OPT_INT, "102400", 0, 1073741824,
+     "blob bytes one tenant may hold, MiB; an upload past it gets 413 quota_exceeded (0: none)", NULL, 0},
+    {"blob-retention-s", "KOWLOON_BLOB_RETENTION_S", SVC_OPT_INT, "86400", 0, 315360000,
+     "seconds a blob nobody references is kept before its bytes are removed", NULL, 0},
+    {"blob-sweep-s", "KOWLOON_BLOB_SWEEP_S", SVC_OPT_INT, "60", 1, 86400,
+     "how often the retention sweep runs", NULL, 0},
     {"max-queued-per-tenant", "KOWLOON_MAX_QUEUED_PER_TENANT", SVC_OPT_INT, "10000", 0, 100000000,
      "queued jobs a tenant may have; a submit over it gets 429 quota_queued (0: no quota)", NULL, 0},
     {"max-running-per-tenant", "KOWLOON_MAX_RUNNING_PER_TENANT", SVC_OPT_INT, "1000", 0, 100000000,
@@ -167,6 +179,14 @@ static int cmd_serve(gw_app *app)
     const char *spec = beside_exe(svc_config_get(opts, "openapi")->str, "openapi/openapi.yaml", buf, sizeof(buf));
     if (!(app->openapi = file_slurp(spec, &app->openapi_len)))
         svc_warn("cannot read %s: /openapi.yaml will answer 404", spec);
+    const char *blob_dir = beside_exe(svc_config_get(opts, "blob-dir")->str, "var/blobs", buf, sizeof(buf));
+    if (!(app->blobs = gw_bstore_open(blob_dir, err, sizeof(err)))) {
+        svc_error("blob store: %s", err);
+        return 1;
+    }
+    svc_info("blob store in %s (uploads up to %d MiB, %d MiB a tenant, unreferenced kept %d s)",
+             blob_dir, app->cfg.max_blob_mb, app->cfg.blob_quota_mb, app->cfg.blob_retention_s);
+    gw_routes_set_blob_limit((size_t)app->cfg.max_blob_mb << 20);
 
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
@@ -175,6 +195,7 @@ static int cmd_serve(gw_app *app)
     signal(SIGPIPE, SIG_IGN);
 
     app->sched = gw_sched_start(app);
+    gw_blob_gc *gc = gw_blob_gc_start(app);
     svc_server_opts so = {
         .listen = app->cfg.listen,
         .routes = gw_routes,
@@ -189,6 +210,7 @@ static int cmd_serve(gw_app *app)
     svc_server *srv = svc_server_start(&so, err, sizeof(err));
     if (!srv) {
         svc_error("cannot serve on %s: %s", app->cfg.listen, err);
+        gw_blob_gc_stop(gc);
         gw_sched_stop(app->sched, 0);
         return 1;
     }
@@ -202,6 +224,7 @@ static int cmd_serve(gw_app *app)
          svc_now_mono_ms() < until && stop_signal != SIGINT;)
         svc_sleep_ms(50);
     svc_server_stop(srv);
+    gw_blob_gc_stop(gc);
     app->trackers_left = gw_sched_stop(app->sched, 2000);
     if (app->trackers_left > 0)
         svc_info("kowloon-gateway stopped (%d run tracker(s) left to the next scheduler)",
@@ -249,6 +272,10 @@ int main(int argc, char **argv)
     app.cfg.rate_limit_burst = (int)svc_config_get(opts, "rate-limit-burst")->num;
     app.cfg.max_queued_per_tenant = (int)svc_config_get(opts, "max-queued-per-tenant")->num;
     app.cfg.max_running_per_tenant = (int)svc_config_get(opts, "max-running-per-tenant")->num;
+    app.cfg.max_blob_mb = (int)svc_config_get(opts, "max-blob-mb")->num;
+    app.cfg.blob_quota_mb = (int)svc_config_get(opts, "blob-quota-mb")->num;
+    app.cfg.blob_retention_s = (int)svc_config_get(opts, "blob-retention-s")->num;
+    app.cfg.blob_sweep_s = (int)svc_config_get(opts, "blob-sweep-s")->num;
 
     app.store = gw_store_open(app.cfg.database_url, app.cfg.db_pool);
     if (!app.store)
@@ -289,6 +316,7 @@ int main(int argc, char **argv)
     gw_authfail_free(app.authfail);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
+    gw_bstore_close(app.blobs);
     free(app.openapi);
     return rc;
 }

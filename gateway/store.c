@@ -204,6 +204,26 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "UPDATE nodes SET draining = $2::boolean WHERE id = $1::uuid"
     " RETURNING jsonb_build_object('id', id, 'name', name, 'state', state,"
     "                              'draining', draining)::text", 2},
+[ST_BLOB_RECORD] = {
+    /* The tenant's reference is added only within its byte quota ($4, 0:
+     * none); had says whether the tenant already had the blob. */
+    "WITH had AS (SELECT EXISTS (SELECT 1 FROM blob_refs WHERE tenant_id = $1 AND blob_id = $2) AS v),"
+    " b AS (INSERT INTO blobs (id, size) VALUES ($2, $3) ON CONFLICT (id)"
+    "       DO UPDATE SET last_used_at = now() RETURNING id),"
+    " used AS (SELECT coalesce(sum(x.size), 0) AS v FROM blob_refs r JOIN blobs x ON x.id = r.blob_id"
+    "          WHERE r.tenant_id = $1),"
+    " r AS (INSERT INTO blob_refs (tenant_id, blob_id) SELECT $1, b.id FROM b, used, had"
+    "       WHERE NOT had.v AND ($4::bigint = 0 OR used.v + $3 <= $4::bigint)"
+    "       ON CONFLICT DO NOTHING RETURNING blob_id)"
+    " SELECT had.v::int, (SELECT count(*) FROM r), used.v FROM had, used", 4},
+[ST_BLOB_GET] = {"UPDATE blobs b SET last_used_at = now() FROM blob_refs r"
+                 " WHERE r.tenant_id = $1 AND r.blob_id = $2 AND b.id = r.blob_id RETURNING b.size", 2},
+[ST_BLOB_UNREF] = {"DELETE FROM blob_refs WHERE tenant_id = $1 AND blob_id = $2", 2},
+[ST_BLOB_SWEEP] = {
+    "DELETE FROM blobs WHERE id IN (SELECT b.id FROM blobs b"
+    "  WHERE b.last_used_at < now() - make_interval(secs => $1::float8)"
+    "    AND NOT EXISTS (SELECT 1 FROM blob_refs r WHERE r.blob_id = b.id)"
+    "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id", 2},
 };
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)
@@ -351,6 +371,18 @@ PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int
     if (PQstatus(c->pg) != CONNECTION_OK)
         conn_drop(c);
     return NULL;
+}
+
+int store__command(store__conn *c, const char *sql)
+{
+    if (!c->pg)
+        return -EIO;
+    PGresult *r = PQexec(c->pg, sql);
+    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -EIO;
+    if (rc)
+        svc_error("postgres: %s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+    return rc;
 }
 
 void store__copy(const PGresult *r, int row, int col, char *out, size_t len)

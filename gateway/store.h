@@ -192,4 +192,22 @@ int gw_store_key_revoke_prefix(gw_store *s, const char *prefix);
  * draining} (new reference). -ENOENT for an unknown node. */
 int gw_store_node_drain(gw_store *s, const char *id, int draining, json_t **node);
 
+/* Blobs (store_blobs.c). Records that tenant_id may read blob id of size
+ * bytes, creating the blob's record or touching its last use. *created is 1
+ * when the tenant had no reference before. -EDQUOT when the reference would
+ * take the tenant's blob bytes past quota (0: none); -EIO. */
+int gw_store_blob_record(gw_store *s, int64_t tenant_id, const char *id, uint64_t size,
+                         uint64_t quota, int *created);
+/* The size of a blob the tenant may read, touching its last use; -ENOENT
+ * when it may not (or no such blob), -EIO. */
+int gw_store_blob_get(gw_store *s, int64_t tenant_id, const char *id, uint64_t *size);
+/* Drops the tenant's reference; -ENOENT when it had none, -EIO. */
+int gw_store_blob_unref(gw_store *s, int64_t tenant_id, const char *id);
+/* Removes up to limit blobs that nobody references and that were last used
+ * more than retention_s ago: in one transaction, their rows are deleted and
+ * remove(id, arg) is called for each (it deletes the bytes: 0 or -ENOENT,
+ * else the sweep rolls back). *removed counts them; 0 or -EIO. */
+int gw_store_blob_sweep(gw_store *s, int retention_s, int limit,
+                        int (*remove)(const char *id, void *arg), void *arg, int *removed);
+
 #endif

@@ -44,6 +44,7 @@ enum {
     /* tenants, keys and limits (store_tenants.c) */
     ST_AUTH_KEY, ST_TENANT_QUEUED, ST_TENANT_RUNNING_OK, ST_TENANT_UPSERT, ST_TENANTS_JSON,
     ST_KEY_ISSUE, ST_KEY_REVOKE_PREFIX, ST_NODE_DRAIN, ST_JOB_CANCEL_ASKED,
+    ST_BLOB_RECORD, ST_BLOB_GET, ST_BLOB_UNREF, ST_BLOB_SWEEP,
     ST__COUNT
 };
 
@@ -60,6 +61,9 @@ PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int
  * pass if tried again (no connection, an outage, a deadlock), -EPROTO when
  * PostgreSQL refused the statement itself and would refuse it again. */
 int store__fail_rc(const store__conn *c);
+/* Runs a parameterless command (BEGIN, COMMIT, ROLLBACK) on c; 0 or -EIO
+ * after logging. */
+int store__command(store__conn *c, const char *sql);
 /* Copies column col of row into a NUL-terminated buffer of size len. */
 void store__copy(const PGresult *r, int row, int col, char *out, size_t len);
 /* Parses column col as JSON; NULL when NULL or not JSON. */

@@ -57,17 +57,6 @@ static int insert_one(store__conn *c, store__insert *in)
     return in->job ? 0 : -EIO;
 }
 
-static int exec_command(store__conn *c, const char *sql)
-{
-    if (!c->pg)
-        return -EIO;
-    PGresult *r = PQexec(c->pg, sql);
-    int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -EIO;
-    if (rc)
-        svc_error("postgres: %s: %s", sql, PQresultErrorMessage(r));
-    PQclear(r);
-    return rc;
-}
 
 /* Commits a batch of submits in one transaction: one WAL flush for all.
  * If the batch fails on a live connection, each insert is retried on its
@@ -83,11 +72,11 @@ static void batch_commit(gw_store *s, store__insert *batch)
         store__release(s, c);
         return;
     }
-    int ok = c && exec_command(c, "BEGIN") == 0;
+    int ok = c && store__command(c, "BEGIN") == 0;
     for (store__insert *in = batch; ok && in; in = in->next)
         ok = insert_one(c, in) == 0;
     if (ok)
-        ok = exec_command(c, "COMMIT") == 0;
+        ok = store__command(c, "COMMIT") == 0;
     for (store__insert *in = batch; in; in = in->next) {
         if (ok) {
             in->rc = 0;
@@ -98,7 +87,7 @@ static void batch_commit(gw_store *s, store__insert *batch)
         in->rc = -EIO;
     }
     if (!ok && c && c->pg) {
-        exec_command(c, "ROLLBACK");
+        store__command(c, "ROLLBACK");
         for (store__insert *in = batch; in; in = in->next)
             in->rc = insert_one(c, in);
     }

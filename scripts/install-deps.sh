@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
     libmicrohttpd-dev libjansson-dev libpq-dev libhiredis-dev libcurl4-openssl-dev
-    libopenblas-dev libcmocka-dev libdouble-conversion-dev postgresql postgresql-contrib redis-server
+    libopenblas-dev libcmocka-dev libdouble-conversion-dev libssl-dev postgresql postgresql-contrib redis-server
     docker-compose g++ clang libclang-rt-14-dev wrk pkg-config curl
 )
 REQUIREMENTS=tests/requirements.txt

@@ -109,6 +109,7 @@ else
     kl_port_open 127.0.0.1 "${GW_ADDR#*:}" && fail "port ${GW_ADDR#*:} is taken by another process"
     kl_info "gateway: starting on $GW_ADDR"
     nohup "$GATEWAY" serve --listen "$GW_ADDR" --database-url "$DB_URL" --redis-url "$REDIS_URL" \
+        --blob-dir "$STATE/blobs" \
         >>"$STATE/log/gateway.log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$STATE/pids/gateway.pid"

@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "svc_json.h"
 #include "svc_log.h"
@@ -107,6 +108,9 @@ struct svc_req {
     int status;                    /* 0 until a reply is queued */
     int queued;                    /* 1 if MHD accepted the reply */
     int over_limit;                /* body exceeded max_body; rest discarded */
+    int body_stopped;              /* the route's body callback said stop */
+    void (*on_free)(void *);       /* svc_req_on_free */
+    void *on_free_arg;
     size_t drained;                /* bytes discarded since */
     int64_t t0;
     char ip[INET6_ADDRSTRLEN];
@@ -126,6 +130,8 @@ static void req_free(svc_req *r)
         free(h->value);
         free(h);
     }
+    if (r->on_free != NULL)
+        r->on_free(r->on_free_arg);
     json_decref(r->json);
     free(r->user_owned);
     free(r->body);
@@ -442,6 +448,28 @@ int svc_reply_error(svc_req *req, int status, const char *code, const char *fiel
     return svc_reply_json(req, status, top);
 }
 
+int svc_reply_fd(svc_req *req, int status, const char *content_type, int fd, uint64_t offset,
+                 uint64_t len)
+{
+    if (req->status != 0) {
+        close(fd);
+        return -1;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, offset);
+    if (resp == NULL) {
+        close(fd);
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot send the file");
+    }
+    req->status = status;
+    int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) == MHD_YES;
+    for (reply_header *h = req->headers; h != NULL; h = h->next)
+        ok &= MHD_add_response_header(resp, h->name, h->value) == MHD_YES;
+    if (ok)
+        req->queued = MHD_queue_response(req->conn, (unsigned)status, resp) == MHD_YES;
+    MHD_destroy_response(resp); /* closes fd once MHD is done with it */
+    return req->queued ? 0 : -1;
+}
+
 int svc_reply_raw(svc_req *req, int status, const char *content_type, const void *data, size_t len)
 {
     return reply_buffer(req, status, content_type, (void *)data, len, 0);
@@ -517,11 +545,17 @@ static int is_json_content_type(const char *ct)
     return c == '\0' || c == ';' || c == ' ' || c == '\t';
 }
 
+/* The body limit of the request's route (the server's unless it sets one). */
+static size_t req_max_body(const svc_req *r)
+{
+    return r->route != NULL && r->route->max_body > 0 ? r->route->max_body : r->srv->max_body;
+}
+
 static int too_large(svc_req *r)
 {
     r->over_limit = 1;
     return svc_reply_error(r, 413, "payload_too_large", NULL, NULL,
-                           "request body exceeds the limit of %zu bytes", r->srv->max_body);
+                           "request body exceeds the limit of %zu bytes", req_max_body(r));
 }
 
 typedef struct {
@@ -756,12 +790,20 @@ static void req_begin(svc_req *r)
     if (cl != NULL) {
         /* MHD has already refused a malformed Content-Length. */
         unsigned long long n = strtoull(cl, NULL, 10);
-        if (n > r->srv->max_body) {
+        if (n > req_max_body(r)) {
             too_large(r);
             return;
         }
-        if (n > 0 && (r->body = malloc((size_t)n + 1)) != NULL)
+        if (n > 0 && r->route->body == NULL && (r->body = malloc((size_t)n + 1)) != NULL)
             r->body_cap = (size_t)n + 1;
+    }
+    const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (r->route->body_type != NULL &&
+        (ct == NULL || strncasecmp(ct, r->route->body_type, strlen(r->route->body_type)) != 0)) {
+        svc_reply_error(r, 415, "unsupported_media_type", NULL, NULL, "%s %s needs Content-Type: %s",
+                        r->method, r->path, r->route->body_type);
+        return;
     }
     if (r->route->json_body &&
         !is_json_content_type(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
@@ -775,7 +817,7 @@ static void req_begin(svc_req *r)
  * buffer is released and the request marked), -1 on ENOMEM. */
 static int req_body_append(svc_req *r, const char *data, size_t n)
 {
-    if (n > r->srv->max_body - r->body_len) {
+    if (n > req_max_body(r) - r->body_len) {
         r->over_limit = 1;
         free(r->body);
         r->body = NULL;
@@ -786,8 +828,8 @@ static int req_body_append(svc_req *r, const char *data, size_t n)
         size_t cap = r->body_cap ? r->body_cap : 4096;
         while (cap < r->body_len + n + 1)
             cap *= 2;
-        if (cap > r->srv->max_body + 1)
-            cap = r->srv->max_body + 1;
+        if (cap > req_max_body(r) + 1)
+            cap = req_max_body(r) + 1;
         char *p = realloc(r->body, cap);
         if (p == NULL)
             return -1;
@@ -863,6 +905,17 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         *upload_size = 0;
         if (r->status != 0)
             return MHD_YES; /* refused from the headers; MHD drops the rest */
+        if (!r->over_limit && r->route->body != NULL) {
+            /* A streamed body goes to the route piece by piece. */
+            if (n > req_max_body(r) - r->body_len) {
+                r->over_limit = 1;
+            } else {
+                r->body_len += n;
+                if (!r->body_stopped && r->route->body(r, upload_data, n) != 0)
+                    r->body_stopped = 1;
+                return MHD_YES;
+            }
+        }
         if (!r->over_limit) {
             int rc = req_body_append(r, upload_data, n);
             if (rc < 0) {
@@ -881,7 +934,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         r->drained += n;
         if (r->drained > DRAIN_MAX) {
             svc_info("http: closing %s %s from %s: body over %zu bytes", r->method, r->path,
-                     r->ip, r->srv->max_body);
+                     r->ip, req_max_body(r));
             return MHD_NO;
         }
         return MHD_YES;
@@ -950,6 +1003,12 @@ json_t *svc_req_json(svc_req *req) { return req->json; }
 const char *svc_req_client_ip(svc_req *req) { return req->ip; }
 void svc_req_set_user(svc_req *req, void *p) { req->user = p; }
 void *svc_req_user(svc_req *req) { return req->user; }
+
+void svc_req_on_free(svc_req *req, void (*fn)(void *), void *arg)
+{
+    req->on_free = fn;
+    req->on_free_arg = arg;
+}
 
 void *svc_req_user_alloc(svc_req *req, size_t size)
 {

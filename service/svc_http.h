@@ -26,6 +26,12 @@ typedef struct svc_req svc_req;
  * returns without replying the server answers 500 internal. */
 typedef int (*svc_handler)(svc_req *req);
 
+/* Takes one piece of a streamed body (svc_route.body), in order, after the
+ * head's checks and the access check passed. Returns 0 to go on, or non-zero
+ * to stop: the rest of the body is read and dropped, and the handler still
+ * runs at the end and answers (it knows from its own state what failed). */
+typedef int (*svc_body_fn)(svc_req *req, const char *data, size_t n);
+
 typedef struct svc_route {
     const char *method;   /* "GET", "POST", "DELETE" */
     const char *pattern;  /* "/v1/jobs/{id}/result": {name} matches one segment */
@@ -38,6 +44,9 @@ typedef struct svc_route {
     int reserved;         /* 1: served even on a connection over the per-IP
                              limit (health checks, cluster traffic), so that
                              clients on the same address cannot crowd it out */
+    svc_body_fn body;     /* set: the body is streamed to it, never buffered */
+    const char *body_type;/* set: the Content-Type the body must have (415) */
+    size_t max_body;      /* bytes; 0: the server's max_body */
 } svc_route;
 
 /* Decides from the head whether the caller may use a route whose access is
@@ -89,6 +98,10 @@ const char *svc_req_client_ip(svc_req *req);
 /* Per-request slot for the application (e.g. the authenticated tenant). */
 void svc_req_set_user(svc_req *req, void *p);
 void *svc_req_user(svc_req *req);
+/* Calls fn(arg) when the request ends, whatever happened (reply sent,
+ * client gone mid-body): where a streamed body's partial state is dropped.
+ * One per request; a second call replaces the first. */
+void svc_req_on_free(svc_req *req, void (*fn)(void *), void *arg);
 /* Zeroed memory of size bytes owned by the request (freed with it), also set
  * as its user slot; NULL on ENOMEM. */
 void *svc_req_user_alloc(svc_req *req, size_t size);
@@ -101,6 +114,10 @@ int svc_reply_json(svc_req *req, int status, json_t *body);
  * top level when extra != NULL; steals extra). field may be NULL. */
 int svc_reply_error(svc_req *req, int status, const char *code, const char *field,
                     json_t *extra, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Replies with len bytes of the open file fd from offset (sendfile where
+ * the system has it). Takes fd: it is closed once sent or on failure. */
+int svc_reply_fd(svc_req *req, int status, const char *content_type, int fd, uint64_t offset,
+                 uint64_t len);
 /* Replies with raw bytes of the given content type (copied). */
 int svc_reply_raw(svc_req *req, int status, const char *content_type, const void *data, size_t len);
 

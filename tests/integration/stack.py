@@ -455,6 +455,9 @@ class Stack:
             # every test refused for its key comes from 127.0.0.1: failed
             # authentications are limited only where a test asks for it
             "KOWLOON_AUTH_FAIL_BURST": "0",
+            # every gateway of the stack shares one blob store, as gateways
+            # on several hosts share one on a shared filesystem
+            "KOWLOON_BLOB_DIR": os.path.join(self.root, "blobs"),
         })
         env.update({k: str(v) for k, v in extra.items()})
         return env

@@ -1,0 +1,203 @@
+/* api_blobs.c — the blob API: raw bytes in (streamed to the blob store while
+ * they are hashed, never held whole), raw bytes out (sendfile, with Range),
+ * and a tenant's references. A tenant reads only blobs it uploaded: the
+ * same bytes from two tenants are stored once, but knowing a hash is not
+ * access — another tenant's blob answers 404 like one that does not
+ * exist. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "blobstore.h"
+#include "svc_log.h"
+
+/* Drops an upload the request did not finish (client gone, refused). */
+static void upload_abort(void *arg)
+{
+    gw_reqctx *ctx = arg;
+    gw_bwriter_abort(ctx->upload);
+    ctx->upload = NULL;
+}
+
+/* Starts the request's upload; 0 or -errno. */
+static int upload_begin(svc_req *req, gw_reqctx *ctx)
+{
+    gw_app *app = svc_req_app(req);
+    if ((ctx->upload = gw_bstore_write_begin(app->blobs)) == NULL)
+        return -errno;
+    svc_req_on_free(req, upload_abort, ctx);
+    return 0;
+}
+
+int gw_api_blobs_body(svc_req *req, const char *data, size_t n)
+{
+    gw_reqctx *ctx = gw_reqctx_of(req);
+    if (ctx == NULL)
+        return -1;
+    if (ctx->upload == NULL && (ctx->upload_err = upload_begin(req, ctx)) != 0)
+        return -1;
+    ctx->upload_err = gw_bwriter_append(ctx->upload, data, n);
+    return ctx->upload_err;
+}
+
+/* The {id} of the path when it is a blob id; NULL after replying 400. */
+static const char *blob_id_param(svc_req *req)
+{
+    const char *id = svc_req_param(req, "id");
+    if (gw_blob_id_valid(id))
+        return id;
+    svc_reply_error(req, 400, "invalid_argument", "id", NULL,
+                    "a blob id is \"sha256:\" followed by 64 lowercase hex digits");
+    return NULL;
+}
+
+static int reply_store_failure(svc_req *req, int rc)
+{
+    if (rc == -EIO)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    return svc_reply_error(req, 500, "internal", NULL, NULL, "the blob could not be recorded (%d)", rc);
+}
+
+int gw_api_blobs_upload(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_reqctx *ctx = gw_reqctx_of(req);
+    char id[GW_BLOB_ID_LEN];
+    uint64_t size = 0;
+    int created = 0, rc;
+    if (ctx == NULL)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    if (ctx->upload == NULL && ctx->upload_err == 0)
+        ctx->upload_err = upload_begin(req, ctx); /* an empty body is an empty blob */
+    if (ctx->upload_err == 0)
+        ctx->upload_err = gw_bwriter_commit(ctx->upload, id, &size);
+    if (ctx->upload_err != 0) {
+        svc_error("blobs: cannot store an upload: %s", strerror(-ctx->upload_err));
+        return svc_reply_error(req, ctx->upload_err == -ENOSPC ? 507 : 500,
+                               ctx->upload_err == -ENOSPC ? "insufficient_storage" : "internal",
+                               NULL, NULL, "the blob store could not take the bytes: %s",
+                               strerror(-ctx->upload_err));
+    }
+    rc = gw_store_blob_record(app->store, ctx->who.tenant_id, id, size,
+                              (uint64_t)app->cfg.blob_quota_mb << 20, &created);
+    if (rc == -EDQUOT)
+        return svc_reply_error(req, 413, "quota_exceeded", NULL,
+                               json_pack("{s:I}", "quota_bytes", (json_int_t)app->cfg.blob_quota_mb << 20),
+                               "the tenant's blobs would take more than its quota of %d MiB; "
+                               "DELETE blobs it no longer needs", app->cfg.blob_quota_mb);
+    if (rc != 0)
+        return reply_store_failure(req, rc);
+    rc = gw_bwriter_close(ctx->upload);
+    ctx->upload = NULL;
+    if (rc != 0) {
+        svc_error("blobs: %s recorded but its bytes could not be put back: %s", id, strerror(-rc));
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "the blob store failed");
+    }
+    char loc[96];
+    snprintf(loc, sizeof loc, "/v1/blobs/%s", id);
+    svc_reply_header(req, "Location", loc);
+    return svc_reply_json(req, created ? 201 : 200,
+                          json_pack("{s:s, s:I}", "id", id, "size", (json_int_t)size));
+}
+
+/* Parses a single "bytes=a-b" / "bytes=a-" / "bytes=-n" range of a blob of
+ * size bytes into [*off, *off + *len). Returns 1 for a range, 0 when the
+ * header is absent or not one this server serves partially (several
+ * ranges, another unit: the whole blob goes out, as RFC 9110 allows), -1
+ * when it cannot be satisfied (416). */
+static int range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
+{
+    if (h == NULL || strncmp(h, "bytes=", 6) != 0 || strchr(h, ',') != NULL)
+        return 0;
+    const char *p = h + 6;
+    char *end;
+    if (*p == '-') {
+        if (p[1] < '0' || p[1] > '9')
+            return 0;
+        uint64_t n = strtoull(p + 1, &end, 10);
+        if (*end != '\0')
+            return 0;
+        if (n == 0 || size == 0)
+            return -1;
+        *len = n < size ? n : size;
+        *off = size - *len;
+        return 1;
+    }
+    if (*p < '0' || *p > '9')
+        return 0;
+    uint64_t a = strtoull(p, &end, 10), b = size ? size - 1 : 0;
+    if (*end != '-')
+        return 0;
+    if (end[1] != '\0') {
+        if (end[1] < '0' || end[1] > '9')
+            return 0;
+        b = strtoull(end + 1, &end, 10);
+        if (*end != '\0' || b < a)
+            return 0;
+    }
+    if (a >= size)
+        return -1;
+    if (b >= size)
+        b = size - 1;
+    *off = a;
+    *len = b - a + 1;
+    return 1;
+}
+
+int gw_api_blobs_get(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    const char *id;
+    uint64_t size, off = 0, len;
+    int fd = -1;
+    char buf[128];
+    if (gw_auth_tenant(req, &who) != 0 || !(id = blob_id_param(req)))
+        return 0;
+    int rc = gw_store_blob_get(app->store, who.tenant_id, id, &size);
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such blob");
+    if (rc != 0)
+        return reply_store_failure(req, rc);
+    if ((rc = gw_bstore_open_read(app->blobs, id, &fd, &size)) != 0) {
+        svc_error("blobs: %s is recorded but its bytes cannot be opened: %s", id, strerror(-rc));
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "the blob's bytes are missing");
+    }
+    len = size;
+    snprintf(buf, sizeof buf, "\"%s\"", id);
+    svc_reply_header(req, "ETag", buf);
+    svc_reply_header(req, "Accept-Ranges", "bytes");
+    svc_reply_header(req, "Cache-Control", "private, max-age=31536000, immutable");
+    int ranged = range_parse(svc_req_header(req, "Range"), size, &off, &len);
+    if (ranged < 0) {
+        close(fd);
+        snprintf(buf, sizeof buf, "bytes */%" PRIu64, size);
+        svc_reply_header(req, "Content-Range", buf);
+        return svc_reply_error(req, 416, "range_not_satisfiable", "Range", NULL,
+                               "the blob has %" PRIu64 " bytes", size);
+    }
+    if (ranged) {
+        snprintf(buf, sizeof buf, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, off, off + len - 1, size);
+        svc_reply_header(req, "Content-Range", buf);
+    }
+    return svc_reply_fd(req, ranged ? 206 : 200, "application/octet-stream", fd, off, len);
+}
+
+int gw_api_blobs_delete(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    const char *id;
+    if (gw_auth_tenant(req, &who) != 0 || !(id = blob_id_param(req)))
+        return 0;
+    int rc = gw_store_blob_unref(app->store, who.tenant_id, id);
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such blob");
+    if (rc != 0)
+        return reply_store_failure(req, rc);
+    return svc_reply_json(req, 200, json_pack("{s:s, s:b}", "id", id, "deleted", 1));
+}

@@ -1,0 +1,95 @@
+/* blob_gc.c — the retention sweep of unreferenced blobs (blob_gc.h). */
+#include "blob_gc.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "blobstore.h"
+#include "svc_log.h"
+
+/* Blobs removed per transaction: rows stay locked while their files go. */
+#define SWEEP_BATCH 500
+
+struct gw_blob_gc {
+    gw_app *app;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stopping;
+};
+
+static int remove_bytes(const char *id, void *arg)
+{
+    return gw_bstore_remove(arg, id);
+}
+
+static void *gc_main(void *arg)
+{
+    gw_blob_gc *gc = arg;
+    gw_app *app = gc->app;
+    pthread_mutex_lock(&gc->mu);
+    while (!gc->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += app->cfg.blob_sweep_s;
+        while (!gc->stopping && pthread_cond_timedwait(&gc->cv, &gc->mu, &ts) != ETIMEDOUT)
+            ;
+        if (gc->stopping)
+            break;
+        pthread_mutex_unlock(&gc->mu);
+        int removed = 0, total = 0, rc;
+        do {
+            rc = gw_store_blob_sweep(app->store, app->cfg.blob_retention_s, SWEEP_BATCH,
+                                     remove_bytes, app->blobs, &removed);
+            total += removed;
+        } while (rc == 0 && removed == SWEEP_BATCH);
+        if (total > 0)
+            svc_info("blobs: retention removed %d blob%s unreferenced for %d s", total,
+                     total == 1 ? "" : "s", app->cfg.blob_retention_s);
+        if (rc != 0 && rc != -EIO)
+            svc_warn("blobs: retention sweep failed (%s); tried again next time", strerror(-rc));
+        pthread_mutex_lock(&gc->mu);
+    }
+    pthread_mutex_unlock(&gc->mu);
+    return NULL;
+}
+
+gw_blob_gc *gw_blob_gc_start(gw_app *app)
+{
+    gw_blob_gc *gc = calloc(1, sizeof *gc);
+    if (gc == NULL)
+        return NULL;
+    gc->app = app;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&gc->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&gc->mu, NULL);
+    int e = pthread_create(&gc->thread, NULL, gc_main, gc);
+    if (e != 0) {
+        svc_error("blobs: cannot start the retention thread: %s", strerror(e));
+        pthread_cond_destroy(&gc->cv);
+        pthread_mutex_destroy(&gc->mu);
+        free(gc);
+        return NULL;
+    }
+    return gc;
+}
+
+void gw_blob_gc_stop(gw_blob_gc *gc)
+{
+    if (gc == NULL)
+        return;
+    pthread_mutex_lock(&gc->mu);
+    gc->stopping = 1;
+    pthread_cond_signal(&gc->cv);
+    pthread_mutex_unlock(&gc->mu);
+    pthread_join(gc->thread, NULL);
+    pthread_cond_destroy(&gc->cv);
+    pthread_mutex_destroy(&gc->mu);
+    free(gc);
+}

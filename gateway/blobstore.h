@@ -1,0 +1,57 @@
+/* blobstore.h — where blob bytes live, behind one small interface so that
+ * another backend (S3) can replace the directory without touching the API.
+ * The directory backend: one file per blob under <dir>/sha256/<2 hex>/<64
+ * hex>, written under <dir>/tmp, fsynced and linked into place, so a crash
+ * never leaves a half blob under a real name. Several gateways may share
+ * the directory (NFS, Lustre): names are content addresses, and a rename
+ * onto an existing blob only replaces identical bytes. PostgreSQL records
+ * which blobs exist and who may read them; the store knows only bytes. */
+#ifndef GW_BLOBSTORE_H
+#define GW_BLOBSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* "sha256:" + 64 lowercase hex digits + NUL */
+#define GW_BLOB_ID_LEN 72
+
+typedef struct gw_bstore gw_bstore;
+typedef struct gw_bwriter gw_bwriter;
+
+/* 1 if id is "sha256:" followed by exactly 64 lowercase hex digits. */
+int gw_blob_id_valid(const char *id);
+
+/* Opens (creating) the store under dir and removes temporary files older
+ * than a day that crashed writers left. NULL with err filled on failure. */
+gw_bstore *gw_bstore_open(const char *dir, char *err, size_t errlen);
+void gw_bstore_close(gw_bstore *s);
+
+/* A writer of a new blob; NULL with errno set on failure. */
+gw_bwriter *gw_bstore_write_begin(gw_bstore *s);
+/* Appends bytes and hashes them; 0 or -errno (the writer stays valid and
+ * must still be committed or aborted). */
+int gw_bwriter_append(gw_bwriter *w, const void *data, size_t n);
+/* Bytes appended so far. */
+uint64_t gw_bwriter_size(const gw_bwriter *w);
+/* Makes the bytes durable under their content address (fsync, a hard
+ * link from the temporary file, fsync of the directory; an existing blob
+ * holds the same bytes and is kept) and fills id and size. The writer stays
+ * open: record the blob (PostgreSQL), then gw_bwriter_close. 0 or -errno. */
+int gw_bwriter_commit(gw_bwriter *w, char id[GW_BLOB_ID_LEN], uint64_t *size);
+/* After the blob is recorded: puts the bytes back under their name if a
+ * retention pass removed an older copy meanwhile (it ends before a record
+ * of the same blob can commit), drops the temporary file, frees w. 0 or
+ * -errno. */
+int gw_bwriter_close(gw_bwriter *w);
+/* Drops the temporary file and frees w; NULL is a no-op. A blob already
+ * committed stays under its name (another upload may share it); retention
+ * only removes recorded blobs, so such bytes stay until swept by hand. */
+void gw_bwriter_abort(gw_bwriter *w);
+
+/* Opens a blob for reading: *fd (the caller closes it) and its size. 0,
+ * -ENOENT, or -errno. */
+int gw_bstore_open_read(gw_bstore *s, const char *id, int *fd, uint64_t *size);
+/* Removes a blob's bytes; 0 or -errno (-ENOENT when it was not there). */
+int gw_bstore_remove(gw_bstore *s, const char *id);
+
+#endif

@@ -1,0 +1,102 @@
+/* store_blobs.c — blob records in PostgreSQL: which blobs exist, which
+ * tenant may read which, and the retention sweep of blobs nobody
+ * references. The bytes are the blob store's (blobstore.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+int gw_store_blob_record(gw_store *s, int64_t tenant_id, const char *id, uint64_t size,
+                         uint64_t quota, int *created)
+{
+    char tenant[24], sz[24], q[24];
+    snprintf(tenant, sizeof tenant, "%" PRId64, tenant_id);
+    snprintf(sz, sizeof sz, "%" PRIu64, size);
+    snprintf(q, sizeof q, "%" PRIu64, quota);
+    const char *v[4] = {tenant, id, sz, q};
+    *created = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_BLOB_RECORD, v, NULL, NULL, 0);
+    int rc = r ? 0 : store__fail_rc(c);
+    if (r && PQntuples(r) == 1) {
+        int had = atoi(PQgetvalue(r, 0, 0));
+        *created = atoi(PQgetvalue(r, 0, 1)) > 0;
+        if (!had && !*created)
+            rc = -EDQUOT;
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_blob_get(gw_store *s, int64_t tenant_id, const char *id, uint64_t *size)
+{
+    char tenant[24];
+    snprintf(tenant, sizeof tenant, "%" PRId64, tenant_id);
+    const char *v[2] = {tenant, id};
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_BLOB_GET, v, NULL, NULL, 0);
+    int rc = r ? (PQntuples(r) == 1 ? 0 : -ENOENT) : store__fail_rc(c);
+    if (rc == 0)
+        *size = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_blob_unref(gw_store *s, int64_t tenant_id, const char *id)
+{
+    char tenant[24];
+    snprintf(tenant, sizeof tenant, "%" PRId64, tenant_id);
+    const char *v[2] = {tenant, id};
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_BLOB_UNREF, v, NULL, NULL, 0);
+    int rc = r ? (atoi(PQcmdTuples(r)) == 1 ? 0 : -ENOENT) : store__fail_rc(c);
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_blob_sweep(gw_store *s, int retention_s, int limit,
+                        int (*remove)(const char *id, void *arg), void *arg, int *removed)
+{
+    char ret[24], lim[24];
+    snprintf(ret, sizeof ret, "%d", retention_s);
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *v[2] = {ret, lim};
+    *removed = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    /* The rows stay locked until the files are gone: an upload of the same
+     * bytes waits on them, records the blob anew, then finds its file
+     * missing and puts it back (gw_bwriter_close). */
+    int rc = store__command(c, "BEGIN");
+    PGresult *r = rc ? NULL : store__exec(c, ST_BLOB_SWEEP, v, NULL, NULL, 0);
+    if (!rc && !r)
+        rc = store__fail_rc(c);
+    for (int i = 0; r && i < PQntuples(r); i++) {
+        int e = remove(PQgetvalue(r, i, 0), arg);
+        if (e != 0 && e != -ENOENT) {
+            rc = e; /* the row comes back with the rollback; tried again later */
+            break;
+        }
+        (*removed)++;
+    }
+    PQclear(r);
+    if (c->pg)
+        rc = rc ? (store__command(c, "ROLLBACK"), rc) : store__command(c, "COMMIT");
+    if (rc)
+        *removed = 0;
+    store__release(s, c);
+    return rc;
+}

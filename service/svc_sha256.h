@@ -1,0 +1,20 @@
+/* svc_sha256.h — streaming SHA-256 (OpenSSL's libcrypto underneath): the
+ * content address of a blob, computed while its bytes stream past. */
+#ifndef SVC_SHA256_H
+#define SVC_SHA256_H
+
+#include <stddef.h>
+
+typedef struct svc_sha256 svc_sha256;
+
+/* A new running hash; NULL on ENOMEM. */
+svc_sha256 *svc_sha256_new(void);
+/* Adds n bytes; 0 or -1 (libcrypto failed). */
+int svc_sha256_update(svc_sha256 *h, const void *data, size_t n);
+/* Writes the digest as 64 lowercase hex characters plus NUL into hex and
+ * frees h (whatever the outcome); 0 or -1. */
+int svc_sha256_final_hex(svc_sha256 *h, char hex[65]);
+/* Frees a hash without a digest; NULL is a no-op. */
+void svc_sha256_free(svc_sha256 *h);
+
+#endif
