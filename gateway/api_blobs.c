@@ -13,6 +13,7 @@
 
 #include "api.h"
 #include "blobstore.h"
+#include "svc_sha256.h"
 #include "svc_log.h"
 
 /* Drops an upload the request did not finish (client gone, refused). */
@@ -48,7 +49,7 @@ int gw_api_blobs_body(svc_req *req, const char *data, size_t n)
 static const char *blob_id_param(svc_req *req)
 {
     const char *id = svc_req_param(req, "id");
-    if (gw_blob_id_valid(id))
+    if (svc_blob_id_valid(id))
         return id;
     svc_reply_error(req, 400, "invalid_argument", "id", NULL,
                     "a blob id is \"sha256:\" followed by 64 lowercase hex digits");

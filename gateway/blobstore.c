@@ -35,12 +35,6 @@ struct gw_bwriter {
     char tmp[PATH_MAX];
 };
 
-int gw_blob_id_valid(const char *id)
-{
-    if (id == NULL || strncmp(id, "sha256:", 7) != 0 || strlen(id) != 7 + 64)
-        return 0;
-    return strspn(id + 7, "0123456789abcdef") == 64;
-}
 
 /* mkdir that tolerates an existing directory; 0 or -errno. */
 static int ensure_dir(const char *path)
@@ -240,7 +234,7 @@ int gw_bstore_open_read(gw_bstore *s, const char *id, int *fd, uint64_t *size)
 {
     char path[PATH_MAX];
     struct stat st;
-    if (!gw_blob_id_valid(id))
+    if (!svc_blob_id_valid(id))
         return -ENOENT;
     blob_path(s, id, path, sizeof path);
     *fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -259,7 +253,7 @@ int gw_bstore_open_read(gw_bstore *s, const char *id, int *fd, uint64_t *size)
 int gw_bstore_remove(gw_bstore *s, const char *id)
 {
     char path[PATH_MAX];
-    if (!gw_blob_id_valid(id))
+    if (!svc_blob_id_valid(id))
         return -ENOENT;
     blob_path(s, id, path, sizeof path);
     return unlink(path) == 0 ? 0 : -errno;

@@ -18,9 +18,6 @@
 typedef struct gw_bstore gw_bstore;
 typedef struct gw_bwriter gw_bwriter;
 
-/* 1 if id is "sha256:" followed by exactly 64 lowercase hex digits. */
-int gw_blob_id_valid(const char *id);
-
 /* Opens (creating) the store under dir and removes temporary files older
  * than a day that crashed writers left. NULL with err filled on failure. */
 gw_bstore *gw_bstore_open(const char *dir, char *err, size_t errlen);

@@ -3,6 +3,7 @@
 
 #include <openssl/evp.h>
 #include <stdio.h>
+#include <string.h>
 
 /* An svc_sha256 is an EVP_MD_CTX under another name: one allocation. */
 
@@ -34,6 +35,13 @@ int svc_sha256_final_hex(svc_sha256 *h, char hex[65])
     for (unsigned i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
     return 0;
+}
+
+int svc_blob_id_valid(const char *id)
+{
+    if (id == NULL || strncmp(id, "sha256:", 7) != 0 || strlen(id) != 7 + 64)
+        return 0;
+    return strspn(id + 7, "0123456789abcdef") == 64;
 }
 
 void svc_sha256_free(svc_sha256 *h)

@@ -17,4 +17,8 @@ int svc_sha256_final_hex(svc_sha256 *h, char hex[65]);
 /* Frees a hash without a digest; NULL is a no-op. */
 void svc_sha256_free(svc_sha256 *h);
 
+/* 1 if id is a blob id: "sha256:" followed by exactly 64 lowercase hex
+ * digits (NULL is not). */
+int svc_blob_id_valid(const char *id);
+
 #endif

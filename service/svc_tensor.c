@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "svc_json.h"
+#include "svc_sha256.h"
 #include "svc_util.h"
 
 _Static_assert(SVC_JSON_COMPACT_MIN > SVC_TENSOR_MAX_DIMS, "a shape must stay a plain array");
@@ -337,8 +338,9 @@ int svc_tensor_from_json(const json_t *j, int64_t max_elems, svc_tensor *out,
     const char *key;
     json_t *val;
     json_object_foreach((json_t *)j, key, val) {
-        if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data") && strcmp(key, "b64")) {
-            snprintf(msg, msglen, "unknown tensor member '%s' (expected dtype, shape, data or b64)", key);
+        if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data") && strcmp(key, "b64") &&
+            strcmp(key, "blob")) {
+            snprintf(msg, msglen, "unknown tensor member '%s' (expected dtype, shape, data, b64 or blob)", key);
             return -1;
         }
     }
@@ -366,12 +368,22 @@ int svc_tensor_from_json(const json_t *j, int64_t max_elems, svc_tensor *out,
 
     const json_t *data = json_object_get(j, "data");
     const json_t *b64 = json_object_get(j, "b64");
-    if ((data == NULL) == (b64 == NULL)) {
-        snprintf(msg, msglen, "a tensor needs exactly one of \"data\" or \"b64\"");
+    const json_t *blob = json_object_get(j, "blob");
+    if ((data != NULL) + (b64 != NULL) + (blob != NULL) != 1) {
+        snprintf(msg, msglen, "a tensor needs exactly one of \"data\", \"b64\" or \"blob\"");
         return -1;
     }
     int rc;
-    if (data != NULL) {
+    if (blob != NULL) {
+        /* A reference: its size is checked against the blob where the
+         * blob is known (the gateway at submit, the node when fetching). */
+        if (!svc_blob_id_valid(json_string_value(blob))) {
+            snprintf(msg, msglen, "blob must be \"sha256:\" followed by 64 lowercase hex digits");
+            return -1;
+        }
+        snprintf(t.blob, sizeof t.blob, "%s", json_string_value(blob));
+        rc = 0;
+    } else if (data != NULL) {
         rc = data_parse(data, elems, shp, &t, msg, msglen);
     } else {
         rc = b64_parse(b64, shp, &t, msg, msglen);
@@ -419,7 +431,9 @@ json_t *svc_tensor_to_json(const svc_tensor *t, int b64)
     json_t *o = json_object();
     json_t *shape = svc_shape_to_json(t->ndim, t->shape);
     json_t *body = NULL;
-    if (b64) {
+    if (t->blob[0] != '\0') {
+        body = json_string(t->blob);
+    } else if (b64) {
         char *s = svc_b64_encode(t->data != NULL ? t->data : "", t->data != NULL ? t->nbytes : 0);
         if (s != NULL) {
             body = json_stringn_nocheck(s, strlen(s));
@@ -437,7 +451,7 @@ json_t *svc_tensor_to_json(const svc_tensor *t, int b64)
     /* json_object_set_new steals its value even when it fails. */
     int bad = json_object_set_new(o, "dtype", json_string(svc_dtype_name(t->dtype)));
     bad |= json_object_set_new(o, "shape", shape);
-    bad |= json_object_set_new(o, b64 ? "b64" : "data", body);
+    bad |= json_object_set_new(o, t->blob[0] ? "blob" : b64 ? "b64" : "data", body);
     if (bad) {
         json_decref(o);
         return NULL;

@@ -1,6 +1,8 @@
 /* svc_tensor.h — the wire codec for tensors:
  *   {"dtype": "float32", "shape": [m, n], "data": [...]}   (flat, row-major)
  *   {"dtype": "float32", "shape": [m, n], "b64": "..."}    (little-endian bytes)
+ *   {"dtype": "float32", "shape": [m, n], "blob": "sha256:…"} (bytes uploaded
+ *                                          before; decoded as a reference)
  * dtypes: float32, float64, int32. Independent of the kernel library; the
  * compute node maps svc_tensor onto kl_tensor field by field. */
 #ifndef SVC_TENSOR_H
@@ -18,8 +20,10 @@ typedef struct svc_tensor {
     svc_dtype dtype;
     int ndim;
     int64_t shape[SVC_TENSOR_MAX_DIMS];
-    void *data;      /* malloc'd, owned by the struct; NULL when elems == 0 */
+    void *data;      /* malloc'd, owned by the struct; NULL when elems == 0
+                        or when the tensor is a blob reference */
     size_t nbytes;
+    char blob[72];   /* "sha256:…" of a {"blob"} tensor (data NULL), else "" */
 } svc_tensor;
 
 size_t svc_dtype_size(svc_dtype t);
@@ -40,7 +44,7 @@ int svc_tensor_from_json(const json_t *j, int64_t max_elems, svc_tensor *out,
 
 /* Encodes a tensor; b64 != 0 selects the base64 form. Returns a new
  * reference, or NULL on ENOMEM. */
-json_t *svc_tensor_to_json(const svc_tensor *t, int b64);
+json_t *svc_tensor_to_json(const svc_tensor *t, int b64);  /* a blob reference: {"blob"} */
 
 /* Shape as a JSON array (new reference) and back (0 or -1). */
 json_t *svc_shape_to_json(int ndim, const int64_t *shape);

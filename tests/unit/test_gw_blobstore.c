@@ -72,12 +72,12 @@ static void test_sha256_matches_fips_vectors_in_any_pieces(void **state)
 static void test_blob_id_validation(void **state)
 {
     (void)state;
-    assert_true(gw_blob_id_valid("sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
-    assert_false(gw_blob_id_valid("sha256:BA7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
-    assert_false(gw_blob_id_valid("sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015a"));
-    assert_false(gw_blob_id_valid("sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015add"));
-    assert_false(gw_blob_id_valid("sha1:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
-    assert_false(gw_blob_id_valid(NULL));
+    assert_true(svc_blob_id_valid("sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+    assert_false(svc_blob_id_valid("sha256:BA7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+    assert_false(svc_blob_id_valid("sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015a"));
+    assert_false(svc_blob_id_valid("sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015add"));
+    assert_false(svc_blob_id_valid("sha1:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+    assert_false(svc_blob_id_valid(NULL));
 }
 
 static void test_written_blob_is_named_by_its_hash_and_deduplicated(void **state)
