@@ -60,6 +60,11 @@ int gw_api_blobs_body(svc_req *req, const char *data, size_t n);
 int gw_api_blobs_upload(svc_req *req);
 int gw_api_blobs_get(svc_req *req);
 int gw_api_blobs_delete(svc_req *req);
+/* The nodes' side (cluster token): POST /v1/cluster/blobs takes a run's
+ * output (no tenant owns it until its job is recorded), GET
+ * /v1/cluster/blobs/{id} serves a run's input to its node. */
+int gw_api_cluster_blobs_upload(svc_req *req);
+int gw_api_cluster_blobs_get(svc_req *req);
 /* Sets the body limit of POST /v1/blobs (the route table's one runtime value). */
 void gw_routes_set_blob_limit(size_t bytes);
 

@@ -63,6 +63,73 @@ static int reply_store_failure(svc_req *req, int rc)
     return svc_reply_error(req, 500, "internal", NULL, NULL, "the blob could not be recorded (%d)", rc);
 }
 
+/* Commits the request's upload to the store: 0 with id and size, or -1
+ * after replying (500, 507). */
+static int upload_commit(svc_req *req, gw_reqctx *ctx, char id[GW_BLOB_ID_LEN], uint64_t *size)
+{
+    if (ctx->upload == NULL && ctx->upload_err == 0)
+        ctx->upload_err = upload_begin(req, ctx); /* an empty body is an empty blob */
+    if (ctx->upload_err == 0)
+        ctx->upload_err = gw_bwriter_commit(ctx->upload, id, size);
+    if (ctx->upload_err == 0)
+        return 0;
+    svc_error("blobs: cannot store an upload: %s", strerror(-ctx->upload_err));
+    svc_reply_error(req, ctx->upload_err == -ENOSPC ? 507 : 500,
+                    ctx->upload_err == -ENOSPC ? "insufficient_storage" : "internal", NULL, NULL,
+                    "the blob store could not take the bytes: %s", strerror(-ctx->upload_err));
+    return -1;
+}
+
+/* After the blob is recorded: its bytes are put back if retention took an
+ * older copy meanwhile. 0, or -1 after replying 500. */
+static int upload_close(svc_req *req, gw_reqctx *ctx, const char *id)
+{
+    int rc = gw_bwriter_close(ctx->upload);
+    ctx->upload = NULL;
+    if (rc == 0)
+        return 0;
+    svc_error("blobs: %s recorded but its bytes could not be put back: %s", id, strerror(-rc));
+    svc_reply_error(req, 500, "internal", NULL, NULL, "the blob store failed");
+    return -1;
+}
+
+int gw_api_cluster_blobs_upload(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_reqctx *ctx = gw_reqctx_of(req);
+    char id[GW_BLOB_ID_LEN];
+    uint64_t size = 0;
+    if (ctx == NULL)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    if (upload_commit(req, ctx, id, &size) != 0)
+        return 0;
+    /* A run's output: recorded with no tenant reference; the fenced step
+     * that marks its job succeeded gives the job and its tenant theirs,
+     * and an output of an attempt that lost the race is swept. */
+    int rc = gw_store_blob_record(app->store, 0, id, size, 0, &(int){0});
+    if (rc != 0)
+        return reply_store_failure(req, rc);
+    if (upload_close(req, ctx, id) != 0)
+        return 0;
+    return svc_reply_json(req, 201, json_pack("{s:s, s:I}", "id", id, "size", (json_int_t)size));
+}
+
+int gw_api_cluster_blobs_get(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    const char *id = blob_id_param(req);
+    int fd;
+    uint64_t size;
+    if (!id)
+        return 0;
+    int rc = gw_bstore_open_read(app->blobs, id, &fd, &size);
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such blob");
+    if (rc != 0)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot open the blob: %s", strerror(-rc));
+    return svc_reply_fd(req, 200, "application/octet-stream", fd, 0, size);
+}
+
 int gw_api_blobs_upload(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -72,17 +139,8 @@ int gw_api_blobs_upload(svc_req *req)
     int created = 0, rc;
     if (ctx == NULL)
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
-    if (ctx->upload == NULL && ctx->upload_err == 0)
-        ctx->upload_err = upload_begin(req, ctx); /* an empty body is an empty blob */
-    if (ctx->upload_err == 0)
-        ctx->upload_err = gw_bwriter_commit(ctx->upload, id, &size);
-    if (ctx->upload_err != 0) {
-        svc_error("blobs: cannot store an upload: %s", strerror(-ctx->upload_err));
-        return svc_reply_error(req, ctx->upload_err == -ENOSPC ? 507 : 500,
-                               ctx->upload_err == -ENOSPC ? "insufficient_storage" : "internal",
-                               NULL, NULL, "the blob store could not take the bytes: %s",
-                               strerror(-ctx->upload_err));
-    }
+    if (upload_commit(req, ctx, id, &size) != 0)
+        return 0;
     rc = gw_store_blob_record(app->store, ctx->who.tenant_id, id, size,
                               (uint64_t)app->cfg.blob_quota_mb << 20, &created);
     if (rc == -EDQUOT)
@@ -92,12 +150,8 @@ int gw_api_blobs_upload(svc_req *req)
                                "DELETE blobs it no longer needs", app->cfg.blob_quota_mb);
     if (rc != 0)
         return reply_store_failure(req, rc);
-    rc = gw_bwriter_close(ctx->upload);
-    ctx->upload = NULL;
-    if (rc != 0) {
-        svc_error("blobs: %s recorded but its bytes could not be put back: %s", id, strerror(-rc));
-        return svc_reply_error(req, 500, "internal", NULL, NULL, "the blob store failed");
-    }
+    if (upload_close(req, ctx, id) != 0)
+        return 0;
     char loc[96];
     snprintf(loc, sizeof loc, "/v1/blobs/%s", id);
     svc_reply_header(req, "Location", loc);

@@ -213,7 +213,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " used AS (SELECT coalesce(sum(x.size), 0) AS v FROM blob_refs r JOIN blobs x ON x.id = r.blob_id"
     "          WHERE r.tenant_id = $1),"
     " r AS (INSERT INTO blob_refs (tenant_id, blob_id) SELECT $1, b.id FROM b, used, had"
-    "       WHERE NOT had.v AND ($4::bigint = 0 OR used.v + $3 <= $4::bigint)"
+    "       WHERE $1 <> 0 AND NOT had.v AND ($4::bigint = 0 OR used.v + $3 <= $4::bigint)"
     "       ON CONFLICT DO NOTHING RETURNING blob_id)"
     " SELECT had.v::int, (SELECT count(*) FROM r), used.v FROM had, used", 4},
 [ST_BLOB_GET] = {"UPDATE blobs b SET last_used_at = now() FROM blob_refs r"

@@ -195,7 +195,8 @@ int gw_store_node_drain(gw_store *s, const char *id, int draining, json_t **node
 /* Blobs (store_blobs.c). Records that tenant_id may read blob id of size
  * bytes, creating the blob's record or touching its last use. *created is 1
  * when the tenant had no reference before. -EDQUOT when the reference would
- * take the tenant's blob bytes past quota (0: none); -EIO. */
+ * take the tenant's blob bytes past quota (0: none); -EIO. tenant_id 0
+ * records the blob alone (a run's output, owned by nobody yet). */
 int gw_store_blob_record(gw_store *s, int64_t tenant_id, const char *id, uint64_t size,
                          uint64_t quota, int *created);
 /* The size of a blob the tenant may read, touching its last use; -ENOENT

@@ -26,7 +26,7 @@ int gw_store_blob_record(gw_store *s, int64_t tenant_id, const char *id, uint64_
     if (r && PQntuples(r) == 1) {
         int had = atoi(PQgetvalue(r, 0, 0));
         *created = atoi(PQgetvalue(r, 0, 1)) > 0;
-        if (!had && !*created)
+        if (tenant_id != 0 && !had && !*created)
             rc = -EDQUOT;
     }
     PQclear(r);
