@@ -3,12 +3,15 @@
  * Every query is scoped by the caller's tenant, so another tenant's job
  * answers exactly like one that does not exist. */
 #include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
 #include "blob.h"
+#include "blobstore.h"
 #include "limits.h"
 #include "request.h"
 #include "scheduler.h"
@@ -16,6 +19,89 @@
 #include "svc_log.h"
 #include "svc_tstream.h"
 #include "svc_util.h"
+
+/* The inputs of a submit, as blobs: an inline tensor (data, b64) is
+ * written to the blob store, its writer kept open until the job that
+ * references it is recorded; a {"blob"} tensor must be one of the tenant's
+ * with the size its shape implies. Each gets an entry in b->meta. */
+typedef struct submit_blobs {
+    gw_blob b;
+    gw_bwriter *w[KL_MAX_IO];
+    int nw;
+} submit_blobs;
+
+/* 0, or -1 after replying (422 naming the input, 503, 500/507). */
+static int inputs_to_blobs(svc_req *req, int64_t tenant_id, const gw_job_req *jr, submit_blobs *sb)
+{
+    gw_app *app = svc_req_app(req);
+    for (int i = 0; i < jr->kernel->ninputs; i++) {
+        const svc_tensor *t = &jr->ka.tensors[i];
+        const char *name = jr->kernel->inputs[i].name;
+        char id[GW_BLOB_ID_LEN];
+        uint64_t size = 0;
+        int rc;
+        if (!jr->ka.args.inputs[i])
+            continue;
+        if (t->blob[0] != '\0') {
+            rc = gw_store_blob_get(app->store, tenant_id, t->blob, &size);
+            if (rc == -EIO)
+                return gw_reply_unavailable(req, "PostgreSQL"), -1;
+            if (rc == 0 && size != t->nbytes)
+                rc = -EMSGSIZE;
+            if (rc != 0) {
+                char field[64];
+                snprintf(field, sizeof field, "inputs.%s", name);
+                if (rc == -EMSGSIZE)
+                    svc_reply_error(req, 422, "invalid_argument", field, NULL,
+                                    "%s: blob %s has %llu bytes; its shape of %s needs %zu", field,
+                                    t->blob, (unsigned long long)size, svc_dtype_name(t->dtype),
+                                    t->nbytes);
+                else
+                    svc_reply_error(req, 422, "invalid_argument", field, NULL,
+                                    "%s: no such blob %s (upload it with POST /v1/blobs)", field, t->blob);
+                return -1;
+            }
+            snprintf(id, sizeof id, "%s", t->blob);
+        } else {
+            gw_bwriter *w = gw_bstore_write_begin(app->blobs);
+            rc = w ? gw_bwriter_append(w, t->data, t->nbytes) : -errno;
+            if (w)
+                sb->w[sb->nw++] = w;
+            if (rc == 0)
+                rc = gw_bwriter_commit(w, id, &size);
+            if (rc != 0) {
+                svc_error("blobs: cannot store input %s of a submit: %s", name, strerror(-rc));
+                svc_reply_error(req, rc == -ENOSPC ? 507 : 500,
+                                rc == -ENOSPC ? "insufficient_storage" : "internal", NULL, NULL,
+                                "the blob store could not take input %s: %s", name, strerror(-rc));
+                return -1;
+            }
+        }
+        if (gw_blob_add_ref(&sb->b, name, t, id) != 0) {
+            svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+            return -1;
+        }
+    }
+    if (!sb->b.meta && !(sb->b.meta = json_array())) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Ends the writers of a submit: closed (bytes put back if retention took
+ * an older copy) once the job is recorded, else dropped. */
+static void submit_blobs_end(submit_blobs *sb, int recorded)
+{
+    for (int i = 0; i < sb->nw; i++) {
+        if (!recorded) {
+            gw_bwriter_abort(sb->w[i]);
+        } else if (gw_bwriter_close(sb->w[i]) != 0) {
+            svc_error("blobs: an input recorded for a job could not be put back in the store");
+        }
+    }
+    gw_blob_free(&sb->b);
+}
 
 int gw_api_jobs_submit(svc_req *req)
 {
@@ -35,27 +121,25 @@ int gw_api_jobs_submit(svc_req *req)
         return svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
     }
 
-    gw_blob inputs = {0};
+    submit_blobs sb = {0};
+    if (inputs_to_blobs(req, who.tenant_id, &jr, &sb) != 0) {
+        submit_blobs_end(&sb, 0);
+        gw_job_req_free(&jr);
+        return 0;
+    }
     json_t *params = svc_kargs_params_json(&jr.ka.args);
     char *params_s = json_dumps(params, JSON_COMPACT);
     char *labels_s = json_dumps(jr.labels, JSON_COMPACT);
-    char *meta_s = NULL;
+    char *meta_s = json_dumps(sb.b.meta, JSON_COMPACT);
     json_t *job = NULL;
     int64_t seq = 0;
-    int rc = params_s && labels_s ? 0 : -ENOMEM;
-    for (int i = 0; !rc && i < jr.kernel->ninputs; i++)
-        if (jr.ka.args.inputs[i])
-            rc = gw_blob_add(&inputs, jr.kernel->inputs[i].name, &jr.ka.tensors[i]);
-    if (!rc && !inputs.meta && !(inputs.meta = json_array()))
-        rc = -ENOMEM;
-    if (!rc && !(meta_s = json_dumps(inputs.meta, JSON_COMPACT)))
-        rc = -ENOMEM;
+    int rc = params_s && labels_s && meta_s ? 0 : -ENOMEM;
     if (!rc) {
         gw_job_new jn = {who.tenant_id, jr.kernel->name, params_s, jr.priority, jr.timeout_s,
-                         jr.max_attempts, jr.gpus, jr.backend, labels_s, meta_s,
-                         inputs.data, inputs.len};
+                         jr.max_attempts, jr.gpus, jr.backend, labels_s, meta_s, NULL, 0};
         rc = gw_store_job_insert(app->store, &jn, &job, &seq);
     }
+    submit_blobs_end(&sb, rc == 0);
     if (rc == 0) {
         const char *id = json_string_value(json_object_get(job, "id"));
         /* Committed: the job is safe. If Redis fails now the reconciler
@@ -76,7 +160,6 @@ int gw_api_jobs_submit(svc_req *req)
     free(labels_s);
     free(meta_s);
     json_decref(params);
-    gw_blob_free(&inputs);
     gw_job_req_free(&jr);
     return 0;
 }
@@ -192,11 +275,43 @@ int gw_api_jobs_list(svc_req *req)
                                               next ? json_string(next_s) : json_null()));
 }
 
-/* Appends {"name":{"dtype","shape","data"|"b64"},...} for the tensors of a
- * stored blob to s, which borrows data. 0, -EINVAL when meta does not fit
- * data (a corrupt row), or -ENOMEM. */
-static int outputs_stream(svc_tstream *s, const json_t *meta, const unsigned char *data, size_t len,
-                          int b64)
+/* Maps a blob's bytes read-only for the stream s (which unmaps them) and
+ * points t at them. 0, -EINVAL when the store's file does not have
+ * t->nbytes (a corrupt store), or -errno. */
+static int map_blob(gw_bstore *store, svc_tstream *s, svc_tensor *t)
+{
+    int fd;
+    uint64_t size;
+    int rc = gw_bstore_open_read(store, t->blob, &fd, &size);
+    if (rc != 0) {
+        svc_error("blobs: output %s of a stored result cannot be opened: %s", t->blob, strerror(-rc));
+        return -EINVAL;
+    }
+    if (size != t->nbytes) {
+        close(fd);
+        svc_error("blobs: %s has %llu bytes, its result says %zu", t->blob,
+                  (unsigned long long)size, t->nbytes);
+        return -EINVAL;
+    }
+    if (size == 0) {
+        close(fd);
+        return 0;
+    }
+    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return -errno;
+    madvise(p, size, MADV_SEQUENTIAL);
+    t->data = p;
+    return svc_tstream_own_mapping(s, p, size);
+}
+
+/* Appends {"name":{"dtype","shape","data"|"b64"|"blob"},...} for the
+ * tensors of a stored result to s, which borrows data; outputs in the blob
+ * store are mapped (as_blobs: named by their ids). 0, -EINVAL when meta does
+ * not fit data (a corrupt row), or -ENOMEM. */
+static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
+                          const unsigned char *data, size_t len, int b64, int as_blobs)
 {
     size_t i;
     json_t *m;
@@ -206,6 +321,10 @@ static int outputs_stream(svc_tstream *s, const json_t *meta, const unsigned cha
         const char *name;
         if (rc == 0 && gw_blob_view(m, data, len, &t, &name) != 0)
             rc = -EINVAL;
+        if (rc == 0 && as_blobs && t.blob[0] == '\0')
+            rc = -ENOTSUP;
+        if (rc == 0 && t.blob[0] != '\0' && !as_blobs)
+            rc = map_blob(store, s, &t);
         if (rc)
             break;
         json_t *key = json_string(name);
@@ -216,8 +335,15 @@ static int outputs_stream(svc_tstream *s, const json_t *meta, const unsigned cha
             rc = svc_tstream_text(s, text, strlen(text));
         if (!rc)
             rc = svc_tstream_text(s, ":", 1);
-        if (!rc)
+        if (!rc && as_blobs) {
+            json_t *ref = svc_tensor_to_json(&t, 0);
+            char *rt = ref ? json_dumps(ref, JSON_COMPACT) : NULL;
+            rc = rt ? svc_tstream_text(s, rt, strlen(rt)) : -ENOMEM;
+            json_decref(ref);
+            free(rt);
+        } else if (!rc) {
             rc = svc_tstream_tensor(s, &t, b64);
+        }
         free(text);
     }
     return rc ? rc : svc_tstream_text(s, "}", 1);
@@ -231,9 +357,9 @@ int gw_api_jobs_result(svc_req *req)
     if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
         return 0;
     const char *enc = svc_req_query(req, "encoding");
-    if (enc && strcmp(enc, "json") != 0 && strcmp(enc, "b64") != 0)
+    if (enc && strcmp(enc, "json") != 0 && strcmp(enc, "b64") != 0 && strcmp(enc, "blob") != 0)
         return svc_reply_error(req, 400, "invalid_argument", "encoding", NULL,
-                               "encoding must be json or b64");
+                               "encoding must be json, b64 or blob");
     char state[16];
     json_t *meta;
     unsigned char *data;
@@ -263,7 +389,8 @@ int gw_api_jobs_result(svc_req *req)
     if (!rc)
         rc = svc_tstream_text(doc, head, (size_t)n);
     if (!rc)
-        rc = outputs_stream(doc, meta, data, len, enc && strcmp(enc, "b64") == 0);
+        rc = outputs_stream(app->blobs, doc, meta, data, len, enc && strcmp(enc, "b64") == 0,
+                            enc && strcmp(enc, "blob") == 0);
     if (!rc)
         rc = svc_tstream_text(doc, ",\"info\":", 8);
     if (!rc)
@@ -277,6 +404,9 @@ int gw_api_jobs_result(svc_req *req)
         svc_tstream_free(doc);
         if (rc == -EINVAL)
             return svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");
+        if (rc == -ENOTSUP)
+            return svc_reply_error(req, 409, "conflict", "encoding", NULL,
+                                   "this job's result predates the blob store; ask for json or b64");
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     }
     return svc_reply_stream(req, 200, "application/json", svc_tstream_read, doc, svc_tstream_free);

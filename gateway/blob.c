@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "svc_sha256.h"
 
 int gw_blob_add(gw_blob *b, const char *name, const svc_tensor *t)
 {
@@ -28,6 +29,16 @@ int gw_blob_add(gw_blob *b, const char *name, const svc_tensor *t)
         memcpy(b->data + b->len, t->data, t->nbytes);
     b->len += t->nbytes;
     return 0;
+}
+
+int gw_blob_add_ref(gw_blob *b, const char *name, const svc_tensor *t, const char *id)
+{
+    if (!b->meta && !(b->meta = json_array()))
+        return -ENOMEM;
+    json_t *m = json_pack("{s:s, s:s, s:o, s:s, s:I}", "name", name, "dtype",
+                          svc_dtype_name(t->dtype), "shape", svc_shape_to_json(t->ndim, t->shape),
+                          "blob", id, "nbytes", (json_int_t)t->nbytes);
+    return m && json_array_append_new(b->meta, m) == 0 ? 0 : -ENOMEM;
 }
 
 int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msglen)
@@ -58,6 +69,17 @@ int gw_blob_view(const json_t *m, const unsigned char *data, size_t len, svc_ten
     size_t off = (size_t)json_integer_value(json_object_get(m, "offset"));
     t->nbytes = (size_t)json_integer_value(json_object_get(m, "nbytes"));
     *name = json_string_value(json_object_get(m, "name"));
+    const char *blob = json_string_value(json_object_get(m, "blob"));
+    if (blob != NULL) {
+        /* in the blob store: a reference, no bytes here */
+        if (!*name || !svc_blob_id_valid(blob) ||
+            svc_dtype_parse(json_string_value(json_object_get(m, "dtype")), &t->dtype) != 0 ||
+            svc_shape_from_json(json_object_get(m, "shape"), &t->ndim, t->shape) != 0 ||
+            (size_t)svc_tensor_elems(t) * svc_dtype_size(t->dtype) != t->nbytes)
+            return -1;
+        snprintf(t->blob, sizeof t->blob, "%s", blob);
+        return 0;
+    }
     if (!*name || off > len || t->nbytes > len - off ||
         svc_dtype_parse(json_string_value(json_object_get(m, "dtype")), &t->dtype) != 0 ||
         svc_shape_from_json(json_object_get(m, "shape"), &t->ndim, t->shape) != 0 ||

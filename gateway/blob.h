@@ -1,7 +1,9 @@
-/* blob.h — named tensors packed for PostgreSQL: one bytea holding every
- * tensor's little-endian bytes back to back, and a JSON list
- * [{"name","dtype","shape","offset","nbytes"}] that says where each is.
- * Inputs and results are both stored this way. */
+/* blob.h — the list of a job's named tensors as PostgreSQL keeps it: a
+ * JSON list of {"name","dtype","shape","blob","nbytes"}, each tensor's bytes
+ * a blob in the blob store. Rows from before the blob store hold entries
+ * {"name","dtype","shape","offset","nbytes"} into one bytea of every
+ * tensor's bytes back to back; both are read, and the packing functions
+ * still write the older form (the fuzz harness and node tests use it). */
 #ifndef GW_BLOB_H
 #define GW_BLOB_H
 
@@ -18,6 +20,9 @@ typedef struct gw_blob {
 
 /* Appends a tensor's bytes under name; 0 or -ENOMEM. */
 int gw_blob_add(gw_blob *b, const char *name, const svc_tensor *t);
+/* Appends an entry naming blob id for tensor t (its dtype, shape, nbytes;
+ * no bytes); 0 or -ENOMEM. */
+int gw_blob_add_ref(gw_blob *b, const char *name, const svc_tensor *t, const char *id);
 /* Decodes an object of wire tensors (any encoding) and packs them.
  * 0, or -EINVAL with msg naming the tensor. */
 int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msglen);
@@ -26,7 +31,8 @@ int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msgle
 json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t len, int b64);
 /* Entry m of a meta list as a view into data: *t gets dtype, shape and
  * nbytes, t->data points into data (borrowed; NULL for an empty tensor),
- * *name into m. 0, or -1 when the entry does not fit data (a corrupt row). */
+ * *name into m; for a blob entry t->blob is its id and t->data NULL. 0, or
+ * -1 when the entry does not fit data (a corrupt row). */
 int gw_blob_view(const json_t *m, const unsigned char *data, size_t len, svc_tensor *t,
                  const char **name);
 void gw_blob_free(gw_blob *b);

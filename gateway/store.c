@@ -35,6 +35,13 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "                             backend_req, gpus, labels, state)"
     "           VALUES ($1, $2, $3::json, $4, $5, $6, $7, $8, $9::jsonb, 'queued') RETURNING *),"
     " i AS (INSERT INTO job_inputs (job_id, meta, data) SELECT id, $10::jsonb, $11::bytea FROM j),"
+    /* the inputs' blobs: recorded (inline inputs were written just now) or
+     * touched, and referenced by the job so that retention keeps them */
+    " ib AS (SELECT DISTINCT m->>'blob' AS id, (m->>'nbytes')::bigint AS size"
+    "        FROM jsonb_array_elements($10::jsonb) m WHERE m ? 'blob'),"
+    " bl AS (INSERT INTO blobs (id, size) SELECT id, size FROM ib"
+    "        ON CONFLICT (id) DO UPDATE SET last_used_at = now() RETURNING id),"
+    " br AS (INSERT INTO job_blob_refs (job_id, blob_id) SELECT j.id, bl.id FROM j, bl),"
     " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM j)"
     " SELECT kowloon_job_json(j::jobs)::text, j.seq FROM j", 11},
 [ST_JOB_GET] = {"SELECT kowloon_job_json(j)::text FROM jobs j"
@@ -86,9 +93,18 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
     "             info = $6::jsonb"
     "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
-    "           RETURNING id, attempts, node_name),"
+    "           RETURNING id, attempts, node_name, tenant_id),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
+    /* the outputs' blobs (pushed by the node, owned by nobody so far) now
+     * belong to the job and to its tenant, who may download them */
+    " ob AS (SELECT DISTINCT m->>'blob' AS id FROM jsonb_array_elements($4::jsonb) m, j"
+    "        WHERE m ? 'blob'),"
+    " ot AS (UPDATE blobs SET last_used_at = now() WHERE id IN (SELECT id FROM ob)),"
+    " oj AS (INSERT INTO job_blob_refs (job_id, blob_id) SELECT j.id, ob.id FROM j, ob"
+    "        ON CONFLICT DO NOTHING),"
+    " tr AS (INSERT INTO blob_refs (tenant_id, blob_id) SELECT j.tenant_id, ob.id FROM j, ob"
+    "        ON CONFLICT DO NOTHING),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
     " SELECT id FROM j", 6},
@@ -223,6 +239,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "DELETE FROM blobs WHERE id IN (SELECT b.id FROM blobs b"
     "  WHERE b.last_used_at < now() - make_interval(secs => $1::float8)"
     "    AND NOT EXISTS (SELECT 1 FROM blob_refs r WHERE r.blob_id = b.id)"
+    "    AND NOT EXISTS (SELECT 1 FROM job_blob_refs r WHERE r.blob_id = b.id)"
     "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id", 2},
 };
 

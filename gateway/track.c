@@ -88,10 +88,13 @@ static int run_post(tracker *t, const char *url)
     gw_sched *s = t->s;
     gw_dispatch *d = &t->d;
     json_t *inputs = gw_blob_to_json(d->inputs_meta, d->inputs, d->inputs_len, 1);
-    json_t *body = json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i}", "job_id", d->job_id,
+    /* Inputs in the blob store go as references, which the node fetches
+     * from the gateway as raw bytes (inputs of rows from before the blob
+     * store go inline, in base64); outputs come back the same way. */
+    json_t *body = json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i, s:b}", "job_id", d->job_id,
                              "attempt", d->attempt, "kernel", d->kernel, "params", d->params,
                              "inputs", inputs ? inputs : json_object(), "timeout_s", d->timeout_s,
-                             "backend", d->backend, "gpus", d->gpus);
+                             "backend", d->backend, "gpus", d->gpus, "output_blobs", 1);
     svc_response r;
     int rc = svc_http_call("POST", url, s->app->cfg.cluster_token, body, 30000, &r);
     json_decref(body);
@@ -121,6 +124,37 @@ static int run_post(tracker *t, const char *url)
     return ok ? 0 : -EIO;
 }
 
+/* The outputs of a succeeded run into b: references to the blobs the node
+ * pushed ({"blob"}), or, from a node that sends bytes inline, packed as
+ * before. 0, or -EINVAL with msg naming the output. */
+static int outputs_from_run(gw_blob *b, const json_t *outputs, char *msg, size_t msglen)
+{
+    const char *name;
+    json_t *v;
+    int refs = 0;
+    json_object_foreach((json_t *)outputs, name, v)
+        refs += json_object_get(v, "blob") != NULL;
+    if (refs == 0)
+        return gw_blob_from_json(b, outputs, msg, msglen);
+    if (!b->meta && !(b->meta = json_array()))
+        return -ENOMEM;
+    json_object_foreach((json_t *)outputs, name, v) {
+        svc_tensor t;
+        char why[200];
+        int bad = svc_tensor_from_json(v, 0, &t, why, sizeof(why)) != 0;
+        if (bad || t.blob[0] == '\0') {
+            snprintf(msg, msglen, "%s: %s", name, bad ? why : "not a blob reference");
+            svc_tensor_free(&t);
+            return -EINVAL;
+        }
+        int rc = gw_blob_add_ref(b, name, &t, t.blob);
+        svc_tensor_free(&t);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* Records a terminal run. Returns 1 once PostgreSQL has its outcome (or
  * has moved on from this attempt), 0 when it has not (the gateway stopped
  * first, or the store failed): then the node must keep the run. */
@@ -139,7 +173,7 @@ static int run_finish(tracker *t, json_t *run)
         gw_blob b = {0};
         char why[256] = "out of memory";
         const char *backend = json_string_value(json_object_get(run, "backend"));
-        if (gw_blob_from_json(&b, json_object_get(run, "outputs"), why, sizeof(why)) != 0) {
+        if (outputs_from_run(&b, json_object_get(run, "outputs"), why, sizeof(why)) != 0) {
             rc = gw_store_job_fail(s->app->store, d->job_id, d->attempt, "failed", "bad_result", why);
         } else {
             char *meta = json_dumps(b.meta, JSON_COMPACT);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "svc_dtoa.h"
 #include "svc_util.h"
@@ -30,10 +31,16 @@ typedef struct part {
     const unsigned char *data;  /* NUMS, B64: borrowed */
 } part;
 
+/* Memory the stream releases when freed: malloc'd (len 0) or mapped. */
+typedef struct owned_mem {
+    void *p;
+    size_t map_len;   /* > 0: munmap(p, map_len); 0: free(p) */
+} owned_mem;
+
 struct svc_tstream {
     part *parts;
     size_t n, cap;
-    void **owned;
+    owned_mem *owned;
     size_t nowned, owned_cap;
     size_t cur;       /* the part being read */
     int stage;        /* NUMS, B64: 0 before the opening bracket or quote,
@@ -55,8 +62,12 @@ void svc_tstream_free(void *cls)
         return;
     for (size_t i = 0; i < s->n; i++)
         free(s->parts[i].text);
-    for (size_t i = 0; i < s->nowned; i++)
-        free(s->owned[i]);
+    for (size_t i = 0; i < s->nowned; i++) {
+        if (s->owned[i].map_len > 0)
+            munmap(s->owned[i].p, s->owned[i].map_len);
+        else
+            free(s->owned[i].p);
+    }
     free(s->parts);
     free(s->owned);
     free(s);
@@ -95,22 +106,34 @@ int svc_tstream_text(svc_tstream *s, const char *text, size_t len)
     return 0;
 }
 
-int svc_tstream_own(svc_tstream *s, void *ptr)
+/* Takes ptr (map_len 0: from malloc; else a mapping of that length). */
+static int own(svc_tstream *s, void *ptr, size_t map_len)
 {
-    if (ptr == NULL)
-        return 0;
     if (s->nowned == s->owned_cap) {
         size_t cap = s->owned_cap ? 2 * s->owned_cap : 4;
-        void **o = realloc(s->owned, cap * sizeof(void *));
+        owned_mem *o = realloc(s->owned, cap * sizeof(*o));
         if (o == NULL) {
-            free(ptr);
+            if (map_len > 0)
+                munmap(ptr, map_len);
+            else
+                free(ptr);
             return -ENOMEM;
         }
         s->owned = o;
         s->owned_cap = cap;
     }
-    s->owned[s->nowned++] = ptr;
+    s->owned[s->nowned++] = (owned_mem){ptr, map_len};
     return 0;
+}
+
+int svc_tstream_own(svc_tstream *s, void *ptr)
+{
+    return ptr == NULL ? 0 : own(s, ptr, 0);
+}
+
+int svc_tstream_own_mapping(svc_tstream *s, void *addr, size_t len)
+{
+    return addr == NULL || len == 0 ? 0 : own(s, addr, len);
 }
 
 int svc_tstream_tensor(svc_tstream *s, const svc_tensor *t, int b64)

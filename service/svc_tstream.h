@@ -31,6 +31,10 @@ int svc_tstream_tensor(svc_tstream *s, const svc_tensor *t, int b64);
  * failure (-ENOMEM) here at once. NULL is accepted and does nothing. */
 int svc_tstream_own(svc_tstream *s, void *p);
 
+/* The same for a read-only mapping of len bytes (mmap): it is unmapped
+ * with the stream, and on failure (-ENOMEM) here at once. */
+int svc_tstream_own_mapping(svc_tstream *s, void *addr, size_t len);
+
 /* Copies the next at most max bytes of the document into buf; returns how
  * many, 0 once the document is complete. Any max >= 1 works (a number that
  * does not fit is kept for the next call). Matches svc_stream_fn. */
