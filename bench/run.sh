@@ -10,13 +10,17 @@
 #   3. end-to-end latency p50/p99 at a fixed 100 jobs/s (client and server view)
 #   4. pgbench single-row INSERT tps at 16 clients against the same PostgreSQL,
 #      and the ratio of 1. to it
-#   5. a summary with the targets, met or not.
+#   5. a summary with the targets, met or not
+#   6. the data path (bench/datapath.py): raw tensor throughput against the
+#      disk's rate, GEMM through the service against local BLAS, a 45 MB
+#      base64 submit, input re-use across 20 jobs, peak RSS of a 1 GiB case.
 # It never fails on time: it exits non-zero only when the stack could not
 # start or a result was wrong. Everything it started is stopped at the end.
 #
 # Environment knobs (defaults in brackets): KL_BENCH_WRK_S [10],
 # KL_BENCH_PGBENCH_S [10], KL_BENCH_TPUT_N [2000], KL_BENCH_TPUT_CONC [32],
-# KL_BENCH_LAT_RATE [100], KL_BENCH_LAT_S [10], KL_BENCH_KEEP=1 keeps the
+# KL_BENCH_LAT_RATE [100], KL_BENCH_LAT_S [10], KL_BENCH_ONLY=data (only
+# phase 6) or =control (phases 1-5 only), KL_BENCH_KEEP=1 keeps the
 # temp directory (logs) after the run; it is also kept when the run fails.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -122,6 +126,7 @@ PG_POSTMASTER=$(head -n 1 "$(kl__pg_home "$STATE")/data/postmaster.pid")
 # connections all come from 127.0.0.1).
 "$GATEWAY" serve --listen "127.0.0.1:$GW_PORT" --database-url "$DB_URL" --redis-url "$REDIS_URL" \
     --rate-limit-rps 0 --max-queued-per-tenant 0 --max-conns-per-ip 0 \
+    --blob-dir "$STATE/blobs" --max-output-mb 4096 --blob-quota-mb 0 \
     >>"$STATE/log/gateway.log" 2>&1 </dev/null &
 GW_PID=$!
 kl_wait_http "$GW_URL/readyz" 20 "$GW_PID" ||
@@ -204,6 +209,8 @@ drain() {
     [ "$n" = 0 ] || say "   (drained: $n queued job(s) left by the flood were cancelled in PostgreSQL)"
 }
 
+ONLY=${KL_BENCH_ONLY:-all}
+if [ "$ONLY" != data ]; then
 # ---------------------------------------------------------------- 4. pgbench
 # First, on an idle system, so that it measures PostgreSQL alone.
 say ""
@@ -256,4 +263,18 @@ for p in "$GW_PID" "${NODE_PIDS[@]}"; do
     kill -0 "$p" 2>/dev/null || { say "bench: a stack process (pid $p) died during the run"; RESULT_RC=1; }
 done
 "${KB[@]}" summary --dir "$RES" --fsync "$PG_FSYNC" --sync "$PG_SYNC"
+fi
+
+# ---------------------------------------------------------------- 6. data path
+if [ "$ONLY" != control ]; then
+    say ""
+    mkdir -p "$STATE/data"
+    python3 "$ROOT/bench/datapath.py" --url "$GW_URL" --key "$KL_BENCH_KEY" \
+        --nodes "http://127.0.0.1:$N1_PORT,http://127.0.0.1:$N2_PORT" --token "$KOWLOON_CLUSTER_TOKEN" \
+        --gw-pid "$GW_PID" --node-pids "$(IFS=,; echo "${NODE_PIDS[*]}")" --tmp "$STATE/data" \
+        --json "$RES/datapath.json" || RESULT_RC=1
+    for p in "$GW_PID" "${NODE_PIDS[@]}"; do
+        kill -0 "$p" 2>/dev/null || { say "bench: a stack process (pid $p) died during the data path"; RESULT_RC=1; }
+    done
+fi
 exit "$RESULT_RC"

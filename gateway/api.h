@@ -53,6 +53,9 @@ int gw_api_jobs_get(svc_req *req);
 int gw_api_jobs_list(svc_req *req);
 int gw_api_jobs_result(svc_req *req);
 int gw_api_jobs_cancel(svc_req *req);
+/* GET /v1/jobs/{id}/outputs/{name}: the output's raw bytes (sendfile), or
+ * a .npy file with ?format=npy or Accept: application/x-npy. */
+int gw_api_jobs_output(svc_req *req);
 
 /* api_blobs.c: POST /v1/blobs streams the body (gw_api_blobs_body) into the
  * blob store; GET/HEAD/DELETE /v1/blobs/{id}. */

@@ -275,6 +275,7 @@ svc_route gw_routes[] = {
     {.method = "GET", .pattern = "/v1/jobs/{id}", .handler = gw_api_jobs_get, .access = T},
     {.method = "GET", .pattern = "/v1/jobs/{id}/result", .handler = gw_api_jobs_result, .access = T},
     {.method = "POST", .pattern = "/v1/jobs/{id}/cancel", .handler = gw_api_jobs_cancel, .access = T},
+    {.method = "GET", .pattern = "/v1/jobs/{id}/outputs/{name}", .handler = gw_api_jobs_output, .access = T},
     {.method = "POST", .pattern = "/v1/blobs", .handler = gw_api_blobs_upload, .access = T,
      .body = gw_api_blobs_body, .body_type = "application/octet-stream"},
     {.method = "GET", .pattern = "/v1/blobs/{id}", .handler = gw_api_blobs_get, .access = T},

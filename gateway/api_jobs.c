@@ -17,6 +17,7 @@
 #include "scheduler.h"
 #include "svc_client.h"
 #include "svc_log.h"
+#include "svc_npy.h"
 #include "svc_tstream.h"
 #include "svc_util.h"
 
@@ -410,6 +411,144 @@ int gw_api_jobs_result(svc_req *req)
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     }
     return svc_reply_stream(req, 200, "application/json", svc_tstream_read, doc, svc_tstream_free);
+}
+
+/* A .npy reply: the header, then the blob's bytes read from its file. */
+typedef struct npy_stream {
+    char head[512];
+    size_t head_len, head_pos;
+    int fd;
+    uint64_t off, left;
+} npy_stream;
+
+static ssize_t npy_read(void *cls, char *buf, size_t max)
+{
+    npy_stream *n = cls;
+    if (n->head_pos < n->head_len) {
+        size_t k = n->head_len - n->head_pos < max ? n->head_len - n->head_pos : max;
+        memcpy(buf, n->head + n->head_pos, k);
+        n->head_pos += k;
+        return (ssize_t)k;
+    }
+    if (n->left == 0)
+        return 0;
+    ssize_t k = pread(n->fd, buf, n->left < max ? (size_t)n->left : max, (off_t)n->off);
+    if (k <= 0)
+        return -1; /* the file shrank or failed: abort, the client sees a short body */
+    n->off += (uint64_t)k;
+    n->left -= (uint64_t)k;
+    return k;
+}
+
+static void npy_free(void *cls)
+{
+    npy_stream *n = cls;
+    if (n->fd >= 0)
+        close(n->fd);
+    free(n);
+}
+
+/* "2048,2048" for the X-Kowloon-Shape header ("" for a scalar). */
+static void shape_header(const svc_tensor *t, char *out, size_t len)
+{
+    size_t off = 0;
+    out[0] = '\0';
+    for (int d = 0; d < t->ndim && off < len; d++)
+        off += (size_t)snprintf(out + off, len - off, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+}
+
+int gw_api_jobs_output(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    const char *id, *want = svc_req_param(req, "name");
+    if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
+        return 0;
+    const char *format = svc_req_query(req, "format");
+    const char *accept = svc_req_header(req, "Accept");
+    if (format && strcmp(format, "raw") != 0 && strcmp(format, "npy") != 0)
+        return svc_reply_error(req, 400, "invalid_argument", "format", NULL, "format must be raw or npy");
+    int npy = format ? strcmp(format, "npy") == 0 : accept && strstr(accept, "application/x-npy") != NULL;
+    char state[16];
+    json_t *meta, *info;
+    unsigned char *data;
+    size_t len;
+    int rc = gw_store_job_result(app->store, who.tenant_id, id, state, &meta, &data, &len, &info);
+    if (rc == -EAGAIN)
+        return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", state),
+                               "the job is %s; outputs exist only once it has succeeded", state);
+    if (rc)
+        return reply_store_error(req, rc);
+    json_decref(info);
+    svc_tensor t;
+    const char *name = NULL;
+    size_t i;
+    json_t *m;
+    int found = 0, bad = 0;
+    json_array_foreach(meta, i, m) {
+        if (gw_blob_view(m, data, len, &t, &name) != 0) {
+            bad = 1;
+            break;
+        }
+        if (strcmp(name, want) == 0) {
+            found = 1;
+            break;
+        }
+    }
+    char hdr[256];
+    if (!bad && found) {
+        svc_reply_header(req, "X-Kowloon-Dtype", svc_dtype_name(t.dtype));
+        shape_header(&t, hdr, sizeof hdr);
+        svc_reply_header(req, "X-Kowloon-Shape", hdr);
+        snprintf(hdr, sizeof hdr, "attachment; filename=\"%s.%s\"", want, npy ? "npy" : "bin");
+        svc_reply_header(req, "Content-Disposition", hdr);
+    }
+    if (bad) {
+        rc = svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");
+    } else if (!found) {
+        rc = svc_reply_error(req, 404, "not_found", "name", NULL, "job %s has no output named %.64s",
+                             id, want);
+    } else if (t.blob[0] == '\0') {
+        /* a result from before the blob store: its bytes are in the row */
+        char head[512];
+        size_t hl = npy ? svc_npy_header(t.dtype, t.ndim, t.shape, head, sizeof head) : 0;
+        unsigned char *body = malloc(hl + t.nbytes + 1);
+        if (body) {
+            memcpy(body, head, hl);
+            memcpy(body + hl, t.data, t.nbytes);
+        }
+        rc = body ? svc_reply_raw(req, 200, npy ? "application/x-npy" : "application/octet-stream",
+                                  body, hl + t.nbytes)
+                  : svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        free(body);
+    } else {
+        int fd = -1;
+        uint64_t size = 0;
+        if (gw_bstore_open_read(app->blobs, t.blob, &fd, &size) != 0 || size != t.nbytes) {
+            if (fd >= 0)
+                close(fd);
+            svc_error("blobs: output %s of job %s is missing or has the wrong size", t.blob, id);
+            rc = svc_reply_error(req, 500, "internal", NULL, NULL, "the output's bytes are missing");
+        } else if (!npy) {
+            rc = svc_reply_fd(req, 200, "application/octet-stream", fd, 0, size);
+        } else {
+            npy_stream *n = calloc(1, sizeof *n);
+            if (n)
+                *n = (npy_stream){.fd = fd, .left = size};
+            if (n && (n->head_len = svc_npy_header(t.dtype, t.ndim, t.shape, n->head, sizeof n->head)) > 0) {
+                rc = svc_reply_stream(req, 200, "application/x-npy", npy_read, n, npy_free);
+            } else {
+                if (n)
+                    npy_free(n);
+                else
+                    close(fd);
+                rc = svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+            }
+        }
+    }
+    json_decref(meta);
+    free(data);
+    return rc;
 }
 
 int gw_api_jobs_cancel(svc_req *req)

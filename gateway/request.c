@@ -8,7 +8,8 @@
 
 #include "request.h"
 
-#define MAX_ELEMS (1LL << 28)
+/* What a 4 GiB blob of float32 holds. */
+#define MAX_ELEMS KL_MAX_ELEMS
 
 static int fail(gw_verr *e, int status, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -16,7 +16,7 @@ extern "C" {
 #define KL_MAX_PARAMS 16
 #define KL_MAX_IO 8
 /* Elements per tensor, inputs and outputs alike (1 GiB of float32). */
-#define KL_MAX_ELEMS ((int64_t)1 << 28)
+#define KL_MAX_ELEMS ((int64_t)1 << 30)
 
 /* Error codes: every kl_ function returns 0 or one of these (negative). */
 enum {

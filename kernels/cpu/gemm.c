@@ -106,7 +106,7 @@ static int gemm_check(const kl_args *args, kl_err *err)
                        shape_str(c, got, sizeof got), m, n);
         return KL_EINVAL;
     }
-    /* Each dim is at most KL_MAX_ELEMS (2^28), so m*n fits; the batch
+    /* Each dim is at most KL_MAX_ELEMS (2^30), so m*n fits; the batch
      * factor is checked by division so that it cannot wrap round. */
     if (m * n > KL_MAX_ELEMS || (m * n > 0 && batch > KL_MAX_ELEMS / (m * n))) {
         kl_err_set(err, "inputs.b",

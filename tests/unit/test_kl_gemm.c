@@ -284,9 +284,9 @@ static void batched_output_past_the_limit_is_refused_without_overflow(void **sta
 {
     (void)state;
     /* Every input within the limit, the output 2^10 times past it. */
-    kl_tensor a = tensor(NULL, 3, 1 << 10, 1 << 14, 1), b = tensor(NULL, 3, 1 << 10, 1, 1 << 14);
+    kl_tensor a = tensor(NULL, 3, 1 << 10, 1 << 15, 1), b = tensor(NULL, 3, 1 << 10, 1, 1 << 15);
     expect_refused(&a, &b, NULL, "inputs.b", "output c");
-    kl_tensor a1 = tensor(NULL, 3, (int64_t)1 << 28, 1, 1), b1 = tensor(NULL, 3, (int64_t)1 << 28, 1, 1);
+    kl_tensor a1 = tensor(NULL, 3, (int64_t)1 << 30, 1, 1), b1 = tensor(NULL, 3, (int64_t)1 << 30, 1, 1);
     kl_args g = gemm_args();
     kl_args_defaults(&g);
     g.inputs[KL_GEMM_A] = &a1;

@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""bench/datapath.py — the data path's figures (issue "tensors travel as
+bytes"), against a running stack (bench/run.sh starts one and calls this):
+
+  1. tensor throughput: two 256 MiB float32 tensors uploaded as raw bytes,
+     saxpy, the 256 MiB output downloaded raw; tensor bytes moved per second
+     end to end, beside the disk's own rate (dd conv=fsync of 256 MiB)
+  2. GEMM through the service (raw inputs and output, wall time with upload
+     and download) against the same multiply done here with numpy's BLAS,
+     2048² and 4096²
+  3. the JSON/base64 path: one 45 MB base64 submit
+  4. re-use: one 256 MiB input used by 20 jobs; bytes the nodes fetched
+  5. gateway and node peak RSS (VmHWM) across a 1 GiB case
+
+Prints figures only; never fails on time. Exits 1 when a result is wrong."""
+
+import argparse
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import requests
+
+MiB = 1 << 20
+
+
+class Bench:
+    def __init__(self, a):
+        self.url, self.tmp = a.url.rstrip("/"), a.tmp
+        self.h = {"Authorization": f"Bearer {a.key}"}
+        self.nodes = [u for u in a.nodes.split(",") if u]
+        self.ch = {"Authorization": f"Bearer {a.token}"}
+        self.gw_pid, self.node_pids = a.gw_pid, [int(p) for p in a.node_pids.split(",") if p]
+        self.s = requests.Session()
+        self.wrong = 0
+        self.out = {}
+
+    # -- API
+    def upload(self, arr):
+        data = arr.tobytes()
+        r = self.s.post(self.url + "/v1/blobs", data=data, timeout=600,
+                        headers={**self.h, "Content-Type": "application/octet-stream"})
+        r.raise_for_status()
+        return r.json()["id"]
+
+    def ref(self, arr, blob):
+        return {"dtype": str(arr.dtype), "shape": list(arr.shape), "blob": blob}
+
+    def submit(self, body):
+        r = self.s.post(self.url + "/v1/jobs", json=body, headers=self.h, timeout=600)
+        if r.status_code != 202:
+            raise SystemExit(f"submit -> {r.status_code} {r.text[:300]}")
+        return r.json()["id"]
+
+    def wait(self, jid, timeout=900):
+        deadline = time.monotonic() + timeout
+        while True:
+            j = self.s.get(f"{self.url}/v1/jobs/{jid}", headers=self.h, timeout=30).json()
+            if j["state"] in ("succeeded", "failed", "cancelled"):
+                if j["state"] != "succeeded":
+                    raise SystemExit(f"job {jid} {j['state']}: {j.get('error')}")
+                return j
+            if time.monotonic() > deadline:
+                raise SystemExit(f"job {jid} still {j['state']}")
+            time.sleep(0.005)
+
+    def output(self, jid, name, dtype, shape):
+        r = self.s.get(f"{self.url}/v1/jobs/{jid}/outputs/{name}", headers=self.h, timeout=600)
+        r.raise_for_status()
+        return np.frombuffer(r.content, dtype=dtype).reshape(shape)
+
+    def fetched(self):
+        """Bytes the nodes fetched from the gateway so far (their caches' misses)."""
+        total = 0
+        for u in self.nodes:
+            info = self.s.get(u + "/v1/info", headers=self.ch, timeout=10).json()
+            total += info.get("input_cache", {}).get("fetched_bytes", 0)
+        return total
+
+    def hwm_kb(self, pid):
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+
+    def reset_hwm(self, pid):
+        try:
+            with open(f"/proc/{pid}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+
+    def check(self, what, ok):
+        if not ok:
+            print(f"   WRONG: {what}")
+            self.wrong += 1
+
+    # -- phases
+    def disk_rate(self, nbytes):
+        path = os.path.join(self.tmp, "dd.bin")
+        t0 = time.monotonic()
+        subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={nbytes // MiB}",
+                        "conv=fsync"], check=True, capture_output=True)
+        dt = time.monotonic() - t0
+        os.unlink(path)
+        return nbytes / dt
+
+    def throughput(self, n_mib=256):
+        n = n_mib * MiB // 4
+        rng = np.random.default_rng(1)
+        x = rng.random(n, dtype=np.float32)
+        y = rng.random(n, dtype=np.float32)
+        disk = self.disk_rate(n_mib * MiB)
+        t0 = time.monotonic()
+        bx, by = self.upload(x), self.upload(y)
+        t1 = time.monotonic()
+        jid = self.submit({"kernel": "saxpy", "params": {"a": 2.0},
+                           "inputs": {"x": self.ref(x, bx), "y": self.ref(y, by)}})
+        self.wait(jid)
+        t2 = time.monotonic()
+        z = self.output(jid, "z", np.float32, (n,))
+        t3 = time.monotonic()
+        self.check("saxpy 256 MiB output", np.array_equal(z, np.float32(2.0) * x + y))
+        moved = 3 * n * 4
+        rate = moved / (t3 - t0)
+        print(f"tensor throughput (2 x {n_mib} MiB in, {n_mib} MiB out, saxpy): "
+              f"{rate / MiB:8.1f} MiB/s end to end  (upload {t1 - t0:.2f} s, run {t2 - t1:.2f} s, "
+              f"download {t3 - t2:.2f} s)")
+        print(f"disk rate (dd {n_mib} MiB conv=fsync)               : {disk / MiB:8.1f} MiB/s   "
+              f"ratio {rate / disk:.2f}x  (target >= 0.5x)")
+        self.out["throughput"] = {"mib_s": rate / MiB, "disk_mib_s": disk / MiB, "ratio": rate / disk}
+
+    def gemm(self, n):
+        rng = np.random.default_rng(n)
+        a = rng.random((n, n), dtype=np.float32)
+        b = rng.random((n, n), dtype=np.float32)
+        reps = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            c_local = a @ b
+            reps.append(time.monotonic() - t0)
+        local = sorted(reps)[1]
+        t0 = time.monotonic()
+        ba, bb = self.upload(a), self.upload(b)
+        jid = self.submit({"kernel": "gemm", "inputs": {"a": self.ref(a, ba), "b": self.ref(b, bb)}})
+        j = self.wait(jid)
+        c = self.output(jid, "c", np.float32, (n, n))
+        svc = time.monotonic() - t0
+        self.check(f"gemm {n}", np.allclose(c, c_local, rtol=1e-3, atol=1e-2 * n ** 0.5))
+        print(f"gemm {n}x{n} fp32 through the service       : {svc:8.3f} s (upload + run + download; "
+              f"ran on {j.get('backend')}), local numpy {local:.3f} s  ratio {local / svc:.2f}x "
+              f"(target >= 0.5x)")
+        self.out[f"gemm{n}"] = {"service_s": svc, "local_s": local, "ratio": local / svc}
+
+    def b64_submit(self):
+        n = 45_000_000 * 3 // 4 // 4 // 2   # two float32 tensors, 45 MB of base64 in all
+        rng = np.random.default_rng(3)
+        x = rng.random(n, dtype=np.float32)
+        y = rng.random(n, dtype=np.float32)
+        body = json.dumps({"kernel": "saxpy", "params": {"a": 3.0}, "inputs": {
+            "x": {"dtype": "float32", "shape": [n], "b64": base64.b64encode(x.tobytes()).decode()},
+            "y": {"dtype": "float32", "shape": [n], "b64": base64.b64encode(y.tobytes()).decode()}}})
+        times = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            r = self.s.post(self.url + "/v1/jobs", data=body, timeout=600,
+                            headers={**self.h, "Content-Type": "application/json"})
+            times.append(time.monotonic() - t0)
+            if r.status_code != 202:
+                raise SystemExit(f"b64 submit -> {r.status_code} {r.text[:300]}")
+            jid = r.json()["id"]
+        self.wait(jid)
+        z = self.output(jid, "z", np.float32, (n,))
+        self.check("b64 saxpy", np.array_equal(z, np.float32(3.0) * x + y))
+        med = sorted(times)[1]
+        print(f"base64 submit ({len(body) / 1e6:.0f} MB body)                  : {med:8.3f} s  "
+              f"({2.6 / med:.1f}x faster than the 2.6 s before; target >= 10x)")
+        self.out["b64_submit_s"] = med
+
+    def reuse(self, n_mib=256, jobs=20):
+        n = n_mib * MiB // 4
+        x = np.random.default_rng(4).random(n, dtype=np.float32)
+        bx = self.upload(x)
+        before = self.fetched()
+        ids = [self.submit({"kernel": "saxpy", "params": {"a": float(k)},
+                            "inputs": {"x": self.ref(x, bx), "y": self.ref(x, bx)}})
+               for k in range(jobs)]
+        for jid in ids:
+            self.wait(jid)
+        crossed = self.fetched() - before
+        z = self.output(ids[-1], "z", np.float32, (n,))
+        self.check("re-use saxpy", np.array_equal(z, np.float32(jobs - 1) * x + x))
+        print(f"re-use: one {n_mib} MiB input in {jobs} jobs            : {crossed / MiB:8.1f} MiB "
+              f"fetched by {len(self.nodes)} node(s) = {crossed / (n * 4):.2f}x the tensor "
+              f"(without a cache {jobs}x; target ~1x per node)")
+        self.out["reuse_x"] = crossed / (n * 4)
+
+    def big(self, n_mib=1024):
+        n = n_mib * MiB // 4
+        for p in [self.gw_pid, *self.node_pids]:
+            self.reset_hwm(p)
+        base = {p: self.hwm_kb(p) for p in [self.gw_pid, *self.node_pids]}
+        x = np.ones(n, dtype=np.float32)
+        bx = self.upload(x)
+        jid = self.submit({"kernel": "saxpy", "params": {"a": 1.0},
+                           "inputs": {"x": self.ref(x, bx), "y": self.ref(x, bx)}})
+        self.wait(jid)
+        r = self.s.get(f"{self.url}/v1/jobs/{jid}/outputs/z", headers=self.h, timeout=900, stream=True)
+        got = 0
+        ok = True
+        for chunk in r.iter_content(8 * MiB):
+            ok &= not np.any(np.frombuffer(chunk, dtype=np.float32) != 2.0) if len(chunk) % 4 == 0 else ok
+            got += len(chunk)
+        self.check("1 GiB output size", got == n * 4)
+        gw = (self.hwm_kb(self.gw_pid) - base[self.gw_pid]) / 1024
+        nodes = [(self.hwm_kb(p) - base[p]) / 1024 for p in self.node_pids]
+        print(f"1 GiB case: gateway peak RSS growth {gw:.0f} MiB (target < 64 MiB); node peak growth "
+              + ", ".join(f"{v:.0f}" for v in nodes) + " MiB (the run's own inputs and output)")
+        self.out["big"] = {"gateway_mib": gw, "node_mib": nodes}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--key", required=True)
+    p.add_argument("--nodes", default="")
+    p.add_argument("--token", default="")
+    p.add_argument("--gw-pid", type=int, required=True)
+    p.add_argument("--node-pids", default="")
+    p.add_argument("--tmp", default="/tmp")
+    p.add_argument("--json")
+    a = p.parse_args()
+    b = Bench(a)
+    print("== data path (bench/datapath.py)")
+    b.throughput()
+    b.gemm(2048)
+    b.gemm(4096)
+    b.b64_submit()
+    b.reuse()
+    b.big()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(b.out, f, indent=1)
+    sys.exit(1 if b.wrong else 0)
+
+
+if __name__ == "__main__":
+    main()
