@@ -123,7 +123,7 @@ class Bench:
                            "inputs": {"x": self.ref(x, bx), "y": self.ref(y, by)}})
         self.wait(jid)
         t2 = time.monotonic()
-        z = self.output(jid, "z", np.float32, (n,))
+        z = self.output(jid, "y", np.float32, (n,))
         t3 = time.monotonic()
         self.check("saxpy 256 MiB output", np.array_equal(z, np.float32(2.0) * x + y))
         moved = 3 * n * 4
@@ -175,7 +175,7 @@ class Bench:
                 raise SystemExit(f"b64 submit -> {r.status_code} {r.text[:300]}")
             jid = r.json()["id"]
         self.wait(jid)
-        z = self.output(jid, "z", np.float32, (n,))
+        z = self.output(jid, "y", np.float32, (n,))
         self.check("b64 saxpy", np.array_equal(z, np.float32(3.0) * x + y))
         med = sorted(times)[1]
         print(f"base64 submit ({len(body) / 1e6:.0f} MB body)                  : {med:8.3f} s  "
@@ -193,7 +193,7 @@ class Bench:
         for jid in ids:
             self.wait(jid)
         crossed = self.fetched() - before
-        z = self.output(ids[-1], "z", np.float32, (n,))
+        z = self.output(ids[-1], "y", np.float32, (n,))
         self.check("re-use saxpy", np.array_equal(z, np.float32(jobs - 1) * x + x))
         print(f"re-use: one {n_mib} MiB input in {jobs} jobs            : {crossed / MiB:8.1f} MiB "
               f"fetched by {len(self.nodes)} node(s) = {crossed / (n * 4):.2f}x the tensor "
@@ -210,7 +210,7 @@ class Bench:
         jid = self.submit({"kernel": "saxpy", "params": {"a": 1.0},
                            "inputs": {"x": self.ref(x, bx), "y": self.ref(x, bx)}})
         self.wait(jid)
-        r = self.s.get(f"{self.url}/v1/jobs/{jid}/outputs/z", headers=self.h, timeout=900, stream=True)
+        r = self.s.get(f"{self.url}/v1/jobs/{jid}/outputs/y", headers=self.h, timeout=900, stream=True)
         got = 0
         ok = True
         for chunk in r.iter_content(8 * MiB):

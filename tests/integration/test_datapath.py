@@ -1,0 +1,248 @@
+"""The data path: jobs whose tensors are blobs. Inputs uploaded as raw bytes
+and named by id, inline inputs turned into blobs at submit, nodes that fetch
+inputs and push outputs as bytes, outputs downloaded raw or as .npy, and
+what must hold when things break (a node killed mid-run, a gateway killed
+mid-upload, retention)."""
+
+import glob
+import io
+import os
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from stack import decode, free_port, tensor
+
+OCTET = {"Content-Type": "application/octet-stream"}
+ASAN = pytest.mark.skipif("ASAN_OPTIONS" in os.environ,
+                          reason="memory bounds are measured on the normal build, not under ASan")
+
+
+def upload(client, arr):
+    r = client.post("/v1/blobs", data=np.ascontiguousarray(arr).tobytes(), headers=OCTET)
+    assert r.status_code in (200, 201), r.text
+    return r.json()["id"]
+
+
+def ref(arr, blob, dtype=None):
+    dtype = dtype or {"f": "float32", "i": "int32"}[np.asarray(arr).dtype.kind]
+    return {"dtype": dtype, "shape": list(np.shape(arr)), "blob": blob}
+
+
+def outputs(client, jid):
+    r = client.result(jid, "b64")
+    assert r.status_code == 200, r.text
+    return {k: decode(v) for k, v in r.json()["outputs"].items()}
+
+
+def rng():
+    return np.random.default_rng(11)
+
+
+def kernel_cases():
+    g = rng()
+    x = g.random(1000, dtype=np.float32)
+    y = g.random(1000, dtype=np.float32)
+    a = g.random((64, 32), dtype=np.float32)
+    b = g.random((32, 48), dtype=np.float32)
+    grid = g.random((40, 50), dtype=np.float32)
+    pts = g.random((300, 3), dtype=np.float32)
+    mx = g.standard_normal((64, 4)).astype(np.float32)
+    my = (np.arange(64) % 3).astype(np.int32)
+    return {
+        "saxpy": ({"a": 1.5}, {"x": x, "y": y}),
+        "reduce": ({"op": "sum"}, {"x": a}),
+        "gemm": ({"alpha": 2.0}, {"a": a, "b": b}),
+        "heat2d": ({"alpha": 0.2, "steps": 5}, {"grid": grid}),
+        "kmeans": ({"k": 4, "seed": 3}, {"points": pts}),
+        "train_mlp": ({"classes": 3, "epochs": 2, "seed": 1}, {"x": mx, "y": my}),
+    }
+
+
+@pytest.mark.parametrize("kernel", sorted(kernel_cases()))
+def test_every_kernel_gives_the_same_numbers_from_blob_and_inline_inputs(A, kernel):
+    params, ins = kernel_cases()[kernel]
+    inline = A.run(kernel, params, {k: tensor(v, b64=True) for k, v in ins.items()},
+                   resources={"backend": "cpu"}, timeout=60)
+    blob = A.run(kernel, params, {k: ref(v, upload(A, v)) for k, v in ins.items()},
+                 resources={"backend": "cpu"}, timeout=60)
+    assert inline["state"] == "succeeded", inline
+    assert blob["state"] == "succeeded", blob
+    want, got = outputs(A, inline["id"]), outputs(A, blob["id"])
+    assert set(want) == set(got)
+    for name in want:
+        if kernel == "train_mlp" and name in ("loss", "accuracy"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5)
+        else:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{kernel}.{name}")
+
+
+def test_outputs_download_raw_and_npy(A):
+    a = rng().random((33, 17), dtype=np.float32)
+    b = rng().random((17, 9), dtype=np.float32)
+    j = A.run("gemm", {}, {"a": ref(a, upload(A, a)), "b": ref(b, upload(A, b))})
+    assert j["state"] == "succeeded", j
+    want = outputs(A, j["id"])["c"]
+    raw = A.get(f"/v1/jobs/{j['id']}/outputs/c")
+    assert raw.status_code == 200 and raw.headers["Content-Type"] == "application/octet-stream"
+    assert raw.headers["X-Kowloon-Dtype"] == "float32" and raw.headers["X-Kowloon-Shape"] == "33,9"
+    np.testing.assert_array_equal(np.frombuffer(raw.content, np.float32).reshape(33, 9), want)
+    for kw in ({"params": {"format": "npy"}}, {"headers": {"Accept": "application/x-npy"}}):
+        npy = A.get(f"/v1/jobs/{j['id']}/outputs/c", **kw)
+        assert npy.status_code == 200 and npy.headers["Content-Type"] == "application/x-npy", kw
+        arr = np.load(io.BytesIO(npy.content))
+        assert arr.dtype == np.float32 and arr.shape == (33, 9)
+        np.testing.assert_array_equal(arr, want)
+    assert A.get(f"/v1/jobs/{j['id']}/outputs/nope").status_code == 404
+    assert A.get(f"/v1/jobs/{j['id']}/outputs/c", params={"format": "csv"}).status_code == 400
+
+
+def test_result_as_blob_ids_the_tenant_can_download(A, B):
+    x = np.arange(10, dtype=np.float32)
+    j = A.run("saxpy", {"a": 2.0}, {"x": tensor(x), "y": tensor(x)})
+    r = A.result(j["id"], "blob")
+    assert r.status_code == 200, r.text
+    z = r.json()["outputs"]["y"]
+    assert set(z) == {"dtype", "shape", "blob"} and z["shape"] == [10]
+    got = A.get("/v1/blobs/" + z["blob"])
+    assert got.status_code == 200
+    np.testing.assert_array_equal(np.frombuffer(got.content, np.float32), 3 * x)
+    assert B.get("/v1/blobs/" + z["blob"]).status_code == 404
+    # and the output can be the next job's input without crossing the client
+    j2 = A.run("saxpy", {"a": 1.0}, {"x": z, "y": tensor(x)})
+    np.testing.assert_array_equal(outputs(A, j2["id"])["y"], 4 * x)
+
+
+@pytest.fixture
+def no_new_jobs(stack):
+    before = stack.count_jobs()
+    yield
+    assert stack.count_jobs() == before, "a refused request left a job row"
+
+
+def test_blob_input_of_the_wrong_size_is_422_naming_it(A, no_new_jobs):
+    x = np.arange(10, dtype=np.float32)
+    bid = upload(A, x)
+    r = A.post_job({"kernel": "saxpy", "params": {"a": 1},
+                    "inputs": {"x": {"dtype": "float32", "shape": [11], "blob": bid},
+                               "y": tensor(np.zeros(11, np.float32))}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "inputs.x", r.text
+    assert "40 bytes" in r.json()["error"]["message"] and "44" in r.json()["error"]["message"]
+
+
+def test_unknown_or_foreign_blob_input_is_422(A, B, no_new_jobs):
+    x = np.arange(4, dtype=np.float32)
+    theirs = upload(B, x)
+    for bid in (theirs, "sha256:" + "0" * 64):
+        r = A.post_job({"kernel": "saxpy", "params": {"a": 1},
+                        "inputs": {"x": {"dtype": "float32", "shape": [4], "blob": bid},
+                                   "y": tensor(x)}})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "inputs.x", r.text
+    r = A.post_job({"kernel": "saxpy", "params": {"a": 1},
+                    "inputs": {"x": {"dtype": "float32", "shape": [4], "blob": "sha256:xyz"},
+                               "y": tensor(x)}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "inputs.x", r.text
+
+
+def test_job_inputs_and_outputs_outlive_the_tenants_delete(A, stack):
+    x = np.arange(8, dtype=np.float32)
+    bid = upload(A, x)
+    j = A.run("saxpy", {"a": 1.0}, {"x": ref(x, bid), "y": ref(x, bid)})
+    assert A.request("DELETE", "/v1/blobs/" + bid).status_code == 200
+    refs = stack.psql_value(f"SELECT count(*) FROM job_blob_refs WHERE blob_id = '{bid}'")
+    assert int(refs) >= 1  # the job's reference keeps it from retention
+    np.testing.assert_array_equal(outputs(A, j["id"])["y"], 2 * x)
+
+
+def test_same_input_crosses_to_a_node_once(A, stack):
+    x = rng().random(1 << 18, dtype=np.float32)  # 1 MiB
+    bid = upload(A, x)
+    hdr = {"Authorization": "Bearer " + stack.cluster_token}
+    import requests
+
+    def fetched():
+        return sum(requests.get(stack.node_url(n) + "/v1/info", headers=hdr, timeout=5)
+                   .json()["input_cache"]["fetched_bytes"] for n in stack.node_names)
+    before = fetched()
+    for k in range(6):
+        j = A.run("saxpy", {"a": float(k)}, {"x": ref(x, bid), "y": ref(x, bid)})
+        assert j["state"] == "succeeded", j
+    crossed = fetched() - before
+    # at most once per node, though 6 jobs used it twice each
+    assert crossed <= len(stack.node_names) * x.nbytes, crossed
+
+
+@ASAN
+def test_one_gib_tensor_in_and_out_keeps_the_gateway_small(A, stack):
+    n = 1 << 28  # 1 GiB of float32
+    x = np.ones(n, dtype=np.float32)
+    pid = stack.gateway.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # reset the peak
+    base = _kb(pid, "VmRSS")
+    bid = upload(A, x)
+    j = A.run("saxpy", {"a": 1.0}, {"x": ref(x, bid), "y": ref(x, bid)}, timeout=240)
+    assert j["state"] == "succeeded", j
+    r = A.get(f"/v1/jobs/{j['id']}/outputs/y", stream=True, timeout=240)
+    got, ok = 0, True
+    for chunk in r.iter_content(16 << 20):
+        ok = ok and bool(np.all(np.frombuffer(chunk, np.float32) == 2.0))
+        got += len(chunk)
+    assert got == n * 4 and ok
+    grew = _kb(pid, "VmHWM") - base
+    assert grew < 64 << 10, f"the gateway's peak RSS grew {grew >> 10} MiB for a 1 GiB tensor"
+
+
+def _kb(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(field)
+
+
+def test_gateway_killed_mid_upload_never_serves_a_half_blob(stack, A):
+    port = free_port()
+    gw = stack.start_gateway("gateway-upload-kill", port)
+    data = os.urandom(8 << 20)
+    import hashlib
+    full_id = "sha256:" + hashlib.sha256(data).hexdigest()
+    half_id = "sha256:" + hashlib.sha256(data[: 3 << 20]).hexdigest()
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"POST /v1/blobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n"
+              b"Authorization: Bearer " + stack.keys["A"].encode() + b"\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(data) + data[: 3 << 20])
+    time.sleep(0.5)
+    gw.kill9()
+    s.close()
+    names = {os.path.basename(p) for p in glob.glob(os.path.join(stack.root, "blobs", "sha256", "*", "*"))}
+    assert full_id[7:] not in names and half_id[7:] not in names
+    for bid in (full_id, half_id):
+        assert A.get("/v1/blobs/" + bid).status_code == 404
+
+
+@pytest.mark.timeout(120)
+def test_node_killed_while_it_runs_a_blob_job_the_job_ends_right_once(A, stack):
+    x = rng().random(1 << 20, dtype=np.float32)
+    bid = upload(A, x)
+    blocker = A.wait(A.submit("sleep", {"seconds": 6})["id"], 10, states=("running",))
+    j = A.submit("heat2d", {"alpha": 0.2, "steps": 400},
+                 {"grid": {"dtype": "float32", "shape": [1024, 1024], "blob": bid}}, max_attempts=3)
+    j = stack.wait_run_on_node(A.wait(j["id"], 20, states=("running",)))
+    victim = j["node"]
+    assert victim != blocker["node"]
+    stack.kill_node(victim)
+    try:
+        done = A.wait(j["id"], 90)
+        assert done["state"] == "succeeded" and done["attempts"] == 2, done
+        ref_run = A.run("heat2d", {"alpha": 0.2, "steps": 400},
+                        {"grid": {"dtype": "float32", "shape": [1024, 1024], "blob": bid}}, timeout=90)
+        np.testing.assert_array_equal(outputs(A, done["id"])["grid"], outputs(A, ref_run["id"])["grid"])
+        events = stack.psql_value(f"SELECT count(*) FROM job_events WHERE job_id = '{j['id']}' "
+                                  "AND state = 'succeeded'")
+        assert events == "1"
+    finally:
+        stack.start_node(victim)
+        stack.wait_nodes_up(stack.node_names, timeout=30)
