@@ -80,6 +80,17 @@ static int cn__info(svc_req *req)
     json_object_set_new(j, "running", json_integer(active));
     json_object_set_new(j, "draining", json_boolean(cn_node_draining(n)));
     json_object_set_new(j, "version", json_string(CN_VERSION));
+    if (n->cache) {
+        cn_blobcache_stats s;
+        cn_blobcache_stats_get(n->cache, &s);
+        json_object_set_new(
+            j, "input_cache",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "budget_bytes",
+                      (json_int_t)s.budget_bytes, "used_bytes", (json_int_t)s.used_bytes,
+                      "entries", (json_int_t)s.entries, "hits", (json_int_t)s.hits, "misses",
+                      (json_int_t)s.misses, "fetched_bytes", (json_int_t)s.fetched_bytes,
+                      "served_bytes", (json_int_t)s.served_bytes));
+    }
     return svc_reply_json(req, 200, j);
 }
 

@@ -105,6 +105,12 @@ int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *
         goto cleanup;
     req->timeout_s = (int)timeout_s;
     req->gpus = (int)gpus;
+    const json_t *ob = json_object_get(body, "output_blobs");
+    if (ob && !json_is_null(ob) && !json_is_boolean(ob)) {
+        kl_err_set(err, "output_blobs", "output_blobs must be a boolean");
+        goto cleanup;
+    }
+    req->output_blobs = json_is_true(ob);
     const json_t *params = json_object_get(body, "params");
     const json_t *inputs = json_object_get(body, "inputs");
     if (params && !json_is_null(params) && !json_is_object(params)) {

@@ -26,6 +26,7 @@ typedef struct cn_run_req {
     int timeout_s;
     cn_target target;
     int gpus;
+    int output_blobs;               /* push outputs as blobs, answer references */
     svc_kargs ka;                   /* ka.args.kernel is the catalog entry */
 } cn_run_req;
 

@@ -95,6 +95,9 @@ static svc_opt cn_opts[] = {
     {.flag = "max-body-mb", .env = "KOWLOON_NODE_MAX_BODY_MB", .type = SVC_OPT_INT,
      .def = "256", .min = 1, .max = 65536,
      .help = "largest POST /v1/runs body (base64 inputs are 4/3 of their bytes)"},
+    {.flag = "input-cache-mb", .env = "KOWLOON_INPUT_CACHE_MB", .type = SVC_OPT_INT,
+     .def = "1024", .min = 0, .max = 1048576,
+     .help = "memory for input blobs kept by hash (LRU), 0 = no cache"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug|info|warn|error"},
     {.flag = NULL},
@@ -165,6 +168,7 @@ int main(int argc, char **argv)
     cn_backend backend = {.kind = CN_BACKEND_CPU};
     cn_node node = {0};
     cn_runs *runs = NULL;
+    cn_blobcache *cache = NULL;
     svc_server *server = NULL;
     cn_register *reg = NULL;
     int sig, e, stuck = 0, rc = 1;
@@ -220,8 +224,17 @@ int main(int argc, char **argv)
     svc_info("backend chosen backend=%s gpus=%d reason=\"%s\"", cn_backend_name(&backend),
              cn_backend_ngpus(&backend), backend.reason);
 
+    /* Inputs by reference come from, and pushed outputs go to, the gateway
+     * this node registers with. */
+    if ((e = cn_blobcache_create((uint64_t)cn__num("input-cache-mb") << 20, &cache)) < 0) {
+        svc_error("cannot create the input cache: %s", strerror(-e));
+        goto cleanup;
+    }
+    cn_blobio_gateway gw_io = {.url = cn__opt("gateway"), .token = token};
+    cn_blobio blobio;
+    cn_blobio_gateway_init(&blobio, &gw_io);
     cn_runs_opts ro = {.slots = (int)cn__num("slots"), .threads = (int)cn__num("threads"),
-                       .backend = &backend};
+                       .backend = &backend, .blobio = &blobio, .cache = cache};
     e = cn_runs_create(&ro, &runs);
     if (e < 0) {
         svc_error("cannot start the run manager: %s", strerror(-e));
@@ -232,6 +245,7 @@ int main(int argc, char **argv)
     node.slots = ro.slots;
     node.backend = &backend;
     node.runs = runs;
+    node.cache = cache;
     /* With a fixed port the identity is known before the first request can
      * arrive; with port 0 nobody can call before the port is logged. */
     const char *listen = cn__opt("listen");
@@ -273,6 +287,7 @@ cleanup:
      * and the plugin must stay loaded under it: leave both to the exit. */
     if (!stuck) {
         cn_runs_destroy(runs);
+        cn_blobcache_destroy(cache);
         cn_backend_close(&backend);
     }
     if (rc == 0)

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "backend.h"
+#include "blobcache.h"
 #include "runs.h"
 
 #define CN_VERSION "0.1.0"
@@ -19,6 +20,7 @@ typedef struct cn_node {
     int slots;
     const cn_backend *backend;
     cn_runs *runs;
+    cn_blobcache *cache;        /* input blobs by hash; its figures are in /v1/info */
     int draining;               /* set once by main on SIGTERM; read with __atomic */
 } cn_node;
 

@@ -53,7 +53,9 @@ typedef struct cn_run {
     char err_code[32];
     char err_message[256];
     char err_field[64];
-    kl_tensor outs[KL_MAX_IO]; /* owned; valid when state == CN_SUCCEEDED */
+    kl_tensor outs[KL_MAX_IO]; /* owned; valid when state == CN_SUCCEEDED; with
+                                  output_blobs only dtype and shape are left */
+    char out_blobs[KL_MAX_IO][CN_BLOB_ID_SIZE]; /* pushed outputs' ids, or "" */
     kl_info info;              /* what the kernel said of the run; read once terminal */
     int refs;                  /* callers using it without the lock */
     struct cn_run *hnext;      /* hash chain */
@@ -73,6 +75,8 @@ struct cn_runs {
     int running;
     int slots, threads;
     const cn_backend *backend;
+    const cn_blobio *blobio;
+    cn_blobcache *cache;
     int64_t keep_ms, release_grace_ms;
     int draining, closing;
     unsigned rr;               /* round robin over GPUs */
@@ -297,8 +301,9 @@ static json_t *cn__run_json(const cn_run *r)
     return j;
 }
 
-/* {name: tensor in base64} for a succeeded run. outs are immutable once the
- * run has ended, so this runs without the lock. New reference or NULL. */
+/* {name: tensor in base64, or blob reference once pushed} for a succeeded
+ * run. outs are immutable once the run has ended, so this runs without the
+ * lock. New reference or NULL. */
 static json_t *cn__outputs_json(const cn_run *r)
 {
     const kl_kernel *k = r->kernel;
@@ -310,6 +315,7 @@ static json_t *cn__outputs_json(const cn_run *r)
         svc_tensor v = {.dtype = (svc_dtype)t->dtype, .ndim = t->ndim, .data = t->data,
                         .nbytes = kl_tensor_bytes(t)};
         memcpy(v.shape, t->shape, sizeof v.shape);
+        memcpy(v.blob, r->out_blobs[i], sizeof v.blob);
         json_t *tj = svc_tensor_to_json(&v, 1);
         if (!tj || json_object_set_new(o, k->outputs[i].name, tj) < 0) {
             json_decref(o);
@@ -341,6 +347,17 @@ static int cn__execute(cn_runs *m, cn_run *r, int *ran_cuda, kl_err *err)
     return kl_run_cpu(&r->req.ka.args, r->outs, err);
 }
 
+/* Bytes of r's inputs that are blob references (read without the lock: the
+ * worker owns a running run's inputs). */
+static size_t cn__blob_input_bytes(const cn_run *r)
+{
+    size_t n = 0;
+    for (int i = 0; i < KL_MAX_IO; i++)
+        if (r->req.ka.tensors[i].blob[0])
+            n += r->req.ka.tensors[i].nbytes;
+    return n;
+}
+
 static void *cn__worker(void *arg)
 {
     cn_runs *m = arg;
@@ -367,10 +384,23 @@ static void *cn__worker(void *arg)
                  r->use_cuda ? "cuda" : "cpu");
         pthread_mutex_unlock(&m->mu);
 
+        /* Inputs by reference arrive first, then the kernel, then (when
+         * asked) the outputs leave as blobs; the cancel flag and the
+         * deadline cover all three. */
         kl_err err;
-        int ran_cuda;
+        int ran_cuda = r->use_cuda;
         memset(&err, 0, sizeof err);
-        int rc = cn__execute(m, r, &ran_cuda, &err);
+        size_t ref_bytes = cn__blob_input_bytes(r);
+        int64_t t0 = svc_now_mono_ms();
+        int rc = cn_blobio_fetch_inputs(m->blobio, m->cache, &r->req.ka, &r->cancel, &err);
+        if (rc == 0 && ref_bytes > 0)
+            svc_info("inputs fetched run=%s bytes=%zu ms=%lld", r->id, ref_bytes,
+                     (long long)(svc_now_mono_ms() - t0));
+        if (rc == 0)
+            rc = cn__execute(m, r, &ran_cuda, &err);
+        if (rc == 0 && r->req.output_blobs)
+            rc = cn_blobio_push_outputs(m->blobio, r->kernel, r->outs, r->out_blobs, &r->cancel,
+                                        &err);
 
         pthread_mutex_lock(&m->mu);
         r->use_cuda = ran_cuda;
@@ -447,6 +477,8 @@ int cn_runs_create(const cn_runs_opts *opts, cn_runs **out)
     m->slots = opts->slots;
     m->threads = opts->threads;
     m->backend = opts->backend;
+    m->blobio = opts->blobio;
+    m->cache = opts->cache;
     m->keep_ms = opts->keep_ms > 0 ? opts->keep_ms : CN_KEEP_DEFAULT_MS;
     m->release_grace_ms = opts->release_grace_ms > 0 ? opts->release_grace_ms
                                                      : CN_RELEASE_GRACE_DEFAULT_MS;

@@ -11,6 +11,8 @@
 
 #include "args.h"
 #include "backend.h"
+#include "blobcache.h"
+#include "blobio.h"
 
 typedef struct cn_runs cn_runs;
 
@@ -20,6 +22,10 @@ typedef struct cn_runs_opts {
     const cn_backend *backend;  /* borrowed; must outlive the manager */
     int64_t keep_ms;            /* how long finished runs stay; <= 0: 15 minutes */
     int64_t release_grace_ms;   /* how long released runs stay; <= 0: 60 seconds */
+    const cn_blobio *blobio;    /* borrowed, may be NULL: where blob inputs come from
+                                   and "output_blobs" outputs go; without it a run
+                                   with a blob input fails with backend_error */
+    cn_blobcache *cache;        /* borrowed, may be NULL: input blobs by hash */
 } cn_runs_opts;
 
 enum {
@@ -59,6 +65,7 @@ int cn_runs_submit(cn_runs *m, cn_run_req *req, json_t **run_json, kl_err *err);
 
 /* The run object, waiting up to wait_ms for the run to finish (0: answer at
  * once). With outputs != 0 a succeeded run carries its outputs in base64,
+ * or as {"dtype","shape","blob"} references when it asked for output_blobs,
  * and a terminal answer marks the run collected (see cn_runs_load).
  * Returns 0 and *out (new reference), CN_ENOENT, or CN_ENOMEM. */
 int cn_runs_get(cn_runs *m, const char *run_id, int64_t wait_ms, int outputs, json_t **out);

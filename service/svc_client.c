@@ -1,4 +1,4 @@
-/* svc_client.c — JSON over HTTP with libcurl (svc_client.h). Each thread
+/* svc_client.c — JSON and raw bytes over HTTP with libcurl (svc_client.h). Each thread
  * keeps one easy handle, reset between calls but never closed. All handles
  * share one connection cache (a curl share object), so a short-lived thread
  * — the gateway's tracker of one run — reuses a kept-alive connection to its
@@ -110,60 +110,50 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userp)
     return n;
 }
 
-int svc_http_call(const char *method, const char *url, const char *bearer,
-                  const json_t *body, long timeout_ms, svc_response *resp)
+/* Builds the header list: the given lines plus the bearer's. Returns the
+ * list (caller frees), or NULL with resp->error set. */
+static struct curl_slist *headers_build(const char *const *lines, int n, const char *bearer,
+                                        svc_response *resp)
 {
-    memset(resp, 0, sizeof *resp);
-    if (method == NULL || url == NULL) {
-        snprintf(resp->error, sizeof resp->error, "missing method or url");
-        return -1;
+    struct curl_slist *hdrs = NULL;
+    char auth[1024];
+
+    for (int i = 0; i <= n; i++) {
+        const char *line = i < n ? lines[i] : NULL;
+        if (i == n) {
+            if (bearer == NULL)
+                break;
+            /* A token is pasted into a header line: refuse what could end it. */
+            if (strpbrk(bearer, "\r\n") != NULL || strlen(bearer) > sizeof auth - 32) {
+                snprintf(resp->error, sizeof resp->error, "invalid bearer token");
+                curl_slist_free_all(hdrs);
+                return NULL;
+            }
+            snprintf(auth, sizeof auth, "Authorization: Bearer %s", bearer);
+            line = auth;
+        }
+        /* A NULL result would drop the list built so far: keep the old head. */
+        struct curl_slist *next = curl_slist_append(hdrs, line);
+        if (next == NULL) {
+            snprintf(resp->error, sizeof resp->error, "out of memory");
+            curl_slist_free_all(hdrs);
+            return NULL;
+        }
+        hdrs = next;
     }
+    return hdrs;
+}
+
+/* The calling thread's handle, reset, with the options every call shares. */
+static CURL *handle_prepare(const char *url, struct curl_slist *hdrs, char *errbuf,
+                            svc_response *resp)
+{
     CURL *h = thread_handle();
     if (h == NULL) {
         snprintf(resp->error, sizeof resp->error, "curl_easy_init failed");
-        return -1;
+        return NULL;
     }
     curl_easy_reset(h); /* clears options; the connection cache survives */
-
-    int ret = -1;
-    char *payload = NULL;
-    struct curl_slist *hdrs = NULL;
-    body_buf rb = {0};
-    char errbuf[CURL_ERROR_SIZE] = "";
-    char auth[1024];
-
-    if (body != NULL) {
-        payload = json_dumps(body, JSON_COMPACT);
-        if (payload == NULL) {
-            snprintf(resp->error, sizeof resp->error, "cannot serialize the request body");
-            goto done;
-        }
-    }
-
-    /* Each append may fail on ENOMEM; a NULL result would drop the list
-     * built so far, so keep the old head and check. */
-    const char *lines[4] = {"Accept: application/json", "Expect:", NULL, NULL};
-    int nlines = 2;
-    if (payload != NULL)
-        lines[nlines++] = "Content-Type: application/json";
-    if (bearer != NULL) {
-        /* A token is pasted into a header line: refuse what could end it. */
-        if (strpbrk(bearer, "\r\n") != NULL || strlen(bearer) > sizeof auth - 32) {
-            snprintf(resp->error, sizeof resp->error, "invalid bearer token");
-            goto done;
-        }
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", bearer);
-        lines[nlines++] = auth;
-    }
-    for (int i = 0; i < nlines; i++) {
-        struct curl_slist *n = curl_slist_append(hdrs, lines[i]);
-        if (n == NULL) {
-            snprintf(resp->error, sizeof resp->error, "out of memory");
-            goto done;
-        }
-        hdrs = n;
-    }
-
     curl_easy_setopt(h, CURLOPT_URL, url);
     if (curl_share)
         curl_easy_setopt(h, CURLOPT_SHARE, curl_share);
@@ -172,11 +162,54 @@ int svc_http_call(const char *method, const char *url, const char *bearer,
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    return h;
+}
+
+/* The handle outlives the call: detach everything that does not. */
+static void handle_release(CURL *h)
+{
+    if (h == NULL)
+        return;
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, NULL);
+}
+
+int svc_http_call(const char *method, const char *url, const char *bearer,
+                  const json_t *body, long timeout_ms, svc_response *resp)
+{
+    memset(resp, 0, sizeof *resp);
+    if (method == NULL || url == NULL) {
+        snprintf(resp->error, sizeof resp->error, "missing method or url");
+        return -1;
+    }
+
+    int ret = -1;
+    char *payload = NULL;
+    struct curl_slist *hdrs = NULL;
+    body_buf rb = {0};
+    char errbuf[CURL_ERROR_SIZE] = "";
+    CURL *h = NULL;
+
+    if (body != NULL) {
+        payload = json_dumps(body, JSON_COMPACT);
+        if (payload == NULL) {
+            snprintf(resp->error, sizeof resp->error, "cannot serialize the request body");
+            goto done;
+        }
+    }
+    const char *lines[3] = {"Accept: application/json", "Expect:", "Content-Type: application/json"};
+    if (!(hdrs = headers_build(lines, payload != NULL ? 3 : 2, bearer, resp)))
+        goto done;
+    if (!(h = handle_prepare(url, hdrs, errbuf, resp)))
+        goto done;
     if (timeout_ms > 0) {
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 10000 ? timeout_ms : 10000L);
     }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &rb);
     if (strcmp(method, "GET") == 0) {
@@ -207,12 +240,205 @@ int svc_http_call(const char *method, const char *url, const char *bearer,
     ret = 0;
 
 done:
-    /* The handle outlives this call: detach everything that does not. */
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);
+    handle_release(h);
     curl_slist_free_all(hdrs);
     free(payload);
+    free(rb.buf);
+    return ret;
+}
+
+/* ---- raw bytes ---------------------------------------------------------- */
+
+/* An error reply is kept for its message only: this much of it is enough. */
+#define RAW_ERROR_BODY_MAX (64 << 10)
+
+/* Where a raw GET's body goes: a 2xx body into the caller's buffer, any
+ * other body (a JSON error) into err. */
+typedef struct {
+    CURL *h;
+    char *buf;
+    size_t cap, len;
+    int started, ok;      /* the status was looked at; it is 2xx */
+    int too_big, aborted;
+    int64_t announced;    /* Content-Length, -1 when not sent */
+    svc_chunk_fn on_chunk;
+    void *cls;
+    body_buf err;
+} raw_sink;
+
+static size_t on_raw(char *data, size_t size, size_t nmemb, void *userp)
+{
+    raw_sink *s = userp;
+    size_t n = size * nmemb;
+
+    if (!s->started) {
+        long status = 0;
+        curl_off_t cl = -1;
+        s->started = 1;
+        curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_getinfo(s->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+        s->ok = status >= 200 && status < 300;
+        s->announced = cl >= 0 ? (int64_t)cl : -1;
+        if (s->ok && cl >= 0 && (uint64_t)cl > s->cap) {
+            s->too_big = 1;
+            return 0;  /* curl reports CURLE_WRITE_ERROR */
+        }
+    }
+    if (!s->ok)
+        return s->err.len + n > RAW_ERROR_BODY_MAX ? n : on_body(data, size, nmemb, &s->err);
+    if (n > s->cap - s->len) {
+        s->too_big = 1;
+        return 0;
+    }
+    memcpy(s->buf + s->len, data, n);
+    if (s->on_chunk && s->on_chunk(s->cls, s->buf + s->len, n) != 0) {
+        s->aborted = 1;
+        return 0;
+    }
+    s->len += n;
+    return n;
+}
+
+/* Aborts a transfer once the caller's cancel flag is raised. */
+static int on_progress(void *cls, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    const volatile int *cancel = cls;
+    return __atomic_load_n(cancel, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Stall and cancel limits shared by the raw transfers: a large body may take
+ * minutes, so only silence is a failure, never the total time. */
+static void raw_limits(CURL *h, long stall_ms, const volatile int *cancel)
+{
+    if (stall_ms > 0) {
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, stall_ms < 10000 ? stall_ms : 10000L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall_ms >= 2000 ? stall_ms / 1000 : 1L);
+    }
+    if (cancel != NULL) {
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)cancel);
+    }
+}
+
+static int raw_cancelled(const volatile int *cancel)
+{
+    return cancel != NULL && __atomic_load_n(cancel, __ATOMIC_ACQUIRE) != 0;
+}
+
+int svc_http_get_into(const char *url, const char *bearer, void *buf, size_t cap,
+                      svc_chunk_fn on_chunk, void *cls, long stall_ms,
+                      const volatile int *cancel, svc_response *resp)
+{
+    memset(resp, 0, sizeof *resp);
+    if (url == NULL || (buf == NULL && cap > 0)) {
+        snprintf(resp->error, sizeof resp->error, "missing url or buffer");
+        return -1;
+    }
+
+    int ret = -1;
+    struct curl_slist *hdrs = NULL;
+    char errbuf[CURL_ERROR_SIZE] = "";
+    raw_sink sink = {.buf = buf, .cap = cap, .announced = -1, .on_chunk = on_chunk, .cls = cls};
+    CURL *h = NULL;
+
+    const char *lines[2] = {"Accept: application/octet-stream, application/json", "Expect:"};
+    if (!(hdrs = headers_build(lines, 2, bearer, resp)))
+        goto done;
+    if (!(h = handle_prepare(url, hdrs, errbuf, resp)))
+        goto done;
+    sink.h = h;
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_raw);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+    raw_limits(h, stall_ms, cancel);
+
+    CURLcode rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    resp->status = (int)status;
+    if (sink.too_big) {
+        resp->length = sink.announced > (int64_t)cap ? sink.announced : -1;
+        snprintf(resp->error, sizeof resp->error, "the body is larger than %zu bytes", cap);
+        ret = SVC_XFER_TOOBIG;
+        goto done;
+    }
+    if (sink.aborted || rc == CURLE_ABORTED_BY_CALLBACK || raw_cancelled(cancel)) {
+        snprintf(resp->error, sizeof resp->error, "transfer aborted");
+        ret = SVC_XFER_ABORTED;
+        goto done;
+    }
+    if (rc != CURLE_OK) {
+        snprintf(resp->error, sizeof resp->error, "%s: %s", curl_easy_strerror(rc),
+                 errbuf[0] ? errbuf : url);
+        goto done;
+    }
+    resp->length = (int64_t)sink.len;
+    if (sink.err.len > 0)
+        resp->json = json_loadb(sink.err.buf, sink.err.len, JSON_DECODE_ANY, NULL);
+    ret = 0;
+
+done:
+    handle_release(h);
+    curl_slist_free_all(hdrs);
+    free(sink.err.buf);
+    return ret;
+}
+
+int svc_http_post_raw(const char *url, const char *bearer, const char *ctype, const void *data,
+                      size_t len, long stall_ms, const volatile int *cancel, svc_response *resp)
+{
+    memset(resp, 0, sizeof *resp);
+    if (url == NULL || ctype == NULL || (data == NULL && len > 0) ||
+        strpbrk(ctype, "\r\n") != NULL || strlen(ctype) > 200) {
+        snprintf(resp->error, sizeof resp->error, "missing url, content type or data");
+        return -1;
+    }
+
+    int ret = -1;
+    struct curl_slist *hdrs = NULL;
+    body_buf rb = {0};
+    char errbuf[CURL_ERROR_SIZE] = "", type[224];
+    CURL *h = NULL;
+
+    snprintf(type, sizeof type, "Content-Type: %s", ctype);
+    /* No "Expect: 100-continue": one round trip less per upload. */
+    const char *lines[3] = {"Accept: application/json", "Expect:", type};
+    if (!(hdrs = headers_build(lines, 3, bearer, resp)))
+        goto done;
+    if (!(h = handle_prepare(url, hdrs, errbuf, resp)))
+        goto done;
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    /* POSTFIELDS (not COPYPOSTFIELDS): curl reads the caller's bytes in place. */
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, data != NULL ? data : "");
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &rb);
+    raw_limits(h, stall_ms, cancel);
+
+    CURLcode rc = curl_easy_perform(h);
+    if (rc == CURLE_ABORTED_BY_CALLBACK || raw_cancelled(cancel)) {
+        snprintf(resp->error, sizeof resp->error, "transfer aborted");
+        ret = SVC_XFER_ABORTED;
+        goto done;
+    }
+    if (rc != CURLE_OK) {
+        snprintf(resp->error, sizeof resp->error, "%s: %s", curl_easy_strerror(rc),
+                 errbuf[0] ? errbuf : url);
+        goto done;
+    }
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    resp->status = (int)status;
+    if (rb.len > 0)
+        resp->json = json_loadb(rb.buf, rb.len, JSON_DECODE_ANY, NULL);
+    ret = 0;
+
+done:
+    handle_release(h);
+    curl_slist_free_all(hdrs);
     free(rb.buf);
     return ret;
 }
@@ -224,5 +450,6 @@ void svc_response_clear(svc_response *resp)
     json_decref(resp->json);
     resp->json = NULL;
     resp->status = 0;
+    resp->length = 0;
     resp->error[0] = '\0';
 }

@@ -1,9 +1,13 @@
-/* svc_client.h — a small JSON HTTP client on libcurl. Each thread keeps its
- * own curl handle so connections are reused; calls are thread-safe. */
+/* svc_client.h — a small HTTP client on libcurl: JSON calls, and raw bytes
+ * streamed straight between the network and a caller's buffer (blobs). Each
+ * thread keeps its own curl handle so connections are reused; calls are
+ * thread-safe. */
 #ifndef SVC_CLIENT_H
 #define SVC_CLIENT_H
 
 #include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* Call once in main before threads start (curl_global_init). */
 int svc_client_global_init(void);
@@ -12,7 +16,19 @@ typedef struct svc_response {
     int status;       /* HTTP status; 0 when no response arrived */
     json_t *json;     /* parsed body when it was JSON, else NULL; caller decrefs */
     char error[256];  /* transport error text when status == 0 */
+    int64_t length;   /* raw GET: bytes of the body stored; on SVC_XFER_TOOBIG
+                         the size the server announced, -1 when it did not */
 } svc_response;
+
+/* Results of the raw transfers beyond 0 and -1. */
+enum {
+    SVC_XFER_TOOBIG = -2,   /* a 2xx body longer than the caller's buffer */
+    SVC_XFER_ABORTED = -3,  /* *cancel was raised, or on_chunk asked to stop */
+};
+
+/* Sees each piece of a raw body once it is stored (a running hash follows
+ * the transfer this way). Returns 0 to go on, non-zero to abort. */
+typedef int (*svc_chunk_fn)(void *cls, const void *data, size_t n);
 
 /* Performs method url with an optional JSON body (borrowed) and an optional
  * bearer token, waiting at most timeout_ms. Returns 0 when an HTTP response
@@ -22,5 +38,29 @@ typedef struct svc_response {
 int svc_http_call(const char *method, const char *url, const char *bearer,
                   const json_t *body, long timeout_ms, svc_response *resp);
 void svc_response_clear(svc_response *resp);
+
+/* GETs url (Accept: application/octet-stream) into buf, which the caller
+ * owns and which holds cap bytes: a 2xx body is written straight into it by
+ * the receive callback, never staged elsewhere, and a body longer than cap
+ * is refused — before its first byte when the server announced its
+ * Content-Length — with SVC_XFER_TOOBIG. on_chunk (may be NULL) sees each
+ * stored piece. A non-2xx body (a JSON error) goes to resp->json, never into
+ * buf. stall_ms bounds connecting and any stretch without a byte received;
+ * the total time is not bounded, since a large body may take minutes: the
+ * caller's cancel flag (may be NULL; polled about every second and between
+ * pieces) stops it with SVC_XFER_ABORTED. Returns 0 when a response arrived
+ * (any status; on 2xx resp->length bytes are in buf, perhaps fewer than cap),
+ * -1 on a transport error (resp->error). The caller clears resp. */
+int svc_http_get_into(const char *url, const char *bearer, void *buf, size_t cap,
+                      svc_chunk_fn on_chunk, void *cls, long stall_ms,
+                      const volatile int *cancel, svc_response *resp);
+
+/* POSTs the len bytes at data as the body, Content-Type ctype. data is
+ * borrowed and read in place while the call runs (curl sends from it; no
+ * copy, no encoding); it must stay unchanged until the call returns. The
+ * reply's JSON goes to resp->json. stall_ms and cancel as in
+ * svc_http_get_into. Returns 0 (any status), -1 or SVC_XFER_ABORTED. */
+int svc_http_post_raw(const char *url, const char *bearer, const char *ctype, const void *data,
+                      size_t len, long stall_ms, const volatile int *cancel, svc_response *resp);
 
 #endif

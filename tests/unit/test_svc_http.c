@@ -571,6 +571,96 @@ static void test_client_reports_transport_error(void **state)
     svc_response_clear(&r);
 }
 
+/* ---- raw transfers (svc_http_get_into, svc_http_post_raw) ---------------- */
+
+static int count_chunks(void *cls, const void *data, size_t n)
+{
+    (void)data;
+    *(size_t *)cls += n;
+    return 0;
+}
+
+static void test_get_into_writes_the_body_into_the_callers_buffer(void **state)
+{
+    (void)state;
+    char url[128], buf[5000];
+    size_t seen = 0;
+    svc_response r;
+    snprintf(url, sizeof url, "%s/v1/stream?bytes=5000", base);
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(svc_http_get_into(url, "tok", buf, sizeof buf, count_chunks, &seen, 5000, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.length, 5000);
+    assert_int_equal(seen, 5000);
+    for (int i = 0; i < 5000; i++)
+        assert_int_equal(buf[i], '0' + i % 10);
+    svc_response_clear(&r);
+}
+
+static void test_get_into_refuses_a_body_larger_than_the_buffer(void **state)
+{
+    (void)state;
+    char url[128], buf[4096];
+    svc_response r;
+    /* unannounced (chunked): found out on the way */
+    snprintf(url, sizeof url, "%s/v1/stream?bytes=5000", base);
+    assert_int_equal(svc_http_get_into(url, NULL, buf, sizeof buf, NULL, NULL, 5000, NULL, &r), SVC_XFER_TOOBIG);
+    assert_int_equal(r.length, -1);
+    svc_response_clear(&r);
+    /* announced (Content-Length): refused before a byte is stored */
+    snprintf(url, sizeof url, "%s/v1/big?mb=1", base);
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(svc_http_get_into(url, NULL, buf, 100, NULL, NULL, 5000, NULL, &r), SVC_XFER_TOOBIG);
+    assert_true(r.length > (1 << 20));
+    assert_int_equal(buf[0], 0);
+    svc_response_clear(&r);
+}
+
+static void test_get_into_keeps_an_error_reply_out_of_the_buffer(void **state)
+{
+    (void)state;
+    char url[128], buf[4096];
+    svc_response r;
+    snprintf(url, sizeof url, "%s/v1/error", base);
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(svc_http_get_into(url, NULL, buf, sizeof buf, NULL, NULL, 5000, NULL, &r), 0);
+    assert_int_equal(r.status, 409);
+    assert_int_equal(buf[0], 0);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "error"), "code")),
+                        "conflict");
+    svc_response_clear(&r);
+}
+
+static void test_raw_transfers_stop_when_cancelled(void **state)
+{
+    (void)state;
+    char url[128], buf[64];
+    int cancel = 1;
+    svc_response r;
+    snprintf(url, sizeof url, "%s/v1/stream?bytes=64", base);
+    assert_int_equal(svc_http_get_into(url, NULL, buf, sizeof buf, NULL, NULL, 5000, &cancel, &r),
+                     SVC_XFER_ABORTED);
+    svc_response_clear(&r);
+    snprintf(url, sizeof url, "%s/v1/raw", base);
+    assert_int_equal(svc_http_post_raw(url, NULL, "application/octet-stream", buf, sizeof buf, 5000,
+                                       &cancel, &r), SVC_XFER_ABORTED);
+    svc_response_clear(&r);
+}
+
+static void test_post_raw_sends_the_bytes_as_they_are(void **state)
+{
+    (void)state;
+    char url[128], buf[1000];
+    svc_response r;
+    memset(buf, 0xab, sizeof buf);
+    snprintf(url, sizeof url, "%s/v1/raw", base);
+    assert_int_equal(svc_http_post_raw(url, "tok", "application/octet-stream", buf, sizeof buf, 5000,
+                                       NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(json_integer_value(json_object_get(r.json, "len")), 1000);
+    svc_response_clear(&r);
+}
+
 static void test_bad_listen_address_is_refused(void **state)
 {
     (void)state;
@@ -611,6 +701,11 @@ int main(void)
         cmocka_unit_test(test_large_response_arrives_whole),
         cmocka_unit_test(test_streamed_reply_arrives_whole_and_chunked),
         cmocka_unit_test(test_client_reports_transport_error),
+        cmocka_unit_test(test_get_into_writes_the_body_into_the_callers_buffer),
+        cmocka_unit_test(test_get_into_refuses_a_body_larger_than_the_buffer),
+        cmocka_unit_test(test_get_into_keeps_an_error_reply_out_of_the_buffer),
+        cmocka_unit_test(test_raw_transfers_stop_when_cancelled),
+        cmocka_unit_test(test_post_raw_sends_the_bytes_as_they_are),
         cmocka_unit_test(test_bad_listen_address_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,340 @@
+/* test_cn_blobio.c — runs whose inputs are blob references and whose
+ * outputs leave as blobs, through the run manager with a fake transport in
+ * place of the gateway: fetch, cache, size and hash checks, cancel while
+ * fetching, push with retries, and the {"blob"} outputs of cn_runs_get. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blobcache.h"
+#include "blobio.h"
+#include "runs.h"
+#include "svc_log.h"
+#include "svc_sha256.h"
+#include "svc_tensor.h"
+
+/* ---- the fake gateway --------------------------------------------------- */
+
+#define NBLOBS 16
+
+typedef struct fake {
+    struct { char id[72]; unsigned char *data; size_t len; } blobs[NBLOBS];
+    int n;
+    int fetches;           /* calls to fetch */
+    int corrupt;           /* fetch flips a byte */
+    int block;             /* fetch waits for the cancel flag */
+    int push_failures;     /* pushes that fail before one succeeds */
+    int pushes;
+} fake;
+
+static void id_of(const void *data, size_t n, char id[72])
+{
+    char hex[65];
+    svc_sha256 *h = svc_sha256_new();
+    assert_non_null(h);
+    assert_int_equal(svc_sha256_update(h, data, n), 0);
+    assert_int_equal(svc_sha256_final_hex(h, hex), 0);
+    snprintf(id, 72, "sha256:%s", hex);
+}
+
+static const char *store(fake *f, const void *data, size_t n)
+{
+    assert_true(f->n < NBLOBS);
+    f->blobs[f->n].data = malloc(n ? n : 1);
+    memcpy(f->blobs[f->n].data, data, n);
+    f->blobs[f->n].len = n;
+    id_of(data, n, f->blobs[f->n].id);
+    return f->blobs[f->n++].id;
+}
+
+static int fake_fetch(void *cls, const char *id, void *buf, size_t size, svc_chunk_fn on_chunk,
+                      void *chunk_cls, const volatile int *cancel, int64_t *got, char *msg,
+                      size_t msglen)
+{
+    fake *f = cls;
+    __atomic_add_fetch(&f->fetches, 1, __ATOMIC_SEQ_CST);
+    *got = 0;
+    while (f->block) {
+        if (__atomic_load_n(cancel, __ATOMIC_ACQUIRE))
+            return CN_BLOBIO_ECANCELED;
+        usleep(10000);
+    }
+    for (int i = 0; i < f->n; i++) {
+        if (strcmp(f->blobs[i].id, id) != 0)
+            continue;
+        *got = (int64_t)f->blobs[i].len;
+        if (f->blobs[i].len != size)
+            return CN_BLOBIO_ESIZE;
+        /* in two pieces, as a network would */
+        memcpy(buf, f->blobs[i].data, size);
+        if (f->corrupt)
+            ((unsigned char *)buf)[0] ^= 1;
+        on_chunk(chunk_cls, buf, size / 2);
+        on_chunk(chunk_cls, (char *)buf + size / 2, size - size / 2);
+        return 0;
+    }
+    snprintf(msg, msglen, "the gateway has no blob %s", id);
+    return CN_BLOBIO_EFAIL;
+}
+
+static int fake_push(void *cls, const void *data, size_t n, const volatile int *cancel,
+                     char id[CN_BLOB_ID_SIZE], char *msg, size_t msglen)
+{
+    fake *f = cls;
+    (void)cancel;
+    f->pushes++;
+    if (f->push_failures > 0) {
+        f->push_failures--;
+        snprintf(msg, msglen, "connection refused");
+        return CN_BLOBIO_EFAIL;
+    }
+    snprintf(id, CN_BLOB_ID_SIZE, "%s", store(f, data, n));
+    return 0;
+}
+
+/* ---- fixture ------------------------------------------------------------ */
+
+typedef struct fixture {
+    cn_backend backend;
+    cn_runs *runs;
+    cn_blobcache *cache;
+    cn_blobio io;
+    fake f;
+} fixture;
+
+static int setup_with(void **state, int with_io)
+{
+    static fixture fx;
+    for (int i = 0; i < fx.f.n; i++)
+        free(fx.f.blobs[i].data);
+    memset(&fx, 0, sizeof fx);
+    svc_log_init("test", SVC_LOG_ERROR);
+    assert_int_equal(cn_backend_open(&fx.backend, "cpu", NULL), 0);
+    assert_int_equal(cn_blobcache_create(1 << 20, &fx.cache), 0);
+    fx.io = (cn_blobio){.fetch = fake_fetch, .push = fake_push, .cls = &fx.f};
+    cn_runs_opts o = {.slots = 2, .threads = 1, .backend = &fx.backend,
+                      .blobio = with_io ? &fx.io : NULL, .cache = fx.cache};
+    assert_int_equal(cn_runs_create(&o, &fx.runs), 0);
+    *state = &fx;
+    return 0;
+}
+static int setup(void **state) { return setup_with(state, 1); }
+static int setup_no_io(void **state) { return setup_with(state, 0); }
+
+static int teardown(void **state)
+{
+    fixture *fx = *state;
+    cn_runs_destroy(fx->runs);
+    cn_blobcache_destroy(fx->cache);
+    cn_backend_close(&fx->backend);
+    return 0;
+}
+
+/* Submits saxpy y = a*x + y with x and y as blob references. */
+static void submit_saxpy(fixture *fx, const char *job, const char *x, const char *y, int n,
+                         int output_blobs)
+{
+    char text[1024];
+    cn_run_req req;
+    kl_err err;
+    int status;
+    snprintf(text, sizeof text,
+             "{\"job_id\":\"%s\",\"attempt\":1,\"kernel\":\"saxpy\",\"params\":{\"a\":2},%s"
+             "\"inputs\":{\"x\":{\"dtype\":\"float32\",\"shape\":[%d],\"blob\":\"%s\"},"
+             "\"y\":{\"dtype\":\"float32\",\"shape\":[%d],\"blob\":\"%s\"}}}",
+             job, output_blobs ? "\"output_blobs\":true," : "", n, x, n, y);
+    json_t *body = json_loads(text, 0, NULL);
+    assert_non_null(body);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(cn_run_req_decode(body, &req, &status, &err), 0);
+    assert_int_equal(req.output_blobs, output_blobs);
+    assert_int_equal(cn_runs_submit(fx->runs, &req, NULL, &err), CN_RUN_NEW);
+    cn_run_req_clear(&req);
+    json_decref(body);
+}
+
+static json_t *wait_run(fixture *fx, const char *id)
+{
+    json_t *run = NULL;
+    assert_int_equal(cn_runs_get(fx->runs, id, 5000, 1, &run), 0);
+    return run;
+}
+
+static const char *str(const json_t *j, const char *key)
+{
+    return json_string_value(json_object_get(j, key));
+}
+
+static const json_t *error_of(const json_t *run)
+{
+    return json_object_get(run, "error");
+}
+
+static const float X[4] = {1, 2, 3, 4}, Y[4] = {10, 20, 30, 40};
+
+static void test_blob_inputs_run_and_outputs_leave_as_blobs(void **state)
+{
+    fixture *fx = *state;
+    const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
+    submit_saxpy(fx, "j", x, y, 4, 1);
+    json_t *run = wait_run(fx, "j.1");
+    assert_string_equal(str(run, "state"), "succeeded");
+    const json_t *out = json_object_get(json_object_get(run, "outputs"), "y");
+    assert_non_null(out);
+    assert_null(json_object_get(out, "b64"));
+    assert_string_equal(str(out, "dtype"), "float32");
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(out, "shape"), 0)), 4);
+    /* the pushed bytes are 2x + y */
+    const float want[4] = {12, 24, 36, 48};
+    char want_id[72];
+    id_of(want, sizeof want, want_id);
+    assert_string_equal(str(out, "blob"), want_id);
+    assert_int_equal(fx->f.pushes, 1);
+    json_decref(run);
+}
+
+static void test_without_output_blobs_outputs_are_base64(void **state)
+{
+    fixture *fx = *state;
+    const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
+    submit_saxpy(fx, "b", x, y, 4, 0);
+    json_t *run = wait_run(fx, "b.1");
+    assert_string_equal(str(run, "state"), "succeeded");
+    const json_t *out = json_object_get(json_object_get(run, "outputs"), "y");
+    assert_string_equal(str(out, "b64"), "AABAQQAAwEEAABBCAABAQg==");  /* [12, 24, 36, 48] */
+    assert_int_equal(fx->f.pushes, 0);
+    json_decref(run);
+}
+
+static void test_a_second_run_takes_its_inputs_from_the_cache(void **state)
+{
+    fixture *fx = *state;
+    const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
+    submit_saxpy(fx, "c1", x, y, 4, 1);
+    json_decref(wait_run(fx, "c1.1"));
+    assert_int_equal(fx->f.fetches, 2);
+    submit_saxpy(fx, "c2", x, y, 4, 1);
+    json_t *run = wait_run(fx, "c2.1");
+    assert_string_equal(str(run, "state"), "succeeded");
+    assert_int_equal(fx->f.fetches, 2);  /* nothing crossed again */
+    cn_blobcache_stats s;
+    cn_blobcache_stats_get(fx->cache, &s);
+    assert_int_equal(s.hits, 2);
+    assert_int_equal(s.misses, 2);
+    assert_int_equal(s.fetched_bytes, 2 * sizeof X);
+    assert_int_equal(s.served_bytes, 2 * sizeof X);
+    json_decref(run);
+}
+
+static void test_a_blob_of_the_wrong_size_is_invalid_argument(void **state)
+{
+    fixture *fx = *state;
+    const char *x = store(&fx->f, X, 12), *y = store(&fx->f, Y, sizeof Y);
+    submit_saxpy(fx, "s", x, y, 4, 1);
+    json_t *run = wait_run(fx, "s.1");
+    assert_string_equal(str(run, "state"), "failed");
+    assert_string_equal(str(error_of(run), "code"), "invalid_argument");
+    assert_string_equal(str(error_of(run), "field"), "inputs.x");
+    assert_non_null(strstr(str(error_of(run), "message"), "has 12 bytes"));
+    assert_non_null(strstr(str(error_of(run), "message"), "needs 16 bytes"));
+    json_decref(run);
+}
+
+static void test_an_unknown_blob_is_a_backend_error(void **state)
+{
+    fixture *fx = *state;
+    const char *x = store(&fx->f, X, sizeof X);
+    char missing[72];
+    id_of("nothing", 7, missing);
+    submit_saxpy(fx, "u", x, missing, 4, 1);
+    json_t *run = wait_run(fx, "u.1");
+    assert_string_equal(str(run, "state"), "failed");
+    assert_string_equal(str(error_of(run), "code"), "backend_error");
+    assert_non_null(strstr(str(error_of(run), "message"), "no blob"));
+    json_decref(run);
+}
+
+static void test_bytes_that_do_not_hash_to_their_id_are_a_backend_error(void **state)
+{
+    fixture *fx = *state;
+    const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
+    fx->f.corrupt = 1;
+    submit_saxpy(fx, "h", x, y, 4, 1);
+    json_t *run = wait_run(fx, "h.1");
+    assert_string_equal(str(run, "state"), "failed");
+    assert_string_equal(str(error_of(run), "code"), "backend_error");
+    assert_non_null(strstr(str(error_of(run), "message"), "hash to"));
+    /* and nothing corrupt was cached */
+    cn_blobcache_stats s;
+    cn_blobcache_stats_get(fx->cache, &s);
+    assert_int_equal(s.entries, 0);
+    json_decref(run);
+}
+
+static void test_cancel_stops_the_fetch(void **state)
+{
+    fixture *fx = *state;
+    const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
+    json_t *run = NULL;
+    fx->f.block = 1;
+    submit_saxpy(fx, "k", x, y, 4, 1);
+    while (__atomic_load_n(&fx->f.fetches, __ATOMIC_SEQ_CST) < 2)
+        usleep(5000);
+    assert_int_equal(cn_runs_cancel(fx->runs, "k.1", 3000, &run), 0);
+    assert_string_equal(str(run, "state"), "cancelled");
+    json_decref(run);
+}
+
+static void test_a_push_is_retried_then_fails_the_run(void **state)
+{
+    fixture *fx = *state;
+    const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
+    fx->f.push_failures = 2;  /* the third try succeeds */
+    submit_saxpy(fx, "p1", x, y, 4, 1);
+    json_t *run = wait_run(fx, "p1.1");
+    assert_string_equal(str(run, "state"), "succeeded");
+    assert_int_equal(fx->f.pushes, 3);
+    json_decref(run);
+    fx->f.push_failures = 100;
+    submit_saxpy(fx, "p2", x, y, 4, 1);
+    run = wait_run(fx, "p2.1");
+    assert_string_equal(str(run, "state"), "failed");
+    assert_string_equal(str(error_of(run), "code"), "backend_error");
+    assert_non_null(strstr(str(error_of(run), "message"), "connection refused"));
+    json_decref(run);
+}
+
+static void test_without_a_transport_a_blob_input_is_a_backend_error(void **state)
+{
+    fixture *fx = *state;
+    const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
+    submit_saxpy(fx, "n", x, y, 4, 0);
+    json_t *run = wait_run(fx, "n.1");
+    assert_string_equal(str(run, "state"), "failed");
+    assert_string_equal(str(error_of(run), "code"), "backend_error");
+    json_decref(run);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_blob_inputs_run_and_outputs_leave_as_blobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_without_output_blobs_outputs_are_base64, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_second_run_takes_its_inputs_from_the_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_blob_of_the_wrong_size_is_invalid_argument, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_an_unknown_blob_is_a_backend_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bytes_that_do_not_hash_to_their_id_are_a_backend_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_stops_the_fetch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_push_is_retried_then_fails_the_run, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_without_a_transport_a_blob_input_is_a_backend_error, setup_no_io, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
