@@ -4,7 +4,8 @@
 # Sanitizer, every UB report fatal, leaks checked) into build-fuzz/, then
 # runs each for FUZZ_SECONDS (default 60) seconds, one after the other.
 #
-#   tests/fuzz/run.sh [harness...]      job_req tensor b64 json (default: all)
+#   tests/fuzz/run.sh [harness...]      job_req tensor b64 json npy multipart
+#                                       (default: all)
 #   FUZZ_SECONDS=10 tests/fuzz/run.sh   the short run of `make test`
 #
 # Each harness starts from its seed corpus (tests/fuzz/corpus/<harness>/,
@@ -30,11 +31,15 @@ SRC_json="service/svc_json.c service/svc_util.c"
 SRC_tensor="service/svc_tensor.c service/svc_json.c service/svc_util.c"
 SRC_job_req="gateway/request.c gateway/blob.c service/svc_kargs.c service/svc_tensor.c service/svc_json.c service/svc_util.c
              kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ')"
+SRC_npy="service/svc_npy.c"
+SRC_multipart="service/svc_multipart.c"
 LIBS_b64=""
 LIBS_json="-ljansson -lm"
 LIBS_tensor="-ljansson -lm"
 LIBS_job_req="-ljansson -lopenblas -lm -lpthread"
-ALL="job_req tensor b64 json"
+LIBS_npy=""
+LIBS_multipart=""
+ALL="job_req tensor b64 json npy multipart"
 
 CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -pthread -Wall -Wextra -Wno-unused-parameter
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
