@@ -10,11 +10,13 @@
 
 /* What the gateway keeps on a request (its svc_req user slot): the caller
  * once authenticated, and a blob upload in progress. */
+typedef struct gw_mpart gw_mpart;
 typedef struct gw_reqctx {
     gw_caller who;
     int authenticated;
     struct gw_bwriter *upload;  /* POST /v1/blobs: the bytes so far */
     int upload_err;             /* -errno of the first failed write */
+    gw_mpart *mpart;            /* a multipart POST /v1/jobs (freed with the request) */
 } gw_reqctx;
 /* The request's context, created zeroed on first use; NULL on ENOMEM. */
 gw_reqctx *gw_reqctx_of(svc_req *req);
@@ -53,6 +55,12 @@ int gw_api_jobs_get(svc_req *req);
 int gw_api_jobs_list(svc_req *req);
 int gw_api_jobs_result(svc_req *req);
 int gw_api_jobs_cancel(svc_req *req);
+/* submit_multipart.c: the streamed body of a multipart/form-data POST
+ * /v1/jobs (tensor parts go to the blob store as they arrive), and at the
+ * end the job's JSON with each {"part"} input turned into {"blob"}: a new
+ * reference, or NULL after replying 4xx/5xx. */
+int gw_mpart_body(svc_req *req, const char *data, size_t n);
+json_t *gw_mpart_job(svc_req *req);
 /* GET /v1/jobs/{id}/outputs/{name}: the output's raw bytes (sendfile), or
  * a .npy file with ?format=npy or Accept: application/x-npy. */
 int gw_api_jobs_output(svc_req *req);

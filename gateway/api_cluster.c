@@ -270,7 +270,8 @@ int gw_api_openapi(svc_req *req)
 #define A GW_ACCESS_ADMIN
 #define C GW_ACCESS_CLUSTER
 svc_route gw_routes[] = {
-    {.method = "POST", .pattern = "/v1/jobs", .handler = gw_api_jobs_submit, .json_body = 1, .access = T},
+    {.method = "POST", .pattern = "/v1/jobs", .handler = gw_api_jobs_submit, .json_body = 1, .access = T,
+     .body = gw_mpart_body, .body_type = "multipart/form-data"},
     {.method = "GET", .pattern = "/v1/jobs", .handler = gw_api_jobs_list, .access = T},
     {.method = "GET", .pattern = "/v1/jobs/{id}", .handler = gw_api_jobs_get, .access = T},
     {.method = "GET", .pattern = "/v1/jobs/{id}/result", .handler = gw_api_jobs_result, .access = T},
@@ -310,6 +311,6 @@ svc_route gw_routes[] = {
 void gw_routes_set_blob_limit(size_t bytes)
 {
     for (svc_route *r = gw_routes; r->method != NULL; r++)
-        if (r->body == gw_api_blobs_body)
+        if (r->body != NULL)
             r->max_body = bytes;
 }

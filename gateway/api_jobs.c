@@ -114,7 +114,12 @@ int gw_api_jobs_submit(svc_req *req)
         return 0;
     gw_job_req jr;
     gw_verr ve;
-    if (gw_job_req_parse(svc_req_json(req), &jr, &ve) != 0)
+    json_t *body = svc_req_streamed(req) ? gw_mpart_job(req) : json_incref(svc_req_json(req));
+    if (body == NULL)
+        return 0;
+    int bad = gw_job_req_parse(body, &jr, &ve);
+    json_decref(body);
+    if (bad)
         return svc_reply_error(req, ve.status, "invalid_argument", ve.field[0] ? ve.field : NULL,
                                NULL, "%s", ve.message);
     if (gw_job_req_check_output(&jr, (int64_t)app->cfg.max_output_mb << 20, &ve) != 0) {

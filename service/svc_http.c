@@ -108,6 +108,7 @@ struct svc_req {
     int status;                    /* 0 until a reply is queued */
     int queued;                    /* 1 if MHD accepted the reply */
     int over_limit;                /* body exceeded max_body; rest discarded */
+    int streamed;                  /* the body goes to route->body, unbuffered */
     int body_stopped;              /* the route's body callback said stop */
     void (*on_free)(void *);       /* svc_req_on_free */
     void *on_free_arg;
@@ -548,7 +549,7 @@ static int is_json_content_type(const char *ct)
 /* The body limit of the request's route (the server's unless it sets one). */
 static size_t req_max_body(const svc_req *r)
 {
-    return r->route != NULL && r->route->max_body > 0 ? r->route->max_body : r->srv->max_body;
+    return r->streamed && r->route->max_body > 0 ? r->route->max_body : r->srv->max_body;
 }
 
 static int too_large(svc_req *r)
@@ -785,6 +786,21 @@ static void req_begin(svc_req *r)
             svc_reply_error(r, 500, "internal", NULL, NULL, "the access check did not reply");
         return;
     }
+    /* A body of body_type streams to the route (a JSON route may take one
+     * too); a JSON body is buffered and parsed here. */
+    const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
+    int of_type = r->route->body_type != NULL && ct != NULL &&
+                  strncasecmp(ct, r->route->body_type, strlen(r->route->body_type)) == 0;
+    r->streamed = r->route->body != NULL && (of_type || !r->route->json_body);
+    if (r->route->json_body ? !r->streamed && !is_json_content_type(ct)
+                            : r->route->body_type != NULL && !of_type) {
+        svc_reply_error(r, 415, "unsupported_media_type", NULL, NULL, "%s %s needs Content-Type: %s%s%s",
+                        r->method, r->path, r->route->json_body ? "application/json" : "",
+                        r->route->json_body && r->route->body_type ? " or " : "",
+                        r->route->body_type ? r->route->body_type : "");
+        return;
+    }
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL) {
@@ -794,22 +810,8 @@ static void req_begin(svc_req *r)
             too_large(r);
             return;
         }
-        if (n > 0 && r->route->body == NULL && (r->body = malloc((size_t)n + 1)) != NULL)
+        if (n > 0 && !r->streamed && (r->body = malloc((size_t)n + 1)) != NULL)
             r->body_cap = (size_t)n + 1;
-    }
-    const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
-    if (r->route->body_type != NULL &&
-        (ct == NULL || strncasecmp(ct, r->route->body_type, strlen(r->route->body_type)) != 0)) {
-        svc_reply_error(r, 415, "unsupported_media_type", NULL, NULL, "%s %s needs Content-Type: %s",
-                        r->method, r->path, r->route->body_type);
-        return;
-    }
-    if (r->route->json_body &&
-        !is_json_content_type(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                          MHD_HTTP_HEADER_CONTENT_TYPE))) {
-        svc_reply_error(r, 415, "unsupported_media_type", NULL, NULL,
-                        "%s %s needs Content-Type: application/json", r->method, r->path);
     }
 }
 
@@ -850,7 +852,7 @@ static void req_finish(svc_req *r)
         too_large(r);
         return;
     }
-    if (r->route->json_body) {
+    if (r->route->json_body && !r->streamed) {
         if (r->body_len == 0) {
             svc_reply_error(r, 400, "invalid_json", NULL, NULL,
                             "the request body is empty; a JSON object is expected");
@@ -905,7 +907,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         *upload_size = 0;
         if (r->status != 0)
             return MHD_YES; /* refused from the headers; MHD drops the rest */
-        if (!r->over_limit && r->route->body != NULL) {
+        if (!r->over_limit && r->streamed) {
             /* A streamed body goes to the route piece by piece. */
             if (n > req_max_body(r) - r->body_len) {
                 r->over_limit = 1;
@@ -1000,6 +1002,7 @@ void *svc_req_app(svc_req *req) { return req->srv->app; }
 const char *svc_req_method(svc_req *req) { return req->method; }
 const char *svc_req_path(svc_req *req) { return req->path; }
 json_t *svc_req_json(svc_req *req) { return req->json; }
+int svc_req_streamed(svc_req *req) { return req->streamed; }
 const char *svc_req_client_ip(svc_req *req) { return req->ip; }
 void svc_req_set_user(svc_req *req, void *p) { req->user = p; }
 void *svc_req_user(svc_req *req) { return req->user; }

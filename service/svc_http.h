@@ -44,9 +44,12 @@ typedef struct svc_route {
     int reserved;         /* 1: served even on a connection over the per-IP
                              limit (health checks, cluster traffic), so that
                              clients on the same address cannot crowd it out */
-    svc_body_fn body;     /* set: the body is streamed to it, never buffered */
-    const char *body_type;/* set: the Content-Type the body must have (415) */
-    size_t max_body;      /* bytes; 0: the server's max_body */
+    svc_body_fn body;     /* set: the body is streamed to it, never buffered
+                             (on a json_body route: only a body of body_type;
+                             svc_req_streamed says which came) */
+    const char *body_type;/* the Content-Type a streamed body must have (415) */
+    size_t max_body;      /* bytes of a streamed body; 0: the server's max_body
+                             (a JSON body always has the server's) */
 } svc_route;
 
 /* Decides from the head whether the caller may use a route whose access is
@@ -91,6 +94,7 @@ const char *svc_req_param(svc_req *req, const char *name);   /* {name} from the 
 const char *svc_req_query(svc_req *req, const char *name);   /* NULL if absent */
 const char *svc_req_header(svc_req *req, const char *name);  /* case-insensitive */
 json_t *svc_req_json(svc_req *req);       /* borrowed; NULL without a JSON body */
+int svc_req_streamed(svc_req *req);       /* 1: the body went to route->body */
 const char *svc_req_body(svc_req *req, size_t *len);
 /* "Bearer X" from Authorization: returns X, or NULL. */
 const char *svc_req_bearer(svc_req *req);

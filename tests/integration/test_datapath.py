@@ -249,3 +249,55 @@ def test_node_killed_while_it_runs_a_blob_job_the_job_ends_right_once(A, stack):
     finally:
         stack.start_node(victim)
         stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+# ---------------------------------------------------------------- multipart submits
+
+def multipart_submit(A, job, parts, **kw):
+    files = [("job", (None, job if isinstance(job, (bytes, str)) else __import__("json").dumps(job),
+                      "application/json"))]
+    files += [(name, (name + ".bin", data, "application/octet-stream")) for name, data in parts]
+    return A.post("/v1/jobs", files=files, **kw)
+
+
+def test_multipart_submit_carries_json_and_raw_bytes(A):
+    x = np.arange(1000, dtype=np.float32)
+    y = np.full(1000, 10, dtype=np.float32)
+    r = multipart_submit(A, {"kernel": "saxpy", "params": {"a": 2.0}, "inputs": {
+        "x": {"dtype": "float32", "shape": [1000], "part": "x"},
+        "y": {"dtype": "float32", "shape": [1000], "part": "y"}}},
+        [("x", x.tobytes()), ("y", y.tobytes())])
+    assert r.status_code == 202, r.text
+    done = A.wait(r.json()["id"])
+    assert done["state"] == "succeeded", done
+    np.testing.assert_array_equal(outputs(A, done["id"])["y"], 2 * x + y)
+    # the parts are the tenant's blobs now
+    assert A.get("/v1/blobs/" + "sha256:" + __import__("hashlib").sha256(x.tobytes()).hexdigest()
+                 ).status_code == 200
+
+
+@pytest.mark.parametrize("case,status", [
+    ("no-job-part", 400), ("unknown-part", 422), ("unused-part", 422), ("wrong-size", 422),
+    ("truncated", 400), ("bad-json", 400)])
+def test_bad_multipart_submits_are_refused_and_store_no_job(A, no_new_jobs, case, status):
+    x = np.arange(4, dtype=np.float32).tobytes()
+    job = {"kernel": "saxpy", "params": {"a": 1.0}, "inputs": {
+        "x": {"dtype": "float32", "shape": [4], "part": "x"},
+        "y": {"dtype": "float32", "shape": [4], "part": "y"}}}
+    if case == "no-job-part":
+        r = A.post("/v1/jobs", files=[("x", ("x", x, "application/octet-stream"))])
+    elif case == "unknown-part":
+        r = multipart_submit(A, job, [("x", x), ("z", x)])
+    elif case == "unused-part":
+        r = multipart_submit(A, job, [("x", x), ("y", x), ("extra", x)])
+    elif case == "wrong-size":
+        r = multipart_submit(A, job, [("x", x), ("y", x[:8])])
+    elif case == "bad-json":
+        r = multipart_submit(A, b'{"kernel": ', [("x", x)])
+    else:
+        body = (b"--B\r\nContent-Disposition: form-data; name=\"job\"\r\n\r\n"
+                + __import__("json").dumps(job).encode() + b"\r\n--B\r\n"
+                b"Content-Disposition: form-data; name=\"x\"\r\n\r\n" + x)  # no closing boundary
+        r = A.post("/v1/jobs", data=body, headers={"Content-Type": "multipart/form-data; boundary=B"})
+    assert r.status_code == status, (case, r.status_code, r.text)
+    assert "error" in r.json()
