@@ -189,6 +189,9 @@ class JobSpec:
         self.priority = r.randint(0, 9)
         self.max_attempts = r.choice((3, 5, 5, 10))
         self.b64 = r.random() < 0.5
+        # a third of the jobs with inputs upload them as blobs first (drawn
+        # apart, so that the other draws stay what they were)
+        self.blob = random.Random(self.seed ^ 0xB10B).random() < 0.33
         self.r = r
 
     def rng(self):
@@ -222,11 +225,19 @@ class JobSpec:
             return params, inputs
         return {"seconds": round(r.uniform(0.2, 1.0), 3)}, {}
 
-    def body(self, run_label):
+    def blob_inputs(self):
+        """The input arrays' raw bytes, by input name, for a blob job."""
+        return {k: np.ascontiguousarray(v).tobytes() for k, v in self._arrays()[1].items()}
+
+    def body(self, run_label, blob_ids=None):
         params, inputs = self._arrays()
+        def wire(k, v):
+            if blob_ids is not None:
+                return {"dtype": "float32", "shape": list(v.shape), "blob": blob_ids[k]}
+            return stk.tensor(v, b64=self.b64)
         return json.dumps({
             "kernel": self.kind, "params": params,
-            "inputs": {k: stk.tensor(v, b64=self.b64) for k, v in inputs.items()},
+            "inputs": {k: wire(k, v) for k, v in inputs.items()},
             "priority": self.priority, "timeout_s": 60, "max_attempts": self.max_attempts,
             "resources": {"backend": "any"},
             "labels": {"chaos": run_label, "cid": str(self.idx)},
@@ -312,6 +323,28 @@ class Submitter:
         for _ in range(self.nworkers):
             self.q.put(None)
 
+    def _upload(self, http, key, spec):
+        """Uploads a blob job's inputs through the faults (retrying like a
+        submit); their ids by input name, or None past the deadline."""
+        ids = {}
+        hdr = {"Authorization": f"Bearer {key}", "Content-Type": "application/octet-stream"}
+        for name, data in spec.blob_inputs().items():
+            while name not in ids:
+                if time.monotonic() >= self.deadline:
+                    return None
+                try:
+                    r = http.post(self.stack.base + "/v1/blobs", data=data, headers=hdr, timeout=10)
+                    code = r.status_code
+                except requests.RequestException:
+                    code, r = "conn", None
+                if code in (200, 201):
+                    ids[name] = r.json()["id"]
+                    with self.mu:
+                        self.stats["blob_uploads"] += 1
+                    continue
+                time.sleep(retry_after(r) if code in (503, 429) else 0.5)
+        return ids
+
     def _work(self):
         http = requests.Session()
         key = self.stack.keys["A"]
@@ -321,7 +354,12 @@ class Submitter:
             spec = self.q.get()
             if spec is None:
                 return
-            body = spec.body(self.run_label)
+            blob_ids = None
+            if spec.blob and spec.kind != "sleep":
+                blob_ids = self._upload(http, key, spec)
+                if blob_ids is None:
+                    continue
+            body = spec.body(self.run_label, blob_ids)
             while time.monotonic() < self.deadline:
                 delay = 0.5
                 try:
