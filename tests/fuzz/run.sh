@@ -4,7 +4,7 @@
 # Sanitizer, every UB report fatal, leaks checked) into build-fuzz/, then
 # runs each for FUZZ_SECONDS (default 60) seconds, one after the other.
 #
-#   tests/fuzz/run.sh [harness...]      job_req tensor b64 json npy multipart
+#   tests/fuzz/run.sh [harness...]      job_req tensor b64 json npy multipart tstream
 #                                       (default: all)
 #   FUZZ_SECONDS=10 tests/fuzz/run.sh   the short run of `make test`
 #
@@ -28,18 +28,21 @@ case $SECONDS_EACH in ''|*[!0-9]*) echo "fuzz: FUZZ_SECONDS must be a number of 
 # The harness links only what it exercises, compiled here from the sources.
 SRC_b64="service/svc_util.c"
 SRC_json="service/svc_json.c service/svc_util.c"
-SRC_tensor="service/svc_tensor.c service/svc_json.c service/svc_util.c"
+SRC_tensor="service/svc_tensor.c service/svc_json.c service/svc_util.c service/svc_sha256.c"
 SRC_job_req="gateway/request.c gateway/blob.c service/svc_kargs.c service/svc_tensor.c service/svc_json.c service/svc_util.c
-             kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ')"
+             service/svc_sha256.c kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ')"
+SRC_tstream="service/svc_tstream.c service/svc_tensor.c service/svc_json.c service/svc_util.c service/svc_sha256.c
+             service/svc_dtoa.cc"
 SRC_npy="service/svc_npy.c"
 SRC_multipart="service/svc_multipart.c"
 LIBS_b64=""
 LIBS_json="-ljansson -lm"
-LIBS_tensor="-ljansson -lm"
-LIBS_job_req="-ljansson -lopenblas -lm -lpthread"
+LIBS_tensor="-ljansson -lm -lcrypto"
+LIBS_job_req="-ljansson -lopenblas -lm -lpthread -lcrypto"
+LIBS_tstream="-ljansson -lm -lcrypto -ldouble-conversion -lstdc++"
 LIBS_npy=""
 LIBS_multipart=""
-ALL="job_req tensor b64 json npy multipart"
+ALL="job_req tensor b64 json npy multipart tstream"
 
 CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -pthread -Wall -Wextra -Wno-unused-parameter
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
@@ -61,8 +64,19 @@ build() {
         return 0
     fi
     echo "fuzz: building $bin"
+    # C++ sources (svc_dtoa.cc) compile apart, with the same sanitizers.
+    local f csrc="" objs=""
+    for f in $src; do
+        case $f in
+            *.cc) "${CLANG}++" -std=c++17 -O1 -g -fno-omit-frame-pointer -Iservice \
+                      -fsanitize=fuzzer-no-link,address,undefined -c "$f" -o "$OUT/$(basename "$f").o" \
+                      >>"$OUT/logs/build_$h.log" 2>&1 || { cat "$OUT/logs/build_$h.log" >&2; return 1; }
+                  objs="$objs $OUT/$(basename "$f").o" ;;
+            *) csrc="$csrc $f" ;;
+        esac
+    done
     # shellcheck disable=SC2086
-    "$CLANG" $CFLAGS -o "$bin.tmp" $src $libs >"$OUT/logs/build_$h.log" 2>&1 \
+    "$CLANG" $CFLAGS -o "$bin.tmp" $csrc $objs $libs >>"$OUT/logs/build_$h.log" 2>&1 \
         && mv -f "$bin.tmp" "$bin" && return 0
     rm -f "$bin.tmp"
     cat "$OUT/logs/build_$h.log" >&2
