@@ -222,9 +222,10 @@ def test_openapi_job_request_schema_is_strict(spec):
     assert (p["max_attempts"]["minimum"], p["max_attempts"]["maximum"]) == (1, 10)
 
 
-def test_openapi_tensor_is_data_or_b64(spec):
+def test_openapi_tensor_is_data_b64_or_blob(spec):
     schemas = spec["components"]["schemas"]
-    assert len(schemas["Tensor"]["oneOf"]) == 2
+    assert [r["$ref"].rsplit("/", 1)[1] for r in schemas["Tensor"]["oneOf"]] == \
+        ["TensorData", "TensorB64", "TensorBlob"]
     assert schemas["DType"]["enum"] == ["float32", "float64", "int32"]
     assert schemas["Shape"]["maxItems"] == 8
     assert schemas["Shape"]["items"]["minimum"] == 0
@@ -234,7 +235,7 @@ def test_openapi_result_takes_encoding(spec):
     params = spec["paths"]["/v1/jobs/{id}/result"]["get"]["parameters"]
     enc = next(p for p in params if p.get("name") == "encoding")
     assert enc["in"] == "query"
-    assert enc["schema"]["enum"] == ["json", "b64"]
+    assert enc["schema"]["enum"] == ["json", "b64", "blob"]
 
 
 def _walk_examples(spec):
