@@ -1,14 +1,17 @@
 /* svc_json.c — request bodies to jansson trees (svc_json.h). One pass over
- * the text finds the flat arrays of numbers and checks every number literal;
- * jansson then parses a copy of the text in which each such array is a
- * one-string placeholder array, and the placeholders are swapped for
- * compact arrays that keep the elements' text.
+ * the text finds the flat arrays of numbers and the long plain strings and
+ * checks every number literal; jansson then parses a copy of the text in
+ * which each such array is a one-string placeholder array and each such
+ * string a placeholder string, and the placeholders are swapped for compact
+ * arrays that keep the elements' text and for the strings themselves.
  *
- * Why the placeholder is ["<nonce>:<k>"]: it is an array, so it is valid
- * exactly where the array it stands for was, and jansson's errors (same
- * tokens before it, '[' at its start) keep their texts; errors after it are
- * moved back by the bytes it saved. The nonce is 128 random bits drawn per
- * parse, so a client string cannot be taken for a placeholder. */
+ * Why the placeholder is ["<nonce>:<k>"] for an array and "<nonce>:<k>" for
+ * a string: it is a value of the same kind, so it is valid exactly where
+ * the value it stands for was, and jansson's errors (same tokens before it,
+ * '[' at its start; a string token past 20 bytes, which jansson quotes in no
+ * error) keep their texts; errors after it are moved back by the bytes it
+ * saved. The nonce is 128 random bits drawn per parse, so a client string
+ * cannot be taken for a placeholder. */
 #include "svc_json.h"
 
 #include <errno.h>
@@ -31,8 +34,9 @@ static const char TAG[] = "\0kowloon.numbers";
 enum { NUM_OK = 0, NUM_OVERFLOW = 1, NUM_UNDERFLOW = 2 };
 
 typedef struct span {
-    size_t off, len; /* the array in the text, brackets included */
-    size_t count;
+    size_t off, len; /* the array or string in the text, brackets or quotes included */
+    size_t count;    /* arrays: elements */
+    int str;         /* a long plain string, not an array */
 } span;
 
 typedef struct frame {
@@ -246,7 +250,7 @@ static int push(scan *sc, int obj)
     return 0;
 }
 
-static int span_add(scan *sc, size_t off, size_t len, size_t count)
+static int span_add(scan *sc, size_t off, size_t len, size_t count, int str)
 {
     if (sc->nspans == sc->cap) {
         size_t cap = sc->cap ? 2 * sc->cap : 8;
@@ -256,12 +260,54 @@ static int span_add(scan *sc, size_t off, size_t len, size_t count)
         sc->spans = s;
         sc->cap = cap;
     }
-    sc->spans[sc->nspans++] = (span){off, len, count};
+    sc->spans[sc->nspans++] = (span){off, len, count, str};
     return 0;
 }
 
-/* The scan: containers followed for paths, strings skipped, numeric arrays
- * recorded, every other literal checked. It need not judge the grammar:
+/* Index of the '"' that ends the string whose text starts at t[i] (n if
+ * none), as jansson's lexer finds it: a quote after a backslash does not
+ * end it. *escaped: the string holds a backslash. memchr does the walking;
+ * each quote and each backslash is found once. */
+static size_t string_end(const char *t, size_t i, size_t n, int *escaped)
+{
+    const char *q = NULL;
+    *escaped = 0;
+    for (;;) {
+        if (q == NULL || (size_t)(q - t) < i) {
+            q = i < n ? memchr(t + i, '"', n - i) : NULL;
+            if (q == NULL)
+                return n;
+        }
+        const char *b = memchr(t + i, '\\', (size_t)(q - t) - i);
+        if (b == NULL)
+            return (size_t)(q - t);
+        *escaped = 1;
+        i = (size_t)(b - t) + 2;
+    }
+}
+
+/* 1 if every byte of p[0..n) is in 0x20..0x7f: no control character, which
+ * jansson refuses in a string, and no UTF-8, which it validates. Eight bytes
+ * a step: a word has a byte >= 0x80 where its top bits are set, and one
+ * below 0x20 where subtracting 0x20 from each byte borrows into a top bit
+ * that was clear. */
+static int plain_ascii(const char *p, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101u, tops = 0x8080808080808080u;
+    uint64_t acc = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        acc |= (w | ((w - 0x20 * ones) & ~w)) & tops;
+    }
+    for (; i < n; i++)
+        acc |= (unsigned char)p[i] < 0x20 || (unsigned char)p[i] >= 0x80;
+    return acc == 0;
+}
+
+/* The scan: containers followed for paths, strings skipped (long plain
+ * ones recorded), numeric arrays recorded, every other literal checked. It need not judge the grammar:
  * where the text is not JSON, jansson refuses it at or before the place
  * this scan could be misled. 0, or -1 on ENOMEM. */
 static int scan_text(scan *sc)
@@ -273,19 +319,23 @@ static int scan_text(scan *sc)
         frame *top = sc->depth > 0 && sc->depth <= SCAN_MAX_DEPTH ? &sc->stack[sc->depth - 1] : NULL;
         if (c == '"') {
             size_t s = ++i;
-            while (i < n && t[i] != '"')
-                i += t[i] == '\\' ? 2 : 1;
+            int escaped;
+            i = string_end(t, s, n, &escaped);
             if (top != NULL && top->obj && top->expect_key) {
                 top->key_off = s;
-                top->key_len = (i < n ? i : n) - s;
+                top->key_len = i - s;
                 top->expect_key = 0;
+            } else if (!sc->plain && !escaped && i < n && i - s >= SVC_JSON_STRING_MIN &&
+                       sc->depth <= SCAN_MAX_DEPTH && plain_ascii(t + s, i - s)) {
+                if (span_add(sc, s - 1, i - s + 2, 0, 1) < 0)
+                    return -1;
             }
             i++;
         } else if (c == '[') {
             size_t end, count;
             if (!sc->plain && numeric_array(sc, i, &end, &count) &&
                 count >= SVC_JSON_COMPACT_MIN) {
-                if (span_add(sc, i, end - i, count) < 0)
+                if (span_add(sc, i, end - i, count, 0) < 0)
                     return -1;
                 i = end;
                 continue;
@@ -364,9 +414,9 @@ typedef struct swap {
 /* k if v is placeholder k of this parse, else -1. */
 static long long placeholder(const swap *w, const json_t *v)
 {
-    if (!json_is_array(v) || json_array_size(v) != 1)
-        return -1;
-    const json_t *s = json_array_get(v, 0);
+    const json_t *s = v;
+    if (json_is_array(v) && json_array_size(v) == 1)
+        s = json_array_get(v, 0);
     if (!json_is_string(s))
         return -1;
     const char *p = json_string_value(s);
@@ -380,12 +430,16 @@ static long long placeholder(const swap *w, const json_t *v)
             return -1;
         k = k * 10 + (p[i] - '0');
     }
-    return k < (long long)w->sc->nspans ? k : -1;
+    if (k >= (long long)w->sc->nspans || w->sc->spans[k].str != (s == v))
+        return -1;
+    return k;
 }
 
 static json_t *compact_new(const scan *sc, size_t k)
 {
     const span *s = &sc->spans[k];
+    if (s->str) /* checked by the scan: no escape, no control byte, ASCII */
+        return json_stringn_nocheck(sc->text + s->off + 1, s->len - 2);
     json_t *a = json_array();
     if (a == NULL ||
         json_array_append_new(a, json_stringn_nocheck(TAG, TAG_LEN)) < 0 ||
@@ -442,7 +496,7 @@ static char *rewrite(const scan *sc, const char *nonce, size_t *out_len)
         const span *s = &sc->spans[k];
         memcpy(r + o, sc->text + from, s->off - from);
         o += s->off - from;
-        o += (size_t)snprintf(r + o, ph_max + 1, "[\"%s:%zu\"]", nonce, k);
+        o += (size_t)snprintf(r + o, ph_max + 1, s->str ? "\"%s:%zu\"" : "[\"%s:%zu\"]", nonce, k);
         from = s->off + s->len;
     }
     memcpy(r + o, sc->text + from, sc->len - from);
@@ -466,7 +520,7 @@ static void error_back(const scan *sc, const char *nonce, const char *rw, json_e
     for (size_t k = 0; k < sc->nspans; k++) {
         const span *s = &sc->spans[k];
         char ph[NONCE_HEX + 32];
-        size_t plen = (size_t)snprintf(ph, sizeof ph, "[\"%s:%zu\"]", nonce, k);
+        size_t plen = (size_t)snprintf(ph, sizeof ph, s->str ? "\"%s:%zu\"" : "[\"%s:%zu\"]", nonce, k);
         size_t ro = from_r + (s->off - from_o);
         if (pos < ro + plen)
             break;

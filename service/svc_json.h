@@ -12,12 +12,25 @@
  * it (shapes have at most 8 dimensions) arrays stay plain jansson arrays. */
 #define SVC_JSON_COMPACT_MIN 16
 
+/* Strings of at least this many bytes with no backslash escape, no control
+ * character and no byte past 0x7f (base64 tensors) are found by memchr and
+ * copied once, never lexed by jansson. It must stay above 18: jansson quotes
+ * a string token of 20 bytes or fewer in its errors, a placeholder never. */
+#ifndef SVC_JSON_STRING_MIN
+#define SVC_JSON_STRING_MIN 4096
+#endif
+#if SVC_JSON_STRING_MIN < 19
+#error "SVC_JSON_STRING_MIN must be at least 19"
+#endif
+
 /* Parses text[0..len) like json_loadb(text, len, JSON_DECODE_ANY |
  * JSON_REJECT_DUPLICATES, err): same accepted documents, same error texts
  * and positions (line, column, byte), except that
  *   - every flat array of SVC_JSON_COMPACT_MIN or more JSON numbers is a
  *     compact array in the tree (see svc_json_numbers): its text is kept,
  *     one byte per byte, instead of about 40 bytes of json_t per element;
+ *   - a long plain string (SVC_JSON_STRING_MIN) is the same jansson string,
+ *     built from one copy of its bytes rather than by jansson's lexer;
  *   - a number literal with a non-zero digit that reads as 0 (1e-999) is
  *     refused, the error naming its path ("inputs.x.data[3]") and position.
  * Returns a new reference the caller owns, or NULL with err filled.

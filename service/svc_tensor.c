@@ -152,17 +152,6 @@ int svc_shape_from_json(const json_t *j, int *ndim, int64_t *shape)
     return 0;
 }
 
-/* Bytes a canonical base64 string of slen characters decodes to, computed
- * from its length and padding alone: lets a wrong size be reported before
- * anything is allocated. */
-static size_t b64_decoded_len(const char *s, size_t slen)
-{
-    if (slen == 0 || slen % 4 != 0)
-        return slen / 4 * 3;
-    size_t pad = s[slen - 1] == '=' ? (s[slen - 2] == '=' ? 2 : 1) : 0;
-    return slen / 4 * 3 - pad;
-}
-
 /* Stores element i, as jansson typed it (is_int: an integer token, x its
  * value as json_number_value gives it), into out->data. 0, or -1 with msg.
  * A non-zero value that float32 would make exactly 0 is refused like one
@@ -300,15 +289,23 @@ static int b64_parse(const json_t *js, const char *shp, svc_tensor *out, char *m
         snprintf(msg, msglen, "b64 is not valid base64: its length %zu is not a multiple of 4", slen);
         return -1;
     }
-    size_t have = b64_decoded_len(s, slen);
+    /* The size is judged from the length and padding alone, before
+     * anything is allocated. */
+    size_t have = svc_b64_decoded_len(s, slen);
     if (have != out->nbytes) {
         snprintf(msg, msglen, "shape %s %s needs %zu bytes, b64 has %zu", shp,
                  svc_dtype_name(out->dtype), out->nbytes, have);
         return -1;
     }
-    unsigned char *bytes = NULL;
+    /* Decoded straight into the tensor's buffer. */
+    unsigned char *bytes = malloc(have > 0 ? have : 1);
     size_t got = 0;
-    if (svc_b64_decode(s, slen, &bytes, &got) < 0) {
+    if (bytes == NULL) {
+        snprintf(msg, msglen, "out of memory for %zu bytes", have);
+        return -1;
+    }
+    if (svc_b64_decode_to(s, slen, bytes, have, &got) < 0) {
+        free(bytes);
         snprintf(msg, msglen, "b64 is not valid base64 (standard alphabet, '=' padding, no whitespace)");
         return -1;
     }

@@ -185,64 +185,87 @@ char *svc_b64_encode(const void *data, size_t len)
     return out;
 }
 
-/* 0..63 for an alphabet character, -1 for anything else ('=' included). */
-static int b64_value(unsigned char c)
+/* 0..63 for an alphabet character, 0x80 for anything else ('=' included):
+ * OR-ing the values of a quad tells in one test whether all four were valid. */
+#define B64_V(c)                                                              \
+    ((c) >= 'A' && (c) <= 'Z'   ? (c) - 'A'                                   \
+     : (c) >= 'a' && (c) <= 'z' ? (c) - 'a' + 26                              \
+     : (c) >= '0' && (c) <= '9' ? (c) - '0' + 52                              \
+     : (c) == '+'               ? 62                                          \
+     : (c) == '/'               ? 63                                          \
+                                : 0x80)
+#define B64_V4(c) B64_V(c), B64_V((c) + 1), B64_V((c) + 2), B64_V((c) + 3)
+#define B64_V16(c) B64_V4(c), B64_V4((c) + 4), B64_V4((c) + 8), B64_V4((c) + 12)
+#define B64_V64(c) B64_V16(c), B64_V16((c) + 16), B64_V16((c) + 32), B64_V16((c) + 48)
+static const unsigned char b64_value[256] = {B64_V64(0), B64_V64(64), B64_V64(128), B64_V64(192)};
+
+size_t svc_b64_decoded_len(const char *s, size_t slen)
 {
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
+    if (slen == 0 || slen % 4 != 0)
+        return slen / 4 * 3;
+    return slen / 4 * 3 - (s[slen - 1] == '=') - (s[slen - 2] == '=' && s[slen - 1] == '=');
 }
 
 /* Strict: length a multiple of 4, '=' only as the last one or two
  * characters, and the bits a padded group leaves unused must be zero, so
- * every byte string has exactly one accepted encoding. */
+ * every byte string has exactly one accepted encoding. The quads before the
+ * last are decoded without a branch on their content: their validity is
+ * gathered in one OR and judged once at the end. */
+int svc_b64_decode_to(const char *s, size_t slen, unsigned char *out, size_t cap, size_t *out_len)
+{
+    if (s == NULL || out_len == NULL || slen % 4 != 0)
+        return -1;
+    size_t olen = svc_b64_decoded_len(s, slen);
+    if (olen > cap || (olen > 0 && out == NULL))
+        return -1;
+    if (slen == 0) {
+        *out_len = 0;
+        return 0;
+    }
+    const unsigned char *in = (const unsigned char *)s;
+    const unsigned char *last = in + slen - 4;
+    unsigned char *p = out;
+    unsigned bad = 0;
+    for (; in < last; in += 4, p += 3) {
+        unsigned v0 = b64_value[in[0]], v1 = b64_value[in[1]];
+        unsigned v2 = b64_value[in[2]], v3 = b64_value[in[3]];
+        bad |= v0 | v1 | v2 | v3;
+        uint32_t x = v0 << 18 | v1 << 12 | v2 << 6 | v3;
+        p[0] = (unsigned char)(x >> 16);
+        p[1] = (unsigned char)(x >> 8);
+        p[2] = (unsigned char)x;
+    }
+    size_t pad = (last[3] == '=') + (last[3] == '=' && last[2] == '=');
+    unsigned v0 = b64_value[last[0]], v1 = b64_value[last[1]];
+    unsigned v2 = pad == 2 ? 0 : b64_value[last[2]], v3 = pad ? 0 : b64_value[last[3]];
+    bad |= v0 | v1 | v2 | v3;
+    if (bad & 0x80)
+        return -1;
+    /* The bits a padded group leaves unused must be zero. */
+    if ((pad == 2 && (v1 & 0x0f)) || (pad == 1 && (v2 & 0x03)))
+        return -1;
+    uint32_t x = v0 << 18 | v1 << 12 | v2 << 6 | v3;
+    p[0] = (unsigned char)(x >> 16);
+    if (pad < 2)
+        p[1] = (unsigned char)(x >> 8);
+    if (pad < 1)
+        p[2] = (unsigned char)x;
+    *out_len = olen;
+    return 0;
+}
+
 int svc_b64_decode(const char *s, size_t slen, unsigned char **out, size_t *out_len)
 {
     if (s == NULL || out == NULL || out_len == NULL || slen % 4 != 0)
         return -1;
-    size_t pad = 0;
-    if (slen >= 4 && s[slen - 1] == '=')
-        pad = s[slen - 2] == '=' ? 2 : 1;
-    size_t olen = slen / 4 * 3 - pad;
+    size_t olen = svc_b64_decoded_len(s, slen);
     unsigned char *buf = malloc(olen > 0 ? olen : 1);
     if (buf == NULL)
         return -1;
-    unsigned char *p = buf;
-    for (size_t i = 0; i < slen; i += 4) {
-        int last = i + 4 == slen;
-        int v[4];
-        for (int k = 0; k < 4; k++) {
-            v[k] = b64_value((unsigned char)s[i + k]);
-            if (v[k] < 0 && !(last && k >= 4 - (int)pad))
-                goto bad;
-        }
-        if (last && pad == 2) {
-            if (v[1] & 0x0f)
-                goto bad;
-            *p++ = (unsigned char)(v[0] << 2 | v[1] >> 4);
-        } else if (last && pad == 1) {
-            if (v[2] & 0x03)
-                goto bad;
-            *p++ = (unsigned char)(v[0] << 2 | v[1] >> 4);
-            *p++ = (unsigned char)((v[1] & 0x0f) << 4 | v[2] >> 2);
-        } else {
-            *p++ = (unsigned char)(v[0] << 2 | v[1] >> 4);
-            *p++ = (unsigned char)((v[1] & 0x0f) << 4 | v[2] >> 2);
-            *p++ = (unsigned char)((v[2] & 0x03) << 6 | v[3]);
-        }
+    if (svc_b64_decode_to(s, slen, buf, olen, out_len) < 0) {
+        free(buf);
+        return -1;
     }
     *out = buf;
-    *out_len = olen;
     return 0;
-bad:
-    free(buf);
-    return -1;
 }

@@ -39,5 +39,12 @@ char *svc_b64_encode(const void *data, size_t len);
  * multiple of 3 bytes. */
 size_t svc_b64_encode_to(const void *data, size_t len, char *out);
 int svc_b64_decode(const char *s, size_t slen, unsigned char **out, size_t *out_len);
+/* Bytes a base64 text of slen characters decodes to, from its length and
+ * padding alone (whether or not the text is valid). */
+size_t svc_b64_decoded_len(const char *s, size_t slen);
+/* svc_b64_decode into the caller's buffer: returns 0 with the bytes in
+ * out[0..*out_len), or -1 for malformed input or when they would not fit in
+ * cap bytes (then out[0..cap) may have been written). */
+int svc_b64_decode_to(const char *s, size_t slen, unsigned char *out, size_t cap, size_t *out_len);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "svc_json.h"
 #include "svc_tensor.h"
+#include "svc_util.h"
 
 static json_t *parse(const char *text, json_error_t *e)
 {
@@ -161,6 +162,175 @@ static void tensor_decodes_the_compact_form_like_the_plain_one(void **state)
     }
 }
 
+/* Builds fmt with every '@' replaced by a run of n 'A's (a long string's
+ * body). Caller frees. */
+static char *with_long(const char *fmt, size_t n)
+{
+    size_t ats = 0;
+    for (const char *p = fmt; *p; p++)
+        ats += *p == '@';
+    char *r = malloc(strlen(fmt) + ats * n + 1), *o = r;
+    for (const char *p = fmt; *p; p++) {
+        if (*p == '@') {
+            memset(o, 'A', n);
+            o += n;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+    return r;
+}
+
+/* svc_json_parse and json_loadb agree on text: the same value, or the same
+ * error text, line, column and byte. */
+static void agrees_with_jansson(const char *text, size_t len)
+{
+    json_error_t ea, eb;
+    json_t *a = svc_json_parse(text, len, &ea);
+    json_t *b = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &eb);
+    if (b == NULL) {
+        assert_null(a);
+        assert_string_equal(ea.text, eb.text);
+        assert_int_equal(ea.line, eb.line);
+        assert_int_equal(ea.column, eb.column);
+        assert_int_equal(ea.position, eb.position);
+        assert_int_equal(json_error_code(&ea), json_error_code(&eb));
+    } else {
+        assert_non_null(a);
+        /* No compact array in these texts: the trees are plain jansson. */
+        assert_true(json_equal(a, b));
+    }
+    json_decref(a);
+    json_decref(b);
+}
+
+static void long_plain_strings_are_the_same_strings(void **state)
+{
+    static const char *const fmts[] = {
+        "\"@\"",
+        "[\"@\"]",
+        "[\"@\", \"@\"]",
+        "{\"x\":{\"dtype\":\"float32\",\"b64\":\"@\"},\"y\":[\"@\",{\"k\":\"@\"}]}",
+        "{\"@\":\"@\"}", /* a long key stays jansson's */
+    };
+    for (size_t i = 0; i < sizeof fmts / sizeof *fmts; i++) {
+        char *t = with_long(fmts[i], SVC_JSON_STRING_MIN + 3 * i);
+        agrees_with_jansson(t, strlen(t));
+        free(t);
+    }
+    /* Right at the threshold and one below. */
+    for (size_t n = SVC_JSON_STRING_MIN - 1; n <= SVC_JSON_STRING_MIN; n++) {
+        char *t = with_long("{\"s\":\"@\",\"d\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}", n);
+        json_error_t e;
+        json_t *a = parse(t, &e);
+        assert_non_null(a);
+        assert_int_equal(json_string_length(json_object_get(a, "s")), n);
+        assert_true(svc_json_numbers(json_object_get(a, "d"), NULL, NULL, NULL));
+        json_decref(a);
+        free(t);
+    }
+}
+
+static void long_strings_with_escapes_or_utf8_are_left_to_jansson(void **state)
+{
+    static const char *const fmts[] = {
+        "[\"@\\n@\"]",            /* an escape */
+        "[\"@\\\"@\"]",           /* an escaped quote inside */
+        "[\"@\\\\\", \"@\"]",     /* a string ending in an escaped backslash */
+        "[\"@\xc3\xa9@\"]",       /* UTF-8 */
+        "[\"@\xc3@\"]",           /* invalid UTF-8: jansson's error */
+        "[\"@\xff\"]",
+        "[\"@\t@\"]",             /* a raw control character: jansson's error */
+        "[\"@\n@\"]",
+        "[\"@\\u0000@\"]",        /* NUL escape: refused without JSON_ALLOW_NUL */
+        "[\"@\\x@\"]",            /* invalid escape */
+        "[\"@",                   /* unterminated */
+        "[\"@\\",
+    };
+    for (size_t i = 0; i < sizeof fmts / sizeof *fmts; i++) {
+        char *t = with_long(fmts[i], SVC_JSON_STRING_MIN);
+        agrees_with_jansson(t, strlen(t));
+        free(t);
+    }
+}
+
+static void errors_after_a_long_string_keep_their_positions(void **state)
+{
+    static const char *const fmts[] = {
+        "{\"a\":\"@\", \"b\": x}",
+        "{\"a\" \"@\"}",            /* the error is on the long string itself */
+        "[\"@\" 1]",
+        "\"@\" 1",
+        "\"@\" \"@\"",
+        "{\"a\":1 \"@\"}",
+        "[\"@\",\n  \"@\",\n  [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],\n \"@\", tru]",
+        "{\"a\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16], \"b\":\"@\", \"a\":1}", /* duplicate */
+        "[\"\xc3\xa9\xc3\xa9\", \"@\", \"\xc3\xa9\", nul]", /* columns count characters */
+        "{\"@\":1, \"@\":2}",                               /* duplicate long keys */
+        "[\"@\", 1e-999]",                                  /* underflow after it */
+    };
+    for (size_t i = 0; i < sizeof fmts / sizeof *fmts; i++) {
+        char *t = with_long(fmts[i], SVC_JSON_STRING_MIN + 7);
+        json_error_t ea, eb;
+        json_t *a = svc_json_parse(t, strlen(t), &ea);
+        json_t *b = json_loadb(t, strlen(t), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &eb);
+        assert_null(a);
+        if (strstr(ea.text, "underflow") == NULL) {
+            assert_null(b);
+            assert_string_equal(ea.text, eb.text);
+            assert_int_equal(ea.line, eb.line);
+            assert_int_equal(ea.column, eb.column);
+            assert_int_equal(ea.position, eb.position);
+        } else {
+            assert_int_equal(ea.position, (int)strlen(t) - 1);
+        }
+        json_decref(b);
+        free(t);
+    }
+}
+
+static void a_client_string_is_never_a_placeholder(void **state)
+{
+    /* Strings shaped like placeholders, next to long strings: kept as sent. */
+    char *t = with_long("[\"@\",\"00000000000000000000000000000000:0\","
+                        "[\"00000000000000000000000000000000:0\"],\"@\"]", SVC_JSON_STRING_MIN);
+    agrees_with_jansson(t, strlen(t));
+    free(t);
+}
+
+static void tensor_decodes_b64_from_a_long_string(void **state)
+{
+    size_t n = SVC_JSON_STRING_MIN; /* floats: 4n bytes, 16n/3 characters */
+    float *f = malloc(n * sizeof *f);
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)i * 0.5f;
+    char *b64 = svc_b64_encode(f, n * sizeof *f);
+    size_t tl = strlen(b64) + 100;
+    char *t = malloc(tl);
+    snprintf(t, tl, "{\"dtype\":\"float32\",\"shape\":[%zu],\"b64\":\"%s\"}", n, b64);
+    json_error_t e;
+    json_t *a = parse(t, &e);
+    assert_non_null(a);
+    svc_tensor ta;
+    char msg[200];
+    assert_int_equal(svc_tensor_from_json(a, 0, &ta, msg, sizeof msg), 0);
+    assert_int_equal(ta.nbytes, n * sizeof *f);
+    assert_memory_equal(ta.data, f, ta.nbytes);
+    svc_tensor_free(&ta);
+    json_decref(a);
+    /* A bad character deep inside: refused as before. */
+    t[strlen(t) - 200] = '-';
+    a = parse(t, &e);
+    assert_non_null(a);
+    assert_int_equal(svc_tensor_from_json(a, 0, &ta, msg, sizeof msg), -1);
+    assert_string_equal(msg, "b64 is not valid base64 (standard alphabet, '=' padding, no whitespace)");
+    json_decref(a);
+    free(t);
+    free(b64);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -170,6 +340,11 @@ int main(void)
         cmocka_unit_test(duplicates_and_errors_match_jansson),
         cmocka_unit_test(underflow_is_refused_with_its_path),
         cmocka_unit_test(tensor_decodes_the_compact_form_like_the_plain_one),
+        cmocka_unit_test(long_plain_strings_are_the_same_strings),
+        cmocka_unit_test(long_strings_with_escapes_or_utf8_are_left_to_jansson),
+        cmocka_unit_test(errors_after_a_long_string_keep_their_positions),
+        cmocka_unit_test(a_client_string_is_never_a_placeholder),
+        cmocka_unit_test(tensor_decodes_b64_from_a_long_string),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,6 +85,60 @@ static void test_b64_decoder_is_strict(void **state)
     assert_int_equal(svc_b64_decode("Zm9v\0\0\0\0", 8, &d, &dl), -1);
 }
 
+/* The fast path (every quad but the last) refuses what the byte-by-byte
+ * decoder refused, wherever the bad character sits; the last quad keeps the
+ * padding rules; decode_to writes only into a buffer large enough. */
+static void test_b64_long_input_is_as_strict_as_short(void **state)
+{
+    (void)state;
+    unsigned char raw[3000];
+    for (size_t i = 0; i < sizeof raw; i++)
+        raw[i] = (unsigned char)(i * 151u + 7u);
+    char *e = svc_b64_encode(raw, sizeof raw);
+    size_t el = strlen(e);
+    unsigned char *d, buf[3000];
+    size_t dl;
+    assert_int_equal(svc_b64_decode_to(e, el, buf, sizeof buf, &dl), 0);
+    assert_int_equal(dl, sizeof raw);
+    assert_memory_equal(buf, raw, sizeof raw);
+    assert_int_equal(svc_b64_decode_to(e, el, buf, sizeof buf - 1, &dl), -1); /* too small */
+    static const char bads[] = {'=', '-', '_', ' ', '\n', '\0', '\x80', '\xff', '.'};
+    static const size_t where[] = {0, 1, 2, 3, 4, 1001, 2002, 3998, 3999};
+    for (size_t b = 0; b < sizeof bads; b++) {
+        for (size_t w = 0; w < sizeof where / sizeof *where; w++) {
+            char saved = e[where[w]];
+            e[where[w]] = bads[b];
+            if (svc_b64_decode(e, el, &d, &dl) != -1)
+                fail_msg("accepted 0x%02x at %zu", (unsigned char)bads[b], where[w]);
+            assert_int_equal(svc_b64_decode_to(e, el, buf, sizeof buf, &dl), -1);
+            e[where[w]] = saved;
+        }
+    }
+    free(e);
+    /* Padding after a long valid run: one and two '=', non-zero bits under
+     * them, '=' in the third place only. */
+    char s[4004];
+    memset(s, 'A', 4000);
+    memcpy(s + 4000, "Zg==", 4);
+    assert_int_equal(svc_b64_decode(s, 4004, &d, &dl), 0);
+    assert_int_equal(dl, 3001);
+    assert_int_equal(d[3000], 'f');
+    free(d);
+    memcpy(s + 4000, "Zm8=", 4);
+    assert_int_equal(svc_b64_decode(s, 4004, &d, &dl), 0);
+    assert_int_equal(dl, 3002);
+    free(d);
+    static const char *const last[] = {"Zh==", "Zm9=", "Z===", "====", "Z=g=", "=Zm9"};
+    for (size_t i = 0; i < sizeof last / sizeof *last; i++) {
+        memcpy(s + 4000, last[i], 4);
+        if (svc_b64_decode(s, 4004, &d, &dl) != -1)
+            fail_msg("accepted a long run ending '%s'", last[i]);
+    }
+    assert_int_equal(svc_b64_decoded_len(s, 4003), 3000);
+    memcpy(s + 4000, "Zg==", 4);
+    assert_int_equal(svc_b64_decoded_len(s, 4004), 3001);
+}
+
 static void test_uuid_v4_has_canonical_form_version_and_variant(void **state)
 {
     (void)state;
@@ -189,6 +243,7 @@ int main(void)
         cmocka_unit_test(test_b64_matches_rfc4648_vectors_both_ways),
         cmocka_unit_test(test_b64_round_trips_every_byte_value),
         cmocka_unit_test(test_b64_decoder_is_strict),
+        cmocka_unit_test(test_b64_long_input_is_as_strict_as_short),
         cmocka_unit_test(test_uuid_v4_has_canonical_form_version_and_variant),
         cmocka_unit_test(test_uuid_valid_rejects_other_forms),
         cmocka_unit_test(test_time_format_is_rfc3339_utc_with_milliseconds),
