@@ -69,6 +69,7 @@ build() {
         return 0
     fi
     echo "fuzz: building $bin"
+    : >"$OUT/logs/build_$h.log"
     # C++ sources (svc_dtoa.cc) compile apart, with the same sanitizers.
     local f csrc="" objs=""
     for f in $src; do
