@@ -8,7 +8,8 @@ hold in every phase (examples, coverage, fuzzing, stateful):
   KOWLOON_FUZZ_NODE_URL, a loopback address where nothing listens. The
   gateway calls the URL of a registered node when it dispatches or cancels
   a run; a fuzzed URL must never lead it off this machine.
-- POST /v1/jobs: label keys are rewritten into the documented alphabet
+- POST /v1/jobs (JSON, or the "job" part of a multipart body): label keys
+  are rewritten into the documented alphabet
   ([A-Za-z0-9_.-], 1..64 characters), keeping them distinct. OpenAPI 3.0
   cannot state a rule on property names (the spec carries it as
   x-key-pattern), so a generated "valid" body would otherwise almost always
@@ -73,6 +74,8 @@ def before_call(ctx, case, kwargs):
         if case.body.get("name") in protected:
             case.body["name"] += "-fuzz"
     elif op.method.upper() == "POST" and op.path == "/v1/jobs":
-        labels = case.body.get("labels")
+        # a multipart submit carries the job in its "job" part
+        job = case.body.get("job") if isinstance(case.body.get("job"), dict) else case.body
+        labels = job.get("labels")
         if isinstance(labels, dict):
-            case.body["labels"] = _clean_labels(labels)
+            job["labels"] = _clean_labels(labels)
