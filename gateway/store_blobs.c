@@ -34,7 +34,9 @@ int gw_store_blob_record(gw_store *s, int64_t tenant_id, const char *id, uint64_
     return rc;
 }
 
-int gw_store_blob_get(gw_store *s, int64_t tenant_id, const char *id, uint64_t *size)
+/* Runs statement stmt on ($1 tenant, $2 blob id): 0 with *r (the caller
+ * clears it; it stays NULL on failure), or -EIO / -EPROTO. */
+static int tenant_blob_exec(gw_store *s, int stmt, int64_t tenant_id, const char *id, PGresult **r)
 {
     char tenant[24];
     snprintf(tenant, sizeof tenant, "%" PRId64, tenant_id);
@@ -42,27 +44,31 @@ int gw_store_blob_get(gw_store *s, int64_t tenant_id, const char *id, uint64_t *
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
-    PGresult *r = store__exec(c, ST_BLOB_GET, v, NULL, NULL, 0);
-    int rc = r ? (PQntuples(r) == 1 ? 0 : -ENOENT) : store__fail_rc(c);
+    *r = store__exec(c, stmt, v, NULL, NULL, 0);
+    int rc = *r ? 0 : store__fail_rc(c);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_blob_get(gw_store *s, int64_t tenant_id, const char *id, uint64_t *size)
+{
+    PGresult *r = NULL;
+    int rc = tenant_blob_exec(s, ST_BLOB_GET, tenant_id, id, &r);
+    if (rc == 0 && PQntuples(r) != 1)
+        rc = -ENOENT;
     if (rc == 0)
         *size = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
-    store__release(s, c);
     return rc;
 }
 
 int gw_store_blob_unref(gw_store *s, int64_t tenant_id, const char *id)
 {
-    char tenant[24];
-    snprintf(tenant, sizeof tenant, "%" PRId64, tenant_id);
-    const char *v[2] = {tenant, id};
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    PGresult *r = store__exec(c, ST_BLOB_UNREF, v, NULL, NULL, 0);
-    int rc = r ? (atoi(PQcmdTuples(r)) == 1 ? 0 : -ENOENT) : store__fail_rc(c);
+    PGresult *r = NULL;
+    int rc = tenant_blob_exec(s, ST_BLOB_UNREF, tenant_id, id, &r);
+    if (rc == 0 && atoi(PQcmdTuples(r)) != 1)
+        rc = -ENOENT;
     PQclear(r);
-    store__release(s, c);
     return rc;
 }
 

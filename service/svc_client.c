@@ -112,6 +112,25 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userp)
 
 /* Builds the header list: the given lines plus the bearer's. Returns the
  * list (caller frees), or NULL with resp->error set. */
+/* What a finished transfer says: on success resp gets the status and the
+ * body's JSON (NULL when empty or not JSON) and 0 is returned; else resp's
+ * error names curl's reason and -1 is returned. */
+static int transfer_result(CURL *h, CURLcode rc, const char *url, const char *errbuf,
+                           const body_buf *body, svc_response *resp)
+{
+    if (rc != CURLE_OK) {
+        snprintf(resp->error, sizeof resp->error, "%s: %s", curl_easy_strerror(rc),
+                 errbuf[0] ? errbuf : url);
+        return -1;
+    }
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    resp->status = (int)status;
+    if (body->len > 0)
+        resp->json = json_loadb(body->buf, body->len, JSON_DECODE_ANY, NULL);
+    return 0;
+}
+
 static struct curl_slist *headers_build(const char *const *lines, int n, const char *bearer,
                                         svc_response *resp)
 {
@@ -226,18 +245,7 @@ int svc_http_call(const char *method, const char *url, const char *bearer,
             curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     }
 
-    CURLcode rc = curl_easy_perform(h);
-    if (rc != CURLE_OK) {
-        snprintf(resp->error, sizeof resp->error, "%s: %s", curl_easy_strerror(rc),
-                 errbuf[0] ? errbuf : url);
-        goto done;
-    }
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    resp->status = (int)status;
-    if (rb.len > 0)
-        resp->json = json_loadb(rb.buf, rb.len, JSON_DECODE_ANY, NULL);
-    ret = 0;
+    ret = transfer_result(h, curl_easy_perform(h), url, errbuf, &rb, resp);
 
 done:
     handle_release(h);
@@ -424,17 +432,7 @@ int svc_http_post_raw(const char *url, const char *bearer, const char *ctype, co
         ret = SVC_XFER_ABORTED;
         goto done;
     }
-    if (rc != CURLE_OK) {
-        snprintf(resp->error, sizeof resp->error, "%s: %s", curl_easy_strerror(rc),
-                 errbuf[0] ? errbuf : url);
-        goto done;
-    }
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    resp->status = (int)status;
-    if (rb.len > 0)
-        resp->json = json_loadb(rb.buf, rb.len, JSON_DECODE_ANY, NULL);
-    ret = 0;
+    ret = transfer_result(h, rc, url, errbuf, &rb, resp);
 
 done:
     handle_release(h);

@@ -357,6 +357,23 @@ static const svc_route *route_find(svc_req *r, char *allow, size_t allow_len)
 
 /* Queues buf as the reply. Takes ownership of buf when must_free (freed by
  * MHD after sending, or here on failure); copies it otherwise. */
+/* Adds the content type and the queued headers to resp and queues it as
+ * the reply; resp is released here (MHD keeps its own reference when it
+ * queued it, and then frees what resp owns once it is sent). 0 or -1. */
+static int queue_response(svc_req *r, int status, const char *ctype, struct MHD_Response *resp)
+{
+    r->status = status;
+    int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
+    for (reply_header *h = r->headers; h != NULL; h = h->next)
+        ok &= MHD_add_response_header(resp, h->name, h->value) == MHD_YES;
+    if (ok)
+        r->queued = MHD_queue_response(r->conn, (unsigned)status, resp) == MHD_YES;
+    MHD_destroy_response(resp);
+    if (!r->queued)
+        svc_warn("http: could not queue the %d reply to %s %s", status, r->method, r->path);
+    return r->queued ? 0 : -1;
+}
+
 static int reply_buffer(svc_req *r, int status, const char *ctype, void *buf, size_t len,
                         int must_free)
 {
@@ -375,15 +392,7 @@ static int reply_buffer(svc_req *r, int status, const char *ctype, void *buf, si
             free(buf);
         return -1;
     }
-    int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
-    for (reply_header *h = r->headers; h != NULL; h = h->next)
-        ok &= MHD_add_response_header(resp, h->name, h->value) == MHD_YES;
-    if (ok)
-        r->queued = MHD_queue_response(r->conn, (unsigned)status, resp) == MHD_YES;
-    MHD_destroy_response(resp); /* MHD keeps its own reference when queued */
-    if (!r->queued)
-        svc_warn("http: could not queue the %d reply to %s %s", status, r->method, r->path);
-    return r->queued ? 0 : -1;
+    return queue_response(r, status, ctype, resp);
 }
 
 void svc_reply_header(svc_req *req, const char *name, const char *value)
@@ -461,14 +470,7 @@ int svc_reply_fd(svc_req *req, int status, const char *content_type, int fd, uin
         close(fd);
         return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot send the file");
     }
-    req->status = status;
-    int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) == MHD_YES;
-    for (reply_header *h = req->headers; h != NULL; h = h->next)
-        ok &= MHD_add_response_header(resp, h->name, h->value) == MHD_YES;
-    if (ok)
-        req->queued = MHD_queue_response(req->conn, (unsigned)status, resp) == MHD_YES;
-    MHD_destroy_response(resp); /* closes fd once MHD is done with it */
-    return req->queued ? 0 : -1;
+    return queue_response(req, status, content_type, resp); /* MHD closes fd when done */
 }
 
 int svc_reply_raw(svc_req *req, int status, const char *content_type, const void *data, size_t len)
@@ -523,16 +525,7 @@ int svc_reply_stream(svc_req *req, int status, const char *ctype, svc_stream_fn 
             svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
         return -1;
     }
-    req->status = status;
-    int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
-    for (reply_header *h = req->headers; h != NULL; h = h->next)
-        ok &= MHD_add_response_header(resp, h->name, h->value) == MHD_YES;
-    if (ok)
-        req->queued = MHD_queue_response(req->conn, (unsigned)status, resp) == MHD_YES;
-    MHD_destroy_response(resp); /* frees st and cls unless MHD holds it */
-    if (!req->queued)
-        svc_warn("http: could not queue the %d reply to %s %s", status, req->method, req->path);
-    return req->queued ? 0 : -1;
+    return queue_response(req, status, ctype, resp); /* frees st and cls unless MHD holds it */
 }
 
 /* ---- the request pipeline --------------------------------------------- */
