@@ -20,7 +20,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         build-essential pkg-config \
         libmicrohttpd-dev libjansson-dev libpq-dev libhiredis-dev \
-        libcurl4-openssl-dev libopenblas-dev libcmocka-dev libdouble-conversion-dev \
+        libcurl4-openssl-dev libopenblas-dev libcmocka-dev libdouble-conversion-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -50,7 +50,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         libmicrohttpd12t64 libjansson4 libpq5 libhiredis1.1.0 \
-        libcurl4t64 libopenblas0 libdouble-conversion3 curl ca-certificates \
+        libcurl4t64 libopenblas0 libdouble-conversion3 libssl3t64 curl ca-certificates \
  && { ldconfig -p | grep -q 'libnccl\.so\.2' \
       || apt-get install -y --no-install-recommends libnccl2; } \
  && rm -rf /var/lib/apt/lists/*
@@ -62,7 +62,8 @@ COPY --from=build /opt/kowloon /opt/kowloon
 RUN missing="$(ldd /opt/kowloon/bin/* /opt/kowloon/lib/*.so | grep 'not found' || true)"; \
     if [ -n "$missing" ]; then echo "unresolved libraries:"; echo "$missing"; exit 1; fi
 
-RUN useradd --system --home-dir /opt/kowloon --no-create-home --shell /usr/sbin/nologin kowloon
+RUN useradd --system --home-dir /opt/kowloon --no-create-home --shell /usr/sbin/nologin kowloon \
+ && install -d -o kowloon -g kowloon /var/lib/kowloon/blobs
 USER kowloon
 WORKDIR /opt/kowloon
 ENV PATH=/opt/kowloon/bin:${PATH}
