@@ -301,3 +301,27 @@ def test_bad_multipart_submits_are_refused_and_store_no_job(A, no_new_jobs, case
         r = A.post("/v1/jobs", data=body, headers={"Content-Type": "multipart/form-data; boundary=B"})
     assert r.status_code == status, (case, r.status_code, r.text)
     assert "error" in r.json()
+
+
+@pytest.mark.timeout(150)
+def test_node_killed_while_it_fetches_inputs_the_job_ends_right_once(A, stack):
+    # 2 x 128 MiB of inputs: the node is still fetching them when it dies
+    n = 1 << 25
+    x = rng().random(n, dtype=np.float32)
+    y = rng().random(n, dtype=np.float32)
+    bx, by = upload(A, x), upload(A, y)
+    j = A.submit("saxpy", {"a": 3.0}, {"x": ref(x, bx), "y": ref(y, by)}, max_attempts=3)
+    j = stack.wait_run_on_node(A.wait(j["id"], 20, states=("running",)))
+    victim = j["node"]
+    stack.kill_node(victim)
+    try:
+        done = A.wait(j["id"], 120)
+        assert done["state"] == "succeeded" and done["attempts"] >= 2, done
+        out = A.get(f"/v1/jobs/{done['id']}/outputs/y")
+        np.testing.assert_array_equal(np.frombuffer(out.content, np.float32), np.float32(3.0) * x + y)
+        events = stack.psql_value(f"SELECT count(*) FROM job_events WHERE job_id = '{j['id']}' "
+                                  "AND state = 'succeeded'")
+        assert events == "1"
+    finally:
+        stack.start_node(victim)
+        stack.wait_nodes_up(stack.node_names, timeout=30)

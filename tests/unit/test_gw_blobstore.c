@@ -19,7 +19,7 @@
 #include "blobstore.h"
 #include "svc_sha256.h"
 
-static char dir[] = "/tmp/kl-blobstore-XXXXXX";
+static char dir[64] = "/tmp/kl-blobstore-XXXXXX"; /* room for "/a/b" after mkdtemp */
 
 static int entries(const char *sub)
 {
