@@ -205,13 +205,20 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
+/* The svc_conn of an MHD connection; NULL when it has none (on_connection
+ * could not allocate one). */
+static svc_conn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
 /* 1 if the request's connection opened while its address already held
  * per_ip_limit others. */
 static int conn_over_limit(svc_server *s, struct MHD_Connection *conn)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    svc_conn *c = ci != NULL ? ci->socket_context : NULL;
+    svc_conn *c = conn_of(conn);
     if (c == NULL)
         return 0;
     pthread_mutex_lock(&s->conns_mu);
@@ -224,9 +231,7 @@ static int conn_over_limit(svc_server *s, struct MHD_Connection *conn)
  * headers are complete) or as completed (its deadline starts again). */
 static void conn_set_busy(svc_server *s, struct MHD_Connection *conn, int busy)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    svc_conn *c = ci != NULL ? ci->socket_context : NULL;
+    svc_conn *c = conn_of(conn);
     if (c == NULL)
         return;
     pthread_mutex_lock(&s->conns_mu);
