@@ -87,6 +87,22 @@ def ts(s):
     return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def status_kb(pid, field):
+    """A kB figure (VmRSS, VmHWM) of /proc/<pid>/status."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/{pid}/status")
+
+
+def reset_peak(pid):
+    """Sets VmHWM back to the current RSS (Linux >= 4.0; the test's own
+    process or root)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -9,6 +9,8 @@ import time
 import pytest
 import requests
 
+from stack import reset_peak
+
 # AddressSanitizer keeps freed memory in quarantine and pads every block:
 # the memory bounds hold for the normal build, which `make test` runs.
 ASAN = pytest.mark.skipif("ASAN_OPTIONS" in os.environ,
@@ -27,11 +29,6 @@ def mem_mb(pid):
             if k in ("VmRSS", "VmHWM"):
                 out[k] = int(v.split()[0]) / 1024
     return out
-
-
-def reset_peak(pid):
-    with open(f"/proc/{pid}/clear_refs", "w") as f:
-        f.write("5")               # VmHWM := VmRSS
 
 
 def big_body(prefix):

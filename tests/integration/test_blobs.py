@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from stack import free_port
+from stack import free_port, status_kb as rss_kb
 
 OCTET = {"Content-Type": "application/octet-stream"}
 
@@ -22,14 +22,6 @@ def blob_id(data):
 
 def upload(client, data, headers=OCTET):
     return client.post("/v1/blobs", data=data, headers=headers)
-
-
-def rss_kb(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(field)
 
 
 def blob_files(stack):

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from stack import decode, free_port, tensor
+from stack import decode, free_port, status_kb as _kb, tensor
 
 OCTET = {"Content-Type": "application/octet-stream"}
 ASAN = pytest.mark.skipif("ASAN_OPTIONS" in os.environ,
@@ -198,14 +198,6 @@ def test_one_gib_tensor_in_and_out_keeps_the_gateway_small(stack):
     assert grew < 64 << 10, f"the gateway's peak RSS grew {grew >> 10} MiB for a 1 GiB tensor"
 
 
-def _kb(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(field)
-
-
 def test_gateway_killed_mid_upload_never_serves_a_half_blob(stack, A):
     port = free_port()
     gw = stack.start_gateway("gateway-upload-kill", port)
@@ -243,12 +235,18 @@ def test_node_killed_while_it_runs_a_blob_job_the_job_ends_right_once(A, stack):
         ref_run = A.run("heat2d", {"alpha": 0.2, "steps": 400},
                         {"grid": {"dtype": "float32", "shape": [1024, 1024], "blob": bid}}, timeout=90)
         np.testing.assert_array_equal(outputs(A, done["id"])["grid"], outputs(A, ref_run["id"])["grid"])
-        events = stack.psql_value(f"SELECT count(*) FROM job_events WHERE job_id = '{j['id']}' "
-                                  "AND state = 'succeeded'")
-        assert events == "1"
+        assert_succeeded_once(stack, j["id"])
     finally:
         stack.start_node(victim)
         stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+def assert_succeeded_once(stack, job_id):
+    """The job's history holds exactly one success (a lost attempt's run
+    never recorded a second)."""
+    events = stack.psql_value(f"SELECT count(*) FROM job_events WHERE job_id = '{job_id}' "
+                              "AND state = 'succeeded'")
+    assert events == "1", events
 
 
 # ---------------------------------------------------------------- multipart submits
@@ -319,9 +317,7 @@ def test_node_killed_while_it_fetches_inputs_the_job_ends_right_once(A, stack):
         assert done["state"] == "succeeded" and done["attempts"] >= 2, done
         out = A.get(f"/v1/jobs/{done['id']}/outputs/y")
         np.testing.assert_array_equal(np.frombuffer(out.content, np.float32), np.float32(3.0) * x + y)
-        events = stack.psql_value(f"SELECT count(*) FROM job_events WHERE job_id = '{j['id']}' "
-                                  "AND state = 'succeeded'")
-        assert events == "1"
+        assert_succeeded_once(stack, j["id"])
     finally:
         stack.start_node(victim)
         stack.wait_nodes_up(stack.node_names, timeout=30)

@@ -11,7 +11,7 @@ import uuid
 import pytest
 import requests
 
-from stack import free_port, tensor, decode
+from stack import decode, free_port, status_kb, tensor
 
 X = [1.0, 2.0, 3.0]
 Y = [10.0, 20.0, 30.0]
@@ -76,12 +76,8 @@ def test_job_row_written_by_old_jsonb_params_is_repaired_by_migration(stack):
 
 # ---------------------------------------------------------------- auth before the body
 
-def rss_kb(pid, field="VmRSS"):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {field} for {pid}")
+def rss_kb(pid):
+    return status_kb(pid, "VmRSS")
 
 
 def post_unauthenticated(port, path, size_mb, auth=b""):

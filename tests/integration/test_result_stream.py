@@ -11,29 +11,15 @@ stored bytes, in libpq's result and copied out of it); the JSON fetch took
 12.6·R before results were streamed (bench/result_fetch.py)."""
 
 import json
-import os
 
 import numpy as np
 import pytest
 
-from stack import decode, tensor
+from stack import decode, reset_peak as _reset_peak, status_kb as _status_kb, tensor
 
 MIB = 1 << 20
 
 
-def _status_kb(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"{field} not in /proc/{pid}/status")
-
-
-def _reset_peak(pid):
-    """Sets VmHWM back to the current RSS (Linux >= 4.0; the test's own
-    process or root)."""
-    with open(f"/proc/{pid}/clear_refs", "w") as f:
-        f.write("5")
 
 
 _BIG = {}
