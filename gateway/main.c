@@ -35,6 +35,8 @@ static svc_opt opts[] = {
      "(health checks and nodes excepted) (0: no limit)", NULL, 0},
     {"max-connections", "KOWLOON_MAX_CONNECTIONS", SVC_OPT_INT, "1024", 1, 100000,
      "connections in all; more are closed at once", NULL, 0},
+    {"http-threads", "KOWLOON_HTTP_THREADS", SVC_OPT_INT, "0", 0, 256,
+     "threads serving every connection (epoll); 0 = two per core, at least 4", NULL, 0},
     {"max-header-kb", "KOWLOON_MAX_HEADER_KB", SVC_OPT_INT, "16", 1, 1024,
      "largest request line + headers, KiB (431 above)", NULL, 0},
     {"node-timeout-s", "KOWLOON_NODE_TIMEOUT_S", SVC_OPT_INT, "6", 1, 3600,
@@ -169,6 +171,17 @@ static int cmd_keys(gw_store *store, char **rest, int nrest)
     return 2;
 }
 
+/* --http-threads, or two per online core (handlers make short blocking
+ * calls to PostgreSQL and Redis), at least 4. */
+static unsigned http_threads(void)
+{
+    long n = svc_config_get(opts, "http-threads")->num;
+    if (n > 0)
+        return (unsigned)n;
+    n = 2 * sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 4 ? 4u : (unsigned)n;
+}
+
 static int cmd_serve(gw_app *app)
 {
     char buf[1024], err[256];
@@ -205,6 +218,7 @@ static int cmd_serve(gw_app *app)
         .max_connections = (unsigned)svc_config_get(opts, "max-connections")->num,
         .max_header = (size_t)svc_config_get(opts, "max-header-kb")->num << 10,
         .authorize = gw_authorize,
+        .threads = http_threads(),
         .app = app,
     };
     svc_server *srv = svc_server_start(&so, err, sizeof(err));
