@@ -424,6 +424,10 @@ int cn_blobio_push_outputs(const cn_blobio *io, const kl_kernel *k, kl_tensor *o
     int rcs[KL_MAX_IO], n = 0;
 
     for (int i = 0; i < KL_MAX_IO && i < k->noutputs; i++) {
+        /* A small output goes back inline with the run's report: a blob of
+         * its own would cost more than its bytes. */
+        if (kl_tensor_bytes(&outs[i]) <= CN_INLINE_OUTPUT_MAX)
+            continue;
         pts[n] = (cn__push_task){.io = io, .name = k->outputs[i].name, .out = &outs[i],
                                  .id = ids[i]};
         tasks[n] = &pts[n];

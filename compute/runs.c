@@ -24,6 +24,8 @@
  * yet: the gateway's long poll is about to take them. Older ones it has
  * evidently given up on. */
 #define CN_DRAIN_RECENT_MS 10000
+/* Most ended runs one cn_runs_take_ended hands out. */
+#define CN_TAKE_MAX 256
 
 typedef enum { CN_QUEUED, CN_RUNNING, CN_SUCCEEDED, CN_FAILED, CN_CANCELLED } cn_state;
 
@@ -61,6 +63,7 @@ typedef struct cn_run {
     struct cn_run *hnext;      /* hash chain */
     struct cn_run *prev, *next;/* every run, oldest first */
     struct cn_run *qnext;      /* queue */
+    struct cn_run *enext;      /* ended, not yet taken for a report */
 } cn_run;
 
 struct cn_runs {
@@ -71,6 +74,7 @@ struct cn_runs {
     cn_run *buckets[CN_BUCKETS];
     cn_run *head, *tail;
     cn_run *qhead, *qtail;
+    cn_run *ehead, *etail;     /* ended runs to report, oldest first; each holds a ref */
     int active;                /* queued + running */
     int running;
     int slots, threads;
@@ -224,6 +228,15 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
     if (was_running)
         m->running--;
     m->active--;
+    /* To be reported, unless nobody will ask (superseded). */
+    if (!r->collected) {
+        r->refs++;
+        if (m->etail)
+            m->etail->enext = r;
+        else
+            m->ehead = r;
+        m->etail = r;
+    }
     pthread_cond_broadcast(&m->done);
     if (r->state == CN_SUCCEEDED)
         svc_info("run succeeded run=%s kernel=%s backend=%s elapsed_ms=%lld", r->id,
@@ -565,12 +578,15 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
     }
     /* A newer attempt of the same job means the gateway has moved on: the
      * older one's result would be discarded, so stop spending a slot on it. */
-    for (cn_run *o = m->head; o; o = o->next)
-        if (!cn__terminal(o) && o->req.attempt < req->attempt &&
-            strcmp(o->req.job_id, req->job_id) == 0) {
+    for (int a = 1; a < req->attempt; a++) {
+        char older[CN_RUN_ID_MAX];
+        snprintf(older, sizeof older, "%s.%d", req->job_id, a);
+        cn_run *o = cn__find(m, older);
+        if (o && !cn__terminal(o)) {
             svc_info("run superseded run=%s by=%s", o->id, req->run_id);
             cn__cancel(m, o, CN_CANCEL_SUPERSEDED);
         }
+    }
     if (m->active >= m->slots)
         return CN_EOVERLOADED;
     if (!(r = calloc(1, sizeof *r)))
@@ -663,6 +679,59 @@ cleanup:
     pthread_mutex_unlock(&m->mu);
     *out = j;
     return rc;
+}
+
+int cn_runs_take_ended(cn_runs *m, int64_t wait_ms, int max, json_t *out)
+{
+    cn_run *taken[CN_TAKE_MAX];
+    int n = 0;
+
+    if (max > CN_TAKE_MAX)
+        max = CN_TAKE_MAX;
+    pthread_mutex_lock(&m->mu);
+    int64_t deadline = svc_now_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
+    while (!m->ehead && !m->closing && svc_now_mono_ms() < deadline)
+        cn__wait_until(&m->done, &m->mu, deadline);
+    while (m->ehead && n < max) {
+        cn_run *r = m->ehead;
+        m->ehead = r->enext;
+        if (!m->ehead)
+            m->etail = NULL;
+        r->enext = NULL;
+        taken[n++] = r;   /* keeps the list's reference */
+    }
+    json_t *base[CN_TAKE_MAX];
+    for (int i = 0; i < n; i++)
+        base[i] = cn__run_json(taken[i]);
+    pthread_mutex_unlock(&m->mu);
+
+    /* Ended runs do not change any more: outputs are encoded unlocked. */
+    for (int i = 0; i < n; i++) {
+        json_t *j = base[i];
+        if (j && taken[i]->state == CN_SUCCEEDED) {
+            json_t *outs = cn__outputs_json(taken[i]);
+            if (!outs || json_object_set_new(j, "outputs", outs) < 0) {
+                json_decref(j);
+                j = NULL;
+            }
+        }
+        if (!j || json_array_append_new(out, j) < 0)
+            svc_error("run %s: out of memory building its report; it is reported as lost",
+                      taken[i]->id);
+    }
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < n; i++)
+        taken[i]->refs--;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+int cn_runs_free_slots(cn_runs *m)
+{
+    pthread_mutex_lock(&m->mu);
+    int n = m->draining ? 0 : m->slots - m->active;
+    pthread_mutex_unlock(&m->mu);
+    return n > 0 ? n : 0;
 }
 
 int cn_runs_cancel(cn_runs *m, const char *run_id, int64_t wait_ms, json_t **out)

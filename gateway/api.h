@@ -76,6 +76,12 @@ int gw_api_blobs_delete(svc_req *req);
  * /v1/cluster/blobs/{id} serves a run's input to its node. */
 int gw_api_cluster_blobs_upload(svc_req *req);
 int gw_api_cluster_blobs_get(svc_req *req);
+/* api_runs.c: POST /v1/cluster/nodes/{id}/lease ({"max", "wait_ms"}) holds
+ * the node's poll until runs or cancels are there for it; POST
+ * /v1/cluster/nodes/{id}/results ({"free", "results": [...]}) records the
+ * runs that ended and answers {"recorded": [run ids]}. */
+int gw_api_node_lease(svc_req *req);
+int gw_api_node_results(svc_req *req);
 /* Sets the body limit of POST /v1/blobs (the route table's one runtime value). */
 void gw_routes_set_blob_limit(size_t bytes);
 

@@ -12,6 +12,7 @@
 #include "api.h"
 #include "blob.h"
 #include "blobstore.h"
+#include "lease.h"
 #include "limits.h"
 #include "request.h"
 #include "scheduler.h"
@@ -563,25 +564,20 @@ int gw_api_jobs_cancel(svc_req *req)
     const char *id;
     if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
         return 0;
-    char was[16], node_url[512];
-    int attempt = 0;
+    char was[16], node_id[37];
     json_t *job;
-    int rc = gw_store_job_cancel(app->store, who.tenant_id, id, was, node_url, &attempt, &job);
+    int rc = gw_store_job_cancel(app->store, who.tenant_id, id, was, node_id, &job);
     if (rc == -EAGAIN)
         return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", was),
                                "the job is already %s", was);
     if (rc)
         return reply_store_error(req, rc);
-    if (strcmp(was, "running") == 0 && node_url[0]) {
-        /* The tracker sees the run end cancelled and records it; if the
-         * node cannot be reached now, the job is cancelled instead of being
-         * re-queued when the node is found lost. */
-        char url[700];
-        snprintf(url, sizeof(url), "%s/v1/runs/%s.%d", node_url, id, attempt);
-        svc_response r;
-        if (svc_http_call("DELETE", url, app->cfg.cluster_token, NULL, 5000, &r) != 0 || r.status != 200)
-            svc_warn("cancel of job %s: node did not confirm (%s, status %d)", id, r.error, r.status);
-        svc_response_clear(&r);
+    if (strcmp(was, "running") == 0) {
+        /* The node's lease poll hands it the cancel; it reports the run
+         * ended cancelled. If the node is lost first, the job ends
+         * cancelled instead of being re-queued. */
+        if (node_id[0])
+            gw_leases_wake(app->leases, node_id);
     } else {
         json_t *res = json_object_get(job, "resources");
         gw_queue_drop_job(app->queue, id, json_string_value(json_object_get(res, "backend")),

@@ -13,6 +13,7 @@ typedef struct gw_sched gw_sched;
 typedef struct gw_limits gw_limits;
 typedef struct gw_authfail gw_authfail;
 typedef struct gw_bstore gw_bstore;
+typedef struct gw_leases gw_leases;
 
 typedef struct gw_config {
     const char *listen;
@@ -45,10 +46,10 @@ typedef struct gw_app {
     gw_limits *limits;      /* rate limits and quotas (limits.h) */
     gw_authfail *authfail;  /* failed authentications per address (auth.c) */
     gw_bstore *blobs;       /* where blob bytes live (blobstore.h) */
+    gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */
-    int trackers_left;      /* run trackers still alive at shutdown */
 } gw_app;
 
 /* The authenticated caller, set on the request by the auth check. */

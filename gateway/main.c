@@ -11,6 +11,7 @@
 #include "api.h"
 #include "blob_gc.h"
 #include "blobstore.h"
+#include "lease.h"
 #include "limits.h"
 #include "scheduler.h"
 #include "svc_client.h"
@@ -208,6 +209,13 @@ static int cmd_serve(gw_app *app)
     signal(SIGPIPE, SIG_IGN);
 
     app->sched = gw_sched_start(app);
+    app->leases = gw_leases_start(app);
+    if (!app->sched || !app->leases) {
+        svc_error("cannot start the scheduler or the lease thread");
+        gw_leases_free(app->leases);
+        gw_sched_stop(app->sched);
+        return 1;
+    }
     gw_blob_gc *gc = gw_blob_gc_start(app);
     svc_server_opts so = {
         .listen = app->cfg.listen,
@@ -225,7 +233,8 @@ static int cmd_serve(gw_app *app)
     if (!srv) {
         svc_error("cannot serve on %s: %s", app->cfg.listen, err);
         gw_blob_gc_stop(gc);
-        gw_sched_stop(app->sched, 0);
+        gw_leases_free(app->leases);
+        gw_sched_stop(app->sched);
         return 1;
     }
     svc_info("kowloon-gateway serving on %s (max body %d MiB)", app->cfg.listen, app->cfg.max_body_mb);
@@ -237,14 +246,14 @@ static int cmd_serve(gw_app *app)
     for (int64_t until = svc_now_mono_ms() + (int64_t)app->cfg.drain_s * 1000;
          svc_now_mono_ms() < until && stop_signal != SIGINT;)
         svc_sleep_ms(50);
+    /* Nodes' polls are answered first (they ask again elsewhere, or later),
+     * then requests in flight finish. */
+    gw_leases_stop(app->leases);
     svc_server_stop(srv);
+    gw_leases_free(app->leases);
     gw_blob_gc_stop(gc);
-    app->trackers_left = gw_sched_stop(app->sched, 2000);
-    if (app->trackers_left > 0)
-        svc_info("kowloon-gateway stopped (%d run tracker(s) left to the next scheduler)",
-                 app->trackers_left);
-    else
-        svc_info("kowloon-gateway stopped");
+    gw_sched_stop(app->sched);
+    svc_info("kowloon-gateway stopped");
     return 0;
 }
 
@@ -324,8 +333,6 @@ int main(int argc, char **argv)
     app.authfail = gw_authfail_new((int)svc_config_get(opts, "auth-fail-burst")->num,
                                    (int)svc_config_get(opts, "auth-fail-rps")->num);
     rc = app.limits && app.authfail ? cmd_serve(&app) : 1;
-    if (app.trackers_left > 0)
-        return rc; /* their runs go on; freeing what those threads use would race them */
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
     gw_queue_close(app.queue);

@@ -365,3 +365,30 @@ void gw_queue_publish(gw_queue *q, const char *msg)
     redisReply *r = command(q, 3, argv, NULL);
     freeReplyObject(r);
 }
+
+int gw_queue_take_many(gw_queue *q, const char *const *members, int n, int *taken)
+{
+    static const char script[] =
+        "local r = {} "
+        "for i, m in ipairs(ARGV) do r[i] = redis.call('ZREM', KEYS[1], m) end "
+        "return r";
+    enum { MAX = 256 };
+    const char *argv[4 + MAX];
+    for (int start = 0; start < n; start += MAX) {
+        int k = n - start < MAX ? n - start : MAX, argc = 0;
+        argv[argc++] = "EVAL";
+        argv[argc++] = script;
+        argv[argc++] = "1";
+        argv[argc++] = READY_KEY;
+        for (int i = 0; i < k; i++)
+            argv[argc++] = members[start + i];
+        redisReply *r = command(q, argc, argv, NULL);
+        if (!r)
+            return -EIO;
+        for (int i = 0; i < k; i++)
+            taken[start + i] = r->type == REDIS_REPLY_ARRAY && (size_t)i < r->elements &&
+                               r->element[i]->integer == 1;
+        freeReplyObject(r);
+    }
+    return 0;
+}

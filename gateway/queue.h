@@ -42,6 +42,9 @@ int gw_queue_promote_due(gw_queue *q, int *moved);
 int gw_queue_peek(gw_queue *q, int offset, gw_ready *out, int max, int *n);
 /* Removes an entry: 1 when this call removed it, 0 when it was gone. */
 int gw_queue_take(gw_queue *q, const char *member);
+/* Removes n entries in one round trip: taken[i] is 1 when this call
+ * removed members[i], 0 when it was gone. 0 or -EIO. */
+int gw_queue_take_many(gw_queue *q, const char *const *members, int n, int *taken);
 /* Removes the entry of job_id whatever its member text; 0 or -EIO. */
 int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus);
 long gw_queue_length(gw_queue *q);

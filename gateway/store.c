@@ -65,29 +65,8 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "        SELECT id, 'cancelled', attempts, 'cancelled while queued' FROM upd"
     "        WHERE state = 'cancelled')"
     " SELECT old.state, CASE WHEN upd.id IS NOT NULL THEN kowloon_job_json(upd::jobs)::text END,"
-    "        n.url, old.attempts"
-    " FROM old LEFT JOIN upd ON true LEFT JOIN nodes n ON n.id = old.node_id", 2},
-[ST_JOB_CLAIM] = {
-    "WITH " ASYNC_COMMIT ","
-    " n AS (SELECT id, name, url FROM nodes, cfg WHERE id = $2::uuid),"
-    " j AS (UPDATE jobs SET state = 'running', attempts = attempts + 1, node_id = n.id,"
-    "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
-    "         error_message = NULL"
-    "       FROM n WHERE jobs.id = $1::uuid AND jobs.state = 'queued'"
-    "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
-    "       RETURNING jobs.*),"
-    " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
-    "       SELECT id, 'running', attempts, node_name FROM j)"
-    " SELECT j.attempts::text, j.kernel, j.params::text, j.timeout_s::text, j.gpus::text,"
-    "        j.priority::text, j.seq::text, j.backend_req, n.url, n.name, i.meta::text, i.data"
-    " FROM j JOIN n ON true JOIN job_inputs i ON i.job_id = j.id", 2},
-[ST_JOB_CANCEL_ASKED] = {"SELECT cancel_requested::int FROM jobs"
-                         " WHERE id = $1::uuid AND attempts = $2 AND state = 'running'", 2},
-[ST_JOBS_RUNNING] = {
-    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
-    "       j.priority, j.seq, j.backend_req, j.gpus,"
-    "       coalesce((extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint, 0)"
-    " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running'", 0},
+    "        old.node_id::text"
+    " FROM old LEFT JOIN upd ON true", 2},
 [ST_JOB_SUCCEED] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
@@ -241,6 +220,50 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "    AND NOT EXISTS (SELECT 1 FROM blob_refs r WHERE r.blob_id = b.id)"
     "    AND NOT EXISTS (SELECT 1 FROM job_blob_refs r WHERE r.blob_id = b.id)"
     "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id", 2},
+/* runs on nodes (store_jobs.c): claimed in batches, taken by the node's lease poll */
+[ST_JOBS_CLAIM] = {
+    "WITH " ASYNC_COMMIT ","
+    " x AS (SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS x(id, node)),"
+    " j AS (UPDATE jobs SET state = 'running', attempts = jobs.attempts + 1, node_id = n.id,"
+    "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
+    "         error_message = NULL, leased_at = NULL, cancel_sent = false"
+    "       FROM x JOIN nodes n ON n.id = x.node, cfg"
+    "       WHERE jobs.id = x.id AND jobs.state = 'queued'"
+    "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
+    "       RETURNING jobs.id, jobs.attempts, jobs.node_name),"
+    " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
+    "       SELECT id, 'running', attempts, node_name FROM j)"
+    " SELECT id::text FROM j", 2},
+[ST_LEASE_TAKE] = {
+    "WITH " ASYNC_COMMIT ","
+    " t AS (SELECT id FROM jobs WHERE node_id = $1::uuid AND state = 'running'"
+    "         AND leased_at IS NULL ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED),"
+    " j AS (UPDATE jobs SET leased_at = clock_timestamp() FROM t, cfg WHERE jobs.id = t.id"
+    "       RETURNING jobs.*),"
+    " c AS (UPDATE jobs SET cancel_sent = true FROM cfg WHERE jobs.node_id = $1::uuid"
+    "         AND jobs.state = 'running' AND jobs.cancel_requested AND NOT jobs.cancel_sent"
+    "         AND jobs.leased_at IS NOT NULL RETURNING jobs.id, jobs.attempts)"
+    " SELECT 'run', j.id::text, j.attempts::text, j.kernel, j.params::text, j.timeout_s::text,"
+    "        j.gpus::text, j.backend_req, i.meta::text, i.data"
+    " FROM j JOIN job_inputs i ON i.job_id = j.id"
+    " UNION ALL SELECT 'cancel', c.id::text, c.attempts::text, NULL, NULL, NULL, NULL, NULL,"
+    "        NULL, NULL FROM c", 2},
+[ST_RUNS_UNHELD] = {
+    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, '', j.node_name,"
+    "       j.priority, j.seq, j.backend_req, j.gpus, 0"
+    " FROM jobs j WHERE j.node_id = $1::uuid AND j.state = 'running'"
+    "   AND j.leased_at < clock_timestamp() - make_interval(secs => $3::float8)"
+    "   AND NOT ((j.id::text || '.' || j.attempts) = ANY ($2::text[]))", 3},
+[ST_RUNS_OVERDUE] = {
+    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, '', j.node_name,"
+    "       j.priority, j.seq, j.backend_req, j.gpus,"
+    "       (extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint"
+    " FROM jobs j WHERE j.state = 'running'"
+    "   AND j.started_at + make_interval(secs => j.timeout_s + $1::float8) < clock_timestamp()"
+    " ORDER BY j.started_at LIMIT 64", 1},
+[ST_RUNNING_COUNTS] = {
+    "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
+    " GROUP BY node_id", 0},
 };
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)
