@@ -64,16 +64,14 @@ void cn_blobio_gateway_init(cn_blobio *io, cn_blobio_gateway *gw);
 int cn_blobio_fetch_inputs(const cn_blobio *io, cn_blobcache *cache, svc_kargs *ka,
                            const volatile int *cancel, kl_err *err);
 
-/* Outputs of at most this many bytes are not pushed: they travel inline, in
- * base64, with the run's report. */
-#define CN_INLINE_OUTPUT_MAX ((size_t)64 << 10)
-
-/* Pushes the k->noutputs tensors of outs larger than CN_INLINE_OUTPUT_MAX
+/* Pushes each of the k->noutputs tensors of outs of at least min_bytes
  * through io (a few tries each), writes their ids to ids[i] and frees each
- * output's data once it is pushed (dtype and shape stay; the others keep
- * their data and an empty id). Returns 0, KL_EBACKEND with err, or KL_ECANCELED;
- * on failure outputs not pushed yet keep their data. */
+ * output's data once it is pushed (dtype and shape stay; smaller outputs
+ * keep their data and an empty id: they travel inline with the run's
+ * report). Returns 0, KL_EBACKEND with err, or KL_ECANCELED; on failure
+ * outputs not pushed yet keep their data. */
 int cn_blobio_push_outputs(const cn_blobio *io, const kl_kernel *k, kl_tensor *outs,
-                           char ids[][CN_BLOB_ID_SIZE], const volatile int *cancel, kl_err *err);
+                           char ids[][CN_BLOB_ID_SIZE], size_t min_bytes,
+                           const volatile int *cancel, kl_err *err);
 
 #endif

@@ -64,6 +64,7 @@ typedef struct cn_run {
     struct cn_run *prev, *next;/* every run, oldest first */
     struct cn_run *qnext;      /* queue */
     struct cn_run *enext;      /* ended, not yet taken for a report */
+    int in_ended;              /* on that list */
 } cn_run;
 
 struct cn_runs {
@@ -74,7 +75,7 @@ struct cn_runs {
     cn_run *buckets[CN_BUCKETS];
     cn_run *head, *tail;
     cn_run *qhead, *qtail;
-    cn_run *ehead, *etail;     /* ended runs to report, oldest first; each holds a ref */
+    cn_run *ehead, *etail;     /* ended runs to report, oldest first */
     int active;                /* queued + running */
     int running;
     int slots, threads;
@@ -133,6 +134,23 @@ static void cn__unlink(cn_runs *m, cn_run *r)
         r->next->prev = r->prev;
     else
         m->tail = r->prev;
+}
+
+static void cn__ended_remove(cn_runs *m, cn_run *r)
+{
+    cn_run *prev = NULL;
+    for (cn_run *x = m->ehead; x; prev = x, x = x->enext) {
+        if (x != r)
+            continue;
+        if (prev)
+            prev->enext = r->enext;
+        else
+            m->ehead = r->enext;
+        if (m->etail == r)
+            m->etail = prev;
+        r->in_ended = 0;
+        return;
+    }
 }
 
 static void cn__queue_remove(cn_runs *m, cn_run *r)
@@ -230,7 +248,7 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
     m->active--;
     /* To be reported, unless nobody will ask (superseded). */
     if (!r->collected) {
-        r->refs++;
+        r->in_ended = 1;
         if (m->etail)
             m->etail->enext = r;
         else
@@ -412,8 +430,8 @@ static void *cn__worker(void *arg)
         if (rc == 0)
             rc = cn__execute(m, r, &ran_cuda, &err);
         if (rc == 0 && r->req.output_blobs)
-            rc = cn_blobio_push_outputs(m->blobio, r->kernel, r->outs, r->out_blobs, &r->cancel,
-                                        &err);
+            rc = cn_blobio_push_outputs(m->blobio, r->kernel, r->outs, r->out_blobs,
+                                        r->req.output_blob_min, &r->cancel, &err);
 
         pthread_mutex_lock(&m->mu);
         r->use_cuda = ran_cuda;
@@ -455,6 +473,8 @@ static void *cn__watchdog(void *arg)
                        ((r->released && now - r->released_mono >= m->release_grace_ms) ||
                         now - r->finished_mono >= m->keep_ms)) {
                 cn__unlink(m, r);
+                if (r->in_ended)  /* kept keep_ms and never taken: nobody reports here */
+                    cn__ended_remove(m, r);
                 svc_debug("run freed run=%s", r->id);
                 cn__run_free(r);
             }
@@ -698,7 +718,9 @@ int cn_runs_take_ended(cn_runs *m, int64_t wait_ms, int max, json_t *out)
         if (!m->ehead)
             m->etail = NULL;
         r->enext = NULL;
-        taken[n++] = r;   /* keeps the list's reference */
+        r->in_ended = 0;
+        r->refs++;        /* the sweeper keeps away until the object is built */
+        taken[n++] = r;
     }
     json_t *base[CN_TAKE_MAX];
     for (int i = 0; i < n; i++)

@@ -315,7 +315,8 @@ static int map_blob(gw_bstore *store, svc_tstream *s, svc_tensor *t)
 
 /* Appends {"name":{"dtype","shape","data"|"b64"|"blob"},...} for the
  * tensors of a stored result to s, which borrows data; outputs in the blob
- * store are mapped (as_blobs: named by their ids). 0, -EINVAL when meta does
+ * store are mapped (as_blobs: named by their ids; every output must be a
+ * blob then, see inline_outputs_to_blobs). 0, -EINVAL when meta does
  * not fit data (a corrupt row), or -ENOMEM. */
 static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
                           const unsigned char *data, size_t len, int b64, int as_blobs)
@@ -328,8 +329,6 @@ static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
         const char *name;
         if (rc == 0 && gw_blob_view(m, data, len, &t, &name) != 0)
             rc = -EINVAL;
-        if (rc == 0 && as_blobs && t.blob[0] == '\0')
-            rc = -ENOTSUP;
         if (rc == 0 && t.blob[0] != '\0' && !as_blobs)
             rc = map_blob(store, s, &t);
         if (rc)
@@ -356,6 +355,45 @@ static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
     return rc ? rc : svc_tstream_text(s, "}", 1);
 }
 
+/* For ?encoding=blob: every output kept inline in the result row (a small
+ * one) is written to the blob store and recorded as the tenant's, and its
+ * entry in meta names the blob from then on. 0, or -errno (-EDQUOT past the
+ * tenant's blob quota, -EIO, -ENOSPC). */
+static int inline_outputs_to_blobs(gw_app *app, int64_t tenant_id, json_t *meta,
+                                   const unsigned char *data, size_t len)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(meta, i, m) {
+        svc_tensor t;
+        const char *name;
+        if (gw_blob_view(m, data, len, &t, &name) != 0)
+            return -EINVAL;
+        if (t.blob[0] != '\0')
+            continue;
+        char id[GW_BLOB_ID_LEN];
+        uint64_t size = 0;
+        int created = 0;
+        gw_bwriter *w = gw_bstore_write_begin(app->blobs);
+        int rc = w ? gw_bwriter_append(w, t.data, t.nbytes) : -errno;
+        if (rc == 0)
+            rc = gw_bwriter_commit(w, id, &size);
+        if (rc == 0)
+            rc = gw_store_blob_record(app->store, tenant_id, id, size,
+                                      (uint64_t)app->cfg.blob_quota_mb << 20, &created);
+        if (rc == 0 && gw_bwriter_close(w) != 0)
+            rc = -EIO;
+        else if (rc != 0 && w)
+            gw_bwriter_abort(w);
+        if (rc == 0 && (json_object_set_new(m, "blob", json_string(id)) < 0 ||
+                        json_object_del(m, "offset") < 0))
+            rc = -ENOMEM;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int gw_api_jobs_result(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -378,6 +416,20 @@ int gw_api_jobs_result(svc_req *req)
                                "the job is %s; a result exists only once it has succeeded", state);
     if (rc)
         return reply_store_error(req, rc);
+    if (enc && strcmp(enc, "blob") == 0 &&
+        (rc = inline_outputs_to_blobs(app, who.tenant_id, meta, data, len)) != 0) {
+        json_decref(meta);
+        json_decref(info);
+        free(data);
+        if (rc == -EDQUOT)
+            return svc_reply_error(req, 413, "quota_exceeded", NULL, NULL,
+                                   "the outputs as blobs would take the tenant past its blob quota");
+        if (rc == -EIO)
+            return gw_reply_unavailable(req, "PostgreSQL");
+        return svc_reply_error(req, rc == -ENOSPC ? 507 : 500,
+                               rc == -ENOSPC ? "insufficient_storage" : "internal", NULL, NULL,
+                               "the outputs could not be stored as blobs: %s", strerror(-rc));
+    }
     /* Streamed: the text of a large result is never whole in memory; the
      * stored bytes are, owned by the stream from here on. Field order as
      * before: id, outputs, info. */
@@ -411,9 +463,6 @@ int gw_api_jobs_result(svc_req *req)
         svc_tstream_free(doc);
         if (rc == -EINVAL)
             return svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");
-        if (rc == -ENOTSUP)
-            return svc_reply_error(req, 409, "conflict", "encoding", NULL,
-                                   "this job's result predates the blob store; ask for json or b64");
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     }
     return svc_reply_stream(req, 200, "application/json", svc_tstream_read, doc, svc_tstream_free);

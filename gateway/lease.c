@@ -16,6 +16,10 @@
 
 /* How often a held poll looks for work another gateway made for it. */
 #define LEASE_RECHECK_MS 500
+/* Outputs of at most this many bytes come back inline with the node's
+ * report and stay in the result row: a blob file of their own would cost
+ * more than their bytes. */
+#define GW_INLINE_OUTPUT_MAX ((size_t)64 << 10)
 /* Most runs one answer carries. */
 #define LEASE_MAX_RUNS 256
 
@@ -47,10 +51,10 @@ static json_t *run_json(const gw_dispatch *d)
     json_t *inputs = gw_blob_to_json(d->inputs_meta, d->inputs, d->inputs_len, 1);
     if (!inputs)
         return NULL;
-    return json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i, s:b}", "job_id", d->job_id,
+    return json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i, s:b, s:I}", "job_id", d->job_id,
                      "attempt", d->attempt, "kernel", d->kernel, "params", d->params, "inputs",
                      inputs, "timeout_s", d->timeout_s, "backend", d->backend, "gpus", d->gpus,
-                     "output_blobs", 1);
+                     "output_blobs", 1, "output_blob_min", (json_int_t)GW_INLINE_OUTPUT_MAX + 1);
 }
 
 /* Takes node_id's work: the answer to its poll, or NULL when there is none

@@ -29,6 +29,10 @@
  * the deeper ones at most this often. */
 #define DEEP_SCAN_MS 200
 #define SCHED_MAX_NODES 256
+/* The reconciler reads queued jobs this many per page, this many pages a
+ * call. */
+#define RECONCILE_PAGE 512
+#define RECONCILE_PAGES 4
 /* A run with no report this long past its timeout_s is presumed stuck; the
  * node enforces timeout_s first. */
 #define TIMEOUT_GRACE_S 15
@@ -50,6 +54,7 @@ struct gw_sched {
     volatile int leader;
     int64_t leader_since_ms;  /* monotonic: when this gateway took the lock */
     int64_t next_deep_ms;     /* monotonic: earliest next scan past the first window */
+    int64_t reconcile_seq;    /* where the reconciler's pass has got to */
     char owner[96];
     sched_node nodes[SCHED_MAX_NODES];
     int nnodes;
@@ -184,17 +189,32 @@ static void reap(gw_sched *s)
     }
 }
 
-/* Re-adds to Redis every job PostgreSQL says is queued: after a Redis
- * restart or FLUSHALL, or a crash between commit and enqueue. */
-static void reconcile(gw_sched *s)
+/* Re-adds to Redis the jobs PostgreSQL says are queued: after a Redis
+ * restart or FLUSHALL, or a crash between commit and enqueue. Each call
+ * looks at RECONCILE_PAGES pages of RECONCILE_PAGE jobs from where the last
+ * one stopped (s->reconcile_seq), so no call holds up placement for long
+ * however deep the queue; a pass over the whole queue ends when a page
+ * comes back short. Returns 1 when the pass is complete. */
+static int reconcile(gw_sched *s)
 {
-    gw_queued *list;
-    int n, added = 0;
-    if (gw_store_jobs_queued(s->app->store, &list, &n) != 0)
-        return;
-    if (n && gw_queue_push_missing(s->app->queue, list, n, &added) == 0 && added)
+    int added = 0, done = 0;
+    for (int page = 0; page < RECONCILE_PAGES && !done; page++) {
+        gw_queued *list;
+        int n, more = 0;
+        if (gw_store_jobs_queued(s->app->store, s->reconcile_seq, RECONCILE_PAGE, &list, &n) != 0)
+            return 0;
+        if (n && gw_queue_push_missing(s->app->queue, list, n, &more) == 0)
+            added += more;
+        if (n > 0)
+            s->reconcile_seq = list[n - 1].seq;
+        done = n < RECONCILE_PAGE;
+        free(list);
+    }
+    if (added)
         svc_warn("ready queue: re-enqueued %d queued job(s) missing from Redis", added);
-    free(list);
+    if (done)
+        s->reconcile_seq = 0;
+    return done;
 }
 
 /* The placement view of the nodes; 1 when some node has a free slot. */
@@ -340,10 +360,9 @@ static void *sched_main(void *arg)
                 reap(s);
                 next_reap = now + 1000;
             }
-            if (now >= next_reconcile) {
-                reconcile(s);
-                next_reconcile = now + (int64_t)s->app->cfg.reconcile_interval_s * 1000;
-            }
+            if (now >= next_reconcile)
+                next_reconcile = reconcile(s) ? now + (int64_t)s->app->cfg.reconcile_interval_s * 1000
+                                              : now + 50;
             int due = 0;
             gw_queue_promote_due(s->app->queue, &due);
             /* Back to the top for the lock's renewal in time, however long

@@ -125,7 +125,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0) FROM j", 7},
 [ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus,"
                     "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0)"
-                    " FROM jobs WHERE state = 'queued'", 0},
+                    " FROM jobs WHERE state = 'queued' AND seq > $1 ORDER BY seq LIMIT $2", 2},
 [ST_NODE_REGISTER] = {
     "INSERT INTO nodes (name, url, backend, backend_reason, gpus, slots, kernels)"
     " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb)"
@@ -155,7 +155,8 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
     "       j.priority, j.seq, j.backend_req, j.gpus,"
     "       coalesce((extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint, 0)"
-    " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'", 0},
+    " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'"
+    " LIMIT 256", 0},
 [ST_BACKENDS_UP] = {"SELECT coalesce(jsonb_agg(DISTINCT backend), '[]')::text FROM nodes"
                     " WHERE state = 'up'", 0},
 [ST_PING] = {"SELECT 1", 0},

@@ -156,8 +156,9 @@ int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncou
                          const char *code, const char *message, const gw_backoff *bo,
                          gw_requeued *out);
 
-/* Every queued job, for rebuilding the ready queue. */
-int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n);
+/* Up to limit queued jobs with seq > after_seq, in seq order: a page of
+ * what the ready queue is rebuilt from. */
+int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **out, int *n);
 
 /* Nodes. */
 typedef struct gw_node {

@@ -364,14 +364,18 @@ int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncou
     return rc;
 }
 
-int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n)
+int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **out, int *n)
 {
+    char after[24], lim[16];
+    snprintf(after, sizeof(after), "%lld", (long long)after_seq);
+    snprintf(lim, sizeof(lim), "%d", limit);
+    const char *v[2] = {after, lim};
     *out = NULL;
     *n = 0;
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
-    PGresult *r = store__exec(c, ST_JOBS_QUEUED, NULL, NULL, NULL, 0);
+    PGresult *r = store__exec(c, ST_JOBS_QUEUED, v, NULL, NULL, 0);
     int rc = r ? 0 : -EIO;
     int rows = r ? PQntuples(r) : 0;
     if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_queued))))

@@ -15,3 +15,5 @@ CREATE INDEX jobs_running_started ON jobs (started_at) WHERE state = 'running';
 -- runs that were running before this migration were dispatched the old way:
 -- the node already has them
 UPDATE jobs SET leased_at = started_at WHERE state = 'running';
+-- the reconciler pages through queued jobs in seq order
+CREATE INDEX jobs_queued_seq ON jobs (seq) WHERE state = 'queued';
