@@ -58,9 +58,7 @@ void gw_authfail_free(gw_authfail *f)
  * none. Called with f->mu held. */
 static authfail_slot *authfail_slot_of(gw_authfail *f, const char *ip, int64_t now_ms)
 {
-    size_t h = 5381;
-    for (const char *p = ip; *p; p++)
-        h = h * 33 + (unsigned char)*p;
+    size_t h = svc_fnv1a(ip);
     authfail_slot *oldest = NULL;
     for (int probe = 0; probe < 8; probe++) {
         authfail_slot *s = &f->slot[(h + (size_t)probe) % AUTHFAIL_SLOTS];

@@ -80,12 +80,12 @@ int gw_retry_after_s(int64_t wait_ms)
 
 int gw_tenant_name_valid(const char *name)
 {
-    size_t chars = 0;
-    for (const unsigned char *p = (const unsigned char *)(name ? name : ""); *p; p++) {
+    if (name == NULL)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         if (*p < 0x20 || *p == 0x7f)
             return 0;
-        chars += (*p & 0xc0) != 0x80;   /* UTF-8: count lead bytes only */
-    }
+    size_t chars = svc_utf8_chars(name);
     return chars >= 1 && chars <= 128;
 }
 
@@ -337,10 +337,7 @@ int gw_limits_running_allowed(gw_app *app, const char *job_id)
     gw_limits *l = app->limits;
     if (!l)
         return 1;
-    unsigned h = 2166136261u;
-    for (const char *p = job_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    h %= BLOCKED_MEMO;
+    unsigned h = svc_fnv1a(job_id) % BLOCKED_MEMO;
     int64_t now = svc_now_mono_ms();
     if (l->blocked[h].until_ms > now && strcmp(l->blocked[h].job_id, job_id) == 0)
         return 0;
