@@ -3,7 +3,6 @@
  * running quotas of tenants (indexed counts in PostgreSQL). A Redis outage
  * lets requests through; a PostgreSQL outage fails the submit anyway. */
 #include <errno.h>
-#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 
 #include "api.h"
 #include "limits.h"
+#include "redis.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -22,16 +22,11 @@
 #define BLOCKED_MEMO_MS 250
 
 struct gw_limits {
-    char host[256];
-    int port, db;
+    gw_redis *redis;             /* short timeouts; backs off after a failure */
     gw_rate def;
     int max_queued, max_running;
 
-    pthread_mutex_t mu;          /* guards the pool and the two times below */
-    pthread_cond_t cv;
-    redisContext *rc[LIMITS_POOL];
-    int busy[LIMITS_POOL];
-    int64_t redis_retry_ms;      /* Redis failed: fail open until then */
+    pthread_mutex_t mu;          /* guards next_warn_ms */
     int64_t next_warn_ms;
 
     struct { char job_id[37]; int64_t until_ms; } blocked[BLOCKED_MEMO];
@@ -133,40 +128,16 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
     return 0;
 }
 
-/* Parses redis://host:port/db (port and db optional). */
-static int url_parse(gw_limits *l, const char *url)
-{
-    const char *p = url;
-    if (strncmp(p, "redis://", 8) == 0)
-        p += 8;
-    l->port = 6379;
-    l->db = 0;
-    size_t hl = strcspn(p, ":/");
-    if (hl == 0 || hl >= sizeof(l->host))
-        return -EINVAL;
-    memcpy(l->host, p, hl);
-    l->host[hl] = '\0';
-    p += hl;
-    if (*p == ':') {
-        char *end;
-        long port = strtol(p + 1, &end, 10);
-        if (port <= 0 || port > 65535)
-            return -EINVAL;
-        l->port = (int)port;
-        p = end;
-    }
-    if (*p == '/' && p[1])
-        l->db = atoi(p + 1);
-    return 0;
-}
-
 gw_limits *gw_limits_open(const gw_config *cfg)
 {
     gw_limits *l = calloc(1, sizeof(*l));
     if (!l)
         return NULL;
-    if (url_parse(l, cfg->redis_url) != 0) {
-        svc_error("limits: bad Redis URL %s", cfg->redis_url);
+    char err[256];
+    gw_redis_opts o = {.name = "limits", .size = LIMITS_POOL, .timeout_ms = REDIS_TIMEOUT_MS,
+                       .backoff_ms = REDIS_RETRY_MS};
+    if (!(l->redis = gw_redis_open(cfg->redis_url, &o, err, sizeof(err)))) {
+        svc_error("limits: %s", err);
         free(l);
         return NULL;
     }
@@ -174,7 +145,6 @@ gw_limits *gw_limits_open(const gw_config *cfg)
     l->max_queued = cfg->max_queued_per_tenant;
     l->max_running = cfg->max_running_per_tenant;
     pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
     return l;
 }
 
@@ -182,79 +152,21 @@ void gw_limits_close(gw_limits *l)
 {
     if (!l)
         return;
-    for (int i = 0; i < LIMITS_POOL; i++)
-        if (l->rc[i])
-            redisFree(l->rc[i]);
+    gw_redis_close(l->redis);
     pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
     free(l);
-}
-
-/* Borrows a connected context, or -1 while Redis is known to be down. */
-static int redis_acquire(gw_limits *l)
-{
-    int slot = -1;
-    pthread_mutex_lock(&l->mu);
-    while (slot < 0) {
-        if (svc_now_mono_ms() < l->redis_retry_ms)
-            break;
-        for (int i = 0; i < LIMITS_POOL && slot < 0; i++)
-            if (!l->busy[i])
-                slot = i;
-        if (slot < 0)
-            pthread_cond_wait(&l->cv, &l->mu);
-    }
-    if (slot >= 0)
-        l->busy[slot] = 1;
-    pthread_mutex_unlock(&l->mu);
-    if (slot < 0 || l->rc[slot])
-        return slot;
-    struct timeval tv = {0, REDIS_TIMEOUT_MS * 1000};
-    redisContext *c = redisConnectWithTimeout(l->host, l->port, tv);
-    if (c && !c->err) {
-        redisSetTimeout(c, tv);
-        if (l->db) {
-            redisReply *r = redisCommand(c, "SELECT %d", l->db);
-            freeReplyObject(r);
-        }
-    }
-    l->rc[slot] = c;
-    return slot;
-}
-
-/* Gives the context back; failed says the call did not get an answer, so
- * the context is dropped and Redis is left alone for a while. */
-static void redis_release(gw_limits *l, int slot, int failed)
-{
-    if (failed && l->rc[slot]) {
-        redisFree(l->rc[slot]);
-        l->rc[slot] = NULL;
-    }
-    pthread_mutex_lock(&l->mu);
-    if (failed)
-        l->redis_retry_ms = svc_now_mono_ms() + REDIS_RETRY_MS;
-    l->busy[slot] = 0;
-    pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->mu);
 }
 
 int gw_limits_take(gw_limits *l, int64_t key_id, const gw_rate *r, int *allowed, int64_t *wait_ms)
 {
     *allowed = 1;
     *wait_ms = 0;
-    int slot = redis_acquire(l);
-    if (slot < 0)
-        return -EIO;
-    redisContext *c = l->rc[slot];
-    redisReply *rep = NULL;
-    if (c && !c->err) {
-        char key[48], rps[16], burst[16];
-        snprintf(key, sizeof(key), "kowloon:rate:%lld", (long long)key_id);
-        snprintf(rps, sizeof(rps), "%d", r->rps);
-        snprintf(burst, sizeof(burst), "%d", r->burst);
-        const char *argv[6] = {"EVAL", BUCKET_LUA, "1", key, rps, burst};
-        rep = redisCommandArgv(c, 6, argv, NULL);
-    }
+    char key[48], rps[16], burst[16];
+    snprintf(key, sizeof(key), "kowloon:rate:%lld", (long long)key_id);
+    snprintf(rps, sizeof(rps), "%d", r->rps);
+    snprintf(burst, sizeof(burst), "%d", r->burst);
+    const char *argv[6] = {"EVAL", BUCKET_LUA, "1", key, rps, burst};
+    redisReply *rep = gw_redis_argv(l->redis, 6, argv, NULL);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
              rep->element[0]->type == REDIS_REPLY_INTEGER &&
              rep->element[1]->type == REDIS_REPLY_INTEGER;
@@ -265,8 +177,6 @@ int gw_limits_take(gw_limits *l, int64_t key_id, const gw_rate *r, int *allowed,
         svc_warn("limits: rate script failed: %s", rep->str);
     }
     freeReplyObject(rep);
-    /* An error reply is Redis answering: the connection stays. */
-    redis_release(l, slot, !rep);
     return ok ? 0 : -EIO;
 }
 

@@ -64,7 +64,9 @@ int svc_url_parse(const char *url, const char *default_scheme, svc_url *out)
     rc = -EINVAL;
     if (out->host[0] == '\0')
         goto cleanup;
-    out->port = port[0] ? atoi(port) : 0;   /* curl_url checked it: 1-65535 */
+    out->port = port[0] ? atoi(port) : 0;   /* curl_url checked it is at most 65535 */
+    if (port[0] && out->port == 0)
+        goto cleanup;
     if (out->path[0] == '\0')
         snprintf(out->path, sizeof out->path, "/");
     rc = 0;

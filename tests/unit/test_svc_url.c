@@ -64,6 +64,7 @@ static void test_malformed_urls_are_refused(void **state)
     assert_int_equal(svc_url_parse(NULL, "redis", &u), -EINVAL);
     assert_int_equal(svc_url_parse("redis://host:99999/0", NULL, &u), -EINVAL);
     assert_int_equal(svc_url_parse("redis://host:port/0", NULL, &u), -EINVAL);
+    assert_int_equal(svc_url_parse("redis://host:0/0", NULL, &u), -EINVAL);
     assert_int_equal(svc_url_parse("redis:///0", NULL, &u), -EINVAL);
     char longhost[600];
     memset(longhost, 'a', sizeof longhost);
