@@ -12,6 +12,7 @@
 
 #include "api.h"
 #include "limits.h"
+#include "reply.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -112,13 +113,6 @@ gw_reqctx *gw_reqctx_of(svc_req *req)
     return ctx != NULL ? ctx : svc_req_user_alloc(req, sizeof *ctx);
 }
 
-int gw_reply_unavailable(svc_req *req, const char *what)
-{
-    svc_reply_header(req, "Retry-After", "2");
-    return svc_reply_error(req, 503, "unavailable", NULL, NULL,
-                           "%s is unavailable; retry shortly", what);
-}
-
 /* 429 before any lookup when the caller's address has failed too often;
  * 0 to go on. */
 static int refuse_failing_address(svc_req *req)
@@ -127,11 +121,8 @@ static int refuse_failing_address(svc_req *req)
     int wait_s = gw_authfail_blocked(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
     if (wait_s == 0)
         return 0;
-    char ra[16];
-    snprintf(ra, sizeof ra, "%d", wait_s);
-    svc_reply_header(req, "Retry-After", ra);
-    svc_reply_error(req, 429, "rate_limited", NULL, NULL,
-                    "too many failed authentications from this address; retry in %d s", wait_s);
+    gw_reply_too_many(req, "rate_limited", wait_s,
+                      "too many failed authentications from this address; retry in %d s", wait_s);
     return -1;
 }
 

@@ -8,9 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "gw.h"
 #include "limits.h"
 #include "redis.h"
+#include "reply.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -62,15 +63,6 @@ gw_rate gw_rate_resolve(int def_rps, int def_burst, int tenant_rps, int tenant_b
     if (r.burst <= 0)
         r.burst = r.rps > 0 ? r.rps : 1;
     return r;
-}
-
-int gw_retry_after_s(int64_t wait_ms)
-{
-    if (wait_ms <= 1000)
-        return 1;
-    if (wait_ms > 86400000)
-        return 86400;
-    return (int)((wait_ms + 999) / 1000);
 }
 
 int gw_tenant_name_valid(const char *name)
@@ -211,12 +203,9 @@ int gw_limits_rate(svc_req *req, const gw_caller *who)
     if (allowed)
         return 0;
     int after = gw_retry_after_s(wait_ms);
-    char ra[16];
-    snprintf(ra, sizeof(ra), "%d", after);
-    svc_reply_header(req, "Retry-After", ra);
-    svc_reply_error(req, 429, "rate_limited", NULL, NULL,
-                    "this API key is over its rate limit (%d requests/s, burst %d); retry after %d s",
-                    r.rps, r.burst, after);
+    gw_reply_too_many(req, "rate_limited", after,
+                      "this API key is over its rate limit (%d requests/s, burst %d); retry after %d s",
+                      r.rps, r.burst, after);
     return -1;
 }
 
@@ -235,10 +224,9 @@ int gw_limits_admit_submit(svc_req *req, const gw_caller *who)
         return 0;
     /* Nothing tells when a queued job will start; a few seconds is a
      * polite pace for a client that retries. */
-    svc_reply_header(req, "Retry-After", "5");
-    svc_reply_error(req, 429, "quota_queued", NULL, NULL,
-                    "the tenant has %lld queued jobs, its quota; submit again when some have started",
-                    (long long)queued);
+    gw_reply_too_many(req, "quota_queued", 5,
+                      "the tenant has %lld queued jobs, its quota; submit again when some have started",
+                      (long long)queued);
     return -1;
 }
 

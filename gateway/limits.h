@@ -23,8 +23,6 @@ typedef struct gw_rate {
 /* The bucket of a key: the tenant's values where set (>= 0), else the
  * gateway's. A burst of 0 means the rate itself, at least 1 token. */
 gw_rate gw_rate_resolve(int def_rps, int def_burst, int tenant_rps, int tenant_burst);
-/* The Retry-After of a wait of wait_ms: whole seconds, rounded up, >= 1. */
-int gw_retry_after_s(int64_t wait_ms);
 
 /* A POST /v1/tenants body. A limit absent from it is left as it is (set =
  * 0); null writes NULL (value -1): the gateway's default. */
