@@ -1,16 +1,17 @@
 /* auth.c — who is calling: tenants with API keys (only their SHA-256 is in
- * PostgreSQL; each key's requests pass its rate limit), nodes with the
- * cluster token (compared in constant time). The server asks gw_authorize
- * from the request head, before the body is read; the caller it finds is
- * kept on the request, so handlers that ask again cost nothing. Failed
- * attempts are counted per client address and, past a burst, refused
- * before any lookup. */
+ * PostgreSQL, and PostgreSQL's answers are kept a moment in keycache.c;
+ * each key's requests pass its rate limit), nodes with the cluster token
+ * (compared in constant time). The server asks gw_authorize from the
+ * request head, before the body is read; the caller it finds is kept on the
+ * request, so handlers that ask again cost nothing. Failed attempts are
+ * counted per client address and, past a burst, refused before any lookup. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
+#include "keycache.h"
 #include "limits.h"
 #include "reply.h"
 #include "svc_log.h"
@@ -126,6 +127,20 @@ static int refuse_failing_address(svc_req *req)
     return -1;
 }
 
+/* What key says of its caller: from the cache, else from PostgreSQL (and
+ * then kept). 0, -ENOENT for an unknown or revoked key, -EIO. */
+static int key_lookup(gw_app *app, const char *key, gw_key_auth *ka)
+{
+    int64_t asked = svc_now_mono_ms();
+    int known = gw_keycache_get(app->keys, key, asked, ka);
+    if (known >= 0)
+        return known ? 0 : -ENOENT;
+    int rc = gw_store_auth_key(app->store, key, ka);
+    if (rc == 0 || rc == -ENOENT)
+        gw_keycache_put(app->keys, key, rc == 0 ? ka : NULL, asked);
+    return rc;
+}
+
 /* 401 with the challenge RFC 6750 asks for, and the failure counted. */
 static int reply_unauthenticated(svc_req *req, const char *msg)
 {
@@ -151,7 +166,7 @@ int gw_auth_tenant(svc_req *req, gw_caller *who)
     if (!key || !*key)
         return reply_unauthenticated(req, "send an API key as 'Authorization: Bearer <key>'");
     gw_key_auth ka;
-    int rc = strlen(key) > 200 ? -ENOENT : gw_store_auth_key(app->store, key, &ka);
+    int rc = strlen(key) > 200 ? -ENOENT : key_lookup(app, key, &ka);
     if (rc == -EIO) {
         gw_reply_unavailable(req, "PostgreSQL");
         return -1;
@@ -159,7 +174,8 @@ int gw_auth_tenant(svc_req *req, gw_caller *who)
     if (rc != 0)
         return reply_unauthenticated(req, "the API key is not valid or was revoked");
     *who = (gw_caller){.tenant_id = ka.tenant_id, .admin = ka.admin, .key_id = ka.key_id,
-                       .rate_rps = ka.rate_rps, .rate_burst = ka.rate_burst};
+                       .rate_rps = ka.rate_rps, .rate_burst = ka.rate_burst,
+                       .max_queued = ka.max_queued};
     if (gw_limits_rate(req, who) != 0)
         return -1;
     if ((ctx = gw_reqctx_of(req)) != NULL) {

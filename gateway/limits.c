@@ -1,7 +1,10 @@
 /* limits.c — rate limits (a token bucket per API key, kept in Redis and
- * updated by one Lua script so every gateway shares it) and the queued and
- * running quotas of tenants (indexed counts in PostgreSQL). A Redis outage
- * lets requests through; a PostgreSQL outage fails the submit anyway. */
+ * updated by one Lua script so every gateway shares it: one round trip per
+ * request, none when the key's rate is unlimited) and the queued and
+ * running quotas of tenants (indexed counts in PostgreSQL; the queued count
+ * is kept here a second between counts, see gw_limits_admit_submit). A
+ * Redis outage lets requests through; a PostgreSQL outage fails the submit
+ * anyway. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,14 +24,26 @@
 #define WARN_EVERY_MS 5000
 #define BLOCKED_MEMO 256
 #define BLOCKED_MEMO_MS 250
+#define QUEUED_SLOTS 1024        /* tenants whose queued count is kept */
+#define QUEUED_WAYS 8
+#define QUEUED_TTL_MS 1000       /* a count is trusted this long */
+
+/* A tenant's queued jobs as last counted, plus the submits this gateway
+ * admitted since. */
+typedef struct queued_slot {
+    int64_t tenant_id;           /* 0: empty */
+    int64_t counted, admitted;
+    int64_t counted_ms;          /* when the count was asked (monotonic) */
+} queued_slot;
 
 struct gw_limits {
     gw_redis *redis;             /* short timeouts; backs off after a failure */
     gw_rate def;
     int max_queued, max_running;
 
-    pthread_mutex_t mu;          /* guards next_warn_ms */
+    pthread_mutex_t mu;          /* guards next_warn_ms and queued */
     int64_t next_warn_ms;
+    queued_slot queued[QUEUED_SLOTS];
 
     struct { char job_id[37]; int64_t until_ms; } blocked[BLOCKED_MEMO];
 };
@@ -209,18 +224,91 @@ int gw_limits_rate(svc_req *req, const gw_caller *who)
     return -1;
 }
 
+/* The slot of tenant_id; with take, one for it (an empty one, else the
+ * one counted longest ago among its ways) when it has none. Called with
+ * l->mu held. */
+static queued_slot *queued_slot_of(gw_limits *l, int64_t tenant_id, int take)
+{
+    size_t set = (size_t)((uint64_t)tenant_id * 0x9E3779B97F4A7C15ull >> 40) % (QUEUED_SLOTS / QUEUED_WAYS);
+    queued_slot *ways = &l->queued[set * QUEUED_WAYS], *victim = NULL;
+    for (int i = 0; i < QUEUED_WAYS; i++) {
+        if (ways[i].tenant_id == tenant_id)
+            return &ways[i];
+        if (victim == NULL || ways[i].tenant_id == 0 ||
+            (victim->tenant_id != 0 && ways[i].counted_ms < victim->counted_ms))
+            victim = &ways[i];
+    }
+    if (!take)
+        return NULL;
+    *victim = (queued_slot){.tenant_id = tenant_id};
+    return victim;
+}
+
+/* Admits one more submit of tenant_id on what this gateway knows without
+ * asking: 1 when the count is younger than QUEUED_TTL_MS and the count plus
+ * the submits admitted since stay under limit (the submit is then counted
+ * as admitted), 0 when PostgreSQL must be asked. */
+static int queued_admit_cached(gw_limits *l, int64_t tenant_id, int limit, int64_t now)
+{
+    pthread_mutex_lock(&l->mu);
+    queued_slot *s = queued_slot_of(l, tenant_id, 0);
+    int ok = s != NULL && now - s->counted_ms < QUEUED_TTL_MS && s->counted + s->admitted < limit;
+    if (ok)
+        s->admitted++;
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
+/* Keeps a fresh count asked at asked_ms; counts the submit that asked for
+ * it as admitted when there is room for it. Returns whether there is. */
+static int queued_recount(gw_limits *l, int64_t tenant_id, int limit, int64_t queued, int64_t asked_ms)
+{
+    int ok = queued < limit;
+    pthread_mutex_lock(&l->mu);
+    queued_slot *s = queued_slot_of(l, tenant_id, 1);
+    if (asked_ms >= s->counted_ms) {
+        s->counted = queued;
+        s->admitted = ok;
+        s->counted_ms = asked_ms;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
+/* The queued quota costs no round trip on most submits. A tenant's count
+ * comes from PostgreSQL at most once a second per gateway while it stays
+ * under quota; in between, this gateway adds the submits it admitted
+ * (counted from the quota check on, so one that then fails validation
+ * counts until the next count, never longer). A refusal is never decided
+ * on a kept count: PostgreSQL counts again first, so a quota that made
+ * room (jobs started or were cancelled, or the admin raised it) admits the
+ * very next submit.
+ *
+ * The error bound: a kept count does not see what other gateways admitted
+ * since it was taken, so with G gateways a tenant may pass its quota by
+ * what the other G - 1 admitted in the last second (at most their rate
+ * limit for the tenant's keys), plus, as before, the submits in flight at
+ * the same moment. Jobs that left the queue in that second only make the
+ * kept count high, which costs a recount, not a wrong refusal. */
 int gw_limits_admit_submit(svc_req *req, const gw_caller *who)
 {
     gw_app *app = svc_req_app(req);
-    if (!app->limits)
+    gw_limits *l = app->limits;
+    if (!l)
         return 0;
-    int64_t limit = 0, queued = 0;
-    int rc = gw_store_tenant_queued(app->store, who->tenant_id, app->limits->max_queued, &limit, &queued);
+    int limit = who->max_queued >= 0 ? who->max_queued : l->max_queued;
+    if (limit == 0)
+        return 0;
+    int64_t now = svc_now_mono_ms();
+    if (queued_admit_cached(l, who->tenant_id, limit, now))
+        return 0;
+    int64_t queued = 0;
+    int rc = gw_store_tenant_queued(app->store, who->tenant_id, limit, &queued);
     if (rc == -EIO) {
         gw_reply_unavailable(req, "PostgreSQL");
         return -1;
     }
-    if (rc != 0 || limit == 0 || queued < limit)
+    if (rc != 0 || queued_recount(l, who->tenant_id, limit, queued, now))
         return 0;
     /* Nothing tells when a queued job will start; a few seconds is a
      * polite pace for a client that retries. */

@@ -11,6 +11,7 @@
 #include "api.h"
 #include "blob_gc.h"
 #include "blobstore.h"
+#include "keycache.h"
 #include "limits.h"
 #include "scheduler.h"
 #include "svc_client.h"
@@ -58,6 +59,9 @@ static svc_opt opts[] = {
      "requests per second per API key (token bucket refill); 0 turns rate limits off", NULL, 0},
     {"rate-limit-burst", "KOWLOON_RATE_LIMIT_BURST", SVC_OPT_INT, "100", 0, 1000000,
      "token bucket size per API key (requests allowed at once)", NULL, 0},
+    {"key-cache-ms", "KOWLOON_KEY_CACHE_MS", SVC_OPT_INT, "500", 0, 1000,
+     "how long an API key's lookup is reused; a key revoked on any gateway stops working on this "
+     "one within this time (0: look up every request)", NULL, 0},
     {"auth-fail-burst", "KOWLOON_AUTH_FAIL_BURST", SVC_OPT_INT, "20", 0, 1000000,
      "failed authentications one client address may make at once; more get 429 (0: no limit)",
      NULL, 0},
@@ -270,6 +274,7 @@ int main(int argc, char **argv)
     app.cfg.retry_max_s = (int)svc_config_get(opts, "retry-max-s")->num;
     app.cfg.rate_limit_rps = (int)svc_config_get(opts, "rate-limit-rps")->num;
     app.cfg.rate_limit_burst = (int)svc_config_get(opts, "rate-limit-burst")->num;
+    app.cfg.key_cache_ms = (int)svc_config_get(opts, "key-cache-ms")->num;
     app.cfg.max_queued_per_tenant = (int)svc_config_get(opts, "max-queued-per-tenant")->num;
     app.cfg.max_running_per_tenant = (int)svc_config_get(opts, "max-running-per-tenant")->num;
     app.cfg.max_blob_mb = (int)svc_config_get(opts, "max-blob-mb")->num;
@@ -309,11 +314,14 @@ int main(int argc, char **argv)
     app.limits = app.queue ? gw_limits_open(&app.cfg) : NULL;
     app.authfail = gw_authfail_new((int)svc_config_get(opts, "auth-fail-burst")->num,
                                    (int)svc_config_get(opts, "auth-fail-rps")->num);
-    rc = app.limits && app.authfail ? cmd_serve(&app) : 1;
+    /* 4096 keys: a few hundred KB, more keys than a gateway sees in a TTL */
+    app.keys = gw_keycache_new(4096, app.cfg.key_cache_ms);
+    rc = app.limits && app.authfail && app.keys ? cmd_serve(&app) : 1;
     if (app.trackers_left > 0)
         return rc; /* their runs go on; freeing what those threads use would race them */
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
+    gw_keycache_free(app.keys);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
     gw_bstore_close(app.blobs);

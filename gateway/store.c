@@ -181,15 +181,15 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
                     " WHERE state = 'up'", 0},
 [ST_PING] = {"SELECT 1", 0},
 [ST_AUTH_KEY] = {
-    "SELECT k.tenant_id, k.admin, k.id, coalesce(t.rate_rps, -1), coalesce(t.rate_burst, -1)"
+    "SELECT k.tenant_id, k.admin, k.id, coalesce(t.rate_rps, -1), coalesce(t.rate_burst, -1),"
+    "       coalesce(t.max_queued, -1)"
     " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"
     " WHERE k.key_hash = sha256(convert_to($1, 'UTF8')) AND k.revoked_at IS NULL", 1},
 /* Quota counts stop at the limit, so a long queue costs no more than the
  * quota's worth of index entries (jobs_tenant_active). */
 [ST_TENANT_QUEUED] = {
-    "SELECT q.lim, CASE WHEN q.lim = 0 THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM jobs j"
-    "         WHERE j.tenant_id = $1 AND j.state = 'queued' LIMIT q.lim) x) END"
-    " FROM (SELECT coalesce((SELECT max_queued FROM tenants WHERE id = $1), $2::int) AS lim) q", 2},
+    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tenant_id = $1 AND state = 'queued'"
+    " LIMIT $2::int) x", 2},
 [ST_TENANT_RUNNING_OK] = {
     "SELECT q.lim = 0 OR (SELECT count(*) FROM (SELECT 1 FROM jobs r"
     "         WHERE r.tenant_id = q.tenant_id AND r.state = 'running' LIMIT q.lim) x) < q.lim"
