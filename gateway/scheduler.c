@@ -72,11 +72,6 @@ void gw_sched_nodes_changed(gw_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-int gw_sched_is_leader(gw_sched *s)
-{
-    return s && s->leader;
-}
-
 /* Reloads the node table from PostgreSQL, keeping back-off deadlines. */
 static void nodes_refresh(gw_sched *s)
 {

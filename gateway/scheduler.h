@@ -31,7 +31,5 @@ int gw_sched_stop(gw_sched *s, int grace_ms);
 void gw_sched_wake(gw_sched *s);
 /* A node registered or left: reload the node table before placing. */
 void gw_sched_nodes_changed(gw_sched *s);
-/* 1 while this gateway holds the scheduler lock. */
-int gw_sched_is_leader(gw_sched *s);
 
 #endif

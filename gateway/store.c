@@ -166,7 +166,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "  ORDER BY name), '[]')::text FROM nodes", 0},
 [ST_NODES_LOAD] = {
     "SELECT id::text, name, url, backend, slots, jsonb_array_length(gpus), (state = 'up')::int,"
-    "       (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint, draining::int FROM nodes"
+    "       draining::int FROM nodes"
     /* Only nodes that are up matter to placement and to trackers (a node
      * missing from the table counts as down); the freshest first. */
     " WHERE state = 'up' ORDER BY last_heartbeat DESC", 0},
@@ -671,8 +671,7 @@ int gw_store_nodes_load(gw_store *s, gw_node **out, int *n)
         nd->slots = atoi(PQgetvalue(r, i, 4));
         nd->ngpus = atoi(PQgetvalue(r, i, 5));
         nd->up = atoi(PQgetvalue(r, i, 6));
-        nd->heartbeat_age_ms = strtoll(PQgetvalue(r, i, 7), NULL, 10);
-        nd->draining = atoi(PQgetvalue(r, i, 8));
+        nd->draining = atoi(PQgetvalue(r, i, 7));
         *n = i + 1;
     }
     PQclear(r);

@@ -138,7 +138,6 @@ int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n);
 typedef struct gw_node {
     char id[37], name[128], url[512], backend[8];
     int slots, ngpus, up;
-    int64_t heartbeat_age_ms;
     int draining;             /* an admin drained it: place nothing new here */
 } gw_node;
 int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,
