@@ -66,7 +66,6 @@ typedef struct gw_app {
 typedef struct gw_caller {
     int64_t tenant_id;
     int admin;
-    int node;               /* authenticated with the cluster token */
     int64_t key_id;         /* api_keys.id: the rate-limit bucket */
     int rate_rps, rate_burst;   /* the tenant's overrides, -1 when not set */
     int max_queued;             /* the tenant's queued quota, -1 when not set */
