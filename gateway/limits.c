@@ -52,7 +52,7 @@ struct gw_limits {
  * since ts (Redis's clock, so gateways on different hosts agree), then one
  * token taken if there is one. Returns {allowed, ms until the next token}.
  * The key expires once a full bucket would have refilled. */
-static const char BUCKET_LUA[] =
+static gw_redis_script bucket_lua = {.src =
     "local rate = tonumber(ARGV[1]) / 1000 "
     "local burst = tonumber(ARGV[2]) "
     "local t = redis.call('TIME') "
@@ -68,7 +68,7 @@ static const char BUCKET_LUA[] =
     "if tokens < 1 then wait = math.ceil((1 - tokens) / rate) end "
     "redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', ts) "
     "redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 1000) "
-    "return {allowed, wait}";
+    "return {allowed, wait}"};
 
 gw_rate gw_rate_resolve(int def_rps, int def_burst, int tenant_rps, int tenant_burst)
 {
@@ -172,8 +172,8 @@ int gw_limits_take(gw_limits *l, int64_t key_id, const gw_rate *r, int *allowed,
     snprintf(key, sizeof(key), "kowloon:rate:%lld", (long long)key_id);
     snprintf(rps, sizeof(rps), "%d", r->rps);
     snprintf(burst, sizeof(burst), "%d", r->burst);
-    const char *argv[6] = {"EVAL", BUCKET_LUA, "1", key, rps, burst};
-    redisReply *rep = gw_redis_argv(l->redis, 6, argv, NULL);
+    const char *args[3] = {key, rps, burst};
+    redisReply *rep = gw_redis_eval(l->redis, &bucket_lua, 1, 3, args);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
              rep->element[0]->type == REDIS_REPLY_INTEGER &&
              rep->element[1]->type == REDIS_REPLY_INTEGER;

@@ -54,6 +54,19 @@ static redisReply *command(gw_queue *q, int argc, const char **argv, const size_
     return r;
 }
 
+/* Runs a Lua script (gw_redis_eval) with command's handling of errors. */
+static redisReply *script_run(gw_queue *q, gw_redis_script *s, int nkeys, int nargs,
+                              const char *const *args)
+{
+    redisReply *r = gw_redis_eval(q->redis, s, nkeys, nargs, args);
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        svc_warn("redis: script: %s", r->str);
+        freeReplyObject(r);
+        r = NULL;
+    }
+    return r;
+}
+
 int gw_queue_ping(gw_queue *q)
 {
     const char *argv[1] = {"PING"};
@@ -169,19 +182,19 @@ int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
 
 int gw_queue_promote_due(gw_queue *q, int *moved)
 {
-    static const char script[] =
+    static gw_redis_script script = {.src =
         "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 512) "
         "for _, m in ipairs(due) do "
         "  local id, b, g, score = string.match(m, '^(%S+) (%S+) (%S+) (%S+)$') "
         "  if id then redis.call('ZADD', KEYS[2], score, id .. ' ' .. b .. ' ' .. g) end "
         "  redis.call('ZREM', KEYS[1], m) "
         "end "
-        "return #due";
+        "return #due"};
     char now[32];
     snprintf(now, sizeof(now), "%lld", (long long)svc_now_wall_ms());
-    const char *argv[6] = {"EVAL", script, "2", DELAYED_KEY, READY_KEY, now};
+    const char *args[3] = {DELAYED_KEY, READY_KEY, now};
     *moved = 0;
-    redisReply *r = command(q, 6, argv, NULL);
+    redisReply *r = script_run(q, &script, 2, 3, args);
     if (!r)
         return -EIO;
     *moved = (int)r->integer;
@@ -232,15 +245,15 @@ int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int 
 
 int gw_queue_lock(gw_queue *q, const char *name, const char *owner, int ttl_ms)
 {
-    static const char script[] =
+    static gw_redis_script script = {.src =
         "local v = redis.call('GET', KEYS[1]) "
         "if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end "
         "if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end "
-        "return 0";
+        "return 0"};
     char ttl[16];
     snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
-    const char *argv[6] = {"EVAL", script, "1", name, owner, ttl};
-    redisReply *r = command(q, 6, argv, NULL);
+    const char *args[3] = {name, owner, ttl};
+    redisReply *r = script_run(q, &script, 1, 3, args);
     if (!r)
         return -EIO;
     int held = r->integer == 1;

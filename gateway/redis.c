@@ -16,6 +16,9 @@
 
 #define LOG_EVERY_MS 5000
 
+/* Guards the sha1 of every gw_redis_script (they may be shared by pools). */
+static pthread_mutex_t scripts_mu = PTHREAD_MUTEX_INITIALIZER;
+
 typedef struct redis_conn {
     redisContext *c;
     int busy;
@@ -193,4 +196,50 @@ redisReply *gw_redis_argv(gw_redis *r, int argc, const char **argv, const size_t
     }
     release(r, slot, rep == NULL);
     return rep;
+}
+
+/* The script's SHA-1 in sha (40 hex digits), asking Redis (SCRIPT LOAD)
+ * the first time; "" when Redis could not be asked. */
+static void script_sha1(gw_redis *r, gw_redis_script *s, char sha[41])
+{
+    pthread_mutex_lock(&scripts_mu);
+    memcpy(sha, s->sha1, 41);
+    pthread_mutex_unlock(&scripts_mu);
+    if (sha[0])
+        return;
+    const char *argv[3] = {"SCRIPT", "LOAD", s->src};
+    redisReply *rep = gw_redis_argv(r, 3, argv, NULL);
+    if (rep && rep->type == REDIS_REPLY_STRING && rep->len == 40) {
+        memcpy(sha, rep->str, 40);
+        sha[40] = '\0';
+        pthread_mutex_lock(&scripts_mu);
+        memcpy(s->sha1, sha, 41);
+        pthread_mutex_unlock(&scripts_mu);
+    }
+    freeReplyObject(rep);
+}
+
+redisReply *gw_redis_eval(gw_redis *r, gw_redis_script *s, int nkeys, int nargs,
+                          const char *const *args)
+{
+    if (nargs < nkeys || nargs > GW_REDIS_EVAL_MAX)
+        return NULL;
+    const char *argv[3 + GW_REDIS_EVAL_MAX];
+    char sha[41], numkeys[16];
+    snprintf(numkeys, sizeof numkeys, "%d", nkeys);
+    argv[2] = numkeys;
+    for (int i = 0; i < nargs; i++)
+        argv[3 + i] = args[i];
+    script_sha1(r, s, sha);
+    if (sha[0]) {
+        argv[0] = "EVALSHA";
+        argv[1] = sha;
+        redisReply *rep = gw_redis_argv(r, 3 + nargs, argv, NULL);
+        if (rep == NULL || rep->type != REDIS_REPLY_ERROR || strncmp(rep->str, "NOSCRIPT", 8) != 0)
+            return rep;
+        freeReplyObject(rep);
+    }
+    argv[0] = "EVAL";
+    argv[1] = s->src;
+    return gw_redis_argv(r, 3 + nargs, argv, NULL);
 }

@@ -35,4 +35,21 @@ void gw_redis_close(gw_redis *r);
  * Blocks while every connection is lent. */
 redisReply *gw_redis_argv(gw_redis *r, int argc, const char **argv, const size_t *lens);
 
+/* A Lua script, sent by its SHA-1 (EVALSHA) so that its text crosses the
+ * wire once, not on every call. Define one per script, statically:
+ * static gw_redis_script s = {.src = "..."}; */
+typedef struct gw_redis_script {
+    const char *src;
+    char sha1[41];        /* from SCRIPT LOAD on first use; "" until then */
+} gw_redis_script;
+
+#define GW_REDIS_EVAL_MAX 16   /* keys and arguments of one gw_redis_eval */
+
+/* Runs script s with args[0..nkeys) as its KEYS and the rest of
+ * args[0..nargs) as its ARGV: EVALSHA, or EVAL when Redis does not know
+ * the script (restarted, SCRIPT FLUSH), which teaches it again. The reply
+ * is as gw_redis_argv's; NULL too for more than GW_REDIS_EVAL_MAX args. */
+redisReply *gw_redis_eval(gw_redis *r, gw_redis_script *s, int nkeys, int nargs,
+                          const char *const *args);
+
 #endif

@@ -236,6 +236,40 @@ static void test_lock_is_held_renewed_and_expires(void **state)
     assert_int_equal(gw_queue_lock(q, "kowloon:test-lock", "gw-2", 200), 1);   /* gw-1 expired */
 }
 
+static void test_scripts_go_by_sha1_and_survive_a_script_flush(void **state)
+{
+    (void)state;
+    static gw_redis_script twice = {.src = "return tonumber(ARGV[1]) * 2"};
+    gw_redis_opts o = {.name = "test", .size = 1};
+    char err[128];
+    gw_redis *r = gw_redis_open(redis_url, &o, err, sizeof err);
+    const char *args[1] = {"21"};
+    redisReply *rep = gw_redis_eval(r, &twice, 0, 1, args);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(rep->integer, 42);
+    freeReplyObject(rep);
+    assert_int_equal(strlen(twice.sha1), 40);   /* learnt once */
+    const char *flush[2] = {"SCRIPT", "FLUSH"};
+    freeReplyObject(gw_redis_argv(r, 2, flush, NULL));
+    rep = gw_redis_eval(r, &twice, 0, 1, args);   /* NOSCRIPT, then EVAL */
+    assert_non_null(rep);
+    assert_int_equal(rep->integer, 42);
+    freeReplyObject(rep);
+    /* and the EVAL taught Redis the script again */
+    const char *exists[3] = {"SCRIPT", "EXISTS", twice.sha1};
+    rep = gw_redis_argv(r, 3, exists, NULL);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rep->element[0]->integer, 1);
+    freeReplyObject(rep);
+    gw_queue *q = gw_queue_open(redis_url, 1);
+    freeReplyObject(gw_redis_argv(r, 2, flush, NULL));
+    assert_int_equal(gw_queue_lock(q, "kowloon:test-lock-2", "gw-1", 1000), 1);
+    gw_queue_close(q);
+    gw_redis_close(r);
+}
+
 static void test_score_keeps_priority_bands_apart(void **state)
 {
     (void)state;
@@ -321,6 +355,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_push_missing_takes_more_than_one_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock_is_held_renewed_and_expires, setup, teardown),
         cmocka_unit_test(test_score_keeps_priority_bands_apart),
+        cmocka_unit_test_setup_teardown(test_scripts_go_by_sha1_and_survive_a_script_flush, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_error_replies_come_back_and_keep_the_connection, setup,
                                         teardown),
         cmocka_unit_test(test_bad_urls_are_refused),
