@@ -93,10 +93,7 @@ struct cn_runs {
 
 static unsigned cn__hash(const char *s)
 {
-    unsigned h = 2166136261u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h % CN_BUCKETS;
+    return svc_fnv1a(s) % CN_BUCKETS;
 }
 
 static cn_run *cn__find(cn_runs *m, const char *id)

@@ -6,6 +6,7 @@
 #define GW_API_H
 
 #include "gw.h"
+#include "reply.h"
 #include "svc_http.h"
 
 /* What the gateway keeps on a request (its svc_req user slot): the caller
@@ -47,8 +48,6 @@ int gw_authfail_blocked(gw_authfail *f, const char *ip, int64_t now_ms);
 /* Counts one failed attempt (and logs, at most every 10 s per address,
  * when the address runs out of attempts). */
 void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms);
-/* Replies 503 unavailable naming the store that failed, with Retry-After. */
-int gw_reply_unavailable(svc_req *req, const char *what);
 
 int gw_api_jobs_submit(svc_req *req);
 int gw_api_jobs_get(svc_req *req);

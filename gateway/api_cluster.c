@@ -108,15 +108,6 @@ int gw_api_nodes_list(svc_req *req)
     return svc_reply_json(req, 200, json_pack("{s:o}", "nodes", nodes));
 }
 
-/* Characters (code points) of a UTF-8 string: what a JSON Schema maxLength counts. */
-static size_t utf8_chars(const char *s)
-{
-    size_t n = 0;
-    for (; *s; s++)
-        n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
-}
-
 /* The gpus of a registration, checked and reduced to what GET /v1/nodes
  * shows ({name, memory_bytes}); NULL after replying 400. */
 static json_t *node_gpus(svc_req *req, json_t *gpus)
@@ -154,7 +145,7 @@ int gw_api_node_register(svc_req *req)
     const char *reason = json_string_value(jreason);
     json_t *kernels = json_object_get(b, "kernels");
     json_t *slots = json_object_get(b, "slots");
-    if (!name || !*name || utf8_chars(name) > 120)
+    if (!name || !*name || svc_utf8_chars(name) > 120)
         return svc_reply_error(req, 400, "invalid_argument", "name", NULL, "name: 1-120 characters");
     if (!url || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
         strlen(url) > 500)

@@ -212,10 +212,7 @@ static char *label_filter(const char *label)
     if (klen < 1 || klen > 64 || strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                                "0123456789_.-") != klen)
         return NULL;
-    size_t chars = 0;
-    for (const char *p = colon + 1; *p; p++)
-        chars += ((unsigned char)*p & 0xC0) != 0x80;
-    if (chars > 256)
+    if (svc_utf8_chars(colon + 1) > 256)
         return NULL;
     char key[65];
     snprintf(key, sizeof(key), "%.*s", (int)klen, label);

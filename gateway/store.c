@@ -145,7 +145,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "  ORDER BY name), '[]')::text FROM nodes", 0},
 [ST_NODES_LOAD] = {
     "SELECT id::text, name, url, backend, slots, jsonb_array_length(gpus), (state = 'up')::int,"
-    "       (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint, draining::int FROM nodes"
+    "       draining::int FROM nodes"
     /* Only nodes that are up matter to placement and to trackers (a node
      * missing from the table counts as down); the freshest first. */
     " WHERE state = 'up' ORDER BY last_heartbeat DESC", 0},
@@ -161,15 +161,15 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
                     " WHERE state = 'up'", 0},
 [ST_PING] = {"SELECT 1", 0},
 [ST_AUTH_KEY] = {
-    "SELECT k.tenant_id, k.admin, k.id, coalesce(t.rate_rps, -1), coalesce(t.rate_burst, -1)"
+    "SELECT k.tenant_id, k.admin, k.id, coalesce(t.rate_rps, -1), coalesce(t.rate_burst, -1),"
+    "       coalesce(t.max_queued, -1)"
     " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"
     " WHERE k.key_hash = sha256(convert_to($1, 'UTF8')) AND k.revoked_at IS NULL", 1},
 /* Quota counts stop at the limit, so a long queue costs no more than the
  * quota's worth of index entries (jobs_tenant_active). */
 [ST_TENANT_QUEUED] = {
-    "SELECT q.lim, CASE WHEN q.lim = 0 THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM jobs j"
-    "         WHERE j.tenant_id = $1 AND j.state = 'queued' LIMIT q.lim) x) END"
-    " FROM (SELECT coalesce((SELECT max_queued FROM tenants WHERE id = $1), $2::int) AS lim) q", 2},
+    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tenant_id = $1 AND state = 'queued'"
+    " LIMIT $2::int) x", 2},
 [ST_TENANT_RUNNING_OK] = {
     "SELECT q.lim = 0 OR (SELECT count(*) FROM (SELECT 1 FROM jobs r"
     "         WHERE r.tenant_id = q.tenant_id AND r.state = 'running' LIMIT q.lim) x) < q.lim"
@@ -695,8 +695,7 @@ int gw_store_nodes_load(gw_store *s, gw_node **out, int *n)
         nd->slots = atoi(PQgetvalue(r, i, 4));
         nd->ngpus = atoi(PQgetvalue(r, i, 5));
         nd->up = atoi(PQgetvalue(r, i, 6));
-        nd->heartbeat_age_ms = strtoll(PQgetvalue(r, i, 7), NULL, 10);
-        nd->draining = atoi(PQgetvalue(r, i, 8));
+        nd->draining = atoi(PQgetvalue(r, i, 7));
         *n = i + 1;
     }
     PQclear(r);

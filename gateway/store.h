@@ -164,7 +164,6 @@ int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **
 typedef struct gw_node {
     char id[37], name[128], url[512], backend[8];
     int slots, ngpus, up;
-    int64_t heartbeat_age_ms;
     int draining;             /* an admin drained it: place nothing new here */
 } gw_node;
 int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,
@@ -189,12 +188,12 @@ typedef struct gw_key_auth {
     int64_t tenant_id, key_id;
     int admin;
     int rate_rps, rate_burst;
+    int max_queued;
 } gw_key_auth;
 /* -ENOENT for an unknown or revoked key. */
 int gw_store_auth_key(gw_store *s, const char *key, gw_key_auth *out);
-/* The tenant's queued-jobs quota (its own, else def; 0 = none) in *limit,
- * and its queued jobs in *queued, counted no further than the quota. */
-int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int def, int64_t *limit, int64_t *queued);
+/* The tenant's queued jobs in *queued, counted no further than limit (> 0). */
+int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int limit, int64_t *queued);
 /* *ok = 1 when the tenant of job_id runs fewer jobs than its running quota
  * (its own, else def; 0 = none), or when the job is not found. */
 int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok);

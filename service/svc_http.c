@@ -1143,11 +1143,9 @@ void svc_req_resume(svc_req *req)
 
 void *svc_req_app(svc_req *req) { return req->srv->app; }
 const char *svc_req_method(svc_req *req) { return req->method; }
-const char *svc_req_path(svc_req *req) { return req->path; }
 json_t *svc_req_json(svc_req *req) { return req->json; }
 int svc_req_streamed(svc_req *req) { return req->streamed; }
 const char *svc_req_client_ip(svc_req *req) { return req->ip; }
-void svc_req_set_user(svc_req *req, void *p) { req->user = p; }
 void *svc_req_user(svc_req *req) { return req->user; }
 
 void svc_req_on_free(svc_req *req, void (*fn)(void *), void *arg)

@@ -96,7 +96,6 @@ void svc_server_stop(svc_server *s);
 /* Request accessors; every pointer is valid until the handler returns. */
 void *svc_req_app(svc_req *req);
 const char *svc_req_method(svc_req *req);
-const char *svc_req_path(svc_req *req);
 const char *svc_req_param(svc_req *req, const char *name);   /* {name} from the pattern */
 const char *svc_req_query(svc_req *req, const char *name);   /* NULL if absent */
 const char *svc_req_header(svc_req *req, const char *name);  /* case-insensitive */
@@ -106,8 +105,8 @@ const char *svc_req_body(svc_req *req, size_t *len);
 /* "Bearer X" from Authorization: returns X, or NULL. */
 const char *svc_req_bearer(svc_req *req);
 const char *svc_req_client_ip(svc_req *req);
-/* Per-request slot for the application (e.g. the authenticated tenant). */
-void svc_req_set_user(svc_req *req, void *p);
+/* Per-request slot for the application (e.g. the authenticated tenant),
+ * made by svc_req_user_alloc. */
 void *svc_req_user(svc_req *req);
 /* Calls fn(arg) when the request ends, whatever happened (reply sent,
  * client gone mid-body): where a streamed body's partial state is dropped.
