@@ -14,6 +14,7 @@
 #include "blobstore.h"
 #include "lease.h"
 #include "limits.h"
+#include "waits.h"
 #include "request.h"
 #include "scheduler.h"
 #include "svc_client.h"
@@ -199,7 +200,22 @@ int gw_api_jobs_get(svc_req *req)
         return 0;
     json_t *job;
     int rc = gw_store_job_get(app->store, who.tenant_id, id, &job);
-    return rc ? reply_store_error(req, rc) : svc_reply_json(req, 200, job);
+    if (rc)
+        return reply_store_error(req, rc);
+    /* Prefer: wait=N holds the answer (suspended) until the job ends. */
+    int wait_s = gw_waits_prefer(svc_req_header(req, "Prefer"));
+    const char *st = json_string_value(json_object_get(job, "state"));
+    if (wait_s > 0 && st && (strcmp(st, "queued") == 0 || strcmp(st, "running") == 0)) {
+        json_decref(job);
+        gw_waits_add(app->waits, req, 0, who.tenant_id, id, wait_s, 200);
+        return 0;
+    }
+    if (wait_s >= 0) {
+        char v[32];
+        snprintf(v, sizeof(v), "wait=%d", wait_s);
+        svc_reply_header(req, "Preference-Applied", v);
+    }
+    return svc_reply_json(req, 200, job);
 }
 
 /* A label filter "key:value": the key as labels allow it, the value at most
@@ -618,6 +634,7 @@ int gw_api_jobs_cancel(svc_req *req)
                                "the job is already %s", was);
     if (rc)
         return reply_store_error(req, rc);
+    gw_waits_job_changed(app->waits, id);
     if (strcmp(was, "running") == 0) {
         /* The node's lease poll hands it the cancel; it reports the run
          * ended cancelled. If the node is lost first, the job ends

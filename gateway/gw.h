@@ -14,6 +14,7 @@ typedef struct gw_limits gw_limits;
 typedef struct gw_authfail gw_authfail;
 typedef struct gw_bstore gw_bstore;
 typedef struct gw_leases gw_leases;
+typedef struct gw_waits gw_waits;
 typedef struct gw_keycache gw_keycache;
 
 /* Every option of main.c's table, copied here once (config_load): the
@@ -59,6 +60,7 @@ typedef struct gw_app {
     gw_keycache *keys;      /* PostgreSQL's answers on API keys, for a moment (keycache.h) */
     gw_bstore *blobs;       /* where blob bytes live (blobstore.h) */
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
+    gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

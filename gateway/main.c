@@ -15,6 +15,7 @@
 #include "lease.h"
 #include "limits.h"
 #include "scheduler.h"
+#include "waits.h"
 #include "svc_client.h"
 #include "svc_config.h"
 #include "svc_log.h"
@@ -307,8 +308,10 @@ static int cmd_serve(gw_app *app)
 
     app->sched = gw_sched_start(app);
     app->leases = gw_leases_start(app);
-    if (!app->sched || !app->leases) {
-        svc_error("cannot start the scheduler or the lease thread");
+    app->waits = gw_waits_start(app);
+    if (!app->sched || !app->leases || !app->waits) {
+        svc_error("cannot start the scheduler, the lease thread or the wait thread");
+        gw_waits_free(app->waits);
         gw_leases_free(app->leases);
         gw_sched_stop(app->sched);
         return 1;
@@ -330,6 +333,7 @@ static int cmd_serve(gw_app *app)
     if (!srv) {
         svc_error("cannot serve on %s: %s", app->cfg.listen, err);
         gw_blob_gc_stop(gc);
+        gw_waits_free(app->waits);
         gw_leases_free(app->leases);
         gw_sched_stop(app->sched);
         return 1;
@@ -346,8 +350,10 @@ static int cmd_serve(gw_app *app)
     /* Nodes' polls are answered first (they ask again elsewhere, or later),
      * then requests in flight finish. */
     gw_leases_stop(app->leases);
+    gw_waits_stop(app->waits);
     svc_server_stop(srv);
     gw_leases_free(app->leases);
+    gw_waits_free(app->waits);
     gw_blob_gc_stop(gc);
     gw_sched_stop(app->sched);
     svc_info("kowloon-gateway stopped");

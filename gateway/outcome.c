@@ -10,6 +10,7 @@
 #include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"
+#include "waits.h"
 
 int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
                     const char *message)
@@ -20,6 +21,8 @@ int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncount
     if (rc == 0 && out.requeued) {
         gw_queue_push_queued(app->queue, &out.q);
         gw_sched_wake(app->sched);
+    } else if (rc == 0) {
+        gw_waits_job_changed(app->waits, job_id);   /* failed or cancelled */
     }
     return rc;
 }
@@ -114,6 +117,8 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
     } else {
         rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg);
     }
+    if (rc == 0)
+        gw_waits_job_changed(app->waits, job_id);
     if (rc == -EAGAIN)
         svc_info("job %s attempt %d: late report from %s ignored (attempt no longer current)",
                  job_id, attempt, node_name);

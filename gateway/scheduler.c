@@ -17,6 +17,7 @@
 #include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"
+#include "waits.h"
 
 #define LOCK_NAME "kowloon:scheduler"
 #define LOCK_TTL_MS 5000
@@ -183,8 +184,9 @@ static void reap(gw_sched *s)
     if (now - s->leader_since_ms >= window &&
         gw_store_runs_overdue(s->app->store, TIMEOUT_GRACE_S, &list, &n) == 0) {
         for (int i = 0; i < n; i++)
-            gw_store_job_fail(s->app->store, list[i].job_id, list[i].attempt, "failed", "timeout",
-                              "no result from the node within timeout_s plus grace");
+            if (gw_store_job_fail(s->app->store, list[i].job_id, list[i].attempt, "failed",
+                                  "timeout", "no result from the node within timeout_s plus grace") == 0)
+                gw_waits_job_changed(s->app->waits, list[i].job_id);
         gw_dispatch_free(list, n);
     }
 }

@@ -262,6 +262,9 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " FROM jobs j WHERE j.state = 'running'"
     "   AND j.started_at + make_interval(secs => j.timeout_s + $1::float8) < clock_timestamp()"
     " ORDER BY j.started_at LIMIT 64", 1},
+[ST_JOBS_ENDED] = {
+    "SELECT id::text FROM jobs WHERE id = ANY ($1::uuid[])"
+    " AND state IN ('succeeded', 'failed', 'cancelled')", 1},
 [ST_RUNNING_COUNTS] = {
     "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
     " GROUP BY node_id", 0},

@@ -122,6 +122,9 @@ int gw_store_runs_unheld(gw_store *s, const char *node_id, const char *held, int
 /* Up to 64 running jobs past timeout_s + grace_s since they started, oldest
  * first. Records without inputs. */
 int gw_store_runs_overdue(gw_store *s, int grace_s, gw_dispatch **out, int *n);
+/* ended[i] = 1 when job ids[i] has ended (succeeded, failed, cancelled),
+ * for n jobs in one query. 0 or -EIO. */
+int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended);
 /* Running jobs per node. */
 typedef struct gw_node_count {
     char node_id[37];

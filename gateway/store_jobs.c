@@ -532,3 +532,33 @@ int gw_store_running_counts(gw_store *s, gw_node_count **out, int *n)
     store__release(s, c);
     return rc;
 }
+
+int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended)
+{
+    if (n <= 0)
+        return 0;
+    size_t cap = (size_t)n * 38 + 3, len = 0;
+    char *arr = malloc(cap);
+    if (!arr)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        ended[i] = 0;
+        len += (size_t)snprintf(arr + len, cap - len, "%c%s", i ? ',' : '{', ids[i]);
+    }
+    snprintf(arr + len, cap - len, "}");
+    const char *v[1] = {arr};
+    store__conn *c = store__acquire(s);
+    int rc = c ? 0 : -EIO;
+    PGresult *r = c ? store__exec(c, ST_JOBS_ENDED, v, NULL, NULL, 0) : NULL;
+    if (c && !r)
+        rc = -EIO;
+    for (int k = 0; r && k < PQntuples(r); k++)
+        for (int i = 0; i < n; i++)
+            if (strcmp(ids[i], PQgetvalue(r, k, 0)) == 0)
+                ended[i] = 1;
+    PQclear(r);
+    if (c)
+        store__release(s, c);
+    free(arr);
+    return rc;
+}

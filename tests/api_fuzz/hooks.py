@@ -1,13 +1,17 @@
 """Schemathesis hooks for the Kowloon API fuzz (loaded through
 SCHEMATHESIS_HOOKS=hooks with this directory on PYTHONPATH; fuzz.py sets both).
 
-Three adjustments, applied right before each request is sent so that they
-hold in every phase (examples, coverage, fuzzing, stateful):
+Adjustments applied right before each request is sent so that they hold in
+every phase (examples, coverage, fuzzing, stateful):
 
+- POST /v1/cluster/nodes/{id}/lease: a valid wait_ms above 50 (or none)
+  becomes 50 ms (a poll with nothing to hand out is held that long; up to a
+  minute would make the fuzz crawl). An invalid one (wrong type, out of
+  range) is left alone, so the 400 cases are still sent.
 - POST /v1/nodes/register: a URL the gateway would accept is replaced by
   KOWLOON_FUZZ_NODE_URL, a loopback address where nothing listens. The
-  gateway calls the URL of a registered node when it dispatches or cancels
-  a run; a fuzzed URL must never lead it off this machine.
+  gateway never calls a node's URL today (runs travel by lease), but a
+  fuzzed URL must never be one that could lead it off this machine.
 - POST /v1/jobs (JSON, or the "job" part of a multipart body): label keys
   are rewritten into the documented alphabet
   ([A-Za-z0-9_.-], 1..64 characters), keeping them distinct. OpenAPI 3.0
@@ -65,7 +69,14 @@ def before_call(ctx, case, kwargs):
         case.body = _clamp_ints(case.body)
     if op is None or not isinstance(case.body, dict):
         return
-    if op.method.upper() == "POST" and op.path == "/v1/nodes/register":
+    if op.method.upper() == "POST" and op.path == "/v1/cluster/nodes/{id}/lease":
+        # a poll is held up to wait_ms: keep the fuzz quick
+        w = case.body.get("wait_ms")
+        if "wait_ms" not in case.body:
+            case.body["wait_ms"] = 50
+        elif isinstance(w, int) and not isinstance(w, bool) and 50 < w <= 60000:
+            case.body["wait_ms"] = 50
+    elif op.method.upper() == "POST" and op.path == "/v1/nodes/register":
         url = case.body.get("url")
         if isinstance(url, str) and url.lower().startswith("http"):
             case.body["url"] = os.environ.get("KOWLOON_FUZZ_NODE_URL", "http://127.0.0.1:9/")

@@ -1,0 +1,160 @@
+"""The control path (issue 9): a fixed pool of threads serves every
+connection, requests that wait are suspended rather than holding a thread,
+runs reach nodes through their lease polls and come back in batched
+reports, and `Prefer: wait` answers when the job ends."""
+
+import resource
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+import requests
+
+from stack import free_port
+
+N_CONNS = 2000
+
+
+def threads_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+@pytest.fixture(scope="module")
+def wide_gw(stack):
+    """A gateway that takes many connections from one address."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = N_CONNS + 512
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+    port = free_port()
+    proc = stack.start_gateway("gateway-wide", port, KOWLOON_MAX_CONNS_PER_IP=0,
+                               KOWLOON_MAX_CONNECTIONS=N_CONNS + 200)
+    yield proc, port
+    proc.stop()
+    stack.procs.pop("gateway-wide", None)
+
+
+def test_thread_count_is_flat_while_2000_connections_are_open(wide_gw):
+    proc, port = wide_gw
+    pid = proc.popen.pid
+    requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    before = threads_of(pid)
+    socks = []
+    try:
+        for _ in range(N_CONNS):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            socks.append(s)
+        # every one makes a keep-alive request and stays open
+        req = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+        for s in socks:
+            s.sendall(req)
+        for s in socks:
+            assert b" 200 " in s.recv(4096)
+        during = threads_of(pid)
+        assert during <= before, f"threads went from {before} to {during} with {N_CONNS} connections"
+        # the gateway still answers a new client at once
+        r = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert r.status_code == 200
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_prefer_wait_answers_when_the_job_ends(A):
+    j = A.submit("sleep", {"seconds": 1})
+    t0 = time.monotonic()
+    r = A.get(f"/v1/jobs/{j['id']}", headers={"Prefer": "wait=20"})
+    took = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "succeeded", r.json()
+    assert r.headers["Preference-Applied"] == "wait=20"
+    assert took < 10, f"answered {took:.1f}s after asking, long after the job ended"
+
+
+def test_prefer_wait_answers_the_job_as_it_is_when_the_time_passes(A):
+    j = A.submit("sleep", {"seconds": 4})
+    t0 = time.monotonic()
+    r = A.get(f"/v1/jobs/{j['id']}", headers={"Prefer": "respond-async, wait=1"})
+    took = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] in ("queued", "running"), r.json()
+    assert r.headers["Preference-Applied"] == "wait=1"
+    assert 0.9 <= took < 4, took
+    assert A.wait(j["id"], 20)["state"] == "succeeded"
+
+
+def test_prefer_wait_is_capped_at_60_seconds_and_said_so(A):
+    j = A.run("sleep", {"seconds": 0})
+    r = A.get(f"/v1/jobs/{j['id']}", headers={"Prefer": "wait=3600"})
+    assert r.status_code == 200
+    assert r.headers["Preference-Applied"] == "wait=60"
+
+
+def test_waiting_requests_hold_no_threads(A, stack):
+    pid = stack.gateway.popen.pid
+    j = A.submit("sleep", {"seconds": 3})
+    before = threads_of(pid)
+    results = []
+
+    def wait_one():
+        r = A.get(f"/v1/jobs/{j['id']}", headers={"Prefer": "wait=30"})
+        results.append((r.status_code, r.json().get("state")))
+
+    ts = [threading.Thread(target=wait_one) for _ in range(40)]
+    for t in ts:
+        t.start()
+    time.sleep(1.0)
+    during = threads_of(pid)
+    for t in ts:
+        t.join(30)
+    assert during <= before, f"threads went from {before} to {during} with 40 waiting requests"
+    assert results == [(200, "succeeded")] * 40, results
+
+
+def cluster(stack, method, path, **kw):
+    return requests.request(method, stack.base + path, timeout=10,
+                            headers={"Authorization": f"Bearer {stack.cluster_token}"}, **kw)
+
+
+def test_lease_and_results_refuse_bad_input(stack):
+    node = str(uuid.uuid4())
+    assert requests.post(f"{stack.base}/v1/cluster/nodes/{node}/lease", json={},
+                         timeout=5).status_code == 401
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", json={"max": -1})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "max", r.text
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", json={"wait_ms": 10 ** 7})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "wait_ms", r.text
+    r = cluster(stack, "POST", "/v1/cluster/nodes/not-a-node/lease", json={})
+    assert r.status_code == 404, r.text
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/results", json={"results": {}})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "results", r.text
+
+
+def test_a_poll_of_an_idle_node_is_answered_empty_when_its_wait_ends(stack):
+    node = str(uuid.uuid4())
+    t0 = time.monotonic()
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", json={"max": 4, "wait_ms": 500})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"runs": [], "cancel": []}
+    assert 0.4 <= time.monotonic() - t0 < 5
+
+
+def test_a_late_report_for_an_old_attempt_is_acknowledged_and_changes_nothing(A, stack):
+    j = A.run("saxpy", {"a": 2.0}, {"x": {"dtype": "float32", "shape": [2], "data": [1, 2]},
+                                    "y": {"dtype": "float32", "shape": [2], "data": [3, 4]}})
+    assert j["state"] == "succeeded" and j["attempts"] == 1
+    rid = f"{j['id']}.1"
+    late = {"run_id": rid, "job_id": j["id"], "attempt": 1, "state": "failed",
+            "error": {"code": "kernel_error", "message": "late"}}
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{uuid.uuid4()}/results",
+                json={"free": 0, "results": [late, {"no": "job"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["recorded"] == [rid]
+    again = A.job(j["id"])
+    assert again["state"] == "succeeded" and again.get("error") is None, again
