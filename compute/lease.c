@@ -183,8 +183,12 @@ static void *cn__poller_main(void *arg)
         pthread_mutex_lock(&l->mu);
         int draining = l->draining;
         pthread_mutex_unlock(&l->mu);
-        int max = draining ? 0 : cn_runs_free_slots(l->node->runs);
-        json_t *body = json_pack("{s:i, s:i}", "max", max, "wait_ms", CN_LEASE_WAIT_MS);
+        uint64_t seq;
+        int max = cn_runs_free_slots(l->node->runs, &seq);
+        /* seq lets the gateway tell a report sent meanwhile, with more
+         * free slots, from an older one. */
+        json_t *body = json_pack("{s:i, s:i, s:I}", "max", draining ? 0 : max, "wait_ms",
+                                 CN_LEASE_WAIT_MS, "seq", (json_int_t)seq);
         snprintf(url, sizeof url, "%s/v1/cluster/nodes/%s/lease", l->gateway, id);
         svc_response resp;
         svc_http_call("POST", url, l->node->token, body, CN_LEASE_TIMEOUT_MS, &resp);
@@ -262,7 +266,13 @@ static void *cn__reporter_main(void *arg)
                 break;
             continue;
         }
-        json_t *body = json_pack("{s:i, s:O}", "free", cn_runs_free_slots(l->node->runs),
+        uint64_t seq;
+        int free_slots = cn_runs_free_slots(l->node->runs, &seq);
+        pthread_mutex_lock(&l->mu);
+        if (l->draining)
+            free_slots = 0;
+        pthread_mutex_unlock(&l->mu);
+        json_t *body = json_pack("{s:i, s:I, s:O}", "free", free_slots, "seq", (json_int_t)seq,
                                  "results", pending);
         snprintf(url, sizeof url, "%s/v1/cluster/nodes/%s/results", l->gateway, id);
         svc_response resp;

@@ -77,6 +77,7 @@ struct cn_runs {
     cn_run *qhead, *qtail;
     cn_run *ehead, *etail;     /* ended runs to report, oldest first */
     int active;                /* queued + running */
+    uint64_t ended_total;      /* runs that have ended, ever */
     int running;
     int slots, threads;
     const cn_backend *backend;
@@ -243,6 +244,7 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
     if (was_running)
         m->running--;
     m->active--;
+    m->ended_total++;
     /* To be reported, unless nobody will ask (superseded). */
     if (!r->collected) {
         r->in_ended = 1;
@@ -745,10 +747,12 @@ int cn_runs_take_ended(cn_runs *m, int64_t wait_ms, int max, json_t *out)
     return n;
 }
 
-int cn_runs_free_slots(cn_runs *m)
+int cn_runs_free_slots(cn_runs *m, uint64_t *ended)
 {
     pthread_mutex_lock(&m->mu);
     int n = m->draining ? 0 : m->slots - m->active;
+    if (ended)
+        *ended = m->ended_total;
     pthread_mutex_unlock(&m->mu);
     return n > 0 ? n : 0;
 }

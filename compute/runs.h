@@ -88,8 +88,10 @@ int cn_runs_release(cn_runs *m, const char *run_id);
  * taken without one and logged. */
 int cn_runs_take_ended(cn_runs *m, int64_t wait_ms, int max, json_t *out);
 
-/* Slots not taken by queued or running runs; 0 while draining. */
-int cn_runs_free_slots(cn_runs *m);
+/* Slots not taken by queued or running runs; 0 while draining. *ended
+ * (may be NULL) gets how many runs have ended so far, read together: of two
+ * answers, the one with more ended runs is the newer. */
+int cn_runs_free_slots(cn_runs *m, uint64_t *ended);
 
 /* Load for heartbeats: *active = queued + running; ids (may be NULL) gets
  * every run id the gateway still has to learn about (queued, running, and

@@ -47,6 +47,23 @@ static int int_member(svc_req *req, const json_t *body, const char *name, int lo
     return 0;
 }
 
+/* "seq" of body (how many of the node's runs had ended when it sent
+ * this), 0 when absent; -1 after replying 400. */
+static int seq_member(svc_req *req, const json_t *body, uint64_t *out)
+{
+    json_t *v = json_object_get(body, "seq");
+    *out = 0;
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        svc_reply_error(req, 400, "invalid_argument", "seq", NULL,
+                        "seq must be a non-negative integer");
+        return -1;
+    }
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
 int gw_api_node_lease(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -55,10 +72,12 @@ int gw_api_node_lease(svc_req *req)
     if (gw_auth_cluster(req) != 0 || !(id = node_param(req)))
         return 0;
     const json_t *b = svc_req_json(req);
+    uint64_t seq;
     if (int_member(req, b, "max", 0, LEASE_RUNS_MAX, 0, &max) != 0 ||
-        int_member(req, b, "wait_ms", 0, LEASE_WAIT_MAX_MS, 10000, &wait_ms) != 0)
+        int_member(req, b, "wait_ms", 0, LEASE_WAIT_MAX_MS, 10000, &wait_ms) != 0 ||
+        seq_member(req, b, &seq) != 0)
         return 0;
-    gw_leases_poll(app->leases, req, id, max, wait_ms);
+    gw_leases_poll(app->leases, req, id, max, seq, wait_ms);
     return 0;
 }
 
@@ -71,7 +90,9 @@ int gw_api_node_results(svc_req *req)
         return 0;
     const json_t *b = svc_req_json(req);
     json_t *results = json_object_get(b, "results");
-    if (int_member(req, b, "free", 0, LEASE_RUNS_MAX, 0, &free_slots) != 0)
+    uint64_t seq;
+    if (int_member(req, b, "free", 0, LEASE_RUNS_MAX, 0, &free_slots) != 0 ||
+        seq_member(req, b, &seq) != 0)
         return 0;
     if (!json_is_array(results) || json_array_size(results) > LEASE_RUNS_MAX)
         return svc_reply_error(req, 400, "invalid_argument", "results", NULL,
@@ -91,6 +112,6 @@ int gw_api_node_results(svc_req *req)
     }
     if (freed)
         gw_sched_slots_freed(app->sched, id, freed);
-    gw_leases_set_max(app->leases, id, free_slots);
+    gw_leases_set_room(app->leases, id, free_slots, seq);
     return svc_reply_json(req, 200, json_pack("{s:o}", "recorded", recorded));
 }

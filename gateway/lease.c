@@ -22,22 +22,36 @@
 #define GW_INLINE_OUTPUT_MAX ((size_t)64 << 10)
 /* Most runs one answer carries. */
 #define LEASE_MAX_RUNS 256
+/* Nodes whose last report this gateway remembers. */
+#define LEASE_ROOMS 1024
 
 typedef struct waiter {
     struct waiter *next;
     char node_id[37];
     svc_req *req;
     int max;
+    uint64_t seq;                  /* the node's ended runs when it sent the poll */
     int64_t deadline, next_look;   /* monotonic ms */
     int look;                      /* woken: look now */
     int end;                       /* answer now, with nothing (replaced, node left) */
     int busy;                      /* the thread is looking at it */
 } waiter;
 
+/* The free slots a node last reported, and how many of its runs had ended
+ * then (seq): a poll that was sent before that report, and so asks for
+ * fewer runs than the node has room for now, is given the report's figure. */
+typedef struct node_room {
+    char node_id[37];
+    uint64_t seq;
+    int free;
+    int64_t at;                    /* monotonic ms of the report; the oldest is replaced */
+} node_room;
+
 struct gw_leases {
     gw_app *app;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    node_room rooms[LEASE_ROOMS];
     waiter *list;
     int stop;
     pthread_t thread;
@@ -204,7 +218,17 @@ void gw_leases_free(gw_leases *l)
     free(l);
 }
 
-int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, int wait_ms)
+/* The room node_id last reported, or NULL; mu held. */
+static node_room *room_of(gw_leases *l, const char *node_id)
+{
+    for (int i = 0; i < LEASE_ROOMS; i++)
+        if (l->rooms[i].node_id[0] && strcmp(l->rooms[i].node_id, node_id) == 0)
+            return &l->rooms[i];
+    return NULL;
+}
+
+int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uint64_t seq,
+                   int wait_ms)
 {
     waiter *w = calloc(1, sizeof(*w));
     if (!w) {
@@ -220,6 +244,7 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, int
     snprintf(w->node_id, sizeof(w->node_id), "%s", node_id);
     w->req = req;
     w->max = max;
+    w->seq = seq;
     w->look = 1;
     w->deadline = svc_now_mono_ms() + wait_ms;
     w->next_look = w->deadline;
@@ -230,6 +255,9 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, int
         for (waiter *x = l->list; x; x = x->next)
             if (strcmp(x->node_id, node_id) == 0)
                 x->end = 1;
+        node_room *r = room_of(l, node_id);
+        if (r && r->seq > seq)
+            w->max = r->free;
         w->next = l->list;
         l->list = w;
         pthread_cond_signal(&l->cv);
@@ -244,9 +272,8 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, int
     return 0;
 }
 
-/* Sets look (and max when max >= 0) on node_id's polls and wakes the
- * thread. */
-static void poke(gw_leases *l, const char *node_id, int max, int end)
+/* Sets look on node_id's polls (and end when end) and wakes the thread. */
+static void poke(gw_leases *l, const char *node_id, int end)
 {
     if (!l)
         return;
@@ -256,8 +283,6 @@ static void poke(gw_leases *l, const char *node_id, int max, int end)
         if (strcmp(x->node_id, node_id) == 0) {
             x->look = 1;
             x->end |= end;
-            if (max >= 0)
-                x->max = max;
             hit = 1;
         }
     if (hit)
@@ -267,15 +292,40 @@ static void poke(gw_leases *l, const char *node_id, int max, int end)
 
 void gw_leases_wake(gw_leases *l, const char *node_id)
 {
-    poke(l, node_id, -1, 0);
+    poke(l, node_id, 0);
 }
 
-void gw_leases_set_max(gw_leases *l, const char *node_id, int max)
+void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint64_t seq)
 {
-    poke(l, node_id, max < 0 ? 0 : max, 0);
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    node_room *r = room_of(l, node_id);
+    if (!r) {
+        r = &l->rooms[0];
+        for (int i = 1; i < LEASE_ROOMS && r->node_id[0]; i++)
+            if (!l->rooms[i].node_id[0] || l->rooms[i].at < r->at)
+                r = &l->rooms[i];
+        snprintf(r->node_id, sizeof(r->node_id), "%s", node_id);
+        r->seq = 0;
+    }
+    int hit = 0;
+    if (seq >= r->seq) {
+        r->seq = seq;
+        r->free = free_slots < 0 ? 0 : free_slots;
+        r->at = svc_now_mono_ms();
+        for (waiter *x = l->list; x; x = x->next)
+            if (strcmp(x->node_id, node_id) == 0 && x->seq <= seq) {
+                x->max = r->free;
+                x->look = hit = 1;
+            }
+    }
+    if (hit)
+        pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
 }
 
 void gw_leases_end(gw_leases *l, const char *node_id)
 {
-    poke(l, node_id, -1, 1);
+    poke(l, node_id, 1);
 }

@@ -8,6 +8,8 @@
 #ifndef GW_LEASE_H
 #define GW_LEASE_H
 
+#include <stdint.h>
+
 #include "gw.h"
 #include "svc_http.h"
 
@@ -23,16 +25,19 @@ void gw_leases_stop(gw_leases *l);
 void gw_leases_free(gw_leases *l);
 
 /* Takes over req, the poll of node_id (a UUID) for up to max runs waiting
- * up to wait_ms: suspends it and answers it later with {"runs": [...],
- * "cancel": [...]}. A poll the node still had here is answered empty.
- * Returns 0, or -1 after answering req itself (503 while stopping). */
-int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, int wait_ms);
+ * up to wait_ms, sent when seq of the node's runs had ended: suspends it and
+ * answers it later with {"runs": [...], "cancel": [...]}. A poll the node
+ * still had here is answered empty. Returns 0, or -1 after answering req
+ * itself (503 while stopping). */
+int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uint64_t seq,
+                   int wait_ms);
 /* node_id may have something to take (runs claimed for it, a cancel): its
  * poll held here looks now. */
 void gw_leases_wake(gw_leases *l, const char *node_id);
-/* node_id has free slots for up to max runs now (from its report): a poll
- * held here asks for that many from now on. */
-void gw_leases_set_max(gw_leases *l, const char *node_id, int max);
+/* node_id reported free_slots when seq of its runs had ended: its poll
+ * held here, or the next one if sent before that, asks for that many from
+ * now on (the newest report wins). */
+void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint64_t seq);
 /* node_id left: its poll held here is answered at once. */
 void gw_leases_end(gw_leases *l, const char *node_id);
 
