@@ -30,6 +30,8 @@
  * the deeper ones at most this often. */
 #define DEEP_SCAN_MS 200
 #define SCHED_MAX_NODES 256
+/* How often retries whose back-off has ended move to the ready queue. */
+#define PROMOTE_MS 100
 /* The reconciler reads queued jobs this many per page, this many pages a
  * call. */
 #define RECONCILE_PAGE 512
@@ -333,7 +335,7 @@ static int dispatch_pass(gw_sched *s, int64_t until)
 static void *sched_main(void *arg)
 {
     gw_sched *s = arg;
-    int64_t next_lock = 0, next_reap = 0, next_reconcile = 0;
+    int64_t next_lock = 0, next_reap = 0, next_reconcile = 0, next_promote = 0;
     while (!s->stop) {
         int64_t now = svc_now_mono_ms();
         if (now >= next_lock) {
@@ -365,11 +367,16 @@ static void *sched_main(void *arg)
             if (now >= next_reconcile)
                 next_reconcile = reconcile(s) ? now + (int64_t)s->app->cfg.reconcile_interval_s * 1000
                                               : now + 50;
-            int due = 0;
-            gw_queue_promote_due(s->app->queue, &due);
-            /* Back to the top for the lock's renewal in time, however long
+            if (now >= next_promote) {
+                int due = 0;
+                gw_queue_promote_due(s->app->queue, &due);
+                next_promote = now + PROMOTE_MS;
+            }
+            /* A pass walks the queue until no slot is free; another follows
+             * only when it filled a whole window (more may fit than it saw).
+             * Back to the top for the lock's renewal in time, however long
              * the queue keeps the passes busy. */
-            while (!s->stop && svc_now_mono_ms() < next_lock && dispatch_pass(s, next_lock) > 0)
+            while (!s->stop && svc_now_mono_ms() < next_lock && dispatch_pass(s, next_lock) >= PEEK_MAX)
                 ;
         }
         pthread_mutex_lock(&s->mu);
