@@ -87,6 +87,19 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
     " SELECT id FROM j", 6},
+/* ST_JOB_SUCCEED for a result whose outputs are all inline (small): no
+ * blob to hand over, so none of the blob CTEs. */
+[ST_JOB_SUCCEED_INLINE] = {
+    "WITH " ASYNC_COMMIT ","
+    " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
+    "             info = $6::jsonb"
+    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "           RETURNING id, attempts, node_name),"
+    " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
+    "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
+    " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
+    "       SELECT id, 'succeeded', attempts, node_name FROM j)"
+    " SELECT id FROM j", 6},
 [ST_JOB_FAIL] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"
@@ -229,7 +242,8 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
     "         error_message = NULL, leased_at = NULL, cancel_sent = false"
     "       FROM x JOIN nodes n ON n.id = x.node, cfg"
-    "       WHERE jobs.id = x.id AND jobs.state = 'queued'"
+    /* = ANY: found by the primary key, not by a walk over the queued jobs */
+    "       WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id AND jobs.state = 'queued'"
     "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
     "       RETURNING jobs.id, jobs.attempts, jobs.node_name),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
