@@ -76,6 +76,10 @@ int gw_api_blobs_delete(svc_req *req);
  * /v1/cluster/blobs/{id} serves a run's input to its node. */
 int gw_api_cluster_blobs_upload(svc_req *req);
 int gw_api_cluster_blobs_get(svc_req *req);
+/* PUT /v1/cluster/blobs/{id} {"size": n}: a node that shares the blob
+ * directory wrote the blob itself; recorded once its file is there with
+ * that size. */
+int gw_api_cluster_blobs_adopt(svc_req *req);
 /* Sets the body limit of POST /v1/blobs (the route table's one runtime value). */
 void gw_routes_set_blob_limit(size_t bytes);
 

@@ -4,11 +4,13 @@
 #include "blobstore.h"
 
 #include <errno.h>
+#include <linux/limits.h> /* PATH_MAX; <limits.h> would find gateway/limits.h */
 #include <stdio.h>
 #include <stdlib.h>
 
 struct gw_bstore {
     svc_bstore *dir;
+    char path[PATH_MAX];   /* absolute */
 };
 
 struct gw_bwriter {
@@ -24,7 +26,19 @@ gw_bstore *gw_bstore_open(const char *dir, char *err, size_t errlen)
         free(s);
         return NULL;
     }
+    if (realpath(dir, s->path) == NULL)
+        snprintf(s->path, sizeof s->path, "%s", dir);
     return s;
+}
+
+const char *gw_bstore_dir(const gw_bstore *s)
+{
+    return s->path;
+}
+
+const char *gw_bstore_id(const gw_bstore *s)
+{
+    return svc_bstore_id(s->dir);
 }
 
 void gw_bstore_close(gw_bstore *s)

@@ -23,6 +23,10 @@ typedef struct gw_bwriter gw_bwriter;
  * than a day that crashed writers left. NULL with err filled on failure. */
 gw_bstore *gw_bstore_open(const char *dir, char *err, size_t errlen);
 void gw_bstore_close(gw_bstore *s);
+/* Where nodes on hosts that share it find the store: the directory's
+ * absolute path and the store's identity (svc_bstore_id); borrowed. */
+const char *gw_bstore_dir(const gw_bstore *s);
+const char *gw_bstore_id(const gw_bstore *s);
 
 /* A writer of a new blob; NULL with errno set on failure. */
 gw_bwriter *gw_bstore_write_begin(gw_bstore *s);

@@ -32,6 +32,7 @@
 
 struct svc_bstore {
     char dir[DIR_MAX];
+    char id[33];   /* the store's identity (<dir>/store-id) */
 };
 
 struct svc_bwriter {
@@ -85,6 +86,51 @@ static void remove_stale_tmp(const char *tmpdir)
         svc_info("blobs: removed %d temporary files left by crashed uploads", removed);
 }
 
+/* Reads the store's identity from <dir>/store-id into s->id; 0 or -errno. */
+static int id_read(svc_bstore *s)
+{
+    char path[PATH_MAX], buf[64];
+    snprintf(path, sizeof path, "%s/store-id", s->dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n < 32)
+        return -EINVAL;
+    buf[32] = '\0';
+    if (strspn(buf, "0123456789abcdef") != 32)
+        return -EINVAL;
+    memcpy(s->id, buf, 33);
+    return 0;
+}
+
+/* Gives a new store its identity: written to a temporary file and linked,
+ * so that of gateways starting together one wins and all read the same. */
+static int id_create(svc_bstore *s)
+{
+    char tmp[PATH_MAX], path[PATH_MAX], rnd[33];
+    int rc = 0;
+    if (id_read(s) == 0)
+        return 0;
+    if (svc_random_hex(rnd, 16) != 0)
+        return -EIO;
+    snprintf(tmp, sizeof tmp, "%s/tmp/store-id.%s", s->dir, rnd);
+    snprintf(path, sizeof path, "%s/store-id", s->dir);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    if (write(fd, rnd, 32) != 32 || write(fd, "\n", 1) != 1 || fsync(fd) != 0)
+        rc = errno ? -errno : -EIO;
+    close(fd);
+    if (rc == 0 && link(tmp, path) != 0 && errno != EEXIST)
+        rc = -errno;
+    unlink(tmp);
+    if (rc == 0)
+        rc = fsync_dir(s->dir);
+    return rc ? rc : id_read(s);
+}
+
 svc_bstore *svc_bstore_open(const char *dir, int flags, char *err, size_t errlen)
 {
     svc_bstore *s = calloc(1, sizeof *s);
@@ -108,6 +154,11 @@ svc_bstore *svc_bstore_open(const char *dir, int flags, char *err, size_t errlen
                 goto fail;
             }
         }
+        if ((rc = id_read(s)) != 0) {
+            snprintf(err, errlen, "%s is not a blob store (no store-id in it: %s)", s->dir,
+                     strerror(-rc));
+            goto fail;
+        }
         return s;
     }
     /* mkdir -p: every missing parent of the directory too */
@@ -129,6 +180,10 @@ svc_bstore *svc_bstore_open(const char *dir, int flags, char *err, size_t errlen
             goto fail;
         }
     }
+    if ((rc = id_create(s)) != 0) {
+        snprintf(err, errlen, "cannot give %s its store-id: %s", s->dir, strerror(-rc));
+        goto fail;
+    }
     snprintf(sub, sizeof sub, "%s/tmp", s->dir);
     remove_stale_tmp(sub);
     return s;
@@ -145,6 +200,11 @@ void svc_bstore_close(svc_bstore *s)
 const char *svc_bstore_dir(const svc_bstore *s)
 {
     return s->dir;
+}
+
+const char *svc_bstore_id(const svc_bstore *s)
+{
+    return s->id;
 }
 
 /* <dir>/sha256/<first 2 hex>/<64 hex> of a valid id. */

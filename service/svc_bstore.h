@@ -21,10 +21,10 @@ typedef struct svc_bstore svc_bstore;
 typedef struct svc_bwriter svc_bwriter;
 
 enum {
-    /* create the directory and its subdirectories when missing, and remove
-     * temporary files older than a day that crashed writers left (the
-     * gateway); without it the store must exist already (a node's view of
-     * the gateway's store) */
+    /* create the directory, its subdirectories and its identity when
+     * missing, and remove temporary files older than a day that crashed
+     * writers left (the gateway); without it the store must exist already
+     * (a node's view of the gateway's store) */
     SVC_BSTORE_CREATE = 1,
 };
 
@@ -34,6 +34,11 @@ svc_bstore *svc_bstore_open(const char *dir, int flags, char *err, size_t errlen
 void svc_bstore_close(svc_bstore *s);
 /* The directory, as given to svc_bstore_open (borrowed). */
 const char *svc_bstore_dir(const svc_bstore *s);
+/* The store's identity: 32 hex digits in <dir>/store-id, made by the first
+ * gateway that opened it. Two paths (on two hosts) with the same identity
+ * are the same store; a node compares it with the one its gateway
+ * announces before it shares the directory. Borrowed. */
+const char *svc_bstore_id(const svc_bstore *s);
 
 /* A writer of a new blob; NULL with errno set on failure. */
 svc_bwriter *svc_bstore_write_begin(svc_bstore *s);
