@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,9 @@
 
 /* Appends are hashed and written this much at a time. */
 #define PIECE ((size_t)1 << 20)
+
+/* A buffer this large is hashed on a thread of its own while it is written. */
+#define BUFFER_MIN ((size_t)4 << 20)
 
 /* Temporary files older than this are a crashed writer's. */
 #define STALE_TMP_S (24 * 3600)
@@ -276,6 +280,58 @@ int svc_bwriter_append(svc_bwriter *w, const void *data, size_t n)
         }
     }
     return 0;
+}
+
+typedef struct hash_job {
+    svc_sha256 *hash;
+    const char *data;
+    size_t n;
+    const volatile int *stop;
+    int rc;
+} hash_job;
+
+static void *hash_main(void *arg)
+{
+    hash_job *j = arg;
+    /* rc is also raised by the writing thread when it fails */
+    for (size_t off = 0; off < j->n && __atomic_load_n(&j->rc, __ATOMIC_ACQUIRE) == 0;
+         off += WRITEBACK) {
+        if (j->stop && __atomic_load_n(j->stop, __ATOMIC_ACQUIRE))
+            __atomic_store_n(&j->rc, -ECANCELED, __ATOMIC_RELEASE);
+        else if (svc_sha256_update(j->hash, j->data + off,
+                                   j->n - off < WRITEBACK ? j->n - off : WRITEBACK) != 0)
+            __atomic_store_n(&j->rc, -EIO, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+int svc_bwriter_append_buffer(svc_bwriter *w, const void *data, size_t n,
+                              const volatile int *stop)
+{
+    const char *p = data;
+    hash_job j = {.hash = w->hash, .data = data, .n = n, .stop = stop};
+    pthread_t th;
+    int rc = 0;
+    if (n < BUFFER_MIN || pthread_create(&th, NULL, hash_main, &j) != 0)
+        return stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE) ? -ECANCELED
+                                                               : svc_bwriter_append(w, data, n);
+    for (size_t off = 0; off < n && rc == 0; off += WRITEBACK) {
+        size_t k = n - off < WRITEBACK ? n - off : WRITEBACK;
+        if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+            rc = -ECANCELED;
+            break;
+        }
+        if ((rc = write_all(w->fd, p + off, k)) != 0)
+            break;
+        w->size += k;
+        sync_file_range(w->fd, (off_t)w->flushed, (off_t)(w->size - w->flushed),
+                        SYNC_FILE_RANGE_WRITE);
+        w->flushed = w->size;
+    }
+    if (rc != 0)
+        __atomic_store_n(&j.rc, rc, __ATOMIC_RELEASE);  /* the hash stops too */
+    pthread_join(th, NULL);
+    return rc ? rc : __atomic_load_n(&j.rc, __ATOMIC_ACQUIRE);
 }
 
 /* Links the written file under its content address (an existing one holds

@@ -46,6 +46,13 @@ svc_bwriter *svc_bstore_write_begin(svc_bstore *s);
  * must still be committed or aborted). Large appends are hashed and written
  * piece by piece, and handed to the disk as they go. */
 int svc_bwriter_append(svc_bwriter *w, const void *data, size_t n);
+/* Appends a whole buffer already in memory, with the same effect as
+ * svc_bwriter_append: a thread of its own hashes it while this one writes
+ * it, so the hash costs no time where a core is free. A raised *stop (may
+ * be NULL) ends it with -ECANCELED; else 0 or -errno. Either way the writer
+ * must then be committed or aborted (after a failure: aborted). */
+int svc_bwriter_append_buffer(svc_bwriter *w, const void *data, size_t n,
+                              const volatile int *stop);
 /* Bytes appended so far. */
 uint64_t svc_bwriter_size(const svc_bwriter *w);
 /* Makes the bytes durable under their content address (fsync, a hard
