@@ -217,8 +217,9 @@ void cn_blobio_share_gateway(cn_blobio *io, cn_share_mode mode, const char *dir,
             svc_warn("--blob-dir %s is not the gateway's blob store (it announces %s at %s): "
                      "inputs and outputs go over HTTP", svc_bstore_dir(io->opened[0]),
                      id ? id : "none", dir ? dir : "-");
-    } else if (dir && id) {
-        next = cn__store_open(io, dir, err, sizeof err);
+    } else {
+        if (dir && id)
+            next = cn__store_open(io, dir, err, sizeof err);
         if (next && strcmp(svc_bstore_id(next), id) != 0) {
             snprintf(err, sizeof err, "%s here is another store (%s, not %s)", dir,
                      svc_bstore_id(next), id);
