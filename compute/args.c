@@ -111,6 +111,10 @@ int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *
         goto cleanup;
     }
     req->output_blobs = json_is_true(ob);
+    long ob_min;
+    if (cn__int_member(body, "output_blob_min", 0, 0, 1L << 40, &ob_min, status, err) < 0)
+        goto cleanup;
+    req->output_blob_min = (size_t)ob_min;
     const json_t *params = json_object_get(body, "params");
     const json_t *inputs = json_object_get(body, "inputs");
     if (params && !json_is_null(params) && !json_is_object(params)) {

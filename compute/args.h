@@ -27,6 +27,8 @@ typedef struct cn_run_req {
     cn_target target;
     int gpus;
     int output_blobs;               /* push outputs as blobs, answer references */
+    size_t output_blob_min;         /* ... those of at least this many bytes; smaller
+                                       ones are answered inline */
     svc_kargs ka;                   /* ka.args.kernel is the catalog entry */
 } cn_run_req;
 

@@ -41,10 +41,7 @@ typedef struct cn_blobcache_entry cn_bc_entry;
 
 static unsigned cn__bc_hash(const char *s)
 {
-    unsigned h = 2166136261u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h % CN_BC_BUCKETS;
+    return svc_fnv1a(s) % CN_BC_BUCKETS;
 }
 
 static cn_bc_entry *cn__bc_find(cn_blobcache *c, const char *id)

@@ -707,13 +707,16 @@ static int cn__push_one(void *arg, const volatile int *stop)
 }
 
 int cn_blobio_push_outputs(const cn_blobio *io, const kl_kernel *k, kl_tensor *outs,
-                           char ids[][CN_BLOB_ID_SIZE], const volatile int *cancel, kl_err *err)
+                           char ids[][CN_BLOB_ID_SIZE], size_t min_bytes,
+                           const volatile int *cancel, kl_err *err)
 {
     cn__push_task pts[KL_MAX_IO];
     void *tasks[KL_MAX_IO];
     int rcs[KL_MAX_IO], n = 0;
 
     for (int i = 0; i < KL_MAX_IO && i < k->noutputs; i++) {
+        if (kl_tensor_bytes(&outs[i]) < min_bytes)
+            continue;
         pts[n] = (cn__push_task){.io = io, .name = k->outputs[i].name, .out = &outs[i],
                                  .id = ids[i]};
         tasks[n] = &pts[n];

@@ -119,13 +119,17 @@ void cn_blobio_gateway_init(cn_blobio *io, cn_blobio_gateway *gw);
 int cn_blobio_fetch_inputs(const cn_blobio *io, cn_blobcache *cache, svc_kargs *ka,
                            const volatile int *cancel, kl_err *err);
 
-/* Pushes the k->noutputs tensors of outs through io (a few tries each),
- * writes their ids to ids[i] and frees each output's data once it is pushed
- * (dtype and shape stay). With io->shared each output is written into the
- * shared directory (hashed while written, fsynced, linked) and recorded
- * with io->adopt; when the gateway does not see the file, it is pushed. Returns 0, KL_EBACKEND with err, or KL_ECANCELED;
- * on failure outputs not pushed yet keep their data. */
+/* Pushes each of the k->noutputs tensors of outs of at least min_bytes
+ * through io (a few tries each), writes their ids to ids[i] and frees each
+ * output's data once it is pushed (dtype and shape stay; smaller outputs
+ * keep their data and an empty id: they travel inline with the run's
+ * report). With io->shared each output is written into the shared
+ * directory (hashed while written, fsynced, linked) and recorded with
+ * io->adopt; when the gateway does not see the file, it is pushed. Returns
+ * 0, KL_EBACKEND with err, or KL_ECANCELED; on failure outputs not pushed
+ * yet keep their data. */
 int cn_blobio_push_outputs(const cn_blobio *io, const kl_kernel *k, kl_tensor *outs,
-                           char ids[][CN_BLOB_ID_SIZE], const volatile int *cancel, kl_err *err);
+                           char ids[][CN_BLOB_ID_SIZE], size_t min_bytes,
+                           const volatile int *cancel, kl_err *err);
 
 #endif

@@ -14,6 +14,7 @@
 #include "api.h"
 #include "backend.h"
 #include "node.h"
+#include "lease.h"
 #include "register.h"
 #include "runs.h"
 #include "svc_client.h"
@@ -178,6 +179,7 @@ int main(int argc, char **argv)
     static cn_blobio blobio;
     svc_server *server = NULL;
     cn_register *reg = NULL;
+    cn_lease *lease = NULL;
     int sig, e, stuck = 0, rc = 1;
 
     int prc = svc_config_parse(cn_opts, argc, argv, 1, NULL, 0, NULL, err, sizeof err);
@@ -295,14 +297,23 @@ int main(int argc, char **argv)
         goto cleanup;
     }
 
+    if ((e = cn_lease_start(cn__opt("gateway"), &node, reg, &lease)) < 0) {
+        svc_error("cannot start the lease threads: %s", strerror(-e));
+        goto cleanup;
+    }
+
     while ((sig = cn__signal_wait(-1)) == 0)
         ;
     svc_info("signal received signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     __atomic_store_n(&node.draining, 1, __ATOMIC_RELEASE);
+    cn_lease_drain(lease);      /* no new runs; finished ones are still reported */
     stuck = cn__drain(runs, cn__num("drain-grace-s"));
     rc = 0;
 cleanup:
-    cn_register_stop(reg);      /* deregisters while the API still answers */
+    cn_register_stop(reg);      /* deregisters while the API still answers; the
+                                   gateway then ends the lease poll at once */
+    cn_lease_stop(lease);
+    cn_register_free(reg);
     cn_runs_shutdown(runs);     /* ends long polls so the server can stop */
     svc_server_stop(server);
     /* A kernel that ignores its cancel flag would block the join for ever,

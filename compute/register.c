@@ -26,7 +26,8 @@ struct cn_register {
     pthread_cond_t cond;         /* wakes the thread early to stop */
     int stop;
     pthread_t thread;
-    /* Owned by the thread while it runs, by cn_register_stop afterwards. */
+    /* Written by the thread under mu (read by cn_register_node_id), owned
+     * by cn_register_stop after the thread ends. */
     int registered;
     char node_id[64];
     char problem[320];           /* key of the last problem logged; "" when all is well */
@@ -122,8 +123,10 @@ static int cn__register_once(cn_register *r)
         cn__problem(r, key, text);
         goto cleanup;
     }
+    pthread_mutex_lock(&r->mu);
     snprintf(r->node_id, sizeof r->node_id, "%s", id);
     r->registered = 1;
+    pthread_mutex_unlock(&r->mu);
     if (r->node->blobio) {
         const json_t *bs = json_object_get(resp.json, "blob_store");
         cn_blobio_share_gateway(r->node->blobio, r->node->share_mode,
@@ -171,7 +174,9 @@ static void cn__heartbeat(cn_register *r)
     }
     if (resp.status == 404) {
         svc_warn("gateway does not know node id=%s; registering again", r->node_id);
+        pthread_mutex_lock(&r->mu);
         r->registered = 0;
+        pthread_mutex_unlock(&r->mu);
         goto cleanup;
     }
     cn__describe(&resp, what, sizeof what);
@@ -209,6 +214,16 @@ static void *cn__register_main(void *arg)
             break;
     }
     return NULL;
+}
+
+int cn_register_node_id(cn_register *r, char id[64])
+{
+    pthread_mutex_lock(&r->mu);
+    int ok = r->registered;
+    if (ok)
+        memcpy(id, r->node_id, 64);
+    pthread_mutex_unlock(&r->mu);
+    return ok;
 }
 
 int cn_register_start(const char *gateway, int heartbeat_s, const cn_node *node,
@@ -267,7 +282,16 @@ void cn_register_stop(cn_register *r)
             svc_warn("deregister %s failed: %s", url, what);
         }
         svc_response_clear(&resp);
+        pthread_mutex_lock(&r->mu);
+        r->registered = 0;
+        pthread_mutex_unlock(&r->mu);
     }
+}
+
+void cn_register_free(cn_register *r)
+{
+    if (!r)
+        return;
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->mu);
     free(r);

@@ -16,9 +16,15 @@ typedef struct cn_register cn_register;
 int cn_register_start(const char *gateway, int heartbeat_s, const cn_node *node,
                       cn_register **out);
 
+/* 1 and the node's id in id while the node is registered, else 0. Any
+ * thread. */
+int cn_register_node_id(cn_register *r, char id[64]);
+
 /* Stops and joins the thread, then, when the node is registered, sends
- * DELETE /v1/nodes/{id} so the gateway knows at once that it left. Frees r;
- * NULL is a no-op. */
+ * DELETE /v1/nodes/{id} so the gateway knows at once that it left; the node
+ * has no id from then on. NULL is a no-op. */
 void cn_register_stop(cn_register *r);
+/* Frees a stopped r; NULL is a no-op. */
+void cn_register_free(cn_register *r);
 
 #endif

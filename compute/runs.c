@@ -24,6 +24,8 @@
  * yet: the gateway's long poll is about to take them. Older ones it has
  * evidently given up on. */
 #define CN_DRAIN_RECENT_MS 10000
+/* Most ended runs one cn_runs_take_ended hands out. */
+#define CN_TAKE_MAX 256
 
 typedef enum { CN_QUEUED, CN_RUNNING, CN_SUCCEEDED, CN_FAILED, CN_CANCELLED } cn_state;
 
@@ -69,6 +71,8 @@ typedef struct cn_run {
     struct cn_run *hnext;      /* hash chain */
     struct cn_run *prev, *next;/* every run, oldest first */
     struct cn_run *qnext;      /* queue */
+    struct cn_run *enext;      /* ended, not yet taken for a report */
+    int in_ended;              /* on that list */
 } cn_run;
 
 struct cn_runs {
@@ -79,6 +83,7 @@ struct cn_runs {
     cn_run *buckets[CN_BUCKETS];
     cn_run *head, *tail;
     cn_run *qhead, *qtail;
+    cn_run *ehead, *etail;     /* ended runs to report, oldest first */
     int active;                /* queued + running */
     int running;
     int slots, threads;
@@ -96,10 +101,7 @@ struct cn_runs {
 
 static unsigned cn__hash(const char *s)
 {
-    unsigned h = 2166136261u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h % CN_BUCKETS;
+    return svc_fnv1a(s) % CN_BUCKETS;
 }
 
 static cn_run *cn__find(cn_runs *m, const char *id)
@@ -137,6 +139,23 @@ static void cn__unlink(cn_runs *m, cn_run *r)
         r->next->prev = r->prev;
     else
         m->tail = r->prev;
+}
+
+static void cn__ended_remove(cn_runs *m, cn_run *r)
+{
+    cn_run *prev = NULL;
+    for (cn_run *x = m->ehead; x; prev = x, x = x->enext) {
+        if (x != r)
+            continue;
+        if (prev)
+            prev->enext = r->enext;
+        else
+            m->ehead = r->enext;
+        if (m->etail == r)
+            m->etail = prev;
+        r->in_ended = 0;
+        return;
+    }
 }
 
 static void cn__queue_remove(cn_runs *m, cn_run *r)
@@ -232,6 +251,15 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
     if (was_running)
         m->running--;
     m->active--;
+    /* To be reported, unless nobody will ask (superseded). */
+    if (!r->collected) {
+        r->in_ended = 1;
+        if (m->etail)
+            m->etail->enext = r;
+        else
+            m->ehead = r;
+        m->etail = r;
+    }
     pthread_cond_broadcast(&m->done);
     if (r->state == CN_SUCCEEDED)
         svc_info("run succeeded run=%s kernel=%s backend=%s elapsed_ms=%lld", r->id,
@@ -419,8 +447,8 @@ static void *cn__worker(void *arg)
         t2 = svc_now_mono_ms();
         __atomic_store_n(&r->phase, CN_PHASE_OUTPUTS, __ATOMIC_RELEASE);
         if (rc == 0 && r->req.output_blobs)
-            rc = cn_blobio_push_outputs(m->blobio, r->kernel, r->outs, r->out_blobs, &r->cancel,
-                                        &err);
+            rc = cn_blobio_push_outputs(m->blobio, r->kernel, r->outs, r->out_blobs,
+                                        r->req.output_blob_min, &r->cancel, &err);
         t3 = svc_now_mono_ms();
         if (rc == 0 && r->req.output_blobs)
             svc_info("outputs stored run=%s ms=%lld", r->id, (long long)(t3 - t2));
@@ -468,6 +496,8 @@ static void *cn__watchdog(void *arg)
                        ((r->released && now - r->released_mono >= m->release_grace_ms) ||
                         now - r->finished_mono >= m->keep_ms)) {
                 cn__unlink(m, r);
+                if (r->in_ended)  /* kept keep_ms and never taken: nobody reports here */
+                    cn__ended_remove(m, r);
                 svc_debug("run freed run=%s", r->id);
                 cn__run_free(r);
             }
@@ -591,12 +621,15 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
     }
     /* A newer attempt of the same job means the gateway has moved on: the
      * older one's result would be discarded, so stop spending a slot on it. */
-    for (cn_run *o = m->head; o; o = o->next)
-        if (!cn__terminal(o) && o->req.attempt < req->attempt &&
-            strcmp(o->req.job_id, req->job_id) == 0) {
+    for (int a = 1; a < req->attempt; a++) {
+        char older[CN_RUN_ID_MAX];
+        snprintf(older, sizeof older, "%s.%d", req->job_id, a);
+        cn_run *o = cn__find(m, older);
+        if (o && !cn__terminal(o)) {
             svc_info("run superseded run=%s by=%s", o->id, req->run_id);
             cn__cancel(m, o, CN_CANCEL_SUPERSEDED);
         }
+    }
     if (m->active >= m->slots)
         return CN_EOVERLOADED;
     if (!(r = calloc(1, sizeof *r)))
@@ -689,6 +722,61 @@ cleanup:
     pthread_mutex_unlock(&m->mu);
     *out = j;
     return rc;
+}
+
+int cn_runs_take_ended(cn_runs *m, int64_t wait_ms, int max, json_t *out)
+{
+    cn_run *taken[CN_TAKE_MAX];
+    int n = 0;
+
+    if (max > CN_TAKE_MAX)
+        max = CN_TAKE_MAX;
+    pthread_mutex_lock(&m->mu);
+    int64_t deadline = svc_now_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
+    while (!m->ehead && !m->closing && svc_now_mono_ms() < deadline)
+        cn__wait_until(&m->done, &m->mu, deadline);
+    while (m->ehead && n < max) {
+        cn_run *r = m->ehead;
+        m->ehead = r->enext;
+        if (!m->ehead)
+            m->etail = NULL;
+        r->enext = NULL;
+        r->in_ended = 0;
+        r->refs++;        /* the sweeper keeps away until the object is built */
+        taken[n++] = r;
+    }
+    json_t *base[CN_TAKE_MAX];
+    for (int i = 0; i < n; i++)
+        base[i] = cn__run_json(taken[i]);
+    pthread_mutex_unlock(&m->mu);
+
+    /* Ended runs do not change any more: outputs are encoded unlocked. */
+    for (int i = 0; i < n; i++) {
+        json_t *j = base[i];
+        if (j && taken[i]->state == CN_SUCCEEDED) {
+            json_t *outs = cn__outputs_json(taken[i]);
+            if (!outs || json_object_set_new(j, "outputs", outs) < 0) {
+                json_decref(j);
+                j = NULL;
+            }
+        }
+        if (!j || json_array_append_new(out, j) < 0)
+            svc_error("run %s: out of memory building its report; it is reported as lost",
+                      taken[i]->id);
+    }
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < n; i++)
+        taken[i]->refs--;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+int cn_runs_free_slots(cn_runs *m)
+{
+    pthread_mutex_lock(&m->mu);
+    int n = m->draining ? 0 : m->slots - m->active;
+    pthread_mutex_unlock(&m->mu);
+    return n > 0 ? n : 0;
 }
 
 int cn_runs_cancel(cn_runs *m, const char *run_id, int64_t wait_ms, json_t **out)

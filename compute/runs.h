@@ -80,6 +80,17 @@ int cn_runs_cancel(cn_runs *m, const char *run_id, int64_t wait_ms, json_t **out
  * CN_EBUSY for a run that has not finished (nothing changes). */
 int cn_runs_release(cn_runs *m, const char *run_id);
 
+/* Waits up to wait_ms for runs that ended and were not taken yet, then
+ * appends the run object of up to max of them (with outputs, as cn_runs_get
+ * gives them) to out and returns how many were taken. A taken run is not
+ * handed out again; it stays until cn_runs_release (or keep_ms) and counts
+ * as unsettled until then. A run whose object cannot be built (ENOMEM) is
+ * taken without one and logged. */
+int cn_runs_take_ended(cn_runs *m, int64_t wait_ms, int max, json_t *out);
+
+/* Slots not taken by queued or running runs; 0 while draining. */
+int cn_runs_free_slots(cn_runs *m);
+
 /* Load for heartbeats: *active = queued + running; ids (may be NULL) gets
  * every run id the gateway still has to learn about (queued, running, and
  * finished but not yet collected). */

@@ -6,6 +6,7 @@
 #define GW_API_H
 
 #include "gw.h"
+#include "reply.h"
 #include "svc_http.h"
 
 /* What the gateway keeps on a request (its svc_req user slot): the caller
@@ -47,8 +48,6 @@ int gw_authfail_blocked(gw_authfail *f, const char *ip, int64_t now_ms);
 /* Counts one failed attempt (and logs, at most every 10 s per address,
  * when the address runs out of attempts). */
 void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms);
-/* Replies 503 unavailable naming the store that failed, with Retry-After. */
-int gw_reply_unavailable(svc_req *req, const char *what);
 
 int gw_api_jobs_submit(svc_req *req);
 int gw_api_jobs_get(svc_req *req);
@@ -80,6 +79,12 @@ int gw_api_cluster_blobs_get(svc_req *req);
  * directory wrote the blob itself; recorded once its file is there with
  * that size. */
 int gw_api_cluster_blobs_adopt(svc_req *req);
+/* api_runs.c: POST /v1/cluster/nodes/{id}/lease ({"max", "wait_ms"}) holds
+ * the node's poll until runs or cancels are there for it; POST
+ * /v1/cluster/nodes/{id}/results ({"free", "results": [...]}) records the
+ * runs that ended and answers {"recorded": [run ids]}. */
+int gw_api_node_lease(svc_req *req);
+int gw_api_node_results(svc_req *req);
 /* Sets the body limit of POST /v1/blobs (the route table's one runtime value). */
 void gw_routes_set_blob_limit(size_t bytes);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "keycache.h"
 #include "limits.h"
 #include "scheduler.h"
 #include "svc_log.h"
@@ -36,6 +37,9 @@ int gw_api_tenants_put(svc_req *req)
     json_t *tenant;
     if (gw_store_tenant_upsert(app->store, tb.name, tb.lim, &created, &tenant) != 0)
         return gw_reply_unavailable(req, "PostgreSQL");
+    /* New limits apply here at once; other gateways see them when their
+     * cached key answers expire (keycache.h). */
+    gw_keycache_clear(app->keys);
     svc_info("tenant %s %s by admin key %lld", tb.name, created ? "created" : "updated",
              (long long)who.key_id);
     return svc_reply_json(req, created ? 201 : 200, tenant);
@@ -105,6 +109,7 @@ int gw_api_keys_revoke(svc_req *req)
                                "several active keys share this prefix; none was revoked");
     if (rc)
         return gw_reply_unavailable(req, "PostgreSQL");
+    gw_keycache_clear(app->keys);   /* here at once; elsewhere within the cache's TTL */
     svc_info("key %s revoked by admin key %lld", prefix, (long long)who.key_id);
     return svc_reply_json(req, 200, json_pack("{s:s, s:b}", "prefix", prefix, "revoked", 1));
 }

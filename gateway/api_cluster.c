@@ -9,9 +9,17 @@
 #include "api.h"
 #include "blobstore.h"
 #include "kl.h"
+#include "lease.h"
+#include "outcome.h"
 #include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"
+
+/* Longest run id: a UUID, a dot, an attempt number. */
+#define GW_RUN_ID_MAX 48
+/* How long a run may be leased and not yet listed by its node's heartbeat:
+ * the heartbeat's list may have been taken just before the run arrived. */
+#define UNHELD_GRACE_S 10
 
 static const char *ptype_name(kl_param_type t)
 {
@@ -101,15 +109,6 @@ int gw_api_nodes_list(svc_req *req)
     return svc_reply_json(req, 200, json_pack("{s:o}", "nodes", nodes));
 }
 
-/* Characters (code points) of a UTF-8 string: what a JSON Schema maxLength counts. */
-static size_t utf8_chars(const char *s)
-{
-    size_t n = 0;
-    for (; *s; s++)
-        n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
-}
-
 /* The gpus of a registration, checked and reduced to what GET /v1/nodes
  * shows ({name, memory_bytes}); NULL after replying 400. */
 static json_t *node_gpus(svc_req *req, json_t *gpus)
@@ -147,7 +146,7 @@ int gw_api_node_register(svc_req *req)
     const char *reason = json_string_value(jreason);
     json_t *kernels = json_object_get(b, "kernels");
     json_t *slots = json_object_get(b, "slots");
-    if (!name || !*name || utf8_chars(name) > 120)
+    if (!name || !*name || svc_utf8_chars(name) > 120)
         return svc_reply_error(req, 400, "invalid_argument", "name", NULL, "name: 1-120 characters");
     if (!url || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
         strlen(url) > 500)
@@ -195,6 +194,40 @@ int gw_api_node_register(svc_req *req)
                                               gw_bstore_id(app->blobs)));
 }
 
+/* Runs leased to node id a while ago that its heartbeat does not list
+ * (runs: its run ids) never reached it, or it restarted and lost them: they
+ * go back to the queue, counted like a node lost. */
+static void requeue_unheld(gw_app *app, const char *id, const json_t *runs)
+{
+    size_t n = json_array_size(runs), cap = n * (GW_RUN_ID_MAX + 1) + 3, len = 0;
+    char *held = malloc(cap);
+    if (!held)
+        return;
+    held[len++] = '{';
+    size_t i;
+    const json_t *r;
+    json_array_foreach(runs, i, r) {
+        /* A run id is "<uuid>.<attempt>": nothing to quote in an array literal. */
+        const char *rid = json_string_value(r);
+        if (strlen(rid) > GW_RUN_ID_MAX || strspn(rid, "0123456789abcdef-.") != strlen(rid))
+            continue;
+        len += (size_t)snprintf(held + len, cap - len, "%s%s", len > 1 ? "," : "", rid);
+    }
+    snprintf(held + len, cap - len, "}");
+    gw_dispatch *lost;
+    int nlost;
+    if (gw_store_runs_unheld(app->store, id, held, UNHELD_GRACE_S, &lost, &nlost) == 0) {
+        for (int k = 0; k < nlost; k++) {
+            svc_warn("job %s attempt %d: node %s does not hold the run leased to it; re-queued",
+                     lost[k].job_id, lost[k].attempt, lost[k].node_name);
+            gw_outcome_requeue(app, lost[k].job_id, lost[k].attempt, 0, "node_lost",
+                            "the node lost the run (it restarted, or never received it)");
+        }
+        gw_dispatch_free(lost, nlost);
+    }
+    free(held);
+}
+
 int gw_api_node_heartbeat(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -222,6 +255,7 @@ int gw_api_node_heartbeat(svc_req *req)
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
     if (rc)
         return gw_reply_unavailable(req, "PostgreSQL");
+    requeue_unheld(app, id, runs);
     return svc_reply_json(req, 200, json_object());
 }
 
@@ -237,6 +271,7 @@ int gw_api_node_remove(svc_req *req)
     if (rc)
         return gw_reply_unavailable(req, "PostgreSQL");
     svc_info("node %s deregistered", id);
+    gw_leases_end(app->leases, id);
     gw_sched_nodes_changed(app->sched);
     return svc_reply_json(req, 200, json_object());
 }
@@ -300,6 +335,10 @@ svc_route gw_routes[] = {
     {.method = "GET", .pattern = "/v1/cluster/blobs/{id}", .handler = gw_api_cluster_blobs_get,
      .access = C, .reserved = 1},
     {.method = "PUT", .pattern = "/v1/cluster/blobs/{id}", .handler = gw_api_cluster_blobs_adopt,
+     .json_body = 1, .access = C, .reserved = 1},
+    {.method = "POST", .pattern = "/v1/cluster/nodes/{id}/lease", .handler = gw_api_node_lease,
+     .json_body = 1, .access = C, .reserved = 1},
+    {.method = "POST", .pattern = "/v1/cluster/nodes/{id}/results", .handler = gw_api_node_results,
      .json_body = 1, .access = C, .reserved = 1},
     {.method = "GET", .pattern = "/healthz", .handler = gw_api_healthz, .reserved = 1},
     {.method = "GET", .pattern = "/readyz", .handler = gw_api_readyz, .reserved = 1},

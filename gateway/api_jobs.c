@@ -12,6 +12,7 @@
 #include "api.h"
 #include "blob.h"
 #include "blobstore.h"
+#include "lease.h"
 #include "limits.h"
 #include "request.h"
 #include "scheduler.h"
@@ -211,10 +212,7 @@ static char *label_filter(const char *label)
     if (klen < 1 || klen > 64 || strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                                "0123456789_.-") != klen)
         return NULL;
-    size_t chars = 0;
-    for (const char *p = colon + 1; *p; p++)
-        chars += ((unsigned char)*p & 0xC0) != 0x80;
-    if (chars > 256)
+    if (svc_utf8_chars(colon + 1) > 256)
         return NULL;
     char key[65];
     snprintf(key, sizeof(key), "%.*s", (int)klen, label);
@@ -314,7 +312,8 @@ static int map_blob(gw_bstore *store, svc_tstream *s, svc_tensor *t)
 
 /* Appends {"name":{"dtype","shape","data"|"b64"|"blob"},...} for the
  * tensors of a stored result to s, which borrows data; outputs in the blob
- * store are mapped (as_blobs: named by their ids). 0, -EINVAL when meta does
+ * store are mapped (as_blobs: named by their ids; every output must be a
+ * blob then, see inline_outputs_to_blobs). 0, -EINVAL when meta does
  * not fit data (a corrupt row), or -ENOMEM. */
 static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
                           const unsigned char *data, size_t len, int b64, int as_blobs)
@@ -327,8 +326,6 @@ static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
         const char *name;
         if (rc == 0 && gw_blob_view(m, data, len, &t, &name) != 0)
             rc = -EINVAL;
-        if (rc == 0 && as_blobs && t.blob[0] == '\0')
-            rc = -ENOTSUP;
         if (rc == 0 && t.blob[0] != '\0' && !as_blobs)
             rc = map_blob(store, s, &t);
         if (rc)
@@ -355,6 +352,45 @@ static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
     return rc ? rc : svc_tstream_text(s, "}", 1);
 }
 
+/* For ?encoding=blob: every output kept inline in the result row (a small
+ * one) is written to the blob store and recorded as the tenant's, and its
+ * entry in meta names the blob from then on. 0, or -errno (-EDQUOT past the
+ * tenant's blob quota, -EIO, -ENOSPC). */
+static int inline_outputs_to_blobs(gw_app *app, int64_t tenant_id, json_t *meta,
+                                   const unsigned char *data, size_t len)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(meta, i, m) {
+        svc_tensor t;
+        const char *name;
+        if (gw_blob_view(m, data, len, &t, &name) != 0)
+            return -EINVAL;
+        if (t.blob[0] != '\0')
+            continue;
+        char id[GW_BLOB_ID_LEN];
+        uint64_t size = 0;
+        int created = 0;
+        gw_bwriter *w = gw_bstore_write_begin(app->blobs);
+        int rc = w ? gw_bwriter_append(w, t.data, t.nbytes) : -errno;
+        if (rc == 0)
+            rc = gw_bwriter_commit(w, id, &size);
+        if (rc == 0)
+            rc = gw_store_blob_record(app->store, tenant_id, id, size,
+                                      (uint64_t)app->cfg.blob_quota_mb << 20, &created);
+        if (rc == 0 && gw_bwriter_close(w) != 0)
+            rc = -EIO;
+        else if (rc != 0 && w)
+            gw_bwriter_abort(w);
+        if (rc == 0 && (json_object_set_new(m, "blob", json_string(id)) < 0 ||
+                        json_object_del(m, "offset") < 0))
+            rc = -ENOMEM;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int gw_api_jobs_result(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -377,6 +413,20 @@ int gw_api_jobs_result(svc_req *req)
                                "the job is %s; a result exists only once it has succeeded", state);
     if (rc)
         return reply_store_error(req, rc);
+    if (enc && strcmp(enc, "blob") == 0 &&
+        (rc = inline_outputs_to_blobs(app, who.tenant_id, meta, data, len)) != 0) {
+        json_decref(meta);
+        json_decref(info);
+        free(data);
+        if (rc == -EDQUOT)
+            return svc_reply_error(req, 413, "quota_exceeded", NULL, NULL,
+                                   "the outputs as blobs would take the tenant past its blob quota");
+        if (rc == -EIO)
+            return gw_reply_unavailable(req, "PostgreSQL");
+        return svc_reply_error(req, rc == -ENOSPC ? 507 : 500,
+                               rc == -ENOSPC ? "insufficient_storage" : "internal", NULL, NULL,
+                               "the outputs could not be stored as blobs: %s", strerror(-rc));
+    }
     /* Streamed: the text of a large result is never whole in memory; the
      * stored bytes are, owned by the stream from here on. Field order as
      * before: id, outputs, info. */
@@ -410,9 +460,6 @@ int gw_api_jobs_result(svc_req *req)
         svc_tstream_free(doc);
         if (rc == -EINVAL)
             return svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");
-        if (rc == -ENOTSUP)
-            return svc_reply_error(req, 409, "conflict", "encoding", NULL,
-                                   "this job's result predates the blob store; ask for json or b64");
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     }
     return svc_reply_stream(req, 200, "application/json", svc_tstream_read, doc, svc_tstream_free);
@@ -563,25 +610,20 @@ int gw_api_jobs_cancel(svc_req *req)
     const char *id;
     if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
         return 0;
-    char was[16], node_url[512];
-    int attempt = 0;
+    char was[16], node_id[37];
     json_t *job;
-    int rc = gw_store_job_cancel(app->store, who.tenant_id, id, was, node_url, &attempt, &job);
+    int rc = gw_store_job_cancel(app->store, who.tenant_id, id, was, node_id, &job);
     if (rc == -EAGAIN)
         return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", was),
                                "the job is already %s", was);
     if (rc)
         return reply_store_error(req, rc);
-    if (strcmp(was, "running") == 0 && node_url[0]) {
-        /* The tracker sees the run end cancelled and records it; if the
-         * node cannot be reached now, the job is cancelled instead of being
-         * re-queued when the node is found lost. */
-        char url[700];
-        snprintf(url, sizeof(url), "%s/v1/runs/%s.%d", node_url, id, attempt);
-        svc_response r;
-        if (svc_http_call("DELETE", url, app->cfg.cluster_token, NULL, 5000, &r) != 0 || r.status != 200)
-            svc_warn("cancel of job %s: node did not confirm (%s, status %d)", id, r.error, r.status);
-        svc_response_clear(&r);
+    if (strcmp(was, "running") == 0) {
+        /* The node's lease poll hands it the cancel; it reports the run
+         * ended cancelled. If the node is lost first, the job ends
+         * cancelled instead of being re-queued. */
+        if (node_id[0])
+            gw_leases_wake(app->leases, node_id);
     } else {
         json_t *res = json_object_get(job, "resources");
         gw_queue_drop_job(app->queue, id, json_string_value(json_object_get(res, "backend")),

@@ -1,17 +1,19 @@
 /* auth.c — who is calling: tenants with API keys (only their SHA-256 is in
- * PostgreSQL; each key's requests pass its rate limit), nodes with the
- * cluster token (compared in constant time). The server asks gw_authorize
- * from the request head, before the body is read; the caller it finds is
- * kept on the request, so handlers that ask again cost nothing. Failed
- * attempts are counted per client address and, past a burst, refused
- * before any lookup. */
+ * PostgreSQL, and PostgreSQL's answers are kept a moment in keycache.c;
+ * each key's requests pass its rate limit), nodes with the cluster token
+ * (compared in constant time). The server asks gw_authorize from the
+ * request head, before the body is read; the caller it finds is kept on the
+ * request, so handlers that ask again cost nothing. Failed attempts are
+ * counted per client address and, past a burst, refused before any lookup. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
+#include "keycache.h"
 #include "limits.h"
+#include "reply.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -58,9 +60,7 @@ void gw_authfail_free(gw_authfail *f)
  * none. Called with f->mu held. */
 static authfail_slot *authfail_slot_of(gw_authfail *f, const char *ip, int64_t now_ms)
 {
-    size_t h = 5381;
-    for (const char *p = ip; *p; p++)
-        h = h * 33 + (unsigned char)*p;
+    size_t h = svc_fnv1a(ip);
     authfail_slot *oldest = NULL;
     for (int probe = 0; probe < 8; probe++) {
         authfail_slot *s = &f->slot[(h + (size_t)probe) % AUTHFAIL_SLOTS];
@@ -114,13 +114,6 @@ gw_reqctx *gw_reqctx_of(svc_req *req)
     return ctx != NULL ? ctx : svc_req_user_alloc(req, sizeof *ctx);
 }
 
-int gw_reply_unavailable(svc_req *req, const char *what)
-{
-    svc_reply_header(req, "Retry-After", "2");
-    return svc_reply_error(req, 503, "unavailable", NULL, NULL,
-                           "%s is unavailable; retry shortly", what);
-}
-
 /* 429 before any lookup when the caller's address has failed too often;
  * 0 to go on. */
 static int refuse_failing_address(svc_req *req)
@@ -129,12 +122,23 @@ static int refuse_failing_address(svc_req *req)
     int wait_s = gw_authfail_blocked(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
     if (wait_s == 0)
         return 0;
-    char ra[16];
-    snprintf(ra, sizeof ra, "%d", wait_s);
-    svc_reply_header(req, "Retry-After", ra);
-    svc_reply_error(req, 429, "rate_limited", NULL, NULL,
-                    "too many failed authentications from this address; retry in %d s", wait_s);
+    gw_reply_too_many(req, "rate_limited", wait_s,
+                      "too many failed authentications from this address; retry in %d s", wait_s);
     return -1;
+}
+
+/* What key says of its caller: from the cache, else from PostgreSQL (and
+ * then kept). 0, -ENOENT for an unknown or revoked key, -EIO. */
+static int key_lookup(gw_app *app, const char *key, gw_key_auth *ka)
+{
+    int64_t asked = svc_now_mono_ms();
+    int known = gw_keycache_get(app->keys, key, asked, ka);
+    if (known >= 0)
+        return known ? 0 : -ENOENT;
+    int rc = gw_store_auth_key(app->store, key, ka);
+    if (rc == 0 || rc == -ENOENT)
+        gw_keycache_put(app->keys, key, rc == 0 ? ka : NULL, asked);
+    return rc;
 }
 
 /* 401 with the challenge RFC 6750 asks for, and the failure counted. */
@@ -162,7 +166,7 @@ int gw_auth_tenant(svc_req *req, gw_caller *who)
     if (!key || !*key)
         return reply_unauthenticated(req, "send an API key as 'Authorization: Bearer <key>'");
     gw_key_auth ka;
-    int rc = strlen(key) > 200 ? -ENOENT : gw_store_auth_key(app->store, key, &ka);
+    int rc = strlen(key) > 200 ? -ENOENT : key_lookup(app, key, &ka);
     if (rc == -EIO) {
         gw_reply_unavailable(req, "PostgreSQL");
         return -1;
@@ -170,7 +174,8 @@ int gw_auth_tenant(svc_req *req, gw_caller *who)
     if (rc != 0)
         return reply_unauthenticated(req, "the API key is not valid or was revoked");
     *who = (gw_caller){.tenant_id = ka.tenant_id, .admin = ka.admin, .key_id = ka.key_id,
-                       .rate_rps = ka.rate_rps, .rate_burst = ka.rate_burst};
+                       .rate_rps = ka.rate_rps, .rate_burst = ka.rate_burst,
+                       .max_queued = ka.max_queued};
     if (gw_limits_rate(req, who) != 0)
         return -1;
     if ((ctx = gw_reqctx_of(req)) != NULL) {

@@ -1,16 +1,20 @@
 /* limits.c — rate limits (a token bucket per API key, kept in Redis and
- * updated by one Lua script so every gateway shares it) and the queued and
- * running quotas of tenants (indexed counts in PostgreSQL). A Redis outage
- * lets requests through; a PostgreSQL outage fails the submit anyway. */
+ * updated by one Lua script so every gateway shares it: one round trip per
+ * request, none when the key's rate is unlimited) and the queued and
+ * running quotas of tenants (indexed counts in PostgreSQL; the queued count
+ * is kept here a second between counts, see gw_limits_admit_submit). A
+ * Redis outage lets requests through; a PostgreSQL outage fails the submit
+ * anyway. */
 #include <errno.h>
-#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "gw.h"
 #include "limits.h"
+#include "redis.h"
+#include "reply.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -20,19 +24,26 @@
 #define WARN_EVERY_MS 5000
 #define BLOCKED_MEMO 256
 #define BLOCKED_MEMO_MS 250
+#define QUEUED_SLOTS 1024        /* tenants whose queued count is kept */
+#define QUEUED_WAYS 8
+#define QUEUED_TTL_MS 1000       /* a count is trusted this long */
+
+/* A tenant's queued jobs as last counted, plus the submits this gateway
+ * admitted since. */
+typedef struct queued_slot {
+    int64_t tenant_id;           /* 0: empty */
+    int64_t counted, admitted;
+    int64_t counted_ms;          /* when the count was asked (monotonic) */
+} queued_slot;
 
 struct gw_limits {
-    char host[256];
-    int port, db;
+    gw_redis *redis;             /* short timeouts; backs off after a failure */
     gw_rate def;
     int max_queued, max_running;
 
-    pthread_mutex_t mu;          /* guards the pool and the two times below */
-    pthread_cond_t cv;
-    redisContext *rc[LIMITS_POOL];
-    int busy[LIMITS_POOL];
-    int64_t redis_retry_ms;      /* Redis failed: fail open until then */
+    pthread_mutex_t mu;          /* guards next_warn_ms and queued */
     int64_t next_warn_ms;
+    queued_slot queued[QUEUED_SLOTS];
 
     struct { char job_id[37]; int64_t until_ms; } blocked[BLOCKED_MEMO];
 };
@@ -41,7 +52,7 @@ struct gw_limits {
  * since ts (Redis's clock, so gateways on different hosts agree), then one
  * token taken if there is one. Returns {allowed, ms until the next token}.
  * The key expires once a full bucket would have refilled. */
-static const char BUCKET_LUA[] =
+static gw_redis_script bucket_lua = {.src =
     "local rate = tonumber(ARGV[1]) / 1000 "
     "local burst = tonumber(ARGV[2]) "
     "local t = redis.call('TIME') "
@@ -57,7 +68,7 @@ static const char BUCKET_LUA[] =
     "if tokens < 1 then wait = math.ceil((1 - tokens) / rate) end "
     "redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', ts) "
     "redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 1000) "
-    "return {allowed, wait}";
+    "return {allowed, wait}"};
 
 gw_rate gw_rate_resolve(int def_rps, int def_burst, int tenant_rps, int tenant_burst)
 {
@@ -69,23 +80,14 @@ gw_rate gw_rate_resolve(int def_rps, int def_burst, int tenant_rps, int tenant_b
     return r;
 }
 
-int gw_retry_after_s(int64_t wait_ms)
-{
-    if (wait_ms <= 1000)
-        return 1;
-    if (wait_ms > 86400000)
-        return 86400;
-    return (int)((wait_ms + 999) / 1000);
-}
-
 int gw_tenant_name_valid(const char *name)
 {
-    size_t chars = 0;
-    for (const unsigned char *p = (const unsigned char *)(name ? name : ""); *p; p++) {
+    if (name == NULL)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         if (*p < 0x20 || *p == 0x7f)
             return 0;
-        chars += (*p & 0xc0) != 0x80;   /* UTF-8: count lead bytes only */
-    }
+    size_t chars = svc_utf8_chars(name);
     return chars >= 1 && chars <= 128;
 }
 
@@ -133,40 +135,16 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
     return 0;
 }
 
-/* Parses redis://host:port/db (port and db optional). */
-static int url_parse(gw_limits *l, const char *url)
-{
-    const char *p = url;
-    if (strncmp(p, "redis://", 8) == 0)
-        p += 8;
-    l->port = 6379;
-    l->db = 0;
-    size_t hl = strcspn(p, ":/");
-    if (hl == 0 || hl >= sizeof(l->host))
-        return -EINVAL;
-    memcpy(l->host, p, hl);
-    l->host[hl] = '\0';
-    p += hl;
-    if (*p == ':') {
-        char *end;
-        long port = strtol(p + 1, &end, 10);
-        if (port <= 0 || port > 65535)
-            return -EINVAL;
-        l->port = (int)port;
-        p = end;
-    }
-    if (*p == '/' && p[1])
-        l->db = atoi(p + 1);
-    return 0;
-}
-
 gw_limits *gw_limits_open(const gw_config *cfg)
 {
     gw_limits *l = calloc(1, sizeof(*l));
     if (!l)
         return NULL;
-    if (url_parse(l, cfg->redis_url) != 0) {
-        svc_error("limits: bad Redis URL %s", cfg->redis_url);
+    char err[256];
+    gw_redis_opts o = {.name = "limits", .size = LIMITS_POOL, .timeout_ms = REDIS_TIMEOUT_MS,
+                       .backoff_ms = REDIS_RETRY_MS};
+    if (!(l->redis = gw_redis_open(cfg->redis_url, &o, err, sizeof(err)))) {
+        svc_error("limits: %s", err);
         free(l);
         return NULL;
     }
@@ -174,7 +152,6 @@ gw_limits *gw_limits_open(const gw_config *cfg)
     l->max_queued = cfg->max_queued_per_tenant;
     l->max_running = cfg->max_running_per_tenant;
     pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
     return l;
 }
 
@@ -182,79 +159,21 @@ void gw_limits_close(gw_limits *l)
 {
     if (!l)
         return;
-    for (int i = 0; i < LIMITS_POOL; i++)
-        if (l->rc[i])
-            redisFree(l->rc[i]);
+    gw_redis_close(l->redis);
     pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
     free(l);
-}
-
-/* Borrows a connected context, or -1 while Redis is known to be down. */
-static int redis_acquire(gw_limits *l)
-{
-    int slot = -1;
-    pthread_mutex_lock(&l->mu);
-    while (slot < 0) {
-        if (svc_now_mono_ms() < l->redis_retry_ms)
-            break;
-        for (int i = 0; i < LIMITS_POOL && slot < 0; i++)
-            if (!l->busy[i])
-                slot = i;
-        if (slot < 0)
-            pthread_cond_wait(&l->cv, &l->mu);
-    }
-    if (slot >= 0)
-        l->busy[slot] = 1;
-    pthread_mutex_unlock(&l->mu);
-    if (slot < 0 || l->rc[slot])
-        return slot;
-    struct timeval tv = {0, REDIS_TIMEOUT_MS * 1000};
-    redisContext *c = redisConnectWithTimeout(l->host, l->port, tv);
-    if (c && !c->err) {
-        redisSetTimeout(c, tv);
-        if (l->db) {
-            redisReply *r = redisCommand(c, "SELECT %d", l->db);
-            freeReplyObject(r);
-        }
-    }
-    l->rc[slot] = c;
-    return slot;
-}
-
-/* Gives the context back; failed says the call did not get an answer, so
- * the context is dropped and Redis is left alone for a while. */
-static void redis_release(gw_limits *l, int slot, int failed)
-{
-    if (failed && l->rc[slot]) {
-        redisFree(l->rc[slot]);
-        l->rc[slot] = NULL;
-    }
-    pthread_mutex_lock(&l->mu);
-    if (failed)
-        l->redis_retry_ms = svc_now_mono_ms() + REDIS_RETRY_MS;
-    l->busy[slot] = 0;
-    pthread_cond_signal(&l->cv);
-    pthread_mutex_unlock(&l->mu);
 }
 
 int gw_limits_take(gw_limits *l, int64_t key_id, const gw_rate *r, int *allowed, int64_t *wait_ms)
 {
     *allowed = 1;
     *wait_ms = 0;
-    int slot = redis_acquire(l);
-    if (slot < 0)
-        return -EIO;
-    redisContext *c = l->rc[slot];
-    redisReply *rep = NULL;
-    if (c && !c->err) {
-        char key[48], rps[16], burst[16];
-        snprintf(key, sizeof(key), "kowloon:rate:%lld", (long long)key_id);
-        snprintf(rps, sizeof(rps), "%d", r->rps);
-        snprintf(burst, sizeof(burst), "%d", r->burst);
-        const char *argv[6] = {"EVAL", BUCKET_LUA, "1", key, rps, burst};
-        rep = redisCommandArgv(c, 6, argv, NULL);
-    }
+    char key[48], rps[16], burst[16];
+    snprintf(key, sizeof(key), "kowloon:rate:%lld", (long long)key_id);
+    snprintf(rps, sizeof(rps), "%d", r->rps);
+    snprintf(burst, sizeof(burst), "%d", r->burst);
+    const char *args[3] = {key, rps, burst};
+    redisReply *rep = gw_redis_eval(l->redis, &bucket_lua, 1, 3, args);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
              rep->element[0]->type == REDIS_REPLY_INTEGER &&
              rep->element[1]->type == REDIS_REPLY_INTEGER;
@@ -265,8 +184,6 @@ int gw_limits_take(gw_limits *l, int64_t key_id, const gw_rate *r, int *allowed,
         svc_warn("limits: rate script failed: %s", rep->str);
     }
     freeReplyObject(rep);
-    /* An error reply is Redis answering: the connection stays. */
-    redis_release(l, slot, !rep);
     return ok ? 0 : -EIO;
 }
 
@@ -301,34 +218,103 @@ int gw_limits_rate(svc_req *req, const gw_caller *who)
     if (allowed)
         return 0;
     int after = gw_retry_after_s(wait_ms);
-    char ra[16];
-    snprintf(ra, sizeof(ra), "%d", after);
-    svc_reply_header(req, "Retry-After", ra);
-    svc_reply_error(req, 429, "rate_limited", NULL, NULL,
-                    "this API key is over its rate limit (%d requests/s, burst %d); retry after %d s",
-                    r.rps, r.burst, after);
+    gw_reply_too_many(req, "rate_limited", after,
+                      "this API key is over its rate limit (%d requests/s, burst %d); retry after %d s",
+                      r.rps, r.burst, after);
     return -1;
 }
 
+/* The slot of tenant_id; with take, one for it (an empty one, else the
+ * one counted longest ago among its ways) when it has none. Called with
+ * l->mu held. */
+static queued_slot *queued_slot_of(gw_limits *l, int64_t tenant_id, int take)
+{
+    size_t set = (size_t)((uint64_t)tenant_id * 0x9E3779B97F4A7C15ull >> 40) % (QUEUED_SLOTS / QUEUED_WAYS);
+    queued_slot *ways = &l->queued[set * QUEUED_WAYS], *victim = NULL;
+    for (int i = 0; i < QUEUED_WAYS; i++) {
+        if (ways[i].tenant_id == tenant_id)
+            return &ways[i];
+        if (victim == NULL || ways[i].tenant_id == 0 ||
+            (victim->tenant_id != 0 && ways[i].counted_ms < victim->counted_ms))
+            victim = &ways[i];
+    }
+    if (!take)
+        return NULL;
+    *victim = (queued_slot){.tenant_id = tenant_id};
+    return victim;
+}
+
+/* Admits one more submit of tenant_id on what this gateway knows without
+ * asking: 1 when the count is younger than QUEUED_TTL_MS and the count plus
+ * the submits admitted since stay under limit (the submit is then counted
+ * as admitted), 0 when PostgreSQL must be asked. */
+static int queued_admit_cached(gw_limits *l, int64_t tenant_id, int limit, int64_t now)
+{
+    pthread_mutex_lock(&l->mu);
+    queued_slot *s = queued_slot_of(l, tenant_id, 0);
+    int ok = s != NULL && now - s->counted_ms < QUEUED_TTL_MS && s->counted + s->admitted < limit;
+    if (ok)
+        s->admitted++;
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
+/* Keeps a fresh count asked at asked_ms; counts the submit that asked for
+ * it as admitted when there is room for it. Returns whether there is. */
+static int queued_recount(gw_limits *l, int64_t tenant_id, int limit, int64_t queued, int64_t asked_ms)
+{
+    int ok = queued < limit;
+    pthread_mutex_lock(&l->mu);
+    queued_slot *s = queued_slot_of(l, tenant_id, 1);
+    if (asked_ms >= s->counted_ms) {
+        s->counted = queued;
+        s->admitted = ok;
+        s->counted_ms = asked_ms;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
+/* The queued quota costs no round trip on most submits. A tenant's count
+ * comes from PostgreSQL at most once a second per gateway while it stays
+ * under quota; in between, this gateway adds the submits it admitted
+ * (counted from the quota check on, so one that then fails validation
+ * counts until the next count, never longer). A refusal is never decided
+ * on a kept count: PostgreSQL counts again first, so a quota that made
+ * room (jobs started or were cancelled, or the admin raised it) admits the
+ * very next submit.
+ *
+ * The error bound: a kept count does not see what other gateways admitted
+ * since it was taken, so with G gateways a tenant may pass its quota by
+ * what the other G - 1 admitted in the last second (at most their rate
+ * limit for the tenant's keys), plus, as before, the submits in flight at
+ * the same moment. Jobs that left the queue in that second only make the
+ * kept count high, which costs a recount, not a wrong refusal. */
 int gw_limits_admit_submit(svc_req *req, const gw_caller *who)
 {
     gw_app *app = svc_req_app(req);
-    if (!app->limits)
+    gw_limits *l = app->limits;
+    if (!l)
         return 0;
-    int64_t limit = 0, queued = 0;
-    int rc = gw_store_tenant_queued(app->store, who->tenant_id, app->limits->max_queued, &limit, &queued);
+    int limit = who->max_queued >= 0 ? who->max_queued : l->max_queued;
+    if (limit == 0)
+        return 0;
+    int64_t now = svc_now_mono_ms();
+    if (queued_admit_cached(l, who->tenant_id, limit, now))
+        return 0;
+    int64_t queued = 0;
+    int rc = gw_store_tenant_queued(app->store, who->tenant_id, limit, &queued);
     if (rc == -EIO) {
         gw_reply_unavailable(req, "PostgreSQL");
         return -1;
     }
-    if (rc != 0 || limit == 0 || queued < limit)
+    if (rc != 0 || queued_recount(l, who->tenant_id, limit, queued, now))
         return 0;
     /* Nothing tells when a queued job will start; a few seconds is a
      * polite pace for a client that retries. */
-    svc_reply_header(req, "Retry-After", "5");
-    svc_reply_error(req, 429, "quota_queued", NULL, NULL,
-                    "the tenant has %lld queued jobs, its quota; submit again when some have started",
-                    (long long)queued);
+    gw_reply_too_many(req, "quota_queued", 5,
+                      "the tenant has %lld queued jobs, its quota; submit again when some have started",
+                      (long long)queued);
     return -1;
 }
 
@@ -337,10 +323,7 @@ int gw_limits_running_allowed(gw_app *app, const char *job_id)
     gw_limits *l = app->limits;
     if (!l)
         return 1;
-    unsigned h = 2166136261u;
-    for (const char *p = job_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    h %= BLOCKED_MEMO;
+    unsigned h = svc_fnv1a(job_id) % BLOCKED_MEMO;
     int64_t now = svc_now_mono_ms();
     if (l->blocked[h].until_ms > now && strcmp(l->blocked[h].job_id, job_id) == 0)
         return 0;

@@ -23,8 +23,6 @@ typedef struct gw_rate {
 /* The bucket of a key: the tenant's values where set (>= 0), else the
  * gateway's. A burst of 0 means the rate itself, at least 1 token. */
 gw_rate gw_rate_resolve(int def_rps, int def_burst, int tenant_rps, int tenant_burst);
-/* The Retry-After of a wait of wait_ms: whole seconds, rounded up, >= 1. */
-int gw_retry_after_s(int64_t wait_ms);
 
 /* A POST /v1/tenants body. A limit absent from it is left as it is (set =
  * 0); null writes NULL (value -1): the gateway's default. */
@@ -60,9 +58,12 @@ int gw_limits_take(gw_limits *l, int64_t key_id, const gw_rate *r, int *allowed,
 int gw_limits_rate(svc_req *req, const gw_caller *who);
 
 /* The queued-jobs quota, at the top of POST /v1/jobs: 0 to go on, or -1
- * after replying 429 quota_queued (or 503 when PostgreSQL is down). The
- * count and the insert are not one transaction: submits in flight at the
- * same moment may pass the quota by their number. */
+ * after replying 429 quota_queued (or 503 when PostgreSQL is down). Most
+ * submits are admitted on a count kept for a second plus the submits this
+ * gateway admitted since; a refusal is always decided on a fresh count.
+ * The count and the insert are not one transaction: submits in flight at
+ * the same moment, and those other gateways admitted within the last
+ * second, may pass the quota by their number (limits.c says more). */
 int gw_limits_admit_submit(svc_req *req, const gw_caller *who);
 
 /* The running-jobs quota, for the scheduler before it claims job_id: 1 when

@@ -11,6 +11,8 @@
 #include "api.h"
 #include "blob_gc.h"
 #include "blobstore.h"
+#include "keycache.h"
+#include "lease.h"
 #include "limits.h"
 #include "scheduler.h"
 #include "svc_client.h"
@@ -19,67 +21,189 @@
 #include "svc_util.h"
 
 static svc_opt opts[] = {
-    {"listen", "KOWLOON_LISTEN", SVC_OPT_STRING, "127.0.0.1:8080", 0, 0, "address to serve the API on", NULL, 0},
-    {"database-url", "KOWLOON_DATABASE_URL", SVC_OPT_STRING, "postgresql://kowloon@127.0.0.1:5432/kowloon", 0, 0,
-     "PostgreSQL connection (URI or key=value conninfo)", NULL, 0},
-    {"redis-url", "KOWLOON_REDIS_URL", SVC_OPT_STRING, "redis://127.0.0.1:6379/0", 0, 0, "Redis server", NULL, 0},
-    {"cluster-token", "KOWLOON_CLUSTER_TOKEN", SVC_OPT_STRING, NULL, 0, 0,
-     "shared secret of gateway and compute nodes (required for serve)", NULL, 0},
-    {"max-body-mb", "KOWLOON_MAX_BODY_MB", SVC_OPT_INT, "64", 1, 4096, "largest request body, MiB", NULL, 0},
-    {"max-output-mb", "KOWLOON_MAX_OUTPUT_MB", SVC_OPT_INT, "256", 1, 65536,
-     "largest output of one job (all its tensors), MiB; a submit whose shapes exceed it gets 422", NULL, 0},
-    {"conn-timeout-s", "KOWLOON_CONN_TIMEOUT_S", SVC_OPT_INT, "30", 1, 3600,
-     "an idle connection, or one whose request headers take longer, is closed", NULL, 0},
-    {"max-conns-per-ip", "KOWLOON_MAX_CONNS_PER_IP", SVC_OPT_INT, "64", 0, 100000,
-     "connections one client IP may hold; a request on one more gets 503 with Retry-After "
-     "(health checks and nodes excepted) (0: no limit)", NULL, 0},
-    {"max-connections", "KOWLOON_MAX_CONNECTIONS", SVC_OPT_INT, "1024", 1, 100000,
-     "connections in all; more are closed at once", NULL, 0},
-    {"max-header-kb", "KOWLOON_MAX_HEADER_KB", SVC_OPT_INT, "16", 1, 1024,
-     "largest request line + headers, KiB (431 above)", NULL, 0},
-    {"node-timeout-s", "KOWLOON_NODE_TIMEOUT_S", SVC_OPT_INT, "6", 1, 3600,
-     "a node silent this long is marked down and its jobs re-queued", NULL, 0},
-    {"heartbeat-s", "KOWLOON_HEARTBEAT_S", SVC_OPT_INT, "2", 1, 600, "heartbeat interval told to nodes", NULL, 0},
-    {"reconcile-interval-s", "KOWLOON_RECONCILE_INTERVAL_S", SVC_OPT_INT, "3", 1, 3600,
-     "how often the ready queue is rebuilt from PostgreSQL", NULL, 0},
-    {"db-pool", "KOWLOON_DB_POOL", SVC_OPT_INT, "8", 1, 256, "PostgreSQL connections", NULL, 0},
-    {"migrations", "KOWLOON_MIGRATIONS", SVC_OPT_STRING, NULL, 0, 0,
-     "directory of NNN_name.sql migrations (default: <exe>/../sql)", NULL, 0},
-    {"openapi", "KOWLOON_OPENAPI", SVC_OPT_STRING, NULL, 0, 0,
-     "OpenAPI document to serve (default: <exe>/../openapi/openapi.yaml)", NULL, 0},
-    {"tenant", NULL, SVC_OPT_STRING, NULL, 0, 0, "keys create: tenant name", NULL, 0},
-    {"admin", NULL, SVC_OPT_BOOL, "0", 0, 1, "keys create: an admin key", NULL, 0},
-    {"drain-s", "KOWLOON_DRAIN_S", SVC_OPT_INT, "2", 0, 600,
-     "on SIGTERM, seconds to keep answering (readyz 503, submits 503) before stopping", NULL, 0},
-    {"retry-base-ms", "KOWLOON_RETRY_BASE_MS", SVC_OPT_INT, "1000", 0, 3600000,
-     "first back-off before a retryable failure is re-run; doubles per attempt, with jitter", NULL, 0},
-    {"retry-max-s", "KOWLOON_RETRY_MAX_S", SVC_OPT_INT, "60", 0, 86400, "longest back-off", NULL, 0},
-    {"rate-limit-rps", "KOWLOON_RATE_LIMIT_RPS", SVC_OPT_INT, "50", 0, 1000000,
-     "requests per second per API key (token bucket refill); 0 turns rate limits off", NULL, 0},
-    {"rate-limit-burst", "KOWLOON_RATE_LIMIT_BURST", SVC_OPT_INT, "100", 0, 1000000,
-     "token bucket size per API key (requests allowed at once)", NULL, 0},
-    {"auth-fail-burst", "KOWLOON_AUTH_FAIL_BURST", SVC_OPT_INT, "20", 0, 1000000,
-     "failed authentications one client address may make at once; more get 429 (0: no limit)",
-     NULL, 0},
-    {"auth-fail-rps", "KOWLOON_AUTH_FAIL_RPS", SVC_OPT_INT, "2", 1, 1000000,
-     "failed authentications per second a client address gets back", NULL, 0},
-    {"blob-dir", "KOWLOON_BLOB_DIR", SVC_OPT_STRING, NULL, 0, 0,
-     "directory of blob bytes, shared by every gateway (default: <exe>/../var/blobs)", NULL, 0},
-    {"max-blob-mb", "KOWLOON_MAX_BLOB_MB", SVC_OPT_INT, "4096", 1, 1048576,
-     "largest blob upload, MiB (413 above)", NULL, 0},
-    {"blob-quota-mb", "KOWLOON_BLOB_QUOTA_MB", SVC_OPT_INT, "102400", 0, 1073741824,
-     "blob bytes one tenant may hold, MiB; an upload past it gets 413 quota_exceeded (0: none)", NULL, 0},
-    {"blob-retention-s", "KOWLOON_BLOB_RETENTION_S", SVC_OPT_INT, "86400", 0, 315360000,
-     "seconds a blob nobody references is kept before its bytes are removed", NULL, 0},
-    {"blob-sweep-s", "KOWLOON_BLOB_SWEEP_S", SVC_OPT_INT, "60", 1, 86400,
-     "how often the retention sweep runs", NULL, 0},
-    {"max-queued-per-tenant", "KOWLOON_MAX_QUEUED_PER_TENANT", SVC_OPT_INT, "10000", 0, 100000000,
-     "queued jobs a tenant may have; a submit over it gets 429 quota_queued (0: no quota)", NULL, 0},
-    {"max-running-per-tenant", "KOWLOON_MAX_RUNNING_PER_TENANT", SVC_OPT_INT, "1000", 0, 100000000,
-     "running jobs a tenant may have; the scheduler leaves the rest queued (0: no quota)", NULL, 0},
-    {"log-level", "KOWLOON_LOG_LEVEL", SVC_OPT_STRING, "info", 0, 0, "debug, info, warn or error", NULL, 0},
-    {NULL, NULL, 0, NULL, 0, 0, NULL, NULL, 0},
+    {.flag = "listen", .env = "KOWLOON_LISTEN", .type = SVC_OPT_STRING, .def = "127.0.0.1:8080",
+     .help = "address to serve the API on"},
+    {.flag = "database-url", .env = "KOWLOON_DATABASE_URL", .type = SVC_OPT_STRING,
+     .def = "postgresql://kowloon@127.0.0.1:5432/kowloon",
+     .help = "PostgreSQL connection (URI or key=value conninfo)"},
+    {.flag = "redis-url", .env = "KOWLOON_REDIS_URL", .type = SVC_OPT_STRING,
+     .def = "redis://127.0.0.1:6379/0",
+     .help = "Redis server"},
+    {.flag = "cluster-token", .env = "KOWLOON_CLUSTER_TOKEN", .type = SVC_OPT_STRING,
+     .help = "shared secret of gateway and compute nodes (required for serve)"},
+    {.flag = "max-body-mb", .env = "KOWLOON_MAX_BODY_MB", .type = SVC_OPT_INT, .def = "64",
+     .min = 1, .max = 4096,
+     .help = "largest request body, MiB"},
+    {.flag = "max-output-mb", .env = "KOWLOON_MAX_OUTPUT_MB", .type = SVC_OPT_INT, .def = "256",
+     .min = 1, .max = 65536,
+     .help = "largest output of one job (all its tensors), MiB; a submit whose shapes exceed it "
+             "gets 422"},
+    {.flag = "conn-timeout-s", .env = "KOWLOON_CONN_TIMEOUT_S", .type = SVC_OPT_INT, .def = "30",
+     .min = 1, .max = 3600,
+     .help = "an idle connection, or one whose request headers take longer, is closed"},
+    {.flag = "max-conns-per-ip", .env = "KOWLOON_MAX_CONNS_PER_IP", .type = SVC_OPT_INT,
+     .def = "64", .min = 0, .max = 100000,
+     .help = "connections one client IP may hold; a request on one more gets 503 with Retry-After "
+             "(health checks and nodes excepted) (0: no limit)"},
+    {.flag = "max-connections", .env = "KOWLOON_MAX_CONNECTIONS", .type = SVC_OPT_INT,
+     .def = "1024", .min = 1, .max = 100000,
+     .help = "connections in all; more are closed at once"},
+    {.flag = "http-threads", .env = "KOWLOON_HTTP_THREADS", .type = SVC_OPT_INT, .def = "0",
+     .min = 0, .max = 256,
+     .help = "threads serving every connection (epoll); 0 = two per core, at least 4"},
+    {.flag = "max-header-kb", .env = "KOWLOON_MAX_HEADER_KB", .type = SVC_OPT_INT, .def = "16",
+     .min = 1, .max = 1024,
+     .help = "largest request line + headers, KiB (431 above)"},
+    {.flag = "node-timeout-s", .env = "KOWLOON_NODE_TIMEOUT_S", .type = SVC_OPT_INT, .def = "6",
+     .min = 1, .max = 3600,
+     .help = "a node silent this long is marked down and its jobs re-queued"},
+    {.flag = "heartbeat-s", .env = "KOWLOON_HEARTBEAT_S", .type = SVC_OPT_INT, .def = "2",
+     .min = 1, .max = 600,
+     .help = "heartbeat interval told to nodes"},
+    {.flag = "reconcile-interval-s", .env = "KOWLOON_RECONCILE_INTERVAL_S", .type = SVC_OPT_INT,
+     .def = "3", .min = 1, .max = 3600,
+     .help = "how often the ready queue is rebuilt from PostgreSQL"},
+    {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT, .def = "8", .min = 1,
+     .max = 256,
+     .help = "PostgreSQL connections"},
+    {.flag = "migrations", .env = "KOWLOON_MIGRATIONS", .type = SVC_OPT_STRING,
+     .help = "directory of NNN_name.sql migrations (default: <exe>/../sql)"},
+    {.flag = "openapi", .env = "KOWLOON_OPENAPI", .type = SVC_OPT_STRING,
+     .help = "OpenAPI document to serve (default: <exe>/../openapi/openapi.yaml)"},
+    {.flag = "tenant", .type = SVC_OPT_STRING,
+     .help = "keys create: tenant name"},
+    {.flag = "admin", .type = SVC_OPT_BOOL, .def = "0",
+     .help = "keys create: an admin key"},
+    {.flag = "drain-s", .env = "KOWLOON_DRAIN_S", .type = SVC_OPT_INT, .def = "2", .min = 0,
+     .max = 600,
+     .help = "on SIGTERM, seconds to keep answering (readyz 503, submits 503) before stopping"},
+    {.flag = "retry-base-ms", .env = "KOWLOON_RETRY_BASE_MS", .type = SVC_OPT_INT, .def = "1000",
+     .min = 0, .max = 3600000,
+     .help = "first back-off before a retryable failure is re-run; doubles per attempt, with "
+             "jitter"},
+    {.flag = "retry-max-s", .env = "KOWLOON_RETRY_MAX_S", .type = SVC_OPT_INT, .def = "60",
+     .min = 0, .max = 86400,
+     .help = "longest back-off"},
+    {.flag = "rate-limit-rps", .env = "KOWLOON_RATE_LIMIT_RPS", .type = SVC_OPT_INT, .def = "50",
+     .min = 0, .max = 1000000,
+     .help = "requests per second per API key (token bucket refill); 0 turns rate limits off"},
+    {.flag = "rate-limit-burst", .env = "KOWLOON_RATE_LIMIT_BURST", .type = SVC_OPT_INT,
+     .def = "100", .min = 0, .max = 1000000,
+     .help = "token bucket size per API key (requests allowed at once)"},
+    {.flag = "key-cache-ms", .env = "KOWLOON_KEY_CACHE_MS", .type = SVC_OPT_INT, .def = "500",
+     .min = 0, .max = 1000,
+     .help = "how long an API key's lookup is reused; a key revoked on any gateway stops working "
+             "on this one within this time (0: look up every request)"},
+    {.flag = "auth-fail-burst", .env = "KOWLOON_AUTH_FAIL_BURST", .type = SVC_OPT_INT, .def = "20",
+     .min = 0, .max = 1000000,
+     .help = "failed authentications one client address may make at once; more get 429 (0: no "
+             "limit)"},
+    {.flag = "auth-fail-rps", .env = "KOWLOON_AUTH_FAIL_RPS", .type = SVC_OPT_INT, .def = "2",
+     .min = 1, .max = 1000000,
+     .help = "failed authentications per second a client address gets back"},
+    {.flag = "blob-dir", .env = "KOWLOON_BLOB_DIR", .type = SVC_OPT_STRING,
+     .help = "directory of blob bytes, shared by every gateway (default: <exe>/../var/blobs)"},
+    {.flag = "max-blob-mb", .env = "KOWLOON_MAX_BLOB_MB", .type = SVC_OPT_INT, .def = "4096",
+     .min = 1, .max = 1048576,
+     .help = "largest blob upload, MiB (413 above)"},
+    {.flag = "blob-quota-mb", .env = "KOWLOON_BLOB_QUOTA_MB", .type = SVC_OPT_INT, .def = "102400",
+     .min = 0, .max = 1073741824,
+     .help = "blob bytes one tenant may hold, MiB; an upload past it gets 413 quota_exceeded (0: "
+             "none)"},
+    {.flag = "blob-retention-s", .env = "KOWLOON_BLOB_RETENTION_S", .type = SVC_OPT_INT,
+     .def = "86400", .min = 0, .max = 315360000,
+     .help = "seconds a blob nobody references is kept before its bytes are removed"},
+    {.flag = "blob-sweep-s", .env = "KOWLOON_BLOB_SWEEP_S", .type = SVC_OPT_INT, .def = "60",
+     .min = 1, .max = 86400,
+     .help = "how often the retention sweep runs"},
+    {.flag = "max-queued-per-tenant", .env = "KOWLOON_MAX_QUEUED_PER_TENANT", .type = SVC_OPT_INT,
+     .def = "10000", .min = 0, .max = 100000000,
+     .help = "queued jobs a tenant may have; a submit over it gets 429 quota_queued (0: no quota)"},
+    {.flag = "max-running-per-tenant", .env = "KOWLOON_MAX_RUNNING_PER_TENANT",
+     .type = SVC_OPT_INT, .def = "1000", .min = 0, .max = 100000000,
+     .help = "running jobs a tenant may have; the scheduler leaves the rest queued (0: no quota)"},
+    {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
+     .help = "debug, info, warn or error"},
+    {.flag = NULL},
 };
+
+
+static const char *opt_str(const char *flag)
+{
+    return svc_config_get(opts, flag)->str;
+}
+
+static int opt_int(const char *flag)
+{
+    return (int)svc_config_get(opts, flag)->num;
+}
+
+/* Default path of a file shipped beside the binary: <exe>/../rel. */
+static const char *beside_exe(const char *given, const char *rel, char *buf, size_t len)
+{
+    if (given)
+        return given;
+    char dir[512];
+    if (svc_exe_dir(dir, sizeof(dir)) != 0)
+        return rel;
+    snprintf(buf, len, "%s/../%s", dir, rel);
+    return buf;
+}
+
+/* --http-threads when given, else two per online core (handlers make short
+ * blocking calls to PostgreSQL and Redis), at least 4. */
+static int http_threads(int given)
+{
+    if (given > 0)
+        return given;
+    long n = 2 * sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 4 ? 4 : (int)n;
+}
+
+/* The one place where the parsed options become the gateway's config. The
+ * strings point into argv, the environment, the table's defaults or the
+ * static buffers here: they live as long as the process. */
+static void config_load(gw_config *c)
+{
+    static char migrations[1024], openapi[1024], blob_dir[1024];
+    *c = (gw_config){
+        .listen = opt_str("listen"),
+        .database_url = opt_str("database-url"),
+        .redis_url = opt_str("redis-url"),
+        .cluster_token = opt_str("cluster-token"),
+        .migrations = beside_exe(opt_str("migrations"), "sql", migrations, sizeof(migrations)),
+        .openapi = beside_exe(opt_str("openapi"), "openapi/openapi.yaml", openapi, sizeof(openapi)),
+        .log_level = opt_str("log-level"),
+        .conn_timeout_s = opt_int("conn-timeout-s"),
+        .max_conns_per_ip = opt_int("max-conns-per-ip"),
+        .max_connections = opt_int("max-connections"),
+        .http_threads = http_threads(opt_int("http-threads")),
+        .max_header_kb = opt_int("max-header-kb"),
+        .auth_fail_burst = opt_int("auth-fail-burst"),
+        .auth_fail_rps = opt_int("auth-fail-rps"),
+        .max_body_mb = opt_int("max-body-mb"),
+        .max_output_mb = opt_int("max-output-mb"),
+        .node_timeout_s = opt_int("node-timeout-s"),
+        .reconcile_interval_s = opt_int("reconcile-interval-s"),
+        .db_pool = opt_int("db-pool"),
+        .heartbeat_s = opt_int("heartbeat-s"),
+        .drain_s = opt_int("drain-s"),
+        .retry_base_ms = opt_int("retry-base-ms"),
+        .retry_max_s = opt_int("retry-max-s"),
+        .rate_limit_rps = opt_int("rate-limit-rps"),
+        .rate_limit_burst = opt_int("rate-limit-burst"),
+        .key_cache_ms = opt_int("key-cache-ms"),
+        .max_queued_per_tenant = opt_int("max-queued-per-tenant"),
+        .max_running_per_tenant = opt_int("max-running-per-tenant"),
+        .blob_dir = beside_exe(opt_str("blob-dir"), "var/blobs", blob_dir, sizeof(blob_dir)),
+        .max_blob_mb = opt_int("max-blob-mb"),
+        .blob_quota_mb = opt_int("blob-quota-mb"),
+        .blob_retention_s = opt_int("blob-retention-s"),
+        .blob_sweep_s = opt_int("blob-sweep-s"),
+        .key_tenant = opt_str("tenant"),
+        .key_admin = opt_int("admin"),
+    };
+}
 
 static volatile sig_atomic_t stop_signal;
 
@@ -94,18 +218,6 @@ static void usage(FILE *out)
                  "       kowloon-gateway keys create --tenant NAME [--admin]\n"
                  "       kowloon-gateway keys revoke KEY\n\noptions:\n");
     svc_config_usage(opts, out);
-}
-
-/* Default path of a file shipped beside the binary: <exe>/../rel. */
-static const char *beside_exe(const char *given, const char *rel, char *buf, size_t len)
-{
-    if (given)
-        return given;
-    char dir[512];
-    if (svc_exe_dir(dir, sizeof(dir)) != 0)
-        return rel;
-    snprintf(buf, len, "%s/../%s", dir, rel);
-    return buf;
 }
 
 static char *file_slurp(const char *path, size_t *len)
@@ -133,10 +245,10 @@ static char *file_slurp(const char *path, size_t *len)
     return buf;
 }
 
-static int cmd_keys(gw_store *store, char **rest, int nrest)
+static int cmd_keys(const gw_config *cfg, gw_store *store, char **rest, int nrest)
 {
     if (nrest >= 2 && strcmp(rest[1], "create") == 0) {
-        const char *tenant = svc_config_get(opts, "tenant")->str;
+        const char *tenant = cfg->key_tenant;
         if (!tenant || !*tenant) {
             fprintf(stderr, "keys create needs --tenant NAME\n");
             return 2;
@@ -144,7 +256,7 @@ static int cmd_keys(gw_store *store, char **rest, int nrest)
         char hex[41], key[48];
         svc_random_hex(hex, 20);
         snprintf(key, sizeof(key), "kl_%s", hex);
-        int rc = gw_store_key_create(store, tenant, (int)svc_config_get(opts, "admin")->num, key);
+        int rc = gw_store_key_create(store, tenant, cfg->key_admin, key);
         if (rc) {
             fprintf(stderr, "keys create: cannot write to PostgreSQL (%s)\n", strerror(-rc));
             return 1;
@@ -169,23 +281,22 @@ static int cmd_keys(gw_store *store, char **rest, int nrest)
     return 2;
 }
 
+
 static int cmd_serve(gw_app *app)
 {
-    char buf[1024], err[256];
+    char err[256];
     if (!app->cfg.cluster_token || strlen(app->cfg.cluster_token) < 16) {
         svc_error("serve needs --cluster-token (or KOWLOON_CLUSTER_TOKEN) of at least 16 characters");
         return 2;
     }
-    const char *spec = beside_exe(svc_config_get(opts, "openapi")->str, "openapi/openapi.yaml", buf, sizeof(buf));
-    if (!(app->openapi = file_slurp(spec, &app->openapi_len)))
-        svc_warn("cannot read %s: /openapi.yaml will answer 404", spec);
-    const char *blob_dir = beside_exe(svc_config_get(opts, "blob-dir")->str, "var/blobs", buf, sizeof(buf));
-    if (!(app->blobs = gw_bstore_open(blob_dir, err, sizeof(err)))) {
+    if (!(app->openapi = file_slurp(app->cfg.openapi, &app->openapi_len)))
+        svc_warn("cannot read %s: /openapi.yaml will answer 404", app->cfg.openapi);
+    if (!(app->blobs = gw_bstore_open(app->cfg.blob_dir, err, sizeof(err)))) {
         svc_error("blob store: %s", err);
         return 1;
     }
     svc_info("blob store in %s (uploads up to %d MiB, %d MiB a tenant, unreferenced kept %d s)",
-             blob_dir, app->cfg.max_blob_mb, app->cfg.blob_quota_mb, app->cfg.blob_retention_s);
+             app->cfg.blob_dir, app->cfg.max_blob_mb, app->cfg.blob_quota_mb, app->cfg.blob_retention_s);
     gw_routes_set_blob_limit((size_t)app->cfg.max_blob_mb << 20);
 
     struct sigaction sa = {0};
@@ -195,23 +306,32 @@ static int cmd_serve(gw_app *app)
     signal(SIGPIPE, SIG_IGN);
 
     app->sched = gw_sched_start(app);
+    app->leases = gw_leases_start(app);
+    if (!app->sched || !app->leases) {
+        svc_error("cannot start the scheduler or the lease thread");
+        gw_leases_free(app->leases);
+        gw_sched_stop(app->sched);
+        return 1;
+    }
     gw_blob_gc *gc = gw_blob_gc_start(app);
     svc_server_opts so = {
         .listen = app->cfg.listen,
         .routes = gw_routes,
         .max_body = (size_t)app->cfg.max_body_mb << 20,
-        .conn_timeout_s = (unsigned)svc_config_get(opts, "conn-timeout-s")->num,
-        .per_ip_limit = (unsigned)svc_config_get(opts, "max-conns-per-ip")->num,
-        .max_connections = (unsigned)svc_config_get(opts, "max-connections")->num,
-        .max_header = (size_t)svc_config_get(opts, "max-header-kb")->num << 10,
+        .conn_timeout_s = (unsigned)app->cfg.conn_timeout_s,
+        .per_ip_limit = (unsigned)app->cfg.max_conns_per_ip,
+        .max_connections = (unsigned)app->cfg.max_connections,
+        .max_header = (size_t)app->cfg.max_header_kb << 10,
         .authorize = gw_authorize,
+        .threads = (unsigned)app->cfg.http_threads,
         .app = app,
     };
     svc_server *srv = svc_server_start(&so, err, sizeof(err));
     if (!srv) {
         svc_error("cannot serve on %s: %s", app->cfg.listen, err);
         gw_blob_gc_stop(gc);
-        gw_sched_stop(app->sched, 0);
+        gw_leases_free(app->leases);
+        gw_sched_stop(app->sched);
         return 1;
     }
     svc_info("kowloon-gateway serving on %s (max body %d MiB)", app->cfg.listen, app->cfg.max_body_mb);
@@ -223,14 +343,14 @@ static int cmd_serve(gw_app *app)
     for (int64_t until = svc_now_mono_ms() + (int64_t)app->cfg.drain_s * 1000;
          svc_now_mono_ms() < until && stop_signal != SIGINT;)
         svc_sleep_ms(50);
+    /* Nodes' polls are answered first (they ask again elsewhere, or later),
+     * then requests in flight finish. */
+    gw_leases_stop(app->leases);
     svc_server_stop(srv);
+    gw_leases_free(app->leases);
     gw_blob_gc_stop(gc);
-    app->trackers_left = gw_sched_stop(app->sched, 2000);
-    if (app->trackers_left > 0)
-        svc_info("kowloon-gateway stopped (%d run tracker(s) left to the next scheduler)",
-                 app->trackers_left);
-    else
-        svc_info("kowloon-gateway stopped");
+    gw_sched_stop(app->sched);
+    svc_info("kowloon-gateway stopped");
     return 0;
 }
 
@@ -250,46 +370,23 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = nrest > 0 ? rest[0] : "serve";
-    int level = svc_log_level_parse(svc_config_get(opts, "log-level")->str);
+    gw_app app = {0};
+    config_load(&app.cfg);
+    int level = svc_log_level_parse(app.cfg.log_level);
     svc_log_init("gateway", level < 0 ? SVC_LOG_INFO : level);
     svc_client_global_init();
-
-    gw_app app = {0};
-    app.cfg.listen = svc_config_get(opts, "listen")->str;
-    app.cfg.database_url = svc_config_get(opts, "database-url")->str;
-    app.cfg.redis_url = svc_config_get(opts, "redis-url")->str;
-    app.cfg.cluster_token = svc_config_get(opts, "cluster-token")->str;
-    app.cfg.max_body_mb = (int)svc_config_get(opts, "max-body-mb")->num;
-    app.cfg.max_output_mb = (int)svc_config_get(opts, "max-output-mb")->num;
-    app.cfg.node_timeout_s = (int)svc_config_get(opts, "node-timeout-s")->num;
-    app.cfg.heartbeat_s = (int)svc_config_get(opts, "heartbeat-s")->num;
-    app.cfg.reconcile_interval_s = (int)svc_config_get(opts, "reconcile-interval-s")->num;
-    app.cfg.db_pool = (int)svc_config_get(opts, "db-pool")->num;
-    app.cfg.drain_s = (int)svc_config_get(opts, "drain-s")->num;
-    app.cfg.retry_base_ms = (int)svc_config_get(opts, "retry-base-ms")->num;
-    app.cfg.retry_max_s = (int)svc_config_get(opts, "retry-max-s")->num;
-    app.cfg.rate_limit_rps = (int)svc_config_get(opts, "rate-limit-rps")->num;
-    app.cfg.rate_limit_burst = (int)svc_config_get(opts, "rate-limit-burst")->num;
-    app.cfg.max_queued_per_tenant = (int)svc_config_get(opts, "max-queued-per-tenant")->num;
-    app.cfg.max_running_per_tenant = (int)svc_config_get(opts, "max-running-per-tenant")->num;
-    app.cfg.max_blob_mb = (int)svc_config_get(opts, "max-blob-mb")->num;
-    app.cfg.blob_quota_mb = (int)svc_config_get(opts, "blob-quota-mb")->num;
-    app.cfg.blob_retention_s = (int)svc_config_get(opts, "blob-retention-s")->num;
-    app.cfg.blob_sweep_s = (int)svc_config_get(opts, "blob-sweep-s")->num;
 
     app.store = gw_store_open(app.cfg.database_url, app.cfg.db_pool);
     if (!app.store)
         return 1;
     if (strcmp(cmd, "keys") == 0) {
-        rc = cmd_keys(app.store, rest, nrest);
+        rc = cmd_keys(&app.cfg, app.store, rest, nrest);
         gw_store_close(app.store);
         return rc;
     }
-    char buf[1024];
-    const char *dir = beside_exe(svc_config_get(opts, "migrations")->str, "sql", buf, sizeof(buf));
     /* PostgreSQL may still be starting (compose, systemd): wait a little. */
-    for (int i = 0; (rc = gw_store_migrate(app.store, dir, err, sizeof(err))) == -EIO && i < 30 &&
-                    strstr(err, "connect"); i++)
+    for (int i = 0; (rc = gw_store_migrate(app.store, app.cfg.migrations, err, sizeof(err))) == -EIO &&
+                    i < 30 && strstr(err, "connect"); i++)
         svc_sleep_ms(1000);
     if (rc) {
         svc_error("migrations failed: %s", err);
@@ -307,13 +404,13 @@ int main(int argc, char **argv)
     }
     app.queue = gw_queue_open(app.cfg.redis_url, app.cfg.db_pool + 4);
     app.limits = app.queue ? gw_limits_open(&app.cfg) : NULL;
-    app.authfail = gw_authfail_new((int)svc_config_get(opts, "auth-fail-burst")->num,
-                                   (int)svc_config_get(opts, "auth-fail-rps")->num);
-    rc = app.limits && app.authfail ? cmd_serve(&app) : 1;
-    if (app.trackers_left > 0)
-        return rc; /* their runs go on; freeing what those threads use would race them */
+    app.authfail = gw_authfail_new(app.cfg.auth_fail_burst, app.cfg.auth_fail_rps);
+    /* 4096 keys: a few hundred KB, more keys than a gateway sees in a TTL */
+    app.keys = gw_keycache_new(4096, app.cfg.key_cache_ms);
+    rc = app.limits && app.authfail && app.keys ? cmd_serve(&app) : 1;
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
+    gw_keycache_free(app.keys);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
     gw_bstore_close(app.blobs);

@@ -1,74 +1,35 @@
-/* queue.c — Redis access through a small pool of hiredis contexts (a
- * context is not thread-safe); a context that failed is dropped and
- * reconnected on next use. */
+/* queue.c — the ready queue, the delayed set and the scheduler lock in
+ * Redis (queue.h), through a connection pool of redis.c. */
 #include <errno.h>
-#include <hiredis/hiredis.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "queue.h"
+#include "redis.h"
 #include "store.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
 #define READY_KEY "kowloon:ready"
 #define DELAYED_KEY "kowloon:delayed"
-#define EVENTS_CHANNEL "kowloon:events"
-
-typedef struct qconn {
-    redisContext *rc;
-    int busy;
-} qconn;
 
 struct gw_queue {
-    char host[256];
-    int port, db;
-    int size;
-    qconn *conns;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    gw_redis *redis;
 };
-
-/* Parses redis://host:port/db (port and db optional). */
-static int url_parse(gw_queue *q, const char *url)
-{
-    const char *p = url;
-    if (strncmp(p, "redis://", 8) == 0)
-        p += 8;
-    q->port = 6379;
-    q->db = 0;
-    size_t hl = strcspn(p, ":/");
-    if (hl == 0 || hl >= sizeof(q->host))
-        return -EINVAL;
-    memcpy(q->host, p, hl);
-    q->host[hl] = '\0';
-    p += hl;
-    if (*p == ':') {
-        q->port = (int)strtol(p + 1, (char **)&p, 10);
-        if (q->port <= 0 || q->port > 65535)
-            return -EINVAL;
-    }
-    if (*p == '/' && p[1])
-        q->db = atoi(p + 1);
-    return 0;
-}
 
 gw_queue *gw_queue_open(const char *url, int pool_size)
 {
+    char err[256];
     gw_queue *q = calloc(1, sizeof(*q));
     if (!q)
         return NULL;
-    q->size = pool_size > 0 ? pool_size : 8;
-    q->conns = calloc((size_t)q->size, sizeof(qconn));
-    if (!q->conns || url_parse(q, url) != 0) {
-        svc_error("redis: bad URL %s (want redis://host:port/db)", url);
-        gw_queue_close(q);
+    gw_redis_opts o = {.name = "queue", .size = pool_size, .timeout_ms = 2000};
+    if (!(q->redis = gw_redis_open(url, &o, err, sizeof(err)))) {
+        svc_error("redis: %s", err);
+        free(q);
         return NULL;
     }
-    pthread_mutex_init(&q->mu, NULL);
-    pthread_cond_init(&q->cv, NULL);
     return q;
 }
 
@@ -76,83 +37,33 @@ void gw_queue_close(gw_queue *q)
 {
     if (!q)
         return;
-    for (int i = 0; q->conns && i < q->size; i++)
-        if (q->conns[i].rc)
-            redisFree(q->conns[i].rc);
-    free(q->conns);
+    gw_redis_close(q->redis);
     free(q);
 }
 
-static qconn *acquire(gw_queue *q)
-{
-    qconn *c = NULL;
-    pthread_mutex_lock(&q->mu);
-    for (;;) {
-        for (int i = 0; i < q->size && !c; i++)
-            if (!q->conns[i].busy)
-                c = &q->conns[i];
-        if (c)
-            break;
-        pthread_cond_wait(&q->cv, &q->mu);
-    }
-    c->busy = 1;
-    pthread_mutex_unlock(&q->mu);
-    if (!c->rc) {
-        struct timeval tv = {2, 0};
-        c->rc = redisConnectWithTimeout(q->host, q->port, tv);
-        if (c->rc && !c->rc->err) {
-            redisSetTimeout(c->rc, tv);
-            if (q->db) {
-                redisReply *r = redisCommand(c->rc, "SELECT %d", q->db);
-                freeReplyObject(r);
-            }
-        }
-        if (!c->rc || c->rc->err) {
-            svc_warn("redis: cannot connect to %s:%d: %s", q->host, q->port,
-                     c->rc ? c->rc->errstr : "out of memory");
-            if (c->rc)
-                redisFree(c->rc);
-            c->rc = NULL;
-        }
-    }
-    if (!c->rc) {
-        pthread_mutex_lock(&q->mu);
-        c->busy = 0;
-        pthread_cond_signal(&q->cv);
-        pthread_mutex_unlock(&q->mu);
-        return NULL;
-    }
-    return c;
-}
-
-static void release(gw_queue *q, qconn *c)
-{
-    if (c->rc && c->rc->err) {
-        redisFree(c->rc);
-        c->rc = NULL;
-    }
-    pthread_mutex_lock(&q->mu);
-    c->busy = 0;
-    pthread_cond_signal(&q->cv);
-    pthread_mutex_unlock(&q->mu);
-}
-
 /* Runs one command given as argv; returns the reply (caller frees) or NULL
- * after logging. Error replies count as failures. */
+ * (the pool logged why). Error replies count as failures. */
 static redisReply *command(gw_queue *q, int argc, const char **argv, const size_t *lens)
 {
-    qconn *c = acquire(q);
-    if (!c)
-        return NULL;
-    redisReply *r = redisCommandArgv(c->rc, argc, argv, lens);
-    if (!r)
-        svc_warn("redis: %s failed: %s", argv[0], c->rc->errstr);
-    else if (r->type == REDIS_REPLY_ERROR) {
+    redisReply *r = gw_redis_argv(q->redis, argc, argv, lens);
+    if (r && r->type == REDIS_REPLY_ERROR) {
         svc_warn("redis: %s: %s", argv[0], r->str);
         freeReplyObject(r);
         r = NULL;
     }
-    release(q, c);
+    return r;
+}
+
+/* Runs a Lua script (gw_redis_eval) with command's handling of errors. */
+static redisReply *script_run(gw_queue *q, gw_redis_script *s, int nkeys, int nargs,
+                              const char *const *args)
+{
+    redisReply *r = gw_redis_eval(q->redis, s, nkeys, nargs, args);
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        svc_warn("redis: script: %s", r->str);
+        freeReplyObject(r);
+        r = NULL;
+    }
     return r;
 }
 
@@ -271,19 +182,19 @@ int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
 
 int gw_queue_promote_due(gw_queue *q, int *moved)
 {
-    static const char script[] =
+    static gw_redis_script script = {.src =
         "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 512) "
         "for _, m in ipairs(due) do "
         "  local id, b, g, score = string.match(m, '^(%S+) (%S+) (%S+) (%S+)$') "
         "  if id then redis.call('ZADD', KEYS[2], score, id .. ' ' .. b .. ' ' .. g) end "
         "  redis.call('ZREM', KEYS[1], m) "
         "end "
-        "return #due";
+        "return #due"};
     char now[32];
     snprintf(now, sizeof(now), "%lld", (long long)svc_now_wall_ms());
-    const char *argv[6] = {"EVAL", script, "2", DELAYED_KEY, READY_KEY, now};
+    const char *args[3] = {DELAYED_KEY, READY_KEY, now};
     *moved = 0;
-    redisReply *r = command(q, 6, argv, NULL);
+    redisReply *r = script_run(q, &script, 2, 3, args);
     if (!r)
         return -EIO;
     *moved = (int)r->integer;
@@ -332,26 +243,17 @@ int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int 
     return gw_queue_take(q, member) < 0 ? -EIO : 0;
 }
 
-long gw_queue_length(gw_queue *q)
-{
-    const char *argv[2] = {"ZCARD", READY_KEY};
-    redisReply *r = command(q, 2, argv, NULL);
-    long n = r ? (long)r->integer : -EIO;
-    freeReplyObject(r);
-    return n;
-}
-
 int gw_queue_lock(gw_queue *q, const char *name, const char *owner, int ttl_ms)
 {
-    static const char script[] =
+    static gw_redis_script script = {.src =
         "local v = redis.call('GET', KEYS[1]) "
         "if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end "
         "if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end "
-        "return 0";
+        "return 0"};
     char ttl[16];
     snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
-    const char *argv[6] = {"EVAL", script, "1", name, owner, ttl};
-    redisReply *r = command(q, 6, argv, NULL);
+    const char *args[3] = {name, owner, ttl};
+    redisReply *r = script_run(q, &script, 1, 3, args);
     if (!r)
         return -EIO;
     int held = r->integer == 1;
@@ -359,9 +261,29 @@ int gw_queue_lock(gw_queue *q, const char *name, const char *owner, int ttl_ms)
     return held;
 }
 
-void gw_queue_publish(gw_queue *q, const char *msg)
+int gw_queue_take_many(gw_queue *q, const char *const *members, int n, int *taken)
 {
-    const char *argv[3] = {"PUBLISH", EVENTS_CHANNEL, msg};
-    redisReply *r = command(q, 3, argv, NULL);
-    freeReplyObject(r);
+    static const char script[] =
+        "local r = {} "
+        "for i, m in ipairs(ARGV) do r[i] = redis.call('ZREM', KEYS[1], m) end "
+        "return r";
+    enum { MAX = 256 };
+    const char *argv[4 + MAX];
+    for (int start = 0; start < n; start += MAX) {
+        int k = n - start < MAX ? n - start : MAX, argc = 0;
+        argv[argc++] = "EVAL";
+        argv[argc++] = script;
+        argv[argc++] = "1";
+        argv[argc++] = READY_KEY;
+        for (int i = 0; i < k; i++)
+            argv[argc++] = members[start + i];
+        redisReply *r = command(q, argc, argv, NULL);
+        if (!r)
+            return -EIO;
+        for (int i = 0; i < k; i++)
+            taken[start + i] = r->type == REDIS_REPLY_ARRAY && (size_t)i < r->elements &&
+                               r->element[i]->integer == 1;
+        freeReplyObject(r);
+    }
+    return 0;
 }

@@ -1,7 +1,7 @@
 /* queue.h — the gateway's Redis side: the ready queue (a sorted set ordered
  * by priority, then age), the delayed set of retries waiting out their
- * back-off (ordered by when they may run), the scheduler lock, and event
- * publication. All of it can be rebuilt from PostgreSQL. Functions return 0 or -EIO when Redis
+ * back-off (ordered by when they may run), and the scheduler lock. All of
+ * it can be rebuilt from PostgreSQL. Functions return 0 or -EIO when Redis
  * cannot be reached or answers with an error. */
 #ifndef GW_QUEUE_H
 #define GW_QUEUE_H
@@ -19,13 +19,15 @@ typedef struct gw_ready {
     int gpus;
 } gw_ready;
 
+/* A queue on the Redis of url with pool_size connections (made on first
+ * use); NULL after logging for a malformed URL or ENOMEM. */
 gw_queue *gw_queue_open(const char *url, int pool_size);
 void gw_queue_close(gw_queue *q);
 int gw_queue_ping(gw_queue *q);
 
 /* Score: more urgent priority first, then smaller seq (older) first. */
 double gw_queue_score(int priority, int64_t seq);
-/* Adds jobs; only_new keeps entries already present (ZADD NX). */
+/* Adds a job to the ready queue (an entry already there takes the new score). */
 int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
                   const char *backend, int gpus);
 typedef struct gw_queued gw_queued;
@@ -42,14 +44,14 @@ int gw_queue_promote_due(gw_queue *q, int *moved);
 int gw_queue_peek(gw_queue *q, int offset, gw_ready *out, int max, int *n);
 /* Removes an entry: 1 when this call removed it, 0 when it was gone. */
 int gw_queue_take(gw_queue *q, const char *member);
+/* Removes n entries in one round trip: taken[i] is 1 when this call
+ * removed members[i], 0 when it was gone. 0 or -EIO. */
+int gw_queue_take_many(gw_queue *q, const char *const *members, int n, int *taken);
 /* Removes the entry of job_id whatever its member text; 0 or -EIO. */
 int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus);
-long gw_queue_length(gw_queue *q);
 
 /* Takes or renews a lock held by owner for ttl_ms: 1 held, 0 held by
  * another, -EIO. */
 int gw_queue_lock(gw_queue *q, const char *name, const char *owner, int ttl_ms);
-/* Publishes msg on the job events channel; errors are only logged. */
-void gw_queue_publish(gw_queue *q, const char *msg);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "request.h"
+#include "svc_util.h"
 
 /* What a 4 GiB blob of float32 holds. */
 #define MAX_ELEMS KL_MAX_ELEMS
@@ -52,15 +53,6 @@ static int label_key_ok(const char *k)
     return 1;
 }
 
-/* Characters (code points) of a UTF-8 string, as a JSON Schema maxLength counts. */
-static size_t utf8_chars(const char *s)
-{
-    size_t n = 0;
-    for (; *s; s++)
-        n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
-}
-
 static int labels_parse(const json_t *body, gw_job_req *r, gw_verr *e)
 {
     json_t *l = json_object_get(body, "labels");
@@ -79,7 +71,7 @@ static int labels_parse(const json_t *body, gw_job_req *r, gw_verr *e)
         snprintf(field, sizeof(field), "labels.%.50s", k);
         if (!label_key_ok(k))
             return fail(e, 400, field, "label keys are 1-64 characters of A-Z a-z 0-9 _ . -");
-        if (!json_is_string(v) || utf8_chars(json_string_value(v)) > 256)
+        if (!json_is_string(v) || svc_utf8_chars(json_string_value(v)) > 256)
             return fail(e, 400, field, "%s must be a string of at most 256 characters", field);
     }
     r->labels = json_incref(l);

@@ -1,7 +1,9 @@
 /* scheduler.c — the scheduler loop, placement, and the reaper's duties (node
- * expiry, re-queueing the jobs of lost nodes, rebuilding the ready queue).
- * Runs only while this gateway holds the scheduler lock in Redis; every
- * other replica just serves the API. Run tracking is in track.c. */
+ * expiry, re-queueing the jobs of lost nodes and of runs past their
+ * deadline, rebuilding the ready queue). Runs only while this gateway holds
+ * the scheduler lock in Redis; every other replica just serves the API.
+ * Placement decides which node gets which job and claims them in batches;
+ * the nodes' lease polls carry the runs to them (lease.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -9,8 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lease.h"
 #include "limits.h"
-#include "scheduler_int.h"
+#include "outcome.h"
+#include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -24,6 +28,37 @@
 /* A pass runs on every submit; only the first window is read each time,
  * the deeper ones at most this often. */
 #define DEEP_SCAN_MS 200
+#define SCHED_MAX_NODES 256
+/* The reconciler reads queued jobs this many per page, this many pages a
+ * call. */
+#define RECONCILE_PAGE 512
+#define RECONCILE_PAGES 4
+/* A run with no report this long past its timeout_s is presumed stuck; the
+ * node enforces timeout_s first. */
+#define TIMEOUT_GRACE_S 15
+
+typedef struct sched_node {
+    gw_node n;
+    int running;              /* runs on it: PostgreSQL's count at the last
+                                 refresh, plus claims, less reports since */
+} sched_node;
+
+struct gw_sched {
+    gw_app *app;
+    pthread_t thread;
+    pthread_mutex_t mu;       /* guards nodes */
+    pthread_cond_t cv;
+    volatile int stop;
+    int wake;
+    int nodes_changed;        /* reload the node table before placing */
+    volatile int leader;
+    int64_t leader_since_ms;  /* monotonic: when this gateway took the lock */
+    int64_t next_deep_ms;     /* monotonic: earliest next scan past the first window */
+    int64_t reconcile_seq;    /* where the reconciler's pass has got to */
+    char owner[96];
+    sched_node nodes[SCHED_MAX_NODES];
+    int nnodes;
+};
 
 int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus)
 {
@@ -72,43 +107,63 @@ void gw_sched_nodes_changed(gw_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-int gw_sched_is_leader(gw_sched *s)
+void gw_sched_slots_freed(gw_sched *s, const char *node_id, int n)
 {
-    return s && s->leader;
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->nnodes; i++)
+        if (strcmp(s->nodes[i].n.id, node_id) == 0)
+            s->nodes[i].running = s->nodes[i].running > n ? s->nodes[i].running - n : 0;
+    s->wake = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
-/* Reloads the node table from PostgreSQL, keeping back-off deadlines. */
+/* Reloads the node table and the runs on each node from PostgreSQL. */
 static void nodes_refresh(gw_sched *s)
 {
     gw_node *list;
-    int n;
+    gw_node_count *counts;
+    int n, nc;
     if (gw_store_nodes_load(s->app->store, &list, &n) != 0)
         return;
+    if (gw_store_running_counts(s->app->store, &counts, &nc) != 0) {
+        free(list);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
-    sched__node fresh[SCHED_MAX_NODES];
     int m = 0;
     for (int i = 0; i < n && m < SCHED_MAX_NODES; i++, m++) {
-        fresh[m].n = list[i];
-        fresh[m].avoid_until_ms = 0;
-        for (int j = 0; j < s->nnodes; j++)
-            if (strcmp(s->nodes[j].n.id, list[i].id) == 0)
-                fresh[m].avoid_until_ms = s->nodes[j].avoid_until_ms;
+        s->nodes[m].n = list[i];
+        s->nodes[m].running = 0;
+        for (int k = 0; k < nc; k++)
+            if (strcmp(counts[k].node_id, list[i].id) == 0)
+                s->nodes[m].running = counts[k].running;
     }
     if (n > SCHED_MAX_NODES)
         svc_warn("scheduler: %d nodes are up; placing on the %d with the latest heartbeats",
                  n, SCHED_MAX_NODES);
-    memcpy(s->nodes, fresh, sizeof(fresh[0]) * (size_t)m);
     s->nnodes = m;
     pthread_mutex_unlock(&s->mu);
     free(list);
+    free(counts);
 }
 
-static void reattach(gw_sched *s);
+/* Requeues (counted, with code) every run of list, freeing it. */
+static void requeue_all(gw_sched *s, gw_dispatch *list, int n, const char *code, const char *why)
+{
+    for (int i = 0; i < n; i++) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "%s (attempt %d on %s)", why, list[i].attempt, list[i].node_name);
+        gw_outcome_requeue(s->app, list[i].job_id, list[i].attempt, 0, code, msg);
+    }
+    gw_dispatch_free(list, n);
+}
 
 /* Marks silent nodes down and puts their running jobs back in the queue
- * (or fails them with node_lost when their attempts are spent), then
- * follows any running job that has no tracker here (its tracker's last
- * transition was lost with an asynchronous commit, or it ended early). */
+ * (or fails them with node_lost when their attempts are spent); fails runs
+ * that went past their timeout without a report. */
 static void reap(gw_sched *s)
 {
     int marked = 0;
@@ -119,99 +174,135 @@ static void reap(gw_sched *s)
     int64_t failed = gw_store_last_failure_ms(s->app->store);
     if ((!failed || now - failed >= window) && now - s->leader_since_ms >= window)
         gw_store_nodes_expire(s->app->store, s->app->cfg.node_timeout_s, &marked);
-    gw_dispatch *lost;
+    gw_dispatch *list;
     int n;
-    if (gw_store_jobs_on_down_nodes(s->app->store, &lost, &n) != 0)
-        return;
-    for (int i = 0; i < n; i++) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "node %s was lost while running attempt %d",
-                 lost[i].node_name, lost[i].attempt);
-        sched__requeue(s, lost[i].job_id, lost[i].attempt, 0, "node_lost", msg);
+    if (gw_store_jobs_on_down_nodes(s->app->store, &list, &n) == 0)
+        requeue_all(s, list, n, "node_lost", "the node was lost");
+    /* A new scheduler first gives nodes a node timeout to report runs that
+     * ended while no gateway could record them. */
+    if (now - s->leader_since_ms >= window &&
+        gw_store_runs_overdue(s->app->store, TIMEOUT_GRACE_S, &list, &n) == 0) {
+        for (int i = 0; i < n; i++)
+            gw_store_job_fail(s->app->store, list[i].job_id, list[i].attempt, "failed", "timeout",
+                              "no result from the node within timeout_s plus grace");
+        gw_dispatch_free(list, n);
     }
-    free(lost);
-    if (marked || n)
-        nodes_refresh(s);
-    reattach(s);
 }
 
-/* Re-adds to Redis every job PostgreSQL says is queued: after a Redis
- * restart or FLUSHALL, or a crash between commit and enqueue. */
-static void reconcile(gw_sched *s)
+/* Re-adds to Redis the jobs PostgreSQL says are queued: after a Redis
+ * restart or FLUSHALL, or a crash between commit and enqueue. Each call
+ * looks at RECONCILE_PAGES pages of RECONCILE_PAGE jobs from where the last
+ * one stopped (s->reconcile_seq), so no call holds up placement for long
+ * however deep the queue; a pass over the whole queue ends when a page
+ * comes back short. Returns 1 when the pass is complete. */
+static int reconcile(gw_sched *s)
 {
-    gw_queued *list;
-    int n, added = 0;
-    if (gw_store_jobs_queued(s->app->store, &list, &n) != 0)
-        return;
-    if (n && gw_queue_push_missing(s->app->queue, list, n, &added) == 0 && added)
+    int added = 0, done = 0;
+    for (int page = 0; page < RECONCILE_PAGES && !done; page++) {
+        gw_queued *list;
+        int n, more = 0;
+        if (gw_store_jobs_queued(s->app->store, s->reconcile_seq, RECONCILE_PAGE, &list, &n) != 0)
+            return 0;
+        if (n && gw_queue_push_missing(s->app->queue, list, n, &more) == 0)
+            added += more;
+        if (n > 0)
+            s->reconcile_seq = list[n - 1].seq;
+        done = n < RECONCILE_PAGE;
+        free(list);
+    }
+    if (added)
         svc_warn("ready queue: re-enqueued %d queued job(s) missing from Redis", added);
-    free(list);
-}
-
-/* After taking the scheduler role: follow every run PostgreSQL says is on
- * a node, so a restarted gateway collects results it did not see. */
-static void reattach(gw_sched *s)
-{
-    gw_dispatch *runs;
-    int n;
-    if (gw_store_jobs_running(s->app->store, &runs, &n) != 0)
-        return;
-    int attached = 0;
-    for (int i = 0; i < n; i++)
-        attached += sched__track(s, &runs[i], 0) == 0;
-    free(runs);
-    if (attached)
-        svc_info("scheduler: re-attached to %d running job(s)", attached);
+    if (done)
+        s->reconcile_seq = 0;
+    return done;
 }
 
 /* The placement view of the nodes; 1 when some node has a free slot. */
-static int nodes_view(gw_sched *s, gw_place_node *view, int64_t now)
+static int nodes_view(gw_sched *s, gw_place_node *view)
 {
     int free_slot = 0;
     for (int k = 0; k < s->nnodes; k++) {
-        const sched__node *sn = &s->nodes[k];
-        view[k] = (gw_place_node){sn->n.name, sn->n.backend, sn->n.slots,
-                                  sched__running_on(s, sn->n.id), sn->n.ngpus,
-                                  sn->n.up && !sn->n.draining && sn->avoid_until_ms <= now};
+        const sched_node *sn = &s->nodes[k];
+        view[k] = (gw_place_node){sn->n.name, sn->n.backend, sn->n.slots, sn->running,
+                                  sn->n.ngpus, sn->n.up && !sn->n.draining};
         free_slot |= view[k].available && view[k].running < view[k].slots;
     }
     return free_slot;
 }
 
-/* One placement pass: walks the ready queue from the most urgent entry and
- * dispatches each job that some free slot fits, until no slot is free, the
- * queue ends, SCAN_MAX entries were looked at, or the clock reaches until
- * (the scheduler lock wants renewing). Returns how many were dispatched. */
+/* Claims the placed jobs of batch (taken out of Redis first, so that no
+ * other pass places them too) in one statement, and wakes the polls of the
+ * nodes that got runs. A job no longer in Redis or no longer queued (a
+ * cancel) goes nowhere; its slot is given back. Returns how many were
+ * claimed, or -EIO when PostgreSQL failed (the reconciler puts those jobs
+ * back in Redis from PostgreSQL, where they are still queued). */
+static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members, int n)
+{
+    int taken[PEEK_MAX];
+    gw_claim keep[PEEK_MAX];
+    int k = 0, rc = gw_queue_take_many(s->app->queue, members, n, taken);
+    for (int i = 0; rc == 0 && i < n; i++)
+        if (taken[i])
+            keep[k++] = batch[i];
+    if (rc == 0 && k > 0)
+        rc = gw_store_jobs_claim(s->app->store, keep, k);
+    int claimed = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n; i++) {
+        int ok = 0;
+        for (int j = 0; rc == 0 && j < k; j++)
+            if (strcmp(keep[j].job_id, batch[i].job_id) == 0)
+                ok = keep[j].claimed;
+        claimed += ok;
+        if (ok)
+            continue;
+        for (int m = 0; m < s->nnodes; m++)   /* the slot counted at placement */
+            if (strcmp(s->nodes[m].n.id, batch[i].node_id) == 0 && s->nodes[m].running > 0)
+                s->nodes[m].running--;
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < k; i++) {
+        int first = keep[i].claimed;
+        for (int j = 0; first && j < i; j++)
+            first = !(keep[j].claimed && strcmp(keep[j].node_id, keep[i].node_id) == 0);
+        if (first)
+            gw_leases_wake(s->app->leases, keep[i].node_id);
+    }
+    return rc == 0 ? claimed : -EIO;
+}
+
+/* One placement pass: walks the ready queue from the most urgent entry,
+ * places each job that some free slot fits on the least loaded such node,
+ * and claims each window's placements in one batch, until no slot is free,
+ * the queue ends, SCAN_MAX entries were looked at, or the clock reaches
+ * until (the scheduler lock wants renewing). Returns how many were claimed. */
 static int dispatch_pass(gw_sched *s, int64_t until)
 {
     gw_ready ready[PEEK_MAX];
     gw_place_node view[SCHED_MAX_NODES];
+    gw_claim batch[PEEK_MAX];
+    const char *members[PEEK_MAX];
     int dispatched = 0, passed = 0, scanned = 0;
     int64_t now = svc_now_mono_ms();
     pthread_mutex_lock(&s->mu);
-    int free_slot = nodes_view(s, view, now);
+    int free_slot = nodes_view(s, view);
     pthread_mutex_unlock(&s->mu);
-    if (!free_slot)
-        return 0;
-    while (!s->stop && scanned < SCAN_MAX) {
-        int n = 0;
+    while (free_slot && !s->stop && scanned < SCAN_MAX && svc_now_mono_ms() < until) {
+        int n = 0, nb = 0;
         if (scanned == PEEK_MAX) {
             if (now < s->next_deep_ms)
                 break;
             s->next_deep_ms = now + DEEP_SCAN_MS;
         }
-        /* Entries taken below leave the set; the ones passed over stay, so
-         * the next window starts after them. */
+        /* Entries claimed below leave the set; the ones passed over stay,
+         * so the next window starts after them. */
         if (gw_queue_peek(s->app->queue, passed, ready, PEEK_MAX, &n) != 0 || n == 0)
             break;
         scanned += n;
-        for (int i = 0; i < n && !s->stop && free_slot && svc_now_mono_ms() < until; i++) {
-            char node_id[37];
+        for (int i = 0; i < n && free_slot; i++) {
             pthread_mutex_lock(&s->mu);
-            nodes_view(s, view, now);
+            nodes_view(s, view);
             int pick = gw_place(view, s->nnodes, ready[i].backend, ready[i].gpus);
-            if (pick >= 0)
-                memcpy(node_id, s->nodes[pick].n.id, sizeof(node_id));
             pthread_mutex_unlock(&s->mu);
             /* A job no free slot fits, or whose tenant is at its running
              * quota, waits; the jobs behind it go ahead. */
@@ -219,23 +310,19 @@ static int dispatch_pass(gw_sched *s, int64_t until)
                 passed++;
                 continue;
             }
-            if (gw_queue_take(s->app->queue, ready[i].member) == 1) {
-                gw_dispatch d;
-                int rc = gw_store_job_claim(s->app->store, ready[i].job_id, node_id, &d);
-                /* -EAGAIN: cancelled, or already running; nothing to dispatch.
-                 * Another error: PostgreSQL is unavailable; the job is still
-                 * queued there, and the reconciler puts it back in Redis
-                 * with its own priority. */
-                if (rc != 0 && rc != -EAGAIN)
-                    return dispatched;
-                if (rc == 0 && sched__track(s, &d, 1) == 0)
-                    dispatched++;
-            }
             pthread_mutex_lock(&s->mu);
-            free_slot = nodes_view(s, view, now);
+            s->nodes[pick].running++;
+            memcpy(batch[nb].node_id, s->nodes[pick].n.id, sizeof(batch[nb].node_id));
+            free_slot = nodes_view(s, view);
             pthread_mutex_unlock(&s->mu);
+            memcpy(batch[nb].job_id, ready[i].job_id, sizeof(batch[nb].job_id));
+            members[nb++] = ready[i].member;
         }
-        if (n < PEEK_MAX || !free_slot || svc_now_mono_ms() >= until)
+        int got = nb ? claim_batch(s, batch, members, nb) : 0;
+        if (got < 0)
+            break;
+        dispatched += got;
+        if (n < PEEK_MAX)
             break;
     }
     return dispatched;
@@ -254,7 +341,6 @@ static void *sched_main(void *arg)
                 s->leader = 1;
                 s->leader_since_ms = now;
                 nodes_refresh(s);
-                reattach(s);
                 next_reconcile = 0;
             } else if (!held && s->leader) {
                 svc_warn("scheduler: lost the scheduler lock; dispatching stops here");
@@ -274,10 +360,9 @@ static void *sched_main(void *arg)
                 reap(s);
                 next_reap = now + 1000;
             }
-            if (now >= next_reconcile) {
-                reconcile(s);
-                next_reconcile = now + (int64_t)s->app->cfg.reconcile_interval_s * 1000;
-            }
+            if (now >= next_reconcile)
+                next_reconcile = reconcile(s) ? now + (int64_t)s->app->cfg.reconcile_interval_s * 1000
+                                              : now + 50;
             int due = 0;
             gw_queue_promote_due(s->app->queue, &due);
             /* Back to the top for the lock's renewal in time, however long
@@ -321,29 +406,16 @@ gw_sched *gw_sched_start(gw_app *app)
     return s;
 }
 
-int gw_sched_stop(gw_sched *s, int grace_ms)
+void gw_sched_stop(gw_sched *s)
 {
     if (!s)
-        return 0;
+        return;
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
-    /* Trackers notice stop at their next poll; runs keep going on the nodes
-     * and the next scheduler re-attaches to them. */
-    int64_t until = svc_now_mono_ms() + grace_ms;
-    pthread_mutex_lock(&s->mu);
-    while (s->ntracked > 0 && svc_now_mono_ms() < until) {
-        pthread_mutex_unlock(&s->mu);
-        svc_sleep_ms(20);
-        pthread_mutex_lock(&s->mu);
-    }
-    int left = s->ntracked;
-    pthread_mutex_unlock(&s->mu);
-    if (left == 0) {
-        free(s->tracked);
-        free(s);
-    }
-    return left;
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
 }

@@ -1,8 +1,8 @@
 /* scheduler.h — the scheduler: while this gateway holds the scheduler lock it
- * rebuilds the ready queue from PostgreSQL, places the most urgent job that
- * some node can take on the least-loaded node that fits, dispatches it and
- * follows the run to its end (one tracker thread per run), marks silent
- * nodes down and re-queues their jobs. */
+ * rebuilds the ready queue from PostgreSQL, places the most urgent jobs that
+ * some node can take on the least-loaded nodes that fit and claims them for
+ * those nodes in batches (the nodes' lease polls take them from there),
+ * marks silent nodes down and re-queues their jobs. */
 #ifndef GW_SCHED_H
 #define GW_SCHED_H
 
@@ -13,7 +13,7 @@ typedef struct gw_place_node {
     const char *name;
     const char *backend;   /* cpu | cuda */
     int slots, running, ngpus;
-    int available;         /* up, and not in a back-off after a failed dispatch */
+    int available;         /* up, and not drained */
 } gw_place_node;
 
 /* Picks the node for a job that wants backend (any|cpu|cuda) and gpus:
@@ -23,15 +23,15 @@ typedef struct gw_place_node {
 int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus);
 
 gw_sched *gw_sched_start(gw_app *app);
-/* Stops dispatching and waits up to grace_ms for trackers. Returns how
- * many are still running: then nothing is freed, and the caller must not
- * free the store or the queue those trackers still use. */
-int gw_sched_stop(gw_sched *s, int grace_ms);
-/* Wakes the scheduler (a job was queued, a node freed a slot). */
+/* Stops the scheduler thread and frees s; runs on nodes go on, and the next
+ * scheduler finds them in PostgreSQL. NULL is a no-op. */
+void gw_sched_stop(gw_sched *s);
+/* Wakes the scheduler (a job was queued). */
 void gw_sched_wake(gw_sched *s);
+/* n runs of node_id ended (their reports were recorded): their slots are
+ * free for placement now, before the next count from PostgreSQL. */
+void gw_sched_slots_freed(gw_sched *s, const char *node_id, int n);
 /* A node registered or left: reload the node table before placing. */
 void gw_sched_nodes_changed(gw_sched *s);
-/* 1 while this gateway holds the scheduler lock. */
-int gw_sched_is_leader(gw_sched *s);
 
 #endif

@@ -65,29 +65,8 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "        SELECT id, 'cancelled', attempts, 'cancelled while queued' FROM upd"
     "        WHERE state = 'cancelled')"
     " SELECT old.state, CASE WHEN upd.id IS NOT NULL THEN kowloon_job_json(upd::jobs)::text END,"
-    "        n.url, old.attempts"
-    " FROM old LEFT JOIN upd ON true LEFT JOIN nodes n ON n.id = old.node_id", 2},
-[ST_JOB_CLAIM] = {
-    "WITH " ASYNC_COMMIT ","
-    " n AS (SELECT id, name, url FROM nodes, cfg WHERE id = $2::uuid),"
-    " j AS (UPDATE jobs SET state = 'running', attempts = attempts + 1, node_id = n.id,"
-    "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
-    "         error_message = NULL"
-    "       FROM n WHERE jobs.id = $1::uuid AND jobs.state = 'queued'"
-    "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
-    "       RETURNING jobs.*),"
-    " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
-    "       SELECT id, 'running', attempts, node_name FROM j)"
-    " SELECT j.attempts::text, j.kernel, j.params::text, j.timeout_s::text, j.gpus::text,"
-    "        j.priority::text, j.seq::text, j.backend_req, n.url, n.name, i.meta::text, i.data"
-    " FROM j JOIN n ON true JOIN job_inputs i ON i.job_id = j.id", 2},
-[ST_JOB_CANCEL_ASKED] = {"SELECT cancel_requested::int FROM jobs"
-                         " WHERE id = $1::uuid AND attempts = $2 AND state = 'running'", 2},
-[ST_JOBS_RUNNING] = {
-    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
-    "       j.priority, j.seq, j.backend_req, j.gpus,"
-    "       coalesce((extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint, 0)"
-    " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running'", 0},
+    "        old.node_id::text"
+    " FROM old LEFT JOIN upd ON true", 2},
 [ST_JOB_SUCCEED] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
@@ -146,7 +125,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0) FROM j", 7},
 [ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus,"
                     "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0)"
-                    " FROM jobs WHERE state = 'queued'", 0},
+                    " FROM jobs WHERE state = 'queued' AND seq > $1 ORDER BY seq LIMIT $2", 2},
 [ST_NODE_REGISTER] = {
     "INSERT INTO nodes (name, url, backend, backend_reason, gpus, slots, kernels)"
     " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb)"
@@ -166,7 +145,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "  ORDER BY name), '[]')::text FROM nodes", 0},
 [ST_NODES_LOAD] = {
     "SELECT id::text, name, url, backend, slots, jsonb_array_length(gpus), (state = 'up')::int,"
-    "       (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint, draining::int FROM nodes"
+    "       draining::int FROM nodes"
     /* Only nodes that are up matter to placement and to trackers (a node
      * missing from the table counts as down); the freshest first. */
     " WHERE state = 'up' ORDER BY last_heartbeat DESC", 0},
@@ -176,20 +155,21 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
     "       j.priority, j.seq, j.backend_req, j.gpus,"
     "       coalesce((extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint, 0)"
-    " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'", 0},
+    " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'"
+    " LIMIT 256", 0},
 [ST_BACKENDS_UP] = {"SELECT coalesce(jsonb_agg(DISTINCT backend), '[]')::text FROM nodes"
                     " WHERE state = 'up'", 0},
 [ST_PING] = {"SELECT 1", 0},
 [ST_AUTH_KEY] = {
-    "SELECT k.tenant_id, k.admin, k.id, coalesce(t.rate_rps, -1), coalesce(t.rate_burst, -1)"
+    "SELECT k.tenant_id, k.admin, k.id, coalesce(t.rate_rps, -1), coalesce(t.rate_burst, -1),"
+    "       coalesce(t.max_queued, -1)"
     " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"
     " WHERE k.key_hash = sha256(convert_to($1, 'UTF8')) AND k.revoked_at IS NULL", 1},
 /* Quota counts stop at the limit, so a long queue costs no more than the
  * quota's worth of index entries (jobs_tenant_active). */
 [ST_TENANT_QUEUED] = {
-    "SELECT q.lim, CASE WHEN q.lim = 0 THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM jobs j"
-    "         WHERE j.tenant_id = $1 AND j.state = 'queued' LIMIT q.lim) x) END"
-    " FROM (SELECT coalesce((SELECT max_queued FROM tenants WHERE id = $1), $2::int) AS lim) q", 2},
+    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tenant_id = $1 AND state = 'queued'"
+    " LIMIT $2::int) x", 2},
 [ST_TENANT_RUNNING_OK] = {
     "SELECT q.lim = 0 OR (SELECT count(*) FROM (SELECT 1 FROM jobs r"
     "         WHERE r.tenant_id = q.tenant_id AND r.state = 'running' LIMIT q.lim) x) < q.lim"
@@ -241,6 +221,50 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "    AND NOT EXISTS (SELECT 1 FROM blob_refs r WHERE r.blob_id = b.id)"
     "    AND NOT EXISTS (SELECT 1 FROM job_blob_refs r WHERE r.blob_id = b.id)"
     "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id", 2},
+/* runs on nodes (store_jobs.c): claimed in batches, taken by the node's lease poll */
+[ST_JOBS_CLAIM] = {
+    "WITH " ASYNC_COMMIT ","
+    " x AS (SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS x(id, node)),"
+    " j AS (UPDATE jobs SET state = 'running', attempts = jobs.attempts + 1, node_id = n.id,"
+    "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
+    "         error_message = NULL, leased_at = NULL, cancel_sent = false"
+    "       FROM x JOIN nodes n ON n.id = x.node, cfg"
+    "       WHERE jobs.id = x.id AND jobs.state = 'queued'"
+    "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
+    "       RETURNING jobs.id, jobs.attempts, jobs.node_name),"
+    " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
+    "       SELECT id, 'running', attempts, node_name FROM j)"
+    " SELECT id::text FROM j", 2},
+[ST_LEASE_TAKE] = {
+    "WITH " ASYNC_COMMIT ","
+    " t AS (SELECT id FROM jobs WHERE node_id = $1::uuid AND state = 'running'"
+    "         AND leased_at IS NULL ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED),"
+    " j AS (UPDATE jobs SET leased_at = clock_timestamp() FROM t, cfg WHERE jobs.id = t.id"
+    "       RETURNING jobs.*),"
+    " c AS (UPDATE jobs SET cancel_sent = true FROM cfg WHERE jobs.node_id = $1::uuid"
+    "         AND jobs.state = 'running' AND jobs.cancel_requested AND NOT jobs.cancel_sent"
+    "         AND jobs.leased_at IS NOT NULL RETURNING jobs.id, jobs.attempts)"
+    " SELECT 'run', j.id::text, j.attempts::text, j.kernel, j.params::text, j.timeout_s::text,"
+    "        j.gpus::text, j.backend_req, i.meta::text, i.data"
+    " FROM j JOIN job_inputs i ON i.job_id = j.id"
+    " UNION ALL SELECT 'cancel', c.id::text, c.attempts::text, NULL, NULL, NULL, NULL, NULL,"
+    "        NULL, NULL FROM c", 2},
+[ST_RUNS_UNHELD] = {
+    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, '', j.node_name,"
+    "       j.priority, j.seq, j.backend_req, j.gpus, 0"
+    " FROM jobs j WHERE j.node_id = $1::uuid AND j.state = 'running'"
+    "   AND j.leased_at < clock_timestamp() - make_interval(secs => $3::float8)"
+    "   AND NOT ((j.id::text || '.' || j.attempts) = ANY ($2::text[]))", 3},
+[ST_RUNS_OVERDUE] = {
+    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, '', j.node_name,"
+    "       j.priority, j.seq, j.backend_req, j.gpus,"
+    "       (extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint"
+    " FROM jobs j WHERE j.state = 'running'"
+    "   AND j.started_at + make_interval(secs => j.timeout_s + $1::float8) < clock_timestamp()"
+    " ORDER BY j.started_at LIMIT 64", 1},
+[ST_RUNNING_COUNTS] = {
+    "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
+    " GROUP BY node_id", 0},
 };
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)
@@ -671,8 +695,7 @@ int gw_store_nodes_load(gw_store *s, gw_node **out, int *n)
         nd->slots = atoi(PQgetvalue(r, i, 4));
         nd->ngpus = atoi(PQgetvalue(r, i, 5));
         nd->up = atoi(PQgetvalue(r, i, 6));
-        nd->heartbeat_age_ms = strtoll(PQgetvalue(r, i, 7), NULL, 10);
-        nd->draining = atoi(PQgetvalue(r, i, 8));
+        nd->draining = atoi(PQgetvalue(r, i, 7));
         *n = i + 1;
     }
     PQclear(r);

@@ -71,10 +71,10 @@ int gw_store_job_result(gw_store *s, int64_t tenant_id, const char *id, char sta
                         json_t **meta, unsigned char **data, size_t *len, json_t **info);
 
 /* Cancels a queued job at once (*was = "queued"), or marks a running one
- * cancel_requested (*was = "running", node_url and attempt filled so the
- * caller can stop the run). -EAGAIN when terminal. *job is the updated job. */
+ * cancel_requested (*was = "running", node_id filled so the caller can wake
+ * that node's lease poll). -EAGAIN when terminal. *job is the updated job. */
 int gw_store_job_cancel(gw_store *s, int64_t tenant_id, const char *id, char was[16],
-                        char node_url[512], int *attempt, json_t **job);
+                        char node_id[37], json_t **job);
 
 /* What the scheduler needs to dispatch one attempt. */
 typedef struct gw_dispatch {
@@ -95,14 +95,39 @@ typedef struct gw_dispatch {
 } gw_dispatch;
 void gw_dispatch_clear(gw_dispatch *d);
 
-/* queued -> running on the node, attempts + 1. -EAGAIN if the job is no
- * longer queued (cancelled meanwhile). Fills d (inputs included). */
-int gw_store_job_claim(gw_store *s, const char *job_id, const char *node_id, gw_dispatch *d);
-/* 1 when a cancel was asked for this running attempt, 0 when not, -EAGAIN
- * when the attempt is no longer running, -EIO when PostgreSQL is away. */
-int gw_store_job_cancel_asked(gw_store *s, const char *job_id, int attempt);
-/* Running jobs, without their inputs, for re-attaching after a restart. */
-int gw_store_jobs_running(gw_store *s, gw_dispatch **out, int *n);
+/* Clears each of the n records and frees list. */
+void gw_dispatch_free(gw_dispatch *list, int n);
+
+/* Runs on nodes. The scheduler claims jobs for nodes; each node's lease
+ * poll takes the runs claimed for it. */
+typedef struct gw_claim {
+    char job_id[37], node_id[37];
+    int claimed;              /* out: 1 when claimed, 0 when no longer queued */
+} gw_claim;
+/* queued -> running on its node, attempts + 1, for every job of claims in
+ * one statement; jobs no longer queued (cancelled meanwhile) are left.
+ * 0, -EIO (nothing was claimed), -ENOMEM. */
+int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n);
+/* Takes, in one statement, up to max runs claimed for node_id and not
+ * taken yet (leased from now on; records with inputs), and the cancels of
+ * its leased runs not handed out yet (records with job_id and attempt
+ * only). Both lists are the caller's (gw_dispatch_free). 0, -EIO, -ENOMEM. */
+int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch **runs,
+                        int *nruns, gw_dispatch **cancels, int *ncancels);
+/* Runs leased to node_id more than grace_s ago that the node does not hold:
+ * held is a PostgreSQL text array literal of "<job_id>.<attempt>". Records
+ * without inputs. */
+int gw_store_runs_unheld(gw_store *s, const char *node_id, const char *held, int grace_s,
+                         gw_dispatch **out, int *n);
+/* Up to 64 running jobs past timeout_s + grace_s since they started, oldest
+ * first. Records without inputs. */
+int gw_store_runs_overdue(gw_store *s, int grace_s, gw_dispatch **out, int *n);
+/* Running jobs per node. */
+typedef struct gw_node_count {
+    char node_id[37];
+    int running;
+} gw_node_count;
+int gw_store_running_counts(gw_store *s, gw_node_count **out, int *n);
 
 /* Fenced transitions: each applies only while the job is running with this
  * attempt, and returns -EAGAIN otherwise (a late or duplicate report). */
@@ -131,14 +156,14 @@ int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncou
                          const char *code, const char *message, const gw_backoff *bo,
                          gw_requeued *out);
 
-/* Every queued job, for rebuilding the ready queue. */
-int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n);
+/* Up to limit queued jobs with seq > after_seq, in seq order: a page of
+ * what the ready queue is rebuilt from. */
+int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **out, int *n);
 
 /* Nodes. */
 typedef struct gw_node {
     char id[37], name[128], url[512], backend[8];
     int slots, ngpus, up;
-    int64_t heartbeat_age_ms;
     int draining;             /* an admin drained it: place nothing new here */
 } gw_node;
 int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,
@@ -163,12 +188,12 @@ typedef struct gw_key_auth {
     int64_t tenant_id, key_id;
     int admin;
     int rate_rps, rate_burst;
+    int max_queued;
 } gw_key_auth;
 /* -ENOENT for an unknown or revoked key. */
 int gw_store_auth_key(gw_store *s, const char *key, gw_key_auth *out);
-/* The tenant's queued-jobs quota (its own, else def; 0 = none) in *limit,
- * and its queued jobs in *queued, counted no further than the quota. */
-int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int def, int64_t *limit, int64_t *queued);
+/* The tenant's queued jobs in *queued, counted no further than limit (> 0). */
+int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int limit, int64_t *queued);
 /* *ok = 1 when the tenant of job_id runs fewer jobs than its running quota
  * (its own, else def; 0 = none), or when the job is not found. */
 int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok);

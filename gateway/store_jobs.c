@@ -235,14 +235,14 @@ int gw_store_job_result(gw_store *s, int64_t tenant_id, const char *id, char sta
 }
 
 int gw_store_job_cancel(gw_store *s, int64_t tenant_id, const char *id, char was[16],
-                        char node_url[512], int *attempt, json_t **job)
+                        char node_id[37], json_t **job)
 {
     char tenant[24];
     snprintf(tenant, sizeof(tenant), "%lld", (long long)tenant_id);
     const char *v[2] = {id, tenant};
     *job = NULL;
     was[0] = '\0';
-    node_url[0] = '\0';
+    node_id[0] = '\0';
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
@@ -250,8 +250,7 @@ int gw_store_job_cancel(gw_store *s, int64_t tenant_id, const char *id, char was
     int rc = !r ? -EIO : PQntuples(r) == 0 ? -ENOENT : 0;
     if (!rc) {
         store__copy(r, 0, 0, was, 16);
-        store__copy(r, 0, 2, node_url, 512);
-        *attempt = atoi(PQgetvalue(r, 0, 3));
+        store__copy(r, 0, 2, node_id, 37);
         *job = store__json(r, 0, 1);
         if (!*job)
             rc = -EAGAIN;
@@ -261,58 +260,16 @@ int gw_store_job_cancel(gw_store *s, int64_t tenant_id, const char *id, char was
     return rc;
 }
 
-int gw_store_job_claim(gw_store *s, const char *job_id, const char *node_id, gw_dispatch *d)
-{
-    const char *v[2] = {job_id, node_id};
-    memset(d, 0, sizeof(*d));
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    PGresult *r = store__exec(c, ST_JOB_CLAIM, v, NULL, NULL, 1);
-    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : 0;
-    if (!rc) {
-        char buf[64];
-        snprintf(d->job_id, sizeof(d->job_id), "%s", job_id);
-        snprintf(d->node_id, sizeof(d->node_id), "%s", node_id);
-        store__copy(r, 0, 0, buf, sizeof(buf));
-        d->attempt = atoi(buf);
-        store__copy(r, 0, 1, d->kernel, sizeof(d->kernel));
-        d->params = store__json(r, 0, 2);
-        store__copy(r, 0, 3, buf, sizeof(buf));
-        d->timeout_s = atoi(buf);
-        store__copy(r, 0, 4, buf, sizeof(buf));
-        d->gpus = atoi(buf);
-        store__copy(r, 0, 5, buf, sizeof(buf));
-        d->priority = atoi(buf);
-        store__copy(r, 0, 6, buf, sizeof(buf));
-        d->seq = strtoll(buf, NULL, 10);
-        store__copy(r, 0, 7, d->backend, sizeof(d->backend));
-        store__copy(r, 0, 8, d->node_url, sizeof(d->node_url));
-        store__copy(r, 0, 9, d->node_name, sizeof(d->node_name));
-        d->inputs_meta = store__json(r, 0, 10);
-        d->inputs_len = (size_t)PQgetlength(r, 0, 11);
-        d->inputs = malloc(d->inputs_len ? d->inputs_len : 1);
-        if (!d->params || !d->inputs_meta || !d->inputs)
-            rc = -ENOMEM;
-        else
-            memcpy(d->inputs, PQgetvalue(r, 0, 11), d->inputs_len);
-    }
-    PQclear(r);
-    store__release(s, c);
-    if (rc && rc != -EAGAIN)
-        gw_dispatch_clear(d);
-    return rc;
-}
-
-/* Reads running jobs (statement id) into dispatch records without inputs. */
-static int load_running(gw_store *s, int id, gw_dispatch **out, int *n)
+/* Reads running jobs (statement id, with its parameters vals) into
+ * dispatch records without inputs. */
+static int load_running_p(gw_store *s, int id, const char *const *vals, gw_dispatch **out, int *n)
 {
     *out = NULL;
     *n = 0;
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
-    PGresult *r = store__exec(c, id, NULL, NULL, NULL, 0);
+    PGresult *r = store__exec(c, id, vals, NULL, NULL, 0);
     int rc = r ? 0 : -EIO;
     int rows = r ? PQntuples(r) : 0;
     if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_dispatch))))
@@ -338,29 +295,9 @@ static int load_running(gw_store *s, int id, gw_dispatch **out, int *n)
     return rc;
 }
 
-int gw_store_jobs_running(gw_store *s, gw_dispatch **out, int *n)
-{
-    return load_running(s, ST_JOBS_RUNNING, out, n);
-}
-
 int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n)
 {
-    return load_running(s, ST_JOBS_ON_DOWN, out, n);
-}
-
-int gw_store_job_cancel_asked(gw_store *s, const char *job_id, int attempt)
-{
-    char att[16];
-    snprintf(att, sizeof(att), "%d", attempt);
-    const char *v[2] = {job_id, att};
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    PGresult *r = store__exec(c, ST_JOB_CANCEL_ASKED, v, NULL, NULL, 0);
-    int rc = !r ? -EIO : PQntuples(r) == 0 ? -EAGAIN : atoi(PQgetvalue(r, 0, 0)) != 0;
-    PQclear(r);
-    store__release(s, c);
-    return rc;
+    return load_running_p(s, ST_JOBS_ON_DOWN, NULL, out, n);
 }
 
 int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
@@ -427,14 +364,18 @@ int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncou
     return rc;
 }
 
-int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n)
+int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **out, int *n)
 {
+    char after[24], lim[16];
+    snprintf(after, sizeof(after), "%lld", (long long)after_seq);
+    snprintf(lim, sizeof(lim), "%d", limit);
+    const char *v[2] = {after, lim};
     *out = NULL;
     *n = 0;
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
-    PGresult *r = store__exec(c, ST_JOBS_QUEUED, NULL, NULL, NULL, 0);
+    PGresult *r = store__exec(c, ST_JOBS_QUEUED, v, NULL, NULL, 0);
     int rc = r ? 0 : -EIO;
     int rows = r ? PQntuples(r) : 0;
     if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_queued))))
@@ -447,6 +388,144 @@ int gw_store_jobs_queued(gw_store *s, gw_queued **out, int *n)
         store__copy(r, i, 3, q->backend, sizeof(q->backend));
         q->gpus = atoi(PQgetvalue(r, i, 4));
         q->not_before_ms = strtoll(PQgetvalue(r, i, 5), NULL, 10);
+        *n = i + 1;
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n)
+{
+    if (n <= 0)
+        return 0;
+    /* '{id,id,...}': uuids need no quoting in an array literal. */
+    size_t cap = (size_t)n * 38 + 3;
+    char *jobs = malloc(cap), *nodes = malloc(cap);
+    int rc = jobs && nodes ? 0 : -ENOMEM;
+    for (int i = 0, jl = 0, nl = 0; !rc && i < n; i++) {
+        claims[i].claimed = 0;
+        jl += snprintf(jobs + jl, cap - (size_t)jl, "%c%s", i ? ',' : '{', claims[i].job_id);
+        nl += snprintf(nodes + nl, cap - (size_t)nl, "%c%s", i ? ',' : '{', claims[i].node_id);
+        if (i == n - 1) {
+            snprintf(jobs + jl, cap - (size_t)jl, "}");
+            snprintf(nodes + nl, cap - (size_t)nl, "}");
+        }
+    }
+    store__conn *c = rc ? NULL : store__acquire(s);
+    if (!rc && !c)
+        rc = -EIO;
+    if (!rc) {
+        const char *v[2] = {jobs, nodes};
+        PGresult *r = store__exec(c, ST_JOBS_CLAIM, v, NULL, NULL, 0);
+        if (!r)
+            rc = store__fail_rc(c);
+        for (int k = 0; r && k < PQntuples(r); k++)
+            for (int i = 0; i < n; i++)
+                if (strcmp(claims[i].job_id, PQgetvalue(r, k, 0)) == 0)
+                    claims[i].claimed = 1;
+        PQclear(r);
+        store__release(s, c);
+    }
+    free(jobs);
+    free(nodes);
+    return rc;
+}
+
+int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch **runs,
+                        int *nruns, gw_dispatch **cancels, int *ncancels)
+{
+    char maxs[16];
+    snprintf(maxs, sizeof(maxs), "%d", max > 0 ? max : 0);
+    const char *v[2] = {node_id, maxs};
+    *runs = *cancels = NULL;
+    *nruns = *ncancels = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_LEASE_TAKE, v, NULL, NULL, 1);
+    int rc = r ? 0 : store__fail_rc(c);
+    int rows = r ? PQntuples(r) : 0;
+    if (rows > 0 && (!(*runs = calloc((size_t)rows, sizeof(gw_dispatch))) ||
+                     !(*cancels = calloc((size_t)rows, sizeof(gw_dispatch)))))
+        rc = -ENOMEM;
+    for (int i = 0; !rc && i < rows; i++) {
+        int run = strcmp(PQgetvalue(r, i, 0), "run") == 0;
+        gw_dispatch *d = run ? &(*runs)[(*nruns)++] : &(*cancels)[(*ncancels)++];
+        char buf[32];
+        snprintf(d->node_id, sizeof(d->node_id), "%s", node_id);
+        store__copy(r, i, 1, d->job_id, sizeof(d->job_id));
+        store__copy(r, i, 2, buf, sizeof(buf));
+        d->attempt = atoi(buf);
+        if (!run)
+            continue;
+        store__copy(r, i, 3, d->kernel, sizeof(d->kernel));
+        d->params = store__json(r, i, 4);
+        store__copy(r, i, 5, buf, sizeof(buf));
+        d->timeout_s = atoi(buf);
+        store__copy(r, i, 6, buf, sizeof(buf));
+        d->gpus = atoi(buf);
+        store__copy(r, i, 7, d->backend, sizeof(d->backend));
+        d->inputs_meta = store__json(r, i, 8);
+        d->inputs_len = (size_t)PQgetlength(r, i, 9);
+        d->inputs = malloc(d->inputs_len ? d->inputs_len : 1);
+        if (!d->params || !d->inputs_meta || !d->inputs)
+            rc = -ENOMEM;
+        else
+            memcpy(d->inputs, PQgetvalue(r, i, 9), d->inputs_len);
+    }
+    PQclear(r);
+    store__release(s, c);
+    if (rc) {
+        /* The runs taken are leased already: the node's heartbeat shows they
+         * never arrived, and they are put back (see gw_store_runs_unheld). */
+        gw_dispatch_free(*runs, *nruns);
+        free(*cancels);
+        *runs = *cancels = NULL;
+        *nruns = *ncancels = 0;
+    }
+    return rc;
+}
+
+void gw_dispatch_free(gw_dispatch *list, int n)
+{
+    for (int i = 0; list && i < n; i++)
+        gw_dispatch_clear(&list[i]);
+    free(list);
+}
+
+int gw_store_runs_unheld(gw_store *s, const char *node_id, const char *held, int grace_s,
+                         gw_dispatch **out, int *n)
+{
+    char grace[16];
+    snprintf(grace, sizeof(grace), "%d", grace_s);
+    const char *v[3] = {node_id, held, grace};
+    return load_running_p(s, ST_RUNS_UNHELD, v, out, n);
+}
+
+int gw_store_runs_overdue(gw_store *s, int grace_s, gw_dispatch **out, int *n)
+{
+    char grace[16];
+    snprintf(grace, sizeof(grace), "%d", grace_s);
+    const char *v[1] = {grace};
+    return load_running_p(s, ST_RUNS_OVERDUE, v, out, n);
+}
+
+int gw_store_running_counts(gw_store *s, gw_node_count **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_RUNNING_COUNTS, NULL, NULL, NULL, 0);
+    int rc = r ? 0 : -EIO;
+    int rows = r ? PQntuples(r) : 0;
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_node_count))))
+        rc = -ENOMEM;
+    for (int i = 0; !rc && i < rows; i++) {
+        store__copy(r, i, 0, (*out)[i].node_id, sizeof((*out)[i].node_id));
+        (*out)[i].running = atoi(PQgetvalue(r, i, 1));
         *n = i + 1;
     }
     PQclear(r);

@@ -45,26 +45,25 @@ int gw_store_auth_key(gw_store *s, const char *key, gw_key_auth *out)
         out->key_id = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
         out->rate_rps = atoi(PQgetvalue(r, 0, 3));
         out->rate_burst = atoi(PQgetvalue(r, 0, 4));
+        out->max_queued = atoi(PQgetvalue(r, 0, 5));
     }
     PQclear(r);
     return rc;
 }
 
-int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int def, int64_t *limit, int64_t *queued)
+int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int limit, int64_t *queued)
 {
-    char t[24], d[16];
+    char t[24], l[16];
     snprintf(t, sizeof(t), "%lld", (long long)tenant_id);
-    snprintf(d, sizeof(d), "%d", def);
-    const char *v[2] = {t, d};
+    snprintf(l, sizeof(l), "%d", limit);
+    const char *v[2] = {t, l};
     PGresult *r;
     int rc = run(s, ST_TENANT_QUEUED, v, &r);
     if (rc)
         return rc;
     rc = PQntuples(r) == 1 ? 0 : -EIO;
-    if (rc == 0) {
-        *limit = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-        *queued = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
-    }
+    if (rc == 0)
+        *queued = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
     return rc;
 }

@@ -48,6 +48,9 @@
 /* After a request whose body buffer reached this size, free memory is
  * handed back to the system (malloc_trim): see on_completed. */
 #define TRIM_BODY_BYTES ((size_t)1 << 20)
+/* How long a stopping server waits for the application to answer its
+ * suspended requests. */
+#define SUSPEND_DRAIN_MS 5000
 
 /* One TCP connection, as the watchdog sees it. Fields after the links are
  * guarded by svc_server.conns_mu. */
@@ -76,9 +79,18 @@ struct svc_server {
     pthread_mutex_t conns_mu;
     pthread_cond_t conns_cv; /* wakes the watchdog to stop */
     svc_conn *conns;
+    unsigned nconns, max_conns;
     int stopping;
     int watchdog_started;
     pthread_t watchdog;
+    /* Suspended requests (svc_req_suspend) the application has not resumed
+     * yet; the fields of svc_req that the suspension shares between threads
+     * are guarded by susp_mu. */
+    pthread_mutex_t susp_mu;
+    pthread_cond_t susp_cv;  /* signalled when the list empties */
+    svc_req *deferred;
+    int ndeferred;
+    int susp_closed;         /* stopping: no new suspensions */
 };
 
 typedef struct reply_header {
@@ -113,6 +125,13 @@ struct svc_req {
     void (*on_free)(void *);       /* svc_req_on_free */
     void *on_free_arg;
     size_t drained;                /* bytes discarded since */
+    /* Suspension (svc_req_suspend); guarded by srv->susp_mu once deferred. */
+    int deferred;                  /* the application answers later */
+    int suspended;                 /* MHD_suspend_connection was called */
+    int resumed;                   /* svc_req_resume was called (or the stop forced it) */
+    int refs;                      /* 1 (the connection) + 1 while deferred */
+    struct MHD_Response *pending;  /* the reply held until the connection is resumed */
+    svc_req *dprev, *dnext;        /* in srv->deferred */
     int64_t t0;
     char ip[INET6_ADDRSTRLEN];
 };
@@ -131,6 +150,8 @@ static void req_free(svc_req *r)
         free(h->value);
         free(h);
     }
+    if (r->pending != NULL)
+        MHD_destroy_response(r->pending);
     if (r->on_free != NULL)
         r->on_free(r->on_free_arg);
     json_decref(r->json);
@@ -139,6 +160,24 @@ static void req_free(svc_req *r)
     free(r->method);
     free(r->path);
     free(r);
+}
+
+/* Drops one reference to r: the connection's (on_completed) or, for a
+ * suspended request, the application's (svc_req_resume); the last frees it.
+ * Only a deferred request ever has two, and only then is the lock needed:
+ * r->deferred is written on the connection's own thread, before any other
+ * thread learns of r. */
+static void req_unref(svc_req *r)
+{
+    if (!r->deferred) {
+        req_free(r);
+        return;
+    }
+    pthread_mutex_lock(&r->srv->susp_mu);
+    int last = --r->refs <= 0;
+    pthread_mutex_unlock(&r->srv->susp_mu);
+    if (last)
+        req_free(r);
 }
 
 static void client_ip(struct MHD_Connection *conn, char *out, size_t len)
@@ -171,6 +210,14 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         c->since = svc_now_mono_ms();
         client_ip(conn, c->ip, sizeof c->ip);
         pthread_mutex_lock(&s->conns_mu);
+        if (s->nconns >= s->max_conns) {
+            /* Full: closed at once. MHD's own limit is set higher, as a
+             * pool thread at its share of it would stop accepting and
+             * leave new connections waiting in the backlog instead. */
+            shutdown(c->fd, SHUT_RDWR);
+            c->cut = 1;
+        }
+        s->nconns++;
         if (s->per_ip_limit > 0) {
             /* Up to per_ip_limit more are taken, for a reserved route or a
              * 503 within OVER_HEAD_MS; past twice the limit the connection
@@ -199,6 +246,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
             s->conns = c->next;
         if (c->next != NULL)
             c->next->prev = c->prev;
+        s->nconns--;
         pthread_mutex_unlock(&s->conns_mu);
         free(c);
         *socket_context = NULL;
@@ -371,6 +419,18 @@ static int queue_response(svc_req *r, int status, const char *ctype, struct MHD_
     int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
     for (reply_header *h = r->headers; h != NULL; h = h->next)
         ok &= MHD_add_response_header(resp, h->name, h->value) == MHD_YES;
+    if (r->deferred) {
+        /* A suspended connection takes no reply: it is held until the
+         * connection's thread sees the resume (flush_pending). */
+        pthread_mutex_lock(&r->srv->susp_mu);
+        int keep = ok && !r->resumed && r->pending == NULL;
+        if (keep)
+            r->pending = resp;
+        pthread_mutex_unlock(&r->srv->susp_mu);
+        if (!keep)
+            MHD_destroy_response(resp);
+        return keep ? 0 : -1;
+    }
     if (ok)
         r->queued = MHD_queue_response(r->conn, (unsigned)status, resp) == MHD_YES;
     MHD_destroy_response(resp);
@@ -871,10 +931,38 @@ static void req_finish(svc_req *r)
         }
     }
     r->route->handler(r);
+    if (r->deferred)
+        return; /* answered later: see req_deferred_step */
     if (r->status == 0) {
         svc_error("http: handler for %s %s returned without replying", r->method, r->route->pattern);
         svc_reply_error(r, 500, "internal", NULL, NULL, "the server did not produce a reply");
     }
+}
+
+/* A suspended request at the end of its handler, and again each time its
+ * connection comes back from a resume: suspends the connection if nobody
+ * resumed it yet, else queues the reply held for it. */
+static enum MHD_Result req_deferred_step(svc_req *r)
+{
+    svc_server *s = r->srv;
+    pthread_mutex_lock(&s->susp_mu);
+    if (!r->resumed) {
+        if (!r->suspended) {
+            MHD_suspend_connection(r->conn);
+            r->suspended = 1;
+        }
+        pthread_mutex_unlock(&s->susp_mu);
+        return MHD_YES;
+    }
+    struct MHD_Response *resp = r->pending;
+    r->pending = NULL;
+    pthread_mutex_unlock(&s->susp_mu);
+    if (resp != NULL) {
+        r->queued = MHD_queue_response(r->conn, (unsigned)r->status, resp) == MHD_YES;
+        MHD_destroy_response(resp);
+    }
+    /* No reply (the server is stopping): the connection is closed. */
+    return r->queued ? MHD_YES : MHD_NO;
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
@@ -885,6 +973,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     if (r == NULL || !r->started) {
         if (r == NULL && (r = calloc(1, sizeof *r)) == NULL)
             return MHD_NO;
+        r->refs = 1;
         *con_cls = r; /* from here on on_completed frees it */
         r->started = 1;
         r->srv = cls;
@@ -939,8 +1028,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         }
         return MHD_YES;
     }
-    if (r->status == 0)
+    if (r->status == 0 && !r->deferred)
         req_finish(r);
+    if (r->deferred)
+        return req_deferred_step(r);
     /* MHD_NO closes the connection: better than leaving it without reply. */
     return r->queued ? MHD_YES : MHD_NO;
 }
@@ -955,6 +1046,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     svc_req *r = calloc(1, sizeof *r);
     if (r == NULL)
         return NULL;
+    r->refs = 1;
     r->raw_nul = strstr(uri, "%00") != NULL;
     r->raw_len = strlen(uri);
     if (s->max_header > 0 && r->raw_len > s->max_header) {
@@ -984,7 +1076,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   r->path ? r->path : "?", r->status, (long long)(svc_now_mono_ms() - r->t0),
                   toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)", r->ip);
     int large = r->body_cap >= TRIM_BODY_BYTES;
-    req_free(r);
+    req_unref(r);
     *con_cls = NULL;
     /* What a large request freed in this thread's malloc arena (one per
      * connection thread) goes back to the system now rather than staying
@@ -996,13 +1088,64 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- accessors -------------------------------------------------------- */
 
+int svc_req_suspend(svc_req *req)
+{
+    svc_server *s = req->srv;
+    if (req->status != 0 || req->deferred)
+        return -1;
+    pthread_mutex_lock(&s->susp_mu);
+    int ok = !s->susp_closed;
+    if (ok) {
+        req->deferred = 1;
+        req->refs = 2;
+        req->dnext = s->deferred;
+        if (s->deferred != NULL)
+            s->deferred->dprev = req;
+        s->deferred = req;
+        s->ndeferred++;
+    }
+    pthread_mutex_unlock(&s->susp_mu);
+    return ok ? 0 : -1;
+}
+
+/* Takes r out of srv->deferred, marked resumed; susp_mu held. */
+static void deferred_unlink(svc_server *s, svc_req *r)
+{
+    r->resumed = 1;
+    if (r->dprev != NULL)
+        r->dprev->dnext = r->dnext;
+    else
+        s->deferred = r->dnext;
+    if (r->dnext != NULL)
+        r->dnext->dprev = r->dprev;
+    r->dprev = r->dnext = NULL;
+    if (--s->ndeferred == 0)
+        pthread_cond_broadcast(&s->susp_cv);
+    if (r->suspended)
+        MHD_resume_connection(r->conn);
+}
+
+void svc_req_resume(svc_req *req)
+{
+    svc_server *s = req->srv;
+    if (req->status == 0) {
+        svc_error("http: %s %s resumed without a reply", req->method, req->path);
+        svc_reply_error(req, 500, "internal", NULL, NULL, "the server did not produce a reply");
+    }
+    pthread_mutex_lock(&s->susp_mu);
+    if (!req->resumed)
+        deferred_unlink(s, req);
+    int last = --req->refs <= 0;
+    pthread_mutex_unlock(&s->susp_mu);
+    if (last)
+        req_free(req);
+}
+
 void *svc_req_app(svc_req *req) { return req->srv->app; }
 const char *svc_req_method(svc_req *req) { return req->method; }
-const char *svc_req_path(svc_req *req) { return req->path; }
 json_t *svc_req_json(svc_req *req) { return req->json; }
 int svc_req_streamed(svc_req *req) { return req->streamed; }
 const char *svc_req_client_ip(svc_req *req) { return req->ip; }
-void svc_req_set_user(svc_req *req, void *p) { req->user = p; }
 void *svc_req_user(svc_req *req) { return req->user; }
 
 void svc_req_on_free(svc_req *req, void (*fn)(void *), void *arg)
@@ -1143,6 +1286,7 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
     unsigned timeout_s = opts->conn_timeout_s ? opts->conn_timeout_s : 30u;
     unsigned max_conns = opts->max_connections ? opts->max_connections : 1024u;
     s->head_timeout_ms = (int64_t)timeout_s * 1000;
+    s->max_conns = max_conns;
     s->app = opts->app;
     atomic_store(&s->starting, 1);
     pthread_condattr_t ca;
@@ -1151,6 +1295,11 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
     pthread_cond_init(&s->conns_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->conns_mu, NULL);
+    pthread_mutex_init(&s->susp_mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->susp_cv, &ca);
+    pthread_condattr_destroy(&ca);
     /* The head is read into the connection's memory pool, and MHD adds a
      * record for every header and query argument to it: a 2-byte "a&"
      * costs a record, so a head of max_header bytes may need max_header / 2
@@ -1168,8 +1317,15 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
         svc_warn("http: %u connections allowed but only %llu file descriptors (ulimit -n)",
                  max_conns, (unsigned long long)rl.rlim_cur);
 
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    /* With a pool, every connection is polled (epoll) by a fixed set of
+     * threads and a request that waits is suspended; without one, each
+     * connection has its thread and a handler may block. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    unsigned pool_threads = opts->threads > 1 ? opts->threads : 0;
+    if (opts->threads > 0)
+        flags |= MHD_USE_EPOLL;
+    else
+        flags |= MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
     if (pick->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* MHD binds the address itself (SO_REUSEADDR, and the listen socket is
@@ -1180,11 +1336,12 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
         MHD_OPTION_SOCK_ADDR, pick->ai_addr,
         MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, max_conns,
+        MHD_OPTION_CONNECTION_LIMIT, max_conns + (pool_threads ? pool_threads : 1) * 16,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+        MHD_OPTION_THREAD_POOL_SIZE, pool_threads,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     atomic_store(&s->starting, 0);
@@ -1204,6 +1361,8 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
 fail:
     pthread_cond_destroy(&s->conns_cv);
     pthread_mutex_destroy(&s->conns_mu);
+    pthread_cond_destroy(&s->susp_cv);
+    pthread_mutex_destroy(&s->susp_mu);
     free(s);
     return NULL;
 }
@@ -1227,8 +1386,27 @@ void svc_server_stop(svc_server *s)
         pthread_mutex_unlock(&s->conns_mu);
         pthread_join(s->watchdog, NULL);
     }
+    /* Suspended requests get SUSPEND_DRAIN_MS for the application to answer
+     * them; the connections of those it did not are closed, as MHD can stop
+     * only with none suspended. */
+    pthread_mutex_lock(&s->susp_mu);
+    s->susp_closed = 1;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += SUSPEND_DRAIN_MS / 1000;
+    int rc = 0;
+    while (s->ndeferred > 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&s->susp_cv, &s->susp_mu, &until);
+    if (s->ndeferred > 0)
+        svc_warn("http: closing %d suspended request%s not answered in time", s->ndeferred,
+                 s->ndeferred == 1 ? "" : "s");
+    while (s->deferred != NULL)
+        deferred_unlink(s, s->deferred);
+    pthread_mutex_unlock(&s->susp_mu);
     MHD_stop_daemon(s->mhd); /* joins every connection thread */
     pthread_cond_destroy(&s->conns_cv);
     pthread_mutex_destroy(&s->conns_mu);
+    pthread_cond_destroy(&s->susp_cv);
+    pthread_mutex_destroy(&s->susp_mu);
     free(s);
 }

@@ -6,11 +6,13 @@
  * that trickles them is cut off), connection limits per client IP and in
  * all, a header size limit, and framing checks (one Content-Length, no
  * Content-Length beside chunked, no other transfer coding).
- * Handlers run on libmicrohttpd's per-connection threads and may block
- * (long polls). Errors the server gives itself are JSON like every other;
- * the few that libmicrohttpd 0.9.75 answers before any callback runs (a
- * malformed Content-Length, an unsupported HTTP version, a request line
- * larger than the connection's memory) keep its fixed HTML bodies. */
+ * Handlers run either on a thread per connection, where they may block, or
+ * on a fixed pool of threads polling every connection (epoll), where a
+ * request that waits is suspended (svc_req_suspend) and costs no thread.
+ * Errors the server gives itself are JSON like every other; the few that
+ * libmicrohttpd 0.9.75 answers before any callback runs (a malformed
+ * Content-Length, an unsupported HTTP version, a request line larger than
+ * the connection's memory) keep its fixed HTML bodies. */
 #ifndef SVC_HTTP_H
 #define SVC_HTTP_H
 
@@ -75,6 +77,11 @@ typedef struct svc_server_opts {
                                     get 431 (JSON); 0 => only libmicrohttpd's
                                     own 32 KiB connection memory bounds them */
     svc_authorize_fn authorize;  /* for routes with access != 0; NULL: none */
+    unsigned threads;            /* 0: a thread per connection, and handlers
+                                    may block as long as they like; N: N
+                                    threads poll every connection (epoll), so
+                                    a handler must not block for long: one
+                                    that waits suspends its request */
     void *app;                   /* handed to handlers via svc_req_app */
 } svc_server_opts;
 
@@ -89,7 +96,6 @@ void svc_server_stop(svc_server *s);
 /* Request accessors; every pointer is valid until the handler returns. */
 void *svc_req_app(svc_req *req);
 const char *svc_req_method(svc_req *req);
-const char *svc_req_path(svc_req *req);
 const char *svc_req_param(svc_req *req, const char *name);   /* {name} from the pattern */
 const char *svc_req_query(svc_req *req, const char *name);   /* NULL if absent */
 const char *svc_req_header(svc_req *req, const char *name);  /* case-insensitive */
@@ -99,8 +105,8 @@ const char *svc_req_body(svc_req *req, size_t *len);
 /* "Bearer X" from Authorization: returns X, or NULL. */
 const char *svc_req_bearer(svc_req *req);
 const char *svc_req_client_ip(svc_req *req);
-/* Per-request slot for the application (e.g. the authenticated tenant). */
-void svc_req_set_user(svc_req *req, void *p);
+/* Per-request slot for the application (e.g. the authenticated tenant),
+ * made by svc_req_user_alloc. */
 void *svc_req_user(svc_req *req);
 /* Calls fn(arg) when the request ends, whatever happened (reply sent,
  * client gone mid-body): where a streamed body's partial state is dropped.
@@ -109,6 +115,20 @@ void svc_req_on_free(svc_req *req, void (*fn)(void *), void *arg);
 /* Zeroed memory of size bytes owned by the request (freed with it), also set
  * as its user slot; NULL on ENOMEM. */
 void *svc_req_user_alloc(svc_req *req, size_t size);
+
+/* Suspends the request: its handler returns without replying, and the
+ * connection costs no thread until svc_req_resume. Whoever will resume it
+ * owns req from here: exactly one thread then calls svc_reply_* (the reply
+ * is held and sent once the connection is back) and svc_req_resume, and
+ * nothing else touches req. 0, or -1 when the server is stopping (or req
+ * already has a reply): then the handler answers now. */
+int svc_req_suspend(svc_req *req);
+/* Sends the reply given to a suspended request (a 500 if none was) and
+ * gives req back to the server: the pointer is not valid after this call.
+ * Any thread. A stopping server waits a few seconds for suspended requests
+ * to be resumed, then closes their connections; a reply given after that is
+ * dropped, and svc_req_resume must still be called to free req. */
+void svc_req_resume(svc_req *req);
 
 /* Adds a header to the reply that follows (Location, Retry-After). */
 void svc_reply_header(svc_req *req, const char *name, const char *value);

@@ -48,3 +48,9 @@ void svc_sha256_free(svc_sha256 *h)
 {
     EVP_MD_CTX_free((EVP_MD_CTX *)h);
 }
+
+int svc_sha256_digest(const void *data, size_t n, unsigned char out[32])
+{
+    unsigned int len = 0;
+    return EVP_Digest(data, n, out, &len, EVP_sha256(), NULL) == 1 && len == 32 ? 0 : -1;
+}

@@ -16,6 +16,8 @@ int svc_sha256_update(svc_sha256 *h, const void *data, size_t n);
 int svc_sha256_final_hex(svc_sha256 *h, char hex[65]);
 /* Frees a hash without a digest; NULL is a no-op. */
 void svc_sha256_free(svc_sha256 *h);
+/* The digest of n bytes in one call, as 32 raw bytes; 0 or -1. */
+int svc_sha256_digest(const void *data, size_t n, unsigned char out[32]);
 
 /* 1 if id is a blob id: "sha256:" followed by exactly 64 lowercase hex
  * digits (NULL is not). */

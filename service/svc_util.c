@@ -128,6 +128,22 @@ int svc_uuid_valid(const char *s)
 
 /* Every byte of the longer string is visited whatever the contents, so the
  * time says how long the strings are and nothing about where they differ. */
+size_t svc_utf8_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+uint32_t svc_fnv1a(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
 int svc_secure_equal(const char *a, const char *b)
 {
     if (a == NULL || b == NULL)

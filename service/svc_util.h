@@ -1,5 +1,6 @@
 /* svc_util.h — clocks, RFC 3339 times, random ids and tokens, constant-time
- * comparison, base64. Small pieces both daemons need. */
+ * comparison, base64, UTF-8 length, FNV hash. Small pieces both daemons
+ * need. */
 #ifndef SVC_UTIL_H
 #define SVC_UTIL_H
 
@@ -26,6 +27,15 @@ int svc_uuid_valid(const char *s);
 
 /* Compares two strings in time that depends only on their lengths. 1 if equal. */
 int svc_secure_equal(const char *a, const char *b);
+
+/* Characters (code points) of a UTF-8 string: its lead bytes, what a JSON
+ * Schema maxLength counts. The text is taken to be valid UTF-8 (jansson and
+ * the HTTP server check that before handlers see it). */
+size_t svc_utf8_chars(const char *s);
+
+/* FNV-1a, 32 bits, of a NUL-terminated string: for spreading keys over
+ * slots of a table, never for anything an attacker must not predict. */
+uint32_t svc_fnv1a(const char *s);
 
 /* Standard base64 (RFC 4648, with padding). encode: returns a malloc'd
  * NUL-terminated string the caller frees, NULL on ENOMEM.

@@ -1,13 +1,15 @@
 """A scripted compute node for the integration tests: it registers with the
-gateway, sends heartbeats, and answers the node API (POST /v1/runs,
-GET /v1/runs/{id}?wait=S, DELETE /v1/runs/{id}) the way a test asks, so that
-a test can hold a run at a chosen moment (an accept that takes seconds, a
-run that never ends) and see exactly what the gateway sent."""
+gateway, sends heartbeats, takes runs and cancels through the lease poll
+(POST /v1/cluster/nodes/{id}/lease) and reports how they ended (POST
+/v1/cluster/nodes/{id}/results) the way a test asks, so that a test can hold
+a run at a chosen moment (a run that takes seconds to start, a run that never
+ends) and see exactly what the gateway handed out.
 
-import json
+Events: ("POST", run id, 202) when the node took a run, ("DELETE", run id,
+200 or 404) when a cancel came for a run it had (running) or not."""
+
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
 
@@ -19,107 +21,98 @@ class FakeNode:
         self.backend, self.kernels = backend, list(kernels)
         self.accept_delay_s, self.run_s = accept_delay_s, run_s
         self.mu = threading.Lock()
-        self.runs = {}           # run id -> {"state", "t0"}
-        self.events = []         # (monotonic time, what, run id, status answered)
-        self.posting = threading.Event()   # a POST /v1/runs is being held
+        self.runs = {}           # run id -> {"state", "t0", "job_id", "attempt"}
+        self.events = []         # (monotonic time, what, run id, status)
+        self.posting = threading.Event()   # a run was handed to this node
         self.stop_ev = threading.Event()
         self.id = None
-        node = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def reply(self, status, body):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(n) or b"{}")
-                if self.path != "/v1/runs":
-                    return self.reply(404, {"error": {"code": "not_found", "message": self.path}})
-                rid = f"{body['job_id']}.{body['attempt']}"
-                node.posting.set()
-                time.sleep(node.accept_delay_s)
-                with node.mu:
-                    node.runs.setdefault(rid, {"state": "running", "t0": time.monotonic()})
-                    node.events.append((time.monotonic(), "POST", rid, 202))
-                self.reply(202, {"id": rid, "state": "running"})
-
-            def do_GET(self):
-                path, _, query = self.path.partition("?")
-                if path in ("/healthz", "/v1/info"):
-                    return self.reply(200, {"status": "ok"})
-                rid = path.rsplit("/", 1)[-1]
-                wait = 0.0
-                for kv in query.split("&"):
-                    if kv.startswith("wait="):
-                        wait = min(float(kv[5:]), 1.0)
-                until = time.monotonic() + wait
-                while True:
-                    with node.mu:
-                        run = node.runs.get(rid)
-                        if run and run["state"] == "running" and \
-                                time.monotonic() - run["t0"] >= node.run_s:
-                            run["state"] = "succeeded"
-                        state = run and run["state"]
-                    if state != "running" or time.monotonic() >= until:
-                        break
-                    time.sleep(0.05)
-                if not run:
-                    return self.reply(404, {"error": {"code": "not_found", "message": rid}})
-                body = {"id": rid, "state": state}
-                if state == "succeeded":
-                    body.update(backend=node.backend, outputs={}, info={})
-                elif state == "cancelled":
-                    body["error"] = {"code": "cancelled", "message": "cancelled"}
-                self.reply(200, body)
-
-            def do_DELETE(self):
-                rid = self.path.rsplit("/", 1)[-1]
-                with node.mu:
-                    run = node.runs.get(rid)
-                    if run and run["state"] == "running":
-                        run["state"] = "cancelled"
-                    status = 200 if run else 404
-                    node.events.append((time.monotonic(), "DELETE", rid, status))
-                self.reply(status, {"id": rid, "state": run["state"]} if run else
-                           {"error": {"code": "not_found", "message": rid}})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = "http://127.0.0.1:9"    # never called: runs travel by lease
 
     def _headers(self):
         return {"Authorization": f"Bearer {self.token}"}
 
     def start(self):
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
         r = requests.post(f"{self.gateway}/v1/nodes/register", headers=self._headers(), timeout=5,
                           json={"name": self.name, "url": self.url, "backend": self.backend,
                                 "slots": 1, "kernels": self.kernels,
                                 "gpus": [{"name": "Fake GPU", "memory_bytes": 1 << 30}]})
         r.raise_for_status()
         self.id = r.json()["id"]
-        threading.Thread(target=self._heartbeats, daemon=True).start()
+        for loop in (self._heartbeats, self._poll, self._report):
+            threading.Thread(target=loop, daemon=True).start()
         return self
+
+    def _post(self, path, body, timeout):
+        return requests.post(f"{self.gateway}{path}", headers=self._headers(), json=body,
+                             timeout=timeout)
 
     def _heartbeats(self):
         while not self.stop_ev.wait(0.5):
             with self.mu:
+                held = list(self.runs)
                 live = [k for k, v in self.runs.items() if v["state"] == "running"]
             try:
-                requests.post(f"{self.gateway}/v1/nodes/{self.id}/heartbeat", headers=self._headers(),
-                              json={"running": len(live), "slots": 1, "runs": live}, timeout=5)
+                self._post(f"/v1/nodes/{self.id}/heartbeat",
+                           {"running": len(live), "slots": 1, "runs": held}, 5)
             except requests.RequestException:
                 pass
+
+    def _poll(self):
+        while not self.stop_ev.is_set():
+            with self.mu:
+                busy = sum(v["state"] == "running" for v in self.runs.values())
+            try:
+                r = self._post(f"/v1/cluster/nodes/{self.id}/lease",
+                               {"max": max(0, 1 - busy), "wait_ms": 1000}, 10)
+                body = r.json() if r.status_code == 200 else {}
+            except (requests.RequestException, ValueError):
+                body = {}
+                time.sleep(0.3)
+            if not body:
+                time.sleep(0.2)
+            for run in body.get("runs", []):
+                rid = f"{run['job_id']}.{run['attempt']}"
+                self.posting.set()
+                time.sleep(self.accept_delay_s)
+                with self.mu:
+                    self.runs.setdefault(rid, {"state": "running", "t0": time.monotonic(),
+                                               "job_id": run["job_id"], "attempt": run["attempt"]})
+                    self.events.append((time.monotonic(), "POST", rid, 202))
+            for c in body.get("cancel", []):
+                rid = f"{c['job_id']}.{c['attempt']}"
+                with self.mu:
+                    run = self.runs.get(rid)
+                    if run and run["state"] == "running":
+                        run["state"] = "cancelled"
+                    self.events.append((time.monotonic(), "DELETE", rid, 200 if run else 404))
+
+    def _report(self):
+        while not self.stop_ev.wait(0.1):
+            done = []
+            with self.mu:
+                for rid, run in self.runs.items():
+                    if run["state"] == "running" and time.monotonic() - run["t0"] >= self.run_s:
+                        run["state"] = "succeeded"
+                    if run["state"] == "running":
+                        continue
+                    rep = {"run_id": rid, "job_id": run["job_id"], "attempt": run["attempt"],
+                           "state": run["state"]}
+                    if run["state"] == "succeeded":
+                        rep.update(backend=self.backend, outputs={}, info={})
+                    else:
+                        rep["error"] = {"code": "cancelled", "message": "cancelled"}
+                    done.append(rep)
+            if not done:
+                continue
+            try:
+                r = self._post(f"/v1/cluster/nodes/{self.id}/results", {"free": 1, "results": done}, 10)
+                recorded = r.json().get("recorded", []) if r.status_code == 200 else []
+            except (requests.RequestException, ValueError):
+                recorded = []
+                time.sleep(0.4)
+            with self.mu:
+                for rid in recorded:
+                    self.runs.pop(rid, None)
 
     def close(self):
         self.stop_ev.set()
@@ -127,8 +120,6 @@ class FakeNode:
             requests.delete(f"{self.gateway}/v1/nodes/{self.id}", headers=self._headers(), timeout=5)
         except requests.RequestException:
             pass
-        self.server.shutdown()
-        self.server.server_close()
 
     def seen(self, what):
         with self.mu:

@@ -4,6 +4,7 @@ client and the tensor codec the tests use. Everything has a timeout: a test
 that waits on a broken server fails, it never hangs."""
 
 import base64
+import contextlib
 import os
 import re
 import shutil
@@ -492,6 +493,19 @@ class Stack:
         except StackError as e:
             raise StackError(f"{e}\n{tail(p.log_path)}")
         return p
+
+    @contextlib.contextmanager
+    def second_gateway(self, name="gateway-2", **extra_env):
+        """Another gateway on the same PostgreSQL, Redis and blob store, as a
+        second replica behind a load balancer would be; yields its base URL
+        and stops it afterwards."""
+        port = free_port()
+        proc = self.start_gateway(name, port, **extra_env)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.stop()
+            self.procs.pop(name, None)
 
     def gateway_cli(self, *args, timeout=30):
         return subprocess.run([GATEWAY_BIN, *args], env=self.gateway_env(), capture_output=True,

@@ -245,6 +245,34 @@ def test_key_issued_once_works_and_revokes_by_prefix(admin, stack):
     assert r.status_code == 404, r.text
 
 
+@pytest.mark.timeout(90)
+def test_key_revoked_on_one_gateway_is_refused_by_another_within_1s(admin, stack):
+    key = new_key(admin, new_tenant(admin))
+    with stack.second_gateway() as base2:
+        here, there = stack.client(key=key), stack.client(key=key, base=base2)
+        # both gateways have looked the key up, and keep its answer
+        for c in (here, there, there):
+            assert c.get("/v1/jobs", params={"limit": 1}).status_code == 200
+        r = admin.request("DELETE", f"/v1/keys/{key[:11]}")
+        assert r.status_code == 200, r.text
+        revoked = time.monotonic()
+        # the gateway that revoked refuses at once
+        assert here.get("/v1/jobs", params={"limit": 1}).status_code == 401
+        # the other one within a second, however hard the key is used meanwhile
+        codes = []
+        while True:
+            r = there.get("/v1/jobs", params={"limit": 1})
+            codes.append(r.status_code)
+            if r.status_code != 200 or time.monotonic() - revoked > 1.0:
+                break
+        took = time.monotonic() - revoked
+        assert r.status_code == 401, (f"the second gateway still answers {r.status_code} "
+                                      f"{took:.2f}s after the revocation ({len(codes)} requests)")
+        assert r.json()["error"]["code"] == "unauthenticated", r.text
+        # and keeps refusing
+        assert there.get("/v1/jobs", params={"limit": 1}).status_code == 401
+
+
 def test_admin_key_from_api_is_admin(admin, stack):
     tenant = new_tenant(admin)
     r = admin.post("/v1/keys", json={"tenant": tenant, "admin": True})

@@ -77,10 +77,9 @@ def test_cancel_unknown_job_is_404(A, job_id):
 
 
 def test_cancel_while_the_node_is_still_accepting_the_run_stops_it(A, stack):
-    """The cancel arrives after the job was claimed but before its node has
-    the run: the gateway's DELETE finds nothing to stop (404). Once the node
-    accepts the run, its tracker sees the cancel request and stops it; the
-    job ends cancelled, not succeeded."""
+    """The cancel arrives after the job was handed to its node but before
+    the node has started the run. The node's next lease poll carries the
+    cancel, which stops the run; the job ends cancelled, not succeeded."""
     from fakenode import FakeNode
     node = FakeNode(stack.base, stack.cluster_token, "fake-slow-accept",
                     accept_delay_s=2.0, run_s=4.0).start()
@@ -95,6 +94,6 @@ def test_cancel_while_the_node_is_still_accepting_the_run_stops_it(A, stack):
         posted = node.seen("POST")
         assert len(posted) == 1
         stops = [e for e in node.seen("DELETE") if e[0] >= posted[0][0] and e[3] == 200]
-        assert stops, f"no DELETE reached the run after it was accepted: {node.events}"
+        assert stops, f"no cancel reached the run after it was taken: {node.events}"
     finally:
         node.close()

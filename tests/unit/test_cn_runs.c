@@ -314,6 +314,47 @@ static void test_release_frees_a_finished_run_long_before_keep_time(void **state
     json_decref(run);
 }
 
+/* Ended runs are handed out for a report once each, oldest first, with
+ * their outcome; a superseded attempt (nobody asks for it) is not. */
+static void test_ended_runs_are_taken_once_for_reports(void **state)
+{
+    fixture *f = *state;
+    json_t *got = json_array();
+    assert_int_equal(cn_runs_take_ended(f->runs, 0, 10, got), 0);   /* nothing yet */
+    assert_int_equal(submit_sleep(f->runs, "e1", 1, 0, 60), CN_RUN_NEW);
+    assert_int_equal(submit_sleep(f->runs, "e2", 1, 30, 60), CN_RUN_NEW);
+    /* the wait ends as soon as one has ended */
+    assert_int_equal(cn_runs_take_ended(f->runs, 5000, 10, got), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(got, 0), "run_id")), "e1.1");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(got, 0), "state")),
+                        "succeeded");
+    /* a newer attempt of e2 supersedes the running one: only the newer is reported */
+    assert_int_equal(submit_sleep(f->runs, "e2", 2, 0, 60), CN_RUN_NEW);
+    json_decref(wait_run(f->runs, "e2.2", 5000));
+    json_decref(wait_run(f->runs, "e2.1", 5000));
+    json_array_clear(got);
+    int n = 0;
+    for (int i = 0; i < 20 && n < 1; i++)
+        n += cn_runs_take_ended(f->runs, 200, 10, got);
+    assert_int_equal(n, 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(got, 0), "run_id")), "e2.2");
+    assert_int_equal(cn_runs_take_ended(f->runs, 300, 10, got), 0);  /* each once */
+    /* taken is not settled: it stays held until released (e2.2 was
+     * collected by wait_run's long poll, e1.1 only taken) */
+    int active;
+    json_t *ids = json_array();
+    cn_runs_load(f->runs, &active, ids);
+    assert_int_equal(json_array_size(ids), 1);
+    assert_string_equal(json_string_value(json_array_get(ids, 0)), "e1.1");
+    assert_int_equal(cn_runs_release(f->runs, "e1.1"), 0);
+    assert_int_equal(cn_runs_release(f->runs, "e2.2"), 0);
+    json_array_clear(ids);
+    cn_runs_load(f->runs, &active, ids);
+    assert_int_equal(json_array_size(ids), 0);
+    json_decref(ids);
+    json_decref(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -331,6 +372,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shutdown_cancel_is_a_retryable_backend_error, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_finished_runs_are_swept_after_keep_time, setup_short_keep, teardown),
         cmocka_unit_test_setup_teardown(test_release_frees_a_finished_run_long_before_keep_time, setup_short_release, teardown),
+        cmocka_unit_test_setup_teardown(test_ended_runs_are_taken_once_for_reports, setup2, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

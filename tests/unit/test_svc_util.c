@@ -209,6 +209,25 @@ static void test_random_hex_has_requested_length(void **state)
     assert_int_equal(strlen(big), 400);
 }
 
+static void test_utf8_chars_counts_code_points_not_bytes(void **state)
+{
+    (void)state;
+    assert_int_equal(svc_utf8_chars(""), 0);
+    assert_int_equal(svc_utf8_chars("abc"), 3);
+    assert_int_equal(svc_utf8_chars("h\xc3\xa9llo"), 5);            /* é: 2 bytes */
+    assert_int_equal(svc_utf8_chars("\xe6\x97\xa5\xe6\x9c\xac"), 2); /* 日本 */
+    assert_int_equal(svc_utf8_chars("\xf0\x9f\x98\x80!"), 2);        /* an emoji, 4 bytes */
+}
+
+static void test_fnv1a_matches_the_reference_vectors(void **state)
+{
+    (void)state;
+    /* From the FNV reference test suite (fnv32a of "", "a", "foobar"). */
+    assert_int_equal(svc_fnv1a(""), 0x811c9dc5u);
+    assert_int_equal(svc_fnv1a("a"), 0xe40c292cu);
+    assert_int_equal(svc_fnv1a("foobar"), 0xbf9cf968u);
+}
+
 static void test_secure_equal(void **state)
 {
     (void)state;
@@ -250,6 +269,8 @@ int main(void)
         cmocka_unit_test(test_clocks_advance_and_sleep_waits),
         cmocka_unit_test(test_random_hex_has_requested_length),
         cmocka_unit_test(test_secure_equal),
+        cmocka_unit_test(test_utf8_chars_counts_code_points_not_bytes),
+        cmocka_unit_test(test_fnv1a_matches_the_reference_vectors),
         cmocka_unit_test(test_log_level_parse_and_filter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,96 @@
+/* api_runs.c — the nodes' side of a run's travel (cluster token): the
+ * lease poll that hands runs and cancels to a node, and the report of runs
+ * that ended, many per exchange both ways. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "lease.h"
+#include "outcome.h"
+#include "scheduler.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+/* Longest a node's poll is held. */
+#define LEASE_WAIT_MAX_MS 60000
+/* Most runs a poll may ask for, and most reports one exchange may carry. */
+#define LEASE_RUNS_MAX 1024
+
+/* The {id} of the path when it is a UUID; NULL after replying 404. */
+static const char *node_param(svc_req *req)
+{
+    const char *id = svc_req_param(req, "id");
+    if (id && svc_uuid_valid(id))
+        return id;
+    svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
+    return NULL;
+}
+
+/* An integer member of body in [lo, hi], or def when absent; -1 after
+ * replying 400 naming it. */
+static int int_member(svc_req *req, const json_t *body, const char *name, int lo, int hi, int def,
+                      int *out)
+{
+    json_t *v = json_object_get(body, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        svc_reply_error(req, 400, "invalid_argument", name, NULL,
+                        "%s must be an integer from %d to %d", name, lo, hi);
+        return -1;
+    }
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+int gw_api_node_lease(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    const char *id;
+    int max, wait_ms;
+    if (gw_auth_cluster(req) != 0 || !(id = node_param(req)))
+        return 0;
+    const json_t *b = svc_req_json(req);
+    if (int_member(req, b, "max", 0, LEASE_RUNS_MAX, 0, &max) != 0 ||
+        int_member(req, b, "wait_ms", 0, LEASE_WAIT_MAX_MS, 10000, &wait_ms) != 0)
+        return 0;
+    gw_leases_poll(app->leases, req, id, max, wait_ms);
+    return 0;
+}
+
+int gw_api_node_results(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    const char *id;
+    int free_slots;
+    if (gw_auth_cluster(req) != 0 || !(id = node_param(req)))
+        return 0;
+    const json_t *b = svc_req_json(req);
+    json_t *results = json_object_get(b, "results");
+    if (int_member(req, b, "free", 0, LEASE_RUNS_MAX, 0, &free_slots) != 0)
+        return 0;
+    if (!json_is_array(results) || json_array_size(results) > LEASE_RUNS_MAX)
+        return svc_reply_error(req, 400, "invalid_argument", "results", NULL,
+                               "results must be an array of at most %d run reports", LEASE_RUNS_MAX);
+    json_t *recorded = json_array();
+    size_t i;
+    const json_t *r;
+    int freed = 0;
+    json_array_foreach(results, i, r) {
+        int rc = gw_outcome_record(app, id, r);
+        const char *run_id = json_string_value(json_object_get(r, "run_id"));
+        if (rc < 0)
+            svc_warn("node %s: report %zu is not a run report (no job_id/attempt); dropped", id, i);
+        if (rc != 0 && run_id)
+            json_array_append_new(recorded, json_string(run_id));
+        freed += rc == 1;
+    }
+    if (freed)
+        gw_sched_slots_freed(app->sched, id, freed);
+    gw_leases_set_max(app->leases, id, free_slots);
+    return svc_reply_json(req, 200, json_pack("{s:o}", "recorded", recorded));
+}

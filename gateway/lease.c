@@ -1,0 +1,281 @@
+/* lease.c — nodes' lease polls held by this gateway (lease.h). A poll is a
+ * waiter on a list; the thread picks the waiters that need a look, asks
+ * PostgreSQL for their node's work without the lock, and answers those
+ * that got some (or whose wait ended). A waiter being looked at stays on
+ * the list marked busy, so a wake that comes meanwhile is not lost. */
+#include "lease.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+/* How often a held poll looks for work another gateway made for it. */
+#define LEASE_RECHECK_MS 500
+/* Outputs of at most this many bytes come back inline with the node's
+ * report and stay in the result row: a blob file of their own would cost
+ * more than their bytes. */
+#define GW_INLINE_OUTPUT_MAX ((size_t)64 << 10)
+/* Most runs one answer carries. */
+#define LEASE_MAX_RUNS 256
+
+typedef struct waiter {
+    struct waiter *next;
+    char node_id[37];
+    svc_req *req;
+    int max;
+    int64_t deadline, next_look;   /* monotonic ms */
+    int look;                      /* woken: look now */
+    int end;                       /* answer now, with nothing (replaced, node left) */
+    int busy;                      /* the thread is looking at it */
+} waiter;
+
+struct gw_leases {
+    gw_app *app;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    waiter *list;
+    int stop;
+    pthread_t thread;
+};
+
+/* The run as a node run request. New reference or NULL. */
+static json_t *run_json(const gw_dispatch *d)
+{
+    /* Inputs in the blob store go as references, which the node fetches as
+     * raw bytes; small inputs kept in the row go inline, in base64. */
+    json_t *inputs = gw_blob_to_json(d->inputs_meta, d->inputs, d->inputs_len, 1);
+    if (!inputs)
+        return NULL;
+    return json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i, s:b, s:I}", "job_id", d->job_id,
+                     "attempt", d->attempt, "kernel", d->kernel, "params", d->params, "inputs",
+                     inputs, "timeout_s", d->timeout_s, "backend", d->backend, "gpus", d->gpus,
+                     "output_blobs", 1, "output_blob_min", (json_int_t)GW_INLINE_OUTPUT_MAX + 1);
+}
+
+/* Takes node_id's work: the answer to its poll, or NULL when there is none
+ * (or PostgreSQL could not be asked: the next look tries again). */
+static json_t *take(gw_leases *l, const char *node_id, int max)
+{
+    gw_dispatch *runs, *cancels;
+    int nruns, ncancels;
+    if (max > LEASE_MAX_RUNS)
+        max = LEASE_MAX_RUNS;
+    if (gw_store_lease_take(l->app->store, node_id, max, &runs, &nruns, &cancels, &ncancels) != 0 ||
+        nruns + ncancels == 0)
+        return NULL;
+    json_t *rl = json_array(), *cl = json_array();
+    for (int i = 0; i < nruns; i++) {
+        json_t *r = run_json(&runs[i]);
+        /* Left leased: the node's heartbeat shows it never arrived. */
+        if (!r || json_array_append_new(rl, r) < 0)
+            svc_error("lease: job %s attempt %d could not be encoded for node %s", runs[i].job_id,
+                      runs[i].attempt, node_id);
+    }
+    for (int i = 0; i < ncancels; i++)
+        json_array_append_new(cl, json_pack("{s:s, s:i}", "job_id", cancels[i].job_id, "attempt",
+                                            cancels[i].attempt));
+    gw_dispatch_free(runs, nruns);
+    gw_dispatch_free(cancels, ncancels);
+    return json_pack("{s:o, s:o}", "runs", rl, "cancel", cl);
+}
+
+/* Answers w's poll (with reply, or nothing) and frees w; not under mu. */
+static void answer(waiter *w, json_t *reply)
+{
+    if (!reply)
+        reply = json_pack("{s:[], s:[]}", "runs", "cancel");
+    svc_reply_json(w->req, 200, reply);
+    svc_req_resume(w->req);
+    free(w);
+}
+
+static void unlink_waiter(gw_leases *l, waiter *w)
+{
+    for (waiter **pp = &l->list; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            return;
+        }
+}
+
+static void wait_until(gw_leases *l, int64_t until_mono)
+{
+    struct timespec ts = {.tv_sec = until_mono / 1000, .tv_nsec = (long)(until_mono % 1000) * 1000000L};
+    pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+}
+
+static void *leases_main(void *arg)
+{
+    gw_leases *l = arg;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        int64_t now = svc_now_mono_ms(), next = now + LEASE_RECHECK_MS;
+        waiter *w = NULL;
+        for (waiter *x = l->list; x && !w; x = x->next) {
+            if (x->busy)
+                continue;
+            if (x->look || x->end || x->deadline <= now || x->next_look <= now)
+                w = x;
+            else
+                next = x->deadline < next ? x->deadline : x->next_look < next ? x->next_look : next;
+        }
+        if (!w) {
+            wait_until(l, next);
+            continue;
+        }
+        w->busy = 1;
+        w->look = 0;
+        int look = !w->end;
+        char node[37];
+        memcpy(node, w->node_id, sizeof node);
+        int max = w->max;
+        pthread_mutex_unlock(&l->mu);
+        json_t *reply = look ? take(l, node, max) : NULL;
+        pthread_mutex_lock(&l->mu);
+        w->busy = 0;
+        now = svc_now_mono_ms();
+        if (reply || w->end || w->deadline <= now || l->stop) {
+            unlink_waiter(l, w);
+            pthread_mutex_unlock(&l->mu);
+            answer(w, reply);
+            pthread_mutex_lock(&l->mu);
+        } else {
+            w->next_look = now + LEASE_RECHECK_MS;
+        }
+    }
+    /* Stopping: every poll held is answered with nothing. */
+    while (l->list) {
+        waiter *w = l->list;
+        l->list = w->next;
+        pthread_mutex_unlock(&l->mu);
+        answer(w, NULL);
+        pthread_mutex_lock(&l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+gw_leases *gw_leases_start(gw_app *app)
+{
+    gw_leases *l = calloc(1, sizeof(*l));
+    if (!l)
+        return NULL;
+    l->app = app;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&l->thread, NULL, leases_main, l) != 0) {
+        pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void gw_leases_stop(gw_leases *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    int was = l->stop;
+    l->stop = 1;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    if (!was)
+        pthread_join(l->thread, NULL);
+}
+
+void gw_leases_free(gw_leases *l)
+{
+    if (!l)
+        return;
+    gw_leases_stop(l);
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, int wait_ms)
+{
+    waiter *w = calloc(1, sizeof(*w));
+    if (!w) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return -1;
+    }
+    if (svc_req_suspend(req) != 0) {
+        free(w);
+        svc_reply_header(req, "Retry-After", "1");
+        svc_reply_error(req, 503, "unavailable", NULL, NULL, "this gateway is shutting down");
+        return -1;
+    }
+    snprintf(w->node_id, sizeof(w->node_id), "%s", node_id);
+    w->req = req;
+    w->max = max;
+    w->look = 1;
+    w->deadline = svc_now_mono_ms() + wait_ms;
+    w->next_look = w->deadline;
+    pthread_mutex_lock(&l->mu);
+    int stopped = l->stop;
+    if (!stopped) {
+        /* A node keeps one poll: an older one here was given up. */
+        for (waiter *x = l->list; x; x = x->next)
+            if (strcmp(x->node_id, node_id) == 0)
+                x->end = 1;
+        w->next = l->list;
+        l->list = w;
+        pthread_cond_signal(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (stopped) {
+        svc_reply_header(req, "Retry-After", "1");
+        svc_reply_error(req, 503, "unavailable", NULL, NULL, "this gateway is shutting down");
+        svc_req_resume(req);
+        free(w);
+    }
+    return 0;
+}
+
+/* Sets look (and max when max >= 0) on node_id's polls and wakes the
+ * thread. */
+static void poke(gw_leases *l, const char *node_id, int max, int end)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    int hit = 0;
+    for (waiter *x = l->list; x; x = x->next)
+        if (strcmp(x->node_id, node_id) == 0) {
+            x->look = 1;
+            x->end |= end;
+            if (max >= 0)
+                x->max = max;
+            hit = 1;
+        }
+    if (hit)
+        pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void gw_leases_wake(gw_leases *l, const char *node_id)
+{
+    poke(l, node_id, -1, 0);
+}
+
+void gw_leases_set_max(gw_leases *l, const char *node_id, int max)
+{
+    poke(l, node_id, max < 0 ? 0 : max, 0);
+}
+
+void gw_leases_end(gw_leases *l, const char *node_id)
+{
+    poke(l, node_id, -1, 1);
+}

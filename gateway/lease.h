@@ -1,0 +1,39 @@
+/* lease.h — nodes' lease polls held by this gateway. A node asks for up to
+ * max runs; its poll is suspended (no thread waits on it) until runs
+ * claimed for the node, or cancels of its runs, are there to hand out, or
+ * until its wait ends. One thread looks for work for the polls that need a
+ * look: at once when woken (the scheduler claimed for that node here, a
+ * cancel was asked here, the node's free slots grew), and every
+ * LEASE_RECHECK_MS for what another gateway did. */
+#ifndef GW_LEASE_H
+#define GW_LEASE_H
+
+#include "gw.h"
+#include "svc_http.h"
+
+typedef struct gw_leases gw_leases;
+
+/* Starts the thread. NULL on failure. */
+gw_leases *gw_leases_start(gw_app *app);
+/* Answers every held poll with nothing and stops the thread; polls from
+ * now on are answered 503 at once. NULL is a no-op. */
+void gw_leases_stop(gw_leases *l);
+/* Stops (if not yet) and frees l, once no handler can call it any more;
+ * NULL is a no-op. */
+void gw_leases_free(gw_leases *l);
+
+/* Takes over req, the poll of node_id (a UUID) for up to max runs waiting
+ * up to wait_ms: suspends it and answers it later with {"runs": [...],
+ * "cancel": [...]}. A poll the node still had here is answered empty.
+ * Returns 0, or -1 after answering req itself (503 while stopping). */
+int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, int wait_ms);
+/* node_id may have something to take (runs claimed for it, a cancel): its
+ * poll held here looks now. */
+void gw_leases_wake(gw_leases *l, const char *node_id);
+/* node_id has free slots for up to max runs now (from its report): a poll
+ * held here asks for that many from now on. */
+void gw_leases_set_max(gw_leases *l, const char *node_id, int max);
+/* node_id left: its poll held here is answered at once. */
+void gw_leases_end(gw_leases *l, const char *node_id);
+
+#endif

@@ -1,0 +1,29 @@
+/* outcome.h — what the gateway does with runs once they are on nodes: records
+ * the outcomes nodes report (fenced by job and attempt, so a late or
+ * duplicate report changes nothing), and puts jobs back in the queue when a
+ * run is lost. Used by the cluster API (reports, heartbeats) and by the
+ * scheduler's reaper. */
+#ifndef GW_OUTCOME_H
+#define GW_OUTCOME_H
+
+#include <jansson.h>
+
+#include "gw.h"
+
+/* Fenced: back to queued (and into the ready queue) when attempts remain,
+ * failed when they are spent, cancelled when a cancel was asked for;
+ * uncounted gives the attempt back (a run that never started). Returns the
+ * store's answer: 0, -EAGAIN (the attempt is no longer current), -EIO,
+ * -EPROTO. */
+int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
+                    const char *message);
+
+/* Records one report of node_name ({"job_id", "attempt", "state",
+ * "outputs", "info", "error", "backend"}; state "refused" with "retry" for
+ * a run the node did not take). Returns 1 when PostgreSQL has the outcome or
+ * has moved on from this attempt, or refused the outcome for good (the node
+ * may forget the run), 0 when it could not be recorded now (the node
+ * reports it again), -1 when the report is not one (no job_id or attempt). */
+int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report);
+
+#endif

@@ -1,0 +1,33 @@
+/* reply.c — 503 and 429 replies (reply.h). */
+#include "reply.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int gw_reply_unavailable(svc_req *req, const char *what)
+{
+    svc_reply_header(req, "Retry-After", "2");
+    return svc_reply_error(req, 503, "unavailable", NULL, NULL,
+                           "%s is unavailable; retry shortly", what);
+}
+
+int gw_retry_after_s(int64_t wait_ms)
+{
+    if (wait_ms <= 1000)
+        return 1;
+    if (wait_ms > 86400000)
+        return 86400;
+    return (int)((wait_ms + 999) / 1000);
+}
+
+int gw_reply_too_many(svc_req *req, const char *code, int retry_s, const char *fmt, ...)
+{
+    char msg[256], ra[16];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(ra, sizeof ra, "%d", retry_s);
+    svc_reply_header(req, "Retry-After", ra);
+    return svc_reply_error(req, 429, code, NULL, NULL, "%s", msg);
+}

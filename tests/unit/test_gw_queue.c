@@ -1,0 +1,368 @@
+/* test_gw_queue.c — the ready queue, the delayed set and the scheduler lock
+ * (queue.c) and the connection pool under them (redis.c), against a real
+ * redis-server that the test starts on a free port (skipped when there is
+ * no redis-server on PATH). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "queue.h"
+#include "redis.h"
+#include "store.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+static pid_t redis_pid;
+static int redis_port;
+static char redis_url[64];
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return -1;
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Starts redis-server on redis_port and waits for its PING; 0 or -1. */
+static int redis_start(void)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", redis_port);
+    if ((redis_pid = fork()) == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", "/tmp", (char *)NULL);
+        _exit(127);
+    }
+    if (redis_pid < 0)
+        return -1;
+    for (int i = 0; i < 200; i++) {
+        struct timeval tv = {0, 200000};
+        redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+        redisReply *r = c && !c->err ? redisCommand(c, "PING") : NULL;
+        int up = r != NULL && r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        redisFree(c);
+        if (up)
+            return 0;
+        if (waitpid(redis_pid, NULL, WNOHANG) == redis_pid)
+            return -1;
+        svc_sleep_ms(25);
+    }
+    return -1;
+}
+
+static void redis_stop(void)
+{
+    if (redis_pid > 0) {
+        kill(redis_pid, SIGKILL);
+        waitpid(redis_pid, NULL, 0);
+        redis_pid = 0;
+    }
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    svc_log_init("test", SVC_LOG_ERROR);
+    redis_port = free_port();
+    snprintf(redis_url, sizeof redis_url, "redis://127.0.0.1:%d/0", redis_port);
+    return redis_port > 0 && redis_start() == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    redis_stop();
+    return 0;
+}
+
+/* Each test: a fresh queue on an empty database. */
+static int setup(void **state)
+{
+    gw_queue *q = gw_queue_open(redis_url, 4);
+    if (q == NULL)
+        return -1;
+    gw_redis_opts o = {.name = "test"};
+    char err[128];
+    gw_redis *r = gw_redis_open(redis_url, &o, err, sizeof err);
+    const char *argv[1] = {"FLUSHALL"};
+    freeReplyObject(gw_redis_argv(r, 1, argv, NULL));
+    gw_redis_close(r);
+    *state = q;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    gw_queue_close(*state);
+    return 0;
+}
+
+static gw_queued queued(const char *id, int priority, int64_t seq, int64_t not_before_ms)
+{
+    gw_queued j = {.seq = seq, .priority = priority, .gpus = 1, .not_before_ms = not_before_ms};
+    snprintf(j.id, sizeof j.id, "%s", id);
+    snprintf(j.backend, sizeof j.backend, "cpu");
+    return j;
+}
+
+static void test_ready_queue_orders_by_priority_then_age(void **state)
+{
+    gw_queue *q = *state;
+    assert_int_equal(gw_queue_push(q, "job-low-old", 1, 1, "cpu", 1), 0);
+    assert_int_equal(gw_queue_push(q, "job-high-new", 9, 3, "cuda", 2), 0);
+    assert_int_equal(gw_queue_push(q, "job-low-new", 1, 2, "any", 1), 0);
+    assert_int_equal(gw_queue_push(q, "job-high-old", 9, 0, "cpu", 1), 0);
+    gw_ready out[8];
+    int n;
+    assert_int_equal(gw_queue_peek(q, 0, out, 8, &n), 0);
+    assert_int_equal(n, 4);
+    assert_string_equal(out[0].job_id, "job-high-old");
+    assert_string_equal(out[1].job_id, "job-high-new");
+    assert_string_equal(out[1].backend, "cuda");
+    assert_int_equal(out[1].gpus, 2);
+    assert_string_equal(out[2].job_id, "job-low-old");
+    assert_string_equal(out[3].job_id, "job-low-new");
+    /* a page from an offset */
+    assert_int_equal(gw_queue_peek(q, 3, out, 8, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(out[0].job_id, "job-low-new");
+}
+
+static void test_take_removes_once_and_drop_finds_the_member(void **state)
+{
+    gw_queue *q = *state;
+    assert_int_equal(gw_queue_push(q, "job-a", 5, 1, "cpu", 1), 0);
+    assert_int_equal(gw_queue_push(q, "job-b", 5, 2, "cpu", 1), 0);
+    gw_ready out[4];
+    int n;
+    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(gw_queue_take(q, out[0].member), 1);
+    assert_int_equal(gw_queue_take(q, out[0].member), 0);   /* another scheduler won */
+    assert_int_equal(gw_queue_drop_job(q, "job-b", "cpu", 1), 0);
+    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(n, 0);
+}
+
+static void test_delayed_job_waits_for_its_backoff_then_is_promoted(void **state)
+{
+    gw_queue *q = *state;
+    int64_t now = svc_now_wall_ms();
+    gw_queued later = queued("job-later", 5, 7, now + 300);
+    gw_queued ready = queued("job-ready", 5, 8, 0);
+    assert_int_equal(gw_queue_push_queued(q, &later), 0);
+    assert_int_equal(gw_queue_push_queued(q, &ready), 0);
+    gw_ready out[4];
+    int n, moved;
+    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(out[0].job_id, "job-ready");
+    assert_int_equal(gw_queue_promote_due(q, &moved), 0);
+    assert_int_equal(moved, 0);
+    svc_sleep_ms(350);
+    assert_int_equal(gw_queue_promote_due(q, &moved), 0);
+    assert_int_equal(moved, 1);
+    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(n, 2);
+    /* promoted with its ready score: older seq first */
+    assert_string_equal(out[0].job_id, "job-later");
+    assert_string_equal(out[1].job_id, "job-ready");
+}
+
+static void test_push_missing_adds_only_what_is_absent(void **state)
+{
+    gw_queue *q = *state;
+    int64_t now = svc_now_wall_ms();
+    assert_int_equal(gw_queue_push(q, "job-1", 5, 1, "cpu", 1), 0);
+    gw_queued list[3] = {queued("job-1", 5, 1, 0), queued("job-2", 5, 2, 0),
+                         queued("job-3", 5, 3, now + 60000)};
+    int added;
+    assert_int_equal(gw_queue_push_missing(q, list, 3, &added), 0);
+    assert_int_equal(added, 2);
+    assert_int_equal(gw_queue_push_missing(q, list, 3, &added), 0);
+    assert_int_equal(added, 0);
+    gw_ready out[4];
+    int n;
+    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(n, 2);   /* job-3 waits in the delayed set */
+}
+
+static void test_push_missing_takes_more_than_one_batch(void **state)
+{
+    gw_queue *q = *state;
+    enum { N = 600 };   /* more than push_batch's 256 per command */
+    static gw_queued list[N];
+    for (int i = 0; i < N; i++) {
+        char id[37];
+        snprintf(id, sizeof id, "job-%04d", i);
+        list[i] = queued(id, 5, i, 0);
+    }
+    int added;
+    assert_int_equal(gw_queue_push_missing(q, list, N, &added), 0);
+    assert_int_equal(added, N);
+    static gw_ready out[N];
+    int n;
+    assert_int_equal(gw_queue_peek(q, 0, out, N, &n), 0);
+    assert_int_equal(n, N);
+    assert_string_equal(out[N - 1].job_id, "job-0599");
+}
+
+static void test_lock_is_held_renewed_and_expires(void **state)
+{
+    gw_queue *q = *state;
+    assert_int_equal(gw_queue_lock(q, "kowloon:test-lock", "gw-1", 200), 1);
+    assert_int_equal(gw_queue_lock(q, "kowloon:test-lock", "gw-2", 200), 0);
+    assert_int_equal(gw_queue_lock(q, "kowloon:test-lock", "gw-1", 200), 1);   /* renewed */
+    svc_sleep_ms(300);
+    assert_int_equal(gw_queue_lock(q, "kowloon:test-lock", "gw-2", 200), 1);   /* gw-1 expired */
+}
+
+static void test_scripts_go_by_sha1_and_survive_a_script_flush(void **state)
+{
+    (void)state;
+    static gw_redis_script twice = {.src = "return tonumber(ARGV[1]) * 2"};
+    gw_redis_opts o = {.name = "test", .size = 1};
+    char err[128];
+    gw_redis *r = gw_redis_open(redis_url, &o, err, sizeof err);
+    const char *args[1] = {"21"};
+    redisReply *rep = gw_redis_eval(r, &twice, 0, 1, args);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(rep->integer, 42);
+    freeReplyObject(rep);
+    assert_int_equal(strlen(twice.sha1), 40);   /* learnt once */
+    const char *flush[2] = {"SCRIPT", "FLUSH"};
+    freeReplyObject(gw_redis_argv(r, 2, flush, NULL));
+    rep = gw_redis_eval(r, &twice, 0, 1, args);   /* NOSCRIPT, then EVAL */
+    assert_non_null(rep);
+    assert_int_equal(rep->integer, 42);
+    freeReplyObject(rep);
+    /* and the EVAL taught Redis the script again */
+    const char *exists[3] = {"SCRIPT", "EXISTS", twice.sha1};
+    rep = gw_redis_argv(r, 3, exists, NULL);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rep->element[0]->integer, 1);
+    freeReplyObject(rep);
+    gw_queue *q = gw_queue_open(redis_url, 1);
+    freeReplyObject(gw_redis_argv(r, 2, flush, NULL));
+    assert_int_equal(gw_queue_lock(q, "kowloon:test-lock-2", "gw-1", 1000), 1);
+    gw_queue_close(q);
+    gw_redis_close(r);
+}
+
+static void test_score_keeps_priority_bands_apart(void **state)
+{
+    (void)state;
+    assert_true(gw_queue_score(9, (int64_t)1 << 39) < gw_queue_score(8, 0));
+    assert_true(gw_queue_score(5, 1) < gw_queue_score(5, 2));
+}
+
+static void test_pool_reconnects_after_a_restart_and_backs_off_while_down(void **state)
+{
+    gw_queue *q = *state;
+    gw_redis_opts o = {.name = "test", .size = 2, .timeout_ms = 300, .backoff_ms = 400};
+    char err[128];
+    gw_redis *r = gw_redis_open(redis_url, &o, err, sizeof err);
+    assert_non_null(r);
+    const char *ping[1] = {"PING"};
+    redisReply *rep = gw_redis_argv(r, 1, ping, NULL);
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    assert_int_equal(gw_queue_ping(q), 0);
+
+    redis_stop();
+    assert_int_equal(gw_queue_ping(q), -EIO);
+    assert_null(gw_redis_argv(r, 1, ping, NULL));
+    /* backing off: answers at once, without trying */
+    int64_t t0 = svc_now_mono_ms();
+    for (int i = 0; i < 100; i++)
+        assert_null(gw_redis_argv(r, 1, ping, NULL));
+    assert_true(svc_now_mono_ms() - t0 < 100);
+
+    assert_int_equal(redis_start(), 0);
+    assert_int_equal(gw_queue_ping(q), 0);   /* the queue's pool does not back off */
+    svc_sleep_ms(450);
+    rep = gw_redis_argv(r, 1, ping, NULL);
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    gw_redis_close(r);
+}
+
+static void test_error_replies_come_back_and_keep_the_connection(void **state)
+{
+    (void)state;
+    gw_redis_opts o = {.name = "test", .size = 1, .backoff_ms = 1000};
+    char err[128];
+    gw_redis *r = gw_redis_open(redis_url, &o, err, sizeof err);
+    const char *bad[1] = {"NOSUCHCOMMAND"};
+    redisReply *rep = gw_redis_argv(r, 1, bad, NULL);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_ERROR);
+    freeReplyObject(rep);
+    const char *ping[1] = {"PING"};
+    rep = gw_redis_argv(r, 1, ping, NULL);   /* no back-off: Redis answered */
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    gw_redis_close(r);
+}
+
+static void test_bad_urls_are_refused(void **state)
+{
+    (void)state;
+    gw_redis_opts o = {.name = "test"};
+    char err[128];
+    assert_null(gw_redis_open("http://127.0.0.1:6379/0", &o, err, sizeof err));
+    assert_null(gw_redis_open("redis://127.0.0.1:6379/zero", &o, err, sizeof err));
+    assert_null(gw_redis_open("redis://:6379/0", &o, err, sizeof err));
+    assert_null(gw_queue_open("redis://host:0/0", 2));
+    gw_redis *r = gw_redis_open("127.0.0.1:6379", &o, err, sizeof err);   /* scheme optional */
+    assert_non_null(r);
+    gw_redis_close(r);
+}
+
+int main(void)
+{
+    if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+        printf("test_gw_queue: skipped (no redis-server on PATH)\n");
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ready_queue_orders_by_priority_then_age, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_take_removes_once_and_drop_finds_the_member, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delayed_job_waits_for_its_backoff_then_is_promoted, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_push_missing_adds_only_what_is_absent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_push_missing_takes_more_than_one_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lock_is_held_renewed_and_expires, setup, teardown),
+        cmocka_unit_test(test_score_keeps_priority_bands_apart),
+        cmocka_unit_test_setup_teardown(test_scripts_go_by_sha1_and_survive_a_script_flush, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_error_replies_come_back_and_keep_the_connection, setup,
+                                        teardown),
+        cmocka_unit_test(test_bad_urls_are_refused),
+        /* last: it restarts the server */
+        cmocka_unit_test_setup_teardown(test_pool_reconnects_after_a_restart_and_backs_off_while_down,
+                                        setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
