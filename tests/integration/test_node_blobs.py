@@ -281,3 +281,29 @@ def test_node_whose_blob_dir_the_gateway_does_not_see_falls_back_to_http(stack, 
         del stack.node_ports[name]
         for n in stack.node_names:
             stack.admin.request("DELETE", f"/v1/nodes/{stack.nodes_by_name()[n]['id']}/drain")
+
+
+@pytest.mark.parametrize("case", ["not-recorded", "wrong-size"])
+def test_a_run_reporting_an_output_blob_the_gateway_did_not_record_fails_bad_result(stack, A, gw, case):
+    """A node's result names an output blob: the gateway takes it only if
+    that blob is recorded (pushed, or adopted from the shared directory)
+    with the size the output's shape needs; else the job fails bad_result
+    and the blob is given to nobody."""
+    from fakenode import FakeNode
+    data = os.urandom(64)
+    if case == "not-recorded":
+        bid = blob_id(data)  # neither pushed nor adopted
+        shape = [16]
+    else:
+        bid = push(gw, data)  # recorded with 64 bytes
+        shape = [15]          # but reported as 60
+    node = FakeNode(stack.base, stack.cluster_token, f"fake-output-{case}", run_s=0.2,
+                    outputs={"x": {"dtype": "float32", "shape": shape, "blob": bid}}).start()
+    try:
+        j = A.submit("sleep", {"seconds": 0}, resources={"backend": "cuda", "gpus": 1})
+        done = A.wait(j["id"], 30)
+        assert done["state"] == "failed", done
+        assert done["error"]["code"] == "bad_result", done["error"]
+        assert stack.psql_value(f"SELECT count(*) FROM blob_refs WHERE blob_id = '{bid}'") == "0"
+    finally:
+        node.close()
