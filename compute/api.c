@@ -91,6 +91,25 @@ static int cn__info(svc_req *req)
                       (json_int_t)s.misses, "fetched_bytes", (json_int_t)s.fetched_bytes,
                       "served_bytes", (json_int_t)s.served_bytes));
     }
+    if (n->blob_stats) {
+        cn_blobio_stats b;
+        __atomic_load(&n->blob_stats->mapped_inputs, &b.mapped_inputs, __ATOMIC_RELAXED);
+        __atomic_load(&n->blob_stats->mapped_bytes, &b.mapped_bytes, __ATOMIC_RELAXED);
+        __atomic_load(&n->blob_stats->written_outputs, &b.written_outputs, __ATOMIC_RELAXED);
+        __atomic_load(&n->blob_stats->written_bytes, &b.written_bytes, __ATOMIC_RELAXED);
+        __atomic_load(&n->blob_stats->pushed_outputs, &b.pushed_outputs, __ATOMIC_RELAXED);
+        __atomic_load(&n->blob_stats->pushed_bytes, &b.pushed_bytes, __ATOMIC_RELAXED);
+        json_object_set_new(
+            j, "blob_io",
+            json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "shared_dir",
+                      cn_blobio_shared_dir(n->blobio) ? json_string(cn_blobio_shared_dir(n->blobio))
+                                                       : json_null(),
+                      "mapped_inputs",
+                      (json_int_t)b.mapped_inputs, "mapped_bytes", (json_int_t)b.mapped_bytes,
+                      "written_outputs", (json_int_t)b.written_outputs, "written_bytes",
+                      (json_int_t)b.written_bytes, "pushed_outputs", (json_int_t)b.pushed_outputs,
+                      "pushed_bytes", (json_int_t)b.pushed_bytes));
+    }
     return svc_reply_json(req, 200, j);
 }
 

@@ -66,6 +66,7 @@ static int cn__backend_load(cn_backend *b, const char *path)
     if (p.abi != KL_PLUGIN_ABI || !p.supports || !p.run || p.ngpus < 1) {
         if (p.close)
             p.close();
+        kl_host_allocator_set(NULL, NULL); /* in case the plugin set ours */
         snprintf(why, sizeof why, "ABI %d with %d GPU(s), node expects ABI %d and at least one GPU",
                  p.abi, p.ngpus, KL_PLUGIN_ABI);
         cn__backend_cpu(b, "plugin %s: unusable: %s", path, why);
@@ -76,6 +77,10 @@ static int cn__backend_load(cn_backend *b, const char *path)
 
     b->kind = CN_BACKEND_CUDA;
     b->plugin = p;
+    /* Buffers the node fetches inputs into and kernels write outputs to
+     * are page-locked from now on (kl_plugin.h). */
+    if (p.host_alloc && p.host_free)
+        kl_host_allocator_set(p.host_alloc, p.host_free);
     b->dl = dl;
     dl = NULL;  /* owned by b now */
     snprintf(b->reason, sizeof b->reason, "plugin %s: %d GPU(s), first %.*s", path, p.ngpus,
@@ -112,6 +117,7 @@ void cn_backend_close(cn_backend *b)
         return;
     if (b->plugin.close)
         b->plugin.close();
+    kl_host_allocator_set(NULL, NULL);
     if (b->dl)
         dlclose(b->dl);
     b->dl = NULL;

@@ -4,11 +4,15 @@
  * run's cancel flag and stops them all when it is raised or one fails. */
 #include "blobio.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "svc_log.h"
 #include "svc_sha256.h"
@@ -19,6 +23,21 @@
 #define CN_PUSH_TRIES 3
 #define CN_PUSH_BACKOFF_MS 250   /* then 4x that before the third try */
 #define CN_WATCH_MS 100
+#define CN_ADOPT_TIMEOUT_MS 30000
+
+static int (*cn__pin)(void *p, size_t n);
+static void (*cn__unpin)(void *p);
+
+void cn_blobio_set_pinning(int (*pin)(void *p, size_t n), void (*unpin)(void *p))
+{
+    cn__pin = pin && unpin ? pin : NULL;
+    cn__unpin = pin && unpin ? unpin : NULL;
+}
+
+static void cn__count(uint64_t *counter, uint64_t n)
+{
+    __atomic_add_fetch(counter, n, __ATOMIC_RELAXED);
+}
 
 /* ---- the gateway transport --------------------------------------------- */
 
@@ -111,9 +130,126 @@ static int cn__gw_push(void *cls, const void *data, size_t n, const volatile int
     return ret;
 }
 
+static int cn__gw_adopt(void *cls, const char *id, uint64_t size, char *msg, size_t msglen)
+{
+    const cn_blobio_gateway *g = cls;
+    char url[1024], path[128];
+    svc_response r;
+    int ret = CN_BLOBIO_EFAIL;
+
+    snprintf(path, sizeof path, "/v1/cluster/blobs/%s", id);
+    cn__url(url, sizeof url, g->url, path);
+    json_t *body = json_pack("{s:I}", "size", (json_int_t)size);
+    int rc = body ? svc_http_call("PUT", url, g->token, body, CN_ADOPT_TIMEOUT_MS, &r) : -1;
+    json_decref(body);
+    if (!body) {
+        snprintf(msg, msglen, "out of memory");
+        return CN_BLOBIO_EFAIL;
+    }
+    if (rc < 0) {
+        snprintf(msg, msglen, "cannot record an output with the gateway: %s", r.error);
+    } else if (r.status == 404 || r.status == 422) {
+        snprintf(msg, msglen, "the gateway does not see %s in its blob directory: %s", id,
+                 cn__reply_message(&r));
+        ret = CN_BLOBIO_ENOTSHARED;
+    } else if (r.status != 201 && r.status != 200) {
+        snprintf(msg, msglen, "recording an output: the gateway answered %d %s", r.status,
+                 cn__reply_message(&r));
+    } else {
+        ret = 0;
+    }
+    svc_response_clear(&r);
+    return ret;
+}
+
+/* ---- the shared blob directory ------------------------------------------ */
+
+static svc_bstore *cn__shared(const cn_blobio *io)
+{
+    return io ? __atomic_load_n(&io->shared, __ATOMIC_ACQUIRE) : NULL;
+}
+
+const char *cn_blobio_shared_dir(const cn_blobio *io)
+{
+    svc_bstore *s = cn__shared(io);
+    return s ? svc_bstore_dir(s) : NULL;
+}
+
+/* Opens dir as a store and keeps it in io->opened; NULL with err. */
+static svc_bstore *cn__store_open(cn_blobio *io, const char *dir, char *err, size_t errlen)
+{
+    for (int i = 0; i < io->nopened; i++)
+        if (strcmp(svc_bstore_dir(io->opened[i]), dir) == 0)
+            return io->opened[i];
+    if (io->nopened == (int)(sizeof io->opened / sizeof io->opened[0])) {
+        snprintf(err, errlen, "too many blob directories announced");
+        return NULL;
+    }
+    svc_bstore *s = svc_bstore_open(dir, 0, err, errlen);
+    if (s)
+        io->opened[io->nopened++] = s;
+    return s;
+}
+
+int cn_blobio_share_path(cn_blobio *io, const char *dir, char *err, size_t errlen)
+{
+    svc_bstore *s = cn__store_open(io, dir, err, errlen);
+    if (!s)
+        return -1;
+    __atomic_store_n(&io->shared, s, __ATOMIC_RELEASE);
+    svc_info("shared blob directory %s (store %s): inputs mapped from it, outputs written to it",
+             dir, svc_bstore_id(s));
+    return 0;
+}
+
+void cn_blobio_share_gateway(cn_blobio *io, cn_share_mode mode, const char *dir, const char *id)
+{
+    svc_bstore *cur = cn__shared(io), *next = NULL;
+    char err[512] = "";
+
+    if (mode == CN_SHARE_NONE)
+        return;
+    if (mode == CN_SHARE_PATH) {
+        /* keep to the path given while it is the gateway's store */
+        next = io->nopened > 0 && id && strcmp(svc_bstore_id(io->opened[0]), id) == 0
+                   ? io->opened[0] : NULL;
+        if (!next && cur)
+            svc_warn("--blob-dir %s is not the gateway's blob store (it announces %s at %s): "
+                     "inputs and outputs go over HTTP", svc_bstore_dir(io->opened[0]),
+                     id ? id : "none", dir ? dir : "-");
+    } else {
+        if (dir && id)
+            next = cn__store_open(io, dir, err, sizeof err);
+        if (next && strcmp(svc_bstore_id(next), id) != 0) {
+            snprintf(err, sizeof err, "%s here is another store (%s, not %s)", dir,
+                     svc_bstore_id(next), id);
+            next = NULL;
+        }
+        if (next != cur || !io->share_told) {
+            if (next)
+                svc_info("shared blob directory %s (store %s, the gateway's): inputs mapped "
+                         "from it, outputs written to it", dir, id);
+            else
+                svc_info("the gateway's blob directory is not shared with this host (%s): "
+                         "inputs and outputs go over HTTP", err[0] ? err : "none announced");
+        }
+        io->share_told = 1;
+    }
+    __atomic_store_n(&io->shared, next, __ATOMIC_RELEASE);
+}
+
+void cn_blobio_share_close(cn_blobio *io)
+{
+    __atomic_store_n(&io->shared, NULL, __ATOMIC_RELEASE);
+    for (int i = 0; i < io->nopened; i++)
+        svc_bstore_close(io->opened[i]);
+    io->nopened = 0;
+}
+
 void cn_blobio_gateway_init(cn_blobio *io, cn_blobio_gateway *gw)
 {
-    *io = (cn_blobio){.fetch = cn__gw_fetch, .push = cn__gw_push, .cls = gw};
+    *io = (cn_blobio){.fetch = cn__gw_fetch, .push = cn__gw_push, .adopt = cn__gw_adopt,
+                      .cls = gw};
 }
 
 /* ---- a run's transfers in parallel --------------------------------------- */
@@ -249,6 +385,75 @@ static void cn__size_error(const cn__fetch_task *ft, int64_t actual, kl_err *err
     snprintf(err->field, sizeof err->field, "inputs.%s", ft->name);
 }
 
+/* svc_tensor release of a fetched input buffer. */
+static void cn__host_release(void *data, size_t nbytes)
+{
+    (void)nbytes;
+    kl_host_free(data);
+}
+
+/* svc_tensor release of a mapped input. */
+static void cn__unmap(void *data, size_t nbytes)
+{
+    if (!data)
+        return;
+    if (cn__unpin)
+        cn__unpin(data);  /* a mapping that was never pinned answers an error, ignored */
+    munmap(data, nbytes);
+}
+
+/* Maps input ft from the shared directory. 1 when mapped (or refused with
+ * ft->err: the return code in *rc), 0 when the directory has no such file
+ * and the caller fetches it. */
+static int cn__map_one(cn__fetch_task *ft, int *rc)
+{
+    const cn_blobio *io = ft->io;
+    size_t size = ft->t->nbytes;
+    uint64_t have = 0;
+    int fd = -1;
+
+    if (svc_bstore_open_read(cn__shared(io), ft->t->blob, &fd, &have) != 0)
+        return 0;
+    if (have != size) {
+        close(fd);
+        cn__size_error(ft, (int64_t)have, &ft->err);
+        *rc = KL_EINVAL;
+        return 1;
+    }
+    void *p = NULL;
+    if (size > 0) {
+        /* Private and writable: a kernel may write its inputs, and its
+         * writes must never reach the store. No MAP_POPULATE, which on such
+         * a mapping would copy every page; the page tables are filled for
+         * reading instead, in one call rather than a fault per few pages
+         * while the kernel runs (it halves saxpy's time on 256 MiB here).
+         * Older kernels without it get read-ahead advice. */
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            svc_warn("blob %s: cannot map it from the shared directory (%s); fetching it",
+                     ft->t->blob, strerror(errno));
+            close(fd);
+            return 0;
+        }
+#ifdef MADV_POPULATE_READ
+        if (madvise(p, size, MADV_POPULATE_READ) != 0)
+#endif
+            madvise(p, size, MADV_WILLNEED);
+        if (cn__pin)
+            cn__pin(p, size);  /* failure leaves it pageable: slower to copy, still right */
+    }
+    close(fd);
+    ft->t->data = p;
+    ft->t->release = cn__unmap;
+    ft->view->data = p;
+    if (io->stats) {
+        cn__count(&io->stats->mapped_inputs, 1);
+        cn__count(&io->stats->mapped_bytes, size);
+    }
+    *rc = 0;
+    return 1;
+}
+
 static int cn__fetch_one(void *arg, const volatile int *stop)
 {
     cn__fetch_task *ft = arg;
@@ -261,7 +466,9 @@ static int cn__fetch_one(void *arg, const volatile int *stop)
     int rc = KL_EBACKEND;
 
     snprintf(field, sizeof field, "inputs.%s", ft->name);
-    void *buf = size ? malloc(size) : NULL;
+    if (cn__shared(ft->io) && cn__map_one(ft, &rc))
+        return rc;
+    void *buf = size ? kl_host_alloc(size) : NULL;
     if (size && !buf) {
         kl_err_set(&ft->err, field, "%s: cannot allocate %zu bytes", field, size);
         return KL_EBACKEND;
@@ -322,9 +529,10 @@ cleanup:
     }
     if (rc == 0) {
         ft->t->data = buf;
+        ft->t->release = cn__host_release;
         ft->view->data = buf;
     } else {
-        free(buf);
+        kl_host_free(buf);
     }
     return rc;
 }
@@ -355,8 +563,12 @@ int cn_blobio_fetch_inputs(const cn_blobio *io, cn_blobcache *cache, svc_kargs *
     int rc = cn__group_result(rcs, errs, n, cancel, err);
     if (rc != 0)
         for (int i = 0; i < n; i++) {
-            free(fts[i].t->data);
+            if (fts[i].t->release)
+                fts[i].t->release(fts[i].t->data, fts[i].t->nbytes);
+            else
+                free(fts[i].t->data);
             fts[i].t->data = NULL;
+            fts[i].t->release = NULL;
             fts[i].view->data = NULL;
         }
     return rc;
@@ -385,21 +597,99 @@ static int cn__nap(int64_t ms, const volatile int *stop)
     return stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE);
 }
 
+/* Writes output pt into the shared directory and has the gateway record
+ * it: 0 with pt->id, CN_BLOBIO_ENOTSHARED (the caller pushes it instead),
+ * CN_BLOBIO_ECANCELED, or CN_BLOBIO_EFAIL with msg. Whatever happens, no
+ * half blob is left under a real name: the bytes are linked only once all
+ * of them are written and fsynced. */
+static int cn__write_one(cn__push_task *pt, svc_bstore *store, const volatile int *stop,
+                         char *msg, size_t msglen)
+{
+    const cn_blobio *io = pt->io;
+    const char *p = pt->out->data;
+    size_t n = kl_tensor_bytes(pt->out);
+    char id[SVC_BLOB_ID_LEN];
+    uint64_t size = 0;
+    int rc;
+
+    svc_bwriter *w = svc_bstore_write_begin(store);
+    if (!w) {
+        snprintf(msg, msglen, "cannot write into the shared blob directory %s: %s",
+                 svc_bstore_dir(store), strerror(errno));
+        return CN_BLOBIO_ENOTSHARED;
+    }
+    /* hashed on a second thread while this one writes: the output is
+     * whole in memory already */
+    if ((rc = svc_bwriter_append_buffer(w, p, n, stop)) != 0) {
+        svc_bwriter_abort(w);
+        if (rc == -ECANCELED) {
+            snprintf(msg, msglen, "writing an output was stopped");
+            return CN_BLOBIO_ECANCELED;
+        }
+        snprintf(msg, msglen, "writing an output into %s: %s", svc_bstore_dir(store),
+                 strerror(-rc));
+        return CN_BLOBIO_EFAIL;
+    }
+    if ((rc = svc_bwriter_commit(w, id, &size)) != 0) {
+        svc_bwriter_abort(w);
+        snprintf(msg, msglen, "storing an output in %s: %s", svc_bstore_dir(store),
+                 strerror(-rc));
+        return CN_BLOBIO_EFAIL;
+    }
+    rc = io->adopt ? io->adopt(io->cls, id, size, msg, msglen) : CN_BLOBIO_ENOTSHARED;
+    if (rc != 0) {
+        svc_bwriter_abort(w);  /* the bytes stay under their name; nobody records them */
+        return rc;
+    }
+    /* Recorded: put the bytes back if a retention pass took an older copy
+     * of the same blob meanwhile (as the gateway does for an upload). */
+    if ((rc = svc_bwriter_close(w)) != 0) {
+        snprintf(msg, msglen, "output %s recorded but its bytes could not be put back: %s", id,
+                 strerror(-rc));
+        return CN_BLOBIO_EFAIL;
+    }
+    snprintf(pt->id, CN_BLOB_ID_SIZE, "%s", id);
+    return 0;
+}
+
 static int cn__push_one(void *arg, const volatile int *stop)
 {
     cn__push_task *pt = arg;
     char msg[256] = "";
     int64_t backoff = CN_PUSH_BACKOFF_MS;
+    svc_bstore *shared = cn__shared(pt->io);
+    size_t n = kl_tensor_bytes(pt->out);
 
     if (!pt->io || !pt->io->push) {
         kl_err_set(&pt->err, NULL, "this node has no gateway to push outputs to");
         return KL_EBACKEND;
     }
     for (int attempt = 1;; attempt++) {
-        int rc = pt->io->push(pt->io->cls, pt->out->data, kl_tensor_bytes(pt->out), stop, pt->id,
-                              msg, sizeof msg);
+        int rc;
+        if (shared) {
+            rc = cn__write_one(pt, shared, stop, msg, sizeof msg);
+            if (rc == CN_BLOBIO_ENOTSHARED) {
+                /* the gateway does not see this directory: push instead */
+                svc_warn("output %s: %s; pushing it over HTTP", pt->name, msg);
+                shared = NULL;
+                rc = pt->io->push(pt->io->cls, pt->out->data, n, stop, pt->id, msg, sizeof msg);
+                if (rc == 0 && pt->io->stats) {
+                    cn__count(&pt->io->stats->pushed_outputs, 1);
+                    cn__count(&pt->io->stats->pushed_bytes, n);
+                }
+            } else if (rc == 0 && pt->io->stats) {
+                cn__count(&pt->io->stats->written_outputs, 1);
+                cn__count(&pt->io->stats->written_bytes, n);
+            }
+        } else {
+            rc = pt->io->push(pt->io->cls, pt->out->data, n, stop, pt->id, msg, sizeof msg);
+            if (rc == 0 && pt->io->stats) {
+                cn__count(&pt->io->stats->pushed_outputs, 1);
+                cn__count(&pt->io->stats->pushed_bytes, n);
+            }
+        }
         if (rc == 0) {
-            free(pt->out->data);
+            kl_host_free(pt->out->data);
             pt->out->data = NULL;
             return 0;
         }

@@ -99,6 +99,11 @@ static svc_opt cn_opts[] = {
     {.flag = "input-cache-mb", .env = "KOWLOON_INPUT_CACHE_MB", .type = SVC_OPT_INT,
      .def = "1024", .min = 0, .max = 1048576,
      .help = "memory for input blobs kept by hash (LRU), 0 = no cache"},
+    {.flag = "blob-dir", .env = "KOWLOON_NODE_BLOB_DIR", .type = SVC_OPT_STRING, .def = "auto",
+     .help = "the gateway's blob directory as this host sees it (same host, NFS, Lustre): "
+             "inputs found there are mapped instead of fetched, outputs written there "
+             "instead of pushed. auto: the directory the gateway announces, when this host "
+             "sees it with the same store-id; none: everything over HTTP"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug|info|warn|error"},
     {.flag = NULL},
@@ -170,6 +175,8 @@ int main(int argc, char **argv)
     cn_node node = {0};
     cn_runs *runs = NULL;
     cn_blobcache *cache = NULL;
+    static cn_blobio_stats blob_stats;
+    static cn_blobio blobio;
     svc_server *server = NULL;
     cn_register *reg = NULL;
     cn_lease *lease = NULL;
@@ -233,8 +240,21 @@ int main(int argc, char **argv)
         goto cleanup;
     }
     cn_blobio_gateway gw_io = {.url = cn__opt("gateway"), .token = token};
-    cn_blobio blobio;
     cn_blobio_gateway_init(&blobio, &gw_io);
+    blobio.stats = &blob_stats;
+    const char *bdir = cn__opt("blob-dir");
+    node.share_mode = !bdir || !bdir[0] || strcmp(bdir, "auto") == 0 ? CN_SHARE_AUTO
+                      : strcmp(bdir, "none") == 0                     ? CN_SHARE_NONE
+                                                                      : CN_SHARE_PATH;
+    /* the gateway creates the store; a node only uses one that exists */
+    if (node.share_mode == CN_SHARE_PATH &&
+        cn_blobio_share_path(&blobio, bdir, err, sizeof err) < 0) {
+        svc_error("--blob-dir: %s", err);
+        rc = 2;
+        goto cleanup;
+    }
+    if (backend.kind == CN_BACKEND_CUDA && backend.plugin.host_register)
+        cn_blobio_set_pinning(backend.plugin.host_register, backend.plugin.host_unregister);
     cn_runs_opts ro = {.slots = (int)cn__num("slots"), .threads = (int)cn__num("threads"),
                        .backend = &backend, .blobio = &blobio, .cache = cache};
     e = cn_runs_create(&ro, &runs);
@@ -248,6 +268,8 @@ int main(int argc, char **argv)
     node.backend = &backend;
     node.runs = runs;
     node.cache = cache;
+    node.blob_stats = &blob_stats;
+    node.blobio = &blobio;
     /* With a fixed port the identity is known before the first request can
      * arrive; with port 0 nobody can call before the port is logged. */
     const char *listen = cn__opt("listen");
@@ -299,6 +321,7 @@ cleanup:
     if (!stuck) {
         cn_runs_destroy(runs);
         cn_blobcache_destroy(cache);
+        cn_blobio_share_close(&blobio);
         cn_backend_close(&backend);
     }
     if (rc == 0)

@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "blobcache.h"
+#include "blobio.h"
 #include "runs.h"
 
 #define CN_VERSION "0.1.0"
@@ -21,6 +22,10 @@ typedef struct cn_node {
     const cn_backend *backend;
     cn_runs *runs;
     cn_blobcache *cache;        /* input blobs by hash; its figures are in /v1/info */
+    const cn_blobio_stats *blob_stats; /* inputs mapped, outputs written or pushed */
+    cn_blobio *blobio;          /* the data path; the registration thread tells it the
+                                   gateway's blob store */
+    cn_share_mode share_mode;   /* --blob-dir */
     int draining;               /* set once by main on SIGTERM; read with __atomic */
 } cn_node;
 

@@ -127,6 +127,12 @@ static int cn__register_once(cn_register *r)
     snprintf(r->node_id, sizeof r->node_id, "%s", id);
     r->registered = 1;
     pthread_mutex_unlock(&r->mu);
+    if (r->node->blobio) {
+        const json_t *bs = json_object_get(resp.json, "blob_store");
+        cn_blobio_share_gateway(r->node->blobio, r->node->share_mode,
+                                json_string_value(json_object_get(bs, "dir")),
+                                json_string_value(json_object_get(bs, "id")));
+    }
     /* The gateway knows its node timeout; beating more often is always safe. */
     json_int_t hb = json_integer_value(json_object_get(resp.json, "heartbeat_s"));
     if (hb > 0 && hb * 1000 < r->interval_ms)

@@ -33,6 +33,12 @@ typedef enum { CN_QUEUED, CN_RUNNING, CN_SUCCEEDED, CN_FAILED, CN_CANCELLED } cn
  * cancel, so it ends as a retryable backend_error the gateway re-queues. */
 typedef enum { CN_CANCEL_USER = 1, CN_CANCEL_SUPERSEDED = 2, CN_CANCEL_SHUTDOWN = 3 } cn_cancel_why;
 
+/* Where a running run is: its inputs arrive, its kernel runs, its outputs
+ * leave. Served in the run object, so that operators (and tests that stop
+ * a node at a chosen moment) can see it. */
+enum { CN_PHASE_INPUTS = 0, CN_PHASE_COMPUTE = 1, CN_PHASE_OUTPUTS = 2 };
+static const char *const cn__phase_names[] = {"inputs", "compute", "outputs"};
+
 static const char *const cn__state_names[] = {"queued", "running", "succeeded", "failed",
                                               "cancelled"};
 
@@ -59,6 +65,8 @@ typedef struct cn_run {
                                   output_blobs only dtype and shape are left */
     char out_blobs[KL_MAX_IO][CN_BLOB_ID_SIZE]; /* pushed outputs' ids, or "" */
     kl_info info;              /* what the kernel said of the run; read once terminal */
+    int phase;                 /* CN_PHASE_*, while running; written by the worker */
+    int64_t phase_ms[3];       /* inputs, compute, outputs: how long each took */
     int refs;                  /* callers using it without the lock */
     struct cn_run *hnext;      /* hash chain */
     struct cn_run *prev, *next;/* every run, oldest first */
@@ -318,6 +326,14 @@ static json_t *cn__run_json(const cn_run *r)
                           "started_at", cn__time_json(r->started_wall),
                           "finished_at", cn__time_json(r->finished_wall),
                           "elapsed_ms", (json_int_t)elapsed, "error", err);
+    if (j && r->state == CN_RUNNING)
+        json_object_set_new(
+            j, "phase", json_string(cn__phase_names[__atomic_load_n(&r->phase, __ATOMIC_ACQUIRE)]));
+    if (j && cn__terminal(r) && r->started_mono)
+        json_object_set_new(j, "phases_ms",
+                            json_pack("{s:I, s:I, s:I}", "inputs", (json_int_t)r->phase_ms[0],
+                                      "compute", (json_int_t)r->phase_ms[1], "outputs",
+                                      (json_int_t)r->phase_ms[2]));
     if (j && r->cancel_requested && !cn__terminal(r))
         json_object_set_new(j, "cancel_requested", json_true());
     if (j && r->released)
@@ -421,19 +437,29 @@ static void *cn__worker(void *arg)
         int ran_cuda = r->use_cuda;
         memset(&err, 0, sizeof err);
         size_t ref_bytes = cn__blob_input_bytes(r);
-        int64_t t0 = svc_now_mono_ms();
+        int64_t t0 = svc_now_mono_ms(), t1, t2, t3;
         int rc = cn_blobio_fetch_inputs(m->blobio, m->cache, &r->req.ka, &r->cancel, &err);
+        t1 = svc_now_mono_ms();
         if (rc == 0 && ref_bytes > 0)
-            svc_info("inputs fetched run=%s bytes=%zu ms=%lld", r->id, ref_bytes,
-                     (long long)(svc_now_mono_ms() - t0));
+            svc_info("inputs ready run=%s bytes=%zu ms=%lld", r->id, ref_bytes,
+                     (long long)(t1 - t0));
+        __atomic_store_n(&r->phase, CN_PHASE_COMPUTE, __ATOMIC_RELEASE);
         if (rc == 0)
             rc = cn__execute(m, r, &ran_cuda, &err);
+        t2 = svc_now_mono_ms();
+        __atomic_store_n(&r->phase, CN_PHASE_OUTPUTS, __ATOMIC_RELEASE);
         if (rc == 0 && r->req.output_blobs)
             rc = cn_blobio_push_outputs(m->blobio, r->kernel, r->outs, r->out_blobs,
                                         r->req.output_blob_min, &r->cancel, &err);
+        t3 = svc_now_mono_ms();
+        if (rc == 0 && r->req.output_blobs)
+            svc_info("outputs stored run=%s ms=%lld", r->id, (long long)(t3 - t2));
 
         pthread_mutex_lock(&m->mu);
         r->use_cuda = ran_cuda;
+        r->phase_ms[0] = t1 - t0;
+        r->phase_ms[1] = t2 - t1;
+        r->phase_ms[2] = t3 - t2;
         cn__finish(m, r, rc, &err);
         r->refs--;
     }

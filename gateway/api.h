@@ -75,6 +75,10 @@ int gw_api_blobs_delete(svc_req *req);
  * /v1/cluster/blobs/{id} serves a run's input to its node. */
 int gw_api_cluster_blobs_upload(svc_req *req);
 int gw_api_cluster_blobs_get(svc_req *req);
+/* PUT /v1/cluster/blobs/{id} {"size": n}: a node that shares the blob
+ * directory wrote the blob itself; recorded once its file is there with
+ * that size. */
+int gw_api_cluster_blobs_adopt(svc_req *req);
 /* api_runs.c: POST /v1/cluster/nodes/{id}/lease ({"max", "wait_ms"}) holds
  * the node's poll until runs or cancels are there for it; POST
  * /v1/cluster/nodes/{id}/results ({"free", "results": [...]}) records the

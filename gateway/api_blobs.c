@@ -114,6 +114,40 @@ int gw_api_cluster_blobs_upload(svc_req *req)
     return svc_reply_json(req, 201, json_pack("{s:s, s:I}", "id", id, "size", (json_int_t)size));
 }
 
+int gw_api_cluster_blobs_adopt(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    const char *id = blob_id_param(req);
+    json_t *jsize = json_object_get(svc_req_json(req), "size");
+    uint64_t size;
+    if (!id)
+        return 0;
+    if (!json_is_integer(jsize) || json_integer_value(jsize) < 0)
+        return svc_reply_error(req, 400, "invalid_argument", "size", NULL,
+                               "the body is {\"size\": bytes of the blob}");
+    /* A file under a real name is complete and holds the bytes its name
+     * says (written to a temporary name, hashed, fsynced, linked): what is
+     * left to check is that this gateway sees it, with the size the node
+     * wrote. The bytes are not hashed again. */
+    int rc = gw_bstore_stat(app->blobs, id, &size);
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL,
+                               "the blob store has no file for %s: does the node share this "
+                               "gateway's blob directory?", id);
+    if (rc != 0)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot stat the blob: %s",
+                               strerror(-rc));
+    if (size != (uint64_t)json_integer_value(jsize))
+        return svc_reply_error(req, 422, "invalid_argument", "size", NULL,
+                               "the blob store's %s has %" PRIu64 " bytes, not %" PRIu64, id, size,
+                               (uint64_t)json_integer_value(jsize));
+    /* recorded like a pushed output: no tenant yet (api_cluster_blobs_upload) */
+    rc = gw_store_blob_record(app->store, 0, id, size, 0, &(int){0});
+    if (rc != 0)
+        return reply_store_failure(req, rc);
+    return svc_reply_json(req, 201, json_pack("{s:s, s:I}", "id", id, "size", (json_int_t)size));
+}
+
 int gw_api_cluster_blobs_get(svc_req *req)
 {
     gw_app *app = svc_req_app(req);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "blobstore.h"
 #include "kl.h"
 #include "lease.h"
 #include "outcome.h"
@@ -185,7 +186,12 @@ int gw_api_node_register(svc_req *req)
     svc_info("node registered: %s at %s backend=%s slots=%d%s%s", name, url, backend,
              (int)json_integer_value(slots), reason && *reason ? " reason=" : "", reason ? reason : "");
     gw_sched_nodes_changed(app->sched);
-    return svc_reply_json(req, 200, json_pack("{s:s, s:i}", "id", id, "heartbeat_s", app->cfg.heartbeat_s));
+    /* A node on a host that sees the blob directory under this path, with
+     * this identity, maps inputs from it and writes outputs to it. */
+    return svc_reply_json(req, 200, json_pack("{s:s, s:i, s:{s:s, s:s}}", "id", id, "heartbeat_s",
+                                              app->cfg.heartbeat_s, "blob_store", "dir",
+                                              gw_bstore_dir(app->blobs), "id",
+                                              gw_bstore_id(app->blobs)));
 }
 
 /* Runs leased to node id a while ago that its heartbeat does not list
@@ -328,6 +334,8 @@ svc_route gw_routes[] = {
      .access = C, .reserved = 1, .body = gw_api_blobs_body, .body_type = "application/octet-stream"},
     {.method = "GET", .pattern = "/v1/cluster/blobs/{id}", .handler = gw_api_cluster_blobs_get,
      .access = C, .reserved = 1},
+    {.method = "PUT", .pattern = "/v1/cluster/blobs/{id}", .handler = gw_api_cluster_blobs_adopt,
+     .json_body = 1, .access = C, .reserved = 1},
     {.method = "POST", .pattern = "/v1/cluster/nodes/{id}/lease", .handler = gw_api_node_lease,
      .json_body = 1, .access = C, .reserved = 1},
     {.method = "POST", .pattern = "/v1/cluster/nodes/{id}/results", .handler = gw_api_node_results,

@@ -1,233 +1,87 @@
-/* blobstore.c — the directory backend of the blob store (blobstore.h). */
+/* blobstore.c — the gateway's blob store (blobstore.h): for now the
+ * directory backend of service/svc_bstore.c, which it creates at start. A
+ * writer is the backend's writer under the gateway's name. */
 #include "blobstore.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
+#include <linux/limits.h> /* PATH_MAX; <limits.h> would find gateway/limits.h */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "svc_log.h"
-#include "svc_sha256.h"
-#include "svc_util.h"
-
-/* Written bytes are handed to the disk every WRITEBACK bytes as they
- * arrive (sync_file_range, asynchronous), so that the fsync at commit has
- * little left to wait for: the disk works while the network delivers. */
-#define WRITEBACK ((uint64_t)8 << 20)
-
-/* Temporary files older than this are a crashed writer's. */
-#define STALE_TMP_S (24 * 3600)
-
-/* Room after the directory for "/sha256/ab/" + 64 hex digits. */
-#define DIR_MAX (PATH_MAX - 128)
 
 struct gw_bstore {
-    char dir[DIR_MAX];
+    svc_bstore *dir;
+    char path[PATH_MAX];   /* absolute */
 };
 
 struct gw_bwriter {
-    gw_bstore *store;
-    int fd;
-    uint64_t size;
-    svc_sha256 *hash;
-    uint64_t flushed;          /* bytes already handed to writeback */
-    char id[GW_BLOB_ID_LEN];   /* set by commit */
-    char tmp[PATH_MAX];
+    svc_bwriter *w;
 };
-
-
-/* mkdir that tolerates an existing directory; 0 or -errno. */
-static int ensure_dir(const char *path)
-{
-    if (mkdir(path, 0750) == 0 || errno == EEXIST)
-        return 0;
-    return -errno;
-}
-
-/* Flushes a directory's entries (a rename is durable only after this). */
-static int fsync_dir(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) == 0 ? 0 : -errno;
-    close(fd);
-    return rc;
-}
-
-static void remove_stale_tmp(const char *tmpdir)
-{
-    DIR *d = opendir(tmpdir);
-    if (d == NULL)
-        return;
-    time_t now = time(NULL);
-    int removed = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        char path[PATH_MAX];
-        struct stat st;
-        if (e->d_name[0] == '.' ||
-            snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name) >= (int)sizeof path ||
-            stat(path, &st) != 0 || now - st.st_mtime < STALE_TMP_S)
-            continue;
-        removed += unlink(path) == 0;
-    }
-    closedir(d);
-    if (removed > 0)
-        svc_info("blobs: removed %d temporary files left by crashed uploads", removed);
-}
 
 gw_bstore *gw_bstore_open(const char *dir, char *err, size_t errlen)
 {
     gw_bstore *s = calloc(1, sizeof *s);
-    char sub[PATH_MAX];
-    int rc;
-    if (s == NULL) {
-        snprintf(err, errlen, "out of memory");
+    if (s == NULL || (s->dir = svc_bstore_open(dir, SVC_BSTORE_CREATE, err, errlen)) == NULL) {
+        if (s == NULL)
+            snprintf(err, errlen, "out of memory");
+        free(s);
         return NULL;
     }
-    if (snprintf(s->dir, sizeof s->dir, "%s", dir) >= (int)sizeof s->dir) {
-        snprintf(err, errlen, "blob directory path too long");
-        goto fail;
-    }
-    /* mkdir -p: every missing parent of the directory too */
-    for (char *p = s->dir + 1; (p = strchr(p, '/')) != NULL; p++) {
-        *p = '\0';
-        rc = ensure_dir(s->dir);
-        *p = '/';
-        if (rc != 0 && rc != -EACCES) /* a parent we may not create may well exist */
-            break;
-    }
-    if ((rc = ensure_dir(s->dir)) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", s->dir, strerror(-rc));
-        goto fail;
-    }
-    static const char *const subdirs[] = {"tmp", "sha256"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(sub, sizeof sub, "%s/%s", s->dir, subdirs[i]);
-        if ((rc = ensure_dir(sub)) != 0) {
-            snprintf(err, errlen, "cannot create %s: %s", sub, strerror(-rc));
-            goto fail;
-        }
-    }
-    snprintf(sub, sizeof sub, "%s/tmp", s->dir);
-    remove_stale_tmp(sub);
+    if (realpath(dir, s->path) == NULL)
+        snprintf(s->path, sizeof s->path, "%s", dir);
     return s;
-fail:
-    free(s);
-    return NULL;
+}
+
+const char *gw_bstore_dir(const gw_bstore *s)
+{
+    return s->path;
+}
+
+const char *gw_bstore_id(const gw_bstore *s)
+{
+    return svc_bstore_id(s->dir);
 }
 
 void gw_bstore_close(gw_bstore *s)
 {
+    if (s == NULL)
+        return;
+    svc_bstore_close(s->dir);
     free(s);
-}
-
-/* <dir>/sha256/<first 2 hex>/<64 hex> of a valid id. */
-static void blob_path(const gw_bstore *s, const char *id, char *out, size_t len)
-{
-    snprintf(out, len, "%s/sha256/%.2s/%s", s->dir, id + 7, id + 7);
 }
 
 gw_bwriter *gw_bstore_write_begin(gw_bstore *s)
 {
-    gw_bwriter *w = calloc(1, sizeof *w);
-    char rnd[33];
+    gw_bwriter *w = malloc(sizeof *w);
     if (w == NULL)
         return NULL;
-    w->store = s;
-    w->fd = -1;
-    if (svc_random_hex(rnd, 16) != 0 || (w->hash = svc_sha256_new()) == NULL)
-        goto fail;
-    snprintf(w->tmp, sizeof w->tmp, "%s/tmp/%s", s->dir, rnd);
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
-    if (w->fd < 0)
-        goto fail;
+    if ((w->w = svc_bstore_write_begin(s->dir)) == NULL) {
+        int e = errno;
+        free(w);
+        errno = e;
+        return NULL;
+    }
     return w;
-fail:;
-    int e = errno ? errno : ENOMEM;
-    svc_sha256_free(w->hash);
-    free(w);
-    errno = e;
-    return NULL;
 }
 
 int gw_bwriter_append(gw_bwriter *w, const void *data, size_t n)
 {
-    const char *p = data;
-    if (svc_sha256_update(w->hash, data, n) != 0)
-        return -EIO;
-    while (n > 0) {
-        ssize_t k = write(w->fd, p, n);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += k;
-        n -= (size_t)k;
-        w->size += (uint64_t)k;
-    }
-    if (w->size - w->flushed >= WRITEBACK) {
-        /* advice: a failure here only leaves more for the fsync */
-        sync_file_range(w->fd, (off_t)w->flushed, (off_t)(w->size - w->flushed),
-                        SYNC_FILE_RANGE_WRITE);
-        w->flushed = w->size;
-    }
-    return 0;
-}
-
-/* Links the written file under its content address (an existing one holds
- * the same bytes and stays) and makes the entry durable; 0 or -errno. */
-static int publish(gw_bwriter *w)
-{
-    char dir[PATH_MAX], path[PATH_MAX];
-    int rc;
-    blob_path(w->store, w->id, path, sizeof path);
-    snprintf(dir, sizeof dir, "%s/sha256/%.2s", w->store->dir, w->id + 7);
-    if ((rc = ensure_dir(dir)) != 0)
-        return rc;
-    if (link(w->tmp, path) != 0 && errno != EEXIST)
-        return -errno;
-    return fsync_dir(dir);
+    return svc_bwriter_append(w->w, data, n);
 }
 
 uint64_t gw_bwriter_size(const gw_bwriter *w)
 {
-    return w->size;
+    return svc_bwriter_size(w->w);
 }
 
 int gw_bwriter_commit(gw_bwriter *w, char id[GW_BLOB_ID_LEN], uint64_t *size)
 {
-    char hex[65];
-    svc_sha256 *h = w->hash;
-    w->hash = NULL;
-    if (svc_sha256_final_hex(h, hex) != 0)
-        return -EIO;
-    snprintf(w->id, sizeof w->id, "sha256:%s", hex);
-    memcpy(id, w->id, GW_BLOB_ID_LEN);
-    *size = w->size;
-    if (fsync(w->fd) != 0)
-        return -errno;
-    return publish(w);
+    return svc_bwriter_commit(w->w, id, size);
 }
 
 int gw_bwriter_close(gw_bwriter *w)
 {
-    struct stat st;
-    char path[PATH_MAX];
-    int rc = 0;
-    blob_path(w->store, w->id, path, sizeof path);
-    /* A retention pass that removed an older copy of the same blob ends
-     * before the caller's record of it commits; the bytes are put back. */
-    if (stat(path, &st) != 0)
-        rc = publish(w);
-    gw_bwriter_abort(w);
+    int rc = svc_bwriter_close(w->w);
+    free(w);
     return rc;
 }
 
@@ -235,38 +89,21 @@ void gw_bwriter_abort(gw_bwriter *w)
 {
     if (w == NULL)
         return;
-    if (w->fd >= 0)
-        close(w->fd);
-    unlink(w->tmp);
-    svc_sha256_free(w->hash);
+    svc_bwriter_abort(w->w);
     free(w);
 }
 
 int gw_bstore_open_read(gw_bstore *s, const char *id, int *fd, uint64_t *size)
 {
-    char path[PATH_MAX];
-    struct stat st;
-    if (!svc_blob_id_valid(id))
-        return -ENOENT;
-    blob_path(s, id, path, sizeof path);
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0)
-        return -errno;
-    if (fstat(*fd, &st) != 0) {
-        int e = -errno;
-        close(*fd);
-        *fd = -1;
-        return e;
-    }
-    *size = (uint64_t)st.st_size;
-    return 0;
+    return svc_bstore_open_read(s->dir, id, fd, size);
+}
+
+int gw_bstore_stat(gw_bstore *s, const char *id, uint64_t *size)
+{
+    return svc_bstore_stat(s->dir, id, size);
 }
 
 int gw_bstore_remove(gw_bstore *s, const char *id)
 {
-    char path[PATH_MAX];
-    if (!svc_blob_id_valid(id))
-        return -ENOENT;
-    blob_path(s, id, path, sizeof path);
-    return unlink(path) == 0 ? 0 : -errno;
+    return svc_bstore_remove(s->dir, id);
 }

@@ -1,19 +1,20 @@
-/* blobstore.h — where blob bytes live, behind one small interface so that
- * another backend (S3) can replace the directory without touching the API.
- * The directory backend: one file per blob under <dir>/sha256/<2 hex>/<64
- * hex>, written under <dir>/tmp, fsynced and linked into place, so a crash
- * never leaves a half blob under a real name. Several gateways may share
- * the directory (NFS, Lustre): names are content addresses, and a rename
- * onto an existing blob only replaces identical bytes. PostgreSQL records
- * which blobs exist and who may read them; the store knows only bytes. */
+/* blobstore.h — where the gateway's blob bytes live, behind one small
+ * interface so that another backend (S3) can replace the directory without
+ * touching the API. Today every call goes to the directory backend,
+ * service/svc_bstore.h (one file per blob, written to a temporary name,
+ * fsynced and linked into place), which compute nodes that share the
+ * directory use too. PostgreSQL records which blobs exist and who may read
+ * them; the store knows only bytes. */
 #ifndef GW_BLOBSTORE_H
 #define GW_BLOBSTORE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "svc_bstore.h"
+
 /* "sha256:" + 64 lowercase hex digits + NUL */
-#define GW_BLOB_ID_LEN 72
+#define GW_BLOB_ID_LEN SVC_BLOB_ID_LEN
 
 typedef struct gw_bstore gw_bstore;
 typedef struct gw_bwriter gw_bwriter;
@@ -22,6 +23,10 @@ typedef struct gw_bwriter gw_bwriter;
  * than a day that crashed writers left. NULL with err filled on failure. */
 gw_bstore *gw_bstore_open(const char *dir, char *err, size_t errlen);
 void gw_bstore_close(gw_bstore *s);
+/* Where nodes on hosts that share it find the store: the directory's
+ * absolute path and the store's identity (svc_bstore_id); borrowed. */
+const char *gw_bstore_dir(const gw_bstore *s);
+const char *gw_bstore_id(const gw_bstore *s);
 
 /* A writer of a new blob; NULL with errno set on failure. */
 gw_bwriter *gw_bstore_write_begin(gw_bstore *s);
@@ -48,6 +53,8 @@ void gw_bwriter_abort(gw_bwriter *w);
 /* Opens a blob for reading: *fd (the caller closes it) and its size. 0,
  * -ENOENT, or -errno. */
 int gw_bstore_open_read(gw_bstore *s, const char *id, int *fd, uint64_t *size);
+/* The size of a blob's bytes without reading them: 0, -ENOENT or -errno. */
+int gw_bstore_stat(gw_bstore *s, const char *id, uint64_t *size);
 /* Removes a blob's bytes; 0 or -errno (-ENOENT when it was not there). */
 int gw_bstore_remove(gw_bstore *s, const char *id);
 

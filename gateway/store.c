@@ -75,12 +75,18 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "           RETURNING id, attempts, node_name, tenant_id),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
-    /* the outputs' blobs (pushed by the node, owned by nobody so far) now
-     * belong to the job and to its tenant, who may download them */
-    " ob AS (SELECT DISTINCT m->>'blob' AS id FROM jsonb_array_elements($4::jsonb) m, j"
-    "        WHERE m ? 'blob'),"
+    /* the outputs' blobs (pushed or adopted by the node, owned by nobody so
+     * far) now belong to the job and to its tenant, who may download them.
+     * An output naming a blob that is not recorded with the size its shape
+     * needs gets a NULL reference, which the NOT NULL of job_blob_refs
+     * refuses: the statement fails, the job fails bad_result, nothing
+     * commits. */
+    " ob AS (SELECT DISTINCT m->>'blob' AS id, (m->>'nbytes')::bigint AS nbytes"
+    "        FROM jsonb_array_elements($4::jsonb) m, j WHERE m ? 'blob'),"
     " ot AS (UPDATE blobs SET last_used_at = now() WHERE id IN (SELECT id FROM ob)),"
-    " oj AS (INSERT INTO job_blob_refs (job_id, blob_id) SELECT j.id, ob.id FROM j, ob"
+    " oj AS (INSERT INTO job_blob_refs (job_id, blob_id)"
+    "        SELECT j.id, CASE WHEN b.size = ob.nbytes THEN ob.id END"
+    "        FROM j, ob LEFT JOIN blobs b ON b.id = ob.id"
     "        ON CONFLICT DO NOTHING),"
     " tr AS (INSERT INTO blob_refs (tenant_id, blob_id) SELECT j.tenant_id, ob.id FROM j, ob"
     "        ON CONFLICT DO NOTHING),"

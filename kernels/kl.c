@@ -324,8 +324,31 @@ size_t kl_tensor_bytes(const kl_tensor *t)
     return (size_t)kl_tensor_elems(t) * kl_dtype_size(t->dtype);
 }
 
+static void *(*kl__host_alloc)(size_t bytes);
+static void (*kl__host_release)(void *p);
+
+void kl_host_allocator_set(void *(*alloc)(size_t bytes), void (*release)(void *p))
+{
+    kl__host_alloc = alloc && release ? alloc : NULL;
+    kl__host_release = alloc && release ? release : NULL;
+}
+
+void *kl_host_alloc(size_t bytes)
+{
+    return kl__host_alloc ? kl__host_alloc(bytes ? bytes : 1) : malloc(bytes ? bytes : 1);
+}
+
+void kl_host_free(void *p)
+{
+    if (kl__host_release)
+        kl__host_release(p);
+    else
+        free(p);
+}
+
 /* Data comes zeroed from calloc, which maps large buffers lazily instead of
- * writing them twice; kl_tensor_free (plain free) releases it. */
+ * writing them twice (or from the host allocator a GPU node sets, zeroed
+ * here); kl_tensor_free releases it. */
 int kl_tensor_alloc(kl_tensor *t, kl_dtype dtype, int ndim, const int64_t *shape)
 {
     memset(t, 0, sizeof *t);
@@ -341,10 +364,15 @@ int kl_tensor_alloc(kl_tensor *t, kl_dtype dtype, int ndim, const int64_t *shape
     if (elems_within(t, KL_MAX_ELEMS) < 0)
         return KL_EINVAL;
     size_t bytes = kl_tensor_bytes(t);
-    t->data = calloc(bytes ? bytes : 1, 1);
+    if (kl__host_alloc) {
+        if ((t->data = kl__host_alloc(bytes ? bytes : 1)) != NULL)
+            memset(t->data, 0, bytes);
+    } else {
+        t->data = calloc(bytes ? bytes : 1, 1);
+    }
     if (!t->data)
         return KL_ENOMEM;
-    if (bytes >= HUGE_MIN) {
+    if (!kl__host_alloc && bytes >= HUGE_MIN) {
         /* Large buffers come from mmap: ask for transparent huge pages so
          * that filling one takes 512 times fewer page faults. Advice only;
          * a kernel that ignores it costs nothing. */
@@ -360,7 +388,7 @@ void kl_tensor_free(kl_tensor *t)
 {
     if (!t)
         return;
-    free(t->data);
+    kl_host_free(t->data);
     memset(t, 0, sizeof *t);
 }
 

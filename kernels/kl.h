@@ -163,6 +163,17 @@ int kl_tensor_alloc(kl_tensor *t, kl_dtype dtype, int ndim, const int64_t *shape
 /* Frees data and clears the struct; NULL is a no-op. */
 void kl_tensor_free(kl_tensor *t);
 
+/* Where host buffers of tensors come from: calloc/free unless set. A GPU
+ * node sets the CUDA plugin's page-locked allocator once at start, before
+ * any run, so that tensors copy to and from the device at full speed; alloc
+ * need not zero (kl_tensor_alloc does), release must take NULL. Both NULL
+ * restores the default. Not thread-safe against running kernels. */
+void kl_host_allocator_set(void *(*alloc)(size_t bytes), void (*release)(void *p));
+/* A buffer of bytes (not zeroed) from that allocator, for data a tensor
+ * will own; NULL on ENOMEM. kl_host_free (or kl_tensor_free) releases it. */
+void *kl_host_alloc(size_t bytes);
+void kl_host_free(void *p);
+
 void kl_err_set(kl_err *err, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define KL_PLUGIN_ABI 1
+#define KL_PLUGIN_ABI 2
 #define KL_PLUGIN_SYMBOL "kl_cuda_plugin_open"
 
 typedef struct kl_gpu_info {
@@ -31,6 +31,21 @@ typedef struct kl_plugin {
      * starting at `first_gpu`. Same contract as kl_kernel.run_cpu. */
     int (*run)(const kl_args *args, int first_gpu, int gpus, kl_tensor *outs, kl_err *err);
     void (*close)(void);
+    /* Page-locked host memory (cudaHostAlloc), which copies to and from the
+     * device run from at full speed and asynchronously: the node takes the
+     * buffers it fetches inputs into, and kernels their outputs, from here
+     * (kl_host_allocator_set). Small buffers, or any the driver cannot pin,
+     * come from malloc; host_free tells them apart and takes NULL. Not
+     * zeroed. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    /* Pins memory the node has mapped (a blob file of the shared blob
+     * directory, MAP_PRIVATE) for the device to read (cudaHostRegister,
+     * read-only); 0 or a negative code, after which the memory is as
+     * usable as before, only pageable. host_unregister undoes it before
+     * the mapping goes. */
+    int (*host_register)(void *p, size_t bytes);
+    void (*host_unregister)(void *p);
 } kl_plugin;
 
 /* Exported by the plugin. Returns 0 and fills *p when at least one device

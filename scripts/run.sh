@@ -142,8 +142,10 @@ for n in "${NODES[@]}"; do
     kl_port_open 127.0.0.1 "${addr#*:}" && fail "port ${addr#*:} (for $name) is taken by another process"
     kl_log_rotate "$STATE/log/$name.log"
     kl_info "$name: starting on $addr"
+    # one host: the nodes share the gateway's blob directory (inputs mapped,
+    # outputs written there, not sent over HTTP)
     nohup "$COMPUTE" --gateway "$GW_URL" --listen "$addr" --slots 2 --backend auto --name "$name" \
-        >>"$STATE/log/$name.log" 2>&1 </dev/null &
+        --blob-dir "$STATE/blobs" >>"$STATE/log/$name.log" 2>&1 </dev/null &
     echo $! >"$STATE/pids/$name.pid"
 done
 

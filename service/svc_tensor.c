@@ -74,7 +74,10 @@ void svc_tensor_free(svc_tensor *t)
 {
     if (t == NULL)
         return;
-    free(t->data);
+    if (t->release != NULL)
+        t->release(t->data, t->nbytes);
+    else
+        free(t->data);
     memset(t, 0, sizeof *t);
 }
 

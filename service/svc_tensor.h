@@ -23,6 +23,9 @@ typedef struct svc_tensor {
     void *data;      /* malloc'd, owned by the struct; NULL when elems == 0
                         or when the tensor is a blob reference */
     size_t nbytes;
+    /* how data goes when the tensor is freed: NULL for free(); a compute
+     * node sets it for buffers it mapped or took from the GPU's allocator */
+    void (*release)(void *data, size_t nbytes);
     char blob[72];   /* "sha256:…" of a {"blob"} tensor (data NULL), else "" */
 } svc_tensor;
 

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <type_traits>
@@ -129,6 +130,52 @@ static int plugin_run(const kl_args *args, int first_gpu, int gpus, kl_tensor *o
     return rc;
 }
 
+/* Below this, pinning costs more than the faster copy gains. */
+#define PIN_MIN ((size_t)1 << 20)
+
+static void *plugin_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (bytes >= PIN_MIN && cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess)
+        return p;
+    (void)cudaGetLastError(); /* a refused pin is no error of the next run's */
+    return malloc(bytes ? bytes : 1);
+}
+
+static void plugin_host_free(void *p)
+{
+    cudaPointerAttributes a;
+    if (!p)
+        return;
+    if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost &&
+        a.hostPointer == p) {
+        cudaFreeHost(p);
+        return;
+    }
+    (void)cudaGetLastError();
+    free(p);
+}
+
+static int plugin_host_register(void *p, size_t bytes)
+{
+    if (!p || bytes < PIN_MIN)
+        return KL_EINVAL;
+    /* Read-only: the mapping is private and writable, and a pin for writing
+     * would copy every page of the file first. */
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return KL_EBACKEND;
+    }
+    return 0;
+}
+
+static void plugin_host_unregister(void *p)
+{
+    if (p && cudaHostUnregister(p) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 static void plugin_close(void)
 {
     /* Nothing is cached between runs; a device reset here would break any
@@ -181,6 +228,13 @@ extern "C" __attribute__((visibility("default"))) int kl_cuda_plugin_open(kl_plu
     p->supports = plugin_supports;
     p->run = plugin_run;
     p->close = plugin_close;
+    p->host_alloc = plugin_host_alloc;
+    p->host_free = plugin_host_free;
+    p->host_register = plugin_host_register;
+    p->host_unregister = plugin_host_unregister;
+    /* This library's own copy of the kernel library allocates outputs with
+     * the same allocator as the node's (which sets its copy from the table) */
+    kl_host_allocator_set(plugin_host_alloc, plugin_host_free);
     return 0;
 }
 

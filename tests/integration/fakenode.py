@@ -16,8 +16,9 @@ import requests
 
 class FakeNode:
     def __init__(self, gateway, cluster_token, name, backend="cuda", kernels=("sleep",),
-                 accept_delay_s=0.0, run_s=3.0):
+                 accept_delay_s=0.0, run_s=3.0, outputs=None):
         self.gateway, self.token, self.name = gateway, cluster_token, name
+        self.outputs = outputs or {}   # what a succeeded run reports
         self.backend, self.kernels = backend, list(kernels)
         self.accept_delay_s, self.run_s = accept_delay_s, run_s
         self.mu = threading.Lock()
@@ -98,7 +99,7 @@ class FakeNode:
                     rep = {"run_id": rid, "job_id": run["job_id"], "attempt": run["attempt"],
                            "state": run["state"]}
                     if run["state"] == "succeeded":
-                        rep.update(backend=self.backend, outputs={}, info={})
+                        rep.update(backend=self.backend, outputs=self.outputs, info={})
                     else:
                         rep["error"] = {"code": "cancelled", "message": "cancelled"}
                     done.append(rep)

@@ -474,7 +474,7 @@ class Stack:
             "KOWLOON_AUTH_FAIL_BURST": "0",
             # every gateway of the stack shares one blob store, as gateways
             # on several hosts share one on a shared filesystem
-            "KOWLOON_BLOB_DIR": os.path.join(self.root, "blobs"),
+            "KOWLOON_BLOB_DIR": self.blob_dir,
         })
         env.update({k: str(v) for k, v in extra.items()})
         return env
@@ -531,15 +531,25 @@ class Stack:
         return Client(base or self.base, key, self.tracker)
 
     # -- nodes
-    def start_node(self, name, port=None, backend="auto", extra_args=(), proc_name=None):
-        """Starts (or restarts) a compute node; does not wait for it to register."""
+    @property
+    def blob_dir(self):
+        """The gateway's blob store, which the nodes share (one host)."""
+        return os.path.join(self.root, "blobs")
+
+    def start_node(self, name, port=None, backend="auto", extra_args=(), proc_name=None,
+                   shared_blobs=True):
+        """Starts (or restarts) a compute node; does not wait for it to register.
+        With shared_blobs it gets the gateway's blob directory (it maps inputs
+        from it and writes outputs to it); without, it moves every byte over
+        HTTP (--blob-dir none)."""
         if port is None:
             port = self.node_ports[name]
         env = _clean_env()
         env.update({"KOWLOON_CLUSTER_TOKEN": self.cluster_token, "KOWLOON_LOG_LEVEL": "debug"})
         argv = [COMPUTE_BIN, "--slots", "1", "--backend", backend, "--name", name,
                 "--listen", f"127.0.0.1:{port}", "--gateway", self.base,
-                "--heartbeat-s", "1", *extra_args]
+                "--heartbeat-s", "1", "--blob-dir", self.blob_dir if shared_blobs else "none",
+                *extra_args]
         return self._proc(proc_name or name, argv, env)
 
     def node_url(self, name):

@@ -4,7 +4,9 @@ inputs and push outputs as bytes, outputs downloaded raw or as .npy, and
 what must hold when things break (a node killed mid-run, a gateway killed
 mid-upload, retention)."""
 
+import contextlib
 import glob
+import hashlib
 import io
 import os
 import socket
@@ -13,7 +15,9 @@ import time
 import numpy as np
 import pytest
 
-from stack import decode, free_port, status_kb as _kb, tensor
+import requests
+
+from stack import decode, free_port, status_kb as _kb, tensor, wait_until
 
 OCTET = {"Content-Type": "application/octet-stream"}
 ASAN = pytest.mark.skipif("ASAN_OPTIONS" in os.environ,
@@ -156,22 +160,52 @@ def test_job_inputs_and_outputs_outlive_the_tenants_delete(A, stack):
     np.testing.assert_array_equal(outputs(A, j["id"])["y"], 2 * x)
 
 
-def test_same_input_crosses_to_a_node_once(A, stack):
+def node_info(stack, name):
+    r = requests.get(stack.node_url(name) + "/v1/info", timeout=5,
+                     headers={"Authorization": "Bearer " + stack.cluster_token})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_nodes_sharing_the_blob_dir_fetch_no_input_over_http(A, stack):
+    """The stack's nodes share the gateway's blob directory: blob inputs are
+    mapped from it, never fetched, and outputs written into it. (A node
+    without it fetches each blob once and caches it: test_node_blobs.)"""
     x = rng().random(1 << 18, dtype=np.float32)  # 1 MiB
     bid = upload(A, x)
-    hdr = {"Authorization": "Bearer " + stack.cluster_token}
-    import requests
 
-    def fetched():
-        return sum(requests.get(stack.node_url(n) + "/v1/info", headers=hdr, timeout=5)
-                   .json()["input_cache"]["fetched_bytes"] for n in stack.node_names)
-    before = fetched()
+    def total(section, key):
+        return sum(node_info(stack, n)[section][key] for n in stack.node_names)
+    fetched0, mapped0 = total("input_cache", "fetched_bytes"), total("blob_io", "mapped_bytes")
+    written0, pushed0 = total("blob_io", "written_outputs"), total("blob_io", "pushed_outputs")
     for k in range(6):
         j = A.run("saxpy", {"a": float(k)}, {"x": ref(x, bid), "y": ref(x, bid)})
-        assert j["state"] == "succeeded", j
-    crossed = fetched() - before
-    # at most once per node, though 6 jobs used it twice each
-    assert crossed <= len(stack.node_names) * x.nbytes, crossed
+        np.testing.assert_array_equal(outputs(A, j["id"])["y"], np.float32(k) * x + x)
+    assert total("input_cache", "fetched_bytes") == fetched0
+    assert total("blob_io", "mapped_bytes") - mapped0 == 12 * x.nbytes
+    assert total("blob_io", "written_outputs") - written0 == 6
+    assert total("blob_io", "pushed_outputs") == pushed0
+
+
+def restart_nodes(stack, shared):
+    """Restarts the stack's nodes with (or without) the shared blob dir."""
+    for n in stack.node_names:
+        stack.procs[n].stop()
+        stack.start_node(n, shared_blobs=shared)
+    stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+@contextlib.contextmanager
+def nodes_over_http(stack):
+    """The stack's nodes without the shared blob directory for a while:
+    every byte crosses over HTTP, as between hosts that share no filesystem."""
+    restart_nodes(stack, shared=False)
+    try:
+        for n in stack.node_names:
+            assert node_info(stack, n)["blob_io"]["shared_dir"] is None
+        yield
+    finally:
+        restart_nodes(stack, shared=True)
 
 
 @ASAN
@@ -202,7 +236,6 @@ def test_gateway_killed_mid_upload_never_serves_a_half_blob(stack, A):
     port = free_port()
     gw = stack.start_gateway("gateway-upload-kill", port)
     data = os.urandom(8 << 20)
-    import hashlib
     full_id = "sha256:" + hashlib.sha256(data).hexdigest()
     half_id = "sha256:" + hashlib.sha256(data[: 3 << 20]).hexdigest()
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -212,7 +245,7 @@ def test_gateway_killed_mid_upload_never_serves_a_half_blob(stack, A):
     time.sleep(0.5)
     gw.kill9()
     s.close()
-    names = {os.path.basename(p) for p in glob.glob(os.path.join(stack.root, "blobs", "sha256", "*", "*"))}
+    names = {os.path.basename(p) for p in glob.glob(os.path.join(stack.blob_dir, "sha256", "*", "*"))}
     assert full_id[7:] not in names and half_id[7:] not in names
     for bid in (full_id, half_id):
         assert A.get("/v1/blobs/" + bid).status_code == 404
@@ -301,23 +334,73 @@ def test_bad_multipart_submits_are_refused_and_store_no_job(A, no_new_jobs, case
     assert "error" in r.json()
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(180)
 def test_node_killed_while_it_fetches_inputs_the_job_ends_right_once(A, stack):
-    # 2 x 128 MiB of inputs: the node is still fetching them when it dies
+    # 2 x 128 MiB of inputs over HTTP: the node is still fetching them when it dies
     n = 1 << 25
     x = rng().random(n, dtype=np.float32)
     y = rng().random(n, dtype=np.float32)
-    bx, by = upload(A, x), upload(A, y)
-    j = A.submit("saxpy", {"a": 3.0}, {"x": ref(x, bx), "y": ref(y, by)}, max_attempts=3)
-    j = stack.wait_run_on_node(A.wait(j["id"], 20, states=("running",)))
-    victim = j["node"]
-    stack.kill_node(victim)
-    try:
-        done = A.wait(j["id"], 120)
-        assert done["state"] == "succeeded" and done["attempts"] >= 2, done
-        out = A.get(f"/v1/jobs/{done['id']}/outputs/y")
-        np.testing.assert_array_equal(np.frombuffer(out.content, np.float32), np.float32(3.0) * x + y)
-        assert_succeeded_once(stack, j["id"])
-    finally:
-        stack.start_node(victim)
-        stack.wait_nodes_up(stack.node_names, timeout=30)
+    with nodes_over_http(stack):
+        bx, by = upload(A, x), upload(A, y)
+        j = A.submit("saxpy", {"a": 3.0}, {"x": ref(x, bx), "y": ref(y, by)}, max_attempts=3)
+        j = stack.wait_run_on_node(A.wait(j["id"], 20, states=("running",)))
+        victim = j["node"]
+        stack.kill_node(victim)
+        try:
+            done = A.wait(j["id"], 120)
+            assert done["state"] == "succeeded" and done["attempts"] >= 2, done
+            out = A.get(f"/v1/jobs/{done['id']}/outputs/y")
+            np.testing.assert_array_equal(np.frombuffer(out.content, np.float32), np.float32(3.0) * x + y)
+            assert_succeeded_once(stack, j["id"])
+        finally:
+            stack.start_node(victim, shared_blobs=False)
+            stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+def wait_phase(stack, job, phase, timeout):
+    """Waits until the job's node says its run is in phase ("inputs",
+    "compute", "outputs")."""
+    url = f"{stack.node_url(job['node'])}/v1/runs/{job['id']}.{job['attempts']}"
+    hdr = {"Authorization": "Bearer " + stack.cluster_token}
+
+    def there():
+        r = requests.get(url, headers=hdr, timeout=2)
+        return r.status_code == 200 and r.json().get("phase") == phase
+    wait_until(there, timeout, 0.005, f"run {job['id']} in phase {phase}")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("shared", [True, False], ids=["writing-to-the-shared-dir", "pushing-over-http"])
+def test_node_killed_while_it_stores_outputs_the_job_ends_right_once(A, stack, shared):
+    # a 256 MiB output: hashing, writing and fsyncing (or pushing) it takes
+    # long enough to kill the node in the middle
+    n = 1 << 26
+    x = rng().random(n, dtype=np.float32)
+    y = rng().random(n, dtype=np.float32)
+    want = np.float32(3.0) * x + y
+    t_start = time.time()
+    with contextlib.nullcontext() if shared else nodes_over_http(stack):
+        bx, by = upload(A, x), upload(A, y)
+        j = A.submit("saxpy", {"a": 3.0}, {"x": ref(x, bx), "y": ref(y, by)}, max_attempts=3)
+        j = A.wait(j["id"], 30, states=("running",))
+        wait_phase(stack, j, "outputs", 90)
+        victim = j["node"]
+        stack.kill_node(victim)
+        try:
+            done = A.wait(j["id"], 150)
+            assert done["state"] == "succeeded" and done["attempts"] >= 2, done
+            out = A.get(f"/v1/jobs/{done['id']}/outputs/y", timeout=60)
+            np.testing.assert_array_equal(np.frombuffer(out.content, np.float32), want)
+            assert_succeeded_once(stack, j["id"])
+        finally:
+            stack.start_node(victim, shared_blobs=shared)
+            stack.wait_nodes_up(stack.node_names, timeout=30)
+    # whatever the killed node left half written, no file under a real name
+    # holds other bytes than its name says
+    for path in glob.glob(os.path.join(stack.blob_dir, "sha256", "*", "*")):
+        if os.stat(path).st_mtime >= t_start - 1:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(8 << 20), b""):
+                    h.update(chunk)
+            assert h.hexdigest() == os.path.basename(path), f"{path} holds other bytes"

@@ -9,14 +9,17 @@
 
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "blobcache.h"
 #include "blobio.h"
 #include "runs.h"
+#include "svc_bstore.h"
 #include "svc_log.h"
 #include "svc_sha256.h"
 #include "svc_tensor.h"
@@ -33,6 +36,10 @@ typedef struct fake {
     int block;             /* fetch waits for the cancel flag */
     int push_failures;     /* pushes that fail before one succeeds */
     int pushes;
+    int adopts;            /* calls to adopt */
+    int refuse_adopt;      /* adopt answers CN_BLOBIO_ENOTSHARED */
+    char adopted[72];
+    uint64_t adopted_size;
 } fake;
 
 static void id_of(const void *data, size_t n, char id[72])
@@ -100,6 +107,19 @@ static int fake_push(void *cls, const void *data, size_t n, const volatile int *
     return 0;
 }
 
+static int fake_adopt(void *cls, const char *id, uint64_t size, char *msg, size_t msglen)
+{
+    fake *f = cls;
+    __atomic_add_fetch(&f->adopts, 1, __ATOMIC_SEQ_CST);
+    if (f->refuse_adopt) {
+        snprintf(msg, msglen, "no such file");
+        return CN_BLOBIO_ENOTSHARED;
+    }
+    snprintf(f->adopted, sizeof f->adopted, "%s", id);
+    f->adopted_size = size;
+    return 0;
+}
+
 /* ---- fixture ------------------------------------------------------------ */
 
 typedef struct fixture {
@@ -107,7 +127,9 @@ typedef struct fixture {
     cn_runs *runs;
     cn_blobcache *cache;
     cn_blobio io;
+    cn_blobio_stats stats;
     fake f;
+    char dir[64];          /* a blob store the node shares, when a test makes one */
 } fixture;
 
 static int setup_with(void **state, int with_io)
@@ -119,7 +141,8 @@ static int setup_with(void **state, int with_io)
     svc_log_init("test", SVC_LOG_ERROR);
     assert_int_equal(cn_backend_open(&fx.backend, "cpu", NULL), 0);
     assert_int_equal(cn_blobcache_create(1 << 20, &fx.cache), 0);
-    fx.io = (cn_blobio){.fetch = fake_fetch, .push = fake_push, .cls = &fx.f};
+    fx.io = (cn_blobio){.fetch = fake_fetch, .push = fake_push, .adopt = fake_adopt,
+                        .cls = &fx.f, .stats = &fx.stats};
     cn_runs_opts o = {.slots = 2, .threads = 1, .backend = &fx.backend,
                       .blobio = with_io ? &fx.io : NULL, .cache = fx.cache};
     assert_int_equal(cn_runs_create(&o, &fx.runs), 0);
@@ -133,6 +156,12 @@ static int teardown(void **state)
 {
     fixture *fx = *state;
     cn_runs_destroy(fx->runs);
+    cn_blobio_share_close(&fx->io);
+    if (fx->dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", fx->dir);
+        assert_int_equal(system(cmd), 0);
+    }
     cn_blobcache_destroy(fx->cache);
     cn_backend_close(&fx->backend);
     return 0;
@@ -323,6 +352,161 @@ static void test_without_a_transport_a_blob_input_is_a_backend_error(void **stat
     json_decref(run);
 }
 
+
+/* ---- the shared blob directory ------------------------------------------- */
+
+/* Makes a store (as the gateway does), shares it with the fixture's node,
+ * and writes data into it; the blob's id goes to id. */
+static void shared_put(fixture *fx, const void *data, size_t n, char id[72])
+{
+    char err[256];
+    uint64_t size;
+    if (!fx->dir[0]) {
+        snprintf(fx->dir, sizeof fx->dir, "/tmp/kl-cn-shared-XXXXXX");
+        assert_non_null(mkdtemp(fx->dir));
+        svc_bstore *gw = svc_bstore_open(fx->dir, SVC_BSTORE_CREATE, err, sizeof err);
+        assert_non_null(gw);
+        svc_bstore_close(gw);
+        assert_int_equal(cn_blobio_share_path(&fx->io, fx->dir, err, sizeof err), 0);
+    }
+    svc_bstore *s = svc_bstore_open(fx->dir, 0, err, sizeof err);
+    assert_non_null(s);
+    svc_bwriter *w = svc_bstore_write_begin(s);
+    assert_non_null(w);
+    assert_int_equal(svc_bwriter_append(w, data, n), 0);
+    assert_int_equal(svc_bwriter_commit(w, id, &size), 0);
+    assert_int_equal(svc_bwriter_close(w), 0);
+    svc_bstore_close(s);
+}
+
+static void read_blob(fixture *fx, const char *id, void *out, size_t n)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/sha256/%.2s/%s", fx->dir, id + 7, id + 7);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(read(fd, out, n + 1), (ssize_t)n);
+    close(fd);
+}
+
+static void test_shared_inputs_are_mapped_and_outputs_written_and_adopted(void **state)
+{
+    fixture *fx = *state;
+    char x[72], y[72], want_id[72];
+    const float want[4] = {12, 24, 36, 48};
+    float got[4];
+    shared_put(fx, X, sizeof X, x);
+    shared_put(fx, Y, sizeof Y, y);
+    submit_saxpy(fx, "j", x, y, 4, 1);
+    json_t *run = wait_run(fx, "j.1");
+    assert_string_equal(str(run, "state"), "succeeded");
+    assert_int_equal(fx->f.fetches, 0);   /* nothing over the transport */
+    assert_int_equal(fx->f.pushes, 0);
+    assert_int_equal(fx->stats.mapped_inputs, 2);
+    assert_int_equal(fx->stats.mapped_bytes, 32);
+    assert_int_equal(fx->stats.written_outputs, 1);
+    id_of(want, sizeof want, want_id);
+    assert_string_equal(str(json_object_get(json_object_get(run, "outputs"), "y"), "blob"), want_id);
+    assert_int_equal(fx->f.adopts, 1);
+    assert_string_equal(fx->f.adopted, want_id);
+    assert_int_equal(fx->f.adopted_size, 16);
+    read_blob(fx, want_id, got, sizeof got);
+    assert_memory_equal(got, want, sizeof want);
+    json_decref(run);
+}
+
+static void test_an_output_the_gateway_does_not_see_is_pushed_instead(void **state)
+{
+    fixture *fx = *state;
+    char x[72], y[72];
+    shared_put(fx, X, sizeof X, x);
+    shared_put(fx, Y, sizeof Y, y);
+    fx->f.refuse_adopt = 1;
+    submit_saxpy(fx, "j", x, y, 4, 1);
+    json_t *run = wait_run(fx, "j.1");
+    assert_string_equal(str(run, "state"), "succeeded");
+    assert_int_equal(fx->f.adopts, 1);
+    assert_int_equal(fx->f.pushes, 1);
+    assert_int_equal(fx->stats.written_outputs, 0);
+    assert_int_equal(fx->stats.pushed_outputs, 1);
+    json_decref(run);
+}
+
+static void test_a_blob_missing_from_the_shared_dir_is_fetched(void **state)
+{
+    fixture *fx = *state;
+    char x[72];
+    shared_put(fx, X, sizeof X, x);
+    const char *y = store(&fx->f, Y, sizeof Y);  /* only the gateway has it */
+    submit_saxpy(fx, "j", x, y, 4, 0);
+    json_t *run = wait_run(fx, "j.1");
+    assert_string_equal(str(run, "state"), "succeeded");
+    assert_int_equal(fx->f.fetches, 1);
+    assert_int_equal(fx->stats.mapped_inputs, 1);
+    json_decref(run);
+}
+
+static void test_a_kernel_writing_a_mapped_input_leaves_the_store_alone(void **state)
+{
+    fixture *fx = *state;
+    char x[72];
+    float got[4];
+    shared_put(fx, X, sizeof X, x);
+    json_t *inputs = json_pack("{s:{s:s, s:[i], s:s}}", "x", "dtype", "float32", "shape", 4,
+                               "blob", x);
+    svc_kargs ka;
+    kl_err err;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(svc_kargs_bind(kl_kernel_find("reduce"), NULL, inputs, KL_MAX_ELEMS, 1, &ka,
+                                    &err), 0);
+    assert_int_equal(cn_blobio_fetch_inputs(&fx->io, NULL, &ka, NULL, &err), 0);
+    float *p = ka.views[0].data;
+    assert_non_null(p);
+    assert_memory_equal(p, X, sizeof X);
+    p[0] = -1;  /* MAP_PRIVATE: this run's copy only */
+    svc_kargs_free(&ka);
+    read_blob(fx, x, got, sizeof got);
+    assert_memory_equal(got, X, sizeof X);
+    json_decref(inputs);
+}
+
+static void test_a_shared_blob_of_the_wrong_size_is_invalid_argument(void **state)
+{
+    fixture *fx = *state;
+    char x[72], y[72];
+    const float five[5] = {1, 2, 3, 4, 5};
+    shared_put(fx, five, sizeof five, x);
+    shared_put(fx, Y, sizeof Y, y);
+    submit_saxpy(fx, "j", x, y, 4, 1);
+    json_t *run = wait_run(fx, "j.1");
+    assert_string_equal(str(run, "state"), "failed");
+    assert_string_equal(str(error_of(run), "code"), "invalid_argument");
+    assert_string_equal(str(error_of(run), "field"), "inputs.x");
+    assert_int_equal(fx->f.fetches, 0);
+    json_decref(run);
+}
+
+static void test_the_gateways_store_is_shared_only_when_its_identity_matches(void **state)
+{
+    fixture *fx = *state;
+    char x[72];
+    shared_put(fx, X, sizeof X, x);  /* shares fx->dir by path */
+    cn_blobio_share_gateway(&fx->io, CN_SHARE_PATH, "/elsewhere", "0123456789abcdef0123456789abcdef");
+    assert_null(cn_blobio_shared_dir(&fx->io));
+    cn_blobio auto_io = {0};
+    cn_blobio_share_gateway(&auto_io, CN_SHARE_AUTO, fx->dir, "0123456789abcdef0123456789abcdef");
+    assert_null(cn_blobio_shared_dir(&auto_io));
+    svc_bstore *s = fx->io.opened[0];
+    cn_blobio_share_gateway(&auto_io, CN_SHARE_AUTO, fx->dir, svc_bstore_id(s));
+    assert_string_equal(cn_blobio_shared_dir(&auto_io), fx->dir);
+    cn_blobio_share_gateway(&auto_io, CN_SHARE_AUTO, NULL, NULL);
+    assert_null(cn_blobio_shared_dir(&auto_io));
+    cn_blobio_share_close(&auto_io);
+    cn_blobio none_io = {0};
+    cn_blobio_share_gateway(&none_io, CN_SHARE_NONE, fx->dir, svc_bstore_id(s));
+    assert_null(cn_blobio_shared_dir(&none_io));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +519,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancel_stops_the_fetch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_push_is_retried_then_fails_the_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_without_a_transport_a_blob_input_is_a_backend_error, setup_no_io, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_inputs_are_mapped_and_outputs_written_and_adopted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_an_output_the_gateway_does_not_see_is_pushed_instead, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_blob_missing_from_the_shared_dir_is_fetched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_kernel_writing_a_mapped_input_leaves_the_store_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_shared_blob_of_the_wrong_size_is_invalid_argument, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_gateways_store_is_shared_only_when_its_identity_matches, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,6 +143,74 @@ static void test_unknown_or_malformed_id_is_enoent(void **state)
     assert_int_equal(gw_bstore_open_read(s, "../../etc/passwd", &fd, &size), -ENOENT);
 }
 
+static void test_a_node_opens_the_same_store_with_the_same_identity(void **state)
+{
+    gw_bstore *s = *state;
+    char err[256], other[64] = "/tmp/kl-blobstore-other-XXXXXX";
+    uint64_t size;
+    assert_int_equal(strlen(gw_bstore_id(s)), 32);
+    assert_int_equal(gw_bstore_dir(s)[0], '/');
+    /* a node's view: no create, the identity read back */
+    svc_bstore *n = svc_bstore_open(dir, 0, err, sizeof err);
+    assert_non_null(n);
+    assert_string_equal(svc_bstore_id(n), gw_bstore_id(s));
+    /* a second gateway on the same directory keeps the identity */
+    gw_bstore *again = gw_bstore_open(dir, err, sizeof err);
+    assert_non_null(again);
+    assert_string_equal(gw_bstore_id(again), gw_bstore_id(s));
+    gw_bstore_close(again);
+    /* what a node writes, the gateway sees under its name with its size */
+    svc_bwriter *w = svc_bstore_write_begin(n);
+    char id[SVC_BLOB_ID_LEN];
+    assert_non_null(w);
+    assert_int_equal(svc_bwriter_append(w, "node output", 11), 0);
+    assert_int_equal(svc_bwriter_commit(w, id, &size), 0);
+    assert_int_equal(svc_bwriter_close(w), 0);
+    assert_int_equal(gw_bstore_stat(s, id, &size), 0);
+    assert_int_equal(size, 11);
+    svc_bstore_close(n);
+    /* a directory that is no store: a node refuses it */
+    assert_non_null(mkdtemp(other));
+    assert_null(svc_bstore_open(other, 0, err, sizeof err));
+    assert_non_null(strstr(err, "not a blob store"));
+    rmdir(other);
+}
+
+static void test_a_buffer_hashed_on_another_thread_gets_the_same_id(void **state)
+{
+    gw_bstore *s = *state;
+    char err[256], id1[SVC_BLOB_ID_LEN], id2[SVC_BLOB_ID_LEN];
+    uint64_t size;
+    size_t n = (size_t)20 << 20 | 12345;  /* past the threshold, not a multiple of a piece */
+    unsigned char *buf = malloc(n);
+    assert_non_null(buf);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (unsigned char)(i * 2654435761u >> 24);
+    svc_bstore *b = svc_bstore_open(dir, 0, err, sizeof err);
+    assert_non_null(b);
+    svc_bwriter *w = svc_bstore_write_begin(b);
+    for (size_t off = 0; off < n; off += 1000003)
+        assert_int_equal(svc_bwriter_append(w, buf + off, n - off < 1000003 ? n - off : 1000003), 0);
+    assert_int_equal(svc_bwriter_commit(w, id1, &size), 0);
+    assert_int_equal(svc_bwriter_close(w), 0);
+    w = svc_bstore_write_begin(b);
+    assert_int_equal(svc_bwriter_append_buffer(w, buf, n, NULL), 0);
+    assert_int_equal(svc_bwriter_size(w), n);
+    assert_int_equal(svc_bwriter_commit(w, id2, &size), 0);
+    assert_int_equal(size, n);
+    assert_string_equal(id1, id2);
+    assert_int_equal(svc_bwriter_close(w), 0);
+    /* stopped: refused, and an abort leaves no temporary file */
+    int stop = 1, before = entries("tmp");
+    w = svc_bstore_write_begin(b);
+    assert_int_equal(svc_bwriter_append_buffer(w, buf, n, &stop), -ECANCELED);
+    svc_bwriter_abort(w);
+    assert_int_equal(entries("tmp"), before);
+    (void)s;
+    svc_bstore_close(b);
+    free(buf);
+}
+
 static int setup(void **state)
 {
     char err[128];
@@ -173,6 +241,8 @@ int main(void)
         cmocka_unit_test(test_abort_leaves_nothing),
         cmocka_unit_test(test_close_puts_back_bytes_removed_before_the_record),
         cmocka_unit_test(test_unknown_or_malformed_id_is_enoent),
+        cmocka_unit_test(test_a_node_opens_the_same_store_with_the_same_identity),
+        cmocka_unit_test(test_a_buffer_hashed_on_another_thread_gets_the_same_id),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

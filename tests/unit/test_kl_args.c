@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kl.h"
@@ -313,6 +314,49 @@ static void tensor_alloc_gives_zeroed_data_and_free_clears(void **state)
     assert_int_equal(kl_tensor_alloc(&t, KL_F32, KL_MAX_DIMS + 1, huge), KL_EINVAL);
 }
 
+/* A counting stand-in for the CUDA plugin's page-locked allocator. */
+static int host_allocs, host_frees;
+
+static void *counting_alloc(size_t bytes)
+{
+    host_allocs++;
+    void *p = malloc(bytes);
+    if (p)
+        memset(p, 0xab, bytes);  /* dirty, as cudaHostAlloc memory may be */
+    return p;
+}
+
+static void counting_free(void *p)
+{
+    host_frees += p != NULL;
+    free(p);
+}
+
+static void tensors_take_buffers_from_the_host_allocator_a_gpu_node_sets(void **state)
+{
+    (void)state;
+    kl_tensor t;
+    const int64_t shape[1] = {1000};
+    host_allocs = host_frees = 0;
+    kl_host_allocator_set(counting_alloc, counting_free);
+    assert_int_equal(kl_tensor_alloc(&t, KL_F32, 1, shape), 0);
+    assert_int_equal(host_allocs, 1);
+    for (int i = 0; i < 1000; i++)
+        assert_true(((float *)t.data)[i] == 0.0f);  /* zeroed all the same */
+    kl_tensor_free(&t);
+    assert_int_equal(host_frees, 1);
+    void *p = kl_host_alloc(64);
+    assert_non_null(p);
+    kl_host_free(p);
+    kl_host_free(NULL);
+    assert_int_equal(host_allocs, 2);
+    assert_int_equal(host_frees, 2);
+    kl_host_allocator_set(NULL, NULL);  /* back to calloc/free */
+    assert_int_equal(kl_tensor_alloc(&t, KL_F32, 1, shape), 0);
+    kl_tensor_free(&t);
+    assert_int_equal(host_allocs, 2);
+}
+
 static void err_set_tolerates_null_field_and_null_err(void **state)
 {
     (void)state;
@@ -345,6 +389,7 @@ int main(void)
         cmocka_unit_test(check_without_kernel_is_refused),
         cmocka_unit_test(dtype_names_round_trip),
         cmocka_unit_test(tensor_alloc_gives_zeroed_data_and_free_clears),
+        cmocka_unit_test(tensors_take_buffers_from_the_host_allocator_a_gpu_node_sets),
         cmocka_unit_test(err_set_tolerates_null_field_and_null_err),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
