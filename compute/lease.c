@@ -33,6 +33,7 @@ struct cn_lease {
     pthread_mutex_t mu;
     pthread_cond_t cond;       /* wakes the threads: stop, or a refusal to report */
     int stop, draining;
+    int polls_stopped;         /* no new poll: the node is about to leave */
     json_t *refused;           /* reports of runs this node could not take (mu) */
     pthread_t poller, reporter;
     int poller_started, reporter_started;
@@ -167,13 +168,22 @@ static void cn__exchange_problem(const char *what, const svc_response *resp, cha
     }
 }
 
+/* 1 once no new poll may start. */
+static int cn__polls_stopped(cn_lease *l)
+{
+    pthread_mutex_lock(&l->mu);
+    int stop = l->stop || l->polls_stopped;
+    pthread_mutex_unlock(&l->mu);
+    return stop;
+}
+
 static void *cn__poller_main(void *arg)
 {
     cn_lease *l = arg;
     int64_t backoff = CN_BACKOFF_MIN_MS;
     char problem[320] = "";
 
-    while (!cn__stopping(l)) {
+    while (!cn__polls_stopped(l)) {
         char id[64], url[700];
         if (!cn_register_node_id(l->reg, id)) {
             if (cn__lease_sleep(l, CN_BACKOFF_MIN_MS, 0))
@@ -348,6 +358,16 @@ void cn_lease_drain(cn_lease *l)
         return;
     pthread_mutex_lock(&l->mu);
     l->draining = 1;
+    pthread_mutex_unlock(&l->mu);
+}
+
+void cn_lease_stop_polls(cn_lease *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->polls_stopped = 1;
+    pthread_cond_broadcast(&l->cond);
     pthread_mutex_unlock(&l->mu);
 }
 

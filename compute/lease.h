@@ -23,6 +23,12 @@ int cn_lease_start(const char *gateway, const cn_node *node, cn_register *reg, c
  * reporting until cn_lease_stop. */
 void cn_lease_drain(cn_lease *l);
 
+/* Starts no new poll from now on (the one open ends when the node
+ * deregisters, which answers it at once); reports go on. Call before
+ * cn_register_stop, so that no poll starts between the deregistration and
+ * cn_lease_stop. NULL is a no-op. */
+void cn_lease_stop_polls(cn_lease *l);
+
 /* Stops and joins both threads (a report in flight is finished or given up
  * after its timeout) and frees l; NULL is a no-op. */
 void cn_lease_stop(cn_lease *l);

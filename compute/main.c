@@ -310,6 +310,7 @@ int main(int argc, char **argv)
     stuck = cn__drain(runs, cn__num("drain-grace-s"));
     rc = 0;
 cleanup:
+    cn_lease_stop_polls(lease);
     cn_register_stop(reg);      /* deregisters while the API still answers; the
                                    gateway then ends the lease poll at once */
     cn_lease_stop(lease);
