@@ -17,6 +17,12 @@
  * and is placed or re-attached again, and a re-posted run is idempotent on
  * the node. Only a submit's commit is a promise to the client. The setting
  * is local to the statement's own transaction. */
+/* A job found by its id is checked for being running with this expression
+ * rather than with state = 'running': that form would let the planner walk
+ * a partial index of running jobs (which it takes for tiny whenever its
+ * statistics were gathered while few ran) instead of the primary key, and
+ * the cost of a result would grow with the number of running jobs. */
+#define RUNNING_BY_ID "(state || '') = 'running'"
 #define ASYNC_COMMIT "cfg AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
 
 /* store__conn.prepared has one bit per statement. */
@@ -71,7 +77,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
     "             info = $6::jsonb"
-    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
     "           RETURNING id, attempts, node_name, tenant_id),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
@@ -99,7 +105,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
     "             info = $6::jsonb"
-    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
     "           RETURNING id, attempts, node_name),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
@@ -110,7 +116,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"
     "             error_code = $4, error_message = $5"
-    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
     "           RETURNING id, attempts, node_name, state),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, coalesce($4, 'cancel requested') FROM j)"
@@ -125,7 +131,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "                    CASE WHEN $3::int = 1 THEN NULL"
     "                         ELSE clock_timestamp() + make_interval(secs => least($6::float8 * 2 ^ (attempts - 1),"
     "                              $7::float8) * (0.5 + random() / 2) / 1000) END AS not_before"
-    "             FROM jobs WHERE id = $1::uuid AND attempts = $2 AND state = 'running'"
+    "             FROM jobs WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
     "             FOR UPDATE),"
     " j AS (UPDATE jobs SET state = cur.next, attempts = attempts - $3::int,"
     "         not_before = CASE WHEN cur.next = 'queued' THEN cur.not_before END,"
@@ -249,7 +255,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "         error_message = NULL, leased_at = NULL, cancel_sent = false"
     "       FROM x JOIN nodes n ON n.id = x.node, cfg"
     /* = ANY: found by the primary key, not by a walk over the queued jobs */
-    "       WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id AND jobs.state = 'queued'"
+    "       WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id AND (jobs.state || '') = 'queued'"
     "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
     "       RETURNING jobs.id, jobs.attempts, jobs.node_name),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"

@@ -17,3 +17,7 @@ CREATE INDEX jobs_running_started ON jobs (started_at) WHERE state = 'running';
 UPDATE jobs SET leased_at = started_at WHERE state = 'running';
 -- the reconciler pages through queued jobs in seq order
 CREATE INDEX jobs_queued_seq ON jobs (seq) WHERE state = 'queued';
+-- tensor bytes are floats that do not compress: store them out of line
+-- without trying (pglz spent more than the rest of a small job's result)
+ALTER TABLE job_inputs ALTER COLUMN data SET STORAGE EXTERNAL;
+ALTER TABLE job_results ALTER COLUMN data SET STORAGE EXTERNAL;
