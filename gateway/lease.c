@@ -45,6 +45,9 @@ typedef struct node_room {
     uint64_t seq;
     int free;
     int64_t at;                    /* monotonic ms of the report; the oldest is replaced */
+    /* What the last look found, as long as nothing was claimed or
+     * cancelled here since: no run left beyond those it took, no cancel. */
+    int no_runs, no_cancels;
 } node_room;
 
 struct gw_leases {
@@ -56,6 +59,26 @@ struct gw_leases {
     int stop;
     pthread_t thread;
 };
+
+/* What this gateway knows of node_id's room, or NULL; with create, a new
+ * entry (taking the place of the oldest) when there is none. mu held. */
+static node_room *room_of(gw_leases *l, const char *node_id, int create)
+{
+    node_room *oldest = &l->rooms[0];
+    for (int i = 0; i < LEASE_ROOMS; i++) {
+        node_room *r = &l->rooms[i];
+        if (r->node_id[0] && strcmp(r->node_id, node_id) == 0)
+            return r;
+        if (!r->node_id[0] || (oldest->node_id[0] && r->at < oldest->at))
+            oldest = r;
+    }
+    if (!create)
+        return NULL;
+    memset(oldest, 0, sizeof(*oldest));
+    snprintf(oldest->node_id, sizeof(oldest->node_id), "%s", node_id);
+    oldest->at = svc_now_mono_ms();
+    return oldest;
+}
 
 /* The run as a node run request. New reference or NULL. */
 static json_t *run_json(const gw_dispatch *d)
@@ -72,15 +95,21 @@ static json_t *run_json(const gw_dispatch *d)
 }
 
 /* Takes node_id's work: the answer to its poll, or NULL when there is none
- * (or PostgreSQL could not be asked: the next look tries again). */
-static json_t *take(gw_leases *l, const char *node_id, int max)
+ * or PostgreSQL could not be asked (the next look tries again). *none = 1
+ * when no run is left for the node after this. */
+static json_t *take(gw_leases *l, const char *node_id, int max, int *none)
 {
     gw_dispatch *runs, *cancels;
     int nruns, ncancels;
     if (max > LEASE_MAX_RUNS)
         max = LEASE_MAX_RUNS;
-    if (gw_store_lease_take(l->app->store, node_id, max, &runs, &nruns, &cancels, &ncancels) != 0 ||
-        nruns + ncancels == 0)
+    *none = 0;
+    if (gw_store_lease_take(l->app->store, node_id, max, &runs, &nruns, &cancels, &ncancels) != 0)
+        return NULL;
+    /* Fewer runs than asked for: none is left behind. Cancels are all
+     * taken at once. */
+    *none = nruns < max;
+    if (nruns + ncancels == 0)
         return NULL;
     json_t *rl = json_array(), *cl = json_array();
     for (int i = 0; i < nruns; i++) {
@@ -149,9 +178,18 @@ static void *leases_main(void *arg)
         memcpy(node, w->node_id, sizeof node);
         int max = w->max;
         pthread_mutex_unlock(&l->mu);
-        json_t *reply = look ? take(l, node, max) : NULL;
+        int stale = 0;
+        json_t *reply = look ? take(l, node, max, &stale) : NULL;
         pthread_mutex_lock(&l->mu);
         w->busy = 0;
+        /* Nothing left for the node, and no wake came while it looked
+         * (that would have set look again): remembered, so that its next
+         * poll skips a look that would find nothing. */
+        if (look && !w->look) {
+            node_room *r = room_of(l, node, 1);
+            r->no_cancels = 1;
+            r->no_runs |= stale;
+        }
         now = svc_now_mono_ms();
         if (reply || w->end || w->deadline <= now || l->stop) {
             unlink_waiter(l, w);
@@ -218,15 +256,6 @@ void gw_leases_free(gw_leases *l)
     free(l);
 }
 
-/* The room node_id last reported, or NULL; mu held. */
-static node_room *room_of(gw_leases *l, const char *node_id)
-{
-    for (int i = 0; i < LEASE_ROOMS; i++)
-        if (l->rooms[i].node_id[0] && strcmp(l->rooms[i].node_id, node_id) == 0)
-            return &l->rooms[i];
-    return NULL;
-}
-
 int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uint64_t seq,
                    int wait_ms)
 {
@@ -255,9 +284,16 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
         for (waiter *x = l->list; x; x = x->next)
             if (strcmp(x->node_id, node_id) == 0)
                 x->end = 1;
-        node_room *r = room_of(l, node_id);
+        node_room *r = room_of(l, node_id, 0);
         if (r && r->seq > seq)
             w->max = r->free;
+        /* Nothing was there at the last look and nothing came since: no
+         * look now (a claim or cancel here wakes it; one made by another
+         * gateway is found by the periodic look). */
+        if (r && r->no_cancels && (r->no_runs || w->max == 0)) {
+            w->look = 0;
+            w->next_look = svc_now_mono_ms() + LEASE_RECHECK_MS;
+        }
         w->next = l->list;
         l->list = w;
         pthread_cond_signal(&l->cv);
@@ -292,6 +328,13 @@ static void poke(gw_leases *l, const char *node_id, int end)
 
 void gw_leases_wake(gw_leases *l, const char *node_id)
 {
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    node_room *r = room_of(l, node_id, 0);
+    if (r)
+        r->no_runs = r->no_cancels = 0;
+    pthread_mutex_unlock(&l->mu);
     poke(l, node_id, 0);
 }
 
@@ -300,15 +343,7 @@ void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint6
     if (!l)
         return;
     pthread_mutex_lock(&l->mu);
-    node_room *r = room_of(l, node_id);
-    if (!r) {
-        r = &l->rooms[0];
-        for (int i = 1; i < LEASE_ROOMS && r->node_id[0]; i++)
-            if (!l->rooms[i].node_id[0] || l->rooms[i].at < r->at)
-                r = &l->rooms[i];
-        snprintf(r->node_id, sizeof(r->node_id), "%s", node_id);
-        r->seq = 0;
-    }
+    node_room *r = room_of(l, node_id, 1);
     int hit = 0;
     if (seq >= r->seq) {
         r->seq = seq;
@@ -317,7 +352,9 @@ void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint6
         for (waiter *x = l->list; x; x = x->next)
             if (strcmp(x->node_id, node_id) == 0 && x->seq <= seq) {
                 x->max = r->free;
-                x->look = hit = 1;
+                /* more room only helps if there is something to take */
+                if (!r->no_runs)
+                    x->look = hit = 1;
             }
     }
     if (hit)
