@@ -28,6 +28,11 @@
 /* A buffer this large is hashed on a thread of its own while it is written. */
 #define BUFFER_MIN ((size_t)4 << 20)
 
+/* A streamed blob this large is hashed by a thread of its own behind the
+ * writer; the hasher reads it back this much at a time. */
+#define LAG_MIN ((uint64_t)8 << 20)
+#define LAG_BLOCK ((size_t)1 << 20)
+
 /* Temporary files older than this are a crashed writer's. */
 #define STALE_TMP_S (24 * 3600)
 
@@ -47,6 +52,16 @@ struct svc_bwriter {
     uint64_t flushed;          /* bytes already handed to writeback */
     char id[SVC_BLOB_ID_LEN];   /* set by commit */
     char tmp[PATH_MAX];
+    /* Past LAG_MIN bytes of a streamed blob, a thread of its own hashes what
+     * was written, reading it back from the page cache a little behind the
+     * writer (lag_main): the receiving thread only copies to the file. */
+    int lag;                   /* the hasher runs */
+    pthread_t lag_thread;
+    pthread_mutex_t lag_mu;    /* guards size (once lag), hashed, lag_end, lag_rc */
+    pthread_cond_t lag_cv;
+    uint64_t hashed;
+    int lag_end;               /* 1: hash up to size and stop; 2: stop now */
+    int lag_rc;
 };
 
 
@@ -228,7 +243,8 @@ svc_bwriter *svc_bstore_write_begin(svc_bstore *s)
     if (svc_random_hex(rnd, 16) != 0 || (w->hash = svc_sha256_new()) == NULL)
         goto fail;
     snprintf(w->tmp, sizeof w->tmp, "%s/tmp/%s", s->dir, rnd);
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+    /* read too: a lagging hasher reads the bytes back */
+    w->fd = open(w->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
     if (w->fd < 0)
         goto fail;
     return w;
@@ -256,22 +272,111 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
+/* The lagging hasher: hashes [hashed, size) of the file as the writer
+ * extends it, until told to end. */
+static void *lag_main(void *arg)
+{
+    svc_bwriter *w = arg;
+    char *buf = malloc(LAG_BLOCK);
+    int rc = buf ? 0 : -ENOMEM;
+    pthread_mutex_lock(&w->lag_mu);
+    while (rc == 0) {
+        while (w->hashed == w->size && !w->lag_end)
+            pthread_cond_wait(&w->lag_cv, &w->lag_mu);
+        if (w->lag_end == 2 || w->hashed == w->size)
+            break;
+        uint64_t from = w->hashed, to = w->size;
+        pthread_mutex_unlock(&w->lag_mu);
+        while (from < to && rc == 0) {
+            size_t k = to - from < LAG_BLOCK ? (size_t)(to - from) : LAG_BLOCK;
+            ssize_t got = pread(w->fd, buf, k, (off_t)from);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0)
+                rc = got < 0 ? -errno : -EIO;
+            else if (svc_sha256_update(w->hash, buf, (size_t)got) != 0)
+                rc = -EIO;
+            else
+                from += (uint64_t)got;
+        }
+        pthread_mutex_lock(&w->lag_mu);
+        w->hashed = from;
+    }
+    w->lag_rc = rc;
+    pthread_mutex_unlock(&w->lag_mu);
+    free(buf);
+    return NULL;
+}
+
+/* Starts the lagging hasher: everything appended so far is hashed, what
+ * follows is only written. 0, or -errno (then hashing stays inline). */
+static int lag_start(svc_bwriter *w)
+{
+    pthread_mutex_init(&w->lag_mu, NULL);
+    pthread_cond_init(&w->lag_cv, NULL);
+    w->hashed = w->size;
+    if (pthread_create(&w->lag_thread, NULL, lag_main, w) != 0) {
+        pthread_cond_destroy(&w->lag_cv);
+        pthread_mutex_destroy(&w->lag_mu);
+        return -EAGAIN;
+    }
+    w->lag = 1;
+    return 0;
+}
+
+/* Ends the lagging hasher: how 1 = after hashing everything written, 2 =
+ * at once. Returns its result (0 or -errno). */
+static int lag_stop(svc_bwriter *w, int how)
+{
+    if (!w->lag)
+        return 0;
+    pthread_mutex_lock(&w->lag_mu);
+    w->lag_end = how;
+    pthread_cond_signal(&w->lag_cv);
+    pthread_mutex_unlock(&w->lag_mu);
+    pthread_join(w->lag_thread, NULL);
+    pthread_cond_destroy(&w->lag_cv);
+    pthread_mutex_destroy(&w->lag_mu);
+    w->lag = 0;
+    return w->lag_rc;
+}
+
+/* Writes k bytes at p for a writer whose hasher lags behind; 0 or -errno. */
+static int lag_write(svc_bwriter *w, const char *p, size_t k)
+{
+    int rc = write_all(w->fd, p, k);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&w->lag_mu);
+    w->size += k;
+    pthread_cond_signal(&w->lag_cv);
+    pthread_mutex_unlock(&w->lag_mu);
+    return 0;
+}
+
 int svc_bwriter_append(svc_bwriter *w, const void *data, size_t n)
 {
     const char *p = data;
+    if (!w->lag && w->size + n >= LAG_MIN)
+        lag_start(w);
     /* Piece by piece, so that the bytes just hashed are still in the CPU's
      * cache when they are copied to the file, and the disk starts on them
      * while the next piece is hashed. */
     while (n > 0) {
         size_t k = n < PIECE ? n : PIECE;
         int rc;
-        if (svc_sha256_update(w->hash, p, k) != 0)
-            return -EIO;
-        if ((rc = write_all(w->fd, p, k)) != 0)
-            return rc;
+        if (w->lag) {
+            if ((rc = lag_write(w, p, k)) != 0)
+                return rc;
+        } else {
+            if (svc_sha256_update(w->hash, p, k) != 0)
+                return -EIO;
+            if ((rc = write_all(w->fd, p, k)) != 0)
+                return rc;
+            w->size += k;
+        }
         p += k;
         n -= k;
-        w->size += k;
         if (w->size - w->flushed >= WRITEBACK) {
             /* advice: a failure here only leaves more for the fsync */
             sync_file_range(w->fd, (off_t)w->flushed, (off_t)(w->size - w->flushed),
@@ -312,6 +417,9 @@ int svc_bwriter_append_buffer(svc_bwriter *w, const void *data, size_t n,
     hash_job j = {.hash = w->hash, .data = data, .n = n, .stop = stop};
     pthread_t th;
     int rc = 0;
+    if (w->lag)   /* a hasher follows the file already */
+        return stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE) ? -ECANCELED
+                                                               : svc_bwriter_append(w, data, n);
     if (n < BUFFER_MIN || pthread_create(&th, NULL, hash_main, &j) != 0)
         return stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE) ? -ECANCELED
                                                                : svc_bwriter_append(w, data, n);
@@ -357,6 +465,9 @@ uint64_t svc_bwriter_size(const svc_bwriter *w)
 int svc_bwriter_commit(svc_bwriter *w, char id[SVC_BLOB_ID_LEN], uint64_t *size)
 {
     char hex[65];
+    int lrc = lag_stop(w, 1);
+    if (lrc != 0)
+        return lrc;
     svc_sha256 *h = w->hash;
     w->hash = NULL;
     if (svc_sha256_final_hex(h, hex) != 0)
@@ -387,6 +498,7 @@ void svc_bwriter_abort(svc_bwriter *w)
 {
     if (w == NULL)
         return;
+    lag_stop(w, 2);
     if (w->fd >= 0)
         close(w->fd);
     unlink(w->tmp);

@@ -211,6 +211,42 @@ static void test_a_buffer_hashed_on_another_thread_gets_the_same_id(void **state
     free(buf);
 }
 
+/* Past LAG_MIN a streamed blob is hashed by a thread reading the file back
+ * behind the writer: the id is still the SHA-256 of the bytes, and an abort
+ * in the middle stops that thread and leaves nothing behind. */
+static void test_a_streamed_blob_hashed_behind_the_writer_gets_its_sha256(void **state)
+{
+    char err[256], id[SVC_BLOB_ID_LEN], want[SVC_BLOB_ID_LEN], hex[65];
+    uint64_t size;
+    size_t n = (size_t)24 << 20 | 777;
+    unsigned char *buf = malloc(n);
+    assert_non_null(buf);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (unsigned char)(i * 2246822519u >> 20);
+    svc_sha256 *h = svc_sha256_new();
+    assert_int_equal(svc_sha256_update(h, buf, n), 0);
+    assert_int_equal(svc_sha256_final_hex(h, hex), 0);
+    snprintf(want, sizeof want, "sha256:%s", hex);
+    svc_bstore *b = svc_bstore_open(dir, 0, err, sizeof err);
+    assert_non_null(b);
+    svc_bwriter *w = svc_bstore_write_begin(b);
+    for (size_t off = 0; off < n; off += 65536)   /* pieces as an upload brings them */
+        assert_int_equal(svc_bwriter_append(w, buf + off, n - off < 65536 ? n - off : 65536), 0);
+    assert_int_equal(svc_bwriter_commit(w, id, &size), 0);
+    assert_int_equal(size, n);
+    assert_string_equal(id, want);
+    assert_int_equal(svc_bwriter_close(w), 0);
+    int before = entries("tmp");
+    w = svc_bstore_write_begin(b);
+    for (size_t off = 0; off < n / 2; off += 65536)
+        assert_int_equal(svc_bwriter_append(w, buf + off, 65536), 0);
+    svc_bwriter_abort(w);
+    assert_int_equal(entries("tmp"), before);
+    (void)state;
+    svc_bstore_close(b);
+    free(buf);
+}
+
 static int setup(void **state)
 {
     char err[128];
@@ -237,6 +273,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256_matches_fips_vectors_in_any_pieces),
         cmocka_unit_test(test_blob_id_validation),
+        cmocka_unit_test(test_a_streamed_blob_hashed_behind_the_writer_gets_its_sha256),
         cmocka_unit_test(test_written_blob_is_named_by_its_hash_and_deduplicated),
         cmocka_unit_test(test_abort_leaves_nothing),
         cmocka_unit_test(test_close_puts_back_bytes_removed_before_the_record),
