@@ -104,6 +104,9 @@ def pct(values, p):
 
 
 def fmt_ms(x):
+    """Seconds as ms; infinity stands for a job the client gave up on."""
+    if x == math.inf:
+        return "not ended"
     return "n/a" if x is None else "%.2f ms" % (x * 1000.0)
 
 
@@ -403,6 +406,7 @@ async def latency(args):
     total = int(round(args.rate * args.duration))
     recs = [None] * total
     errors = []
+    unfinished = []   # slow, not wrong: they count as infinite latency
     polls = 0
     wait_s = max(1, min(60, int(args.max_wait)))
     prefer = ("Prefer: wait=%d" % wait_s,)
@@ -436,7 +440,7 @@ async def latency(args):
             if job["state"] in TERMINAL:
                 return job, t_seen
             if t_seen - t_sub > args.max_wait:
-                errors.append("job %s still %s after %.0f s" % (jid, job["state"], args.max_wait))
+                unfinished.append("%s still %s after %.0f s" % (jid, job["state"], args.max_wait))
                 return None, None
             if not waiting:
                 # back off as the job ages, so that a backlog does not turn
@@ -470,6 +474,7 @@ async def latency(args):
                    "finished": parse_ts(job.get("finished_at"))}
 
     await wait_end(doc["id"], time.monotonic())   # the probe: out of the way first
+    polls = 0
     tasks = []
     start = time.monotonic() + 0.05
     slip = []
@@ -495,7 +500,7 @@ async def latency(args):
     problems += await check_results(cl, {r["id"]: r["v"] for r in ok}, args.sample)
     cl.close()
 
-    client = [r["client"] for r in ok]
+    client = [r["client"] for r in ok] + [math.inf] * len(unfinished)
     server = [r["finished"] - r["created"] for r in ok if r["finished"] and r["created"]]
     wait = [r["started"] - r["created"] for r in ok if r["started"] and r["created"]]
     run = [r["finished"] - r["started"] for r in ok if r["finished"] and r["started"]]
@@ -503,7 +508,8 @@ async def latency(args):
     mode = "prefer-wait" if waiting else "poll"
     res = {
         "rate": args.rate, "duration_s": args.duration, "jobs": total, "succeeded": len(ok),
-        "mode": mode, "prefer_applied": prefer_applied(hdrs),
+        "mode": mode, "prefer_applied": prefer_applied(hdrs), "unfinished": len(unfinished),
+        "max_wait_s": args.max_wait,
         "offered_rate": offered, "max_slip_s": max(slip) if slip else None,
         "gets": polls,
         "client_p50_s": pct(client, 50), "client_p90_s": pct(client, 90),
@@ -531,6 +537,9 @@ async def latency(args):
     print("   client-observed (submit -> ended job in hand): p50 %s  p90 %s  p99 %s  max %s"
           % (fmt_ms(res["client_p50_s"]), fmt_ms(res["client_p90_s"]),
              fmt_ms(res["client_p99_s"]), fmt_ms(res["client_max_s"])))
+    if unfinished:
+        print("   %d job(s) had not ended when the client gave up after %.0f s (counted as never "
+              "ending above), e.g. %s" % (len(unfinished), args.max_wait, unfinished[0]))
     print("   server-side (finished_at - created_at, 1 ms resolution): p50 %s  p99 %s"
           % (fmt_ms(res["server_p50_s"]), fmt_ms(res["server_p99_s"])))
     print("     of which: POST answered p50 %s p99 %s | queued (started-created) p50 %s p99 %s |"
@@ -863,9 +872,11 @@ def cmd_summary(args):
         % (num(lat.get("rate", args.lat_rate), "%.0f"), mode.get(lat.get("mode"), "Prefer: wait")),
         "p50 %s  p99 %s" % (fmt_ms(p50), fmt_ms(p99)) if lat else None, "p50<=2 p99<=10 ms",
         None if p50 is None or p99 is None else (p50 <= 0.002 and p99 <= 0.010),
-        "server-side finished-created p50 %s p99 %s; %s/%s succeeded"
+        "server-side finished-created p50 %s p99 %s; %s/%s succeeded%s"
         % (fmt_ms(lat.get("server_p50_s")), fmt_ms(lat.get("server_p99_s")),
-           lat.get("succeeded", "?"), lat.get("jobs", "?")) if lat else "not measured")
+           lat.get("succeeded", "?"), lat.get("jobs", "?"),
+           ", %d not ended after %.0f s" % (lat["unfinished"], lat.get("max_wait_s", 0))
+           if lat.get("unfinished") else ""))
     g = get.get("ok_rps")
     r5 = div(g, sel_tps)
     row(5, "GET /v1/jobs/{id}/s @16 conns / pgbench select-only (-S) tps @16 clients",

@@ -43,8 +43,9 @@
 # (phase 7), KL_BENCH_PHASES [1234567] (the control phases to run; 5 needs 3),
 # KL_BENCH_ONLY=data (only phase 9) or =control (no phase 9), KL_BENCH_OUT
 # [var/bench/<UTC time>], KL_BENCH_KEEP=1 keeps the temp directory (logs)
-# after the run; it is also kept when the run fails. KOWLOON_TEST_ROOT=<tree>
-# benchmarks that tree's bin/ instead of this one's.
+# after the run; it is also kept when the run fails. KL_BENCH_GW_ARGS adds
+# options to the gateway's command line (to try a setting). KOWLOON_TEST_ROOT=
+# <tree> benchmarks that tree's bin/ instead of this one's.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -194,8 +195,9 @@ gw_limit max-connections "$MAX_CONNS" "room for phase 6"
 gw_limit conn-timeout-s 600 "idle connections kept 10 min"
 gw_limit blob-quota-mb 0 "no blob quota"
 LIMITS_LINE=$(IFS=,; echo "${LIMITS_SET[*]}" | sed 's/,/, /g')
+read -r -a GW_EXTRA <<<"${KL_BENCH_GW_ARGS:-}"
 "$GATEWAY" serve --listen "127.0.0.1:$GW_PORT" --database-url "$DB_URL" --redis-url "$REDIS_URL" \
-    "${GW_LIMITS[@]}" --blob-dir "$STATE/blobs" --max-output-mb 4096 \
+    "${GW_LIMITS[@]}" --blob-dir "$STATE/blobs" --max-output-mb 4096 "${GW_EXTRA[@]}" \
     >>"$STATE/log/gateway.log" 2>&1 </dev/null &
 GW_PID=$!
 kl_wait_http "$GW_URL/readyz" 20 "$GW_PID" ||
@@ -246,6 +248,7 @@ MAIN_NODE_URLS=("${NODE_URLS[@]}")
 say "   PostgreSQL $(psql_q 'SHOW server_version') on :$PG_PORT (fsync=$PG_FSYNC, synchronous_commit=$PG_SYNC), Redis :$REDIS_PORT, gateway $GW_URL"
 say "   nodes up: $desc (--slots $SLOTS each)"
 say "   out of the benchmark's way on purpose: $LIMITS_LINE"
+[ ${#GW_EXTRA[@]} = 0 ] || say "   gateway options added by KL_BENCH_GW_ARGS: ${GW_EXTRA[*]}"
 [ ${#LIMITS_MISSING[@]} = 0 ] ||
     say "   (this gateway has no ${LIMITS_MISSING[*]}: its own defaults apply there)"
 say "   open files: $(ulimit -n) (phase 6 wants $NOFILE_WANT)"
