@@ -203,6 +203,7 @@ async def run(args):
         t_sub = time.monotonic() - t0
         # until all run, none is left queued, or the wait is over
         deadline = time.monotonic() + args.wait_s
+        t_said = time.monotonic()
         while True:
             n = len(await list_label(cl, label, "running"))
             running_max = max(running_max, n)
@@ -211,16 +212,24 @@ async def run(args):
                 break
             if time.monotonic() > deadline or not await any_in_state(cl, label, "queued"):
                 break
+            if time.monotonic() - t_said >= 10:
+                t_said = time.monotonic()
+                print("     (%d of %d running %.0f s after the first submit)"
+                      % (n, len(ids), t_said - t0), flush=True)
             await asyncio.sleep(0.5)
+        waited = running_max
         await asyncio.sleep(args.hold_s)
         n = len(await list_label(cl, label, "running"))
         running_max = max(running_max, n)
+        if t_run is None and n >= len(ids):
+            t_run = time.monotonic() - t0   # (at most: they got there during the hold)
         st = sampler.now()
         print("   + %5d running jobs:            threads %6s   RSS %s   (submitted in %.1f s; %s)"
               % (len(ids), st.get("threads", "?"), mib(st.get("rss_kb")), t_sub,
-                 "all running %.1f s after the first submit" % t_run if t_run is not None else
-                 "only %d running at most after %.0f s" % (running_max, args.wait_s)))
-        print("     (%d still running after holding %.0f s)" % (n, args.hold_s))
+                 "all running %.1f s after the first submit" % t_run if t_run is not None and
+                 waited >= len(ids) else
+                 "%d running at most within the %.0f s wait" % (waited, args.wait_s)))
+        print("     (%d running after holding %.0f s more)" % (n, args.hold_s))
     st = sampler.now()
     res.update(jobs=len(ids), running_max=running_max, all_running_s=t_run,
                threads_during=st.get("threads"), rss_now_kb=st.get("rss_kb"))
