@@ -778,8 +778,24 @@ def cmd_perf(args):
           % (min(args.top, len(rows)), len(rows), samples or "?", args.full or args.report))
     for r in rows[:args.top]:
         print("   " + r)
+    calls = []
+    if args.children:
+        # Inclusive time says which calls the self time above sits under.
+        # The frames every sample has (thread start, syscall entry) say
+        # nothing: only the ones with some self time of their own, or that
+        # are system calls or the program's own functions, are shown.
+        for line in open(args.children, errors="replace"):
+            m = re.match(r"\s+([0-9.]+)%\s+([0-9.]+)%\s+\[(.)\]\s+(\S+)", line)
+            if not m:
+                continue
+            incl, sym = float(m.group(1)), m.group(4)
+            if re.match(r"(__x64_sys_|svc_|gw_|cn_|kl_|MHD_|PQ|redis)", sym):
+                calls.append("%6.2f%%  %s" % (incl, sym))
+        print("   inclusive time of system calls and the program's own functions (%s):" % args.children)
+        for c in calls[:args.top // 2]:
+            print("     " + c)
     save(args.json, {"samples": samples, "top": rows[:args.top], "report": args.full or args.report,
-                     "connections": args.connections})
+                     "calls": calls[:args.top // 2], "connections": args.connections})
     return 0
 
 
@@ -905,6 +921,8 @@ def cmd_summary(args):
               % prof.get("connections", "?"))
         for line in prof["top"][:8]:
             print("   " + " ".join(line.split()))
+        if prof.get("calls"):
+            print("  inclusive: " + ", ".join(" ".join(c.split()) for c in prof["calls"][:6]))
         print("   (top 25 printed above; the report: %s)" % prof.get("report"))
     else:
         print("profile: %s" % (prof.get("skipped") or "not taken"))
@@ -969,6 +987,7 @@ def main():
     pf = sub.add_parser("perf")
     pf.add_argument("--report", required=True, help="flat perf report (--stdio --no-children -g none)")
     pf.add_argument("--full", help="the report with call graphs (named in the output)")
+    pf.add_argument("--children", help="report with inclusive time (--children --sort sym -g none)")
     pf.add_argument("--top", type=int, default=25)
     pf.add_argument("--connections", type=int)
     pf.add_argument("--json")

@@ -21,8 +21,10 @@
 #      request) and with 1,000 running `sleep` jobs on extra nodes started for
 #      this phase; then it cancels them. Target: threads constant, RSS <= 256 MB
 #   7. a perf profile of the gateway (perf record -g -p) during an extra wrk
-#      run at phase 1's peak; the top 25 symbols by self time are printed, the
-#      reports kept (skipped with a reason where perf is missing or refused)
+#      run at phase 1's peak; the top 25 symbols by self time are printed, then
+#      the inclusive time of system calls (which calls that time sits under);
+#      the reports are kept (skipped with a reason where perf is missing or
+#      refused)
 #   8. the summary table: every row, its ratio, target, MET / NOT MET
 #   9. the data path (bench/datapath.py): raw tensor throughput against the
 #      disk's rate, GEMM through the service against local BLAS, a 45 MB
@@ -348,7 +350,9 @@ profile() {
         perf report -i "$RES/perf.data" --stdio --no-children -g none --percent-limit 0.1 \
             >"$RES/perf-top.txt" 2>>"$STATE/log/perf.log" &&
         perf report -i "$RES/perf.data" --stdio --no-children --percent-limit 0.5 \
-            >"$RES/perf-report.txt" 2>>"$STATE/log/perf.log" ||
+            >"$RES/perf-report.txt" 2>>"$STATE/log/perf.log" &&
+        perf report -i "$RES/perf.data" --stdio --children --sort sym -g none --percent-limit 1 \
+            >"$RES/perf-children.txt" 2>>"$STATE/log/perf.log" ||
             why="perf report failed: $(tail -n 1 "$STATE/log/perf.log")"
     fi
     if [ -n "$why" ]; then
@@ -357,6 +361,7 @@ profile() {
             "$why" "$RES/perf.json"
     else
         "${KB[@]}" perf --report "$RES/perf-top.txt" --full "$RES/perf-report.txt" --top 25 \
+            --children "$RES/perf-children.txt" \
             --connections "$conns" --json "$RES/perf.json"
     fi
     drain
