@@ -411,15 +411,25 @@ async def latency(args):
     wait_s = max(1, min(60, int(args.max_wait)))
     prefer = ("Prefer: wait=%d" % wait_s,)
 
-    # Does the gateway hold a submit until its job ends? One probe job says:
-    # it must answer with Preference-Applied; else the client polls, as today.
+    # How can a client wait here? One probe job says. Best, the submit is
+    # held until the job ends (Preference-Applied on the POST); else a GET
+    # that honours Prefer: wait (a long poll); else the client polls, as in
+    # the first gateway.
     status, hdrs, doc = await cl.json_h("POST", "/v1/jobs", bodies[0], prefer)
     if status not in (200, 201, 202) or not doc or "id" not in doc:
         print("== 4. end-to-end latency: the probe submit failed (status %d %s)"
               % (status, (doc or {}).get("error")))
         save(args.json, {"rate": args.rate, "problems": ["probe submit: status %d" % status]})
         return 1
-    waiting = prefer_applied(hdrs) and not args.poll
+    applied = hdrs.get("preference-applied") if prefer_applied(hdrs) else None
+    mode = "prefer-wait" if applied else "poll"
+    if not applied:
+        st, h, _ = await cl.json_h("GET", "/v1/jobs/" + doc["id"], None, prefer)
+        if st == 200 and prefer_applied(h):
+            applied, mode = h.get("preference-applied"), "get-wait"
+    if args.poll:
+        mode = "poll"
+    waiting = mode != "poll"
 
     async def wait_end(jid, t_sub):
         """Waits for job JID to end: GET with Prefer: wait, or polling GET
@@ -454,7 +464,8 @@ async def latency(args):
         v = i % VARIANTS
         t_sub = time.monotonic()
         try:
-            status, hdrs, doc = await cl.json_h("POST", "/v1/jobs", bodies[v], prefer if waiting else ())
+            status, hdrs, doc = await cl.json_h("POST", "/v1/jobs", bodies[v],
+                                                prefer if mode == "prefer-wait" else ())
         except Exception as e:   # noqa: BLE001
             errors.append("submit: %r" % e)
             return
@@ -505,10 +516,9 @@ async def latency(args):
     wait = [r["started"] - r["created"] for r in ok if r["started"] and r["created"]]
     run = [r["finished"] - r["started"] for r in ok if r["finished"] and r["started"]]
     ack = [r["ack"] for r in ok]
-    mode = "prefer-wait" if waiting else "poll"
     res = {
         "rate": args.rate, "duration_s": args.duration, "jobs": total, "succeeded": len(ok),
-        "mode": mode, "prefer_applied": prefer_applied(hdrs), "unfinished": len(unfinished),
+        "mode": mode, "prefer_applied": applied, "unfinished": len(unfinished),
         "max_wait_s": args.max_wait,
         "offered_rate": offered, "max_slip_s": max(slip) if slip else None,
         "gets": polls,
@@ -522,9 +532,13 @@ async def latency(args):
     }
     print("== 4. end-to-end latency at a fixed %.0f jobs/s for %.0f s (open loop, saxpy n=%d)"
           % (args.rate, args.duration, N_ELEMS))
-    if waiting:
+    if mode == "prefer-wait":
         print("   client waits without polling: POST /v1/jobs with `Prefer: wait=%d` (the gateway "
-              "answered Preference-Applied: %s)" % (wait_s, hdrs.get("preference-applied")))
+              "answered Preference-Applied: %s)" % (wait_s, applied))
+    elif mode == "get-wait":
+        print("   the submit ignores `Prefer: wait` (no Preference-Applied), so the client submits, then"
+              " waits without polling\n   in GET /v1/jobs/{id} with `Prefer: wait=%d` (a long poll; "
+              "Preference-Applied: %s)" % (wait_s, applied))
     elif args.poll:
         print("   client POLLS (--poll): GET /v1/jobs/{id} every 1 ms while the job is young (backing"
               " off to 50 ms past 1 s)")
@@ -883,7 +897,9 @@ def cmd_summary(args):
         "server-side %s jobs/s (first created_at to last finished_at)" % num(tp.get("server_jobs_per_s"))
         if tp.get("server_jobs_per_s") else None)
     p50, p99 = lat.get("client_p50_s"), lat.get("client_p99_s")
-    mode = {"prefer-wait": "Prefer: wait", "poll": "POLLING (no Preference-Applied: fallback)"}
+    mode = {"prefer-wait": "Prefer: wait on the submit",
+            "get-wait": "a long poll (GET with Prefer: wait; the submit ignores it)",
+            "poll": "POLLING (no Preference-Applied: fallback)"}
     row(4, "e2e latency at a fixed %s jobs/s, client waiting on the result via %s"
         % (num(lat.get("rate", args.lat_rate), "%.0f"), mode.get(lat.get("mode"), "Prefer: wait")),
         "p50 %s  p99 %s" % (fmt_ms(p50), fmt_ms(p99)) if lat else None, "p50<=2 p99<=10 ms",

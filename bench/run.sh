@@ -13,7 +13,8 @@
 #      two nodes, wall time until all ended; jobs/s ÷ pgbench INSERT tps
 #   4. end-to-end latency at a fixed 100 jobs/s (open loop): the client waits
 #      on its job with `Prefer: wait` on POST /v1/jobs where the gateway answers
-#      Preference-Applied, otherwise polls GET every ~1 ms and says so
+#      Preference-Applied there; else on GET /v1/jobs/{id} (a long poll) where
+#      that answers it; else it polls GET every ~1 ms, and says which
 #   5. GET /v1/jobs/{id} per second (wrk over phase 3's finished jobs) at 16
 #      connections ÷ pgbench select-only (-S, scale 1, its own database) tps
 #   6. the gateway's threads and RSS (/proc/PID/status) at rest, with 10,000
