@@ -3,16 +3,23 @@
 
 Subcommands (each prints its section and, with --json FILE, saves its figures):
   body        write a saxpy n=1024 POST /v1/jobs body (inputs in b64) for wrk
-  throughput  end-to-end tiny-job throughput: submit N saxpy jobs with a pool
-              of concurrent clients, wait until none is queued or running,
-              check every job succeeded and a sample of results is right
-  latency     end-to-end latency at a fixed rate: open-loop submission, one
-              poller per job (GET every ~1 ms), plus the server's own
+  throughput  end-to-end backlog (phase 3): submit N saxpy jobs with a pool of
+              concurrent clients, wait until none is queued or running, check
+              every job succeeded and a sample of results is right; --ids
+              writes the finished jobs' ids for phase 5
+  latency     end-to-end latency at a fixed rate (phase 4): open-loop
+              submission; each client waits on its job with `Prefer: wait`
+              where the gateway answers Preference-Applied, else polls GET
+              every ~1 ms (and says so); plus the server's own
               finished_at - created_at
-  wrk         parse a wrk run of bench/submit.lua into figures
-  pgbench     parse pgbench output into figures
+  wrk         parse a wrk run of bench/wrk.lua (submits or GETs) into figures
+  pgbench     parse pgbench output (INSERT or select-only) into figures
   cpu         sample per-process CPU over a window (gateway, nodes, postgres...)
-  summary     print the final block from the saved figures
+              and, with --watch, one process's threads and RSS
+  perf        print the top of a flat perf report
+  summary     print the final table (every row, ratio, target, met or not)
+Phase 6 (idle connections and running jobs) is bench/klidle.py, built on the
+client here.
 
 The HTTP client is a small asyncio HTTP/1.1 keep-alive client on the standard
 library: on a 2-core machine the client's own CPU is part of what is
@@ -97,6 +104,9 @@ def pct(values, p):
 
 
 def fmt_ms(x):
+    """Seconds as ms; infinity stands for a job the client gave up on."""
+    if x == math.inf:
+        return "not ended"
     return "n/a" if x is None else "%.2f ms" % (x * 1000.0)
 
 
@@ -148,7 +158,7 @@ class Conn:
         else:
             data = await self.r.read()
             keep = False
-        return status, data, keep
+        return status, hdrs, data, keep
 
 
 class Client:
@@ -177,9 +187,12 @@ class Client:
             c.close()
         self.idle = []
 
-    async def call(self, method, path, body=None):
+    async def request(self, method, path, body=None, headers=()):
+        """One request on a pooled connection: (status, headers, body bytes);
+        header names are lower case. HEADERS: extra "Name: value" lines."""
         head = ["%s %s HTTP/1.1" % (method, path), "Host: %s:%d" % (self.host, self.port),
                 "Authorization: Bearer %s" % self.key]
+        head.extend(headers)
         if body is not None:
             head.append("Content-Type: application/json")
             head.append("Content-Length: %d" % len(body))
@@ -193,7 +206,7 @@ class Client:
                 await c.open()
                 self.opened += 1
             try:
-                status, data, keep = await c.request(head, body)
+                status, hdrs, data, keep = await c.request(head, body)
             except (ConnectionError, asyncio.IncompleteReadError, HttpError):
                 c.close()
                 # A kept-alive connection the server had closed: a GET may be
@@ -205,15 +218,24 @@ class Client:
                 self.idle.append(c)
             else:
                 c.close()
-            return status, data
+            return status, hdrs, data
         raise HttpError("unreachable")
 
-    async def json(self, method, path, body=None):
-        status, data = await self.call(method, path, body)
+    async def call(self, method, path, body=None):
+        status, _, data = await self.request(method, path, body)
+        return status, data
+
+    async def json_h(self, method, path, body=None, headers=()):
+        """(status, headers, parsed JSON body or None)."""
+        status, hdrs, data = await self.request(method, path, body, headers)
         try:
             doc = json.loads(data) if data else None
         except ValueError:
             doc = None
+        return status, hdrs, doc
+
+    async def json(self, method, path, body=None):
+        status, _, doc = await self.json_h(method, path, body)
         return status, doc
 
 
@@ -309,7 +331,8 @@ async def throughput(args):
         if not await any_in_state(cl, label, "queued") and not await any_in_state(cl, label, "running"):
             done = True
             break
-        await asyncio.sleep(0.005)
+        # 10 ms: a negligible error on a run of seconds, and little load
+        await asyncio.sleep(0.01)
     t_done = time.time()
 
     listed = await list_label(cl, label)
@@ -332,21 +355,24 @@ async def throughput(args):
     problems += await check_results(cl, {j["id"]: jobs[j["id"]] for j in ok if j["id"] in jobs},
                                     args.sample)
     cl.close()
+    if args.ids:
+        with open(args.ids, "w") as f:
+            f.writelines(j["id"] + "\n" for j in ok)
 
     wall = t_done - t_first
     server_wall = (max(finished) - min(created)) if finished and created else None
     res = {
         "n": args.n, "accepted": len(jobs), "succeeded": len(ok), "states": states,
         "complete": done and len(ok) == args.n,
-        "concurrency": args.concurrency,
+        "concurrency": args.concurrency, "nodes": args.nodes, "slots": args.slots,
         "submit_s": t_submitted - t_first, "wall_s": wall,
         "jobs_per_s": len(ok) / wall if wall > 0 else None,
         "server_wall_s": server_wall,
         "server_jobs_per_s": len(ok) / server_wall if server_wall else None,
         "checked": min(args.sample, len(ok)), "problems": problems,
     }
-    print("== 2. end-to-end tiny-job throughput (saxpy n=%d, %d jobs, %d concurrent submitters)"
-          % (N_ELEMS, args.n, args.concurrency))
+    print("== 3. end-to-end backlog: %d saxpy n=%d jobs on %s nodes x %s slots (%d concurrent "
+          "submitters, then wait for all)" % (args.n, N_ELEMS, args.nodes, args.slots, args.concurrency))
     print("   submitted all %d in %.2f s (%.0f submits/s while nodes ran them)"
           % (len(jobs), res["submit_s"], len(jobs) / res["submit_s"] if res["submit_s"] else 0))
     print("   %s: %d/%d succeeded, states %s" % ("complete" if res["complete"] else
@@ -367,6 +393,11 @@ async def throughput(args):
 
 # ---------------------------------------------------------------- latency
 
+def prefer_applied(hdrs):
+    """True when the answer says it honoured our `Prefer: wait` (RFC 7240)."""
+    return "wait" in hdrs.get("preference-applied", "").lower()
+
+
 async def latency(args):
     cl = Client(args.url, os.environ["KL_BENCH_KEY"])
     tag = "lat-" + uuid.uuid4().hex[:8]
@@ -375,48 +406,86 @@ async def latency(args):
     total = int(round(args.rate * args.duration))
     recs = [None] * total
     errors = []
+    unfinished = []   # slow, not wrong: they count as infinite latency
     polls = 0
+    wait_s = max(1, min(60, int(args.max_wait)))
+    prefer = ("Prefer: wait=%d" % wait_s,)
+
+    # How can a client wait here? One probe job says. Best, the submit is
+    # held until the job ends (Preference-Applied on the POST); else a GET
+    # that honours Prefer: wait (a long poll); else the client polls, as in
+    # the first gateway.
+    status, hdrs, doc = await cl.json_h("POST", "/v1/jobs", bodies[0], prefer)
+    if status not in (200, 201, 202) or not doc or "id" not in doc:
+        print("== 4. end-to-end latency: the probe submit failed (status %d %s)"
+              % (status, (doc or {}).get("error")))
+        save(args.json, {"rate": args.rate, "problems": ["probe submit: status %d" % status]})
+        return 1
+    applied = hdrs.get("preference-applied") if prefer_applied(hdrs) else None
+    mode = "prefer-wait" if applied else "poll"
+    if not applied:
+        st, h, _ = await cl.json_h("GET", "/v1/jobs/" + doc["id"], None, prefer)
+        if st == 200 and prefer_applied(h):
+            applied, mode = h.get("preference-applied"), "get-wait"
+    if args.poll:
+        mode = "poll"
+    waiting = mode != "poll"
+
+    async def wait_end(jid, t_sub):
+        """Waits for job JID to end: GET with Prefer: wait, or polling GET
+        ~every ms while it is young. Returns (job, seen) or (None, None)."""
+        nonlocal polls
+        path = "/v1/jobs/" + jid
+        while True:
+            try:
+                status, _, job = await cl.json_h("GET", path, None, prefer if waiting else ())
+            except Exception as e:   # noqa: BLE001
+                errors.append("get %s: %r" % (jid, e))
+                return None, None
+            polls += 1
+            t_seen = time.monotonic()
+            if status != 200 or not job:
+                errors.append("get %s: status %d" % (jid, status))
+                return None, None
+            if job["state"] in TERMINAL:
+                return job, t_seen
+            if t_seen - t_sub > args.max_wait:
+                unfinished.append("%s still %s after %.0f s" % (jid, job["state"], args.max_wait))
+                return None, None
+            if not waiting:
+                # back off as the job ages, so that a backlog does not turn
+                # into a storm of GETs that slows the gateway further (past
+                # 1 s the target is missed anyway; 50 ms is then precise enough)
+                age = t_seen - t_sub
+                await asyncio.sleep(0.001 if age < 0.05 else 0.002 if age < 0.2 else
+                                    0.01 if age < 1.0 else 0.05)
 
     async def one(i):
-        nonlocal polls
         v = i % VARIANTS
         t_sub = time.monotonic()
         try:
-            status, doc = await cl.json("POST", "/v1/jobs", bodies[v])
+            status, hdrs, doc = await cl.json_h("POST", "/v1/jobs", bodies[v],
+                                                prefer if mode == "prefer-wait" else ())
         except Exception as e:   # noqa: BLE001
             errors.append("submit: %r" % e)
             return
         t_ack = time.monotonic()
-        if status != 202 or not doc or "id" not in doc:
+        if status not in (200, 201, 202) or not doc or "id" not in doc:
             errors.append("submit: status %d %s" % (status, (doc or {}).get("error")))
             return
-        jid = doc["id"]
-        path = "/v1/jobs/" + jid
-        while True:
-            try:
-                status, job = await cl.json("GET", path)
-            except Exception as e:   # noqa: BLE001
-                errors.append("poll %s: %r" % (jid, e))
+        if doc.get("state") in TERMINAL and "created_at" in doc:
+            job, t_seen = doc, t_ack
+        else:
+            job, t_seen = await wait_end(doc["id"], t_sub)
+            if job is None:
                 return
-            polls += 1
-            t_seen = time.monotonic()
-            if status != 200:
-                errors.append("poll %s: status %d" % (jid, status))
-                return
-            if job["state"] in TERMINAL:
-                break
-            if t_seen - t_sub > args.max_wait:
-                errors.append("job %s still %s after %.0f s" % (jid, job["state"], args.max_wait))
-                return
-            # ~1 ms between polls while it is young; back off if it is slow,
-            # so a backlog does not turn into a storm of GETs.
-            age = t_seen - t_sub
-            await asyncio.sleep(0.001 if age < 0.05 else 0.002 if age < 0.2 else 0.01)
-        recs[i] = {"id": jid, "v": v, "state": job["state"], "error": job.get("error"),
+        recs[i] = {"id": job["id"], "v": v, "state": job["state"], "error": job.get("error"),
                    "client": t_seen - t_sub, "ack": t_ack - t_sub,
                    "created": parse_ts(job["created_at"]), "started": parse_ts(job.get("started_at")),
                    "finished": parse_ts(job.get("finished_at"))}
 
+    await wait_end(doc["id"], time.monotonic())   # the probe: out of the way first
+    polls = 0
     tasks = []
     start = time.monotonic() + 0.05
     slip = []
@@ -442,15 +511,17 @@ async def latency(args):
     problems += await check_results(cl, {r["id"]: r["v"] for r in ok}, args.sample)
     cl.close()
 
-    client = [r["client"] for r in ok]
+    client = [r["client"] for r in ok] + [math.inf] * len(unfinished)
     server = [r["finished"] - r["created"] for r in ok if r["finished"] and r["created"]]
     wait = [r["started"] - r["created"] for r in ok if r["started"] and r["created"]]
     run = [r["finished"] - r["started"] for r in ok if r["finished"] and r["started"]]
     ack = [r["ack"] for r in ok]
     res = {
         "rate": args.rate, "duration_s": args.duration, "jobs": total, "succeeded": len(ok),
+        "mode": mode, "prefer_applied": applied, "unfinished": len(unfinished),
+        "max_wait_s": args.max_wait,
         "offered_rate": offered, "max_slip_s": max(slip) if slip else None,
-        "polls": polls,
+        "gets": polls,
         "client_p50_s": pct(client, 50), "client_p90_s": pct(client, 90),
         "client_p99_s": pct(client, 99), "client_max_s": max(client) if client else None,
         "server_p50_s": pct(server, 50), "server_p99_s": pct(server, 99),
@@ -459,13 +530,30 @@ async def latency(args):
         "run_p50_s": pct(run, 50), "run_p99_s": pct(run, 99),
         "checked": min(args.sample, len(ok)), "problems": problems,
     }
-    print("== 3. end-to-end latency at a fixed %.0f jobs/s for %.0f s (open loop, saxpy n=%d)"
+    print("== 4. end-to-end latency at a fixed %.0f jobs/s for %.0f s (open loop, saxpy n=%d)"
           % (args.rate, args.duration, N_ELEMS))
-    print("   offered %.1f jobs/s (max schedule slip %s), %d/%d succeeded, %d polls"
+    if mode == "prefer-wait":
+        print("   client waits without polling: POST /v1/jobs with `Prefer: wait=%d` (the gateway "
+              "answered Preference-Applied: %s)" % (wait_s, applied))
+    elif mode == "get-wait":
+        print("   the submit ignores `Prefer: wait` (no Preference-Applied), so the client submits, then"
+              " waits without polling\n   in GET /v1/jobs/{id} with `Prefer: wait=%d` (a long poll; "
+              "Preference-Applied: %s)" % (wait_s, applied))
+    elif args.poll:
+        print("   client POLLS (--poll): GET /v1/jobs/{id} every 1 ms while the job is young (backing"
+              " off to 50 ms past 1 s)")
+    else:
+        print("   FALLBACK: the gateway ignored `Prefer: wait` (no Preference-Applied header), so the"
+              " client POLLS\n   GET /v1/jobs/{id} every 1 ms while the job is young (backing off to"
+              " 50 ms past 1 s) until it ends")
+    print("   offered %.1f jobs/s (max schedule slip %s), %d/%d succeeded, %d GETs after the submits"
           % (offered, fmt_ms(res["max_slip_s"]), len(ok), total, polls))
-    print("   client-observed (submit -> GET shows succeeded): p50 %s  p90 %s  p99 %s  max %s"
+    print("   client-observed (submit -> ended job in hand): p50 %s  p90 %s  p99 %s  max %s"
           % (fmt_ms(res["client_p50_s"]), fmt_ms(res["client_p90_s"]),
              fmt_ms(res["client_p99_s"]), fmt_ms(res["client_max_s"])))
+    if unfinished:
+        print("   %d job(s) had not ended when the client gave up after %.0f s (counted as never "
+              "ending above), e.g. %s" % (len(unfinished), args.max_wait, unfinished[0]))
     print("   server-side (finished_at - created_at, 1 ms resolution): p50 %s  p99 %s"
           % (fmt_ms(res["server_p50_s"]), fmt_ms(res["server_p99_s"])))
     print("     of which: POST answered p50 %s p99 %s | queued (started-created) p50 %s p99 %s |"
@@ -482,26 +570,50 @@ async def latency(args):
 
 # ---------------------------------------------------------------- wrk, pgbench
 
+WRK_TITLES = {
+    "submit": "accepted submits/s, POST /v1/jobs saxpy n=%d b64" % N_ELEMS,
+    "get": "GET /v1/jobs/{id} of finished jobs",
+}
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
 def cmd_wrk(args):
     text = open(args.file).read()
     m = re.search(r"^KLWRK (.*)$", text, re.M)
+    title = WRK_TITLES[args.kind]
     if not m:
-        print("   wrk printed no KLWRK line; its output:\n" + text)
+        print("== %s. %s, %d connections: wrk printed no KLWRK line; its output:\n%s"
+              % (args.phase, title, args.connections, text))
         save(args.json, {"connections": args.connections, "error": "no wrk figures"})
         return 0
     f = {k: float(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
-    res = {"connections": args.connections, "rps": f["rps"], "requests": int(f["requests"]),
-           "duration_s": f["duration_us"] / 1e6, "p50_s": f["p50_us"] / 1e6,
+    dur = f["duration_us"] / 1e6
+    ok = max(0, int(f["requests"] - f["non2xx"]))
+    res = {"kind": args.kind, "connections": args.connections, "rps": f["rps"],
+           "ok_rps": ok / dur if dur > 0 else None, "requests": int(f["requests"]),
+           "duration_s": dur, "p50_s": f["p50_us"] / 1e6,
            "p90_s": f["p90_us"] / 1e6, "p99_s": f["p99_us"] / 1e6, "max_s": f["max_us"] / 1e6,
            "non2xx": int(f["non2xx"]),
            "socket_errors": int(f["connect_err"] + f["read_err"] + f["write_err"] + f["timeout_err"]),
-           "jobs_rows": args.jobs_rows}
-    print("== 1. accepted submits/s, POST /v1/jobs saxpy n=%d b64, %d connections, %.1f s (wrk -t2)"
-          % (N_ELEMS, args.connections, res["duration_s"]))
-    print("   Requests/sec %.1f   latency p50 %s  p90 %s  p99 %s  max %s"
-          % (res["rps"], fmt_ms(res["p50_s"]), fmt_ms(res["p90_s"]), fmt_ms(res["p99_s"]),
-             fmt_ms(res["max_s"])))
-    print("   requests %d, non-2xx/3xx %d, socket errors %d (connect %d read %d write %d timeout %d)"
+           "jobs_rows": args.jobs_rows, "ids": args.ids}
+    cpu = load_json(args.cpu_json) if args.cpu_json else {}
+    res["gw_threads_max"] = cpu.get("threads_max")
+    res["gw_threads_before"] = cpu.get("threads_before")
+    res["gw_rss_max_kb"] = cpu.get("rss_max_kb")
+    print("== %s. %s, %d connections, %.1f s (wrk -t2)" % (args.phase, title, args.connections, dur))
+    if args.ids:
+        print("   cycling over %d ids of finished jobs (phase 3's)" % args.ids)
+    print("   2xx/s %.1f (all replies %.1f/s)   latency p50 %s  p90 %s  p99 %s  max %s"
+          % (res["ok_rps"] or 0, res["rps"], fmt_ms(res["p50_s"]), fmt_ms(res["p90_s"]),
+             fmt_ms(res["p99_s"]), fmt_ms(res["max_s"])))
+    print("   requests %d, status >= 400: %d, socket errors %d (connect %d read %d write %d timeout %d)"
           % (res["requests"], res["non2xx"], res["socket_errors"], f["connect_err"], f["read_err"],
              f["write_err"], f["timeout_err"]))
     if args.jobs_rows is not None:
@@ -517,12 +629,16 @@ def cmd_pgbench(args):
     lat = re.search(r"latency average = ([0-9.]+) ms", text)
     xacts = re.search(r"number of transactions actually processed: (\d+)", text)
     failed = re.search(r"number of failed transactions: (\d+)", text)
-    res = {"tps": float(m.group(1)) if m else None,
+    res = {"mode": args.mode, "tps": float(m.group(1)) if m else None,
            "latency_avg_ms": float(lat.group(1)) if lat else None,
            "transactions": int(xacts.group(1)) if xacts else None,
            "failed": int(failed.group(1)) if failed else 0}
-    print("== 4. pgbench: single-row INSERT, -c 16 -j 2 -T %s -n, same PostgreSQL (fsync on, "
-          "synchronous_commit %s)" % (args.seconds, args.sync))
+    if args.mode == "insert":
+        print("== pgbench: single-row INSERT, -c 16 -j 2 -T %s -n, same PostgreSQL (fsync on, "
+              "synchronous_commit %s): the reference of rows 1 and 3" % (args.seconds, args.sync))
+    else:
+        print("== pgbench: select-only (-S, scale 1, its own database), -c 16 -j 2 -T %s, same "
+              "PostgreSQL: the reference of row 5" % args.seconds)
     if res["tps"] is None:
         print("   pgbench printed no tps; its output:\n" + text)
     else:
@@ -562,10 +678,28 @@ def _total_ticks():
         return [int(x) for x in f.readline().split()[1:9]]
 
 
+def proc_status(pid):
+    """{"threads": N, "rss_kb": N, "hwm_kb": N} of PID from /proc/PID/status
+    ({} when it is gone)."""
+    out = {}
+    keys = {"Threads": "threads", "VmRSS": "rss_kb", "VmHWM": "hwm_kb"}
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                k = line.split(":", 1)[0]
+                if k in keys:
+                    out[keys[k]] = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
 def cmd_cpu(args):
     """Samples CPU of named processes over --seconds (after --delay); prints a line.
     --proc NAME=PID (repeatable); --pg POSTMASTER_PID sums the postmaster and
-    its children (backends); --comm NAME sums every process with that comm."""
+    its children (backends); --comm NAME sums every process with that comm;
+    --watch NAME=PID also follows that process's threads and RSS (max over the
+    window, read every 0.1 s)."""
     time.sleep(args.delay)
     hz = os.sysconf("SC_CLK_TCK")
     groups = {}
@@ -588,11 +722,21 @@ def cmd_cpu(args):
                         pass
         return g
 
+    watch_name, watch_pid = (args.watch.split("=") if args.watch else (None, 0))
+    threads_max = rss_max = 0
     g0 = pids_now()
     t0 = {k: {p: _cpu_ticks(p) for p in v} for k, v in g0.items()}
     m0 = _total_ticks()
     w0 = time.monotonic()
-    time.sleep(args.seconds)
+    while True:
+        if watch_name:
+            st = proc_status(int(watch_pid))
+            threads_max = max(threads_max, st.get("threads", 0))
+            rss_max = max(rss_max, st.get("rss_kb", 0))
+        left = args.seconds - (time.monotonic() - w0)
+        if left <= 0:
+            break
+        time.sleep(min(0.1, left) if watch_name else left)
     g1 = pids_now()
     m1 = _total_ticks()
     w1 = time.monotonic()
@@ -619,39 +763,82 @@ def cmd_cpu(args):
     print(line)
     print("   machine (%d cores): user %.0f%% system %.0f%% softirq %.0f%% iowait %.0f%% "
           "steal %.0f%% idle %.0f%%" % (os.cpu_count(), share(0, 1), share(2, 5), share(6),
-                                        share(4), share(7), share(3)), flush=True)
-    save(args.json, {"busy_pct": 100.0 - share(3, 4), "seconds": secs})
+                                        share(4), share(7), share(3)))
+    res = {"busy_pct": 100.0 - share(3, 4), "seconds": secs}
+    if watch_name:
+        res.update(threads_max=threads_max, rss_max_kb=rss_max, threads_before=args.watch_before)
+        print("   %s threads: %s before the load, %d at most during it; RSS up to %.0f MiB"
+              % (watch_name, "?" if args.watch_before is None else args.watch_before, threads_max,
+                 rss_max / 1024.0))
+    sys.stdout.flush()
+    save(args.json, res)
+    return 0
+
+
+# ---------------------------------------------------------------- perf
+
+def cmd_perf(args):
+    """Prints the top --top lines of a flat `perf report --stdio --no-children`
+    (FILE), and saves them."""
+    rows = []
+    samples = None
+    for line in open(args.report, errors="replace"):
+        m = re.match(r"#\s*Samples:\s*(\S+)", line)
+        if m and samples is None:
+            samples = m.group(1)
+        if re.match(r"\s+[0-9.]+%\s", line):
+            rows.append(line.rstrip())
+    print("   top %d of %d symbols by self time (%s samples; the whole report: %s)"
+          % (min(args.top, len(rows)), len(rows), samples or "?", args.full or args.report))
+    for r in rows[:args.top]:
+        print("   " + r)
+    calls = []
+    if args.children:
+        # Inclusive time says which calls the self time above sits under.
+        # The frames every sample has (thread start, syscall entry) say
+        # nothing: only the ones with some self time of their own, or that
+        # are system calls or the program's own functions, are shown.
+        for line in open(args.children, errors="replace"):
+            m = re.match(r"\s+([0-9.]+)%\s+([0-9.]+)%\s+\[(.)\]\s+(\S+)", line)
+            if not m:
+                continue
+            incl, sym = float(m.group(1)), m.group(4)
+            if re.match(r"(__x64_sys_|svc_|gw_|cn_|kl_|MHD_|PQ|redis)", sym):
+                calls.append("%6.2f%%  %s" % (incl, sym))
+        print("   inclusive time of system calls and the program's own functions (%s):" % args.children)
+        for c in calls[:args.top // 2]:
+            print("     " + c)
+    save(args.json, {"samples": samples, "top": rows[:args.top], "report": args.full or args.report,
+                     "calls": calls[:args.top // 2], "connections": args.connections})
     return 0
 
 
 # ---------------------------------------------------------------- summary
 
+def num(x, f="%.1f"):
+    return "n/a" if x is None else f % x
+
+
+def met(ok):
+    return "n/a" if ok is None else ("MET" if ok else "NOT MET")
+
+
+def div(a, b):
+    return a / b if (a is not None and b) else None
+
+
 def cmd_summary(args):
     def load(name):
-        try:
-            with open(os.path.join(args.dir, name + ".json")) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return {}
+        return load_json(os.path.join(args.dir, name + ".json"))
 
-    w16, w64, pg = load("wrk16"), load("wrk64"), load("pgbench")
-    tp, lat = load("throughput"), load("latency")
-    tps = pg.get("tps")
-
-    def ratio(w):
-        return (w.get("rps") / tps) if (w.get("rps") and tps) else None
-
-    r16, r64 = ratio(w16), ratio(w64)
-    p50 = lat.get("client_p50_s")
-
-    def met(ok):
-        return "n/a" if ok is None else ("MET" if ok else "NOT MET")
-
-    def num(x, f="%.1f"):
-        return "n/a" if x is None else f % x
+    w16, w256, get = load("wrk16"), load("wrk256"), load("get16")
+    ins, sel = load("pgbench_insert"), load("pgbench_select")
+    tp, lat, idle, prof = load("throughput"), load("latency"), load("idle"), load("perf")
+    ins_tps, sel_tps = ins.get("tps"), sel.get("tps")
+    W = 78
 
     print()
-    print("=" * 78)
+    print("=" * W)
     print("KOWLOON BENCH SUMMARY  (%s, %d cores, PostgreSQL fsync=%s synchronous_commit=%s)"
           % (datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), os.cpu_count(),
              args.fsync, args.sync))
@@ -659,29 +846,108 @@ def cmd_summary(args):
     if bg.get("busy_pct") is not None:
         print("machine %.0f%% busy just before the run (anything above a few %% is other work on"
               " this machine,\n and it skews every figure below)" % bg["busy_pct"])
-    print("-" * 78)
-    for w, r in ((w16, r16), (w64, r64)):
-        if w:
-            print("accepted submits/s @%-3d conns : %8s req/s  p50 %s  p99 %s  non-2xx %s  ratio %sx"
-                  % (w.get("connections"), num(w.get("rps")), fmt_ms(w.get("p50_s")),
-                     fmt_ms(w.get("p99_s")), w.get("non2xx", "n/a"), num(r, "%.2f")))
-    print("pgbench INSERT tps @16 clients : %8s tps" % num(tps))
-    print("e2e throughput (saxpy n=1024) : %8s jobs/s client (%s/%s ok), %s jobs/s server"
-          % (num(tp.get("jobs_per_s")), tp.get("succeeded", "n/a"), tp.get("n", "n/a"),
-             num(tp.get("server_jobs_per_s"))))
-    print("e2e latency @%.0f jobs/s         : client p50 %s p99 %s | server p50 %s p99 %s"
-          % (lat.get("rate", 0), fmt_ms(p50), fmt_ms(lat.get("client_p99_s")),
-             fmt_ms(lat.get("server_p50_s")), fmt_ms(lat.get("server_p99_s"))))
-    print("-" * 78)
-    print("target: accepted submits @16 >= 1.0x pgbench tps : %s (%sx)" % (met(None if r16 is None else r16 >= 1.0), num(r16, "%.2f")))
-    print("target: accepted submits @64 >= 1.0x pgbench tps : %s (%sx)" % (met(None if r64 is None else r64 >= 1.0), num(r64, "%.2f")))
-    print("target: e2e p50 <= 5 ms at 100 jobs/s (client)   : %s (%s)" % (met(None if p50 is None else p50 <= 0.005), fmt_ms(p50)))
-    sp50 = lat.get("server_p50_s")
-    print("        (server-side finished-created p50        : %s, %s)" % (fmt_ms(sp50), met(None if sp50 is None else sp50 <= 0.005)))
-    bad = tp.get("problems", []) + lat.get("problems", [])
-    print("results: %s" % ("correct (all jobs succeeded, sampled outputs match numpy)" if not bad
+    if args.limits:
+        print("out of the benchmark's way on purpose: " + args.limits)
+    print("-" * W)
+    rows = []
+
+    def row(n, title, measured, target, ok, *notes):
+        """MEASURED None: the phase did not run (or printed no figure)."""
+        rows.append(ok)
+        print("%-2s %s" % (n, title))
+        print("     %-46s %-18s %s" % ("not measured" if measured is None else measured, target, met(ok)))
+        for note in notes if measured is not None else ():
+            if note:
+                print("     " + note)
+
+    def ratio_text(a, b, r, unit_a, unit_b, f="%.2f", times="x"):
+        return "%s%s / %s%s = %s%s" % (num(a), unit_a, num(b), unit_b, num(r, f), times)
+
+    def threads_note(w):
+        if w.get("gw_threads_max") is None:
+            return None
+        return "gateway threads: %s before, %s at most during the run" % (
+            w.get("gw_threads_before", "?"), w["gw_threads_max"])
+
+    def wrk_note(w):
+        if not w:
+            return "not measured"
+        if w.get("error"):
+            return "wrk: " + w["error"]
+        return "p50 %s p99 %s, status >= 400: %s, socket errors %s" % (
+            fmt_ms(w.get("p50_s")), fmt_ms(w.get("p99_s")), w.get("non2xx"), w.get("socket_errors"))
+
+    s16, s256 = w16.get("ok_rps"), w256.get("ok_rps")
+    r1 = div(s16, ins_tps)
+    row(1, "accepted submits/s @16 conns / pgbench INSERT tps @16 clients",
+        ratio_text(s16, ins_tps, r1, "/s", " tps") if w16 else None, "target >= 1.0x",
+        None if r1 is None else r1 >= 1.0, wrk_note(w16), threads_note(w16))
+    r2 = div(s256, s16)
+    row(2, "accepted submits/s @256 conns / the same @16",
+        ratio_text(s256, s16, r2, "/s", "/s", times="") if w256 else None, "target >= 0.9",
+        None if r2 is None else r2 >= 0.9, wrk_note(w256), threads_note(w256))
+    jps = tp.get("jobs_per_s") if tp.get("complete") else None
+    r3 = div(jps, ins_tps)
+    row(3, "e2e backlog, %s saxpy n=%d jobs on 2 nodes x %s slots, jobs/s / pgbench INSERT tps"
+        % (tp.get("n", args.tput_n), N_ELEMS, tp.get("slots", args.slots)),
+        ratio_text(jps, ins_tps, r3, " jobs/s", " tps", "%.3f") if tp else None, "target >= 0.5x",
+        None if r3 is None else r3 >= 0.5,
+        None if tp.get("complete") or not tp else "INCOMPLETE: %s/%s succeeded, states %s"
+        % (tp.get("succeeded"), tp.get("n"), tp.get("states")),
+        "server-side %s jobs/s (first created_at to last finished_at)" % num(tp.get("server_jobs_per_s"))
+        if tp.get("server_jobs_per_s") else None)
+    p50, p99 = lat.get("client_p50_s"), lat.get("client_p99_s")
+    mode = {"prefer-wait": "Prefer: wait on the submit",
+            "get-wait": "a long poll (GET with Prefer: wait; the submit ignores it)",
+            "poll": "POLLING (no Preference-Applied: fallback)"}
+    row(4, "e2e latency at a fixed %s jobs/s, client waiting on the result via %s"
+        % (num(lat.get("rate", args.lat_rate), "%.0f"), mode.get(lat.get("mode"), "Prefer: wait")),
+        "p50 %s  p99 %s" % (fmt_ms(p50), fmt_ms(p99)) if lat else None, "p50<=2 p99<=10 ms",
+        None if p50 is None or p99 is None else (p50 <= 0.002 and p99 <= 0.010),
+        "server-side finished-created p50 %s p99 %s; %s/%s succeeded%s"
+        % (fmt_ms(lat.get("server_p50_s")), fmt_ms(lat.get("server_p99_s")),
+           lat.get("succeeded", "?"), lat.get("jobs", "?"),
+           ", %d not ended after %.0f s" % (lat["unfinished"], lat.get("max_wait_s", 0))
+           if lat.get("unfinished") else ""))
+    g = get.get("ok_rps")
+    r5 = div(g, sel_tps)
+    row(5, "GET /v1/jobs/{id}/s @16 conns / pgbench select-only (-S) tps @16 clients",
+        ratio_text(g, sel_tps, r5, "/s", " tps") if get else None, "target >= 0.8x",
+        None if r5 is None else r5 >= 0.8, wrk_note(get))
+    ok6 = None
+    if idle.get("threads_before") is not None:
+        ok6 = bool(idle.get("complete") and idle.get("threads_growth") is not None and
+                   idle["threads_growth"] <= idle.get("threads_slack", 16) and
+                   idle.get("rss_during_kb") is not None and idle["rss_during_kb"] <= 256 * 1024)
+    row(6, "gateway threads and RSS with %s idle keep-alive conns and %s running jobs"
+        % (idle.get("conns_target", args.idle_conns), idle.get("jobs_target", args.idle_jobs)),
+        None if not idle else "threads %s -> %s, RSS %s -> %s MiB" % (
+            idle.get("threads_before", "?"), idle.get("threads_max", "?"),
+            num(div(idle.get("rss_before_kb"), 1024.0), "%.0f"),
+            num(div(idle.get("rss_during_kb"), 1024.0), "%.0f")),
+        "threads +<=%s, RSS<=256MiB" % idle.get("threads_slack", 16), ok6,
+        "held %s/%s connections, %s/%s jobs running at once, at most %s threads seen%s" % (
+            idle.get("conns_open", "?"), idle.get("conns_target", "?"), idle.get("running_max", "?"),
+            idle.get("jobs_target", "?"), idle.get("threads_max", "?"),
+            "" if idle.get("complete") or not idle else " (INCOMPLETE: the figure is not for the full load)")
+        if idle else "not measured")
+    print("-" * W)
+    if prof.get("top"):
+        print("profile of the gateway at the peak of phase 1 (@%s conns), top by self time:"
+              % prof.get("connections", "?"))
+        for line in prof["top"][:8]:
+            print("   " + " ".join(line.split()))
+        if prof.get("calls"):
+            print("  inclusive: " + ", ".join(" ".join(c.split()) for c in prof["calls"][:6]))
+        print("   (top 25 printed above; the report: %s)" % prof.get("report"))
+    else:
+        print("profile: %s" % (prof.get("skipped") or "not taken"))
+    bad = tp.get("problems", []) + lat.get("problems", []) + idle.get("problems", [])
+    print("results: %s" % ("correct (every job succeeded, sampled outputs match numpy)" if not bad
                            else "%d PROBLEM(S), see above" % len(bad)))
-    print("=" * 78)
+    print("targets met: %d of %d rows (n/a: %d)" % (sum(1 for r in rows if r), len(rows),
+                                                  sum(1 for r in rows if r is None)))
+    print("=" * W)
     return 0
 
 
@@ -698,6 +964,9 @@ def main():
     t.add_argument("--concurrency", type=int, default=32)
     t.add_argument("--max-wait", type=float, default=60.0)
     t.add_argument("--sample", type=int, default=32)
+    t.add_argument("--nodes", type=int, default=2, help="(for the heading)")
+    t.add_argument("--slots", type=int, default=4, help="(for the heading)")
+    t.add_argument("--ids", help="write the succeeded jobs' ids here, one a line")
     t.add_argument("--json")
     la = sub.add_parser("latency")
     la.add_argument("--url", required=True)
@@ -705,14 +974,20 @@ def main():
     la.add_argument("--duration", type=float, default=10.0)
     la.add_argument("--max-wait", type=float, default=30.0)
     la.add_argument("--sample", type=int, default=16)
+    la.add_argument("--poll", action="store_true", help="poll even where Prefer: wait is honoured")
     la.add_argument("--json")
     w = sub.add_parser("wrk")
     w.add_argument("--file", required=True)
+    w.add_argument("--kind", choices=sorted(WRK_TITLES), default="submit")
+    w.add_argument("--phase", default="1", help="(for the heading)")
     w.add_argument("--connections", type=int, required=True)
     w.add_argument("--jobs-rows", type=int)
+    w.add_argument("--ids", type=int, help="how many job ids the GETs cycle over (for the heading)")
+    w.add_argument("--cpu-json", help="the cpu sampler's figures of the same run (threads)")
     w.add_argument("--json")
     p = sub.add_parser("pgbench")
     p.add_argument("--file", required=True)
+    p.add_argument("--mode", choices=("insert", "select"), default="insert")
     p.add_argument("--seconds", default="10")
     p.add_argument("--sync", default="on")
     p.add_argument("--json")
@@ -722,11 +997,27 @@ def main():
     c.add_argument("--proc", action="append")
     c.add_argument("--pg", type=int)
     c.add_argument("--comm", action="append")
+    c.add_argument("--watch", help="NAME=PID whose threads and RSS to follow")
+    c.add_argument("--watch-before", type=int, help="its thread count before the load (as given)")
     c.add_argument("--json")
+    pf = sub.add_parser("perf")
+    pf.add_argument("--report", required=True, help="flat perf report (--stdio --no-children -g none)")
+    pf.add_argument("--full", help="the report with call graphs (named in the output)")
+    pf.add_argument("--children", help="report with inclusive time (--children --sort sym -g none)")
+    pf.add_argument("--top", type=int, default=25)
+    pf.add_argument("--connections", type=int)
+    pf.add_argument("--json")
     s = sub.add_parser("summary")
     s.add_argument("--dir", required=True)
     s.add_argument("--fsync", default="on")
     s.add_argument("--sync", default="on")
+    s.add_argument("--limits", help="what the run turned off, as one line")
+    # the knobs, so that a row whose phase did not run still names its load
+    s.add_argument("--tput-n", type=int, default=10000)
+    s.add_argument("--slots", type=int, default=4)
+    s.add_argument("--lat-rate", type=float, default=100.0)
+    s.add_argument("--idle-conns", type=int, default=10000)
+    s.add_argument("--idle-jobs", type=int, default=1000)
     args = ap.parse_args()
 
     if args.cmd == "body":
@@ -737,7 +1028,7 @@ def main():
         return asyncio.run(throughput(args))
     if args.cmd == "latency":
         return asyncio.run(latency(args))
-    return {"wrk": cmd_wrk, "pgbench": cmd_pgbench, "cpu": cmd_cpu,
+    return {"wrk": cmd_wrk, "pgbench": cmd_pgbench, "cpu": cmd_cpu, "perf": cmd_perf,
             "summary": cmd_summary}[args.cmd](args)
 
 
