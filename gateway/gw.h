@@ -13,6 +13,7 @@ typedef struct gw_sched gw_sched;
 typedef struct gw_limits gw_limits;
 typedef struct gw_authfail gw_authfail;
 typedef struct gw_bstore gw_bstore;
+typedef struct gw_committer gw_committer;
 
 typedef struct gw_config {
     const char *listen;
@@ -45,6 +46,7 @@ typedef struct gw_app {
     gw_limits *limits;      /* rate limits and quotas (limits.h) */
     gw_authfail *authfail;  /* failed authentications per address (auth.c) */
     gw_bstore *blobs;       /* where blob bytes live (blobstore.h) */
+    gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -208,6 +208,11 @@ static int cmd_serve(gw_app *app)
     signal(SIGPIPE, SIG_IGN);
 
     app->sched = gw_sched_start(app);
+    if (gw_api_jobs_start(app) != 0) {
+        svc_error("cannot start the committer of submits");
+        gw_sched_stop(app->sched, 0);
+        return 1;
+    }
     gw_blob_gc *gc = gw_blob_gc_start(app);
     svc_server_opts so = {
         .listen = app->cfg.listen,
@@ -225,6 +230,7 @@ static int cmd_serve(gw_app *app)
     if (!srv) {
         svc_error("cannot serve on %s: %s", app->cfg.listen, err);
         gw_blob_gc_stop(gc);
+        gw_api_jobs_stop(app);
         gw_sched_stop(app->sched, 0);
         return 1;
     }
@@ -238,6 +244,7 @@ static int cmd_serve(gw_app *app)
          svc_now_mono_ms() < until && stop_signal != SIGINT;)
         svc_sleep_ms(50);
     svc_server_stop(srv);
+    gw_api_jobs_stop(app);
     gw_blob_gc_stop(gc);
     app->trackers_left = gw_sched_stop(app->sched, 2000);
     if (app->trackers_left > 0)
