@@ -49,6 +49,12 @@ int gw_authfail_blocked(gw_authfail *f, const char *ip, int64_t now_ms);
  * when the address runs out of attempts). */
 void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms);
 
+/* Starts and stops the group commit of submits (app->committer): POST
+ * /v1/jobs suspends its request and the committer answers it once its batch
+ * is committed. Stop after the HTTP server, which waits for suspended
+ * requests, and before the scheduler. start: 0 or -ENOMEM. */
+int gw_api_jobs_start(gw_app *app);
+void gw_api_jobs_stop(gw_app *app);
 int gw_api_jobs_submit(svc_req *req);
 int gw_api_jobs_get(svc_req *req);
 int gw_api_jobs_list(svc_req *req);

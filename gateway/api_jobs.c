@@ -12,6 +12,7 @@
 #include "api.h"
 #include "blob.h"
 #include "blobstore.h"
+#include "committer.h"
 #include "lease.h"
 #include "limits.h"
 #include "waits.h"
@@ -23,18 +24,86 @@
 #include "svc_tstream.h"
 #include "svc_util.h"
 
-/* The inputs of a submit, as blobs: an inline tensor (data, b64) is
- * written to the blob store, its writer kept open until the job that
- * references it is recorded; a {"blob"} tensor must be one of the tenant's
- * with the size its shape implies. Each gets an entry in b->meta. */
-typedef struct submit_blobs {
-    gw_blob b;
-    gw_bwriter *w[KL_MAX_IO];
-    int nw;
-} submit_blobs;
+/* An inline tensor (JSON data or b64) of at most this many bytes is kept
+ * in its job's job_inputs row (an {"offset","nbytes"} entry into the row's
+ * bytea), a larger one becomes a blob file. Small inputs are the common
+ * case of small jobs: in the row they cost a few KiB more in the batch's one
+ * statement and its one WAL flush, where a file costs a write, an fsync and
+ * a directory entry per input (bench/: saxpy n=1024, two 4 KiB inputs,
+ * submits/s in README's "inline vs blobs"). 64 KiB stays well below the
+ * size where PostgreSQL's TOAST and the dispatch's base64 start to weigh,
+ * and a job that wants its inputs cached on the node by hash can always
+ * upload them as blobs. */
+#define GW_INLINE_INPUT_MAX (64 * 1024)
 
-/* 0, or -1 after replying (422 naming the input, 503, 500/507). */
-static int inputs_to_blobs(svc_req *req, int64_t tenant_id, const gw_job_req *jr, submit_blobs *sb)
+/* How many committer threads commit submits, each with its own PostgreSQL
+ * connection: two, so that one batch is being built and answered while the
+ * other waits for its WAL flush. */
+#define SUBMIT_COMMIT_THREADS 2
+/* Most submits per batch: one statement and one Redis command each. */
+#define SUBMIT_BATCH_MAX 256
+
+/* One submit from validation to its answer: built by the handler, then
+ * owned by the committer (its request suspended) until submit_done. */
+typedef struct submit {
+    gw_commit_item item;           /* first: the committer hands this back */
+    svc_req *req;
+    gw_app *app;
+    gw_job_new row;                /* points into the fields below */
+    gw_blob b;                     /* meta of every input, bytes of the inline ones */
+    gw_bwriter *w[KL_MAX_IO];      /* blob files written by this submit */
+    int nw;
+    char blob_id[KL_MAX_IO][GW_BLOB_ID_LEN];
+    const char *blob_ids[KL_MAX_IO];
+    uint64_t blob_sizes[KL_MAX_IO];
+    char *params_s, *labels_s, *meta_s;
+    char backend[8];
+    json_t *job;                   /* the job object up to "error"; the rest once committed */
+} submit;
+
+/* Frees s (the writers must have been ended by submit_blobs_end). */
+static void submit_free(submit *s)
+{
+    if (!s)
+        return;
+    gw_blob_free(&s->b);
+    free(s->params_s);
+    free(s->labels_s);
+    free(s->meta_s);
+    json_decref(s->job);
+    free(s);
+}
+
+/* Ends the writers of a submit: closed (bytes put back if retention took
+ * an older copy) once the job is recorded, else dropped. */
+static void submit_blobs_end(submit *s, int recorded)
+{
+    for (int i = 0; i < s->nw; i++) {
+        if (!recorded) {
+            gw_bwriter_abort(s->w[i]);
+        } else if (gw_bwriter_close(s->w[i]) != 0) {
+            svc_error("blobs: an input recorded for a job could not be put back in the store");
+        }
+    }
+    s->nw = 0;
+}
+
+/* Notes blob id of size bytes as one the job references. */
+static void submit_blob_ref(submit *s, const char *id, uint64_t size)
+{
+    int k = s->row.nblobs++;
+    snprintf(s->blob_id[k], sizeof s->blob_id[k], "%s", id);
+    s->blob_ids[k] = s->blob_id[k];
+    s->blob_sizes[k] = size;
+}
+
+/* The inputs of a submit: an inline tensor (data, b64) of at most
+ * GW_INLINE_INPUT_MAX bytes is packed into s->b for the job's row; a larger
+ * one is written to the blob store, its writer kept open until the job that
+ * references it is recorded; a {"blob"} tensor must be one of the tenant's
+ * with the size its shape implies. Each gets an entry in s->b.meta.
+ * 0, or -1 after replying (422 naming the input, 503, 500/507). */
+static int inputs_prepare(svc_req *req, int64_t tenant_id, const gw_job_req *jr, submit *s)
 {
     gw_app *app = svc_req_app(req);
     for (int i = 0; i < jr->kernel->ninputs; i++) {
@@ -45,6 +114,13 @@ static int inputs_to_blobs(svc_req *req, int64_t tenant_id, const gw_job_req *jr
         int rc;
         if (!jr->ka.args.inputs[i])
             continue;
+        if (t->blob[0] == '\0' && t->nbytes <= GW_INLINE_INPUT_MAX) {
+            if (gw_blob_add(&s->b, name, t) != 0) {
+                svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+                return -1;
+            }
+            continue;
+        }
         if (t->blob[0] != '\0') {
             rc = gw_store_blob_get(app->store, tenant_id, t->blob, &size);
             if (rc == -EIO)
@@ -69,7 +145,7 @@ static int inputs_to_blobs(svc_req *req, int64_t tenant_id, const gw_job_req *jr
             gw_bwriter *w = gw_bstore_write_begin(app->blobs);
             rc = w ? gw_bwriter_append(w, t->data, t->nbytes) : -errno;
             if (w)
-                sb->w[sb->nw++] = w;
+                s->w[s->nw++] = w;
             if (rc == 0)
                 rc = gw_bwriter_commit(w, id, &size);
             if (rc != 0) {
@@ -80,30 +156,167 @@ static int inputs_to_blobs(svc_req *req, int64_t tenant_id, const gw_job_req *jr
                 return -1;
             }
         }
-        if (gw_blob_add_ref(&sb->b, name, t, id) != 0) {
+        if (gw_blob_add_ref(&s->b, name, t, id) != 0) {
             svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
             return -1;
         }
+        submit_blob_ref(s, id, t->nbytes);
     }
-    if (!sb->b.meta && !(sb->b.meta = json_array())) {
+    if (!s->b.meta && !(s->b.meta = json_array())) {
         svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
         return -1;
     }
     return 0;
 }
 
-/* Ends the writers of a submit: closed (bytes put back if retention took
- * an older copy) once the job is recorded, else dropped. */
-static void submit_blobs_end(submit_blobs *sb, int recorded)
+/* jsonb's order of object keys: shorter first, then bytewise. */
+static int jsonb_key_cmp(const void *a, const void *b)
 {
-    for (int i = 0; i < sb->nw; i++) {
-        if (!recorded) {
-            gw_bwriter_abort(sb->w[i]);
-        } else if (gw_bwriter_close(sb->w[i]) != 0) {
-            svc_error("blobs: an input recorded for a job could not be put back in the store");
-        }
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    size_t lx = strlen(x), ly = strlen(y);
+    return lx != ly ? (lx < ly ? -1 : 1) : memcmp(x, y, lx);
+}
+
+/* A copy of labels with its keys in the order PostgreSQL's jsonb prints
+ * them, so the 202's job reads exactly like a later GET. New reference. */
+static json_t *labels_as_stored(json_t *labels)
+{
+    const char *keys[GW_MAX_LABELS];
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(labels, k, v) {
+        if (n == GW_MAX_LABELS)
+            return json_deep_copy(labels);
+        keys[n++] = k;
     }
-    gw_blob_free(&sb->b);
+    qsort(keys, n, sizeof keys[0], jsonb_key_cmp);
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < n; i++)
+        json_object_set(o, keys[i], json_object_get(labels, keys[i]));
+    return o;
+}
+
+/* The job object as kowloon_job_json (sql/) writes a queued job, up to its
+ * "error"; submit_done adds the timestamps once PostgreSQL has given
+ * created_at. Same members, same order. New reference, NULL on ENOMEM. */
+static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params)
+{
+    return json_pack("{s:s, s:s, s:s, s:O, s:i, s:i, s:i, s:i, s:{s:s, s:i}, s:o, s:n, s:n,"
+                     " s:{}, s:b, s:n}",
+                     "id", s->row.id, "state", "queued", "kernel", jr->kernel->name,
+                     "params", params, "priority", jr->priority, "timeout_s", jr->timeout_s,
+                     "max_attempts", jr->max_attempts, "attempts", 0, "resources", "backend",
+                     jr->backend, "gpus", jr->gpus, "labels", labels_as_stored(jr->labels), "node",
+                     "backend", "info", "cancel_requested", 0, "error");
+}
+
+/* committer op: one statement for the whole batch. */
+static int submit_commit(void *arg, gw_commit_item *const *items, int n)
+{
+    gw_app *app = arg;
+    gw_job_new *rows[n];
+    for (int i = 0; i < n; i++)
+        rows[i] = &((submit *)items[i])->row;
+    return gw_store_jobs_insert(app->store, rows, n);
+}
+
+/* committer op: the batch's committed jobs go to the ready queue in one
+ * Redis command, and the scheduler is woken once. */
+static void submit_committed(void *arg, gw_commit_item *const *items, int n)
+{
+    gw_app *app = arg;
+    gw_queued q[n];
+    int nq = 0, added = 0;
+    for (int i = 0; i < n; i++) {
+        const submit *s = (const submit *)items[i];
+        if (items[i]->rc != 0)
+            continue;
+        q[nq] = (gw_queued){.seq = s->row.seq, .priority = s->row.priority, .gpus = s->row.gpus};
+        memcpy(q[nq].id, s->row.id, sizeof q[nq].id);
+        snprintf(q[nq].backend, sizeof q[nq].backend, "%s", s->row.backend);
+        nq++;
+    }
+    if (nq == 0)
+        return;
+    /* Committed: the jobs are safe. If Redis fails now the reconciler
+     * enqueues them from PostgreSQL within a few seconds. */
+    if (gw_queue_push_missing(app->queue, q, nq, &added) != 0)
+        svc_warn("%d job(s) committed but not enqueued (Redis): the reconciler will enqueue them", nq);
+    gw_sched_wake(app->sched);
+}
+
+/* committer op: answers the submit (202 with the job, or its error) and
+ * gives the request back to the server; frees s. */
+static void submit_done(void *arg, gw_commit_item *it)
+{
+    (void)arg;
+    submit *s = (submit *)it;
+    svc_req *req = s->req;
+    submit_blobs_end(s, it->rc == 0);
+    if (it->rc == 0) {
+        char ts[32], loc[64];
+        svc_time_format(s->row.created_ms, ts, sizeof ts);
+        json_object_set_new(s->job, "created_at", json_string(ts));
+        json_object_set_new(s->job, "started_at", json_null());
+        json_object_set_new(s->job, "finished_at", json_null());
+        snprintf(loc, sizeof(loc), "/v1/jobs/%s", s->row.id);
+        svc_reply_header(req, "Location", loc);
+        svc_reply_json(req, 202, s->job);
+        s->job = NULL;
+    } else if (it->rc == -EIO || it->rc == -EAGAIN) {
+        gw_reply_unavailable(req, "PostgreSQL");
+    } else if (it->rc == -ENOMEM) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    } else {
+        svc_reply_error(req, 500, "internal", NULL, NULL,
+                        "PostgreSQL refused to record the job (%d); see the gateway's log", it->rc);
+    }
+    svc_req_resume(req);
+    submit_free(s);
+}
+
+int gw_api_jobs_start(gw_app *app)
+{
+    static const gw_committer_ops ops = {
+        .commit = submit_commit, .committed = submit_committed, .done = submit_done};
+    app->committer = gw_committer_start(&ops, app, SUBMIT_COMMIT_THREADS, SUBMIT_BATCH_MAX);
+    return app->committer ? 0 : -ENOMEM;
+}
+
+void gw_api_jobs_stop(gw_app *app)
+{
+    gw_committer_stop(app->committer);
+    app->committer = NULL;
+}
+
+/* Fills s's row and job object from a validated request; 0 or -ENOMEM. */
+static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr)
+{
+    json_t *params = svc_kargs_params_json(&jr->ka.args);
+    s->params_s = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    s->labels_s = json_dumps(jr->labels, JSON_COMPACT);
+    s->meta_s = json_dumps(s->b.meta, JSON_COMPACT);
+    snprintf(s->backend, sizeof s->backend, "%s", jr->backend);
+    int rc = s->params_s && s->labels_s && s->meta_s && svc_uuid_v4(s->row.id) == 0 ? 0 : -ENOMEM;
+    s->row.tenant_id = who->tenant_id;
+    s->row.kernel = jr->kernel->name;
+    s->row.params_json = s->params_s;
+    s->row.priority = jr->priority;
+    s->row.timeout_s = jr->timeout_s;
+    s->row.max_attempts = jr->max_attempts;
+    s->row.gpus = jr->gpus;
+    s->row.backend = s->backend;
+    s->row.labels_json = s->labels_s;
+    s->row.inputs_meta = s->meta_s;
+    s->row.inputs_data = s->b.data;
+    s->row.inputs_len = s->b.len;
+    s->row.blob_ids = s->blob_ids;
+    s->row.blob_sizes = s->blob_sizes;
+    if (!rc && !(s->job = job_json_queued(s, jr, params)))
+        rc = -ENOMEM;
+    json_decref(params);
+    return rc;
 }
 
 int gw_api_jobs_submit(svc_req *req)
@@ -128,47 +341,33 @@ int gw_api_jobs_submit(svc_req *req)
         gw_job_req_free(&jr);
         return svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
     }
-
-    submit_blobs sb = {0};
-    if (inputs_to_blobs(req, who.tenant_id, &jr, &sb) != 0) {
-        submit_blobs_end(&sb, 0);
+    submit *s = calloc(1, sizeof(*s));
+    if (!s) {
         gw_job_req_free(&jr);
-        return 0;
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     }
-    json_t *params = svc_kargs_params_json(&jr.ka.args);
-    char *params_s = json_dumps(params, JSON_COMPACT);
-    char *labels_s = json_dumps(jr.labels, JSON_COMPACT);
-    char *meta_s = json_dumps(sb.b.meta, JSON_COMPACT);
-    json_t *job = NULL;
-    int64_t seq = 0;
-    int rc = params_s && labels_s && meta_s ? 0 : -ENOMEM;
-    if (!rc) {
-        gw_job_new jn = {who.tenant_id, jr.kernel->name, params_s, jr.priority, jr.timeout_s,
-                         jr.max_attempts, jr.gpus, jr.backend, labels_s, meta_s, NULL, 0};
-        rc = gw_store_job_insert(app->store, &jn, &job, &seq);
-    }
-    submit_blobs_end(&sb, rc == 0);
-    if (rc == 0) {
-        const char *id = json_string_value(json_object_get(job, "id"));
-        /* Committed: the job is safe. If Redis fails now the reconciler
-         * enqueues it from PostgreSQL within a few seconds. */
-        if (gw_queue_push(app->queue, id, jr.priority, seq, jr.backend, jr.gpus) != 0)
-            svc_warn("job %s committed but not enqueued (Redis): the reconciler will enqueue it", id);
-        gw_sched_wake(app->sched);
-        char loc[64];
-        snprintf(loc, sizeof(loc), "/v1/jobs/%s", id);
-        svc_reply_header(req, "Location", loc);
-        svc_reply_json(req, 202, job);
-    } else if (rc == -EIO) {
-        gw_reply_unavailable(req, "PostgreSQL");
-    } else {
+    s->app = app;
+    int rc = inputs_prepare(req, who.tenant_id, &jr, s);
+    if (rc == 0 && submit_build(s, &who, &jr) != 0) {
         svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        rc = -1;
     }
-    free(params_s);
-    free(labels_s);
-    free(meta_s);
-    json_decref(params);
     gw_job_req_free(&jr);
+    /* Suspended before it is handed over, so the committer can never
+     * answer a request that is not suspended yet. */
+    if (rc == 0 && svc_req_suspend(req) != 0) {
+        gw_reply_unavailable(req, "this gateway (shutting down)");
+        rc = -1;
+    }
+    if (rc == 0) {
+        s->req = req;
+        if (gw_committer_add(app->committer, &s->item) == 0)
+            return 0; /* req and s are the committer's now */
+        gw_reply_unavailable(req, "this gateway (shutting down)");
+        svc_req_resume(req);
+    }
+    submit_blobs_end(s, 0);
+    submit_free(s);
     return 0;
 }
 

@@ -16,6 +16,7 @@ typedef struct gw_bstore gw_bstore;
 typedef struct gw_leases gw_leases;
 typedef struct gw_waits gw_waits;
 typedef struct gw_keycache gw_keycache;
+typedef struct gw_committer gw_committer;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -61,6 +62,7 @@ typedef struct gw_app {
     gw_bstore *blobs;       /* where blob bytes live (blobstore.h) */
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
+    gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -309,8 +309,9 @@ static int cmd_serve(gw_app *app)
     app->sched = gw_sched_start(app);
     app->leases = gw_leases_start(app);
     app->waits = gw_waits_start(app);
-    if (!app->sched || !app->leases || !app->waits) {
-        svc_error("cannot start the scheduler, the lease thread or the wait thread");
+    if (!app->sched || !app->leases || !app->waits || gw_api_jobs_start(app) != 0) {
+        svc_error("cannot start the scheduler, the lease thread, the wait thread or the committer");
+        gw_api_jobs_stop(app);
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
         gw_sched_stop(app->sched);
@@ -333,6 +334,7 @@ static int cmd_serve(gw_app *app)
     if (!srv) {
         svc_error("cannot serve on %s: %s", app->cfg.listen, err);
         gw_blob_gc_stop(gc);
+        gw_api_jobs_stop(app);
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
         gw_sched_stop(app->sched);
@@ -352,6 +354,7 @@ static int cmd_serve(gw_app *app)
     gw_leases_stop(app->leases);
     gw_waits_stop(app->waits);
     svc_server_stop(srv);
+    gw_api_jobs_stop(app);
     gw_leases_free(app->leases);
     gw_waits_free(app->waits);
     gw_blob_gc_stop(gc);

@@ -36,20 +36,33 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " SELECT id, sha256(convert_to($2, 'UTF8')), left($2, 11), $3::boolean FROM t", 3},
 [ST_KEY_REVOKE] = {"UPDATE api_keys SET revoked_at = now()"
                    " WHERE key_hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL", 1},
-[ST_JOB_INSERT] = {
-    "WITH j AS (INSERT INTO jobs (tenant_id, kernel, params, priority, timeout_s, max_attempts,"
-    "                             backend_req, gpus, labels, state)"
-    "           VALUES ($1, $2, $3::json, $4, $5, $6, $7, $8, $9::jsonb, 'queued') RETURNING *),"
-    " i AS (INSERT INTO job_inputs (job_id, meta, data) SELECT id, $10::jsonb, $11::bytea FROM j),"
-    /* the inputs' blobs: recorded (inline inputs were written just now) or
-     * touched, and referenced by the job so that retention keeps them */
-    " ib AS (SELECT DISTINCT m->>'blob' AS id, (m->>'nbytes')::bigint AS size"
-    "        FROM jsonb_array_elements($10::jsonb) m WHERE m ? 'blob'),"
-    " bl AS (INSERT INTO blobs (id, size) SELECT id, size FROM ib"
-    "        ON CONFLICT (id) DO UPDATE SET last_used_at = now() RETURNING id),"
-    " br AS (INSERT INTO job_blob_refs (job_id, blob_id) SELECT j.id, bl.id FROM j, bl),"
-    " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM j)"
-    " SELECT kowloon_job_json(j::jobs)::text, j.seq FROM j", 11},
+[ST_JOBS_INSERT] = {
+    /* A batch of submits in one statement: row k of every array is job k;
+     * $12 is the inline input bytes of all of them back to back, job k's
+     * at $13[k] for $14[k] bytes; ($15, $16, $17) lists (job, blob, size)
+     * for inputs in the blob store, recorded or touched and referenced by
+     * the job so that retention keeps them. The ids come from the gateway,
+     * so the reply maps rows back by ordinality; seq follows that order. */
+    "WITH r AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
+    "             $5::int[], $6::int[], $7::int[], $8::text[], $9::int[], $10::text[],"
+    "             $11::text[], $13::int[], $14::int[])"
+    "           WITH ORDINALITY AS r(id, tenant_id, kernel, params, priority, timeout_s,"
+    "             max_attempts, backend_req, gpus, labels, meta, off, len, n)),"
+    " j AS (INSERT INTO jobs (id, tenant_id, kernel, params, priority, timeout_s, max_attempts,"
+    "                         backend_req, gpus, labels, state)"
+    "       SELECT id, tenant_id, kernel, params::json, priority, timeout_s, max_attempts,"
+    "              backend_req, gpus, labels::jsonb, 'queued' FROM r ORDER BY n"
+    "       RETURNING id, seq, created_at),"
+    " i AS (INSERT INTO job_inputs (job_id, meta, data)"
+    "       SELECT id, meta::jsonb, substring($12::bytea FROM off + 1 FOR len) FROM r),"
+    " rb AS (SELECT * FROM unnest($15::uuid[], $16::text[], $17::bigint[]) AS rb(job_id, blob_id, size)),"
+    /* sorted, so that two batches touching the same blobs lock them in one order */
+    " bl AS (INSERT INTO blobs (id, size) SELECT DISTINCT ON (blob_id) blob_id, size FROM rb"
+    "        ORDER BY blob_id ON CONFLICT (id) DO UPDATE SET last_used_at = now()),"
+    " br AS (INSERT INTO job_blob_refs (job_id, blob_id) SELECT DISTINCT job_id, blob_id FROM rb),"
+    " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM r ORDER BY n)"
+    " SELECT r.n, j.seq, floor(extract(epoch FROM j.created_at) * 1000)::bigint"
+    " FROM j JOIN r ON r.id = j.id", 17},
 [ST_JOB_GET] = {"SELECT kowloon_job_json(j)::text FROM jobs j"
                 " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 [ST_JOB_LIST] = {
@@ -310,8 +323,6 @@ gw_store *gw_store_open(const char *conninfo, int pool_size)
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    pthread_mutex_init(&s->batch_mu, NULL);
-    pthread_cond_init(&s->batch_cv, NULL);
     return s;
 }
 

@@ -35,22 +35,36 @@ int gw_store_migrate(gw_store *s, const char *dir, char *err, size_t errlen);
 int gw_store_key_create(gw_store *s, const char *tenant, int admin, const char *key);
 int gw_store_key_revoke(gw_store *s, const char *key);
 
-/* A validated job ready to be written. inputs_meta is borrowed. */
+/* A validated job ready to be written; every pointer is borrowed. */
 typedef struct gw_job_new {
+    char id[37];              /* chosen by the gateway (a random UUID) */
     int64_t tenant_id;
     const char *kernel;
     const char *params_json;  /* resolved params, JSON text */
     int priority, timeout_s, max_attempts, gpus;
     const char *backend;      /* any|cpu|cuda */
     const char *labels_json;
-    const char *inputs_meta;  /* JSON text: [{name,dtype,shape,offset,nbytes}] */
-    const void *inputs_data;
+    const char *inputs_meta;  /* JSON text: [{name,dtype,shape,offset,nbytes} | {..,blob,nbytes}] */
+    const void *inputs_data;  /* the bytes of the offset entries */
     size_t inputs_len;
+    const char *const *blob_ids;  /* the blob entries' ids and sizes */
+    const uint64_t *blob_sizes;
+    int nblobs;
+    /* filled by gw_store_jobs_insert */
+    int64_t seq;              /* queue order */
+    int64_t created_ms;       /* created_at, epoch ms by PostgreSQL's clock */
 } gw_job_new;
 
-/* Inserts the job, its inputs and its first event in one statement. On 0,
- * *job is the job object (new reference) and *seq its queue order. */
-int gw_store_job_insert(gw_store *s, const gw_job_new *j, json_t **job, int64_t *seq);
+/* Inserts n jobs, their inputs, blob references and first events in one
+ * statement, committed before it returns (synchronous commit: one WAL flush
+ * for the batch), and fills each job's seq and created_ms. 0 when all are
+ * recorded; none is when it fails: -EIO when PostgreSQL could not be reached
+ * or the connection was lost (whether it committed is unknown), -EAGAIN
+ * when it failed on a live connection in a way that may pass if tried again
+ * (a deadlock, an outage of resources), -EPROTO when PostgreSQL refused it
+ * (a row it will refuse again: try the jobs one by one to find it),
+ * -ENOMEM. */
+int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n);
 int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **job);
 
 typedef struct gw_job_filter {

@@ -15,20 +15,12 @@ typedef struct store__conn {
     char sqlstate[6];    /* of the last failed statement; "" when no answer came */
 } store__conn;
 
-typedef struct store__insert store__insert;
-
 struct gw_store {
     char *conninfo;
     int size;
     store__conn *conns;
     pthread_mutex_t mu;             /* guards conns[].busy */
     pthread_cond_t cv;
-    /* Group commit of submits (store_jobs.c): inserts queue here and one
-     * caller at a time commits everything queued in one transaction. */
-    pthread_mutex_t batch_mu;
-    pthread_cond_t batch_cv;
-    store__insert *pending, *pending_tail;
-    int committing;
     /* Monotonic ms of the last time PostgreSQL could not be reached (0:
      * never); read without the lock, a stale value only delays expiry. */
     volatile int64_t last_failure_ms;
@@ -37,7 +29,7 @@ struct gw_store {
 /* Statement ids; the SQL lives in the table in store.c. */
 enum {
     ST_KEY_CREATE, ST_KEY_REVOKE,
-    ST_JOB_INSERT, ST_JOB_GET, ST_JOB_LIST, ST_JOB_RESULT, ST_JOB_CANCEL,
+    ST_JOBS_INSERT, ST_JOB_GET, ST_JOB_LIST, ST_JOB_RESULT, ST_JOB_CANCEL,
     ST_JOB_SUCCEED, ST_JOB_SUCCEED_INLINE, ST_JOB_FAIL, ST_JOB_REQUEUE, ST_JOBS_QUEUED,
     ST_NODE_REGISTER, ST_NODE_HEARTBEAT, ST_NODE_REMOVE, ST_NODES_JSON, ST_NODES_LOAD,
     ST_NODES_EXPIRE, ST_JOBS_ON_DOWN, ST_BACKENDS_UP, ST_PING,

@@ -19,119 +19,142 @@ void gw_dispatch_clear(gw_dispatch *d)
     memset(d, 0, sizeof(*d));
 }
 
-/* One submit waiting for its group commit. */
-struct store__insert {
-    const gw_job_new *j;
-    json_t *job;
-    int64_t seq;
-    int rc, done;
-    store__insert *next;
-};
+/* A PostgreSQL array literal under construction: "{a,b,...}". */
+typedef struct arr {
+    char *p;
+    size_t len, cap;
+    int oom;
+} arr;
 
-#define BATCH_MAX 128
-
-static int insert_one(store__conn *c, store__insert *in)
+static void arr_put(arr *a, const char *s, size_t n)
 {
-    const gw_job_new *j = in->j;
-    char tenant[24], prio[8], timeout[16], attempts[8], gpus[8];
-    snprintf(tenant, sizeof(tenant), "%lld", (long long)j->tenant_id);
-    snprintf(prio, sizeof(prio), "%d", j->priority);
-    snprintf(timeout, sizeof(timeout), "%d", j->timeout_s);
-    snprintf(attempts, sizeof(attempts), "%d", j->max_attempts);
-    snprintf(gpus, sizeof(gpus), "%d", j->gpus);
-    const char *v[11] = {tenant, j->kernel, j->params_json, prio, timeout, attempts,
-                         j->backend, gpus, j->labels_json, j->inputs_meta,
-                         j->inputs_len ? (const char *)j->inputs_data : ""};
-    int lens[11] = {0};
-    int fmts[11] = {0};
-    lens[10] = (int)j->inputs_len;
-    fmts[10] = 1;
-    if (!c->pg)
-        return -EIO;
-    PGresult *r = store__exec(c, ST_JOB_INSERT, v, lens, fmts, 0);
-    if (r && PQntuples(r) == 1) {
-        in->job = store__json(r, 0, 0);
-        in->seq = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    if (a->oom)
+        return;
+    if (a->len + n + 2 > a->cap) {
+        size_t cap = a->cap ? a->cap : 256;
+        while (cap < a->len + n + 2)
+            cap *= 2;
+        char *p = realloc(a->p, cap);
+        if (!p) {
+            a->oom = 1;
+            return;
+        }
+        a->p = p;
+        a->cap = cap;
     }
-    PQclear(r);
-    return in->job ? 0 : -EIO;
+    memcpy(a->p + a->len, s, n);
+    a->len += n;
+    a->p[a->len] = '\0';
 }
 
-
-/* Commits a batch of submits in one transaction: one WAL flush for all.
- * If the batch fails on a live connection, each insert is retried on its
- * own so one bad row cannot fail the others; on a lost connection the
- * outcome is unknown and every caller answers 503. */
-static void batch_commit(gw_store *s, store__insert *batch)
+/* Appends an element: numbers and UUIDs as they are, any other text
+ * quoted, with '"' and '\' escaped as array literals want. */
+static void arr_add(arr *a, const char *s, int quote)
 {
-    store__conn *c = store__acquire(s);
-    if (c && !batch->next) {
-        /* Alone: the insert is one statement, atomic and committed by
-         * itself; BEGIN and COMMIT would only add two round trips. */
-        batch->rc = insert_one(c, batch);
-        store__release(s, c);
+    arr_put(a, a->len ? "," : "{", 1);
+    if (!quote) {
+        arr_put(a, s, strlen(s));
         return;
     }
-    int ok = c && store__command(c, "BEGIN") == 0;
-    for (store__insert *in = batch; ok && in; in = in->next)
-        ok = insert_one(c, in) == 0;
-    if (ok)
-        ok = store__command(c, "COMMIT") == 0;
-    for (store__insert *in = batch; in; in = in->next) {
-        if (ok) {
-            in->rc = 0;
-            continue;
-        }
-        json_decref(in->job);
-        in->job = NULL;
-        in->rc = -EIO;
+    arr_put(a, "\"", 1);
+    for (const char *run = s;;) {
+        size_t n = strcspn(run, "\"\\");
+        arr_put(a, run, n);
+        if (!run[n])
+            break;
+        arr_put(a, "\\", 1);
+        arr_put(a, run + n, 1);
+        run += n + 1;
     }
-    if (!ok && c && c->pg) {
-        store__command(c, "ROLLBACK");
-        for (store__insert *in = batch; in; in = in->next)
-            in->rc = insert_one(c, in);
-    }
-    store__release(s, c);
+    arr_put(a, "\"", 1);
 }
 
-int gw_store_job_insert(gw_store *s, const gw_job_new *j, json_t **job, int64_t *seq)
+static void arr_addf(arr *a, long long v)
 {
-    store__insert me = {.j = j, .rc = -EIO};
-    pthread_mutex_lock(&s->batch_mu);
-    if (s->pending_tail)
-        s->pending_tail->next = &me;
-    else
-        s->pending = &me;
-    s->pending_tail = &me;
-    while (!me.done) {
-        if (s->committing) {
-            pthread_cond_wait(&s->batch_cv, &s->batch_mu);
-            continue;
+    char num[24];
+    snprintf(num, sizeof num, "%lld", v);
+    arr_add(a, num, 0);
+}
+
+/* The finished literal ("{}" when empty); NULL when out of memory. */
+static const char *arr_end(arr *a)
+{
+    arr_put(a, a->len ? "}" : "{}", a->len ? 1 : 2);
+    return a->oom ? NULL : a->p;
+}
+
+/* The statement's parameters: every array but $12 (the bytes). */
+enum { P_ID, P_TENANT, P_KERNEL, P_PARAMS, P_PRIO, P_TIMEOUT, P_ATTEMPTS, P_BACKEND, P_GPUS,
+       P_LABELS, P_META, P_DATA, P_OFF, P_LEN, P_BJOB, P_BID, P_BSIZE, P__COUNT };
+
+int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
+{
+    arr a[P__COUNT] = {{0}};
+    size_t total = 0;
+    for (int k = 0; k < n; k++)
+        total += jobs[k]->inputs_len;
+    unsigned char *data = malloc(total ? total : 1);
+    size_t off = 0;
+    for (int k = 0; k < n && data; k++) {
+        const gw_job_new *j = jobs[k];
+        arr_add(&a[P_ID], j->id, 0);
+        arr_addf(&a[P_TENANT], j->tenant_id);
+        arr_add(&a[P_KERNEL], j->kernel, 1);
+        arr_add(&a[P_PARAMS], j->params_json, 1);
+        arr_addf(&a[P_PRIO], j->priority);
+        arr_addf(&a[P_TIMEOUT], j->timeout_s);
+        arr_addf(&a[P_ATTEMPTS], j->max_attempts);
+        arr_add(&a[P_BACKEND], j->backend, 1);
+        arr_addf(&a[P_GPUS], j->gpus);
+        arr_add(&a[P_LABELS], j->labels_json, 1);
+        arr_add(&a[P_META], j->inputs_meta, 1);
+        arr_addf(&a[P_OFF], (long long)off);
+        arr_addf(&a[P_LEN], (long long)j->inputs_len);
+        if (j->inputs_len)
+            memcpy(data + off, j->inputs_data, j->inputs_len);
+        off += j->inputs_len;
+        for (int b = 0; b < j->nblobs; b++) {
+            arr_add(&a[P_BJOB], j->id, 0);
+            arr_add(&a[P_BID], j->blob_ids[b], 1);
+            arr_addf(&a[P_BSIZE], (long long)j->blob_sizes[b]);
         }
-        /* Nobody is committing: this caller commits what is queued,
-         * its own insert among the first BATCH_MAX or a later round. */
-        s->committing = 1;
-        store__insert *batch = s->pending, *last = batch;
-        for (int n = 1; n < BATCH_MAX && last->next; n++)
-            last = last->next;
-        s->pending = last->next;
-        if (!s->pending)
-            s->pending_tail = NULL;
-        last->next = NULL;
-        pthread_mutex_unlock(&s->batch_mu);
-        batch_commit(s, batch);
-        pthread_mutex_lock(&s->batch_mu);
-        for (store__insert *in = batch, *next; in; in = next) {
-            next = in->next;
-            in->done = 1;
-        }
-        s->committing = 0;
-        pthread_cond_broadcast(&s->batch_cv);
     }
-    pthread_mutex_unlock(&s->batch_mu);
-    *job = me.job;
-    *seq = me.seq;
-    return me.rc;
+    const char *v[P__COUNT];
+    int lens[P__COUNT] = {0}, fmts[P__COUNT] = {0};
+    int rc = data ? 0 : -ENOMEM;
+    for (int i = 0; i < P__COUNT && !rc; i++)
+        if (i != P_DATA && !(v[i] = arr_end(&a[i])))
+            rc = -ENOMEM;
+    if (total > INT32_MAX)
+        rc = -EPROTO;
+    v[P_DATA] = (const char *)data;
+    lens[P_DATA] = (int)total;
+    fmts[P_DATA] = 1;
+    store__conn *c = rc ? NULL : store__acquire(s);
+    if (!rc && !c)
+        rc = -EIO;
+    if (!rc) {
+        PGresult *r = store__exec(c, ST_JOBS_INSERT, v, lens, fmts, 0);
+        if (!r)
+            rc = !c->pg ? -EIO : gw_store_sqlstate_transient(c->sqlstate) ? -EAGAIN : -EPROTO;
+        else if (PQntuples(r) != n)
+            rc = -EIO; /* cannot happen: the statement inserts every row or none */
+        for (int i = 0; !rc && i < n; i++) {
+            long k = strtol(PQgetvalue(r, i, 0), NULL, 10);
+            if (k < 1 || k > n) {
+                rc = -EIO;
+                break;
+            }
+            jobs[k - 1]->seq = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+            jobs[k - 1]->created_ms = strtoll(PQgetvalue(r, i, 2), NULL, 10);
+        }
+        PQclear(r);
+        store__release(s, c);
+    }
+    for (int i = 0; i < P__COUNT; i++)
+        free(a[i].p);
+    free(data);
+    return rc;
 }
 
 int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **job)

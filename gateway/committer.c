@@ -1,0 +1,136 @@
+/* committer.c — group commit of submits (committer.h): a FIFO of items
+ * handed over by the handlers and a few threads that each take what waits,
+ * up to a batch, commit it, and answer it. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "committer.h"
+#include "svc_log.h"
+
+struct gw_committer {
+    gw_committer_ops ops;
+    void *arg;
+    int batch_max;
+    pthread_mutex_t mu;          /* guards head, tail, stopping */
+    pthread_cond_t cv;
+    gw_commit_item *head, *tail;
+    int stopping;
+    int nthreads;
+    pthread_t *threads;
+};
+
+/* Commits one batch and answers every item of it exactly once. */
+static void batch_run(gw_committer *c, gw_commit_item **batch, int n)
+{
+    int rc = c->ops.commit(c->arg, batch, n);
+    if (rc != 0 && rc != -EIO && n > 1) {
+        /* Refused as a whole on a live connection: nothing of it is
+         * recorded. Alone, each item gets its own answer. */
+        svc_warn("submits: a batch of %d failed (%d); committing them one by one", n, rc);
+        for (int i = 0; i < n; i++)
+            batch[i]->rc = c->ops.commit(c->arg, &batch[i], 1);
+    } else {
+        for (int i = 0; i < n; i++)
+            batch[i]->rc = rc;
+    }
+    if (c->ops.committed)
+        c->ops.committed(c->arg, batch, n);
+    for (int i = 0; i < n; i++)
+        c->ops.done(c->arg, batch[i]);
+}
+
+/* A committer thread: takes everything waiting (up to batch_max) while no
+ * batch of its own is in flight; leaves once stopping and nothing waits. */
+static void *committer_main(void *arg)
+{
+    gw_committer *c = arg;
+    gw_commit_item *one[1];
+    gw_commit_item **batch = malloc(sizeof(*batch) * (size_t)c->batch_max);
+    int max = c->batch_max;
+    if (!batch) {
+        batch = one; /* out of memory: commit one at a time rather than not at all */
+        max = 1;
+    }
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->head && !c->stopping)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->head)
+            break;
+        int n = 0;
+        while (c->head && n < max) {
+            batch[n] = c->head;
+            c->head = c->head->next;
+            batch[n++]->next = NULL;
+        }
+        if (!c->head)
+            c->tail = NULL;
+        pthread_mutex_unlock(&c->mu);
+        batch_run(c, batch, n);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (batch != one)
+        free(batch);
+    return NULL;
+}
+
+gw_committer *gw_committer_start(const gw_committer_ops *ops, void *arg, int threads,
+                                 int batch_max)
+{
+    if (!ops || !ops->commit || !ops->done || threads < 1 || batch_max < 1)
+        return NULL;
+    gw_committer *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->ops = *ops;
+    c->arg = arg;
+    c->batch_max = batch_max;
+    c->threads = calloc((size_t)threads, sizeof(*c->threads));
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    for (; c->threads && c->nthreads < threads; c->nthreads++)
+        if (pthread_create(&c->threads[c->nthreads], NULL, committer_main, c) != 0)
+            break;
+    if (c->nthreads == 0) {
+        svc_error("submits: cannot start a committer thread");
+        gw_committer_stop(c);
+        return NULL;
+    }
+    return c;
+}
+
+int gw_committer_add(gw_committer *c, gw_commit_item *item)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping) {
+        pthread_mutex_unlock(&c->mu);
+        return -ESHUTDOWN;
+    }
+    item->next = NULL;
+    if (c->tail)
+        c->tail->next = item;
+    else
+        c->head = item;
+    c->tail = item;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+void gw_committer_stop(gw_committer *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stopping = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < c->nthreads; i++)
+        pthread_join(c->threads[i], NULL);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c->threads);
+    free(c);
+}
