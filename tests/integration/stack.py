@@ -421,6 +421,13 @@ class Stack:
             raise StackError(f"createdb failed: {r.stderr}")
         self.database_url = f"postgresql://kowloon@127.0.0.1:{self.pg_port}/kowloon"
 
+    def psql_background(self, sql):
+        """Starts psql on sql without waiting for it; returns the Popen."""
+        return subprocess.Popen(["psql", "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "kowloon",
+                                 "-d", "kowloon", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=dict(_clean_env(), PGCONNECT_TIMEOUT="5"))
+
     def psql(self, sql, timeout=15):
         """Runs one SQL statement; returns the rows as lists of strings."""
         r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "kowloon",

@@ -94,12 +94,19 @@ def test_a_batch_failing_half_way_answers_every_submit_and_leaves_no_partial_row
     workers = [threading.Thread(target=submit, args=(i,)) for i in range(CONNS)]
     for w in workers:
         w.start()
+    # The first commits wait on a lock held for a moment, so that the
+    # submits arriving meanwhile pile up into shared batches (alone, the
+    # poisoned job would be committed by itself and test nothing).
+    holder = stack.psql_background(
+        "BEGIN; LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE; SELECT pg_sleep(1.5); COMMIT;")
+    time.sleep(0.3)
     go.wait()
     while any(w.is_alive() for w in workers):
         peak.append(threads_of(proc.pid))
         time.sleep(0.005)
     for w in workers:
         w.join()
+    holder.wait(timeout=30)
     peak.append(threads_of(proc.pid))
     for s in sessions:
         s.close()
