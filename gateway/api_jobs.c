@@ -59,6 +59,7 @@ typedef struct submit {
     char *params_s, *labels_s, *meta_s;
     char backend[8];
     json_t *job;                   /* the job object up to "error"; the rest once committed */
+    int wait_s;                    /* Prefer: wait=N: answer when the job ends (or N s) */
 } submit;
 
 /* Frees s (the writers must have been ended by submit_blobs_end). */
@@ -254,6 +255,15 @@ static void submit_done(void *arg, gw_commit_item *it)
     submit *s = (submit *)it;
     svc_req *req = s->req;
     submit_blobs_end(s, it->rc == 0);
+    if (it->rc == 0 && s->wait_s > 0) {
+        /* Prefer: wait=N: the request, still suspended, waits for the job's
+         * end (or N seconds: then this 202, as it would have been). */
+        gw_waits_add(s->app->waits, req, 1, s->row.tenant_id, s->row.id, s->wait_s, 202);
+        submit_free(s);
+        return;
+    }
+    if (it->rc == 0 && s->wait_s == 0)
+        svc_reply_header(req, "Preference-Applied", "wait=0");
     if (it->rc == 0) {
         char ts[32], loc[64];
         svc_time_format(s->row.created_ms, ts, sizeof ts);
@@ -347,6 +357,7 @@ int gw_api_jobs_submit(svc_req *req)
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     }
     s->app = app;
+    s->wait_s = gw_waits_prefer(svc_req_header(req, "Prefer"));
     int rc = inputs_prepare(req, who.tenant_id, &jr, s);
     if (rc == 0 && submit_build(s, &who, &jr) != 0) {
         svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");

@@ -158,3 +158,23 @@ def test_a_late_report_for_an_old_attempt_is_acknowledged_and_changes_nothing(A,
     assert r.json()["recorded"] == [rid]
     again = A.job(j["id"])
     assert again["state"] == "succeeded" and again.get("error") is None, again
+
+
+def test_prefer_wait_on_submit_answers_with_the_ended_job(A):
+    body = {"kernel": "sleep", "params": {"seconds": 0.5}}
+    t0 = time.monotonic()
+    r = A.post("/v1/jobs", json=body, headers={"Prefer": "wait=20"})
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "succeeded", r.json()
+    assert r.headers["Preference-Applied"] == "wait=20"
+    assert time.monotonic() - t0 < 10
+
+
+def test_prefer_wait_on_submit_answers_202_when_the_time_passes(A):
+    r = A.post("/v1/jobs", json={"kernel": "sleep", "params": {"seconds": 4}},
+               headers={"Prefer": "wait=1"})
+    assert r.status_code == 202, r.text
+    assert r.json()["state"] in ("queued", "running")
+    assert r.headers["Preference-Applied"] == "wait=1"
+    assert r.headers["Location"] == "/v1/jobs/" + r.json()["id"]
+    assert A.wait(r.json()["id"], 20)["state"] == "succeeded"
