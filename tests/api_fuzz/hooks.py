@@ -4,6 +4,8 @@ SCHEMATHESIS_HOOKS=hooks with this directory on PYTHONPATH; fuzz.py sets both).
 Adjustments applied right before each request is sent so that they hold in
 every phase (examples, coverage, fuzzing, stateful):
 
+- `Prefer: wait=N` (GET and POST of jobs) becomes wait=1: a job may never
+  end on the fuzz's stack, and each case would hold a minute.
 - POST /v1/cluster/nodes/{id}/lease: a valid wait_ms above 50 (or none)
   becomes 50 ms (a poll with nothing to hand out is held that long; up to a
   minute would make the fuzz crawl). An invalid one (wrong type, out of
@@ -62,9 +64,15 @@ def _clean_labels(labels):
     return out
 
 
+_WAIT = re.compile(r"(?i)wait\s*=\s*\"?\d+")
+
+
 @schemathesis.hook
 def before_call(ctx, case, kwargs):
     op = ctx.operation
+    if isinstance(case.headers, dict) and isinstance(case.headers.get("Prefer"), str):
+        # a job may never end here (no node takes it): wait a second at most
+        case.headers["Prefer"] = _WAIT.sub("wait=1", case.headers["Prefer"])
     if isinstance(case.body, (dict, list, int)):
         case.body = _clamp_ints(case.body)
     if op is None or not isinstance(case.body, dict):
