@@ -97,6 +97,27 @@ int gw_api_node_results(svc_req *req)
     if (!json_is_array(results) || json_array_size(results) > LEASE_RUNS_MAX)
         return svc_reply_error(req, 400, "invalid_argument", "results", NULL,
                                "results must be an array of at most %d run reports", LEASE_RUNS_MAX);
+    size_t k;
+    const json_t *rep;
+    json_array_foreach(results, k, rep) {
+        static const char *const strings[] = {"run_id", "job_id", "state"};
+        const char *bad = json_is_object(rep) ? NULL : "";
+        for (int f = 0; !bad && f < 3; f++) {
+            json_t *v = json_object_get(rep, strings[f]);
+            if (v && !json_is_string(v))
+                bad = strings[f];
+        }
+        json_t *att = json_object_get(rep, "attempt");
+        if (!bad && att && !json_is_integer(att))
+            bad = "attempt";
+        if (bad) {
+            char field[48];
+            snprintf(field, sizeof field, "results[%zu]%s%s", k, *bad ? "." : "", bad);
+            return svc_reply_error(req, 400, "invalid_argument", field, NULL,
+                                   "%s: a run report is an object; run_id, job_id and state are "
+                                   "strings, attempt an integer", field);
+        }
+    }
     json_t *recorded = json_array();
     size_t i;
     const json_t *r;

@@ -70,9 +70,12 @@ _WAIT = re.compile(r"(?i)wait\s*=\s*\"?\d+")
 @schemathesis.hook
 def before_call(ctx, case, kwargs):
     op = ctx.operation
-    if isinstance(case.headers, dict) and isinstance(case.headers.get("Prefer"), str):
-        # a job may never end here (no node takes it): wait a second at most
-        case.headers["Prefer"] = _WAIT.sub("wait=1", case.headers["Prefer"])
+    # a job may never end here (no node takes it): wait a second at most
+    for headers in (case.headers, kwargs.get("headers")):
+        if isinstance(headers, dict):
+            for name in list(headers):
+                if name.lower() == "prefer" and isinstance(headers[name], str):
+                    headers[name] = _WAIT.sub("wait=1", headers[name])
     if isinstance(case.body, (dict, list, int)):
         case.body = _clamp_ints(case.body)
     if op is None or not isinstance(case.body, dict):
