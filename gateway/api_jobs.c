@@ -233,7 +233,8 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
         const submit *s = (const submit *)items[i];
         if (items[i]->rc != 0)
             continue;
-        q[nq] = (gw_queued){.seq = s->row.seq, .priority = s->row.priority, .gpus = s->row.gpus};
+        q[nq] = (gw_queued){.seq = s->row.seq, .priority = s->row.priority, .gpus = s->row.gpus,
+                            .tenant_id = s->row.tenant_id};
         memcpy(q[nq].id, s->row.id, sizeof q[nq].id);
         snprintf(q[nq].backend, sizeof q[nq].backend, "%s", s->row.backend);
         nq++;
@@ -854,7 +855,7 @@ int gw_api_jobs_cancel(svc_req *req)
     } else {
         json_t *res = json_object_get(job, "resources");
         gw_queue_drop_job(app->queue, id, json_string_value(json_object_get(res, "backend")),
-                          (int)json_integer_value(json_object_get(res, "gpus")));
+                          (int)json_integer_value(json_object_get(res, "gpus")), who.tenant_id);
     }
     return svc_reply_json(req, 200, job);
 }

@@ -81,17 +81,21 @@ double gw_queue_score(int priority, int64_t seq)
     return (double)(9 - priority) * 1099511627776.0 + (double)seq;
 }
 
-static void member_format(char *out, size_t len, const char *job_id, const char *backend, int gpus)
+/* A ready entry: "<job_id> <backend> <gpus> <tenant_id>", all placement
+ * needs (the tenant for its running quota). Entries written before the
+ * tenant was added have three fields and are still read. */
+static void member_format(char *out, size_t len, const char *job_id, const char *backend, int gpus,
+                          int64_t tenant_id)
 {
-    snprintf(out, len, "%s %s %d", job_id, backend, gpus);
+    snprintf(out, len, "%s %s %d %lld", job_id, backend, gpus, (long long)tenant_id);
 }
 
 int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
-                  const char *backend, int gpus)
+                  const char *backend, int gpus, int64_t tenant_id)
 {
     char score[32], member[80];
     snprintf(score, sizeof(score), "%.0f", gw_queue_score(priority, seq));
-    member_format(member, sizeof(member), job_id, backend, gpus);
+    member_format(member, sizeof(member), job_id, backend, gpus, tenant_id);
     const char *argv[4] = {"ZADD", READY_KEY, score, member};
     redisReply *r = command(q, 4, argv, NULL);
     freeReplyObject(r);
@@ -99,11 +103,11 @@ int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
 }
 
 /* A delayed entry carries its ready score, so promotion needs no lookup:
- * "<job_id> <backend> <gpus> <ready score>". */
+ * "<job_id> <backend> <gpus> <ready score> <tenant_id>". */
 static void delayed_format(char *out, size_t len, const gw_queued *j)
 {
-    snprintf(out, len, "%s %s %d %.0f", j->id, j->backend, j->gpus,
-             gw_queue_score(j->priority, j->seq));
+    snprintf(out, len, "%s %s %d %.0f %lld", j->id, j->backend, j->gpus,
+             gw_queue_score(j->priority, j->seq), (long long)j->tenant_id);
 }
 
 static int delayed(const gw_queued *j, int64_t now_ms)
@@ -114,7 +118,7 @@ static int delayed(const gw_queued *j, int64_t now_ms)
 int gw_queue_push_queued(gw_queue *q, const gw_queued *j)
 {
     if (!delayed(j, svc_now_wall_ms()))
-        return gw_queue_push(q, j->id, j->priority, j->seq, j->backend, j->gpus);
+        return gw_queue_push(q, j->id, j->priority, j->seq, j->backend, j->gpus, j->tenant_id);
     char score[32], member[112];
     snprintf(score, sizeof(score), "%lld", (long long)j->not_before_ms);
     delayed_format(member, sizeof(member), j);
@@ -140,7 +144,7 @@ static int push_batch(gw_queue *q, const char *key, const gw_queued *const *jobs
             const gw_queued *j = jobs[i];
             if (is_ready) {
                 snprintf(score[i - start], 32, "%.0f", gw_queue_score(j->priority, j->seq));
-                member_format(member[i - start], 112, j->id, j->backend, j->gpus);
+                member_format(member[i - start], 112, j->id, j->backend, j->gpus, j->tenant_id);
             } else {
                 snprintf(score[i - start], 32, "%lld", (long long)j->not_before_ms);
                 delayed_format(member[i - start], 112, j);
@@ -185,8 +189,10 @@ int gw_queue_promote_due(gw_queue *q, int *moved)
     static gw_redis_script script = {.src =
         "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 512) "
         "for _, m in ipairs(due) do "
-        "  local id, b, g, score = string.match(m, '^(%S+) (%S+) (%S+) (%S+)$') "
-        "  if id then redis.call('ZADD', KEYS[2], score, id .. ' ' .. b .. ' ' .. g) end "
+        "  local id, b, g, score, t = string.match(m, '^(%S+) (%S+) (%S+) (%S+) (%S+)$') "
+        "  if not id then id, b, g, score = string.match(m, '^(%S+) (%S+) (%S+) (%S+)$') end "
+        "  if id then redis.call('ZADD', KEYS[2], score, id .. ' ' .. b .. ' ' .. g"
+        "                       .. (t and (' ' .. t) or '')) end "
         "  redis.call('ZREM', KEYS[1], m) "
         "end "
         "return #due"};
@@ -216,8 +222,11 @@ int gw_queue_peek(gw_queue *q, int offset, gw_ready *out, int max, int *n)
         gw_ready *e = &out[*n];
         const char *m = r->element[i]->str;
         snprintf(e->member, sizeof(e->member), "%s", m);
-        if (sscanf(m, "%36s %7s %d", e->job_id, e->backend, &e->gpus) == 3)
+        long long tenant = 0;
+        if (sscanf(m, "%36s %7s %d %lld", e->job_id, e->backend, &e->gpus, &tenant) >= 3) {
+            e->tenant_id = tenant;
             (*n)++;
+        }
         else
             svc_warn("redis: ignoring malformed ready-queue entry '%s'", m);
     }
@@ -236,11 +245,16 @@ int gw_queue_take(gw_queue *q, const char *member)
     return removed;
 }
 
-int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus)
+int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus,
+                      int64_t tenant_id)
 {
-    char member[80];
-    member_format(member, sizeof(member), job_id, backend, gpus);
-    return gw_queue_take(q, member) < 0 ? -EIO : 0;
+    char member[80], old[80];
+    member_format(member, sizeof(member), job_id, backend, gpus, tenant_id);
+    snprintf(old, sizeof(old), "%s %s %d", job_id, backend, gpus);   /* written before the tenant */
+    const char *argv[4] = {"ZREM", READY_KEY, member, old};
+    redisReply *r = command(q, 4, argv, NULL);
+    freeReplyObject(r);
+    return r ? 0 : -EIO;
 }
 
 int gw_queue_lock(gw_queue *q, const char *name, const char *owner, int ttl_ms)

@@ -17,6 +17,7 @@ typedef struct gw_ready {
     char job_id[37];
     char backend[8];
     int gpus;
+    int64_t tenant_id;     /* 0 in an entry written before it was kept there */
 } gw_ready;
 
 /* A queue on the Redis of url with pool_size connections (made on first
@@ -29,7 +30,7 @@ int gw_queue_ping(gw_queue *q);
 double gw_queue_score(int priority, int64_t seq);
 /* Adds a job to the ready queue (an entry already there takes the new score). */
 int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
-                  const char *backend, int gpus);
+                  const char *backend, int gpus, int64_t tenant_id);
 typedef struct gw_queued gw_queued;
 /* Adds a re-queued job: to the delayed set while its back-off lasts (its
  * not_before is in the future), else to the ready queue. */
@@ -48,7 +49,8 @@ int gw_queue_take(gw_queue *q, const char *member);
  * removed members[i], 0 when it was gone. 0 or -EIO. */
 int gw_queue_take_many(gw_queue *q, const char *const *members, int n, int *taken);
 /* Removes the entry of job_id whatever its member text; 0 or -EIO. */
-int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus);
+int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus,
+                      int64_t tenant_id);
 
 /* Takes or renews a lock held by owner for ttl_ms: 1 held, 0 held by
  * another, -EIO. */

@@ -61,6 +61,11 @@ struct gw_sched {
     char owner[96];
     sched_node nodes[SCHED_MAX_NODES];
     int nnodes;
+    /* Every tenant's running quota and running jobs (PostgreSQL's at the
+     * last refresh, plus claims since; sorted by id): a placement checks
+     * the quota here, not with a query. Only the scheduler thread uses it. */
+    gw_tenant_run *tenants;
+    int ntenants;
 };
 
 int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus)
@@ -121,6 +126,44 @@ void gw_sched_slots_freed(gw_sched *s, const char *node_id, int n)
     s->wake = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+static int tenant_cmp(const void *a, const void *b)
+{
+    int64_t x = ((const gw_tenant_run *)a)->tenant_id, y = ((const gw_tenant_run *)b)->tenant_id;
+    return x < y ? -1 : x > y;
+}
+
+/* Reloads the tenants' running quotas and counts; on failure the old ones
+ * stay. */
+static void tenants_refresh(gw_sched *s)
+{
+    gw_tenant_run *list;
+    int n;
+    if (gw_store_tenants_running(s->app->store, s->app->cfg.max_running_per_tenant, &list, &n) != 0)
+        return;
+    qsort(list, (size_t)n, sizeof(*list), tenant_cmp);
+    free(s->tenants);
+    s->tenants = list;
+    s->ntenants = n;
+}
+
+/* The quota and count of tenant_id, or NULL when unknown here (a tenant
+ * made since the last refresh, or an entry without its tenant). */
+static gw_tenant_run *tenant_of(gw_sched *s, int64_t tenant_id)
+{
+    gw_tenant_run key = {.tenant_id = tenant_id};
+    return tenant_id ? bsearch(&key, s->tenants, (size_t)s->ntenants, sizeof(key), tenant_cmp) : NULL;
+}
+
+/* 1 when a job of tenant_id (0: not known from the queue entry) may start
+ * under its tenant's running quota. */
+static int running_allowed(gw_sched *s, const gw_ready *e)
+{
+    gw_tenant_run *t = tenant_of(s, e->tenant_id);
+    if (t)
+        return t->limit == 0 || t->running < t->limit;
+    return gw_limits_running_allowed(s->app, e->job_id);
 }
 
 /* Reloads the node table and the runs on each node from PostgreSQL. */
@@ -310,10 +353,13 @@ static int dispatch_pass(gw_sched *s, int64_t until)
             pthread_mutex_unlock(&s->mu);
             /* A job no free slot fits, or whose tenant is at its running
              * quota, waits; the jobs behind it go ahead. */
-            if (pick < 0 || !gw_limits_running_allowed(s->app, ready[i].job_id)) {
+            if (pick < 0 || !running_allowed(s, &ready[i])) {
                 passed++;
                 continue;
             }
+            gw_tenant_run *t = tenant_of(s, ready[i].tenant_id);
+            if (t)
+                t->running++;   /* counted at placement; the next refresh corrects */
             pthread_mutex_lock(&s->mu);
             s->nodes[pick].running++;
             memcpy(batch[nb].node_id, s->nodes[pick].n.id, sizeof(batch[nb].node_id));
@@ -361,6 +407,7 @@ static void *sched_main(void *arg)
                 nodes_refresh(s);
             if (now >= next_reap) {
                 nodes_refresh(s);
+                tenants_refresh(s);
                 reap(s);
                 next_reap = now + 1000;
             }
@@ -424,6 +471,7 @@ void gw_sched_stop(gw_sched *s)
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
+    free(s->tenants);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

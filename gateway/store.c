@@ -156,13 +156,13 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "         finished_at = CASE WHEN cur.next <> 'queued' THEN clock_timestamp() END"
     "       FROM cur WHERE jobs.id = cur.id"
     "       RETURNING jobs.id, jobs.state, jobs.attempts, jobs.seq, jobs.priority,"
-    "                 jobs.backend_req, jobs.gpus, jobs.node_name, jobs.not_before),"
+    "                 jobs.backend_req, jobs.gpus, jobs.node_name, jobs.not_before, jobs.tenant_id),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j)"
     " SELECT state, seq, priority, backend_req, gpus,"
-    "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0) FROM j", 7},
+    "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id FROM j", 7},
 [ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus,"
-                    "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0)"
+                    "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id"
                     " FROM jobs WHERE state = 'queued' AND seq > $1 ORDER BY seq LIMIT $2", 2},
 [ST_NODE_REGISTER] = {
     "INSERT INTO nodes (name, url, backend, backend_reason, gpus, slots, kernels)"
@@ -304,6 +304,10 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_JOBS_ENDED] = {
     "SELECT id::text FROM jobs WHERE id = ANY ($1::uuid[])"
     " AND state IN ('succeeded', 'failed', 'cancelled')", 1},
+[ST_TENANTS_RUNNING] = {
+    "SELECT t.id, coalesce(t.max_running, $1::int),"
+    "       (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'running')"
+    " FROM tenants t", 1},
 [ST_RUNNING_COUNTS] = {
     "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
     " GROUP BY node_id", 0},

@@ -139,6 +139,13 @@ int gw_store_runs_overdue(gw_store *s, int grace_s, gw_dispatch **out, int *n);
 /* ended[i] = 1 when job ids[i] has ended (succeeded, failed, cancelled),
  * for n jobs in one query. 0 or -EIO. */
 int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended);
+/* Every tenant's running quota (its own, else def; 0 = none) and running
+ * jobs, for placing without a query per job. */
+typedef struct gw_tenant_run {
+    int64_t tenant_id;
+    int limit, running;
+} gw_tenant_run;
+int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n);
 /* Running jobs per node. */
 typedef struct gw_node_count {
     char node_id[37];
@@ -160,6 +167,7 @@ typedef struct gw_queued {
     int priority, gpus;
     char backend[8];
     int64_t not_before_ms;
+    int64_t tenant_id;
 } gw_queued;
 
 typedef struct gw_backoff { int base_ms, max_s; } gw_backoff;

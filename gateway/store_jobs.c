@@ -383,6 +383,7 @@ int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncou
         store__copy(r, 0, 3, out->q.backend, sizeof(out->q.backend));
         out->q.gpus = atoi(PQgetvalue(r, 0, 4));
         out->q.not_before_ms = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
+        out->q.tenant_id = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
         svc_info("job %s attempt %d: %s (%s: %s)", job_id, attempt, PQgetvalue(r, 0, 0), code, message);
     }
     PQclear(r);
@@ -414,6 +415,7 @@ int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **
         store__copy(r, i, 3, q->backend, sizeof(q->backend));
         q->gpus = atoi(PQgetvalue(r, i, 4));
         q->not_before_ms = strtoll(PQgetvalue(r, i, 5), NULL, 10);
+        q->tenant_id = strtoll(PQgetvalue(r, i, 6), NULL, 10);
         *n = i + 1;
     }
     PQclear(r);
@@ -586,5 +588,31 @@ int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended)
     if (c)
         store__release(s, c);
     free(arr);
+    return rc;
+}
+
+int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)
+{
+    char d[16];
+    snprintf(d, sizeof(d), "%d", def);
+    const char *v[1] = {d};
+    *out = NULL;
+    *n = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_TENANTS_RUNNING, v, NULL, NULL, 0);
+    int rc = r ? 0 : -EIO;
+    int rows = r ? PQntuples(r) : 0;
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_tenant_run))))
+        rc = -ENOMEM;
+    for (int i = 0; !rc && i < rows; i++) {
+        (*out)[i].tenant_id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+        (*out)[i].limit = atoi(PQgetvalue(r, i, 1));
+        (*out)[i].running = atoi(PQgetvalue(r, i, 2));
+        *n = i + 1;
+    }
+    PQclear(r);
+    store__release(s, c);
     return rc;
 }

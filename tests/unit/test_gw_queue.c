@@ -119,19 +119,34 @@ static int teardown(void **state)
 
 static gw_queued queued(const char *id, int priority, int64_t seq, int64_t not_before_ms)
 {
-    gw_queued j = {.seq = seq, .priority = priority, .gpus = 1, .not_before_ms = not_before_ms};
+    gw_queued j = {.seq = seq, .priority = priority, .gpus = 1, .not_before_ms = not_before_ms,
+                   .tenant_id = 11};
     snprintf(j.id, sizeof j.id, "%s", id);
     snprintf(j.backend, sizeof j.backend, "cpu");
     return j;
 }
 
+/* ZADD straight to the test's Redis (an entry as an older gateway wrote it). */
+static int raw_zadd(const char *key, const char *score, const char *member)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+    if (!c || c->err)
+        return -1;
+    redisReply *r = redisCommand(c, "ZADD %s %s %s", key, score, member);
+    int rc = r && r->type == REDIS_REPLY_INTEGER ? 0 : -1;
+    freeReplyObject(r);
+    redisFree(c);
+    return rc;
+}
+
 static void test_ready_queue_orders_by_priority_then_age(void **state)
 {
     gw_queue *q = *state;
-    assert_int_equal(gw_queue_push(q, "job-low-old", 1, 1, "cpu", 1), 0);
-    assert_int_equal(gw_queue_push(q, "job-high-new", 9, 3, "cuda", 2), 0);
-    assert_int_equal(gw_queue_push(q, "job-low-new", 1, 2, "any", 1), 0);
-    assert_int_equal(gw_queue_push(q, "job-high-old", 9, 0, "cpu", 1), 0);
+    assert_int_equal(gw_queue_push(q, "job-low-old", 1, 1, "cpu", 1, 7), 0);
+    assert_int_equal(gw_queue_push(q, "job-high-new", 9, 3, "cuda", 2, 8), 0);
+    assert_int_equal(gw_queue_push(q, "job-low-new", 1, 2, "any", 1, 7), 0);
+    assert_int_equal(gw_queue_push(q, "job-high-old", 9, 0, "cpu", 1, 7), 0);
     gw_ready out[8];
     int n;
     assert_int_equal(gw_queue_peek(q, 0, out, 8, &n), 0);
@@ -140,6 +155,7 @@ static void test_ready_queue_orders_by_priority_then_age(void **state)
     assert_string_equal(out[1].job_id, "job-high-new");
     assert_string_equal(out[1].backend, "cuda");
     assert_int_equal(out[1].gpus, 2);
+    assert_int_equal(out[1].tenant_id, 8);   /* the tenant rides along for its quota */
     assert_string_equal(out[2].job_id, "job-low-old");
     assert_string_equal(out[3].job_id, "job-low-new");
     /* a page from an offset */
@@ -151,14 +167,14 @@ static void test_ready_queue_orders_by_priority_then_age(void **state)
 static void test_take_removes_once_and_drop_finds_the_member(void **state)
 {
     gw_queue *q = *state;
-    assert_int_equal(gw_queue_push(q, "job-a", 5, 1, "cpu", 1), 0);
-    assert_int_equal(gw_queue_push(q, "job-b", 5, 2, "cpu", 1), 0);
+    assert_int_equal(gw_queue_push(q, "job-a", 5, 1, "cpu", 1, 3), 0);
+    assert_int_equal(gw_queue_push(q, "job-b", 5, 2, "cpu", 1, 3), 0);
     gw_ready out[4];
     int n;
     assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
     assert_int_equal(gw_queue_take(q, out[0].member), 1);
     assert_int_equal(gw_queue_take(q, out[0].member), 0);   /* another scheduler won */
-    assert_int_equal(gw_queue_drop_job(q, "job-b", "cpu", 1), 0);
+    assert_int_equal(gw_queue_drop_job(q, "job-b", "cpu", 1, 3), 0);
     assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
     assert_int_equal(n, 0);
 }
@@ -183,16 +199,34 @@ static void test_delayed_job_waits_for_its_backoff_then_is_promoted(void **state
     assert_int_equal(moved, 1);
     assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
     assert_int_equal(n, 2);
-    /* promoted with its ready score: older seq first */
+    /* promoted with its ready score (older seq first) and its tenant */
     assert_string_equal(out[0].job_id, "job-later");
     assert_string_equal(out[1].job_id, "job-ready");
+    assert_int_equal(out[0].tenant_id, later.tenant_id);
+}
+
+/* Entries written before the tenant joined the member (three fields) are
+ * still read, with tenant 0, and still dropped. */
+static void test_entries_without_a_tenant_are_still_read(void **state)
+{
+    gw_queue *q = *state;
+    assert_int_equal(raw_zadd("kowloon:ready", "1", "job-old cpu 1"), 0);
+    gw_ready out[4];
+    int n;
+    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(out[0].job_id, "job-old");
+    assert_int_equal(out[0].tenant_id, 0);
+    assert_int_equal(gw_queue_drop_job(q, "job-old", "cpu", 1, 42), 0);
+    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(n, 0);
 }
 
 static void test_push_missing_adds_only_what_is_absent(void **state)
 {
     gw_queue *q = *state;
     int64_t now = svc_now_wall_ms();
-    assert_int_equal(gw_queue_push(q, "job-1", 5, 1, "cpu", 1), 0);
+    assert_int_equal(gw_queue_push(q, "job-1", 5, 1, "cpu", 1, 11), 0);
     gw_queued list[3] = {queued("job-1", 5, 1, 0), queued("job-2", 5, 2, 0),
                          queued("job-3", 5, 3, now + 60000)};
     int added;
@@ -349,6 +383,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ready_queue_orders_by_priority_then_age, setup, teardown),
         cmocka_unit_test_setup_teardown(test_take_removes_once_and_drop_finds_the_member, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entries_without_a_tenant_are_still_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delayed_job_waits_for_its_backoff_then_is_promoted, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_push_missing_adds_only_what_is_absent, setup, teardown),
