@@ -287,6 +287,7 @@ static void submit_done(void *arg, gw_commit_item *it)
     submit_free(s);
 }
 
+/* Starts app->committer with the three ops above (api.h). */
 int gw_api_jobs_start(gw_app *app)
 {
     static const gw_committer_ops ops = {
@@ -295,6 +296,7 @@ int gw_api_jobs_start(gw_app *app)
     return app->committer ? 0 : -ENOMEM;
 }
 
+/* Answers what is still queued, then stops the committer (api.h). */
 void gw_api_jobs_stop(gw_app *app)
 {
     gw_committer_stop(app->committer);
@@ -330,6 +332,9 @@ static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr)
     return rc;
 }
 
+/* POST /v1/jobs: validates, prepares the row and its inputs, suspends the
+ * request and hands it to the committer, which answers it (submit_done).
+ * Whatever fails before the hand-over is answered here. */
 int gw_api_jobs_submit(svc_req *req)
 {
     gw_app *app = svc_req_app(req);

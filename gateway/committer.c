@@ -76,6 +76,8 @@ static void *committer_main(void *arg)
     return NULL;
 }
 
+/* Starts the threads (committer.h); a committer with fewer threads than
+ * asked, but at least one, still works. */
 gw_committer *gw_committer_start(const gw_committer_ops *ops, void *arg, int threads,
                                  int batch_max)
 {
@@ -101,6 +103,7 @@ gw_committer *gw_committer_start(const gw_committer_ops *ops, void *arg, int thr
     return c;
 }
 
+/* Appends item to the FIFO and wakes one thread (committer.h). */
 int gw_committer_add(gw_committer *c, gw_commit_item *item)
 {
     pthread_mutex_lock(&c->mu);
@@ -119,6 +122,7 @@ int gw_committer_add(gw_committer *c, gw_commit_item *item)
     return 0;
 }
 
+/* Stops after the threads have emptied the FIFO (committer.h). */
 void gw_committer_stop(gw_committer *c)
 {
     if (!c)

@@ -26,6 +26,8 @@ typedef struct arr {
     int oom;
 } arr;
 
+/* Appends n bytes of s, growing the buffer; on ENOMEM marks a->oom and
+ * appends nothing more. */
 static void arr_put(arr *a, const char *s, size_t n)
 {
     if (a->oom)
@@ -69,6 +71,7 @@ static void arr_add(arr *a, const char *s, int quote)
     arr_put(a, "\"", 1);
 }
 
+/* Appends the integer v as an element. */
 static void arr_addf(arr *a, long long v)
 {
     char num[24];
@@ -87,6 +90,9 @@ static const char *arr_end(arr *a)
 enum { P_ID, P_TENANT, P_KERNEL, P_PARAMS, P_PRIO, P_TIMEOUT, P_ATTEMPTS, P_BACKEND, P_GPUS,
        P_LABELS, P_META, P_DATA, P_OFF, P_LEN, P_BJOB, P_BID, P_BSIZE, P__COUNT };
 
+/* One ST_JOBS_INSERT for the whole batch (store.h): the arrays built
+ * here, the inline bytes copied into one binary parameter, and each job's
+ * seq and created_ms read back by ordinality. */
 int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
 {
     arr a[P__COUNT] = {{0}};
