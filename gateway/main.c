@@ -52,7 +52,7 @@ static svc_opt opts[] = {
     {.flag = "http-threads", .env = "KOWLOON_HTTP_THREADS", .type = SVC_OPT_INT, .def = "0",
      .min = 0, .max = 256,
      .help = "threads serving every connection (epoll); 0 = two per core, at least 4"},
-    {.flag = "max-header-kb", .env = "KOWLOON_MAX_HEADER_KB", .type = SVC_OPT_INT, .def = "16",
+    {.flag = "max-header-kb", .env = "KOWLOON_MAX_HEADER_KB", .type = SVC_OPT_INT, .def = "4",
      .min = 1, .max = 1024,
      .help = "largest request line + headers, KiB (431 above)"},
     {.flag = "node-timeout-s", .env = "KOWLOON_NODE_TIMEOUT_S", .type = SVC_OPT_INT, .def = "6",
