@@ -147,6 +147,7 @@ class SSEParser:
     def __init__(self) -> None:
         self.last_id: Optional[str] = None
         self.retry_ms: Optional[int] = None
+        self._id_buf: Optional[str] = None
         self._event = ""
         self._data: List[str] = []
 
@@ -165,13 +166,20 @@ class SSEParser:
             self._data.append(value)
         elif name == "id":
             if "\0" not in value:
-                self.last_id = value
+                self._id_buf = value  # the last event id once this event is complete
         elif name == "retry":
             if value.isdigit():
                 self.retry_ms = int(value)
         return None
 
+    def reset(self) -> None:
+        """Drops a half-received event (the connection ended inside it);
+        the last event id and retry delay stay for the reconnection."""
+        self._event, self._data = "", []
+        self._id_buf = self.last_id
+
     def _dispatch(self) -> Optional[Event]:
+        self.last_id = self._id_buf
         if not self._data:
             self._event = ""
             return None
@@ -211,9 +219,11 @@ class LineSplitter:
         return lines
 
     def close(self) -> List[str]:
-        """What is left once the stream ended (an unterminated last line)."""
+        """The stream ended: a line it left unterminated (and a CR that
+        ended it). An unterminated line is cut, so it is dropped, as the
+        event stream rules drop an event the stream ended inside."""
         rest, self._buf = self._buf, ""
-        return [rest.rstrip("\r")] if rest else []
+        return [""] if rest == "\r" else []
 
 
 def iter_sse_lines(chunks: Iterator[str]) -> Iterator[str]:

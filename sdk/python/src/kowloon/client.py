@@ -293,6 +293,7 @@ class Job(JobView):
             if parser.last_id:
                 headers["Last-Event-ID"] = parser.last_id
             got = 0
+            parser.reset()
             try:
                 with self._c._http.stream("GET", path, headers=headers,
                                           timeout=httpx.Timeout(self._c._cfg.timeout,
