@@ -3,6 +3,8 @@ submit body, and the Job object's read-only view. No I/O here."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as _dt
 import math
 import os
 import time
@@ -63,7 +65,7 @@ class Config:
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
-        self.retry = retry or RetryPolicy()
+        self.retry = dataclasses.replace(retry) if retry else RetryPolicy()
         if max_retry_s is not None:
             self.retry.max_total_s = max_retry_s
         self.headers = {"Authorization": f"Bearer {api_key}",
@@ -82,6 +84,21 @@ def label_query(label: LabelFilter) -> Optional[str]:
     if len(items) != 1:
         raise KowloonError("the gateway filters by one label at a time")
     return f"{items[0][0]}:{items[0][1]}"
+
+
+def usage_query(from_: Any, to: Any, group_by: Optional[str], extra: Mapping[str, Any]
+                ) -> Dict[str, Any]:
+    """The query of GET /v1/usage; datetimes become RFC 3339 (naive ones are UTC)."""
+    def fmt(v: Any) -> Any:
+        if isinstance(v, _dt.datetime):
+            if v.tzinfo is None:
+                v = v.replace(tzinfo=_dt.timezone.utc)
+            return v.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        if isinstance(v, _dt.date):
+            return v.isoformat()
+        return v
+    q = {"from": from_, "to": to, "group_by": group_by, **extra}
+    return {k: fmt(v) for k, v in q.items() if v is not None}
 
 
 def wait_chunk(deadline: Optional[float]) -> int:
@@ -207,7 +224,7 @@ class JobView:
 def decode_output(resp_headers: Any, content: bytes, listed: Mapping[str, Any]) -> np.ndarray:
     """An output's array from its raw download (the headers' dtype and shape,
     else the result listing's)."""
-    dtype = resp_headers.get("x-kowloon-dtype") or listed.get("dtype")
+    dtype = str(resp_headers.get("x-kowloon-dtype") or listed.get("dtype"))
     if "x-kowloon-dtype" in resp_headers:
         shape = _wire.parse_shape_header(resp_headers.get("x-kowloon-shape"))
     else:

@@ -128,7 +128,8 @@ def error_from_response(status: int, headers: Any, content: bytes) -> ApiError:
             body = parsed
     except (ValueError, UnicodeDecodeError):
         pass
-    err = body.get("error") if isinstance(body.get("error"), dict) else {}
+    raw_err = body.get("error")
+    err: Dict[str, Any] = raw_err if isinstance(raw_err, dict) else {}
     code = str(err.get("code") or f"http_{status}")
     message = str(err.get("message") or content[:200].decode("utf-8", "replace") or "no message")
     cls = _BY_STATUS.get(status, ApiError)

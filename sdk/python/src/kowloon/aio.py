@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Tuple
 
 import httpx
 import numpy as np
 
 from . import _wire
 from ._base import (Config, JobView, LabelFilter, RetryPolicy, build_submit, decode_output,
-                    label_query, new_idempotency_key, wait_chunk)
+                    label_query, new_idempotency_key, usage_query, wait_chunk)
 from ._errors import (JobFailedError, KowloonError, NotFoundError, NotOfferedError,
                       TransportError, WaitTimeout, error_from_response)
 
@@ -59,7 +59,7 @@ class AsyncClient:
 
     # ------------------------------------------------------------ transport
 
-    async def _send(self, method: str, path: str, *, ok: tuple = (), retry_no_answer: bool = True,
+    async def _send(self, method: str, path: str, *, ok: Tuple[int, ...] = (), retry_no_answer: bool = True,
               **kw: Any) -> httpx.Response:
         """One logical request with retries; raises the typed ApiError for an
         error status not in ``ok``."""
@@ -120,14 +120,13 @@ class AsyncClient:
         """The compute nodes (``GET /v1/nodes``)."""
         return (await self.request("GET", "/v1/nodes"))["nodes"]
 
-    async def usage(self, from_: Optional[str] = None, to: Optional[str] = None,
-              group_by: Optional[str] = None, **query: Any) -> Dict[str, Any]:
+    async def usage(self, from_: Any = None, to: Any = None,
+                    group_by: Optional[str] = None, **query: Any) -> Dict[str, Any]:
         """Usage and cost of the caller's tenant (``GET /v1/usage``;
-        ``from_``/``to`` RFC 3339, ``group_by`` ``kernel``, ``label:KEY`` or
+        ``from_``/``to`` RFC 3339 strings or datetimes, ``group_by`` ``kernel``, ``label:KEY`` or
         ``day``). Raises NotOfferedError where the gateway has no usage
         endpoint."""
-        q = {k: v for k, v in {"from": from_, "to": to, "group_by": group_by, **query}.items()
-             if v is not None}
+        q = usage_query(from_, to, group_by, query)
         try:
             return await self.request("GET", "/v1/usage", params=q)
         except NotOfferedError:
@@ -308,8 +307,8 @@ class AsyncJob(JobView):
                         err = error_from_response(resp.status_code, resp.headers, resp.content)
                         if resp.status_code == 404:
                             await self.refresh()  # NotFoundError when the job itself is gone
-                            async for ev in self._events_by_wait(fallback_wait_s):
-                                yield ev
+                            async for wev in self._events_by_wait(fallback_wait_s):
+                                yield wev
                             return
                         if resp.status_code in (429, 503) and failures < 20:
                             failures += 1

@@ -127,9 +127,9 @@ def cmd_run(c: Client, a: argparse.Namespace) -> int:
         _out({"job": job.data, "outputs": written})
     else:
         print(f"job {job.id} {job.state} on {job.data.get('node')} ({job.data.get('backend')})")
-        for name, e in written.items():
-            where = e.get("path") or e.get("data")
-            print(f"  {name}: {e['dtype']} {e['shape']} {where if where is not None else ''}".rstrip())
+        for name, w in written.items():
+            where = w.get("path") or w.get("data")
+            print(f"  {name}: {w['dtype']} {w['shape']} {where if where is not None else ''}".rstrip())
     return EXIT_OK
 
 
@@ -203,7 +203,7 @@ def cmd_nodes(c: Client, a: argparse.Namespace) -> int:
     if a.json:
         _out(nodes)
         return EXIT_OK
-    _table([[n.get("name"), n.get("state"), n.get("backend"),
+    _table([[str(n.get("name")), str(n.get("state")), str(n.get("backend")),
              ",".join(g.get("name", "?") for g in n.get("gpus") or []) or "-",
              f"{n.get('running', 0)}/{n.get('slots', 0)}",
              "yes" if n.get("draining") else "no"] for n in nodes],

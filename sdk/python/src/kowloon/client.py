@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import httpx
 import numpy as np
 
 from . import _wire
 from ._base import (Config, JobView, LabelFilter, RetryPolicy, build_submit, decode_output,
-                    label_query, new_idempotency_key, wait_chunk)
+                    label_query, new_idempotency_key, usage_query, wait_chunk)
 from ._errors import (JobFailedError, KowloonError, NotFoundError, NotOfferedError,
                       TransportError, WaitTimeout, error_from_response)
 
@@ -56,7 +56,7 @@ class Client:
 
     # ------------------------------------------------------------ transport
 
-    def _send(self, method: str, path: str, *, ok: tuple = (), retry_no_answer: bool = True,
+    def _send(self, method: str, path: str, *, ok: Tuple[int, ...] = (), retry_no_answer: bool = True,
               **kw: Any) -> httpx.Response:
         """One logical request with retries; raises the typed ApiError for an
         error status not in ``ok``."""
@@ -117,14 +117,13 @@ class Client:
         """The compute nodes (``GET /v1/nodes``)."""
         return self.request("GET", "/v1/nodes")["nodes"]
 
-    def usage(self, from_: Optional[str] = None, to: Optional[str] = None,
+    def usage(self, from_: Any = None, to: Any = None,
               group_by: Optional[str] = None, **query: Any) -> Dict[str, Any]:
         """Usage and cost of the caller's tenant (``GET /v1/usage``;
-        ``from_``/``to`` RFC 3339, ``group_by`` ``kernel``, ``label:KEY`` or
+        ``from_``/``to`` RFC 3339 strings or datetimes, ``group_by`` ``kernel``, ``label:KEY`` or
         ``day``). Raises NotOfferedError where the gateway has no usage
         endpoint."""
-        q = {k: v for k, v in {"from": from_, "to": to, "group_by": group_by, **query}.items()
-             if v is not None}
+        q = usage_query(from_, to, group_by, query)
         try:
             return self.request("GET", "/v1/usage", params=q)
         except NotOfferedError:
