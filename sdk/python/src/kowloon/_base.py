@@ -211,11 +211,10 @@ class JobView:
         if ev.job is not None:
             self._data = ev.job
             return
-        if isinstance(ev.data, dict):
-            if isinstance(ev.data.get("state"), str):
-                self._data["state"] = ev.data["state"]
-            if ev.progress is not None:
-                self._data["progress"] = ev.progress
+        if ev.state is not None:
+            self._data["state"] = ev.state
+        if ev.progress is not None:
+            self._data["progress"] = ev.progress
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self.kernel} {self.state}>"

@@ -21,6 +21,7 @@ DTYPES: Dict[str, str] = {"float32": "<f4", "float64": "<f8", "int32": "<i4"}
 INLINE_MAX_BYTES = 64 * 1024
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+STATES = ("queued", "running") + TERMINAL
 
 #: job-envelope fields submit() takes as keywords of its own
 ENVELOPE = ("priority", "timeout_s", "max_attempts", "resources", "labels")
@@ -119,10 +120,16 @@ class Event:
 
     @property
     def state(self) -> Optional[str]:
-        """The job state this event carries, if any."""
+        """The job state this event carries, if any: ``state`` (or ``to``)
+        of its data or of a ``job`` object inside it."""
         for src in (self.data, self.job):
-            if isinstance(src, dict) and isinstance(src.get("state"), str):
-                return src["state"]
+            if not isinstance(src, dict):
+                continue
+            nested = src.get("job")
+            for d in (src, nested if isinstance(nested, dict) else {}):
+                for key in ("state", "to"):
+                    if d.get(key) in STATES:
+                        return str(d[key])
         return None
 
     @property
