@@ -483,5 +483,10 @@ def test_cli_watch_cancel_and_exit_codes(stack, kl):
     assert r.returncode == 2 and "no param 'nope'" in r.stderr
     r = cli(stack, "frobnicate")
     assert r.returncode == 2
+    r = cli(stack, "usage", "--json", "--group-by", "kernel")
+    if r.returncode == 3:  # until the gateway offers GET /v1/usage
+        assert "does not offer GET /v1/usage" in r.stderr and json.loads(r.stdout)["error"]["status"] == 404
+    else:
+        assert r.returncode == 0 and isinstance(json.loads(r.stdout), dict), r.stderr
     r = cli(stack, "run", "train_mlp", "--param", "classes=2", "--input", "x=/nonexistent.npy")
     assert r.returncode == 2
