@@ -1,0 +1,231 @@
+"""What Client and AsyncClient share: configuration, the retry policy, the
+submit body, and the Job object's read-only view. No I/O here."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _wire
+from ._errors import KowloonError
+
+__version__ = "0.1.0"
+
+LabelFilter = Union[str, Tuple[str, str], Mapping[str, str], None]
+
+
+@dataclass
+class RetryPolicy:
+    """When a request is tried again.
+
+    429 and 503 are retried after their ``Retry-After`` (or a back-off when
+    absent); a request that got no answer at all (connection refused, reset,
+    timed out) after an exponential back-off from ``backoff_s`` up to
+    ``backoff_max_s``. Retries stop once ``max_total_s`` seconds have passed
+    since the first try (a wait that would end past it is not started):
+    the last error is raised then."""
+
+    max_total_s: float = 60.0
+    backoff_s: float = 0.25
+    backoff_max_s: float = 5.0
+    max_attempts: int = 1000
+
+    def delay(self, attempt: int, started: float, retry_after: Optional[float]) -> Optional[float]:
+        """Seconds to wait before try number attempt+1, or None to give up."""
+        if attempt >= self.max_attempts:
+            return None
+        if retry_after is not None:
+            d = retry_after
+        else:
+            d = min(self.backoff_max_s, self.backoff_s * (2 ** min(attempt - 1, 16)))
+        if time.monotonic() - started + d > self.max_total_s:
+            return None
+        return d
+
+
+class Config:
+    """Where and as whom a client speaks (arguments, else the environment)."""
+
+    def __init__(self, url: Optional[str], api_key: Optional[str], timeout: float,
+                 retry: Optional[RetryPolicy], max_retry_s: Optional[float]):
+        url = url or os.environ.get("KOWLOON_URL")
+        api_key = api_key or os.environ.get("KOWLOON_API_KEY")
+        if not url:
+            raise KowloonError("no gateway URL: pass url= or set KOWLOON_URL")
+        if not api_key:
+            raise KowloonError("no API key: pass api_key= or set KOWLOON_API_KEY")
+        self.url = url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+        self.retry = dataclasses.replace(retry) if retry else RetryPolicy()
+        if max_retry_s is not None:
+            self.retry.max_total_s = max_retry_s
+        self.headers = {"Authorization": f"Bearer {api_key}",
+                        "User-Agent": f"kowloon-python/{__version__}"}
+
+
+def label_query(label: LabelFilter) -> Optional[str]:
+    """The `label=key:value` query value of a filter given as "k:v", (k, v) or {k: v}."""
+    if label is None:
+        return None
+    if isinstance(label, str):
+        return label
+    if isinstance(label, tuple):
+        return f"{label[0]}:{label[1]}"
+    items = list(label.items())
+    if len(items) != 1:
+        raise KowloonError("the gateway filters by one label at a time")
+    return f"{items[0][0]}:{items[0][1]}"
+
+
+def usage_query(from_: Any, to: Any, group_by: Optional[str], extra: Mapping[str, Any]
+                ) -> Dict[str, Any]:
+    """The query of GET /v1/usage; datetimes become RFC 3339 (naive ones are UTC)."""
+    def fmt(v: Any) -> Any:
+        if isinstance(v, _dt.datetime):
+            if v.tzinfo is None:
+                v = v.replace(tzinfo=_dt.timezone.utc)
+            return v.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        if isinstance(v, _dt.date):
+            return v.isoformat()
+        return v
+    q = {"from": from_, "to": to, "group_by": group_by, **extra}
+    return {k: fmt(v) for k, v in q.items() if v is not None}
+
+
+def wait_chunk(deadline: Optional[float]) -> int:
+    """N of the next `Prefer: wait=N` (1..60), or 0 once the deadline passed."""
+    if deadline is None:
+        return 60
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return 0
+    return max(1, min(60, math.ceil(left)))
+
+
+@dataclass
+class Upload:
+    """An input that goes as a blob: its bytes and content address."""
+
+    name: str
+    raw: bytes
+    blob_id: str
+
+
+def build_submit(kernel: Mapping[str, Any], kwargs: Mapping[str, Any],
+                 params: Optional[Mapping[str, Any]], inputs: Optional[Mapping[str, Any]],
+                 envelope: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[Upload]]:
+    """The POST /v1/jobs body of a submit and the blobs it needs uploaded
+    first. Inputs up to 64 KiB go inline (base64), larger ones by blob
+    reference; a dict value is taken as a wire tensor already (e.g.
+    ``{"dtype", "shape", "blob"}`` of an earlier result)."""
+    p, i = _wire.split_call(kernel, kwargs)
+    p = {**(params or {}), **p}
+    all_inputs: Dict[str, Tuple[Any, Optional[str]]] = {}
+    dtypes = {x["name"]: x.get("dtype") for x in kernel.get("inputs", [])}
+    for name, value in (inputs or {}).items():
+        all_inputs[name] = (value, dtypes.get(name))
+    all_inputs.update(i)
+    body: Dict[str, Any] = {"kernel": kernel["name"]}
+    if p:
+        body["params"] = p
+    wire: Dict[str, Any] = {}
+    uploads: List[Upload] = []
+    for name, (value, dtype) in all_inputs.items():
+        if isinstance(value, Mapping):
+            wire[name] = dict(value)
+            continue
+        arr, dt = _wire.prepare_array(value, dtype, name)
+        raw = arr.tobytes()
+        if len(raw) <= _wire.INLINE_MAX_BYTES:
+            wire[name] = _wire.inline_tensor(arr, dt)
+        else:
+            bid = _wire.blob_id(raw)
+            uploads.append(Upload(name, raw, bid))
+            wire[name] = _wire.blob_tensor(arr, dt, bid)
+    if wire:
+        body["inputs"] = wire
+    for k, v in envelope.items():
+        if v is not None:
+            body[k] = v
+    return body, uploads
+
+
+def new_idempotency_key() -> str:
+    return str(uuid.uuid4())
+
+
+class JobView:
+    """The read-only side of a job: its last seen JSON object and accessors."""
+
+    _data: Dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self._data["id"]
+
+    @property
+    def data(self) -> Dict[str, Any]:
+        """The job object as the gateway last returned it."""
+        return self._data
+
+    @property
+    def state(self) -> str:
+        """queued, running, succeeded, failed or cancelled (as last seen)."""
+        return self._data.get("state", "")
+
+    @property
+    def done(self) -> bool:
+        """True once the job reached a terminal state (as last seen)."""
+        return self.state in _wire.TERMINAL
+
+    @property
+    def progress(self) -> Any:
+        """The job's last reported ``progress`` (as last seen), or None when
+        the kernel (or the gateway) reports none."""
+        return self._data.get("progress")
+
+    @property
+    def kernel(self) -> str:
+        return self._data.get("kernel", "")
+
+    @property
+    def error(self) -> Optional[Dict[str, Any]]:
+        """``{"code", "message"}`` of a failed job, else None."""
+        return self._data.get("error")
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        return self._data.get("info") or {}
+
+    def _absorb_event(self, ev: _wire.Event) -> None:
+        """Keeps state and progress current from a streamed event."""
+        if ev.job is not None:
+            self._data = ev.job
+            return
+        if ev.state is not None:
+            self._data["state"] = ev.state
+        if ev.progress is not None:
+            self._data["progress"] = ev.progress
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id} {self.kernel} {self.state}>"
+
+
+def decode_output(resp_headers: Any, content: bytes, listed: Mapping[str, Any]) -> np.ndarray:
+    """An output's array from its raw download (the headers' dtype and shape,
+    else the result listing's)."""
+    dtype = str(resp_headers.get("x-kowloon-dtype") or listed.get("dtype"))
+    if "x-kowloon-dtype" in resp_headers:
+        shape = _wire.parse_shape_header(resp_headers.get("x-kowloon-shape"))
+    else:
+        shape = list(listed.get("shape") or [])
+    return _wire.decode_raw(content, dtype, shape)

@@ -1,0 +1,329 @@
+"""The `kowloon` command: run kernels, list, watch and cancel jobs, show
+nodes, kernels and usage. `--json` prints machine-readable output.
+
+Exit codes: 0 ok, 1 the job failed or was cancelled, 2 usage error,
+3 API or connection error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import _wire
+from ._base import __version__
+from ._errors import ApiError, JobFailedError, KowloonError, NotOfferedError, WaitTimeout
+from .client import Client, Job
+
+EXIT_OK, EXIT_JOB, EXIT_USAGE, EXIT_API = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    pass
+
+
+def _out(obj: Any) -> None:
+    print(json.dumps(obj, indent=None, default=_json_default), flush=True)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON: {type(o)}")
+
+
+def _kv(items: Optional[List[str]], what: str, sep: str = "=") -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for it in items or []:
+        k, s, v = it.partition(sep)
+        if not s or not k:
+            raise UsageError(f"{what} must be NAME{sep}VALUE, got {it!r}")
+        out[k] = v
+    return out
+
+
+def _param_value(kernel: Dict[str, Any], name: str, text: str) -> Any:
+    """A --param value typed by the catalog (integer, number, boolean, else text)."""
+    spec = {p["name"]: p for p in kernel.get("params", [])}.get(name)
+    if spec is None:
+        raise UsageError(f"{kernel['name']} has no param {name!r} "
+                         f"(it has: {', '.join(p['name'] for p in kernel.get('params', []))})")
+    t = spec.get("type")
+    try:
+        if t == "integer":
+            return int(text)
+        if t == "number":
+            return float(text)
+        if t == "boolean":
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+    except ValueError:
+        raise UsageError(f"--param {name}: {text!r} is not a {t}") from None
+    return text
+
+
+def _load_input(name: str, path: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--input {name}: cannot read {path} as .npy: {e}") from None
+
+
+def _table(rows: List[List[str]], head: List[str]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    for r in [head] + rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
+
+
+# ------------------------------------------------------------------ commands
+
+def cmd_run(c: Client, a: argparse.Namespace) -> int:
+    try:
+        kernel = c.kernel(a.kernel)
+    except ApiError:
+        raise
+    except KowloonError as e:
+        raise UsageError(str(e)) from None
+    params = {k: _param_value(kernel, k, v) for k, v in _kv(a.param, "--param").items()}
+    inputs = {k: _load_input(k, v) for k, v in _kv(a.input, "--input").items()}
+    known = {i["name"] for i in kernel.get("inputs", [])}
+    for k in inputs:
+        if k not in known:
+            raise UsageError(f"{a.kernel} has no input {k!r} (it has: {', '.join(sorted(known))})")
+    labels = _kv(a.label, "--label", sep=":") or None
+    resources = {"backend": a.backend} if a.backend else None
+    job = c.submit(a.kernel, params=params, inputs=inputs, priority=a.priority, labels=labels,
+                   resources=resources)
+    if not a.json:
+        print(f"job {job.id} submitted", file=sys.stderr, flush=True)
+    try:
+        outputs = job.result(timeout=a.timeout)
+    except JobFailedError:
+        if a.json:
+            _out({"job": job.data, "outputs": {}})
+        else:
+            err = job.error or {}
+            print(f"job {job.id} {job.state}" + (f": {err.get('code')}: {err.get('message')}"
+                                                 if err else ""), file=sys.stderr)
+        return EXIT_JOB
+    written: Dict[str, Any] = {}
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+    for name, arr in outputs.items():
+        entry: Dict[str, Any] = {"dtype": _wire.api_dtype(arr), "shape": list(arr.shape)}
+        if a.out:
+            path = os.path.join(a.out, f"{name}.npy")
+            np.save(path, arr)
+            entry["path"] = path
+        elif arr.size <= 16:
+            entry["data"] = arr.ravel().tolist()
+        written[name] = entry
+    if a.json:
+        _out({"job": job.data, "outputs": written})
+    else:
+        print(f"job {job.id} {job.state} on {job.data.get('node')} ({job.data.get('backend')})")
+        for name, w in written.items():
+            where = w.get("path") or w.get("data")
+            print(f"  {name}: {w['dtype']} {w['shape']} {where if where is not None else ''}".rstrip())
+    return EXIT_OK
+
+
+def cmd_jobs(c: Client, a: argparse.Namespace) -> int:
+    label = None
+    if a.label:
+        k, s, v = a.label.partition(":")
+        if not s:
+            raise UsageError("--label must be KEY:VALUE")
+        label = (k, v)
+    jobs: List[Job] = []
+    for j in c.jobs.list(state=a.state, kernel=a.kernel, label=label,
+                         page_size=min(a.limit, 1000)):
+        jobs.append(j)
+        if len(jobs) >= a.limit:
+            break
+    if a.json:
+        _out([j.data for j in jobs])
+        return EXIT_OK
+    _table([[j.id, j.state, j.kernel, j.data.get("node") or "-", j.data.get("created_at", "")]
+            for j in jobs], ["ID", "STATE", "KERNEL", "NODE", "CREATED"])
+    return EXIT_OK
+
+
+def _bar(frac: Optional[float], width: int = 24) -> str:
+    if frac is None:
+        return ""
+    n = int(round(frac * width))
+    return "[" + "#" * n + "-" * (width - n) + f"] {frac * 100:5.1f}%"
+
+
+def cmd_watch(c: Client, a: argparse.Namespace) -> int:
+    job = c.job(a.id)
+    tty = sys.stdout.isatty() and not a.json
+    last = ""
+    for ev in job.events():
+        if a.json:
+            _out({"event": ev.event, "id": ev.id, "state": job.state, "progress": job.progress,
+                  "data": ev.data if ev.job is None else None})
+            continue
+        line = " ".join(x for x in (job.id, job.state, _bar(_wire.progress_fraction(job.progress)),
+                                    _wire.progress_text(job.progress)) if x)
+        if line == last:
+            continue
+        last = line
+        if tty:
+            print("\r\033[K" + line, end="", flush=True)
+        else:
+            print(line, flush=True)
+    if tty:
+        print()
+    if job.state not in _wire.TERMINAL:
+        job.wait()
+    if not a.json and job.error:
+        print(f"{job.error.get('code')}: {job.error.get('message')}", file=sys.stderr)
+    return EXIT_OK if job.state == "succeeded" else EXIT_JOB
+
+
+def cmd_cancel(c: Client, a: argparse.Namespace) -> int:
+    job = c.job(a.id).cancel()
+    if a.json:
+        _out(job.data)
+    else:
+        extra = " (cancel requested)" if job.data.get("cancel_requested") and not job.done else ""
+        print(f"{job.id} {job.state}{extra}")
+    return EXIT_OK
+
+
+def cmd_nodes(c: Client, a: argparse.Namespace) -> int:
+    nodes = c.nodes()
+    if a.json:
+        _out(nodes)
+        return EXIT_OK
+    _table([[str(n.get("name")), str(n.get("state")), str(n.get("backend")),
+             ",".join(g.get("name", "?") for g in n.get("gpus") or []) or "-",
+             f"{n.get('running', 0)}/{n.get('slots', 0)}",
+             "yes" if n.get("draining") else "no"] for n in nodes],
+           ["NAME", "STATE", "BACKEND", "GPUS", "BUSY", "DRAINING"])
+    return EXIT_OK
+
+
+def cmd_kernels(c: Client, a: argparse.Namespace) -> int:
+    ks = c.kernels()
+    if a.json:
+        _out(ks)
+        return EXIT_OK
+    for k in ks:
+        params = ", ".join(p["name"] + ("" if p.get("required") else "?") for p in k.get("params", []))
+        ins = ", ".join(i["name"] + ("?" if i.get("optional") else "") for i in k.get("inputs", []))
+        outs = ", ".join(o["name"] for o in k.get("outputs", []))
+        print(f"{k['name']}: ({ins}) -> ({outs})  params: {params or '-'}"
+              f"  backends: {','.join(k.get('backends') or []) or '-'}")
+    return EXIT_OK
+
+
+def cmd_usage(c: Client, a: argparse.Namespace) -> int:
+    u = c.usage(from_=a.from_, to=a.to, group_by=a.group_by)
+    if a.json:
+        _out(u)
+    else:
+        print(json.dumps(u, indent=2))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ parser
+
+def _common(defaults: bool) -> argparse.ArgumentParser:
+    """--url, --api-key, --json, accepted before and after the command (the
+    command's copy sets nothing unless given, so it never undoes the first)."""
+    d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--url", default=d(os.environ.get("KOWLOON_URL")),
+                   help="gateway URL (default $KOWLOON_URL)")
+    p.add_argument("--api-key", default=d(os.environ.get("KOWLOON_API_KEY")),
+                   help="API key (default $KOWLOON_API_KEY)")
+    p.add_argument("--json", action="store_true", default=d(False),
+                   help="machine-readable output")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common(False)
+    p = argparse.ArgumentParser(prog="kowloon", parents=[_common(True)],
+                                description="Kowloon remote GPU compute from the command line.",
+                                epilog="exit codes: 0 ok, 1 job failed or cancelled, "
+                                       "2 usage error, 3 API or connection error")
+    p.add_argument("--version", action="version", version=f"kowloon {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    r = sub.add_parser("run", parents=[common], help="run a kernel and save its outputs")
+    r.add_argument("kernel")
+    r.add_argument("--param", action="append", metavar="NAME=VALUE")
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    r.add_argument("--out", metavar="DIR", help="write each output as DIR/NAME.npy")
+    r.add_argument("--label", action="append", metavar="KEY:VALUE")
+    r.add_argument("--priority", type=int)
+    r.add_argument("--backend", choices=["any", "cpu", "cuda"])
+    r.add_argument("--timeout", type=float, help="seconds to wait for the job (default: no limit)")
+    r.set_defaults(fn=cmd_run)
+
+    j = sub.add_parser("jobs", parents=[common], help="list jobs, newest first")
+    j.add_argument("--state", choices=["queued", "running", "succeeded", "failed", "cancelled"])
+    j.add_argument("--kernel")
+    j.add_argument("--label", metavar="KEY:VALUE")
+    j.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    j.set_defaults(fn=cmd_jobs)
+
+    w = sub.add_parser("watch", parents=[common], help="follow a job until it ends")
+    w.add_argument("id")
+    w.set_defaults(fn=cmd_watch)
+
+    c = sub.add_parser("cancel", parents=[common], help="cancel a job")
+    c.add_argument("id")
+    c.set_defaults(fn=cmd_cancel)
+
+    sub.add_parser("nodes", parents=[common], help="compute nodes").set_defaults(fn=cmd_nodes)
+    sub.add_parser("kernels", parents=[common], help="the kernel catalog").set_defaults(fn=cmd_kernels)
+
+    u = sub.add_parser("usage", parents=[common], help="usage and cost of your tenant")
+    u.add_argument("--from", dest="from_", metavar="RFC3339")
+    u.add_argument("--to", metavar="RFC3339")
+    u.add_argument("--group-by", metavar="kernel|label:KEY|day")
+    u.set_defaults(fn=cmd_usage)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)  # exits 2 on a usage error
+    if not a.url or not a.api_key:
+        parser.error("the gateway URL and API key are needed: --url/--api-key or "
+                     "KOWLOON_URL/KOWLOON_API_KEY")
+    try:
+        with Client(a.url, a.api_key) as client:
+            return a.fn(client, a)
+    except UsageError as e:
+        print(f"kowloon: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except WaitTimeout as e:
+        print(f"kowloon: {e}", file=sys.stderr)
+        return EXIT_API
+    except ApiError as e:
+        if a.json:
+            _out({"error": {"status": e.status, "code": e.code, "message": e.message,
+                            "field": e.field}})
+        print(f"kowloon: {e.message if isinstance(e, NotOfferedError) else e}", file=sys.stderr)
+        return EXIT_API
+    except KowloonError as e:
+        print(f"kowloon: {e}", file=sys.stderr)
+        return EXIT_API
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
