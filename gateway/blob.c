@@ -54,7 +54,7 @@ int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msgle
             snprintf(msg, msglen, "%s: %s", name, why);
             return -EINVAL;
         }
-        int rc = gw_blob_add(b, name, &t);
+        int rc = t.blob[0] ? gw_blob_add_ref(b, name, &t, t.blob) : gw_blob_add(b, name, &t);
         svc_tensor_free(&t);
         if (rc)
             return rc;

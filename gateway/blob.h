@@ -23,8 +23,9 @@ int gw_blob_add(gw_blob *b, const char *name, const svc_tensor *t);
 /* Appends an entry naming blob id for tensor t (its dtype, shape, nbytes;
  * no bytes); 0 or -ENOMEM. */
 int gw_blob_add_ref(gw_blob *b, const char *name, const svc_tensor *t, const char *id);
-/* Decodes an object of wire tensors (any encoding) and packs them.
- * 0, or -EINVAL with msg naming the tensor. */
+/* Decodes an object of wire tensors (any encoding) and packs them: bytes
+ * sent inline are appended, a {"blob"} reference becomes an entry naming
+ * it. 0, or -EINVAL with msg naming the tensor. */
 int gw_blob_from_json(gw_blob *b, const json_t *tensors, char *msg, size_t msglen);
 /* Unpacks meta + data into an object of wire tensors, b64 or "data"
  * arrays. NULL when meta does not fit data (a corrupt row) or ENOMEM. */

@@ -341,6 +341,7 @@ static int cmd_serve(gw_app *app)
         return 1;
     }
     svc_info("kowloon-gateway serving on %s (max body %d MiB)", app->cfg.listen, app->cfg.max_body_mb);
+    gw_sched_serving(app->sched);
     while (!stop_signal)
         pause();
     svc_info("signal %d: draining for %d s (readyz and submits answer 503), then finishing requests in flight",

@@ -28,31 +28,15 @@ int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncount
 }
 
 /* The outputs of a succeeded run into b: each either a reference to a
- * blob the node pushed ({"blob"}) or bytes sent inline (small outputs).
- * 0, or -EINVAL with msg naming the output. */
+ * blob the node wrote or pushed ({"blob"}) or bytes sent inline (small
+ * outputs). 0, or -EINVAL with msg naming the output. */
 static int outputs_from_run(gw_blob *b, const json_t *outputs, char *msg, size_t msglen)
 {
-    const char *name;
-    json_t *v;
     if (!json_is_object(outputs)) {
         snprintf(msg, msglen, "the report has no outputs object");
         return -EINVAL;
     }
-    if (!b->meta && !(b->meta = json_array()))
-        return -ENOMEM;
-    json_object_foreach((json_t *)outputs, name, v) {
-        svc_tensor t;
-        char why[200];
-        if (svc_tensor_from_json(v, 0, &t, why, sizeof(why)) != 0) {
-            snprintf(msg, msglen, "%s: %s", name, why);
-            return -EINVAL;
-        }
-        int rc = t.blob[0] ? gw_blob_add_ref(b, name, &t, t.blob) : gw_blob_add(b, name, &t);
-        svc_tensor_free(&t);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    return gw_blob_from_json(b, outputs, msg, msglen);
 }
 
 /* A succeeded run: its outputs and info recorded with the job's success. */

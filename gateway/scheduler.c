@@ -54,6 +54,7 @@ struct gw_sched {
     volatile int stop;
     int wake;
     int nodes_changed;        /* reload the node table before placing */
+    int serving;              /* the API serves: the lock may be taken */
     volatile int leader;
     int64_t leader_since_ms;  /* monotonic: when this gateway took the lock */
     int64_t next_deep_ms;     /* monotonic: earliest next scan past the first window */
@@ -99,6 +100,17 @@ void gw_sched_wake(gw_sched *s)
     if (!s)
         return;
     pthread_mutex_lock(&s->mu);
+    s->wake = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void gw_sched_serving(gw_sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->serving = 1;
     s->wake = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -384,7 +396,12 @@ static void *sched_main(void *arg)
     int64_t next_lock = 0, next_reap = 0, next_reconcile = 0, next_promote = 0;
     while (!s->stop) {
         int64_t now = svc_now_mono_ms();
-        if (now >= next_lock) {
+        pthread_mutex_lock(&s->mu);
+        int serving = s->serving;
+        pthread_mutex_unlock(&s->mu);
+        /* Not before the API serves: nodes must be able to reach this
+         * gateway from the moment it judges their heartbeats. */
+        if (serving && now >= next_lock) {
             int held = gw_queue_lock(s->app->queue, LOCK_NAME, s->owner, LOCK_TTL_MS) == 1;
             if (held && !s->leader) {
                 svc_info("scheduler: this gateway holds the scheduler lock (%s)", s->owner);

@@ -26,6 +26,10 @@ gw_sched *gw_sched_start(gw_app *app);
 /* Stops the scheduler thread and frees s; runs on nodes go on, and the next
  * scheduler finds them in PostgreSQL. NULL is a no-op. */
 void gw_sched_stop(gw_sched *s);
+/* The API serves: the scheduler may take the lock from now on (a gateway
+ * that took it before nodes could reach it would find their heartbeats
+ * late and mark them down). */
+void gw_sched_serving(gw_sched *s);
 /* Wakes the scheduler (a job was queued). */
 void gw_sched_wake(gw_sched *s);
 /* n runs of node_id ended (their reports were recorded): their slots are

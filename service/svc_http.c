@@ -1422,15 +1422,22 @@ void svc_server_stop(svc_server *s)
     int rc = 0;
     while (s->ndeferred > 0 && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&s->susp_cv, &s->susp_mu, &until);
-    if (s->ndeferred > 0)
-        svc_warn("http: closing %d suspended request%s not answered in time", s->ndeferred,
-                 s->ndeferred == 1 ? "" : "s");
+    int forced = s->ndeferred;
+    if (forced > 0)
+        svc_warn("http: closing %d suspended request%s not answered in time", forced,
+                 forced == 1 ? "" : "s");
     while (s->deferred != NULL)
         deferred_unlink(s, s->deferred);
     pthread_mutex_unlock(&s->susp_mu);
     MHD_stop_daemon(s->mhd); /* joins every connection thread */
     pthread_cond_destroy(&s->conns_cv);
     pthread_mutex_destroy(&s->conns_mu);
+    /* Requests closed that way are still the application's until it calls
+     * svc_req_resume, which takes susp_mu: the server stays (a leak at a
+     * stop that is about to end the process) rather than be freed under
+     * them. */
+    if (forced > 0)
+        return;
     pthread_cond_destroy(&s->susp_cv);
     pthread_mutex_destroy(&s->susp_mu);
     free(s);

@@ -127,7 +127,8 @@ int svc_req_suspend(svc_req *req);
  * gives req back to the server: the pointer is not valid after this call.
  * Any thread. A stopping server waits a few seconds for suspended requests
  * to be resumed, then closes their connections; a reply given after that is
- * dropped, and svc_req_resume must still be called to free req. */
+ * dropped, and svc_req_resume must still be called to free req (the server's
+ * own memory is then left allocated, so that call stays safe). */
 void svc_req_resume(svc_req *req);
 
 /* Adds a header to the reply that follows (Location, Retry-After). */
