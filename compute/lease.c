@@ -55,6 +55,7 @@ static int cn__lease_sleep(cn_lease *l, int64_t ms, int on_refusal)
     return stop;
 }
 
+/* 1 once cn_lease_stop was called. */
 static int cn__stopping(cn_lease *l)
 {
     pthread_mutex_lock(&l->mu);
@@ -177,6 +178,9 @@ static int cn__polls_stopped(cn_lease *l)
     return stop;
 }
 
+/* The poller: one lease poll at a time, for as many runs as there are free
+ * slots (none while draining); takes the runs and cancels each answer
+ * brings, and backs off while the gateway does not answer. */
 static void *cn__poller_main(void *arg)
 {
     cn_lease *l = arg;
@@ -250,6 +254,9 @@ static int cn__settle(cn_lease *l, json_t *pending, const json_t *recorded)
     return gone;
 }
 
+/* The reporter: sends every run that ended (and every refusal) in batches,
+ * forgetting each once the gateway lists it as recorded, and sending the
+ * others again after a back-off. */
 static void *cn__reporter_main(void *arg)
 {
     cn_lease *l = arg;

@@ -137,6 +137,7 @@ static void answer(waiter *w, json_t *reply)
     free(w);
 }
 
+/* Takes w off the list; mu held. */
 static void unlink_waiter(gw_leases *l, waiter *w)
 {
     for (waiter **pp = &l->list; *pp; pp = &(*pp)->next)
@@ -146,12 +147,15 @@ static void unlink_waiter(gw_leases *l, waiter *w)
         }
 }
 
+/* Waits on cv until until_mono (monotonic ms) or a signal; mu held. */
 static void wait_until(gw_leases *l, int64_t until_mono)
 {
     struct timespec ts = {.tv_sec = until_mono / 1000, .tv_nsec = (long)(until_mono % 1000) * 1000000L};
     pthread_cond_timedwait(&l->cv, &l->mu, &ts);
 }
 
+/* The lease thread: looks for work for the polls that need a look, answers
+ * those that got some or whose wait ended, and at a stop answers the rest. */
 static void *leases_main(void *arg)
 {
     gw_leases *l = arg;

@@ -69,6 +69,7 @@ int gw_waits_prefer(const char *prefer)
     return -1;
 }
 
+/* 1 when the job object's state is an end. */
 static int terminal(const json_t *job)
 {
     const char *st = json_string_value(json_object_get(job, "state"));
@@ -121,6 +122,9 @@ static int collect_ids(gw_waits *ws, char (*ids)[37], int max)
     return n;
 }
 
+/* The wait thread: looks for the ends of the waiters' jobs (one query
+ * every WAITS_RECHECK_MS), answers the waiters whose job ended or whose time
+ * ran out, and at a stop answers every one with its job as it is. */
 static void *waits_main(void *arg)
 {
     gw_waits *ws = arg;
