@@ -154,7 +154,8 @@ static void tenants_refresh(gw_sched *s)
     int n;
     if (gw_store_tenants_running(s->app->store, s->app->cfg.max_running_per_tenant, &list, &n) != 0)
         return;
-    qsort(list, (size_t)n, sizeof(*list), tenant_cmp);
+    if (n > 1)
+        qsort(list, (size_t)n, sizeof(*list), tenant_cmp);
     free(s->tenants);
     s->tenants = list;
     s->ntenants = n;
@@ -165,7 +166,9 @@ static void tenants_refresh(gw_sched *s)
 static gw_tenant_run *tenant_of(gw_sched *s, int64_t tenant_id)
 {
     gw_tenant_run key = {.tenant_id = tenant_id};
-    return tenant_id ? bsearch(&key, s->tenants, (size_t)s->ntenants, sizeof(key), tenant_cmp) : NULL;
+    if (!tenant_id || s->ntenants == 0)
+        return NULL;
+    return bsearch(&key, s->tenants, (size_t)s->ntenants, sizeof(key), tenant_cmp);
 }
 
 /* 1 when a job of tenant_id (0: not known from the queue entry) may start
