@@ -190,9 +190,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_NODES_EXPIRE] = {"UPDATE nodes SET state = 'down', running = 0 WHERE state = 'up'"
                      " AND last_heartbeat < now() - make_interval(secs => $1::int) RETURNING name", 1},
 [ST_JOBS_ON_DOWN] = {
-    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, n.url, n.name,"
-    "       j.priority, j.seq, j.backend_req, j.gpus,"
-    "       coalesce((extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint, 0)"
+    "SELECT j.id::text, j.attempts, n.name"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'"
     " LIMIT 256", 0},
 [ST_BACKENDS_UP] = {"SELECT coalesce(jsonb_agg(DISTINCT backend), '[]')::text FROM nodes"
@@ -289,15 +287,12 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " UNION ALL SELECT 'cancel', c.id::text, c.attempts::text, NULL, NULL, NULL, NULL, NULL,"
     "        NULL, NULL FROM c", 2},
 [ST_RUNS_UNHELD] = {
-    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, '', j.node_name,"
-    "       j.priority, j.seq, j.backend_req, j.gpus, 0"
+    "SELECT j.id::text, j.attempts, j.node_name"
     " FROM jobs j WHERE j.node_id = $1::uuid AND j.state = 'running'"
     "   AND j.leased_at < clock_timestamp() - make_interval(secs => $3::float8)"
     "   AND NOT ((j.id::text || '.' || j.attempts) = ANY ($2::text[]))", 3},
 [ST_RUNS_OVERDUE] = {
-    "SELECT j.id::text, j.attempts, j.kernel, j.timeout_s, j.node_id::text, '', j.node_name,"
-    "       j.priority, j.seq, j.backend_req, j.gpus,"
-    "       (extract(epoch FROM clock_timestamp() - j.started_at) * 1000)::bigint"
+    "SELECT j.id::text, j.attempts, j.node_name"
     " FROM jobs j WHERE j.state = 'running'"
     "   AND j.started_at + make_interval(secs => j.timeout_s + $1::float8) < clock_timestamp()"
     " ORDER BY j.started_at LIMIT 64", 1},

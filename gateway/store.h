@@ -90,22 +90,21 @@ int gw_store_job_result(gw_store *s, int64_t tenant_id, const char *id, char sta
 int gw_store_job_cancel(gw_store *s, int64_t tenant_id, const char *id, char was[16],
                         char node_id[37], json_t **job);
 
-/* What the scheduler needs to dispatch one attempt. */
+/* One attempt of a job on a node: what its node's lease poll hands out
+ * (every field), or, for the reaper and the heartbeat's check, which run
+ * (job_id, attempt, node_name). */
 typedef struct gw_dispatch {
     char job_id[37];
     int attempt;
-    int timeout_s, gpus, priority;
-    int64_t seq;
+    int timeout_s, gpus;
     char kernel[64];
     char backend[8];
     char node_id[37];
-    char node_url[512];
     char node_name[128];
     json_t *params;           /* owned */
     json_t *inputs_meta;      /* owned */
     unsigned char *inputs;    /* owned */
     size_t inputs_len;
-    int64_t ran_ms;           /* since started_at, by PostgreSQL's clock; 0 for a fresh claim */
 } gw_dispatch;
 void gw_dispatch_clear(gw_dispatch *d);
 
@@ -130,11 +129,11 @@ int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch *
                         int *nruns, gw_dispatch **cancels, int *ncancels);
 /* Runs leased to node_id more than grace_s ago that the node does not hold:
  * held is a PostgreSQL text array literal of "<job_id>.<attempt>". Records
- * without inputs. */
+ * of job_id, attempt and node_name. */
 int gw_store_runs_unheld(gw_store *s, const char *node_id, const char *held, int grace_s,
                          gw_dispatch **out, int *n);
 /* Up to 64 running jobs past timeout_s + grace_s since they started, oldest
- * first. Records without inputs. */
+ * first. Records of job_id, attempt and node_name. */
 int gw_store_runs_overdue(gw_store *s, int grace_s, gw_dispatch **out, int *n);
 /* ended[i] = 1 when job ids[i] has ended (succeeded, failed, cancelled),
  * for n jobs in one query. 0 or -EIO. */

@@ -289,8 +289,8 @@ int gw_store_job_cancel(gw_store *s, int64_t tenant_id, const char *id, char was
     return rc;
 }
 
-/* Reads running jobs (statement id, with its parameters vals) into
- * dispatch records without inputs. */
+/* Reads running jobs (statement id, with its parameters vals: rows of id,
+ * attempt, node name) into records of job_id, attempt and node_name. */
 static int load_running_p(gw_store *s, int id, const char *const *vals, gw_dispatch **out, int *n)
 {
     *out = NULL;
@@ -307,16 +307,7 @@ static int load_running_p(gw_store *s, int id, const char *const *vals, gw_dispa
         gw_dispatch *d = &(*out)[i];
         store__copy(r, i, 0, d->job_id, sizeof(d->job_id));
         d->attempt = atoi(PQgetvalue(r, i, 1));
-        store__copy(r, i, 2, d->kernel, sizeof(d->kernel));
-        d->timeout_s = atoi(PQgetvalue(r, i, 3));
-        store__copy(r, i, 4, d->node_id, sizeof(d->node_id));
-        store__copy(r, i, 5, d->node_url, sizeof(d->node_url));
-        store__copy(r, i, 6, d->node_name, sizeof(d->node_name));
-        d->priority = atoi(PQgetvalue(r, i, 7));
-        d->seq = strtoll(PQgetvalue(r, i, 8), NULL, 10);
-        store__copy(r, i, 9, d->backend, sizeof(d->backend));
-        d->gpus = atoi(PQgetvalue(r, i, 10));
-        d->ran_ms = strtoll(PQgetvalue(r, i, 11), NULL, 10);
+        store__copy(r, i, 2, d->node_name, sizeof(d->node_name));
         *n = i + 1;
     }
     PQclear(r);
@@ -429,23 +420,30 @@ int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **
     return rc;
 }
 
+/* The PostgreSQL array literal "{id,id,...}" of n UUIDs (they need no
+ * quoting), the i-th at first + i * stride. malloc'd; NULL on ENOMEM. */
+static char *uuid_array(const char *first, size_t stride, int n)
+{
+    size_t cap = (size_t)n * 38 + 3, len = 0;
+    char *arr = malloc(cap);
+    if (!arr)
+        return NULL;
+    arr[len++] = '{';
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(arr + len, cap - len, "%s%s", i ? "," : "", first + (size_t)i * stride);
+    snprintf(arr + len, cap - len, "}");
+    return arr;
+}
+
 int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n)
 {
     if (n <= 0)
         return 0;
-    /* '{id,id,...}': uuids need no quoting in an array literal. */
-    size_t cap = (size_t)n * 38 + 3;
-    char *jobs = malloc(cap), *nodes = malloc(cap);
-    int rc = jobs && nodes ? 0 : -ENOMEM;
-    for (int i = 0, jl = 0, nl = 0; !rc && i < n; i++) {
+    for (int i = 0; i < n; i++)
         claims[i].claimed = 0;
-        jl += snprintf(jobs + jl, cap - (size_t)jl, "%c%s", i ? ',' : '{', claims[i].job_id);
-        nl += snprintf(nodes + nl, cap - (size_t)nl, "%c%s", i ? ',' : '{', claims[i].node_id);
-        if (i == n - 1) {
-            snprintf(jobs + jl, cap - (size_t)jl, "}");
-            snprintf(nodes + nl, cap - (size_t)nl, "}");
-        }
-    }
+    char *jobs = uuid_array(claims[0].job_id, sizeof(*claims), n);
+    char *nodes = uuid_array(claims[0].node_id, sizeof(*claims), n);
+    int rc = jobs && nodes ? 0 : -ENOMEM;
     store__conn *c = rc ? NULL : store__acquire(s);
     if (!rc && !c)
         rc = -EIO;
@@ -571,15 +569,11 @@ int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended)
 {
     if (n <= 0)
         return 0;
-    size_t cap = (size_t)n * 38 + 3, len = 0;
-    char *arr = malloc(cap);
+    for (int i = 0; i < n; i++)
+        ended[i] = 0;
+    char *arr = uuid_array(ids[0], sizeof(ids[0]), n);
     if (!arr)
         return -ENOMEM;
-    for (int i = 0; i < n; i++) {
-        ended[i] = 0;
-        len += (size_t)snprintf(arr + len, cap - len, "%c%s", i ? ',' : '{', ids[i]);
-    }
-    snprintf(arr + len, cap - len, "}");
     const char *v[1] = {arr};
     store__conn *c = store__acquire(s);
     int rc = c ? 0 : -EIO;

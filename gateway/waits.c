@@ -36,7 +36,6 @@ struct gw_waits {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     waiter *list;
-    int n;
     int stop;
     pthread_t thread;
 };
@@ -155,7 +154,6 @@ static void *waits_main(void *arg)
             waiter *w = *pp;
             if (w->look || w->deadline <= now || ws->stop) {
                 *pp = w->next;
-                ws->n--;
                 due[nd++] = w;
                 continue;
             }
@@ -186,7 +184,6 @@ static void *waits_main(void *arg)
             pthread_mutex_lock(&ws->mu);
             w->next = ws->list;
             ws->list = w;
-            ws->n++;
             pthread_mutex_unlock(&ws->mu);
         }
         pthread_mutex_lock(&ws->mu);
@@ -265,7 +262,6 @@ void gw_waits_add(gw_waits *ws, svc_req *req, int suspended, int64_t tenant_id, 
     if (!stopped) {
         w->next = ws->list;
         ws->list = w;
-        ws->n++;
         pthread_cond_signal(&ws->cv);
     }
     pthread_mutex_unlock(&ws->mu);
