@@ -80,6 +80,11 @@ struct cn_runs {
     pthread_cond_t work;       /* a run was queued, or closing */
     pthread_cond_t done;       /* a run ended, or closing */
     pthread_cond_t tick;       /* the watchdog has something new to look at */
+    int64_t watch_next;        /* monotonic ms the watchdog sleeps until: a
+                                  change due later needs no wake (its walk
+                                  is over every run kept, so waking it at
+                                  each run start and release cost more than
+                                  the runs of small jobs) */
     cn_run *buckets[CN_BUCKETS];
     cn_run *head, *tail;
     cn_run *qhead, *qtail;
@@ -425,7 +430,8 @@ static void *cn__worker(void *arg)
         r->deadline_mono = r->started_mono + (int64_t)r->req.timeout_s * 1000;
         r->refs++;
         m->running++;
-        pthread_cond_signal(&m->tick);
+        if (r->deadline_mono < m->watch_next)
+            pthread_cond_signal(&m->tick);
         svc_info("run started run=%s kernel=%s backend=%s", r->id, r->kernel->name,
                  r->use_cuda ? "cuda" : "cpu");
         pthread_mutex_unlock(&m->mu);
@@ -505,6 +511,7 @@ static void *cn__watchdog(void *arg)
             }
             r = after;
         }
+        m->watch_next = next;
         cn__wait_until(&m->tick, &m->mu, next);
     }
     pthread_mutex_unlock(&m->mu);
@@ -808,7 +815,8 @@ int cn_runs_release(cn_runs *m, const char *run_id)
         r->collected = 1;
         r->released = 1;
         r->released_mono = svc_now_mono_ms();
-        pthread_cond_signal(&m->tick);
+        if (r->released_mono + m->release_grace_ms < m->watch_next)
+            pthread_cond_signal(&m->tick);
     }
     pthread_mutex_unlock(&m->mu);
     return rc;

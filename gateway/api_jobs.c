@@ -856,7 +856,7 @@ int gw_api_jobs_cancel(svc_req *req)
          * ended cancelled. If the node is lost first, the job ends
          * cancelled instead of being re-queued. */
         if (node_id[0])
-            gw_leases_wake(app->leases, node_id);
+            gw_leases_wake(app->leases, node_id, 0);
     } else {
         json_t *res = json_object_get(job, "resources");
         gw_queue_drop_job(app->queue, id, json_string_value(json_object_get(res, "backend")),

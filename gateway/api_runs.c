@@ -118,12 +118,16 @@ int gw_api_node_results(svc_req *req)
                                    "strings, attempt an integer", field);
         }
     }
+    int *rcs = calloc(json_array_size(results) + 1, sizeof(*rcs));
+    if (!rcs)
+        return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
+    gw_outcome_record_all(app, id, results, rcs);
     json_t *recorded = json_array();
     size_t i;
     const json_t *r;
     int freed = 0;
     json_array_foreach(results, i, r) {
-        int rc = gw_outcome_record(app, id, r);
+        int rc = rcs[i];
         const char *run_id = json_string_value(json_object_get(r, "run_id"));
         if (rc < 0)
             svc_warn("node %s: report %zu is not a run report (no job_id/attempt); dropped", id, i);
@@ -131,6 +135,7 @@ int gw_api_node_results(svc_req *req)
             json_array_append_new(recorded, json_string(run_id));
         freed += rc == 1;
     }
+    free(rcs);
     if (freed)
         gw_sched_slots_freed(app->sched, id, freed);
     gw_leases_set_room(app->leases, id, free_slots, seq);

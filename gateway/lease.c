@@ -48,6 +48,11 @@ typedef struct node_room {
     /* What the last look found, as long as nothing was claimed or
      * cancelled here since: no run left beyond those it took, no cancel. */
     int no_runs, no_cancels;
+    /* Runs claimed for the node here and not yet taken by its polls: none
+     * left means a look that filled the poll left nothing behind. Runs
+     * claimed by another gateway are not counted; its polls there, or the
+     * periodic look here, find them. */
+    int unleased;
 } node_room;
 
 struct gw_leases {
@@ -97,18 +102,19 @@ static json_t *run_json(const gw_dispatch *d)
 /* Takes node_id's work: the answer to its poll, or NULL when there is none
  * or PostgreSQL could not be asked (the next look tries again). *none = 1
  * when no run is left for the node after this. */
-static json_t *take(gw_leases *l, const char *node_id, int max, int *none)
+static json_t *take(gw_leases *l, const char *node_id, int max, int *none, int *taken)
 {
     gw_dispatch *runs, *cancels;
     int nruns, ncancels;
     if (max > LEASE_MAX_RUNS)
         max = LEASE_MAX_RUNS;
-    *none = 0;
+    *none = *taken = 0;
     if (gw_store_lease_take(l->app->store, node_id, max, &runs, &nruns, &cancels, &ncancels) != 0)
         return NULL;
     /* Fewer runs than asked for: none is left behind. Cancels are all
      * taken at once. */
     *none = nruns < max;
+    *taken = nruns;
     if (nruns + ncancels == 0)
         return NULL;
     json_t *rl = json_array(), *cl = json_array();
@@ -182,17 +188,19 @@ static void *leases_main(void *arg)
         memcpy(node, w->node_id, sizeof node);
         int max = w->max;
         pthread_mutex_unlock(&l->mu);
-        int stale = 0;
-        json_t *reply = look ? take(l, node, max, &stale) : NULL;
+        int stale = 0, taken = 0;
+        json_t *reply = look ? take(l, node, max, &stale, &taken) : NULL;
         pthread_mutex_lock(&l->mu);
         w->busy = 0;
+        node_room *r = look ? room_of(l, node, 1) : NULL;
+        if (r)
+            r->unleased = taken >= r->unleased ? 0 : r->unleased - taken;
         /* Nothing left for the node, and no wake came while it looked
          * (that would have set look again): remembered, so that its next
          * poll skips a look that would find nothing. */
-        if (look && !w->look) {
-            node_room *r = room_of(l, node, 1);
+        if (r && !w->look) {
             r->no_cancels = 1;
-            r->no_runs |= stale;
+            r->no_runs |= stale || r->unleased == 0;
         }
         now = svc_now_mono_ms();
         if (reply || w->end || w->deadline <= now || l->stop) {
@@ -330,14 +338,16 @@ static void poke(gw_leases *l, const char *node_id, int end)
     pthread_mutex_unlock(&l->mu);
 }
 
-void gw_leases_wake(gw_leases *l, const char *node_id)
+void gw_leases_wake(gw_leases *l, const char *node_id, int claimed)
 {
     if (!l)
         return;
     pthread_mutex_lock(&l->mu);
-    node_room *r = room_of(l, node_id, 0);
-    if (r)
+    node_room *r = room_of(l, node_id, claimed > 0);
+    if (r) {
         r->no_runs = r->no_cancels = 0;
+        r->unleased += claimed;
+    }
     pthread_mutex_unlock(&l->mu);
     poke(l, node_id, 0);
 }

@@ -31,9 +31,9 @@ void gw_leases_free(gw_leases *l);
  * itself (503 while stopping). */
 int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uint64_t seq,
                    int wait_ms);
-/* node_id may have something to take (runs claimed for it, a cancel): its
- * poll held here looks now. */
-void gw_leases_wake(gw_leases *l, const char *node_id);
+/* node_id may have something to take (claimed runs for it here, a
+ * cancel): its poll held here looks now. */
+void gw_leases_wake(gw_leases *l, const char *node_id, int claimed);
 /* node_id reported free_slots when seq of its runs had ended: its poll
  * held here, or the next one if sent before that, asks for that many from
  * now on (the newest report wins). */

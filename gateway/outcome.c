@@ -67,6 +67,27 @@ static int record_success(gw_app *app, const char *job_id, int attempt, const js
     return rc;
 }
 
+/* What follows the store's answer rc about a report: waiters woken, a
+ * line logged, and the answer gw_outcome_record gives the node. */
+static int recorded(gw_app *app, const char *node_name, const char *job_id, int attempt,
+                    const char *state, int rc)
+{
+    if (rc == 0)
+        gw_waits_job_changed(app->waits, job_id);
+    if (rc == -EAGAIN)
+        svc_info("job %s attempt %d: late report from %s ignored (attempt no longer current)",
+                 job_id, attempt, node_name);
+    else if (rc == 0)
+        svc_debug("job %s attempt %d: %s on %s", job_id, attempt, state, node_name);
+    else if (rc == -EPROTO)
+        svc_error("job %s attempt %d: PostgreSQL refused the report from %s; it is dropped",
+                  job_id, attempt, node_name);
+    else
+        svc_warn("job %s attempt %d: the report from %s could not be recorded now (%s); the "
+                 "node sends it again", job_id, attempt, node_name, strerror(-rc));
+    return rc == 0 || rc == -EAGAIN || rc == -EPROTO;
+}
+
 int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
 {
     const char *job_id = json_string_value(json_object_get(report, "job_id"));
@@ -101,18 +122,72 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
     } else {
         rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg);
     }
-    if (rc == 0)
-        gw_waits_job_changed(app->waits, job_id);
-    if (rc == -EAGAIN)
-        svc_info("job %s attempt %d: late report from %s ignored (attempt no longer current)",
-                 job_id, attempt, node_name);
-    else if (rc == 0)
-        svc_debug("job %s attempt %d: %s on %s", job_id, attempt, state, node_name);
-    else if (rc == -EPROTO)
-        svc_error("job %s attempt %d: PostgreSQL refused the report from %s; it is dropped",
-                  job_id, attempt, node_name);
-    else
-        svc_warn("job %s attempt %d: the report from %s could not be recorded now (%s); the "
-                 "node sends it again", job_id, attempt, node_name, strerror(-rc));
-    return rc == 0 || rc == -EAGAIN || rc == -EPROTO;
+    return recorded(app, node_name, job_id, attempt, state, rc);
+}
+
+/* One report that goes into the batch: its decoded outputs, and the JSON
+ * texts the statement's arrays point into. */
+typedef struct batched {
+    size_t i;   /* in the report array */
+    gw_blob b;
+    char *meta, *info;
+} batched;
+
+/* Decodes report rep into *e and row when it is a succeeded run whose
+ * outputs are all inline; 0, or -1 (e left empty) for any other report. */
+static int batch_entry(const json_t *rep, batched *e, gw_success *row)
+{
+    const char *job_id = json_string_value(json_object_get(rep, "job_id"));
+    const char *state = json_string_value(json_object_get(rep, "state"));
+    const char *backend = json_string_value(json_object_get(rep, "backend"));
+    json_t *att = json_object_get(rep, "attempt"), *info = json_object_get(rep, "info");
+    char why[128];
+    if (!job_id || !svc_uuid_valid(job_id) || !json_is_integer(att) || !state ||
+        strcmp(state, "succeeded") != 0)
+        return -1;
+    if (outputs_from_run(&e->b, json_object_get(rep, "outputs"), why, sizeof(why)) == 0 &&
+        (e->meta = json_dumps(e->b.meta, JSON_COMPACT)) && !strstr(e->meta, "\"blob\"") &&
+        (!json_is_object(info) || (e->info = json_dumps(info, JSON_COMPACT)))) {
+        *row = (gw_success){job_id, (int)json_integer_value(att), backend ? backend : "cpu",
+                            e->info ? e->info : "{}", e->meta, e->b.data, e->b.len, 0};
+        return 0;
+    }
+    gw_blob_free(&e->b);
+    free(e->meta);
+    free(e->info);
+    memset(e, 0, sizeof(*e));
+    return -1;
+}
+
+void gw_outcome_record_all(gw_app *app, const char *node_name, const json_t *reports, int *out)
+{
+    size_t n = json_array_size(reports);
+    gw_success *rows = calloc(n ? n : 1, sizeof(*rows));
+    batched *es = calloc(n ? n : 1, sizeof(*es));
+    int nb = 0;
+    /* Succeeded runs with small outputs only go together in one statement;
+     * anything else (a failure, a blob output, a report that does not
+     * decode) is recorded on its own, as is everything without memory. */
+    for (size_t i = 0; i < n; i++) {
+        const json_t *rep = json_array_get(reports, i);
+        if (rows && es && batch_entry(rep, &es[nb], &rows[nb]) == 0)
+            es[nb++].i = i;
+        else
+            out[i] = gw_outcome_record(app, node_name, rep);
+    }
+    int rc = nb ? gw_store_jobs_succeed_inline(app->store, rows, nb) : 0;
+    for (int k = 0; k < nb; k++) {
+        /* PostgreSQL refused the batch (one result too large for a value,
+         * say): each on its own, so that only that one fails. */
+        if (rc == -EPROTO)
+            out[es[k].i] = gw_outcome_record(app, node_name, json_array_get(reports, es[k].i));
+        else
+            out[es[k].i] = recorded(app, node_name, rows[k].job_id, rows[k].attempt, "succeeded",
+                                    rc ? rc : rows[k].recorded ? 0 : -EAGAIN);
+        gw_blob_free(&es[k].b);
+        free(es[k].meta);
+        free(es[k].info);
+    }
+    free(rows);
+    free(es);
 }

@@ -26,4 +26,9 @@ int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncount
  * reports it again), -1 when the report is not one (no job_id or attempt). */
 int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report);
 
+/* Records an exchange's array of reports, out[i] being what
+ * gw_outcome_record would answer for the i-th; the succeeded runs with
+ * small outputs go to PostgreSQL together, in one statement. */
+void gw_outcome_record_all(gw_app *app, const char *node_name, const json_t *reports, int *out);
+
 #endif

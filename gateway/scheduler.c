@@ -32,6 +32,12 @@
 #define SCHED_MAX_NODES 256
 /* How often retries whose back-off has ended move to the ready queue. */
 #define PROMOTE_MS 100
+/* Least time between two placement passes that claimed something. Under
+ * load every finished run frees a slot and wakes the scheduler; claiming
+ * each alone cost a statement, a Redis call and a node's poll per job.
+ * Waiting this long gathers the slots freed meanwhile into one claim, while
+ * an idle scheduler (the last claim further back) places at once. */
+#define PASS_GAP_MS 2
 /* The reconciler reads queued jobs this many per page, this many pages a
  * call. */
 #define RECONCILE_PAGE 512
@@ -324,11 +330,13 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
     }
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < k; i++) {
-        int first = keep[i].claimed;
+        int first = keep[i].claimed, count = 0;
         for (int j = 0; first && j < i; j++)
             first = !(keep[j].claimed && strcmp(keep[j].node_id, keep[i].node_id) == 0);
+        for (int j = i; first && j < k; j++)
+            count += keep[j].claimed && strcmp(keep[j].node_id, keep[i].node_id) == 0;
         if (first)
-            gw_leases_wake(s->app->leases, keep[i].node_id);
+            gw_leases_wake(s->app->leases, keep[i].node_id, count);
     }
     return rc == 0 ? claimed : -EIO;
 }
@@ -393,10 +401,24 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     return dispatched;
 }
 
+/* Waits on cv (mu held) until signalled or ms pass. */
+static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void *sched_main(void *arg)
 {
     gw_sched *s = arg;
-    int64_t next_lock = 0, next_reap = 0, next_reconcile = 0, next_promote = 0;
+    int64_t next_lock = 0, next_reap = 0, next_reconcile = 0, next_promote = 0, next_pass = 0;
     while (!s->stop) {
         int64_t now = svc_now_mono_ms();
         pthread_mutex_lock(&s->mu);
@@ -443,21 +465,25 @@ static void *sched_main(void *arg)
              * only when it filled a whole window (more may fit than it saw).
              * Back to the top for the lock's renewal in time, however long
              * the queue keeps the passes busy. */
-            while (!s->stop && svc_now_mono_ms() < next_lock && dispatch_pass(s, next_lock) >= PEEK_MAX)
-                ;
+            if (now >= next_pass) {
+                int got, claimed = 0;
+                while (!s->stop && svc_now_mono_ms() < next_lock &&
+                       (got = dispatch_pass(s, next_lock)) >= 0) {
+                    claimed += got;
+                    if (got < PEEK_MAX)
+                        break;
+                }
+                if (claimed > 0)
+                    next_pass = svc_now_mono_ms() + PASS_GAP_MS;
+            }
         }
         pthread_mutex_lock(&s->mu);
-        if (!s->wake && !s->stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-        }
-        s->wake = 0;
+        /* A wake before the gap has passed is kept for the pass at its end. */
+        int64_t t = svc_now_mono_ms();
+        if (!s->stop && (!s->wake || t < next_pass))
+            cond_wait_ms(&s->cv, &s->mu, s->wake ? next_pass - t : 50);
+        if (svc_now_mono_ms() >= next_pass)
+            s->wake = 0;
         pthread_mutex_unlock(&s->mu);
     }
     return NULL;

@@ -112,19 +112,24 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
     " SELECT id FROM j", 6},
-/* ST_JOB_SUCCEED for a result whose outputs are all inline (small): no
- * blob to hand over, so none of the blob CTEs. */
-[ST_JOB_SUCCEED_INLINE] = {
+/* ST_JOB_SUCCEED for many results whose outputs are all inline (small):
+ * no blob to hand over, so none of the blob CTEs, and one statement for a
+ * node's whole report. The bytes of every result are one parameter ($6),
+ * each row's its slice (off, len). */
+[ST_JOBS_SUCCEED_INLINE] = {
     "WITH " ASYNC_COMMIT ","
-    " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
-    "             info = $6::jsonb"
-    "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
-    "           RETURNING id, attempts, node_name),"
+    " x AS (SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[],"
+    "         $7::int[], $8::int[]) AS x(id, attempt, backend, info, meta, off, len)),"
+    " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = x.backend,"
+    "             info = x.info::jsonb"
+    "           FROM x, cfg WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id"
+    "             AND jobs.attempts = x.attempt AND " RUNNING_BY_ID
+    "           RETURNING jobs.id, jobs.attempts, jobs.node_name, x.meta, x.off, x.len),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
-    "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
+    "       SELECT id, attempts, meta::jsonb, substring($6::bytea FROM off + 1 FOR len) FROM j),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
-    " SELECT id FROM j", 6},
+    " SELECT id::text FROM j", 8},
 [ST_JOB_FAIL] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"

@@ -156,6 +156,19 @@ int gw_store_running_counts(gw_store *s, gw_node_count **out, int *n);
  * attempt, and returns -EAGAIN otherwise (a late or duplicate report). */
 int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
                          const char *info_json, const char *meta_json, const void *data, size_t len);
+/* One succeeded run whose outputs are all inline, for
+ * gw_store_jobs_succeed_inline. */
+typedef struct gw_success {
+    const char *job_id;
+    int attempt;
+    const char *backend, *info_json, *meta_json;
+    const void *data;
+    size_t len;
+    int recorded;   /* out: 1 when this attempt was current and is now succeeded */
+} gw_success;
+/* Records n such runs in one statement, each fenced by its own attempt:
+ * 0 (then recorded says which were current), or -EIO / -EPROTO for all. */
+int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n);
 int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
                       const char *code, const char *message);
 /* A queued job as the ready queue needs it; not_before_ms (epoch ms, 0 =

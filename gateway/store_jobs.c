@@ -323,6 +323,13 @@ int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n)
 int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
                          const char *info_json, const char *meta_json, const void *data, size_t len)
 {
+    /* Entries naming a blob carry "blob" (as a key): without one, the
+     * lighter statement does. */
+    if (!strstr(meta_json, "\"blob\"")) {
+        gw_success one = {job_id, attempt, backend, info_json, meta_json, data, len, 0};
+        int rc = gw_store_jobs_succeed_inline(s, &one, 1);
+        return rc ? rc : one.recorded ? 0 : -EAGAIN;
+    }
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
     const char *v[6] = {job_id, att, backend, meta_json, len ? (const char *)data : "", info_json};
@@ -331,13 +338,69 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
-    /* Entries naming a blob carry "blob" (as a key): without one, the
-     * lighter statement does. */
-    int blobs = strstr(meta_json, "\"blob\"") != NULL;
-    PGresult *r = store__exec(c, blobs ? ST_JOB_SUCCEED : ST_JOB_SUCCEED_INLINE, v, lens, fmts, 0);
+    PGresult *r = store__exec(c, ST_JOB_SUCCEED, v, lens, fmts, 0);
     int rc = !r ? store__fail_rc(c) : PQntuples(r) == 0 ? -EAGAIN : 0;
     PQclear(r);
     store__release(s, c);
+    return rc;
+}
+
+/* ST_JOBS_SUCCEED_INLINE's arrays: every parameter but $6 (the bytes). */
+enum { S_ID, S_ATT, S_BACKEND, S_INFO, S_META, S_DATA, S_OFF, S_LEN, S__COUNT };
+
+int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
+{
+    arr a[S__COUNT] = {{0}};
+    size_t total = 0;
+    for (int k = 0; k < n; k++) {
+        rows[k].recorded = 0;
+        total += rows[k].len;
+    }
+    unsigned char *data = malloc(total ? total : 1);
+    size_t off = 0;
+    for (int k = 0; k < n && data; k++) {
+        const gw_success *g = &rows[k];
+        arr_add(&a[S_ID], g->job_id, 0);
+        arr_addf(&a[S_ATT], g->attempt);
+        arr_add(&a[S_BACKEND], g->backend, 1);
+        arr_add(&a[S_INFO], g->info_json, 1);
+        arr_add(&a[S_META], g->meta_json, 1);
+        arr_addf(&a[S_OFF], (long long)off);
+        arr_addf(&a[S_LEN], (long long)g->len);
+        if (g->len)
+            memcpy(data + off, g->data, g->len);
+        off += g->len;
+    }
+    const char *v[S__COUNT];
+    int lens[S__COUNT] = {0}, fmts[S__COUNT] = {0};
+    int rc = data ? 0 : -ENOMEM;
+    for (int i = 0; i < S__COUNT && !rc; i++)
+        if (i != S_DATA && !(v[i] = arr_end(&a[i])))
+            rc = -ENOMEM;
+    if (total > INT32_MAX)
+        rc = -EPROTO;
+    v[S_DATA] = (const char *)data;
+    lens[S_DATA] = (int)total;
+    fmts[S_DATA] = 1;
+    store__conn *c = rc ? NULL : store__acquire(s);
+    if (!rc && !c)
+        rc = -EIO;
+    if (!rc) {
+        PGresult *r = store__exec(c, ST_JOBS_SUCCEED_INLINE, v, lens, fmts, 0);
+        if (!r)
+            rc = store__fail_rc(c);
+        /* The rows returned are the attempts that were current: the rest
+         * were late or duplicate reports. */
+        for (int i = 0; r && i < PQntuples(r); i++)
+            for (int k = 0; k < n; k++)
+                if (strcmp(PQgetvalue(r, i, 0), rows[k].job_id) == 0)
+                    rows[k].recorded = 1;
+        PQclear(r);
+        store__release(s, c);
+    }
+    for (int i = 0; i < S__COUNT; i++)
+        free(a[i].p);
+    free(data);
     return rc;
 }
 

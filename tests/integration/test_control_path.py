@@ -178,3 +178,58 @@ def test_prefer_wait_on_submit_answers_202_when_the_time_passes(A):
     assert r.headers["Preference-Applied"] == "wait=1"
     assert r.headers["Location"] == "/v1/jobs/" + r.json()["id"]
     assert A.wait(r.json()["id"], 20)["state"] == "succeeded"
+
+
+def test_one_report_records_many_runs_each_fenced_by_its_attempt(A, stack):
+    """A node's report of several runs is recorded together (the succeeded
+    ones with small outputs in one statement), each still fenced by its own
+    attempt: a stale attempt in the same report changes nothing, a failure
+    beside the successes is recorded as one."""
+    r = cluster(stack, "POST", "/v1/nodes/register",
+                json={"name": "batch-reporter", "url": "http://127.0.0.1:9", "backend": "cuda",
+                      "slots": 4, "kernels": ["saxpy"],
+                      "gpus": [{"name": "Fake GPU", "memory_bytes": 1 << 30}]})
+    assert r.status_code == 200, r.text
+    node = r.json()["id"]
+    try:
+        x = {"dtype": "float32", "shape": [2], "data": [1, 2]}
+        ids = [A.submit("saxpy", {"a": float(k)}, {"x": x, "y": x},
+                        resources={"backend": "cuda", "gpus": 1})["id"] for k in range(3)]
+        runs, deadline = [], time.monotonic() + 10
+        while len(runs) < 3 and time.monotonic() < deadline:
+            cluster(stack, "POST", f"/v1/nodes/{node}/heartbeat",
+                    json={"running": len(runs), "slots": 4, "runs": [f"{x['job_id']}.{x['attempt']}" for x in runs]})
+            r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease",
+                        json={"max": 4 - len(runs), "wait_ms": 500})
+            assert r.status_code == 200, r.text
+            runs += r.json()["runs"]
+        assert sorted(x["job_id"] for x in runs) == sorted(ids), runs
+        by_id = {x["job_id"]: x for x in runs}
+
+        def out(v):
+            return {"y": {"dtype": "float32", "shape": [2], "data": v}}
+        reports = [
+            {"run_id": f"{ids[0]}.1", "job_id": ids[0], "attempt": by_id[ids[0]]["attempt"],
+             "state": "succeeded", "backend": "cuda", "outputs": out([1, 2])},
+            {"run_id": f"{ids[1]}.1", "job_id": ids[1], "attempt": by_id[ids[1]]["attempt"],
+             "state": "succeeded", "backend": "cuda", "outputs": out([3, 4])},
+            {"run_id": f"{ids[1]}.7", "job_id": ids[1], "attempt": 7,
+             "state": "succeeded", "backend": "cuda", "outputs": out([9, 9])},
+            {"run_id": f"{ids[2]}.1", "job_id": ids[2], "attempt": by_id[ids[2]]["attempt"],
+             "state": "failed", "error": {"code": "kernel_error", "message": "boom"}},
+        ]
+        r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/results",
+                    json={"free": 4, "results": reports})
+        assert r.status_code == 200, r.text
+        assert sorted(r.json()["recorded"]) == sorted(x["run_id"] for x in reports)
+        jobs = [A.job(i) for i in ids]
+        assert [j["state"] for j in jobs] == ["succeeded", "succeeded", "failed"], jobs
+        assert jobs[2]["error"]["code"] == "kernel_error"
+        for i, want in ((ids[0], [1, 2]), (ids[1], [3, 4])):
+            res = A.get(f"/v1/jobs/{i}/result").json()
+            assert res["outputs"]["y"]["data"] == want, res
+            n = stack.psql_value(f"SELECT count(*) FROM job_events WHERE job_id = '{i}'"
+                                 " AND state = 'succeeded'")
+            assert n == "1", n
+    finally:
+        cluster(stack, "DELETE", f"/v1/nodes/{node}")
