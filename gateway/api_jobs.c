@@ -13,6 +13,7 @@
 #include "blob.h"
 #include "blobstore.h"
 #include "committer.h"
+#include "jobcache.h"
 #include "lease.h"
 #include "limits.h"
 #include "waits.h"
@@ -414,24 +415,39 @@ int gw_api_jobs_get(svc_req *req)
     const char *id;
     if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
         return 0;
-    json_t *job;
-    int rc = gw_store_job_get(app->store, who.tenant_id, id, &job);
-    if (rc)
-        return reply_store_error(req, rc);
     /* Prefer: wait=N holds the answer (suspended) until the job ends. */
     int wait_s = gw_waits_prefer(svc_req_header(req, "Prefer"));
-    const char *st = json_string_value(json_object_get(job, "state"));
-    if (wait_s > 0 && st && (strcmp(st, "queued") == 0 || strcmp(st, "running") == 0)) {
-        json_decref(job);
-        gw_waits_add(app->waits, req, 0, who.tenant_id, id, wait_s, 200);
-        return 0;
+    size_t len;
+    char *text = gw_jobcache_get(app->jobs, who.tenant_id, id, &len);
+    json_t *job = NULL;
+    if (!text) {
+        int rc = gw_store_job_get(app->store, who.tenant_id, id, &job);
+        if (rc)
+            return reply_store_error(req, rc);
+        const char *st = json_string_value(json_object_get(job, "state"));
+        if (wait_s > 0 && st && (strcmp(st, "queued") == 0 || strcmp(st, "running") == 0)) {
+            json_decref(job);
+            gw_waits_add(app->waits, req, 0, who.tenant_id, id, wait_s, 200);
+            return 0;
+        }
+        /* An ended job no longer changes: its answer is kept (jobcache.h). */
+        if (st && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0 &&
+            (text = json_dumps(job, JSON_COMPACT))) {
+            len = strlen(text);
+            gw_jobcache_put(app->jobs, who.tenant_id, id, text, len);
+        }
     }
     if (wait_s >= 0) {
         char v[32];
         snprintf(v, sizeof(v), "wait=%d", wait_s);
         svc_reply_header(req, "Preference-Applied", v);
     }
-    return svc_reply_json(req, 200, job);
+    if (!text)
+        return svc_reply_json(req, 200, job);
+    json_decref(job);
+    svc_reply_raw(req, 200, "application/json", text, len);
+    free(text);
+    return 0;
 }
 
 /* A label filter "key:value": the key as labels allow it, the value at most

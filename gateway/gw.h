@@ -16,6 +16,7 @@ typedef struct gw_bstore gw_bstore;
 typedef struct gw_leases gw_leases;
 typedef struct gw_waits gw_waits;
 typedef struct gw_keycache gw_keycache;
+typedef struct gw_jobcache gw_jobcache;
 typedef struct gw_committer gw_committer;
 
 /* Every option of main.c's table, copied here once (config_load): the
@@ -41,6 +42,7 @@ typedef struct gw_config {
     int retry_base_ms, retry_max_s;
     int rate_limit_rps, rate_limit_burst;            /* per API key; rps 0: off */
     int key_cache_ms;       /* how long an answer on an API key is kept; 0: not at all */
+    int job_cache_mb;       /* memory for ended jobs' answers (jobcache.h); 0: none */
     int max_queued_per_tenant, max_running_per_tenant; /* 0: no quota */
     const char *blob_dir;   /* default beside the binary */
     int max_blob_mb;        /* largest upload */
@@ -59,6 +61,7 @@ typedef struct gw_app {
     gw_limits *limits;      /* rate limits and quotas (limits.h) */
     gw_authfail *authfail;  /* failed authentications per address (auth.c) */
     gw_keycache *keys;      /* PostgreSQL's answers on API keys, for a moment (keycache.h) */
+    gw_jobcache *jobs;      /* ended jobs as GET answers them (jobcache.h) */
     gw_bstore *blobs;       /* where blob bytes live (blobstore.h) */
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */

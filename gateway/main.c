@@ -11,6 +11,7 @@
 #include "api.h"
 #include "blob_gc.h"
 #include "blobstore.h"
+#include "jobcache.h"
 #include "keycache.h"
 #include "lease.h"
 #include "limits.h"
@@ -95,6 +96,10 @@ static svc_opt opts[] = {
      .min = 0, .max = 1000,
      .help = "how long an API key's lookup is reused; a key revoked on any gateway stops working "
              "on this one within this time (0: look up every request)"},
+    {.flag = "job-cache-mb", .env = "KOWLOON_JOB_CACHE_MB", .type = SVC_OPT_INT, .def = "64",
+     .min = 0, .max = 65536,
+     .help = "memory kept for ended jobs as GET /v1/jobs/{id} answers them (an ended job never "
+             "changes, so a repeated read costs no PostgreSQL); 0: none"},
     {.flag = "auth-fail-burst", .env = "KOWLOON_AUTH_FAIL_BURST", .type = SVC_OPT_INT, .def = "20",
      .min = 0, .max = 1000000,
      .help = "failed authentications one client address may make at once; more get 429 (0: no "
@@ -194,6 +199,7 @@ static void config_load(gw_config *c)
         .rate_limit_rps = opt_int("rate-limit-rps"),
         .rate_limit_burst = opt_int("rate-limit-burst"),
         .key_cache_ms = opt_int("key-cache-ms"),
+        .job_cache_mb = opt_int("job-cache-mb"),
         .max_queued_per_tenant = opt_int("max-queued-per-tenant"),
         .max_running_per_tenant = opt_int("max-running-per-tenant"),
         .blob_dir = beside_exe(opt_str("blob-dir"), "var/blobs", blob_dir, sizeof(blob_dir)),
@@ -417,10 +423,12 @@ int main(int argc, char **argv)
     app.authfail = gw_authfail_new(app.cfg.auth_fail_burst, app.cfg.auth_fail_rps);
     /* 4096 keys: a few hundred KB, more keys than a gateway sees in a TTL */
     app.keys = gw_keycache_new(4096, app.cfg.key_cache_ms);
-    rc = app.limits && app.authfail && app.keys ? cmd_serve(&app) : 1;
+    app.jobs = gw_jobcache_new((size_t)app.cfg.job_cache_mb << 20);
+    rc = app.limits && app.authfail && app.keys && app.jobs ? cmd_serve(&app) : 1;
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
     gw_keycache_free(app.keys);
+    gw_jobcache_free(app.jobs);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
     gw_bstore_close(app.blobs);

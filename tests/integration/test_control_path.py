@@ -233,3 +233,20 @@ def test_one_report_records_many_runs_each_fenced_by_its_attempt(A, stack):
             assert n == "1", n
     finally:
         cluster(stack, "DELETE", f"/v1/nodes/{node}")
+
+
+def test_an_ended_job_is_read_from_the_gateways_memory_after_the_first_read(A, B, stack):
+    """GET /v1/jobs/{id} keeps an ended job's answer (an ended job never
+    changes): the second read does not ask PostgreSQL, shown here by a change
+    made behind the gateway's back that the cached answer does not carry.
+    The answer is found only by its own tenant, and a job that has not ended
+    is read afresh every time."""
+    q = A.submit("sleep", {"seconds": 0.3})
+    first = A.job(q["id"])
+    assert first["state"] in ("queued", "running"), first
+    ended = A.wait(q["id"], 20)
+    assert ended["state"] == "succeeded", ended   # read afresh: not the queued answer
+    stack.psql(f"UPDATE jobs SET labels = '{{\"behind\": \"the gateway\"}}' WHERE id = '{q['id']}'")
+    again = A.job(q["id"])
+    assert again == ended, again
+    assert B.get(f"/v1/jobs/{q['id']}").status_code == 404
