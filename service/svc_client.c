@@ -5,6 +5,7 @@
  * node instead of opening its own. The handle is cleaned up by a
  * thread-specific destructor when the thread ends. */
 #include "svc_client.h"
+#include "svc_json.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -126,8 +127,12 @@ static int transfer_result(CURL *h, CURLcode rc, const char *url, const char *er
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     resp->status = (int)status;
+    /* svc_json_parse: the runs a lease hands out carry their inputs as long
+     * base64 strings, which it copies at once where jansson's lexer went
+     * byte by byte (a third of a node's CPU on small jobs). */
+    json_error_t jerr;
     if (body->len > 0)
-        resp->json = json_loadb(body->buf, body->len, JSON_DECODE_ANY, NULL);
+        resp->json = svc_json_parse(body->buf, body->len, &jerr);
     return 0;
 }
 
@@ -214,7 +219,7 @@ int svc_http_call(const char *method, const char *url, const char *bearer,
     CURL *h = NULL;
 
     if (body != NULL) {
-        payload = json_dumps(body, JSON_COMPACT);
+        payload = svc_json_dump(body, NULL);
         if (payload == NULL) {
             snprintf(resp->error, sizeof resp->error, "cannot serialize the request body");
             goto done;

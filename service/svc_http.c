@@ -484,11 +484,11 @@ void svc_reply_header(svc_req *req, const char *name, const char *value)
 
 /* Compact, with jansson's default 17 significant digits for reals so every
  * double (and every float32 widened to double) reads back bit-exact; see
- * the note at the top of svc_tensor.c. json_dumps is linear in the output,
+ * the note at the top of svc_tensor.c. The dump is linear in the output,
  * so responses of hundreds of MB cost one buffer the size of the text. */
 int svc_reply_json(svc_req *req, int status, json_t *body)
 {
-    char *text = body != NULL ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    char *text = body != NULL ? svc_json_dump(body, NULL) : NULL;
     json_decref(body);
     if (text == NULL) {
         static const char oom[] =

@@ -669,3 +669,157 @@ int svc_json_numbers_next(const char *text, size_t len, size_t *pos, svc_json_nu
     *pos = (size_t)(p + n - text);
     return 1;
 }
+
+/* ---------------------------------------------------------------- dump */
+
+/* The output under construction; on ENOMEM p is freed and NULL, and every
+ * later put is a no-op. */
+typedef struct obuf {
+    char *p;
+    size_t len, cap;
+} obuf;
+
+static void put(obuf *b, const char *s, size_t n)
+{
+    if (!b->p)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap * 2 > b->len + n + 1 ? b->cap * 2 : b->len + n + 1;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            free(b->p);
+            b->p = NULL;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+/* A string as jansson's dump writes it without flags: '"', '\' and control
+ * characters escaped, everything else (UTF-8 included) as it is. Runs with
+ * nothing to escape (all of a base64 tensor) go in one copy. */
+static void put_string(obuf *b, const char *s, size_t n)
+{
+    put(b, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        put(b, s + run, i - run);
+        run = i + 1;
+        char esc[8];
+        switch (c) {
+        case '"': put(b, "\\\"", 2); break;
+        case '\\': put(b, "\\\\", 2); break;
+        case '\b': put(b, "\\b", 2); break;
+        case '\f': put(b, "\\f", 2); break;
+        case '\n': put(b, "\\n", 2); break;
+        case '\r': put(b, "\\r", 2); break;
+        case '\t': put(b, "\\t", 2); break;
+        default:
+            snprintf(esc, sizeof esc, "\\u%04X", c);
+            put(b, esc, 6);
+        }
+    }
+    put(b, s + run, n - run);
+    put(b, "\"", 1);
+}
+
+/* A real as jansson writes it: 17 significant digits, a ".0" when the text
+ * would read back as an integer, no '+' or leading zeros in the exponent. */
+static void put_real(obuf *b, double d)
+{
+    char t[40];
+    int n = snprintf(t, sizeof t - 2, "%.17g", d);
+    if (n < 0 || n >= (int)sizeof t - 2)
+        n = 0;
+    if (!strchr(t, '.') && !strchr(t, 'e')) {
+        memcpy(t + n, ".0", 3);
+        n += 2;
+    }
+    char *e = strchr(t, 'e');
+    if (e) {
+        char *start = e + 1, *end;
+        if (*start == '-')
+            start++;
+        for (end = start; *end == '+' || *end == '0'; end++)
+            ;
+        if (*end == '\0')   /* an exponent of only zeros keeps one */
+            end--;
+        memmove(start, end, strlen(end) + 1);
+        n = (int)strlen(t);
+    }
+    put(b, t, (size_t)n);
+}
+
+static int dump_value(obuf *b, const json_t *j, int depth)
+{
+    char t[32];
+    if (depth > 2048)   /* jansson refuses deeper trees too */
+        return -1;
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *v;
+        int first = 1;
+        put(b, "{", 1);
+        json_object_foreach((json_t *)j, k, v) {
+            if (!first)
+                put(b, ",", 1);
+            first = 0;
+            put_string(b, k, strlen(k));
+            put(b, ":", 1);
+            if (dump_value(b, v, depth + 1) < 0)
+                return -1;
+        }
+        put(b, "}", 1);
+        return 0;
+    }
+    case JSON_ARRAY:
+        put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(j); i++) {
+            if (i)
+                put(b, ",", 1);
+            if (dump_value(b, json_array_get(j, i), depth + 1) < 0)
+                return -1;
+        }
+        put(b, "]", 1);
+        return 0;
+    case JSON_STRING:
+        put_string(b, json_string_value(j), json_string_length(j));
+        return 0;
+    case JSON_INTEGER:
+        put(b, t, (size_t)snprintf(t, sizeof t, "%" JSON_INTEGER_FORMAT, json_integer_value(j)));
+        return 0;
+    case JSON_REAL:
+        put_real(b, json_real_value(j));
+        return 0;
+    case JSON_TRUE:
+        put(b, "true", 4);
+        return 0;
+    case JSON_FALSE:
+        put(b, "false", 5);
+        return 0;
+    default:
+        put(b, "null", 4);
+        return 0;
+    }
+}
+
+char *svc_json_dump(const json_t *j, size_t *len)
+{
+    obuf b = {malloc(256), 0, 256};
+    if (!j || dump_value(&b, j, 0) < 0) {
+        free(b.p);
+        return NULL;
+    }
+    if (b.p)
+        b.p[b.len] = '\0';
+    if (len)
+        *len = b.p ? b.len : 0;
+    return b.p;
+}

@@ -331,6 +331,45 @@ static void tensor_decodes_b64_from_a_long_string(void **state)
     free(f);
 }
 
+/* svc_json_dump writes what json_dumps(JSON_COMPACT | JSON_ENCODE_ANY)
+ * writes, byte for byte: escapes, reals, key order, nesting, long strings. */
+static void dump_matches_jansson(void **state)
+{
+    (void)state;
+    static const char *const docs[] = {
+        "{\"b\":1,\"a\":[true,false,null,-7,9223372036854775807],\"c\":{}}",
+        "[1.5,0.1,1e20,1e-5,-2.5e-300,3.0,100000000000000000000.0,1.7976931348623157e308]",
+        "{\"s\":\"quote \\\" back \\\\ nl \\n tab \\t ctl \\u0001 \\u001f slash / utf8 \\u00e9\\u4e2d\"}",
+        "\"just a string\"", "42", "[]", "[[[[{\"x\":[{}]}]]]]",
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+        json_t *j = json_loads(docs[i], JSON_DECODE_ANY, NULL);
+        assert_non_null(j);
+        char *want = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+        size_t len = 0;
+        char *got = svc_json_dump(j, &len);
+        assert_non_null(got);
+        assert_string_equal(got, want);
+        assert_int_equal(len, strlen(want));
+        free(want);
+        free(got);
+        json_decref(j);
+    }
+    /* a long base64 string and an embedded NUL */
+    size_t n = 100000;
+    char *long_s = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        long_s[i] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="[i % 65];
+    json_t *j = json_pack("{s:s%, s:s%}", "b64", long_s, n, "nul", "a\0b", (size_t)3);
+    char *want = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *got = svc_json_dump(j, NULL);
+    assert_string_equal(got, want);
+    free(want);
+    free(got);
+    json_decref(j);
+    free(long_s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +384,7 @@ int main(void)
         cmocka_unit_test(errors_after_a_long_string_keep_their_positions),
         cmocka_unit_test(a_client_string_is_never_a_placeholder),
         cmocka_unit_test(tensor_decodes_b64_from_a_long_string),
+        cmocka_unit_test(dump_matches_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
