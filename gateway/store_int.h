@@ -11,6 +11,7 @@
 typedef struct store__conn {
     PGconn *pg;
     uint64_t prepared;   /* bit i: statement i is prepared on pg */
+    int custom;          /* plan_cache_mode of pg: 1 auto, 0 force_generic_plan */
     int busy;
     char sqlstate[6];    /* of the last failed statement; "" when no answer came */
 } store__conn;
