@@ -13,6 +13,7 @@
 #include "blob.h"
 #include "blobstore.h"
 #include "committer.h"
+#include "idem.h"
 #include "lease.h"
 #include "limits.h"
 #include "waits.h"
@@ -60,6 +61,8 @@ typedef struct submit {
     char backend[8];
     json_t *job;                   /* the job object up to "error"; the rest once committed */
     int wait_s;                    /* Prefer: wait=N: answer when the job ends (or N s) */
+    char idem_key[GW_IDEM_KEY_MAX + 1]; /* Idempotency-Key; "" when none */
+    char idem_hash[65];
 } submit;
 
 /* Frees s (the writers must have been ended by submit_blobs_end). */
@@ -231,7 +234,7 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
     int nq = 0, added = 0;
     for (int i = 0; i < n; i++) {
         const submit *s = (const submit *)items[i];
-        if (items[i]->rc != 0)
+        if (items[i]->rc != 0 || s->row.idem != GW_IDEM_NEW)
             continue;
         q[nq] = (gw_queued){.seq = s->row.seq, .priority = s->row.priority, .gpus = s->row.gpus,
                             .tenant_id = s->row.tenant_id};
@@ -248,14 +251,71 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
     gw_sched_wake(app->sched);
 }
 
-/* committer op: answers the submit (202 with the job, or its error) and
- * gives the request back to the server; frees s. */
+static int reply_store_error(svc_req *req, int rc)
+{
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
+    if (rc == -EIO)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
+}
+
+/* A submit whose Idempotency-Key names the job of an earlier request with
+ * the same fingerprint: that job as it is now, 202 while it has not ended
+ * (the first answer's status, with its Location), 200 once it has; Prefer:
+ * wait holds the answer as for a new job. Idempotent-Replayed says so.
+ * Replays are rare (a client's retry), so the job is read here, on the
+ * committer's thread, rather than returned by every batch's statement. */
+static void submit_replay(submit *s)
+{
+    svc_req *req = s->req;
+    const char *id = s->row.idem_job;
+    svc_reply_header(req, "Idempotent-Replayed", "true");
+    if (s->wait_s > 0) {
+        gw_waits_add(s->app->waits, req, 1, s->row.tenant_id, id, s->wait_s, 202);
+        return;
+    }
+    json_t *job;
+    int rc = gw_store_job_get(s->app->store, s->row.tenant_id, id, &job);
+    if (rc != 0) {
+        reply_store_error(req, rc);
+    } else {
+        const char *st = json_string_value(json_object_get(job, "state"));
+        int pending = st && (strcmp(st, "queued") == 0 || strcmp(st, "running") == 0);
+        char loc[64];
+        snprintf(loc, sizeof(loc), "/v1/jobs/%s", id);
+        svc_reply_header(req, "Location", loc);
+        if (s->wait_s == 0)
+            svc_reply_header(req, "Preference-Applied", "wait=0");
+        svc_reply_json(req, pending ? 202 : 200, job);
+    }
+    svc_req_resume(req);
+}
+
+/* committer op: answers the submit (202 with the job, the job its
+ * Idempotency-Key names, or an error) and gives the request back to the
+ * server; frees s. */
 static void submit_done(void *arg, gw_commit_item *it)
 {
     (void)arg;
     submit *s = (submit *)it;
     svc_req *req = s->req;
-    submit_blobs_end(s, it->rc == 0);
+    int idem = it->rc == 0 ? s->row.idem : GW_IDEM_NEW;
+    submit_blobs_end(s, it->rc == 0 && idem == GW_IDEM_NEW);
+    if (idem == GW_IDEM_REPLAY) {
+        submit_replay(s);
+        submit_free(s);
+        return;
+    }
+    if (idem == GW_IDEM_REUSED) {
+        svc_reply_error(req, 422, "idempotency_key_reused", "Idempotency-Key",
+                        json_pack("{s:s}", "job_id", s->row.idem_job),
+                        "this Idempotency-Key was used within the last 24 hours for another "
+                        "request (job %s); send a new key for a new job", s->row.idem_job);
+        svc_req_resume(req);
+        submit_free(s);
+        return;
+    }
     if (it->rc == 0 && s->wait_s > 0) {
         /* Prefer: wait=N: the request, still suspended, waits for the job's
          * end (or N seconds: then this 202, as it would have been). */
@@ -326,6 +386,12 @@ static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr)
     s->row.inputs_len = s->b.len;
     s->row.blob_ids = s->blob_ids;
     s->row.blob_sizes = s->blob_sizes;
+    if (!rc && s->idem_key[0]) {
+        s->row.idem_key = s->idem_key;
+        s->row.idem_hash = s->idem_hash;
+        if (gw_idem_fingerprint(&s->row, s->idem_hash) != 0)
+            rc = -ENOMEM;
+    }
     if (!rc && !(s->job = job_json_queued(s, jr, params)))
         rc = -ENOMEM;
     json_decref(params);
@@ -343,6 +409,11 @@ int gw_api_jobs_submit(svc_req *req)
         return gw_reply_unavailable(req, "this gateway (shutting down)");
     if (gw_auth_tenant(req, &who) != 0 || gw_limits_admit_submit(req, &who) != 0)
         return 0;
+    char idem_key[GW_IDEM_KEY_MAX + 1] = "";
+    if (gw_idem_key_parse(svc_req_header(req, "Idempotency-Key"), idem_key) < 0)
+        return svc_reply_error(req, 400, "invalid_argument", "Idempotency-Key", NULL,
+                               "Idempotency-Key must be 1-%d printable ASCII characters, bare or "
+                               "as a quoted string", GW_IDEM_KEY_MAX);
     gw_job_req jr;
     gw_verr ve;
     json_t *body = svc_req_streamed(req) ? gw_mpart_job(req) : json_incref(svc_req_json(req));
@@ -364,6 +435,7 @@ int gw_api_jobs_submit(svc_req *req)
     }
     s->app = app;
     s->wait_s = gw_waits_prefer(svc_req_header(req, "Prefer"));
+    memcpy(s->idem_key, idem_key, sizeof idem_key);
     int rc = inputs_prepare(req, who.tenant_id, &jr, s);
     if (rc == 0 && submit_build(s, &who, &jr) != 0) {
         svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
@@ -396,15 +468,6 @@ static const char *job_id_param(svc_req *req)
         return id;
     svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
     return NULL;
-}
-
-static int reply_store_error(svc_req *req, int rc)
-{
-    if (rc == -ENOENT)
-        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
-    if (rc == -EIO)
-        return gw_reply_unavailable(req, "PostgreSQL");
-    return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
 }
 
 int gw_api_jobs_get(svc_req *req)
