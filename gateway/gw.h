@@ -39,7 +39,8 @@ typedef struct gw_config {
     int heartbeat_s;
     int drain_s;
     int retry_base_ms, retry_max_s;
-    int rate_limit_rps, rate_limit_burst;            /* per API key; rps 0: off */
+    int rate_limit_rps, rate_limit_burst;            /* writes, per API key; rps 0: off */
+    int read_rate_limit_rps, read_rate_limit_burst;  /* reads, per API key; rps 0: off */
     int key_cache_ms;       /* how long an answer on an API key is kept; 0: not at all */
     int max_queued_per_tenant, max_running_per_tenant; /* 0: no quota */
     const char *blob_dir;   /* default beside the binary */
