@@ -59,7 +59,7 @@ typedef struct submit {
     uint64_t blob_sizes[KL_MAX_IO];
     char *params_s, *labels_s, *meta_s;
     char backend[8];
-    json_t *job;                   /* the job object up to "error"; the rest once committed */
+    json_t *job;                   /* the job object up to "info"; the rest once committed */
     int wait_s;                    /* Prefer: wait=N: answer when the job ends (or N s) */
     char idem_key[GW_IDEM_KEY_MAX + 1]; /* Idempotency-Key; "" when none */
     char idem_hash[65];
@@ -201,18 +201,19 @@ static json_t *labels_as_stored(json_t *labels)
     return o;
 }
 
-/* The job object as kowloon_job_json (sql/) writes a queued job, up to its
- * "error"; submit_done adds the timestamps once PostgreSQL has given
- * created_at. Same members, same order. New reference, NULL on ENOMEM. */
+/* The job object as kowloon_job_json (sql/011_clients.sql) writes a queued
+ * job, up to its "info"; submit_done adds the timestamps and "error" once
+ * PostgreSQL has given created_at. Same members, same order. New
+ * reference, NULL on ENOMEM. */
 static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params)
 {
-    return json_pack("{s:s, s:s, s:s, s:O, s:i, s:i, s:i, s:i, s:{s:s, s:i}, s:o, s:n, s:n,"
-                     " s:{}, s:b, s:n}",
+    return json_pack("{s:s, s:s, s:s, s:O, s:o, s:i, s:{s:s, s:i}, s:i, s:i, s:i, s:b, s:n, s:n,"
+                     " s:{}}",
                      "id", s->row.id, "state", "queued", "kernel", jr->kernel->name,
-                     "params", params, "priority", jr->priority, "timeout_s", jr->timeout_s,
-                     "max_attempts", jr->max_attempts, "attempts", 0, "resources", "backend",
-                     jr->backend, "gpus", jr->gpus, "labels", labels_as_stored(jr->labels), "node",
-                     "backend", "info", "cancel_requested", 0, "error");
+                     "params", params, "labels", labels_as_stored(jr->labels),
+                     "priority", jr->priority, "resources", "backend", jr->backend, "gpus",
+                     jr->gpus, "timeout_s", jr->timeout_s, "max_attempts", jr->max_attempts,
+                     "attempts", 0, "cancel_requested", 0, "node", "backend", "info");
 }
 
 /* committer op: one statement for the whole batch. */
@@ -331,6 +332,7 @@ static void submit_done(void *arg, gw_commit_item *it)
         json_object_set_new(s->job, "created_at", json_string(ts));
         json_object_set_new(s->job, "started_at", json_null());
         json_object_set_new(s->job, "finished_at", json_null());
+        json_object_set_new(s->job, "error", json_null());
         snprintf(loc, sizeof(loc), "/v1/jobs/%s", s->row.id);
         svc_reply_header(req, "Location", loc);
         svc_reply_json(req, 202, s->job);

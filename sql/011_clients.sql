@@ -19,3 +19,32 @@ COMMENT ON COLUMN job_idempotency.body_hash IS
     'SHA-256 of the job as the gateway resolved it (kernel, params with defaults, resources, labels, inputs'' bytes), so JSON spelling and tensor encoding do not matter';
 -- the retention pass deletes the oldest first
 CREATE INDEX job_idempotency_created ON job_idempotency (created_at);
+
+-- The job object in an order a reader follows: what it is (id, state,
+-- kernel, params, labels), how it was asked to run, where and how it ran,
+-- when, and last what went wrong. Same members as before (006); json, not
+-- jsonb, so the order and params' exact text are kept. api_jobs.c writes a
+-- submit's 202 in the same order.
+CREATE OR REPLACE FUNCTION kowloon_job_json(j jobs) RETURNS json
+LANGUAGE sql STABLE AS $$
+    SELECT json_build_object(
+        'id', j.id,
+        'state', j.state,
+        'kernel', j.kernel,
+        'params', j.params,
+        'labels', j.labels,
+        'priority', j.priority,
+        'resources', json_build_object('backend', j.backend_req, 'gpus', j.gpus),
+        'timeout_s', j.timeout_s,
+        'max_attempts', j.max_attempts,
+        'attempts', j.attempts,
+        'cancel_requested', j.cancel_requested,
+        'node', j.node_name,
+        'backend', j.backend,
+        'info', j.info,
+        'created_at', kowloon_ts(j.created_at),
+        'started_at', kowloon_ts(j.started_at),
+        'finished_at', kowloon_ts(j.finished_at),
+        'error', CASE WHEN j.error_code IS NULL THEN NULL
+                      ELSE json_build_object('code', j.error_code, 'message', j.error_message) END)
+$$;
