@@ -13,6 +13,7 @@
 #include "blob.h"
 #include "blobstore.h"
 #include "committer.h"
+#include "eta.h"
 #include "idem.h"
 #include "lease.h"
 #include "limits.h"
@@ -472,6 +473,27 @@ static const char *job_id_param(svc_req *req)
     return NULL;
 }
 
+/* job (stolen) with "queue" (stolen; NULL: none) right after its
+ * "state", where a reader looks for how a queued job stands. Returns the
+ * job to reply with; job itself when queue is NULL or memory ran out. */
+static json_t *with_queue(json_t *job, json_t *queue)
+{
+    json_t *o = queue ? json_object() : NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(job, k, v) {
+        if (o && json_object_set(o, k, v) == 0 && strcmp(k, "state") == 0)
+            json_object_set(o, "queue", queue);
+    }
+    json_decref(queue);
+    if (!o || json_object_size(o) != json_object_size(job) + 1) {
+        json_decref(o);
+        return job;
+    }
+    json_decref(job);
+    return o;
+}
+
 int gw_api_jobs_get(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -496,6 +518,8 @@ int gw_api_jobs_get(svc_req *req)
         snprintf(v, sizeof(v), "wait=%d", wait_s);
         svc_reply_header(req, "Preference-Applied", v);
     }
+    if (st && strcmp(st, "queued") == 0)
+        job = with_queue(job, gw_eta_queue(app, who.tenant_id, job));
     return svc_reply_json(req, 200, job);
 }
 

@@ -17,6 +17,7 @@ typedef struct gw_leases gw_leases;
 typedef struct gw_waits gw_waits;
 typedef struct gw_keycache gw_keycache;
 typedef struct gw_committer gw_committer;
+typedef struct gw_eta gw_eta;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -64,6 +65,7 @@ typedef struct gw_app {
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
+    gw_eta *eta;            /* queued jobs' position and start estimate (eta.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -11,6 +11,7 @@
 #include "api.h"
 #include "blob_gc.h"
 #include "blobstore.h"
+#include "eta.h"
 #include "keycache.h"
 #include "lease.h"
 #include "limits.h"
@@ -427,10 +428,12 @@ int main(int argc, char **argv)
     app.authfail = gw_authfail_new(app.cfg.auth_fail_burst, app.cfg.auth_fail_rps);
     /* 4096 keys: a few hundred KB, more keys than a gateway sees in a TTL */
     app.keys = gw_keycache_new(4096, app.cfg.key_cache_ms);
-    rc = app.limits && app.authfail && app.keys ? cmd_serve(&app) : 1;
+    app.eta = gw_eta_new(5000);
+    rc = app.limits && app.authfail && app.keys && app.eta ? cmd_serve(&app) : 1;
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
     gw_keycache_free(app.keys);
+    gw_eta_free(app.eta);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
     gw_bstore_close(app.blobs);

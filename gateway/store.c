@@ -289,6 +289,15 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_IDEM_SWEEP] = {
     "DELETE FROM job_idempotency x WHERE (tenant_id, key) IN (SELECT tenant_id, key"
     "  FROM job_idempotency x WHERE " IDEM_EXPIRED " ORDER BY created_at LIMIT $1)", 1},
+/* A queued job's ETA (eta.c): the mean run time of the kernel's succeeded
+ * jobs among the last 2000 submitted (a bounded walk of the seq index
+ * backwards, whatever the kernel), and the slots of the nodes that take
+ * work. */
+[ST_KERNEL_RUN_MS] = {
+    "SELECT count(*), coalesce(avg(extract(epoch FROM finished_at - started_at) * 1000), 0)::bigint"
+    " FROM (SELECT kernel, state, started_at, finished_at FROM jobs ORDER BY seq DESC LIMIT 2000) r"
+    " WHERE kernel = $1 AND state = 'succeeded' AND started_at IS NOT NULL", 1},
+[ST_SLOTS_UP] = {"SELECT coalesce(sum(slots), 0) FROM nodes WHERE state = 'up' AND NOT draining", 0},
 /* runs on nodes (store_jobs.c): claimed in batches, taken by the node's lease poll */
 [ST_JOBS_CLAIM] = {
     "WITH " ASYNC_COMMIT ","

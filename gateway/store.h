@@ -272,6 +272,11 @@ int gw_store_blob_unref(gw_store *s, int64_t tenant_id, const char *id);
  * else the sweep rolls back). *removed counts them; 0 or -EIO. */
 int gw_store_blob_sweep(gw_store *s, int retention_s, int limit,
                         int (*remove)(const char *id, void *arg), void *arg, int *removed);
+/* What a queued job's ETA is made of: *runs succeeded jobs of kernel among
+ * the last 2000 submitted, their mean run time *mean_ms; and *slots, the
+ * slots of the nodes up and not draining. 0 or -EIO. */
+int gw_store_kernel_run_ms(gw_store *s, const char *kernel, int64_t *runs, int64_t *mean_ms);
+int gw_store_slots_up(gw_store *s, int64_t *slots);
 /* Deletes up to limit Idempotency-Keys past their 24 hours, the oldest
  * first; *removed counts them. 0 or -EIO. */
 int gw_store_idem_sweep(gw_store *s, int limit, int *removed);
