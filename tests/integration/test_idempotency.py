@@ -66,6 +66,20 @@ def test_same_key_and_request_answer_the_first_job_and_make_no_second_row(A, sta
     assert jobs_of_run(stack, run) == 1
 
 
+def test_a_replay_with_prefer_wait_answers_when_the_job_ends(A, stack):
+    run, key = uuid.uuid4().hex, str(uuid.uuid4())
+    b = {"kernel": "sleep", "params": {"seconds": 1}, "labels": {"run": run},
+         "resources": {"backend": "cpu"}}
+    first = post(A, b, key)
+    assert first.status_code == 202, first.text
+    r = post(A, b, key, Prefer="wait=20")
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == first.json()["id"] and r.json()["state"] == "succeeded"
+    assert r.headers["Idempotent-Replayed"] == "true"
+    assert r.headers["Preference-Applied"] == "wait=20"
+    assert jobs_of_run(stack, run) == 1
+
+
 def test_same_key_with_another_request_is_422_and_changes_nothing(A, stack):
     run, key = uuid.uuid4().hex, str(uuid.uuid4())
     first = post(A, body(run), key).json()
