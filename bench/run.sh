@@ -191,6 +191,7 @@ gw_limit() {   # FLAG VALUE WHY
 MAX_CONNS=$((IDLE_CONNS + 2048))
 [ "$MAX_CONNS" -gt 100000 ] && MAX_CONNS=100000
 gw_limit rate-limit-rps 0 "no per-key rate limit"
+gw_limit read-rate-limit-rps 0 "no per-key rate limit on reads"
 gw_limit max-queued-per-tenant 0 "no queued quota"
 gw_limit max-running-per-tenant 0 "no running quota"
 gw_limit max-conns-per-ip 0 "no per-address cap"

@@ -23,8 +23,14 @@ typedef struct gw_reqctx {
 gw_reqctx *gw_reqctx_of(svc_req *req);
 
 /* Who a route is for (svc_route.access); the server checks it from the
- * head, before the body is read, through gw_authorize. */
+ * head, before the body is read, through gw_authorize. A tenant or admin
+ * route that changes something (a submit, a cancel, an upload, the admin
+ * API's writes) adds GW_ACCESS_WRITE: its requests take their token from
+ * the key's write bucket, every other one from its read bucket (limits.h),
+ * so that polling never starves the same key's submits. */
 enum { GW_ACCESS_PUBLIC = 0, GW_ACCESS_TENANT, GW_ACCESS_ADMIN, GW_ACCESS_CLUSTER };
+#define GW_ACCESS_WRITE 0x100
+#define GW_ACCESS_ROLE(access) ((access) & 0xff)
 /* svc_authorize_fn of the gateway: 0, or -1 after replying 401 (with
  * WWW-Authenticate), 403, 429 or 503. */
 int gw_authorize(svc_req *req, int access);
@@ -35,6 +41,11 @@ int gw_authorize(svc_req *req, int access);
  * returns -1. The caller found is kept on the request: a second call
  * answers from it without a lookup or another token. */
 int gw_auth_tenant(svc_req *req, gw_caller *who);
+/* gw_auth_tenant taking the token from bucket (GW_RATE_READ, GW_RATE_WRITE)
+ * of the key; gw_auth_tenant itself takes a read token (every tenant route
+ * is authorized from its head first, with its own bucket, so handlers'
+ * calls are answered from the request). */
+int gw_auth_tenant_bucket(svc_req *req, gw_caller *who, int bucket);
 /* Checks the cluster token; on failure replies 401 (429 after too many
  * failed attempts from the address) and returns -1. */
 int gw_auth_cluster(svc_req *req);

@@ -304,24 +304,27 @@ int gw_api_openapi(svc_req *req)
 }
 
 /* The route table. access is checked from the head before the body is
- * read (gw_authorize); reserved routes are served even on a connection over
- * the per-IP limit: health checks and nodes must not queue behind clients
- * on the same address. */
+ * read (gw_authorize); a tenant's or admin's route that changes something
+ * is W (its rate limit is the key's write bucket; reads have their own);
+ * reserved routes are served even on a connection over the per-IP limit:
+ * health checks and nodes must not queue behind clients on the same
+ * address. */
 #define T GW_ACCESS_TENANT
 #define A GW_ACCESS_ADMIN
 #define C GW_ACCESS_CLUSTER
+#define W GW_ACCESS_WRITE
 svc_route gw_routes[] = {
-    {.method = "POST", .pattern = "/v1/jobs", .handler = gw_api_jobs_submit, .json_body = 1, .access = T,
+    {.method = "POST", .pattern = "/v1/jobs", .handler = gw_api_jobs_submit, .json_body = 1, .access = T | W,
      .body = gw_mpart_body, .body_type = "multipart/form-data"},
     {.method = "GET", .pattern = "/v1/jobs", .handler = gw_api_jobs_list, .access = T},
     {.method = "GET", .pattern = "/v1/jobs/{id}", .handler = gw_api_jobs_get, .access = T},
     {.method = "GET", .pattern = "/v1/jobs/{id}/result", .handler = gw_api_jobs_result, .access = T},
-    {.method = "POST", .pattern = "/v1/jobs/{id}/cancel", .handler = gw_api_jobs_cancel, .access = T},
+    {.method = "POST", .pattern = "/v1/jobs/{id}/cancel", .handler = gw_api_jobs_cancel, .access = T | W},
     {.method = "GET", .pattern = "/v1/jobs/{id}/outputs/{name}", .handler = gw_api_jobs_output, .access = T},
-    {.method = "POST", .pattern = "/v1/blobs", .handler = gw_api_blobs_upload, .access = T,
+    {.method = "POST", .pattern = "/v1/blobs", .handler = gw_api_blobs_upload, .access = T | W,
      .body = gw_api_blobs_body, .body_type = "application/octet-stream"},
     {.method = "GET", .pattern = "/v1/blobs/{id}", .handler = gw_api_blobs_get, .access = T},
-    {.method = "DELETE", .pattern = "/v1/blobs/{id}", .handler = gw_api_blobs_delete, .access = T},
+    {.method = "DELETE", .pattern = "/v1/blobs/{id}", .handler = gw_api_blobs_delete, .access = T | W},
     {.method = "GET", .pattern = "/v1/kernels", .handler = gw_api_kernels, .access = T},
     {.method = "GET", .pattern = "/v1/nodes", .handler = gw_api_nodes_list, .access = T},
     {.method = "POST", .pattern = "/v1/nodes/register", .handler = gw_api_node_register,
@@ -343,17 +346,18 @@ svc_route gw_routes[] = {
     {.method = "GET", .pattern = "/healthz", .handler = gw_api_healthz, .reserved = 1},
     {.method = "GET", .pattern = "/readyz", .handler = gw_api_readyz, .reserved = 1},
     {.method = "GET", .pattern = "/openapi.yaml", .handler = gw_api_openapi},
-    {.method = "POST", .pattern = "/v1/tenants", .handler = gw_api_tenants_put, .json_body = 1, .access = A},
+    {.method = "POST", .pattern = "/v1/tenants", .handler = gw_api_tenants_put, .json_body = 1, .access = A | W},
     {.method = "GET", .pattern = "/v1/tenants", .handler = gw_api_tenants_list, .access = A},
-    {.method = "POST", .pattern = "/v1/keys", .handler = gw_api_keys_create, .json_body = 1, .access = A},
-    {.method = "DELETE", .pattern = "/v1/keys/{prefix}", .handler = gw_api_keys_revoke, .access = A},
-    {.method = "POST", .pattern = "/v1/nodes/{id}/drain", .handler = gw_api_node_drain, .access = A},
-    {.method = "DELETE", .pattern = "/v1/nodes/{id}/drain", .handler = gw_api_node_undrain, .access = A},
+    {.method = "POST", .pattern = "/v1/keys", .handler = gw_api_keys_create, .json_body = 1, .access = A | W},
+    {.method = "DELETE", .pattern = "/v1/keys/{prefix}", .handler = gw_api_keys_revoke, .access = A | W},
+    {.method = "POST", .pattern = "/v1/nodes/{id}/drain", .handler = gw_api_node_drain, .access = A | W},
+    {.method = "DELETE", .pattern = "/v1/nodes/{id}/drain", .handler = gw_api_node_undrain, .access = A | W},
     {.method = NULL},
 };
 #undef T
 #undef A
 #undef C
+#undef W
 
 void gw_routes_set_blob_limit(size_t bytes)
 {

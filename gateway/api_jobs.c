@@ -13,6 +13,8 @@
 #include "blob.h"
 #include "blobstore.h"
 #include "committer.h"
+#include "eta.h"
+#include "idem.h"
 #include "jobcache.h"
 #include "lease.h"
 #include "limits.h"
@@ -20,6 +22,7 @@
 #include "request.h"
 #include "scheduler.h"
 #include "svc_client.h"
+#include "svc_json.h"
 #include "svc_log.h"
 #include "svc_npy.h"
 #include "svc_tstream.h"
@@ -59,8 +62,10 @@ typedef struct submit {
     uint64_t blob_sizes[KL_MAX_IO];
     char *params_s, *labels_s, *meta_s;
     char backend[8];
-    json_t *job;                   /* the job object up to "error"; the rest once committed */
+    json_t *job;                   /* the job object up to "info"; the rest once committed */
     int wait_s;                    /* Prefer: wait=N: answer when the job ends (or N s) */
+    char idem_key[GW_IDEM_KEY_MAX + 1]; /* Idempotency-Key; "" when none */
+    char idem_hash[65];
 } submit;
 
 /* Frees s (the writers must have been ended by submit_blobs_end). */
@@ -199,18 +204,19 @@ static json_t *labels_as_stored(json_t *labels)
     return o;
 }
 
-/* The job object as kowloon_job_json (sql/) writes a queued job, up to its
- * "error"; submit_done adds the timestamps once PostgreSQL has given
- * created_at. Same members, same order. New reference, NULL on ENOMEM. */
+/* The job object as kowloon_job_json (sql/011_clients.sql) writes a queued
+ * job, up to its "info"; submit_done adds the timestamps and "error" once
+ * PostgreSQL has given created_at. Same members, same order. New
+ * reference, NULL on ENOMEM. */
 static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params)
 {
-    return json_pack("{s:s, s:s, s:s, s:O, s:i, s:i, s:i, s:i, s:{s:s, s:i}, s:o, s:n, s:n,"
-                     " s:{}, s:b, s:n}",
+    return json_pack("{s:s, s:s, s:s, s:O, s:o, s:i, s:{s:s, s:i}, s:i, s:i, s:i, s:b, s:n, s:n,"
+                     " s:{}}",
                      "id", s->row.id, "state", "queued", "kernel", jr->kernel->name,
-                     "params", params, "priority", jr->priority, "timeout_s", jr->timeout_s,
-                     "max_attempts", jr->max_attempts, "attempts", 0, "resources", "backend",
-                     jr->backend, "gpus", jr->gpus, "labels", labels_as_stored(jr->labels), "node",
-                     "backend", "info", "cancel_requested", 0, "error");
+                     "params", params, "labels", labels_as_stored(jr->labels),
+                     "priority", jr->priority, "resources", "backend", jr->backend, "gpus",
+                     jr->gpus, "timeout_s", jr->timeout_s, "max_attempts", jr->max_attempts,
+                     "attempts", 0, "cancel_requested", 0, "node", "backend", "info");
 }
 
 /* committer op: one statement for the whole batch. */
@@ -232,7 +238,7 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
     int nq = 0, added = 0;
     for (int i = 0; i < n; i++) {
         const submit *s = (const submit *)items[i];
-        if (items[i]->rc != 0)
+        if (items[i]->rc != 0 || s->row.idem != GW_IDEM_NEW)
             continue;
         q[nq] = (gw_queued){.seq = s->row.seq, .priority = s->row.priority, .gpus = s->row.gpus,
                             .tenant_id = s->row.tenant_id};
@@ -249,14 +255,71 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
     gw_sched_wake(app->sched);
 }
 
-/* committer op: answers the submit (202 with the job, or its error) and
- * gives the request back to the server; frees s. */
+static int reply_store_error(svc_req *req, int rc)
+{
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
+    if (rc == -EIO)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
+}
+
+/* A submit whose Idempotency-Key names the job of an earlier request with
+ * the same fingerprint: that job as it is now, 202 while it has not ended
+ * (the first answer's status, with its Location), 200 once it has; Prefer:
+ * wait holds the answer as for a new job. Idempotent-Replayed says so.
+ * Replays are rare (a client's retry), so the job is read here, on the
+ * committer's thread, rather than returned by every batch's statement. */
+static void submit_replay(submit *s)
+{
+    svc_req *req = s->req;
+    const char *id = s->row.idem_job;
+    svc_reply_header(req, "Idempotent-Replayed", "true");
+    if (s->wait_s > 0) {
+        gw_waits_add(s->app->waits, req, 1, s->row.tenant_id, id, s->wait_s, 202);
+        return;
+    }
+    json_t *job;
+    int rc = gw_store_job_get(s->app->store, s->row.tenant_id, id, &job);
+    if (rc != 0) {
+        reply_store_error(req, rc);
+    } else {
+        const char *st = json_string_value(json_object_get(job, "state"));
+        int pending = st && (strcmp(st, "queued") == 0 || strcmp(st, "running") == 0);
+        char loc[64];
+        snprintf(loc, sizeof(loc), "/v1/jobs/%s", id);
+        svc_reply_header(req, "Location", loc);
+        if (s->wait_s == 0)
+            svc_reply_header(req, "Preference-Applied", "wait=0");
+        svc_reply_json(req, pending ? 202 : 200, job);
+    }
+    svc_req_resume(req);
+}
+
+/* committer op: answers the submit (202 with the job, the job its
+ * Idempotency-Key names, or an error) and gives the request back to the
+ * server; frees s. */
 static void submit_done(void *arg, gw_commit_item *it)
 {
     (void)arg;
     submit *s = (submit *)it;
     svc_req *req = s->req;
-    submit_blobs_end(s, it->rc == 0);
+    int idem = it->rc == 0 ? s->row.idem : GW_IDEM_NEW;
+    submit_blobs_end(s, it->rc == 0 && idem == GW_IDEM_NEW);
+    if (idem == GW_IDEM_REPLAY) {
+        submit_replay(s);
+        submit_free(s);
+        return;
+    }
+    if (idem == GW_IDEM_REUSED) {
+        svc_reply_error(req, 422, "idempotency_key_reused", "Idempotency-Key",
+                        json_pack("{s:s}", "job_id", s->row.idem_job),
+                        "this Idempotency-Key was used within the last 24 hours for another "
+                        "request (job %s); send a new key for a new job", s->row.idem_job);
+        svc_req_resume(req);
+        submit_free(s);
+        return;
+    }
     if (it->rc == 0 && s->wait_s > 0) {
         /* Prefer: wait=N: the request, still suspended, waits for the job's
          * end (or N seconds: then this 202, as it would have been). */
@@ -272,6 +335,7 @@ static void submit_done(void *arg, gw_commit_item *it)
         json_object_set_new(s->job, "created_at", json_string(ts));
         json_object_set_new(s->job, "started_at", json_null());
         json_object_set_new(s->job, "finished_at", json_null());
+        json_object_set_new(s->job, "error", json_null());
         snprintf(loc, sizeof(loc), "/v1/jobs/%s", s->row.id);
         svc_reply_header(req, "Location", loc);
         svc_reply_json(req, 202, s->job);
@@ -327,6 +391,12 @@ static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr)
     s->row.inputs_len = s->b.len;
     s->row.blob_ids = s->blob_ids;
     s->row.blob_sizes = s->blob_sizes;
+    if (!rc && s->idem_key[0]) {
+        s->row.idem_key = s->idem_key;
+        s->row.idem_hash = s->idem_hash;
+        if (gw_idem_fingerprint(&s->row, s->idem_hash) != 0)
+            rc = -ENOMEM;
+    }
     if (!rc && !(s->job = job_json_queued(s, jr, params)))
         rc = -ENOMEM;
     json_decref(params);
@@ -344,6 +414,11 @@ int gw_api_jobs_submit(svc_req *req)
         return gw_reply_unavailable(req, "this gateway (shutting down)");
     if (gw_auth_tenant(req, &who) != 0 || gw_limits_admit_submit(req, &who) != 0)
         return 0;
+    char idem_key[GW_IDEM_KEY_MAX + 1] = "";
+    if (gw_idem_key_parse(svc_req_header(req, "Idempotency-Key"), idem_key) < 0)
+        return svc_reply_error(req, 400, "invalid_argument", "Idempotency-Key", NULL,
+                               "Idempotency-Key must be 1-%d printable ASCII characters, bare or "
+                               "as a quoted string", GW_IDEM_KEY_MAX);
     gw_job_req jr;
     gw_verr ve;
     json_t *body = svc_req_streamed(req) ? gw_mpart_job(req) : json_incref(svc_req_json(req));
@@ -365,6 +440,7 @@ int gw_api_jobs_submit(svc_req *req)
     }
     s->app = app;
     s->wait_s = gw_waits_prefer(svc_req_header(req, "Prefer"));
+    memcpy(s->idem_key, idem_key, sizeof idem_key);
     int rc = inputs_prepare(req, who.tenant_id, &jr, s);
     if (rc == 0 && submit_build(s, &who, &jr) != 0) {
         svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
@@ -399,13 +475,25 @@ static const char *job_id_param(svc_req *req)
     return NULL;
 }
 
-static int reply_store_error(svc_req *req, int rc)
+/* job (stolen) with "queue" (stolen; NULL: none) right after its
+ * "state", where a reader looks for how a queued job stands. Returns the
+ * job to reply with; job itself when queue is NULL or memory ran out. */
+static json_t *with_queue(json_t *job, json_t *queue)
 {
-    if (rc == -ENOENT)
-        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
-    if (rc == -EIO)
-        return gw_reply_unavailable(req, "PostgreSQL");
-    return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
+    json_t *o = queue ? json_object() : NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(job, k, v) {
+        if (o && json_object_set(o, k, v) == 0 && strcmp(k, "state") == 0)
+            json_object_set(o, "queue", queue);
+    }
+    json_decref(queue);
+    if (!o || json_object_size(o) != json_object_size(job) + 1) {
+        json_decref(o);
+        return job;
+    }
+    json_decref(job);
+    return o;
 }
 
 int gw_api_jobs_get(svc_req *req)
@@ -432,7 +520,7 @@ int gw_api_jobs_get(svc_req *req)
         }
         /* An ended job no longer changes: its answer is kept (jobcache.h). */
         if (st && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0 &&
-            (text = json_dumps(job, JSON_COMPACT))) {
+            (text = svc_json_dump(job, NULL))) {
             len = strlen(text);
             gw_jobcache_put(app->jobs, who.tenant_id, id, text, len);
         }
@@ -442,8 +530,12 @@ int gw_api_jobs_get(svc_req *req)
         snprintf(v, sizeof(v), "wait=%d", wait_s);
         svc_reply_header(req, "Preference-Applied", v);
     }
-    if (!text)
+    if (!text) {
+        const char *st = json_string_value(json_object_get(job, "state"));
+        if (st && strcmp(st, "queued") == 0)
+            job = with_queue(job, gw_eta_queue(app, who.tenant_id, job));
         return svc_reply_json(req, 200, job);
+    }
     json_decref(job);
     svc_reply_raw(req, 200, "application/json", text, len);
     free(text);

@@ -153,6 +153,11 @@ static int reply_unauthenticated(svc_req *req, const char *msg)
 
 int gw_auth_tenant(svc_req *req, gw_caller *who)
 {
+    return gw_auth_tenant_bucket(req, who, GW_RATE_READ);
+}
+
+int gw_auth_tenant_bucket(svc_req *req, gw_caller *who, int bucket)
+{
     gw_app *app = svc_req_app(req);
     gw_reqctx *ctx = svc_req_user(req);
     if (ctx != NULL && ctx->authenticated) {
@@ -176,7 +181,7 @@ int gw_auth_tenant(svc_req *req, gw_caller *who)
     *who = (gw_caller){.tenant_id = ka.tenant_id, .admin = ka.admin, .key_id = ka.key_id,
                        .rate_rps = ka.rate_rps, .rate_burst = ka.rate_burst,
                        .max_queued = ka.max_queued};
-    if (gw_limits_rate(req, who) != 0)
+    if (gw_limits_rate(req, who, bucket) != 0)
         return -1;
     if ((ctx = gw_reqctx_of(req)) != NULL) {
         ctx->who = *who;
@@ -199,13 +204,14 @@ int gw_auth_cluster(svc_req *req)
 int gw_authorize(svc_req *req, int access)
 {
     gw_caller who;
-    switch (access) {
+    int bucket = access & GW_ACCESS_WRITE ? GW_RATE_WRITE : GW_RATE_READ;
+    switch (GW_ACCESS_ROLE(access)) {
     case GW_ACCESS_CLUSTER:
         return gw_auth_cluster(req);
     case GW_ACCESS_TENANT:
-        return gw_auth_tenant(req, &who);
+        return gw_auth_tenant_bucket(req, &who, bucket);
     case GW_ACCESS_ADMIN:
-        if (gw_auth_tenant(req, &who) != 0)
+        if (gw_auth_tenant_bucket(req, &who, bucket) != 0)
             return -1;
         if (who.admin)
             return 0;

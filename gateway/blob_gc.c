@@ -1,4 +1,5 @@
-/* blob_gc.c — the retention sweep of unreferenced blobs (blob_gc.h). */
+/* blob_gc.c — the retention sweep of unreferenced blobs (blob_gc.h); the
+ * same periodic pass drops Idempotency-Keys past their 24 hours. */
 #include "blob_gc.h"
 
 #include <errno.h>
@@ -26,6 +27,19 @@ static int remove_bytes(const char *id, void *arg)
     return gw_bstore_remove(arg, id);
 }
 
+/* Expired Idempotency-Keys, SWEEP_BATCH per statement so that a day's
+ * worth of keys never makes one long transaction. */
+static void idem_sweep(gw_app *app)
+{
+    int removed = 0, total = 0, rc;
+    do {
+        rc = gw_store_idem_sweep(app->store, SWEEP_BATCH, &removed);
+        total += removed;
+    } while (rc == 0 && removed == SWEEP_BATCH);
+    if (total > 0)
+        svc_debug("submits: %d Idempotency-Key%s past 24 hours removed", total, total == 1 ? "" : "s");
+}
+
 static void *gc_main(void *arg)
 {
     gw_blob_gc *gc = arg;
@@ -51,6 +65,7 @@ static void *gc_main(void *arg)
                      total == 1 ? "" : "s", app->cfg.blob_retention_s);
         if (rc != 0 && rc != -EIO)
             svc_warn("blobs: retention sweep failed (%s); tried again next time", strerror(-rc));
+        idem_sweep(app);
         pthread_mutex_lock(&gc->mu);
     }
     pthread_mutex_unlock(&gc->mu);

@@ -18,6 +18,7 @@ typedef struct gw_waits gw_waits;
 typedef struct gw_keycache gw_keycache;
 typedef struct gw_jobcache gw_jobcache;
 typedef struct gw_committer gw_committer;
+typedef struct gw_eta gw_eta;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -40,7 +41,8 @@ typedef struct gw_config {
     int heartbeat_s;
     int drain_s;
     int retry_base_ms, retry_max_s;
-    int rate_limit_rps, rate_limit_burst;            /* per API key; rps 0: off */
+    int rate_limit_rps, rate_limit_burst;            /* writes, per API key; rps 0: off */
+    int read_rate_limit_rps, read_rate_limit_burst;  /* reads, per API key; rps 0: off */
     int key_cache_ms;       /* how long an answer on an API key is kept; 0: not at all */
     int job_cache_mb;       /* memory for ended jobs' answers (jobcache.h); 0: none */
     int max_queued_per_tenant, max_running_per_tenant; /* 0: no quota */
@@ -66,6 +68,7 @@ typedef struct gw_app {
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
+    gw_eta *eta;            /* queued jobs' position and start estimate (eta.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

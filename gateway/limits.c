@@ -38,7 +38,7 @@ typedef struct queued_slot {
 
 struct gw_limits {
     gw_redis *redis;             /* short timeouts; backs off after a failure */
-    gw_rate def;
+    gw_rate def[2];              /* the gateway's buckets, by GW_RATE_* */
     int max_queued, max_running;
 
     pthread_mutex_t mu;          /* guards next_warn_ms and queued */
@@ -148,7 +148,8 @@ gw_limits *gw_limits_open(const gw_config *cfg)
         free(l);
         return NULL;
     }
-    l->def = (gw_rate){cfg->rate_limit_rps, cfg->rate_limit_burst};
+    l->def[GW_RATE_WRITE] = (gw_rate){cfg->rate_limit_rps, cfg->rate_limit_burst};
+    l->def[GW_RATE_READ] = (gw_rate){cfg->read_rate_limit_rps, cfg->read_rate_limit_burst};
     l->max_queued = cfg->max_queued_per_tenant;
     l->max_running = cfg->max_running_per_tenant;
     pthread_mutex_init(&l->mu, NULL);
@@ -164,12 +165,21 @@ void gw_limits_close(gw_limits *l)
     free(l);
 }
 
-int gw_limits_take(gw_limits *l, int64_t key_id, const gw_rate *r, int *allowed, int64_t *wait_ms)
+/* Writes keep the key's bucket name from before reads were split off, so
+ * a rolling upgrade keeps its write buckets. */
+void gw_rate_key(char *out, size_t len, int64_t key_id, int bucket)
+{
+    snprintf(out, len, bucket == GW_RATE_WRITE ? "kowloon:rate:%lld" : "kowloon:rate:read:%lld",
+             (long long)key_id);
+}
+
+int gw_limits_take(gw_limits *l, int64_t key_id, int bucket, const gw_rate *r, int *allowed,
+                   int64_t *wait_ms)
 {
     *allowed = 1;
     *wait_ms = 0;
     char key[48], rps[16], burst[16];
-    snprintf(key, sizeof(key), "kowloon:rate:%lld", (long long)key_id);
+    gw_rate_key(key, sizeof key, key_id, bucket);
     snprintf(rps, sizeof(rps), "%d", r->rps);
     snprintf(burst, sizeof(burst), "%d", r->burst);
     const char *args[3] = {key, rps, burst};
@@ -200,18 +210,19 @@ static void warn_fail_open(gw_limits *l)
         svc_warn("limits: Redis cannot be asked; rate limits are not enforced until it answers");
 }
 
-int gw_limits_rate(svc_req *req, const gw_caller *who)
+int gw_limits_rate(svc_req *req, const gw_caller *who, int bucket)
 {
     gw_app *app = svc_req_app(req);
     gw_limits *l = app->limits;
     if (!l)
         return 0;
-    gw_rate r = gw_rate_resolve(l->def.rps, l->def.burst, who->rate_rps, who->rate_burst);
+    const gw_rate *def = &l->def[bucket == GW_RATE_WRITE];
+    gw_rate r = gw_rate_resolve(def->rps, def->burst, who->rate_rps, who->rate_burst);
     if (r.rps == 0)
         return 0;
     int allowed;
     int64_t wait_ms;
-    if (gw_limits_take(l, who->key_id, &r, &allowed, &wait_ms) != 0) {
+    if (gw_limits_take(l, who->key_id, bucket, &r, &allowed, &wait_ms) != 0) {
         warn_fail_open(l);
         return 0;
     }
@@ -219,8 +230,8 @@ int gw_limits_rate(svc_req *req, const gw_caller *who)
         return 0;
     int after = gw_retry_after_s(wait_ms);
     gw_reply_too_many(req, "rate_limited", after,
-                      "this API key is over its rate limit (%d requests/s, burst %d); retry after %d s",
-                      r.rps, r.burst, after);
+                      "this API key is over its rate limit for %s (%d requests/s, burst %d); retry "
+                      "after %d s", bucket == GW_RATE_WRITE ? "writes" : "reads", r.rps, r.burst, after);
     return -1;
 }
 

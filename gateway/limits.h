@@ -14,6 +14,12 @@
 
 typedef struct gw_limits gw_limits;
 
+/* Each API key has two buckets: writes (submits, cancels, uploads, the
+ * admin API's changes: --rate-limit-rps/-burst) and reads (everything
+ * else: --read-rate-limit-rps/-burst). Which one a route takes is declared
+ * in the route table (GW_ACCESS_WRITE, api.h). */
+enum { GW_RATE_READ = 0, GW_RATE_WRITE = 1 };
+
 /* A token bucket: rps tokens per second, at most burst of them; rps 0 means
  * no limit. */
 typedef struct gw_rate {
@@ -46,16 +52,22 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
 gw_limits *gw_limits_open(const gw_config *cfg);
 void gw_limits_close(gw_limits *l);
 
-/* Takes one token from the bucket of key_id: *allowed is 1 or 0, *wait_ms
- * the time until the next token (0 when one is left). 0, or -EIO when
- * Redis did not answer. */
-int gw_limits_take(gw_limits *l, int64_t key_id, const gw_rate *r, int *allowed, int64_t *wait_ms);
+/* The Redis key of bucket (GW_RATE_*) of API key key_id. */
+void gw_rate_key(char *out, size_t len, int64_t key_id, int bucket);
+
+/* Takes one token from bucket (GW_RATE_*) of key_id: *allowed is 1 or 0,
+ * *wait_ms the time until the next token (0 when one is left). 0, or -EIO
+ * when Redis did not answer. */
+int gw_limits_take(gw_limits *l, int64_t key_id, int bucket, const gw_rate *r, int *allowed,
+                   int64_t *wait_ms);
 
 /* The rate limit of the authenticated caller (gw_auth_tenant calls it for
- * every tenant request): 0 to go on, or -1 after replying 429 rate_limited
+ * every tenant request) in bucket (GW_RATE_*): the gateway's default for
+ * that bucket, or the tenant's rate_rps/rate_burst where set, which apply
+ * to each bucket alike. 0 to go on, or -1 after replying 429 rate_limited
  * with Retry-After. When Redis cannot be asked the request goes on (fail
  * open) and a warning is logged at most every few seconds. */
-int gw_limits_rate(svc_req *req, const gw_caller *who);
+int gw_limits_rate(svc_req *req, const gw_caller *who, int bucket);
 
 /* The queued-jobs quota, at the top of POST /v1/jobs: 0 to go on, or -1
  * after replying 429 quota_queued (or 503 when PostgreSQL is down). Most

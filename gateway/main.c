@@ -11,6 +11,7 @@
 #include "api.h"
 #include "blob_gc.h"
 #include "blobstore.h"
+#include "eta.h"
 #include "jobcache.h"
 #include "keycache.h"
 #include "lease.h"
@@ -88,10 +89,18 @@ static svc_opt opts[] = {
      .help = "longest back-off"},
     {.flag = "rate-limit-rps", .env = "KOWLOON_RATE_LIMIT_RPS", .type = SVC_OPT_INT, .def = "50",
      .min = 0, .max = 1000000,
-     .help = "requests per second per API key (token bucket refill); 0 turns rate limits off"},
+     .help = "writes (submits, cancels, uploads, admin changes) per second per API key (token "
+             "bucket refill); 0: writes are not rate-limited"},
     {.flag = "rate-limit-burst", .env = "KOWLOON_RATE_LIMIT_BURST", .type = SVC_OPT_INT,
      .def = "100", .min = 0, .max = 1000000,
-     .help = "token bucket size per API key (requests allowed at once)"},
+     .help = "write bucket size per API key (writes allowed at once)"},
+    {.flag = "read-rate-limit-rps", .env = "KOWLOON_READ_RATE_LIMIT_RPS", .type = SVC_OPT_INT,
+     .def = "500", .min = 0, .max = 1000000,
+     .help = "reads (every other request with an API key) per second per API key, a bucket apart "
+             "from writes; 0: reads are not rate-limited"},
+    {.flag = "read-rate-limit-burst", .env = "KOWLOON_READ_RATE_LIMIT_BURST", .type = SVC_OPT_INT,
+     .def = "1000", .min = 0, .max = 1000000,
+     .help = "read bucket size per API key (reads allowed at once)"},
     {.flag = "key-cache-ms", .env = "KOWLOON_KEY_CACHE_MS", .type = SVC_OPT_INT, .def = "500",
      .min = 0, .max = 1000,
      .help = "how long an API key's lookup is reused; a key revoked on any gateway stops working "
@@ -198,6 +207,8 @@ static void config_load(gw_config *c)
         .retry_max_s = opt_int("retry-max-s"),
         .rate_limit_rps = opt_int("rate-limit-rps"),
         .rate_limit_burst = opt_int("rate-limit-burst"),
+        .read_rate_limit_rps = opt_int("read-rate-limit-rps"),
+        .read_rate_limit_burst = opt_int("read-rate-limit-burst"),
         .key_cache_ms = opt_int("key-cache-ms"),
         .job_cache_mb = opt_int("job-cache-mb"),
         .max_queued_per_tenant = opt_int("max-queued-per-tenant"),
@@ -424,11 +435,13 @@ int main(int argc, char **argv)
     /* 4096 keys: a few hundred KB, more keys than a gateway sees in a TTL */
     app.keys = gw_keycache_new(4096, app.cfg.key_cache_ms);
     app.jobs = gw_jobcache_new((size_t)app.cfg.job_cache_mb << 20);
-    rc = app.limits && app.authfail && app.keys && app.jobs ? cmd_serve(&app) : 1;
+    app.eta = gw_eta_new(5000);
+    rc = app.limits && app.authfail && app.keys && app.jobs && app.eta ? cmd_serve(&app) : 1;
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
     gw_keycache_free(app.keys);
     gw_jobcache_free(app.jobs);
+    gw_eta_free(app.eta);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
     gw_bstore_close(app.blobs);

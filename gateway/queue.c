@@ -234,6 +234,22 @@ int gw_queue_peek(gw_queue *q, int offset, gw_ready *out, int max, int *n)
     return 0;
 }
 
+int gw_queue_rank(gw_queue *q, const char *job_id, const char *backend, int gpus,
+                  int64_t tenant_id, int64_t *ahead)
+{
+    char member[80];
+    member_format(member, sizeof(member), job_id, backend, gpus, tenant_id);
+    const char *argv[3] = {"ZRANK", READY_KEY, member};
+    redisReply *r = command(q, 3, argv, NULL);
+    if (!r)
+        return -EIO;
+    int rc = r->type == REDIS_REPLY_INTEGER ? 0 : -ENOENT;
+    if (rc == 0)
+        *ahead = r->integer;
+    freeReplyObject(r);
+    return rc;
+}
+
 int gw_queue_take(gw_queue *q, const char *member)
 {
     const char *argv[3] = {"ZREM", READY_KEY, member};

@@ -43,6 +43,11 @@ int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
 int gw_queue_promote_due(gw_queue *q, int *moved);
 /* Up to max entries in order, from position offset (0 = most urgent). */
 int gw_queue_peek(gw_queue *q, int offset, gw_ready *out, int max, int *n);
+/* How many entries are ahead of job_id's in the ready queue (ZRANK, one
+ * round trip, O(log n)): 0 with *ahead set, -ENOENT when the job is not in
+ * it (waiting out a back-off, taken, or not enqueued yet), -EIO. */
+int gw_queue_rank(gw_queue *q, const char *job_id, const char *backend, int gpus,
+                  int64_t tenant_id, int64_t *ahead);
 /* Removes an entry: 1 when this call removed it, 0 when it was gone. */
 int gw_queue_take(gw_queue *q, const char *member);
 /* Removes n entries in one round trip: taken[i] is 1 when this call

@@ -24,6 +24,11 @@
  * the cost of a result would grow with the number of running jobs. */
 #define RUNNING_BY_ID "(state || '') = 'running'"
 #define ASYNC_COMMIT "cfg AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
+/* An Idempotency-Key names its job for 24 hours (the draft's suggestion,
+ * and what Stripe keeps); past that, a submit may take the key over and
+ * the retention pass removes it. x is the job_idempotency row. */
+#define IDEM_TTL "interval '24 hours'"
+#define IDEM_EXPIRED "x.created_at < now() - " IDEM_TTL
 
 /* store__conn.prepared has one bit per statement. */
 _Static_assert(ST__COUNT <= 64, "more statements than bits in store__conn.prepared");
@@ -48,28 +53,51 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
      * $12 is the inline input bytes of all of them back to back, job k's
      * at $13[k] for $14[k] bytes; ($15, $16, $17) lists (job, blob, size)
      * for inputs in the blob store, recorded or touched and referenced by
-     * the job so that retention keeps them. The ids come from the gateway,
-     * so the reply maps rows back by ordinality; seq follows that order. */
+     * the job so that retention keeps them; $18[k] is job k's
+     * Idempotency-Key (NULL: none) and $19[k] its request's fingerprint
+     * (hex). The ids come from the gateway, so the reply maps rows back by
+     * ordinality; seq follows that order. A row whose key already names a
+     * job inserts nothing: the reply gives that job's id and whether the
+     * fingerprints match (seq NULL). */
     "WITH r AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
     "             $5::int[], $6::int[], $7::int[], $8::text[], $9::int[], $10::text[],"
-    "             $11::text[], $13::int[], $14::int[])"
+    "             $11::text[], $13::int[], $14::int[], $18::text[], $19::text[])"
     "           WITH ORDINALITY AS r(id, tenant_id, kernel, params, priority, timeout_s,"
-    "             max_attempts, backend_req, gpus, labels, meta, off, len, n)),"
+    "             max_attempts, backend_req, gpus, labels, meta, off, len, ikey, ihash, n)),"
+    /* The first row of a (tenant, key) claims it; a key older than the
+     * TTL is taken over. DO UPDATE rather than DO NOTHING: a key that a
+     * concurrent batch committed after this statement's snapshot is waited
+     * for and still returned with its job. Sorted, so that two batches
+     * lock keys in one order. */
+    " k AS (INSERT INTO job_idempotency AS x (tenant_id, key, body_hash, job_id)"
+    "       SELECT DISTINCT ON (tenant_id, ikey) tenant_id, ikey, decode(ihash, 'hex'), id FROM r"
+    "       WHERE ikey IS NOT NULL ORDER BY tenant_id, ikey, n"
+    "       ON CONFLICT (tenant_id, key) DO UPDATE SET"
+    "         job_id = CASE WHEN " IDEM_EXPIRED " THEN EXCLUDED.job_id ELSE x.job_id END,"
+    "         body_hash = CASE WHEN " IDEM_EXPIRED " THEN EXCLUDED.body_hash ELSE x.body_hash END,"
+    "         created_at = CASE WHEN " IDEM_EXPIRED " THEN now() ELSE x.created_at END"
+    "       RETURNING tenant_id, key, job_id, body_hash),"
+    " rk AS (SELECT r.*, coalesce(k.job_id, r.id) AS job_id,"
+    "               k.body_hash IS NULL OR k.body_hash = decode(r.ihash, 'hex') AS same"
+    "        FROM r LEFT JOIN k ON k.tenant_id = r.tenant_id AND k.key = r.ikey),"
+    " f AS (SELECT * FROM rk WHERE job_id = id),"
     " j AS (INSERT INTO jobs (id, tenant_id, kernel, params, priority, timeout_s, max_attempts,"
     "                         backend_req, gpus, labels, state)"
     "       SELECT id, tenant_id, kernel, params::json, priority, timeout_s, max_attempts,"
-    "              backend_req, gpus, labels::jsonb, 'queued' FROM r ORDER BY n"
+    "              backend_req, gpus, labels::jsonb, 'queued' FROM f ORDER BY n"
     "       RETURNING id, seq, created_at),"
     " i AS (INSERT INTO job_inputs (job_id, meta, data)"
-    "       SELECT id, meta::jsonb, substring($12::bytea FROM off + 1 FOR len) FROM r),"
-    " rb AS (SELECT * FROM unnest($15::uuid[], $16::text[], $17::bigint[]) AS rb(job_id, blob_id, size)),"
+    "       SELECT id, meta::jsonb, substring($12::bytea FROM off + 1 FOR len) FROM f),"
+    " rb AS (SELECT * FROM unnest($15::uuid[], $16::text[], $17::bigint[]) AS rb(job_id, blob_id, size)"
+    "        WHERE job_id IN (SELECT id FROM f)),"
     /* sorted, so that two batches touching the same blobs lock them in one order */
     " bl AS (INSERT INTO blobs (id, size) SELECT DISTINCT ON (blob_id) blob_id, size FROM rb"
     "        ORDER BY blob_id ON CONFLICT (id) DO UPDATE SET last_used_at = now()),"
     " br AS (INSERT INTO job_blob_refs (job_id, blob_id) SELECT DISTINCT job_id, blob_id FROM rb),"
-    " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM r ORDER BY n)"
-    " SELECT r.n, j.seq, floor(extract(epoch FROM j.created_at) * 1000)::bigint"
-    " FROM j JOIN r ON r.id = j.id", 17},
+    " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM f ORDER BY n)"
+    " SELECT rk.n, j.seq, floor(extract(epoch FROM j.created_at) * 1000)::bigint, rk.job_id::text,"
+    "        rk.same::int"
+    " FROM rk LEFT JOIN j ON j.id = rk.id", 19},
 [ST_JOB_GET] = {"SELECT kowloon_job_json(j)::text FROM jobs j"
                 " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 [ST_JOB_LIST] = {
@@ -269,6 +297,19 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "    AND NOT EXISTS (SELECT 1 FROM blob_refs r WHERE r.blob_id = b.id)"
     "    AND NOT EXISTS (SELECT 1 FROM job_blob_refs r WHERE r.blob_id = b.id)"
     "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id", 2},
+/* Idempotency-Keys past their TTL, a batch at a time (retention pass). */
+[ST_IDEM_SWEEP] = {
+    "DELETE FROM job_idempotency x WHERE (tenant_id, key) IN (SELECT tenant_id, key"
+    "  FROM job_idempotency x WHERE " IDEM_EXPIRED " ORDER BY created_at LIMIT $1)", 1},
+/* A queued job's ETA (eta.c): the mean run time of the kernel's succeeded
+ * jobs among the last 2000 submitted (a bounded walk of the seq index
+ * backwards, whatever the kernel), and the slots of the nodes that take
+ * work. */
+[ST_KERNEL_RUN_MS] = {
+    "SELECT count(*), coalesce(avg(extract(epoch FROM finished_at - started_at) * 1000), 0)::bigint"
+    " FROM (SELECT kernel, state, started_at, finished_at FROM jobs ORDER BY seq DESC LIMIT 2000) r"
+    " WHERE kernel = $1 AND state = 'succeeded' AND started_at IS NOT NULL", 1},
+[ST_SLOTS_UP] = {"SELECT coalesce(sum(slots), 0) FROM nodes WHERE state = 'up' AND NOT draining", 0},
 /* runs on nodes (store_jobs.c): claimed in batches, taken by the node's lease poll */
 [ST_JOBS_CLAIM] = {
     "WITH " ASYNC_COMMIT ","

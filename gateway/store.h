@@ -50,14 +50,27 @@ typedef struct gw_job_new {
     const char *const *blob_ids;  /* the blob entries' ids and sizes */
     const uint64_t *blob_sizes;
     int nblobs;
+    const char *idem_key;     /* Idempotency-Key, or NULL */
+    const char *idem_hash;    /* with a key: the request's fingerprint, 64 hex digits */
     /* filled by gw_store_jobs_insert */
-    int64_t seq;              /* queue order */
+    int64_t seq;              /* queue order (not for GW_IDEM_REPLAY/REUSED) */
     int64_t created_ms;       /* created_at, epoch ms by PostgreSQL's clock */
+    int idem;                 /* GW_IDEM_* */
+    char idem_job[37];        /* REPLAY, REUSED: the job the key names */
 } gw_job_new;
+
+/* What became of a submit's row: inserted; not inserted because its
+ * Idempotency-Key already names a job made from the same request (replay
+ * that job) or from another one (the key was reused: 422). */
+enum { GW_IDEM_NEW = 0, GW_IDEM_REPLAY, GW_IDEM_REUSED };
 
 /* Inserts n jobs, their inputs, blob references and first events in one
  * statement, committed before it returns (synchronous commit: one WAL flush
- * for the batch), and fills each job's seq and created_ms. 0 when all are
+ * for the batch), and fills each job's seq and created_ms. A job with an
+ * idem_key that a job of its tenant holds (or one earlier in the batch) is
+ * not inserted: its idem and idem_job say which job and whether it came
+ * from the same request; a concurrent statement holding the key is waited
+ * for. 0 when all are
  * recorded; none is when it fails: -EIO when PostgreSQL could not be reached
  * or the connection was lost (whether it committed is unknown), -EAGAIN
  * when it failed on a live connection in a way that may pass if tried again
@@ -272,5 +285,13 @@ int gw_store_blob_unref(gw_store *s, int64_t tenant_id, const char *id);
  * else the sweep rolls back). *removed counts them; 0 or -EIO. */
 int gw_store_blob_sweep(gw_store *s, int retention_s, int limit,
                         int (*remove)(const char *id, void *arg), void *arg, int *removed);
+/* What a queued job's ETA is made of: *runs succeeded jobs of kernel among
+ * the last 2000 submitted, their mean run time *mean_ms; and *slots, the
+ * slots of the nodes up and not draining. 0 or -EIO. */
+int gw_store_kernel_run_ms(gw_store *s, const char *kernel, int64_t *runs, int64_t *mean_ms);
+int gw_store_slots_up(gw_store *s, int64_t *slots);
+/* Deletes up to limit Idempotency-Keys past their 24 hours, the oldest
+ * first; *removed counts them. 0 or -EIO. */
+int gw_store_idem_sweep(gw_store *s, int limit, int *removed);
 
 #endif

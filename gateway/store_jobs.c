@@ -88,7 +88,7 @@ static const char *arr_end(arr *a)
 
 /* The statement's parameters: every array but $12 (the bytes). */
 enum { P_ID, P_TENANT, P_KERNEL, P_PARAMS, P_PRIO, P_TIMEOUT, P_ATTEMPTS, P_BACKEND, P_GPUS,
-       P_LABELS, P_META, P_DATA, P_OFF, P_LEN, P_BJOB, P_BID, P_BSIZE, P__COUNT };
+       P_LABELS, P_META, P_DATA, P_OFF, P_LEN, P_BJOB, P_BID, P_BSIZE, P_IKEY, P_IHASH, P__COUNT };
 
 /* One ST_JOBS_INSERT for the whole batch (store.h): the arrays built
  * here, the inline bytes copied into one binary parameter, and each job's
@@ -119,6 +119,8 @@ int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
         if (j->inputs_len)
             memcpy(data + off, j->inputs_data, j->inputs_len);
         off += j->inputs_len;
+        arr_add(&a[P_IKEY], j->idem_key ? j->idem_key : "NULL", j->idem_key != NULL);
+        arr_add(&a[P_IHASH], j->idem_key ? j->idem_hash : "NULL", 0);
         for (int b = 0; b < j->nblobs; b++) {
             arr_add(&a[P_BJOB], j->id, 0);
             arr_add(&a[P_BID], j->blob_ids[b], 1);
@@ -151,8 +153,15 @@ int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
                 rc = -EIO;
                 break;
             }
-            jobs[k - 1]->seq = strtoll(PQgetvalue(r, i, 1), NULL, 10);
-            jobs[k - 1]->created_ms = strtoll(PQgetvalue(r, i, 2), NULL, 10);
+            gw_job_new *j = jobs[k - 1];
+            j->idem = GW_IDEM_NEW;
+            if (PQgetisnull(r, i, 1)) {
+                store__copy(r, i, 3, j->idem_job, sizeof j->idem_job);
+                j->idem = strcmp(PQgetvalue(r, i, 4), "1") == 0 ? GW_IDEM_REPLAY : GW_IDEM_REUSED;
+                continue;
+            }
+            j->seq = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+            j->created_ms = strtoll(PQgetvalue(r, i, 2), NULL, 10);
         }
         PQclear(r);
         store__release(s, c);
@@ -160,6 +169,55 @@ int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
     for (int i = 0; i < P__COUNT; i++)
         free(a[i].p);
     free(data);
+    return rc;
+}
+
+int gw_store_idem_sweep(gw_store *s, int limit, int *removed)
+{
+    char lim[24];
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *v[1] = {lim};
+    *removed = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_IDEM_SWEEP, v, NULL, NULL, 0);
+    int rc = r ? 0 : store__fail_rc(c);
+    if (r)
+        *removed = atoi(PQcmdTuples(r));
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_kernel_run_ms(gw_store *s, const char *kernel, int64_t *runs, int64_t *mean_ms)
+{
+    const char *v[1] = {kernel};
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_KERNEL_RUN_MS, v, NULL, NULL, 0);
+    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
+    if (!rc) {
+        *runs = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        *mean_ms = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_slots_up(gw_store *s, int64_t *slots)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_SLOTS_UP, NULL, NULL, NULL, 0);
+    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
+    if (!rc)
+        *slots = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    store__release(s, c);
     return rc;
 }
 

@@ -67,10 +67,12 @@ sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 import stack as stk  # noqa: E402  (the integration suite's stack; not edited here)
 
 SEED_NODE = "fuzz-seed"
-# The fuzz gateway's per-key rate limit, set explicitly so that the tenant
-# round can stay under it (CLIENT_RATE): the fuzz should reach the handlers,
-# not the limiter. The pinned requests check a 429 on purpose.
-GATEWAY_ENV = {"KOWLOON_RATE_LIMIT_RPS": "50", "KOWLOON_RATE_LIMIT_BURST": "100"}
+# The fuzz gateway's per-key rate limits (writes and reads alike), set
+# explicitly so that the tenant round can stay under them (CLIENT_RATE):
+# the fuzz should reach the handlers, not the limiter. The pinned requests
+# check a 429 on purpose.
+GATEWAY_ENV = {"KOWLOON_RATE_LIMIT_RPS": "50", "KOWLOON_RATE_LIMIT_BURST": "100",
+               "KOWLOON_READ_RATE_LIMIT_RPS": "50", "KOWLOON_READ_RATE_LIMIT_BURST": "100"}
 CLIENT_RATE = "40/s"
 
 # max_examples: per operation and phase; max_time: seconds of each round

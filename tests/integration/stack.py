@@ -476,6 +476,8 @@ class Stack:
             # but generous (test_access sets tight ones per tenant)
             "KOWLOON_RATE_LIMIT_RPS": "1000",
             "KOWLOON_RATE_LIMIT_BURST": "1000",
+            "KOWLOON_READ_RATE_LIMIT_RPS": "1000",
+            "KOWLOON_READ_RATE_LIMIT_BURST": "1000",
             # every test refused for its key comes from 127.0.0.1: failed
             # authentications are limited only where a test asks for it
             "KOWLOON_AUTH_FAIL_BURST": "0",

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 #include <string.h>
 
+#include "api.h"
 #include "limits.h"
 #include "reply.h"
 
@@ -94,6 +95,39 @@ static void test_tenant_body_errors_name_the_field(void **state)
     }
 }
 
+static void test_reads_and_writes_of_a_key_are_two_buckets(void **state)
+{
+    char r[48], w[48], other[48];
+    gw_rate_key(r, sizeof r, 7, GW_RATE_READ);
+    gw_rate_key(w, sizeof w, 7, GW_RATE_WRITE);
+    gw_rate_key(other, sizeof other, 77, GW_RATE_READ);
+    assert_string_not_equal(r, w);
+    assert_string_not_equal(r, other);
+    assert_string_equal(w, "kowloon:rate:7"); /* the bucket's name from before the split */
+}
+
+/* The route table declares each tenant or admin route's bucket: what
+ * changes something (POST, PUT, DELETE) takes a write token, what only
+ * reads (GET, and HEAD through it) a read token. A new route that forgets
+ * to say so fails here. */
+static void test_every_changing_route_takes_the_write_bucket(void **state)
+{
+    int writes = 0;
+    for (const svc_route *r = gw_routes; r->method != NULL; r++) {
+        int role = GW_ACCESS_ROLE(r->access);
+        if (role != GW_ACCESS_TENANT && role != GW_ACCESS_ADMIN) {
+            assert_false(r->access & GW_ACCESS_WRITE);
+            continue;
+        }
+        int changes = strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0;
+        if (changes != !!(r->access & GW_ACCESS_WRITE))
+            fail_msg("%s %s: a %s route must %sbe GW_ACCESS_WRITE", r->method, r->pattern,
+                     changes ? "changing" : "reading", changes ? "" : "not ");
+        writes += changes;
+    }
+    assert_true(writes >= 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -102,6 +136,8 @@ int main(void)
         cmocka_unit_test(test_retry_after_rounds_up_to_whole_seconds),
         cmocka_unit_test(test_tenant_body_absent_null_and_set_limits),
         cmocka_unit_test(test_tenant_body_errors_name_the_field),
+        cmocka_unit_test(test_reads_and_writes_of_a_key_are_two_buckets),
+        cmocka_unit_test(test_every_changing_route_takes_the_write_bucket),
     };
     return cmocka_run_group_tests_name("gw_limits", tests, NULL, NULL);
 }
