@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "svc_metrics.h"
+
 typedef struct svc_server svc_server;
 typedef struct svc_req svc_req;
 
@@ -83,6 +85,11 @@ typedef struct svc_server_opts {
                                     a handler must not block for long: one
                                     that waits suspends its request */
     void *app;                   /* handed to handlers via svc_req_app */
+    svc_metrics *metrics;        /* NULL: none; else every request is counted
+                                    by method, route pattern (never the raw
+                                    path, so the series stay few) and status,
+                                    with its latency, and open connections
+                                    and suspended requests are gauged */
 } svc_server_opts;
 
 /* Starts the server's threads. Returns NULL and fills err on failure
