@@ -24,7 +24,8 @@ gw_reqctx *gw_reqctx_of(svc_req *req);
 
 /* Who a route is for (svc_route.access); the server checks it from the
  * head, before the body is read, through gw_authorize. */
-enum { GW_ACCESS_PUBLIC = 0, GW_ACCESS_TENANT, GW_ACCESS_ADMIN, GW_ACCESS_CLUSTER };
+enum { GW_ACCESS_PUBLIC = 0, GW_ACCESS_TENANT, GW_ACCESS_ADMIN, GW_ACCESS_CLUSTER,
+       GW_ACCESS_METRICS /* the cluster token or an admin key; anyone with --metrics-public */ };
 /* svc_authorize_fn of the gateway: 0, or -1 after replying 401 (with
  * WWW-Authenticate), 403, 429 or 503. */
 int gw_authorize(svc_req *req, int access);
@@ -102,6 +103,8 @@ int gw_api_node_remove(svc_req *req);
 int gw_api_healthz(svc_req *req);
 int gw_api_readyz(svc_req *req);
 int gw_api_openapi(svc_req *req);
+/* GET /metrics: the Prometheus text exposition (metrics.h). */
+int gw_api_metrics(svc_req *req);
 
 /* api_admin.c: admin keys only (403 for other keys). */
 int gw_api_tenants_put(svc_req *req);

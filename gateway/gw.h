@@ -17,6 +17,7 @@ typedef struct gw_leases gw_leases;
 typedef struct gw_waits gw_waits;
 typedef struct gw_keycache gw_keycache;
 typedef struct gw_committer gw_committer;
+typedef struct gw_metrics gw_metrics;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -47,6 +48,8 @@ typedef struct gw_config {
     int blob_quota_mb;      /* blob bytes a tenant may reference; 0: none */
     int blob_retention_s;   /* unreferenced blobs live this long */
     int blob_sweep_s;       /* how often retention runs */
+    int metrics_public;     /* GET /metrics without the cluster token or an admin key */
+    int metrics_refresh_s;  /* how old the job and node figures of /metrics may be */
     const char *key_tenant; /* keys create: --tenant */
     int key_admin;          /*              --admin */
 } gw_config;
@@ -63,6 +66,7 @@ typedef struct gw_app {
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
+    gw_metrics *metrics;    /* what GET /metrics serves (metrics.h); NULL: nothing counted */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

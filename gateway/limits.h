@@ -45,6 +45,8 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
  * little). NULL on a malformed Redis URL or ENOMEM. */
 gw_limits *gw_limits_open(const gw_config *cfg);
 void gw_limits_close(gw_limits *l);
+/* The limiter's connection pool (its figures for /metrics: redis.h). */
+struct gw_redis *gw_limits_redis(gw_limits *l);
 
 /* Takes one token from the bucket of key_id: *allowed is 1 or 0, *wait_ms
  * the time until the next token (0 when one is left). 0, or -EIO when

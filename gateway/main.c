@@ -14,6 +14,7 @@
 #include "keycache.h"
 #include "lease.h"
 #include "limits.h"
+#include "metrics.h"
 #include "scheduler.h"
 #include "waits.h"
 #include "svc_client.h"
@@ -123,6 +124,12 @@ static svc_opt opts[] = {
     {.flag = "max-running-per-tenant", .env = "KOWLOON_MAX_RUNNING_PER_TENANT",
      .type = SVC_OPT_INT, .def = "1000", .min = 0, .max = 100000000,
      .help = "running jobs a tenant may have; the scheduler leaves the rest queued (0: no quota)"},
+    {.flag = "metrics-public", .env = "KOWLOON_METRICS_PUBLIC", .type = SVC_OPT_BOOL, .def = "0",
+     .help = "serve GET /metrics to anyone (default: the cluster token or an admin key only)"},
+    {.flag = "metrics-refresh-s", .env = "KOWLOON_METRICS_REFRESH_S", .type = SVC_OPT_INT,
+     .def = "5", .min = 1, .max = 3600,
+     .help = "how old the job and node counts of /metrics may be before a scrape asks "
+             "PostgreSQL again"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug, info, warn or error"},
     {.flag = NULL},
@@ -201,6 +208,8 @@ static void config_load(gw_config *c)
         .blob_quota_mb = opt_int("blob-quota-mb"),
         .blob_retention_s = opt_int("blob-retention-s"),
         .blob_sweep_s = opt_int("blob-sweep-s"),
+        .metrics_public = opt_int("metrics-public"),
+        .metrics_refresh_s = opt_int("metrics-refresh-s"),
         .key_tenant = opt_str("tenant"),
         .key_admin = opt_int("admin"),
     };
@@ -329,6 +338,7 @@ static int cmd_serve(gw_app *app)
         .authorize = gw_authorize,
         .threads = (unsigned)app->cfg.http_threads,
         .app = app,
+        .metrics = gw_metrics_registry(app->metrics),
     };
     svc_server *srv = svc_server_start(&so, err, sizeof(err));
     if (!srv) {
@@ -417,7 +427,9 @@ int main(int argc, char **argv)
     app.authfail = gw_authfail_new(app.cfg.auth_fail_burst, app.cfg.auth_fail_rps);
     /* 4096 keys: a few hundred KB, more keys than a gateway sees in a TTL */
     app.keys = gw_keycache_new(4096, app.cfg.key_cache_ms);
-    rc = app.limits && app.authfail && app.keys ? cmd_serve(&app) : 1;
+    app.metrics = app.limits ? gw_metrics_new(&app) : NULL;
+    rc = app.limits && app.authfail && app.keys && app.metrics ? cmd_serve(&app) : 1;
+    gw_metrics_free(app.metrics);
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
     gw_keycache_free(app.keys);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "metrics.h"
 #include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"
@@ -101,8 +102,12 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
     } else {
         rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg);
     }
-    if (rc == 0)
+    if (rc == 0) {
         gw_waits_job_changed(app->waits, job_id);
+        json_t *ms = json_object_get(report, "elapsed_ms");
+        gw_metrics_reported(app->metrics, json_string_value(json_object_get(report, "kernel")),
+                            state, json_is_integer(ms) ? (double)json_integer_value(ms) / 1000.0 : -1);
+    }
     if (rc == -EAGAIN)
         svc_info("job %s attempt %d: late report from %s ignored (attempt no longer current)",
                  job_id, attempt, node_name);

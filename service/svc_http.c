@@ -557,6 +557,15 @@ int svc_reply_raw(svc_req *req, int status, const char *content_type, const void
     return reply_buffer(req, status, content_type, (void *)data, len, 0);
 }
 
+int svc_reply_metrics(svc_req *req, svc_metrics *m)
+{
+    size_t len = 0;
+    char *text = m != NULL ? svc_metrics_render(m, &len) : NULL;
+    if (text == NULL)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot render the metrics");
+    return reply_buffer(req, 200, SVC_METRICS_CONTENT_TYPE, text, len, 1);
+}
+
 /* What MHD's content reader calls back with: the caller's writer. */
 typedef struct reply_stream {
     svc_stream_fn fill;

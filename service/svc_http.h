@@ -153,6 +153,10 @@ int svc_reply_fd(svc_req *req, int status, const char *content_type, int fd, uin
 /* Replies with raw bytes of the given content type (copied). */
 int svc_reply_raw(svc_req *req, int status, const char *content_type, const void *data, size_t len);
 
+/* Replies 200 with the exposition of m (svc_metrics_render) as Prometheus
+ * text; 500 when m is NULL or on ENOMEM. */
+int svc_reply_metrics(svc_req *req, svc_metrics *m);
+
 /* Writes the next at most max bytes of a streamed reply into buf: returns
  * how many (> 0), 0 once the body is complete, -1 to abort it (the client
  * sees a truncated chunked body and the connection is closed). */
