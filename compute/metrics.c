@@ -11,6 +11,9 @@
 #include "nvml.h"
 #include "svc_log.h"
 
+/* GPUs read per scrape: more than any one host carries (8 to 16). */
+#define MAX_GPUS 32
+
 /* One gauge sample without labels, with its HELP and TYPE. */
 static void gauge(svc_mwriter *w, const char *name, const char *help, double v)
 {
@@ -20,9 +23,9 @@ static void gauge(svc_mwriter *w, const char *name, const char *help, double v)
 
 static void write_gpus(svc_mwriter *w, cn_nvml *nvml)
 {
-    cn_gpu_stats g[16];
+    cn_gpu_stats g[MAX_GPUS];
     int n = 0;
-    for (int i = 0; i < cn_nvml_count(nvml) && n < 16; i++)
+    for (int i = 0; i < cn_nvml_count(nvml) && n < MAX_GPUS; i++)
         n += cn_nvml_read(nvml, i, &g[n]) == 0;
     static const struct {
         const char *name, *help;
