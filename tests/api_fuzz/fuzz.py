@@ -155,7 +155,9 @@ def closed_port():
 
 
 OPEN_PATHS = ("/healthz", "/readyz", "/openapi.yaml")
-ADMIN_PATH = re.compile(r"^/v1/(tenants|keys)(/|$)|^/v1/nodes/[^/]+/drain$")
+# what a tenant key must not pass: the admin operations, and /metrics (the
+# cluster token or an admin key)
+ADMIN_PATH = re.compile(r"^/v1/(tenants|keys)(/|$)|^/v1/nodes/[^/]+/drain$|^/metrics$")
 
 
 CHILDREN = []  # the schemathesis process running now, for SIGTERM
@@ -457,6 +459,10 @@ class Pinned:
         self.call("/healthz", "GET", None, 200)
         self.call("/readyz", "GET", None, 200)
         self.call("/openapi.yaml", "GET", None, 200)
+        self.call("/metrics", "GET", self.s.cluster_token, 200)
+        self.call("/metrics", "GET", self.s.keys["admin"], 200)
+        self.call("/metrics", "GET", key, 403)
+        self.call("/metrics", "GET", None, 401)
 
 
 def failure_text(e):

@@ -140,7 +140,8 @@ def test_counters_move_as_jobs_run(stack, A):
         assert value(gw1, n, **dict(l)) - value(gw0, n, **dict(l)) == k, (n, l)
     assert node_runs(seen["nodes"]) - node_runs(nodes0) == 3
     d = lambda metric, **l: value(gw1, metric, **l) - value(gw0, metric, **l)  # noqa: E731
-    assert d("kowloon_job_run_seconds_sum", kernel="sleep") >= 3 * 0.05
+    # the sum carries every earlier run of the process: compare with slack
+    assert d("kowloon_job_run_seconds_sum", kernel="sleep") >= 3 * 0.05 - 1e-6
     assert d("kowloon_http_requests_total", method="GET", route="/v1/jobs/{id}", status="200") >= 3
     text = scrape(stack.base, stack.cluster_token)
     for j in jobs:
