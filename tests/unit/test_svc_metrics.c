@@ -198,7 +198,7 @@ static void *hammer(void *p)
 {
     hammer_arg *a = p;
     for (int i = 0; i < 20000; i++) {
-        char k[8];
+        char k[16];
         snprintf(k, sizeof k, "k%d", i % 7);
         svc_counter_add(svc_metric_with(a->c, k), 1);
         svc_histogram_observe(svc_metric_with(a->h, k), 0.5);
@@ -220,7 +220,7 @@ static void test_concurrent_updates_lose_nothing(void **state)
         pthread_join(t[i], NULL);
     double total = 0, htotal = 0;
     for (int i = 0; i < 7; i++) {
-        char k[8];
+        char k[16];
         snprintf(k, sizeof k, "k%d", i);
         total += svc_series_value(svc_metric_with(a.c, k));
         htotal += svc_series_value(svc_metric_with(a.h, k));
