@@ -14,10 +14,11 @@
 
 int cn_api_authorize(svc_req *req, int access)
 {
-    (void)access;
     const cn_node *n = svc_req_app(req);
     const char *tok = svc_req_bearer(req);
 
+    if (access == CN_ACCESS_METRICS && n->metrics_public)
+        return 0;
     if (tok && svc_secure_equal(tok, n->token))
         return 0;
     svc_reply_header(req, "WWW-Authenticate", "Bearer realm=\"kowloon-node\"");
@@ -113,6 +114,12 @@ static int cn__info(svc_req *req)
     return svc_reply_json(req, 200, j);
 }
 
+static int cn__metrics(svc_req *req)
+{
+    const cn_node *n = svc_req_app(req);
+    return svc_reply_metrics(req, n->metrics);
+}
+
 static int cn__run_create(svc_req *req)
 {
     const cn_node *n = svc_req_app(req);
@@ -202,6 +209,7 @@ static int cn__run_release(svc_req *req)
 const svc_route cn_api_routes[] = {
     {.method = "GET", .pattern = "/healthz", .handler = cn__healthz},
     {.method = "GET", .pattern = "/v1/info", .handler = cn__info, .access = 1},
+    {.method = "GET", .pattern = "/metrics", .handler = cn__metrics, .access = CN_ACCESS_METRICS},
     {.method = "POST", .pattern = "/v1/runs", .handler = cn__run_create, .json_body = 1, .access = 1},
     {.method = "GET", .pattern = "/v1/runs/{id}", .handler = cn__run_get, .access = 1},
     {.method = "DELETE", .pattern = "/v1/runs/{id}", .handler = cn__run_cancel, .access = 1},

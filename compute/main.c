@@ -15,6 +15,7 @@
 #include "backend.h"
 #include "node.h"
 #include "lease.h"
+#include "metrics.h"
 #include "register.h"
 #include "runs.h"
 #include "svc_client.h"
@@ -104,6 +105,11 @@ static svc_opt cn_opts[] = {
              "inputs found there are mapped instead of fetched, outputs written there "
              "instead of pushed. auto: the directory the gateway announces, when this host "
              "sees it with the same store-id; none: everything over HTTP"},
+    {.flag = "metrics-public", .env = "KOWLOON_METRICS_PUBLIC", .type = SVC_OPT_BOOL, .def = "0",
+     .help = "serve GET /metrics to anyone (default: the cluster token only)"},
+    {.flag = "nvml", .env = "KOWLOON_NVML", .type = SVC_OPT_STRING,
+     .help = "NVIDIA management library for the GPU figures of /metrics (default "
+             "libnvidia-ml.so.1 from the driver; none there: no GPU figures)"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug|info|warn|error"},
     {.flag = NULL},
@@ -253,10 +259,16 @@ int main(int argc, char **argv)
         rc = 2;
         goto cleanup;
     }
+    if (!(node.metrics = svc_metrics_new()) || svc_metrics_add_process(node.metrics) != 0) {
+        svc_error("cannot create the metrics registry: out of memory");
+        goto cleanup;
+    }
+    node.metrics_public = (int)cn__num("metrics-public");
     if (backend.kind == CN_BACKEND_CUDA && backend.plugin.host_register)
         cn_blobio_set_pinning(backend.plugin.host_register, backend.plugin.host_unregister);
     cn_runs_opts ro = {.slots = (int)cn__num("slots"), .threads = (int)cn__num("threads"),
-                       .backend = &backend, .blobio = &blobio, .cache = cache};
+                       .backend = &backend, .blobio = &blobio, .cache = cache,
+                       .metrics = node.metrics};
     e = cn_runs_create(&ro, &runs);
     if (e < 0) {
         svc_error("cannot start the run manager: %s", strerror(-e));
@@ -277,12 +289,17 @@ int main(int argc, char **argv)
     cn__identity(listen, lport ? atoi(lport + 1) : 0, name, sizeof name, url, sizeof url);
     node.name = cn__opt("name") && cn__opt("name")[0] ? cn__opt("name") : name;
     node.url = cn__opt("advertise") && cn__opt("advertise")[0] ? cn__opt("advertise") : url;
+    if (cn_metrics_start(&node, cn__opt("nvml")) < 0) {
+        svc_error("cannot start the node's metrics: out of memory");
+        goto cleanup;
+    }
 
     svc_server_opts so = {.listen = listen, .routes = cn_api_routes,
                           .max_body = (size_t)cn__num("max-body-mb") << 20,
                           /* long polls hold a request for up to 60 s */
                           .conn_timeout_s = 120, .max_header = 16 << 10,
-                          .authorize = cn_api_authorize, .app = &node};
+                          .authorize = cn_api_authorize, .app = &node,
+                          .metrics = node.metrics};
     if (!(server = svc_server_start(&so, err, sizeof err))) {
         svc_error("%s", err);
         goto cleanup;
@@ -324,6 +341,8 @@ cleanup:
         cn_blobcache_destroy(cache);
         cn_blobio_share_close(&blobio);
         cn_backend_close(&backend);
+        cn_metrics_stop(&node);
+        svc_metrics_free(node.metrics);
     }
     if (rc == 0)
         svc_info("stopped");

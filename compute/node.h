@@ -11,6 +11,7 @@
 #include "blobcache.h"
 #include "blobio.h"
 #include "runs.h"
+#include "svc_metrics.h"
 
 #define CN_VERSION "0.1.0"
 
@@ -27,6 +28,9 @@ typedef struct cn_node {
                                    gateway's blob store */
     cn_share_mode share_mode;   /* --blob-dir */
     int draining;               /* set once by main on SIGTERM; read with __atomic */
+    svc_metrics *metrics;       /* what GET /metrics serves; owned by main */
+    int metrics_public;         /* --metrics-public: /metrics without the token */
+    struct cn_nvml *nvml;       /* GPU figures (nvml.h); NULL without NVML */
 } cn_node;
 
 /* {"name","url","backend","backend_reason","gpus","slots","kernels"}: the

@@ -39,6 +39,10 @@ typedef enum { CN_CANCEL_USER = 1, CN_CANCEL_SUPERSEDED = 2, CN_CANCEL_SHUTDOWN 
 enum { CN_PHASE_INPUTS = 0, CN_PHASE_COMPUTE = 1, CN_PHASE_OUTPUTS = 2 };
 static const char *const cn__phase_names[] = {"inputs", "compute", "outputs"};
 
+/* Bucket bounds of run times, seconds: from 5 ms to an hour. */
+static const double cn__run_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                        2.5,   5,    10,    30,   60,  300,  900, 3600};
+
 static const char *const cn__state_names[] = {"queued", "running", "succeeded", "failed",
                                               "cancelled"};
 
@@ -103,6 +107,7 @@ struct cn_runs {
     int nworkers;
     pthread_t watchdog;
     int watchdog_started;
+    svc_metric *m_runs, *m_run_s;   /* NULL without cn_runs_opts.metrics */
 };
 
 static unsigned cn__hash(const char *s)
@@ -258,6 +263,10 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
         m->running--;
     m->active--;
     m->ended_total++;
+    svc_counter_add(svc_metric_with(m->m_runs, r->kernel->name, cn__state_names[r->state]), 1);
+    if (r->started_mono)
+        svc_histogram_observe(svc_metric_with(m->m_run_s, r->kernel->name),
+                              (double)(r->finished_mono - r->started_mono) / 1000.0);
     /* To be reported, unless nobody will ask (superseded). */
     if (!r->collected) {
         r->in_ended = 1;
@@ -544,6 +553,14 @@ int cn_runs_create(const cn_runs_opts *opts, cn_runs **out)
     m->backend = opts->backend;
     m->blobio = opts->blobio;
     m->cache = opts->cache;
+    m->m_runs = svc_metric_counter(opts->metrics, "kowloon_node_runs_total",
+                                   "runs this node ended, by kernel and state",
+                                   (const char *[]){"kernel", "state", NULL});
+    m->m_run_s = svc_metric_histogram(opts->metrics, "kowloon_node_run_seconds",
+                                      "run time from start to end on this node (inputs, "
+                                      "compute, outputs), seconds",
+                                      (const char *[]){"kernel", NULL}, cn__run_bounds,
+                                      (int)(sizeof cn__run_bounds / sizeof *cn__run_bounds));
     m->keep_ms = opts->keep_ms > 0 ? opts->keep_ms : CN_KEEP_DEFAULT_MS;
     m->release_grace_ms = opts->release_grace_ms > 0 ? opts->release_grace_ms
                                                      : CN_RELEASE_GRACE_DEFAULT_MS;

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "blobcache.h"
 #include "blobio.h"
+#include "svc_metrics.h"
 
 typedef struct cn_runs cn_runs;
 
@@ -26,6 +27,8 @@ typedef struct cn_runs_opts {
                                    and "output_blobs" outputs go; without it a run
                                    with a blob input fails with backend_error */
     cn_blobcache *cache;        /* borrowed, may be NULL: input blobs by hash */
+    svc_metrics *metrics;       /* borrowed, may be NULL: where runs are counted by
+                                   kernel and state, with their run time */
 } cn_runs_opts;
 
 enum {

@@ -28,7 +28,8 @@ gw_reqctx *gw_reqctx_of(svc_req *req);
  * API's writes) adds GW_ACCESS_WRITE: its requests take their token from
  * the key's write bucket, every other one from its read bucket (limits.h),
  * so that polling never starves the same key's submits. */
-enum { GW_ACCESS_PUBLIC = 0, GW_ACCESS_TENANT, GW_ACCESS_ADMIN, GW_ACCESS_CLUSTER };
+enum { GW_ACCESS_PUBLIC = 0, GW_ACCESS_TENANT, GW_ACCESS_ADMIN, GW_ACCESS_CLUSTER,
+       GW_ACCESS_METRICS /* the cluster token or an admin key; anyone with --metrics-public */ };
 #define GW_ACCESS_WRITE 0x100
 #define GW_ACCESS_ROLE(access) ((access) & 0xff)
 /* svc_authorize_fn of the gateway: 0, or -1 after replying 401 (with
@@ -113,6 +114,8 @@ int gw_api_node_remove(svc_req *req);
 int gw_api_healthz(svc_req *req);
 int gw_api_readyz(svc_req *req);
 int gw_api_openapi(svc_req *req);
+/* GET /metrics: the Prometheus text exposition (metrics.h). */
+int gw_api_metrics(svc_req *req);
 
 /* api_admin.c: admin keys only (403 for other keys). */
 int gw_api_tenants_put(svc_req *req);

@@ -10,6 +10,7 @@
 #include "blobstore.h"
 #include "kl.h"
 #include "lease.h"
+#include "metrics.h"
 #include "outcome.h"
 #include "scheduler.h"
 #include "svc_log.h"
@@ -303,6 +304,12 @@ int gw_api_openapi(svc_req *req)
     return svc_reply_raw(req, 200, "application/yaml", app->openapi, app->openapi_len);
 }
 
+int gw_api_metrics(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    return svc_reply_metrics(req, gw_metrics_registry(app->metrics));
+}
+
 /* The route table. access is checked from the head before the body is
  * read (gw_authorize); a tenant's or admin's route that changes something
  * is W (its rate limit is the key's write bucket; reads have their own);
@@ -313,6 +320,7 @@ int gw_api_openapi(svc_req *req)
 #define A GW_ACCESS_ADMIN
 #define C GW_ACCESS_CLUSTER
 #define W GW_ACCESS_WRITE
+#define M GW_ACCESS_METRICS
 svc_route gw_routes[] = {
     {.method = "POST", .pattern = "/v1/jobs", .handler = gw_api_jobs_submit, .json_body = 1, .access = T | W,
      .body = gw_mpart_body, .body_type = "multipart/form-data"},
@@ -346,6 +354,7 @@ svc_route gw_routes[] = {
     {.method = "GET", .pattern = "/healthz", .handler = gw_api_healthz, .reserved = 1},
     {.method = "GET", .pattern = "/readyz", .handler = gw_api_readyz, .reserved = 1},
     {.method = "GET", .pattern = "/openapi.yaml", .handler = gw_api_openapi},
+    {.method = "GET", .pattern = "/metrics", .handler = gw_api_metrics, .access = M, .reserved = 1},
     {.method = "POST", .pattern = "/v1/tenants", .handler = gw_api_tenants_put, .json_body = 1, .access = A | W},
     {.method = "GET", .pattern = "/v1/tenants", .handler = gw_api_tenants_list, .access = A},
     {.method = "POST", .pattern = "/v1/keys", .handler = gw_api_keys_create, .json_body = 1, .access = A | W},
@@ -358,6 +367,7 @@ svc_route gw_routes[] = {
 #undef A
 #undef C
 #undef W
+#undef M
 
 void gw_routes_set_blob_limit(size_t bytes)
 {

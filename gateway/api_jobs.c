@@ -18,6 +18,7 @@
 #include "jobcache.h"
 #include "lease.h"
 #include "limits.h"
+#include "metrics.h"
 #include "waits.h"
 #include "request.h"
 #include "scheduler.h"
@@ -240,6 +241,7 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
         const submit *s = (const submit *)items[i];
         if (items[i]->rc != 0 || s->row.idem != GW_IDEM_NEW)
             continue;
+        gw_metrics_submitted(app->metrics, s->row.kernel);
         q[nq] = (gw_queued){.seq = s->row.seq, .priority = s->row.priority, .gpus = s->row.gpus,
                             .tenant_id = s->row.tenant_id};
         memcpy(q[nq].id, s->row.id, sizeof q[nq].id);

@@ -201,8 +201,18 @@ int gw_auth_cluster(svc_req *req)
     return reply_unauthenticated(req, "a valid cluster token is required");
 }
 
+/* 1 when the request carries the cluster token (nothing is counted when it
+ * does not: the caller may still be an admin). */
+static int has_cluster_token(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    const char *token = svc_req_bearer(req);
+    return token && svc_secure_equal(token, app->cfg.cluster_token);
+}
+
 int gw_authorize(svc_req *req, int access)
 {
+    gw_app *app = svc_req_app(req);
     gw_caller who;
     int bucket = access & GW_ACCESS_WRITE ? GW_RATE_WRITE : GW_RATE_READ;
     switch (GW_ACCESS_ROLE(access)) {
@@ -210,6 +220,11 @@ int gw_authorize(svc_req *req, int access)
         return gw_auth_cluster(req);
     case GW_ACCESS_TENANT:
         return gw_auth_tenant_bucket(req, &who, bucket);
+    case GW_ACCESS_METRICS:
+        /* Prometheus is given the cluster token, or an operator's admin key. */
+        if (app->cfg.metrics_public || has_cluster_token(req))
+            return 0;
+        /* fall through */
     case GW_ACCESS_ADMIN:
         if (gw_auth_tenant_bucket(req, &who, bucket) != 0)
             return -1;

@@ -19,6 +19,7 @@ typedef struct gw_keycache gw_keycache;
 typedef struct gw_jobcache gw_jobcache;
 typedef struct gw_committer gw_committer;
 typedef struct gw_eta gw_eta;
+typedef struct gw_metrics gw_metrics;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -51,6 +52,8 @@ typedef struct gw_config {
     int blob_quota_mb;      /* blob bytes a tenant may reference; 0: none */
     int blob_retention_s;   /* unreferenced blobs live this long */
     int blob_sweep_s;       /* how often retention runs */
+    int metrics_public;     /* GET /metrics without the cluster token or an admin key */
+    int metrics_refresh_s;  /* how old the job and node figures of /metrics may be */
     const char *key_tenant; /* keys create: --tenant */
     int key_admin;          /*              --admin */
 } gw_config;
@@ -69,6 +72,7 @@ typedef struct gw_app {
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
     gw_eta *eta;            /* queued jobs' position and start estimate (eta.h) */
+    gw_metrics *metrics;    /* what GET /metrics serves (metrics.h); NULL: nothing counted */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -135,6 +135,11 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
     return 0;
 }
 
+struct gw_redis *gw_limits_redis(gw_limits *l)
+{
+    return l->redis;
+}
+
 gw_limits *gw_limits_open(const gw_config *cfg)
 {
     gw_limits *l = calloc(1, sizeof(*l));

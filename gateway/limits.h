@@ -51,6 +51,8 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
  * little). NULL on a malformed Redis URL or ENOMEM. */
 gw_limits *gw_limits_open(const gw_config *cfg);
 void gw_limits_close(gw_limits *l);
+/* The limiter's connection pool (its figures for /metrics: redis.h). */
+struct gw_redis *gw_limits_redis(gw_limits *l);
 
 /* The Redis key of bucket (GW_RATE_*) of API key key_id. */
 void gw_rate_key(char *out, size_t len, int64_t key_id, int bucket);

@@ -16,6 +16,7 @@
 #include "keycache.h"
 #include "lease.h"
 #include "limits.h"
+#include "metrics.h"
 #include "scheduler.h"
 #include "waits.h"
 #include "svc_client.h"
@@ -137,6 +138,12 @@ static svc_opt opts[] = {
     {.flag = "max-running-per-tenant", .env = "KOWLOON_MAX_RUNNING_PER_TENANT",
      .type = SVC_OPT_INT, .def = "1000", .min = 0, .max = 100000000,
      .help = "running jobs a tenant may have; the scheduler leaves the rest queued (0: no quota)"},
+    {.flag = "metrics-public", .env = "KOWLOON_METRICS_PUBLIC", .type = SVC_OPT_BOOL, .def = "0",
+     .help = "serve GET /metrics to anyone (default: the cluster token or an admin key only)"},
+    {.flag = "metrics-refresh-s", .env = "KOWLOON_METRICS_REFRESH_S", .type = SVC_OPT_INT,
+     .def = "5", .min = 1, .max = 3600,
+     .help = "how old the job and node counts of /metrics may be before a scrape asks "
+             "PostgreSQL again"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug, info, warn or error"},
     {.flag = NULL},
@@ -218,6 +225,8 @@ static void config_load(gw_config *c)
         .blob_quota_mb = opt_int("blob-quota-mb"),
         .blob_retention_s = opt_int("blob-retention-s"),
         .blob_sweep_s = opt_int("blob-sweep-s"),
+        .metrics_public = opt_int("metrics-public"),
+        .metrics_refresh_s = opt_int("metrics-refresh-s"),
         .key_tenant = opt_str("tenant"),
         .key_admin = opt_int("admin"),
     };
@@ -346,6 +355,7 @@ static int cmd_serve(gw_app *app)
         .authorize = gw_authorize,
         .threads = (unsigned)app->cfg.http_threads,
         .app = app,
+        .metrics = gw_metrics_registry(app->metrics),
     };
     svc_server *srv = svc_server_start(&so, err, sizeof(err));
     if (!srv) {
@@ -436,7 +446,9 @@ int main(int argc, char **argv)
     app.keys = gw_keycache_new(4096, app.cfg.key_cache_ms);
     app.jobs = gw_jobcache_new((size_t)app.cfg.job_cache_mb << 20);
     app.eta = gw_eta_new(5000);
-    rc = app.limits && app.authfail && app.keys && app.jobs && app.eta ? cmd_serve(&app) : 1;
+    app.metrics = app.limits ? gw_metrics_new(&app) : NULL;
+    rc = app.limits && app.authfail && app.keys && app.jobs && app.eta && app.metrics ? cmd_serve(&app) : 1;
+    gw_metrics_free(app.metrics);
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
     gw_keycache_free(app.keys);

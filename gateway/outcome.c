@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "blob.h"
+#include "metrics.h"
 #include "scheduler.h"
+#include "svc_json.h"
 #include "svc_log.h"
 #include "svc_util.h"
 #include "waits.h"
@@ -69,11 +71,15 @@ static int record_success(gw_app *app, const char *job_id, int attempt, const js
 
 /* What follows the store's answer rc about a report: waiters woken, a
  * line logged, and the answer gw_outcome_record gives the node. */
-static int recorded(gw_app *app, const char *node_name, const char *job_id, int attempt,
-                    const char *state, int rc)
+static int recorded(gw_app *app, const char *node_name, const json_t *report, const char *job_id,
+                    int attempt, const char *state, int rc)
 {
-    if (rc == 0)
+    if (rc == 0) {
         gw_waits_job_changed(app->waits, job_id);
+        json_t *ms = json_object_get(report, "elapsed_ms");
+        gw_metrics_reported(app->metrics, json_string_value(json_object_get(report, "kernel")),
+                            state, json_is_integer(ms) ? (double)json_integer_value(ms) / 1000.0 : -1);
+    }
     if (rc == -EAGAIN)
         svc_info("job %s attempt %d: late report from %s ignored (attempt no longer current)",
                  job_id, attempt, node_name);
@@ -122,7 +128,7 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
     } else {
         rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg);
     }
-    return recorded(app, node_name, job_id, attempt, state, rc);
+    return recorded(app, node_name, report, job_id, attempt, state, rc);
 }
 
 /* One report that goes into the batch: its decoded outputs, and the JSON
@@ -146,8 +152,8 @@ static int batch_entry(const json_t *rep, batched *e, gw_success *row)
         strcmp(state, "succeeded") != 0)
         return -1;
     if (outputs_from_run(&e->b, json_object_get(rep, "outputs"), why, sizeof(why)) == 0 &&
-        (e->meta = json_dumps(e->b.meta, JSON_COMPACT)) && !strstr(e->meta, "\"blob\"") &&
-        (!json_is_object(info) || (e->info = json_dumps(info, JSON_COMPACT)))) {
+        (e->meta = svc_json_dump(e->b.meta, NULL)) && !strstr(e->meta, "\"blob\"") &&
+        (!json_is_object(info) || (e->info = svc_json_dump(info, NULL)))) {
         *row = (gw_success){job_id, (int)json_integer_value(att), backend ? backend : "cpu",
                             e->info ? e->info : "{}", e->meta, e->b.data, e->b.len, 0};
         return 0;
@@ -182,7 +188,8 @@ void gw_outcome_record_all(gw_app *app, const char *node_name, const json_t *rep
         if (rc == -EPROTO)
             out[es[k].i] = gw_outcome_record(app, node_name, json_array_get(reports, es[k].i));
         else
-            out[es[k].i] = recorded(app, node_name, rows[k].job_id, rows[k].attempt, "succeeded",
+            out[es[k].i] = recorded(app, node_name, json_array_get(reports, es[k].i), rows[k].job_id,
+                                    rows[k].attempt, "succeeded",
                                     rc ? rc : rows[k].recorded ? 0 : -EAGAIN);
         gw_blob_free(&es[k].b);
         free(es[k].meta);

@@ -18,6 +18,11 @@ struct gw_queue {
     gw_redis *redis;
 };
 
+struct gw_redis *gw_queue_redis(gw_queue *q)
+{
+    return q->redis;
+}
+
 gw_queue *gw_queue_open(const char *url, int pool_size)
 {
     char err[256];

@@ -25,6 +25,8 @@ typedef struct gw_ready {
 gw_queue *gw_queue_open(const char *url, int pool_size);
 void gw_queue_close(gw_queue *q);
 int gw_queue_ping(gw_queue *q);
+/* The queue's connection pool (its figures for /metrics: redis.h). */
+struct gw_redis *gw_queue_redis(gw_queue *q);
 
 /* Score: more urgent priority first, then smaller seq (older) first. */
 double gw_queue_score(int priority, int64_t seq);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ struct gw_redis {
     int64_t down_until_ms;       /* backing off until then */
     int64_t next_log_ms;
     redis_conn *conn;
+    _Atomic uint64_t errors, waits, wait_ns;   /* gw_redis_stats */
 };
 
 /* Fills host, port, credentials and db of r from url. */
@@ -152,17 +154,28 @@ static redisContext *connect_one(gw_redis *r)
 static int acquire(gw_redis *r)
 {
     int slot = -1;
+    struct timespec t0 = {0, 0};
     pthread_mutex_lock(&r->mu);
     while (slot < 0 && svc_now_mono_ms() >= r->down_until_ms) {
         for (int i = 0; i < r->size && slot < 0; i++)
             if (!r->conn[i].busy)
                 slot = i;
+        if (slot < 0 && t0.tv_sec == 0 && t0.tv_nsec == 0)
+            clock_gettime(CLOCK_MONOTONIC, &t0);
         if (slot < 0)
             pthread_cond_wait(&r->cv, &r->mu);
     }
     if (slot >= 0)
         r->conn[slot].busy = 1;
     pthread_mutex_unlock(&r->mu);
+    if (t0.tv_sec != 0 || t0.tv_nsec != 0) {
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        atomic_fetch_add_explicit(&r->waits, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&r->wait_ns, (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
+                                                          (t1.tv_nsec - t0.tv_nsec)),
+                                  memory_order_relaxed);
+    }
     return slot;
 }
 
@@ -180,11 +193,28 @@ static void release(gw_redis *r, int slot, int failed)
     pthread_mutex_unlock(&r->mu);
 }
 
+void gw_redis_stats_get(gw_redis *r, gw_redis_stats *out)
+{
+    *out = (gw_redis_stats){
+        .name = r->name,
+        .errors = atomic_load_explicit(&r->errors, memory_order_relaxed),
+        .waits = atomic_load_explicit(&r->waits, memory_order_relaxed),
+        .wait_seconds = (double)atomic_load_explicit(&r->wait_ns, memory_order_relaxed) / 1e9,
+        .size = r->size,
+    };
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->size; i++)
+        out->busy += r->conn[i].busy;
+    pthread_mutex_unlock(&r->mu);
+}
+
 redisReply *gw_redis_argv(gw_redis *r, int argc, const char **argv, const size_t *lens)
 {
     int slot = acquire(r);
-    if (slot < 0)
+    if (slot < 0) {
+        atomic_fetch_add_explicit(&r->errors, 1, memory_order_relaxed);
         return NULL;
+    }
     redis_conn *rc = &r->conn[slot];
     if (rc->c == NULL)
         rc->c = connect_one(r);
@@ -195,6 +225,9 @@ redisReply *gw_redis_argv(gw_redis *r, int argc, const char **argv, const size_t
         rc->c = NULL;
     }
     release(r, slot, rep == NULL);
+    /* NOSCRIPT is how a script is taught again (gw_redis_eval), not a fault */
+    if (rep == NULL || (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) != 0))
+        atomic_fetch_add_explicit(&r->errors, 1, memory_order_relaxed);
     return rep;
 }
 

@@ -9,6 +9,7 @@
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct gw_redis gw_redis;
 
@@ -25,6 +26,16 @@ typedef struct gw_redis_opts {
 gw_redis *gw_redis_open(const char *url, const gw_redis_opts *o, char *err, size_t errlen);
 /* Closes every connection. NULL is a no-op. */
 void gw_redis_close(gw_redis *r);
+
+/* The pool's figures since it opened, for /metrics. */
+typedef struct gw_redis_stats {
+    const char *name;         /* the pool's: "queue", "limits" */
+    uint64_t errors;          /* commands Redis did not answer, or answered with an error */
+    uint64_t waits;           /* borrowers that found every connection lent */
+    double wait_seconds;      /* how long they waited, in all */
+    int size, busy;           /* connections, and those lent now */
+} gw_redis_stats;
+void gw_redis_stats_get(gw_redis *r, gw_redis_stats *out);
 
 /* Runs one command given as argv (lens NULL: NUL-terminated strings).
  * Returns the reply, which the caller frees with freeReplyObject; an error

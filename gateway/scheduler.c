@@ -13,6 +13,7 @@
 
 #include "lease.h"
 #include "limits.h"
+#include "metrics.h"
 #include "outcome.h"
 #include "scheduler.h"
 #include "svc_log.h"
@@ -329,6 +330,9 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
                 s->nodes[m].running--;
     }
     pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < k; i++)
+        if (keep[i].claimed)
+            gw_metrics_started(s->app->metrics, keep[i].kernel, keep[i].first_wait_s);
     for (int i = 0; i < k; i++) {
         int first = keep[i].claimed, count = 0;
         for (int j = 0; first && j < i; j++)

@@ -321,10 +321,12 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     /* = ANY: found by the primary key, not by a walk over the queued jobs */
     "       WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id AND (jobs.state || '') = 'queued'"
     "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
-    "       RETURNING jobs.id, jobs.attempts, jobs.node_name),"
+    "       RETURNING jobs.id, jobs.attempts, jobs.node_name, jobs.kernel,"
+    "         extract(epoch FROM jobs.started_at - jobs.created_at) AS waited),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'running', attempts, node_name FROM j)"
-    " SELECT id::text FROM j", 2},
+    /* the queue wait of a first attempt, for /metrics (metrics.h) */
+    " SELECT id::text, kernel, CASE WHEN attempts = 1 THEN waited ELSE -1 END FROM j", 2},
 [ST_LEASE_TAKE] = {
     "WITH " ASYNC_COMMIT ","
     " t AS (SELECT id FROM jobs WHERE node_id = $1::uuid AND state = 'running'"
@@ -359,6 +361,9 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_RUNNING_COUNTS] = {
     "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
     " GROUP BY node_id", 0},
+[ST_JOBS_ACTIVE_COUNTS] = {
+    "SELECT state, kernel, priority, count(*) FROM jobs WHERE state IN ('queued', 'running')"
+    " GROUP BY state, kernel, priority", 0},
 };
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)
@@ -373,6 +378,8 @@ gw_store *gw_store_open(const char *conninfo, int pool_size)
         gw_store_close(s);
         return NULL;
     }
+    for (int i = 0; i < s->size; i++)
+        s->conns[i].store = s;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     return s;
@@ -409,6 +416,7 @@ static void conn_drop(store__conn *c)
 store__conn *store__acquire(gw_store *s)
 {
     store__conn *c = NULL;
+    struct timespec t0 = {0, 0};
     pthread_mutex_lock(&s->mu);
     for (;;) {
         for (int i = 0; i < s->size && !c; i++)
@@ -416,10 +424,20 @@ store__conn *store__acquire(gw_store *s)
                 c = &s->conns[i];
         if (c)
             break;
+        if (t0.tv_sec == 0 && t0.tv_nsec == 0)
+            clock_gettime(CLOCK_MONOTONIC, &t0);
         pthread_cond_wait(&s->cv, &s->mu);
     }
     c->busy = 1;
     pthread_mutex_unlock(&s->mu);
+    if (t0.tv_sec != 0 || t0.tv_nsec != 0) {
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        atomic_fetch_add_explicit(&s->waits, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->wait_ns, (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
+                                                          (t1.tv_nsec - t0.tv_nsec)),
+                                  memory_order_relaxed);
+    }
 
     /* A server restart leaves idle connections that still look fine.
      * Reading what the server sent exposes them: the first read takes its
@@ -433,6 +451,7 @@ store__conn *store__acquire(gw_store *s)
         c->pg = PQconnectdb(s->conninfo);
         if (PQstatus(c->pg) != CONNECTION_OK) {
             svc_warn("postgres: cannot connect: %s", PQerrorMessage(c->pg));
+            atomic_fetch_add_explicit(&s->connect_errors, 1, memory_order_relaxed);
             s->last_failure_ms = svc_now_mono_ms();
             conn_drop(c);
             store__release(s, c);
@@ -442,6 +461,46 @@ store__conn *store__acquire(gw_store *s)
         c->custom = 1;   /* the server's default, auto */
     }
     return c;
+}
+
+void gw_store_stats_get(gw_store *s, gw_store_stats *out)
+{
+    *out = (gw_store_stats){
+        .errors = atomic_load_explicit(&s->errors, memory_order_relaxed),
+        .connect_errors = atomic_load_explicit(&s->connect_errors, memory_order_relaxed),
+        .waits = atomic_load_explicit(&s->waits, memory_order_relaxed),
+        .wait_seconds = (double)atomic_load_explicit(&s->wait_ns, memory_order_relaxed) / 1e9,
+        .size = s->size,
+    };
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->size; i++)
+        out->busy += s->conns[i].busy;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int gw_store_jobs_active(gw_store *s, gw_active_count **rows, int *n)
+{
+    *rows = NULL;
+    *n = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOBS_ACTIVE_COUNTS, NULL, NULL, NULL, 0);
+    int rc = r ? 0 : -EIO;
+    int k = r ? PQntuples(r) : 0;
+    if (k > 0 && !(*rows = calloc((size_t)k, sizeof(**rows))))
+        rc = -ENOMEM;
+    for (int i = 0; !rc && i < k; i++) {
+        gw_active_count *a = &(*rows)[i];
+        store__copy(r, i, 0, a->state, sizeof(a->state));
+        store__copy(r, i, 1, a->kernel, sizeof(a->kernel));
+        a->priority = atoi(PQgetvalue(r, i, 2));
+        a->count = strtoll(PQgetvalue(r, i, 3), NULL, 10);
+    }
+    *n = rc ? 0 : k;
+    PQclear(r);
+    store__release(s, c);
+    return rc;
 }
 
 void store__release(gw_store *s, store__conn *c)
@@ -483,8 +542,10 @@ PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int
         int ok = PQresultStatus(p) == PGRES_COMMAND_OK;
         const char *state = p ? PQresultErrorField(p, PG_DIAG_SQLSTATE) : NULL;
         snprintf(c->sqlstate, sizeof(c->sqlstate), "%s", !ok && state ? state : "");
-        if (!ok)
+        if (!ok) {
             svc_error("postgres: prepare %s: %s", name, PQresultErrorMessage(p));
+            atomic_fetch_add_explicit(&c->store->errors, 1, memory_order_relaxed);
+        }
         PQclear(p);
         if (!ok) {
             if (PQstatus(c->pg) != CONNECTION_OK)
@@ -507,6 +568,7 @@ PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int
         return r;
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     snprintf(c->sqlstate, sizeof(c->sqlstate), "%s", state ? state : "");
+    atomic_fetch_add_explicit(&c->store->errors, 1, memory_order_relaxed);
     svc_error("postgres: statement %s: %s%s%s", name, PQresultErrorMessage(r),
               state ? " SQLSTATE " : "", state ? state : "");
     PQclear(r);

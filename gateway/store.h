@@ -26,6 +26,28 @@ int gw_store_sqlstate_transient(const char *sqlstate);
 /* Monotonic ms when PostgreSQL was last found unreachable; 0 if never. */
 int64_t gw_store_last_failure_ms(const gw_store *s);
 
+/* The pool's figures since it opened, for /metrics. */
+typedef struct gw_store_stats {
+    uint64_t errors;          /* statements PostgreSQL failed or did not answer */
+    uint64_t connect_errors;  /* connections that could not be made */
+    uint64_t waits;           /* borrowers that found every connection lent */
+    double wait_seconds;      /* how long they waited, in all */
+    int size, busy;           /* connections, and those lent now */
+} gw_store_stats;
+void gw_store_stats_get(gw_store *s, gw_store_stats *out);
+
+/* Queued and running jobs counted by (state, kernel, priority), for the
+ * gauges of /metrics; the partial index of active jobs answers it without
+ * reading finished ones. */
+typedef struct gw_active_count {
+    char state[16];
+    char kernel[64];
+    int priority;
+    int64_t count;
+} gw_active_count;
+/* *rows (n of them) is malloc'd; the caller frees it. 0, -EIO, -ENOMEM. */
+int gw_store_jobs_active(gw_store *s, gw_active_count **rows, int *n);
+
 /* Applies the pending sql/NNN_*.sql files of dir, each in its own
  * transaction, under an advisory lock; logs each one applied. */
 int gw_store_migrate(gw_store *s, const char *dir, char *err, size_t errlen);
@@ -129,6 +151,9 @@ void gw_dispatch_free(gw_dispatch *list, int n);
 typedef struct gw_claim {
     char job_id[37], node_id[37];
     int claimed;              /* out: 1 when claimed, 0 when no longer queued */
+    char kernel[64];          /* out, when claimed */
+    double first_wait_s;      /* out: submit to start when this is the first
+                                 attempt, else -1 */
 } gw_claim;
 /* queued -> running on its node, attempts + 1, for every job of claims in
  * one statement; jobs no longer queued (cancelled meanwhile) are left.

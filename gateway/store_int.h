@@ -5,10 +5,12 @@
 
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "store.h"
 
 typedef struct store__conn {
+    struct gw_store *store;  /* the pool it belongs to (its error count) */
     PGconn *pg;
     uint64_t prepared;   /* bit i: statement i is prepared on pg */
     int custom;          /* plan_cache_mode of pg: 1 auto, 0 force_generic_plan */
@@ -25,6 +27,8 @@ struct gw_store {
     /* Monotonic ms of the last time PostgreSQL could not be reached (0:
      * never); read without the lock, a stale value only delays expiry. */
     volatile int64_t last_failure_ms;
+    /* gw_store_stats, counted where they happen */
+    _Atomic uint64_t errors, connect_errors, waits, wait_ns;
 };
 
 /* Statement ids; the SQL lives in the table in store.c. */
@@ -40,6 +44,7 @@ enum {
     ST_BLOB_RECORD, ST_BLOB_GET, ST_BLOB_UNREF, ST_BLOB_SWEEP, ST_IDEM_SWEEP,
     ST_KERNEL_RUN_MS, ST_SLOTS_UP,
     ST_JOBS_CLAIM, ST_LEASE_TAKE, ST_RUNS_UNHELD, ST_RUNS_OVERDUE, ST_RUNNING_COUNTS, ST_JOBS_ENDED, ST_TENANTS_RUNNING,
+    ST_JOBS_ACTIVE_COUNTS,
     ST__COUNT
 };
 

@@ -575,8 +575,11 @@ int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n)
             rc = store__fail_rc(c);
         for (int k = 0; r && k < PQntuples(r); k++)
             for (int i = 0; i < n; i++)
-                if (strcmp(claims[i].job_id, PQgetvalue(r, k, 0)) == 0)
+                if (strcmp(claims[i].job_id, PQgetvalue(r, k, 0)) == 0) {
                     claims[i].claimed = 1;
+                    store__copy(r, k, 1, claims[i].kernel, sizeof(claims[i].kernel));
+                    claims[i].first_wait_s = atof(PQgetvalue(r, k, 2));
+                }
         PQclear(r);
         store__release(s, c);
     }

@@ -10,6 +10,7 @@ PACKAGES=(
     libmicrohttpd-dev libjansson-dev libpq-dev libhiredis-dev libcurl4-openssl-dev
     libopenblas-dev libcmocka-dev libdouble-conversion-dev libssl-dev postgresql postgresql-contrib redis-server
     docker-compose g++ clang libclang-rt-14-dev wrk pkg-config curl
+    prometheus  # promtool, which checks /metrics in tests/integration/test_metrics.py
 )
 REQUIREMENTS=tests/requirements.txt
 

@@ -98,6 +98,9 @@ struct svc_server {
     svc_req *deferred;
     int ndeferred;
     int susp_closed;         /* stopping: no new suspensions */
+    /* svc_server_opts.metrics' families, NULL without it */
+    svc_metric *m_requests, *m_duration;
+    svc_series *m_conns, *m_suspended;
 };
 
 typedef struct reply_header {
@@ -141,6 +144,7 @@ struct svc_req {
     struct MHD_Response *pending;  /* the reply held until the connection is resumed */
     svc_req *dprev, *dnext;        /* in srv->deferred */
     int64_t t0;
+    struct timespec t0_ts;         /* t0 to the nanosecond, for the latency histogram */
     char ip[INET6_ADDRSTRLEN];
 };
 
@@ -226,6 +230,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
             c->cut = 1;
         }
         s->nconns++;
+        svc_gauge_add(s->m_conns, 1);
         if (s->per_ip_limit > 0) {
             /* Up to per_ip_limit more are taken, for a reserved route or a
              * 503 within OVER_HEAD_MS; past twice the limit the connection
@@ -255,6 +260,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         if (c->next != NULL)
             c->next->prev = c->prev;
         s->nconns--;
+        svc_gauge_add(s->m_conns, -1);
         pthread_mutex_unlock(&s->conns_mu);
         free(c);
         *socket_context = NULL;
@@ -549,6 +555,15 @@ int svc_reply_fd(svc_req *req, int status, const char *content_type, int fd, uin
 int svc_reply_raw(svc_req *req, int status, const char *content_type, const void *data, size_t len)
 {
     return reply_buffer(req, status, content_type, (void *)data, len, 0);
+}
+
+int svc_reply_metrics(svc_req *req, svc_metrics *m)
+{
+    size_t len = 0;
+    char *text = m != NULL ? svc_metrics_render(m, &len) : NULL;
+    if (text == NULL)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot render the metrics");
+    return reply_buffer(req, 200, SVC_METRICS_CONTENT_TYPE, text, len, 1);
 }
 
 /* What MHD's content reader calls back with: the caller's writer. */
@@ -993,6 +1008,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         r->conn = conn;
         r->http11 = strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
         r->t0 = svc_now_mono_ms();
+        clock_gettime(CLOCK_MONOTONIC, &r->t0_ts);
         r->method = strdup(method);
         r->path = strdup(url);
         if (r->method == NULL || r->path == NULL)
@@ -1083,6 +1099,52 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return r;
 }
 
+/* Counts a request that ended by its route's pattern and its status, and
+ * its latency from the first byte of its head to the end of its reply. A
+ * request no route took is "unmatched", and a method no route table uses
+ * is "other": neither may grow the series with what a client sends. */
+static void req_observe(svc_server *s, const svc_req *r)
+{
+    static const char *const methods[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH",
+                                          "OPTIONS", NULL};
+    if (s->m_requests == NULL || !r->started)
+        return;
+    const char *method = "other";
+    for (int i = 0; methods[i] != NULL; i++)
+        if (r->method != NULL && strcmp(r->method, methods[i]) == 0)
+            method = methods[i];
+    const char *route = r->route != NULL ? r->route->pattern : "unmatched";
+    char status[8];
+    snprintf(status, sizeof status, "%d", r->status);
+    svc_counter_add(svc_metric_with(s->m_requests, method, route, status), 1);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    svc_histogram_observe(svc_metric_with(s->m_duration, method, route),
+                          (double)(now.tv_sec - r->t0_ts.tv_sec) +
+                              (double)(now.tv_nsec - r->t0_ts.tv_nsec) / 1e9);
+}
+
+/* The server's families in opts->metrics (none without it). */
+static void metrics_register(svc_server *s, svc_metrics *m)
+{
+    if (m == NULL)
+        return;
+    s->m_requests = svc_metric_counter(m, "kowloon_http_requests_total",
+                                       "HTTP requests answered, by method, route pattern and status "
+                                       "(0: the client left before a reply)",
+                                       (const char *[]){"method", "route", "status", NULL});
+    s->m_duration = svc_metric_histogram(m, "kowloon_http_request_duration_seconds",
+                                         "HTTP request latency from its head to the end of its "
+                                         "reply (a suspended request's wait included), seconds",
+                                         (const char *[]){"method", "route", NULL},
+                                         svc_metrics_latency_bounds, svc_metrics_latency_nbounds);
+    s->m_conns = svc_metric_with(svc_metric_gauge(m, "kowloon_http_connections",
+                                                  "open HTTP connections", NULL));
+    s->m_suspended = svc_metric_with(svc_metric_gauge(
+        m, "kowloon_http_suspended_requests",
+        "requests suspended while they wait (a commit, a long poll, a job's end)", NULL));
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -1090,6 +1152,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     svc_req *r = *con_cls;
     if (r == NULL)
         return;
+    req_observe(cls, r);
     if (svc_log_enabled(SVC_LOG_DEBUG))
         svc_debug("http: %s %s %d %lldms%s ip=%s", r->method ? r->method : "?",
                   r->path ? r->path : "?", r->status, (long long)(svc_now_mono_ms() - r->t0),
@@ -1122,6 +1185,7 @@ int svc_req_suspend(svc_req *req)
             s->deferred->dprev = req;
         s->deferred = req;
         s->ndeferred++;
+        svc_gauge_add(s->m_suspended, 1);
     }
     pthread_mutex_unlock(&s->susp_mu);
     return ok ? 0 : -1;
@@ -1138,6 +1202,7 @@ static void deferred_unlink(svc_server *s, svc_req *r)
     if (r->dnext != NULL)
         r->dnext->dprev = r->dprev;
     r->dprev = r->dnext = NULL;
+    svc_gauge_add(s->m_suspended, -1);
     if (--s->ndeferred == 0)
         pthread_cond_broadcast(&s->susp_cv);
     if (r->suspended)
@@ -1307,6 +1372,7 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
     s->head_timeout_ms = (int64_t)timeout_s * 1000;
     s->max_conns = max_conns;
     s->app = opts->app;
+    metrics_register(s, opts->metrics);
     atomic_store(&s->starting, 1);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

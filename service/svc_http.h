@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "svc_metrics.h"
+
 typedef struct svc_server svc_server;
 typedef struct svc_req svc_req;
 
@@ -83,6 +85,11 @@ typedef struct svc_server_opts {
                                     a handler must not block for long: one
                                     that waits suspends its request */
     void *app;                   /* handed to handlers via svc_req_app */
+    svc_metrics *metrics;        /* NULL: none; else every request is counted
+                                    by method, route pattern (never the raw
+                                    path, so the series stay few) and status,
+                                    with its latency, and open connections
+                                    and suspended requests are gauged */
 } svc_server_opts;
 
 /* Starts the server's threads. Returns NULL and fills err on failure
@@ -145,6 +152,10 @@ int svc_reply_fd(svc_req *req, int status, const char *content_type, int fd, uin
                  uint64_t len);
 /* Replies with raw bytes of the given content type (copied). */
 int svc_reply_raw(svc_req *req, int status, const char *content_type, const void *data, size_t len);
+
+/* Replies 200 with the exposition of m (svc_metrics_render) as Prometheus
+ * text; 500 when m is NULL or on ENOMEM. */
+int svc_reply_metrics(svc_req *req, svc_metrics *m);
 
 /* Writes the next at most max bytes of a streamed reply into buf: returns
  * how many (> 0), 0 once the body is complete, -1 to abort it (the client

@@ -157,7 +157,9 @@ def closed_port():
 
 
 OPEN_PATHS = ("/healthz", "/readyz", "/openapi.yaml")
-ADMIN_PATH = re.compile(r"^/v1/(tenants|keys)(/|$)|^/v1/nodes/[^/]+/drain$")
+# what a tenant key must not pass: the admin operations, and /metrics (the
+# cluster token or an admin key)
+ADMIN_PATH = re.compile(r"^/v1/(tenants|keys)(/|$)|^/v1/nodes/[^/]+/drain$|^/metrics$")
 
 
 CHILDREN = []  # the schemathesis process running now, for SIGTERM
@@ -165,6 +167,12 @@ CHILDREN = []  # the schemathesis process running now, for SIGTERM
 
 def all_but_open(path):
     return path not in OPEN_PATHS
+
+
+def all_but_token_paths(path):
+    """What the cluster token must not pass outside the cluster endpoints:
+    all but the open paths and /metrics, which Prometheus scrapes with it."""
+    return all_but_open(path) and path != "/metrics"
 
 
 def kill_group(p):
@@ -459,6 +467,10 @@ class Pinned:
         self.call("/healthz", "GET", None, 200)
         self.call("/readyz", "GET", None, 200)
         self.call("/openapi.yaml", "GET", None, 200)
+        self.call("/metrics", "GET", self.s.cluster_token, 200)
+        self.call("/metrics", "GET", self.s.keys["admin"], 200)
+        self.call("/metrics", "GET", key, 403)
+        self.call("/metrics", "GET", None, 401)
 
 
 def failure_text(e):
@@ -528,7 +540,7 @@ def main():
         figs.append(run_round("anonymous", s, work, mode, seed, None, [], refused=all_but_open))
         check_gateway(s, "the anonymous round")
         figs.append(run_round("crossed-tenant", s, work, mode, seed, token,
-                              ["--exclude-tag", "cluster"], refused=all_but_open))
+                              ["--exclude-tag", "cluster"], refused=all_but_token_paths))
         figs.append(run_round("crossed-cluster", s, work, mode, seed, A,
                               ["--include-tag", "cluster"], refused=all_but_open))
         check_gateway(s, "the crossed rounds")

@@ -27,6 +27,7 @@
 #define MAX_BODY 1024
 
 static svc_server *srv;
+static svc_metrics *metrics;
 static char base[64];
 
 /* ---- handlers --------------------------------------------------------- */
@@ -141,7 +142,9 @@ static int setup(void **state)
     svc_log_init("test", getenv("TEST_LOG_DEBUG") ? SVC_LOG_DEBUG : SVC_LOG_ERROR);
     svc_client_global_init();
     char err[256];
-    svc_server_opts o = {.listen = "127.0.0.1:0", .routes = routes, .max_body = MAX_BODY};
+    metrics = svc_metrics_new();
+    svc_server_opts o = {.listen = "127.0.0.1:0", .routes = routes, .max_body = MAX_BODY,
+                         .metrics = metrics};
     srv = svc_server_start(&o, err, sizeof err);
     if (srv == NULL) {
         fprintf(stderr, "server: %s\n", err);
@@ -155,6 +158,7 @@ static int teardown(void **state)
 {
     (void)state;
     svc_server_stop(srv);
+    svc_metrics_free(metrics);
     return 0;
 }
 
@@ -679,6 +683,58 @@ static void test_bad_listen_address_is_refused(void **state)
     assert_non_null(strstr(err, busy));
 }
 
+/* The count of a series of kowloon_http_requests_total once it reaches
+ * want: the server counts a request after its reply is sent, so the client
+ * may see the reply a moment before. */
+static double requests_counted(const char *method, const char *route, const char *status,
+                               double want)
+{
+    svc_metric *f = svc_metric_counter(metrics, "kowloon_http_requests_total", "",
+                                       (const char *[]){"method", "route", "status", NULL});
+    double v = 0;
+    for (int i = 0; i < 200 && (v = svc_series_value(svc_metric_with(f, method, route, status))) < want;
+         i++)
+        svc_sleep_ms(5);
+    return v;
+}
+
+static void test_requests_are_counted_by_route_pattern_never_raw_path(void **state)
+{
+    (void)state;
+    double before = requests_counted("GET", "/v1/items/{id}", "200", 0);
+    double missing = requests_counted("GET", "unmatched", "404", 0);
+    double odd = requests_counted("other", "unmatched", "405", 0);
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/v1/items/secret-%d", i);
+        svc_response r = call("GET", path, NULL, NULL);
+        assert_int_equal(r.status, 200);
+        svc_response_clear(&r);
+    }
+    raw_resp nf = raw("GET", "/no/such/path-xyz", NULL, NULL, 0);
+    assert_int_equal(nf.status, 404);
+    free(nf.body);
+    raw_resp bm = raw("BREW", "/v1/items/pot", NULL, NULL, 0);
+    assert_int_equal(bm.status, 405);
+    free(bm.body);
+    assert_true(requests_counted("GET", "/v1/items/{id}", "200", before + 3) == before + 3);
+    assert_true(requests_counted("GET", "unmatched", "404", missing + 1) == missing + 1);
+    assert_true(requests_counted("other", "unmatched", "405", odd + 1) == odd + 1);
+    const double *b = svc_metrics_latency_bounds;
+    svc_metric *h = svc_metric_histogram(metrics, "kowloon_http_request_duration_seconds", "",
+                                         (const char *[]){"method", "route", NULL}, b,
+                                         svc_metrics_latency_nbounds);
+    assert_true(svc_series_value(svc_metric_with(h, "GET", "/v1/items/{id}")) >= 3);
+    size_t len;
+    char *text = svc_metrics_render(metrics, &len);
+    assert_non_null(text);
+    assert_null(strstr(text, "secret-"));
+    assert_null(strstr(text, "path-xyz"));
+    assert_null(strstr(text, "BREW"));
+    assert_non_null(strstr(text, "\nkowloon_http_connections "));
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -707,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_raw_transfers_stop_when_cancelled),
         cmocka_unit_test(test_post_raw_sends_the_bytes_as_they_are),
         cmocka_unit_test(test_bad_listen_address_is_refused),
+        cmocka_unit_test(test_requests_are_counted_by_route_pattern_never_raw_path),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
