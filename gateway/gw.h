@@ -4,6 +4,7 @@
 #ifndef GW_H
 #define GW_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "queue.h"
@@ -47,6 +48,8 @@ typedef struct gw_config {
     int blob_quota_mb;      /* blob bytes a tenant may reference; 0: none */
     int blob_retention_s;   /* unreferenced blobs live this long */
     int blob_sweep_s;       /* how often retention runs */
+    const char *prices;     /* the price table (usage.h, gw_prices_parse) */
+    const char *currency;
     const char *key_tenant; /* keys create: --tenant */
     int key_admin;          /*              --admin */
 } gw_config;
@@ -63,6 +66,7 @@ typedef struct gw_app {
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
+    json_t *prices;         /* the parsed price table: {"currency", "rates"} */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

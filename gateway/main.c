@@ -15,6 +15,7 @@
 #include "lease.h"
 #include "limits.h"
 #include "scheduler.h"
+#include "usage.h"
 #include "waits.h"
 #include "svc_client.h"
 #include "svc_config.h"
@@ -123,6 +124,12 @@ static svc_opt opts[] = {
     {.flag = "max-running-per-tenant", .env = "KOWLOON_MAX_RUNNING_PER_TENANT",
      .type = SVC_OPT_INT, .def = "1000", .min = 0, .max = 100000000,
      .help = "running jobs a tenant may have; the scheduler leaves the rest queued (0: no quota)"},
+    {.flag = "prices", .env = "KOWLOON_PRICES", .type = SVC_OPT_STRING,
+     .help = "price table of usage cost: KEY=RATE,... with KEY cpu (per CPU-core-hour of CPU "
+             "time), cuda (per GPU-hour) or cuda:<GPU model> (per GPU-hour of that model, its "
+             "name as GET /v1/nodes shows it); no rate: cost 0"},
+    {.flag = "currency", .env = "KOWLOON_CURRENCY", .type = SVC_OPT_STRING, .def = "USD",
+     .help = "ISO 4217 code of the price table's rates"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug, info, warn or error"},
     {.flag = NULL},
@@ -201,6 +208,8 @@ static void config_load(gw_config *c)
         .blob_quota_mb = opt_int("blob-quota-mb"),
         .blob_retention_s = opt_int("blob-retention-s"),
         .blob_sweep_s = opt_int("blob-sweep-s"),
+        .prices = opt_str("prices"),
+        .currency = opt_str("currency"),
         .key_tenant = opt_str("tenant"),
         .key_admin = opt_int("admin"),
     };
@@ -290,6 +299,18 @@ static int cmd_serve(gw_app *app)
         svc_error("serve needs --cluster-token (or KOWLOON_CLUSTER_TOKEN) of at least 16 characters");
         return 2;
     }
+    char *prices;
+    if (gw_prices_parse(app->cfg.prices, app->cfg.currency, &prices, err, sizeof(err)) != 0) {
+        svc_error("--prices/--currency: %s", err);
+        return 2;
+    }
+    int rc = gw_store_set_prices(app->store, prices);
+    app->prices = json_loads(prices, 0, NULL);
+    free(prices);
+    if (rc || !app->prices)
+        return 1;
+    svc_info("usage priced by %s", app->cfg.prices && *app->cfg.prices ? app->cfg.prices
+                                                                     : "no rates (cost 0)");
     if (!(app->openapi = file_slurp(app->cfg.openapi, &app->openapi_len)))
         svc_warn("cannot read %s: /openapi.yaml will answer 404", app->cfg.openapi);
     if (!(app->blobs = gw_bstore_open(app->cfg.blob_dir, err, sizeof(err)))) {
@@ -425,5 +446,6 @@ int main(int argc, char **argv)
     gw_store_close(app.store);
     gw_bstore_close(app.blobs);
     free(app.openapi);
+    json_decref(app.prices);
     return rc;
 }

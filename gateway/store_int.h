@@ -24,6 +24,7 @@ struct gw_store {
     /* Monotonic ms of the last time PostgreSQL could not be reached (0:
      * never); read without the lock, a stale value only delays expiry. */
     volatile int64_t last_failure_ms;
+    char *prices;                   /* the price table, JSON (gw_store_set_prices) */
 };
 
 /* Statement ids; the SQL lives in the table in store.c. */
@@ -38,6 +39,7 @@ enum {
     ST_KEY_ISSUE, ST_KEY_REVOKE_PREFIX, ST_NODE_DRAIN,
     ST_BLOB_RECORD, ST_BLOB_GET, ST_BLOB_UNREF, ST_BLOB_SWEEP,
     ST_JOBS_CLAIM, ST_LEASE_TAKE, ST_RUNS_UNHELD, ST_RUNS_OVERDUE, ST_RUNNING_COUNTS, ST_JOBS_ENDED, ST_TENANTS_RUNNING,
+    ST_USAGE,
     ST__COUNT
 };
 

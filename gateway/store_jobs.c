@@ -321,13 +321,15 @@ int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n)
 }
 
 int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
-                         const char *info_json, const char *meta_json, const void *data, size_t len)
+                         const char *info_json, const char *meta_json, const void *data, size_t len,
+                         const char *usage_json)
 {
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
-    const char *v[6] = {job_id, att, backend, meta_json, len ? (const char *)data : "", info_json};
-    int lens[6] = {0, 0, 0, 0, (int)len, 0};
-    int fmts[6] = {0, 0, 0, 0, 1, 0};
+    const char *v[8] = {job_id, att, backend, meta_json, len ? (const char *)data : "", info_json,
+                        usage_json, s->prices};
+    int lens[8] = {0, 0, 0, 0, (int)len, 0, 0, 0};
+    int fmts[8] = {0, 0, 0, 0, 1, 0, 0, 0};
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
@@ -342,11 +344,12 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
 }
 
 int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
-                      const char *code, const char *message)
+                      const char *code, const char *message, const char *backend,
+                      const char *usage_json)
 {
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
-    const char *v[5] = {job_id, att, state, code, message};
+    const char *v[8] = {job_id, att, state, code, message, usage_json, backend, s->prices};
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
@@ -359,13 +362,14 @@ int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *
 
 int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
                          const char *code, const char *message, const gw_backoff *bo,
-                         gw_requeued *out)
+                         const char *backend, const char *usage_json, gw_requeued *out)
 {
     char att[16], base[24], max[24];
     snprintf(att, sizeof(att), "%d", attempt);
     snprintf(base, sizeof(base), "%d", bo->base_ms);
     snprintf(max, sizeof(max), "%lld", (long long)bo->max_s * 1000);
-    const char *v[7] = {job_id, att, uncounted ? "1" : "0", code, message, base, max};
+    const char *v[10] = {job_id, att, uncounted ? "1" : "0", code, message, base, max,
+                         usage_json, backend, s->prices};
     memset(out, 0, sizeof(*out));
     store__conn *c = store__acquire(s);
     if (!c)
@@ -611,6 +615,39 @@ int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)
         (*out)[i].limit = atoi(PQgetvalue(r, i, 1));
         (*out)[i].running = atoi(PQgetvalue(r, i, 2));
         *n = i + 1;
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_usage(gw_store *s, int64_t tenant_id, const char *tenant_name, int64_t from_ms,
+                   int64_t to_ms, const char *group, const char *label_key, char tenant[129],
+                   json_t **totals, json_t **groups)
+{
+    char id[24], from[24], to[24];
+    snprintf(id, sizeof(id), "%lld", (long long)tenant_id);
+    snprintf(from, sizeof(from), "%lld", (long long)from_ms);
+    snprintf(to, sizeof(to), "%lld", (long long)to_ms);
+    const char *v[6] = {id, tenant_name, from, to, group, label_key};
+    *totals = *groups = NULL;
+    tenant[0] = '\0';
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_USAGE, v, NULL, NULL, 0);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -ENOENT : 0;
+    if (!rc) {
+        store__copy(r, 0, 0, tenant, 129);
+        *totals = store__json(r, 0, 1);
+        *groups = store__json(r, 0, 2);
+        if (!*totals || !*groups)
+            rc = -EIO;
+    }
+    if (rc) {
+        json_decref(*totals);
+        json_decref(*groups);
+        *totals = *groups = NULL;
     }
     PQclear(r);
     store__release(s, c);
