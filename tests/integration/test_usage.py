@@ -6,12 +6,23 @@ admin may ask for any tenant, and bad arguments get a 400 naming the field.
 Prices (stack.PRICES): a CPU-second costs 1 EUR, a GPU-second 0.1, or 2 on
 the fake nodes' "Fake GPU"."""
 
+import asyncio
 import datetime
+import json
+import os
+import subprocess
+import sys
 import uuid
 
 import pytest
 
 from fakenode import FakeNode
+from stack import REPO
+
+SDK_SRC = os.path.join(REPO, "sdk", "python", "src")
+sys.path.insert(0, SDK_SRC)
+
+import kowloon  # noqa: E402
 
 X = {"x": {"dtype": "float32", "shape": [4], "data": [1, 2, 3, 4]},
      "y": {"dtype": "float32", "shape": [4], "data": [5, 6, 7, 8]}}
@@ -187,3 +198,50 @@ def stack_wait_running(client, job_id, timeout=20):
             return
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} never ran")
+
+
+def test_sdk_and_cli_read_usage(stack, tenant):
+    """client.usage and AsyncClient.usage answer what GET /v1/usage does;
+    `kowloon usage` prints it as JSON or as a table with a TOTAL row; an
+    admin's tenant= and bad arguments come through as the API says."""
+    name, T = tenant
+    T.run("saxpy", {"a": 2.0}, X, labels={"team": "red"})
+    key = T.key
+    with kowloon.Client(stack.base, key) as kl:
+        u = kl.usage(group_by="label:team", from_=datetime.date.today() - datetime.timedelta(days=1),
+                     to=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5))
+        assert u["tenant"] == name and u["currency"] == "EUR"
+        assert [(g["key"], g["jobs"]) for g in u["groups"]] == [("red", 1)]
+        with pytest.raises(kowloon.BadRequestError) as ei:
+            kl.usage(to="2026-02-30")
+        assert ei.value.field == "to"
+
+    async def aio():
+        async with kowloon.AsyncClient(stack.base, key) as ak:
+            return await ak.usage(group_by="kernel")
+    u = asyncio.run(aio())
+    assert [g["key"] for g in u["groups"]] == ["saxpy"] and u["totals"]["jobs"] == 1
+
+    with kowloon.Client(stack.base, stack.keys["admin"]) as adm:
+        assert adm.usage(tenant=name)["totals"]["jobs"] == 1
+        with pytest.raises(kowloon.NotFoundError) as ei:
+            adm.usage(tenant="no-such-" + uuid.uuid4().hex[:6])
+        assert not isinstance(ei.value, kowloon.NotOfferedError) and ei.value.field == "tenant"
+
+    env = dict(os.environ, KOWLOON_URL=stack.base, KOWLOON_API_KEY=key,
+               PYTHONPATH=SDK_SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "kowloon", "usage", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+    r = cli("--json", "--group-by", "kernel")
+    assert r.returncode == 0, r.stderr
+    body = json.loads(r.stdout)
+    assert body["totals"]["jobs"] == 1 and body["groups"][0]["key"] == "saxpy"
+    r = cli("--group-by", "label:team")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "EUR" in lines[0] and lines[1].split()[:2] == ["LABEL:TEAM", "JOBS"], r.stdout
+    assert lines[2].split()[:2] == ["red", "1"] and lines[3].split()[:2] == ["TOTAL", "1"], r.stdout
+    r = cli("--json", "--group-by", "node")
+    assert r.returncode == 3 and json.loads(r.stdout)["error"]["field"] == "group_by", r.stdout
