@@ -14,6 +14,7 @@ import subprocess
 import sys
 import uuid
 
+import numpy as np
 import pytest
 
 from fakenode import FakeNode
@@ -69,10 +70,10 @@ def test_jobs_record_usage_and_usage_sums_by_kernel_label_and_day(stack, tenant,
     for j in red + [plain]:
         check_job_usage(j, 32, 16)          # x and y in, y out: 4 float32 each
     check_job_usage(mc, 0, 8)               # no inputs; price and std_error float32
-    # Monte Carlo runs on every core of the node: its CPU time is real and,
-    # counted over its threads, not below a fraction of its run time
-    assert mc["usage"]["cpu_s"] > 0.05, mc["usage"]
-    assert mc["usage"]["cpu_s"] >= 0.5 * mc["usage"]["run_s"], mc["usage"]
+    # Monte Carlo's 6.4 M path steps take real CPU time (that its helper
+    # threads count is test_kl_cputime's: on a shared machine the wall
+    # clock says little about CPU time)
+    assert mc["usage"]["cpu_s"] > 0.02, mc["usage"]
     jobs = red + [mc, plain]
 
     def total(key, js):
@@ -245,3 +246,10 @@ def test_sdk_and_cli_read_usage(stack, tenant):
     assert lines[2].split()[:2] == ["red", "1"] and lines[3].split()[:2] == ["TOTAL", "1"], r.stdout
     r = cli("--json", "--group-by", "node")
     assert r.returncode == 3 and json.loads(r.stdout)["error"]["field"] == "group_by", r.stdout
+    # the SDK's job shows its usage once it has ended
+    with kowloon.Client(stack.base, key) as kl:
+        job = kl.submit("saxpy", params={"a": 1.0}, x=np.ones(4, np.float32),
+                        y=np.ones(4, np.float32))
+        assert job.usage is None
+        job.wait(30)
+        assert job.usage["bytes_in"] == 32 and job.usage["currency"] == "EUR", job.usage
