@@ -101,6 +101,8 @@ int gw_prices_parse(const char *spec, const char *currency, char **json, char *e
     }
     json_t *rates = json_object();
     int rc = rates ? 0 : -ENOMEM;
+    if (spec && !spec[strspn(spec, " ")])
+        spec = NULL;   /* only spaces: no table, like "" */
     for (const char *p = spec ? spec : ""; !rc && *p;) {
         size_t n = strcspn(p, ",");
         if (n == strspn(p, " ")) {

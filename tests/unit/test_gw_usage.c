@@ -48,8 +48,9 @@ static void test_price_table_is_parsed(void **state)
     assert_true(rate(t, "cuda:NVIDIA H200") == 3.8);
     json_decref(t);
     /* no table: every rate absent, so everything costs 0 */
-    for (int i = 0; i < 2; i++) {
-        t = prices(i ? "" : NULL, "EUR", err, sizeof(err));
+    static const char *const none[] = {NULL, "", "   "};
+    for (int i = 0; i < 3; i++) {
+        t = prices(none[i], "EUR", err, sizeof(err));
         assert_non_null(t);
         assert_int_equal(json_object_size(json_object_get(t, "rates")), 0);
         assert_string_equal(json_string_value(json_object_get(t, "currency")), "EUR");
