@@ -105,6 +105,9 @@ def test_jobs_record_usage_and_usage_sums_by_kernel_label_and_day(stack, tenant,
     body = usage(T, **{"from": utc_day(-3), "to": utc_day(-1)})
     assert body["totals"] == {"jobs": 0, **{k: 0 for k in SUMS}}
     # another tenant sees nothing of these jobs
+    other = stack.client(key=stack.create_key(f"usage-other-{uuid.uuid4().hex[:8]}"))
+    seen = usage(other, group_by="label:team")
+    assert seen["totals"]["jobs"] == 0 and seen["groups"] == [], seen
     seen = usage(B, group_by="label:team")
     assert all(g["key"] not in ("red", "blue") for g in seen["groups"]), seen
 
