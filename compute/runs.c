@@ -71,6 +71,9 @@ typedef struct cn_run {
     kl_info info;              /* what the kernel said of the run; read once terminal */
     int phase;                 /* CN_PHASE_*, while running; written by the worker */
     int64_t phase_ms[3];       /* inputs, compute, outputs: how long each took */
+    int64_t cpu_ns;            /* CPU time of the kernel, all its threads (kl_cputime) */
+    const char *gpu_model;     /* the first GPU's name when it ran on CUDA; borrowed
+                                  from the backend, which outlives every run */
     int refs;                  /* callers using it without the lock */
     struct cn_run *hnext;      /* hash chain */
     struct cn_run *prev, *next;/* every run, oldest first */
@@ -317,6 +320,18 @@ static json_t *cn__time_json(int64_t ms)
     return json_string(buf);
 }
 
+/* What an ended run used, as the gateway bills it: wall time on the node,
+ * the kernel's CPU time over all its threads, and the GPUs it held. */
+static json_t *cn__usage_json(const cn_run *r, int64_t elapsed_ms)
+{
+    int gpus = r->use_cuda ? (r->req.gpus > 0 ? r->req.gpus : 1) : 0;
+    json_t *u = json_pack("{s:f, s:f, s:i}", "run_s", (double)elapsed_ms / 1000.0, "cpu_s",
+                          (double)r->cpu_ns / 1e9, "gpus", gpus);
+    if (u && gpus && r->gpu_model)
+        json_object_set_new(u, "gpu_model", json_string(r->gpu_model));
+    return u;
+}
+
 /* The run object without outputs (lock held). New reference or NULL. */
 static json_t *cn__run_json(const cn_run *r)
 {
@@ -348,6 +363,8 @@ static json_t *cn__run_json(const cn_run *r)
                             json_pack("{s:I, s:I, s:I}", "inputs", (json_int_t)r->phase_ms[0],
                                       "compute", (json_int_t)r->phase_ms[1], "outputs",
                                       (json_int_t)r->phase_ms[2]));
+    if (j && cn__terminal(r) && r->started_mono)
+        json_object_set_new(j, "usage", cn__usage_json(r, elapsed));
     if (j && r->cancel_requested && !cn__terminal(r))
         json_object_set_new(j, "cancel_requested", json_true());
     if (j && r->released)
@@ -459,8 +476,11 @@ static void *cn__worker(void *arg)
             svc_info("inputs ready run=%s bytes=%zu ms=%lld", r->id, ref_bytes,
                      (long long)(t1 - t0));
         __atomic_store_n(&r->phase, CN_PHASE_COMPUTE, __ATOMIC_RELEASE);
+        kl_cputime cpu;
+        kl_cputime_start(&cpu);
         if (rc == 0)
             rc = cn__execute(m, r, &ran_cuda, &err);
+        int64_t cpu_ns = kl_cputime_stop(&cpu);
         t2 = svc_now_mono_ms();
         __atomic_store_n(&r->phase, CN_PHASE_OUTPUTS, __ATOMIC_RELEASE);
         if (rc == 0 && r->req.output_blobs)
@@ -472,6 +492,9 @@ static void *cn__worker(void *arg)
 
         pthread_mutex_lock(&m->mu);
         r->use_cuda = ran_cuda;
+        r->cpu_ns = cpu_ns;
+        if (ran_cuda && r->first_gpu < m->backend->plugin.ngpus)
+            r->gpu_model = m->backend->plugin.gpus[r->first_gpu].name;
         r->phase_ms[0] = t1 - t0;
         r->phase_ms[1] = t2 - t1;
         r->phase_ms[2] = t3 - t2;

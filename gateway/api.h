@@ -117,6 +117,10 @@ int gw_api_openapi(svc_req *req);
 /* GET /metrics: the Prometheus text exposition (metrics.h). */
 int gw_api_metrics(svc_req *req);
 
+/* api_usage.c: GET /v1/usage?from=&to=&group_by=&tenant= (tenant: admin
+ * keys only). */
+int gw_api_usage(svc_req *req);
+
 /* api_admin.c: admin keys only (403 for other keys). */
 int gw_api_tenants_put(svc_req *req);
 int gw_api_tenants_list(svc_req *req);

@@ -205,19 +205,19 @@ static json_t *labels_as_stored(json_t *labels)
     return o;
 }
 
-/* The job object as kowloon_job_json (sql/011_clients.sql) writes a queued
- * job, up to its "info"; submit_done adds the timestamps and "error" once
+/* The job object as kowloon_job_json (sql/012_usage.sql) writes a queued
+ * job, up to its "usage"; submit_done adds the timestamps and "error" once
  * PostgreSQL has given created_at. Same members, same order. New
  * reference, NULL on ENOMEM. */
 static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params)
 {
     return json_pack("{s:s, s:s, s:s, s:O, s:o, s:i, s:{s:s, s:i}, s:i, s:i, s:i, s:b, s:n, s:n,"
-                     " s:{}}",
+                     " s:{}, s:n}",
                      "id", s->row.id, "state", "queued", "kernel", jr->kernel->name,
                      "params", params, "labels", labels_as_stored(jr->labels),
                      "priority", jr->priority, "resources", "backend", jr->backend, "gpus",
                      jr->gpus, "timeout_s", jr->timeout_s, "max_attempts", jr->max_attempts,
-                     "attempts", 0, "cancel_requested", 0, "node", "backend", "info");
+                     "attempts", 0, "cancel_requested", 0, "node", "backend", "info", "usage");
 }
 
 /* committer op: one statement for the whole batch. */

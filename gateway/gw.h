@@ -4,6 +4,7 @@
 #ifndef GW_H
 #define GW_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "queue.h"
@@ -54,6 +55,8 @@ typedef struct gw_config {
     int blob_sweep_s;       /* how often retention runs */
     int metrics_public;     /* GET /metrics without the cluster token or an admin key */
     int metrics_refresh_s;  /* how old the job and node figures of /metrics may be */
+    const char *prices;     /* the price table (usage.h, gw_prices_parse) */
+    const char *currency;
     const char *key_tenant; /* keys create: --tenant */
     int key_admin;          /*              --admin */
 } gw_config;
@@ -73,6 +76,7 @@ typedef struct gw_app {
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
     gw_eta *eta;            /* queued jobs' position and start estimate (eta.h) */
     gw_metrics *metrics;    /* what GET /metrics serves (metrics.h); NULL: nothing counted */
+    json_t *prices;         /* the parsed price table: {"currency", "rates"} */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -18,6 +18,7 @@
 #include "limits.h"
 #include "metrics.h"
 #include "scheduler.h"
+#include "usage.h"
 #include "waits.h"
 #include "svc_client.h"
 #include "svc_config.h"
@@ -144,6 +145,12 @@ static svc_opt opts[] = {
      .def = "5", .min = 1, .max = 3600,
      .help = "how old the job and node counts of /metrics may be before a scrape asks "
              "PostgreSQL again"},
+    {.flag = "prices", .env = "KOWLOON_PRICES", .type = SVC_OPT_STRING,
+     .help = "price table of usage cost: KEY=RATE,... with KEY cpu (per CPU-core-hour of CPU "
+             "time), cuda (per GPU-hour) or cuda:<GPU model> (per GPU-hour of that model, its "
+             "name as GET /v1/nodes shows it); no rate: cost 0"},
+    {.flag = "currency", .env = "KOWLOON_CURRENCY", .type = SVC_OPT_STRING, .def = "USD",
+     .help = "ISO 4217 code of the price table's rates"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug, info, warn or error"},
     {.flag = NULL},
@@ -227,6 +234,8 @@ static void config_load(gw_config *c)
         .blob_sweep_s = opt_int("blob-sweep-s"),
         .metrics_public = opt_int("metrics-public"),
         .metrics_refresh_s = opt_int("metrics-refresh-s"),
+        .prices = opt_str("prices"),
+        .currency = opt_str("currency"),
         .key_tenant = opt_str("tenant"),
         .key_admin = opt_int("admin"),
     };
@@ -316,6 +325,18 @@ static int cmd_serve(gw_app *app)
         svc_error("serve needs --cluster-token (or KOWLOON_CLUSTER_TOKEN) of at least 16 characters");
         return 2;
     }
+    char *prices;
+    if (gw_prices_parse(app->cfg.prices, app->cfg.currency, &prices, err, sizeof(err)) != 0) {
+        svc_error("--prices/--currency: %s", err);
+        return 2;
+    }
+    int rc = gw_store_set_prices(app->store, prices);
+    app->prices = json_loads(prices, 0, NULL);
+    free(prices);
+    if (rc || !app->prices)
+        return 1;
+    svc_info("usage priced by %s", app->cfg.prices && *app->cfg.prices ? app->cfg.prices
+                                                                     : "no rates (cost 0)");
     if (!(app->openapi = file_slurp(app->cfg.openapi, &app->openapi_len)))
         svc_warn("cannot read %s: /openapi.yaml will answer 404", app->cfg.openapi);
     if (!(app->blobs = gw_bstore_open(app->cfg.blob_dir, err, sizeof(err)))) {
@@ -458,5 +479,6 @@ int main(int argc, char **argv)
     gw_store_close(app.store);
     gw_bstore_close(app.blobs);
     free(app.openapi);
+    json_decref(app.prices);
     return rc;
 }

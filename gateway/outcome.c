@@ -12,14 +12,18 @@
 #include "svc_json.h"
 #include "svc_log.h"
 #include "svc_util.h"
+#include "usage.h"
 #include "waits.h"
 
-int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
-                    const char *message)
+/* gw_outcome_requeue with what the node reported of the run (backend and
+ * usage_json, NULL when no node did), recorded if the job ends. */
+static int requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
+                   const char *message, const char *backend, const char *usage_json)
 {
     gw_backoff bo = {app->cfg.retry_base_ms, app->cfg.retry_max_s};
     gw_requeued out;
-    int rc = gw_store_job_requeue(app->store, job_id, attempt, uncounted, code, message, &bo, &out);
+    int rc = gw_store_job_requeue(app->store, job_id, attempt, uncounted, code, message, &bo,
+                                  backend, usage_json, &out);
     if (rc == 0 && out.requeued) {
         gw_queue_push_queued(app->queue, &out.q);
         gw_sched_wake(app->sched);
@@ -27,6 +31,12 @@ int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncount
         gw_waits_job_changed(app->waits, job_id);   /* failed or cancelled */
     }
     return rc;
+}
+
+int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
+                    const char *message)
+{
+    return requeue(app, job_id, attempt, uncounted, code, message, NULL, NULL);
 }
 
 /* The outputs of a succeeded run into b: each either a reference to a
@@ -42,26 +52,28 @@ static int outputs_from_run(gw_blob *b, const json_t *outputs, char *msg, size_t
 }
 
 /* A succeeded run: its outputs and info recorded with the job's success. */
-static int record_success(gw_app *app, const char *job_id, int attempt, const json_t *run)
+static int record_success(gw_app *app, const char *job_id, int attempt, const json_t *run,
+                          const char *backend, const char *usage)
 {
     gw_blob b = {0};
     char why[256] = "out of memory";
-    const char *backend = json_string_value(json_object_get(run, "backend"));
     int rc;
     if (outputs_from_run(&b, json_object_get(run, "outputs"), why, sizeof(why)) != 0) {
-        rc = gw_store_job_fail(app->store, job_id, attempt, "failed", "bad_result", why);
+        rc = gw_store_job_fail(app->store, job_id, attempt, "failed", "bad_result", why, backend,
+                               usage);
     } else {
         char *meta = json_dumps(b.meta, JSON_COMPACT);
         json_t *info = json_object_get(run, "info");
         char *info_s = json_is_object(info) ? json_dumps(info, JSON_COMPACT) : NULL;
         rc = meta ? gw_store_job_succeed(app->store, job_id, attempt, backend ? backend : "cpu",
-                                         info_s ? info_s : "{}", meta, b.data, b.len)
+                                         info_s ? info_s : "{}", meta, b.data, b.len, usage)
                   : -EIO;
         /* PostgreSQL refused the result itself (too large for one value,
          * say): trying again would not help, the job fails. */
         if (rc == -EPROTO)
             rc = gw_store_job_fail(app->store, job_id, attempt, "failed", "bad_result",
-                                   "PostgreSQL refused to store the result (see the gateway log)");
+                                   "PostgreSQL refused to store the result (see the gateway log)",
+                                   backend, usage);
         free(meta);
         free(info_s);
     }
@@ -108,26 +120,30 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
     code = code ? code : "kernel_error";
     msg = msg ? msg : "the run failed";
     state = state ? state : "";
+    const char *backend = gw_usage_backend(report);
+    char *usage = gw_usage_from_report(report);
     int rc;
     if (strcmp(state, "succeeded") == 0) {
-        rc = record_success(app, job_id, attempt, report);
+        rc = record_success(app, job_id, attempt, report, backend, usage);
     } else if (strcmp(state, "refused") == 0) {
         /* The node did not take the run. Full or draining: the attempt is
          * given back and the job placed again. Arguments the node refuses
          * fail the job; any other refusal (a node that cannot host it)
          * counts, so a job no node takes ends failed instead of bouncing. */
         if (strcmp(code, "invalid_argument") == 0)
-            rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg);
+            rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage);
         else
-            rc = gw_outcome_requeue(app, job_id, attempt, json_is_true(json_object_get(report, "retry")),
-                                 "dispatch_failed", msg);
+            rc = requeue(app, job_id, attempt, json_is_true(json_object_get(report, "retry")),
+                         "dispatch_failed", msg, backend, usage);
     } else if (strcmp(state, "cancelled") == 0 && strcmp(code, "timeout") != 0) {
-        rc = gw_outcome_requeue(app, job_id, attempt, 0, "cancelled", "the node cancelled the run");
+        rc = requeue(app, job_id, attempt, 0, "cancelled", "the node cancelled the run", backend,
+                     usage);
     } else if (strcmp(code, "backend_error") == 0) {
-        rc = gw_outcome_requeue(app, job_id, attempt, 0, code, msg);
+        rc = requeue(app, job_id, attempt, 0, code, msg, backend, usage);
     } else {
-        rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg);
+        rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage);
     }
+    free(usage);
     return recorded(app, node_name, report, job_id, attempt, state, rc);
 }
 
@@ -136,7 +152,7 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
 typedef struct batched {
     size_t i;   /* in the report array */
     gw_blob b;
-    char *meta, *info;
+    char *meta, *info, *usage;
 } batched;
 
 /* Decodes report rep into *e and row when it is a succeeded run whose
@@ -145,7 +161,7 @@ static int batch_entry(const json_t *rep, batched *e, gw_success *row)
 {
     const char *job_id = json_string_value(json_object_get(rep, "job_id"));
     const char *state = json_string_value(json_object_get(rep, "state"));
-    const char *backend = json_string_value(json_object_get(rep, "backend"));
+    const char *backend = gw_usage_backend(rep);
     json_t *att = json_object_get(rep, "attempt"), *info = json_object_get(rep, "info");
     char why[128];
     if (!job_id || !svc_uuid_valid(job_id) || !json_is_integer(att) || !state ||
@@ -154,8 +170,9 @@ static int batch_entry(const json_t *rep, batched *e, gw_success *row)
     if (outputs_from_run(&e->b, json_object_get(rep, "outputs"), why, sizeof(why)) == 0 &&
         (e->meta = svc_json_dump(e->b.meta, NULL)) && !strstr(e->meta, "\"blob\"") &&
         (!json_is_object(info) || (e->info = svc_json_dump(info, NULL)))) {
+        e->usage = gw_usage_from_report(rep);
         *row = (gw_success){job_id, (int)json_integer_value(att), backend ? backend : "cpu",
-                            e->info ? e->info : "{}", e->meta, e->b.data, e->b.len, 0};
+                            e->info ? e->info : "{}", e->meta, e->usage, e->b.data, e->b.len, 0};
         return 0;
     }
     gw_blob_free(&e->b);
@@ -194,6 +211,7 @@ void gw_outcome_record_all(gw_app *app, const char *node_name, const json_t *rep
         gw_blob_free(&es[k].b);
         free(es[k].meta);
         free(es[k].info);
+        free(es[k].usage);
     }
     free(rows);
     free(es);

@@ -41,7 +41,7 @@ static int int_member(const json_t *o, const char *name, const char *field, long
     return 0;
 }
 
-static int label_key_ok(const char *k)
+int gw_label_key_valid(const char *k)
 {
     size_t n = strlen(k);
     if (n == 0 || n > 64)
@@ -69,7 +69,7 @@ static int labels_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     json_object_foreach(l, k, v) {
         char field[64];
         snprintf(field, sizeof(field), "labels.%.50s", k);
-        if (!label_key_ok(k))
+        if (!gw_label_key_valid(k))
             return fail(e, 400, field, "label keys are 1-64 characters of A-Z a-z 0-9 _ . -");
         if (!json_is_string(v) || svc_utf8_chars(json_string_value(v)) > 256)
             return fail(e, 400, field, "%s must be a string of at most 256 characters", field);

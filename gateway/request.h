@@ -35,4 +35,8 @@ int gw_job_req_parse(const json_t *body, gw_job_req *req, gw_verr *err);
 int gw_job_req_check_output(const gw_job_req *req, int64_t max_bytes, gw_verr *err);
 void gw_job_req_free(gw_job_req *req);
 
+/* 1 when k is a label key jobs may carry: 1-64 characters of A-Z a-z 0-9
+ * _ . - */
+int gw_label_key_valid(const char *k);
+
 #endif

@@ -252,7 +252,8 @@ static void reap(gw_sched *s)
         gw_store_runs_overdue(s->app->store, TIMEOUT_GRACE_S, &list, &n) == 0) {
         for (int i = 0; i < n; i++)
             if (gw_store_job_fail(s->app->store, list[i].job_id, list[i].attempt, "failed",
-                                  "timeout", "no result from the node within timeout_s plus grace") == 0)
+                                  "timeout", "no result from the node within timeout_s plus grace",
+                                  NULL, NULL) == 0)
                 gw_waits_job_changed(s->app->waits, list[i].job_id);
         gw_dispatch_free(list, n);
     }

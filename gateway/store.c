@@ -29,6 +29,14 @@
  * the retention pass removes it. x is the job_idempotency row. */
 #define IDEM_TTL "interval '24 hours'"
 #define IDEM_EXPIRED "x.created_at < now() - " IDEM_TTL
+/* A job that ends after running records its usage (012_usage.sql): the
+ * statements that end one take the node's measurements, where it ran and
+ * the price table as their last parameters. */
+#define USAGE_SUCCEED "usage = kowloon_usage(jobs, clock_timestamp(), $7::jsonb, $3, $4::jsonb, $8::jsonb)"
+
+/* The sums of a group of GET /v1/usage, in the order the answer shows them. */
+#define USAGE_SUMS "'jobs', jobs, 'queue_s', queue_s, 'run_s', run_s, 'gpu_s', gpu_s," \
+    " 'cpu_s', cpu_s, 'bytes_in', bytes_in, 'bytes_out', bytes_out, 'cost', cost"
 
 /* store__conn.prepared has one bit per statement. */
 _Static_assert(ST__COUNT <= 64, "more statements than bits in store__conn.prepared");
@@ -124,7 +132,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_JOB_SUCCEED] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
-    "             info = $6::jsonb"
+    "             info = $6::jsonb, " USAGE_SUCCEED
     "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
     "           RETURNING id, attempts, node_name, tenant_id),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
@@ -146,17 +154,20 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "        ON CONFLICT DO NOTHING),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
-    " SELECT id FROM j", 6},
+    " SELECT id FROM j", 8},
 /* ST_JOB_SUCCEED for many results whose outputs are all inline (small):
  * no blob to hand over, so none of the blob CTEs, and one statement for a
  * node's whole report. The bytes of every result are one parameter ($6),
- * each row's its slice (off, len). */
+ * each row's its slice (off, len); the price table is $10. */
 [ST_JOBS_SUCCEED_INLINE] = {
     "WITH " ASYNC_COMMIT ","
     " x AS (SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[],"
-    "         $7::int[], $8::int[]) AS x(id, attempt, backend, info, meta, off, len)),"
+    "         $7::int[], $8::int[], $9::text[])"
+    "       AS x(id, attempt, backend, info, meta, off, len, usage)),"
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = x.backend,"
-    "             info = x.info::jsonb"
+    "             info = x.info::jsonb,"
+    "             usage = kowloon_usage(jobs, clock_timestamp(), x.usage::jsonb, x.backend,"
+    "                                   x.meta::jsonb, $10::jsonb)"
     "           FROM x, cfg WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id"
     "             AND jobs.attempts = x.attempt AND " RUNNING_BY_ID
     "           RETURNING jobs.id, jobs.attempts, jobs.node_name, x.meta, x.off, x.len),"
@@ -164,16 +175,17 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "       SELECT id, attempts, meta::jsonb, substring($6::bytea FROM off + 1 FOR len) FROM j),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
-    " SELECT id::text FROM j", 8},
+    " SELECT id::text FROM j", 10},
 [ST_JOB_FAIL] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"
-    "             error_code = $4, error_message = $5"
+    "             error_code = $4, error_message = $5,"
+    "             usage = kowloon_usage(jobs, clock_timestamp(), $6::jsonb, $7, NULL, $8::jsonb)"
     "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
     "           RETURNING id, attempts, node_name, state),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, coalesce($4, 'cancel requested') FROM j)"
-    " SELECT id FROM j", 5},
+    " SELECT id FROM j", 8},
 [ST_JOB_REQUEUE] = {
     /* A counted retry waits min(base * 2^(attempts-1), max) scaled by a
      * random factor in [0.5, 1) ("equal jitter"); an attempt given back
@@ -193,14 +205,16 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "         started_at = CASE WHEN cur.next = 'queued' THEN NULL ELSE started_at END,"
     "         error_code = CASE WHEN cur.next = 'failed' THEN $4 END,"
     "         error_message = CASE WHEN cur.next = 'failed' THEN $5 END,"
-    "         finished_at = CASE WHEN cur.next <> 'queued' THEN clock_timestamp() END"
+    "         finished_at = CASE WHEN cur.next <> 'queued' THEN clock_timestamp() END,"
+    "         usage = CASE WHEN cur.next <> 'queued' THEN"
+    "           kowloon_usage(jobs, clock_timestamp(), $8::jsonb, $9, NULL, $10::jsonb) END"
     "       FROM cur WHERE jobs.id = cur.id"
     "       RETURNING jobs.id, jobs.state, jobs.attempts, jobs.seq, jobs.priority,"
     "                 jobs.backend_req, jobs.gpus, jobs.node_name, jobs.not_before, jobs.tenant_id),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j)"
     " SELECT state, seq, priority, backend_req, gpus,"
-    "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id FROM j", 7},
+    "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id FROM j", 10},
 [ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus,"
                     "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id"
                     " FROM jobs WHERE state = 'queued' AND seq > $1 ORDER BY seq LIMIT $2", 2},
@@ -358,6 +372,34 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "SELECT t.id, coalesce(t.max_running, $1::int),"
     "       (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'running')"
     " FROM tenants t", 1},
+/* GET /v1/usage: the tenant ($1 by id, or $2 by name when given), jobs
+ * that ended in [$3, $4) (epoch ms), their sums in all and per group
+ * ($5: kernel, day (UTC) or label, whose key is $6). One pass: the
+ * grouping sets give the totals row (total = 1) with the groups. */
+[ST_USAGE] = {
+    "WITH t AS (SELECT id, name FROM tenants"
+    "           WHERE CASE WHEN $2::text IS NULL THEN id = $1::bigint ELSE name = $2 END),"
+    " u AS (SELECT CASE $5::text WHEN 'kernel' THEN j.kernel"
+    "                WHEN 'day' THEN to_char(j.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+    "                WHEN 'label' THEN j.labels->>$6::text END AS key, j.usage AS u"
+    "       FROM jobs j JOIN t ON j.tenant_id = t.id"
+    "       WHERE j.usage IS NOT NULL AND j.finished_at >= to_timestamp($3::float8 / 1000)"
+    "         AND j.finished_at < to_timestamp($4::float8 / 1000)),"
+    " g AS (SELECT GROUPING(key) AS total, key, count(*) AS jobs,"
+    "         coalesce(round(sum((u->>'queue_s')::numeric), 3), 0) AS queue_s,"
+    "         coalesce(round(sum((u->>'run_s')::numeric), 3), 0) AS run_s,"
+    "         coalesce(round(sum((u->>'gpu_s')::numeric), 3), 0) AS gpu_s,"
+    "         coalesce(round(sum((u->>'cpu_s')::numeric), 6), 0) AS cpu_s,"
+    "         coalesce(sum((u->>'bytes_in')::bigint), 0) AS bytes_in,"
+    "         coalesce(sum((u->>'bytes_out')::bigint), 0) AS bytes_out,"
+    "         coalesce(round(sum((u->>'cost')::numeric), 9), 0) AS cost"
+    "       FROM u GROUP BY GROUPING SETS ((key), ()))"
+    " SELECT t.name,"
+    "   (SELECT json_build_object(" USAGE_SUMS ") FROM g WHERE total = 1)::text,"
+    "   (SELECT coalesce(json_agg(json_build_object('key', key, " USAGE_SUMS ")"
+    "                             ORDER BY key NULLS LAST), '[]') FROM g"
+    "    WHERE total = 0 AND $5 IS NOT NULL)::text"
+    " FROM t", 6},
 [ST_RUNNING_COUNTS] = {
     "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
     " GROUP BY node_id", 0},
@@ -365,6 +407,16 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "SELECT state, kernel, priority, count(*) FROM jobs WHERE state IN ('queued', 'running')"
     " GROUP BY state, kernel, priority", 0},
 };
+
+int gw_store_set_prices(gw_store *s, const char *prices_json)
+{
+    char *p = strdup(prices_json);
+    if (!p)
+        return -ENOMEM;
+    free(s->prices);
+    s->prices = p;
+    return 0;
+}
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)
 {
@@ -394,6 +446,7 @@ void gw_store_close(gw_store *s)
             PQfinish(s->conns[i].pg);
     free(s->conns);
     free(s->conninfo);
+    free(s->prices);
     free(s);
 }
 

@@ -47,6 +47,11 @@ typedef struct gw_active_count {
 } gw_active_count;
 /* *rows (n of them) is malloc'd; the caller frees it. 0, -EIO, -ENOMEM. */
 int gw_store_jobs_active(gw_store *s, gw_active_count **rows, int *n);
+/* The price table that jobs ending from now on are billed by: JSON text
+ * {"currency", "rates": {...}} as gw_prices_parse writes it (copied). Set
+ * once before serving; without it, jobs end with usage but cost 0 and no
+ * currency. 0 or -ENOMEM. */
+int gw_store_set_prices(gw_store *s, const char *prices_json);
 
 /* Applies the pending sql/NNN_*.sql files of dir, each in its own
  * transaction, under an advisory lock; logs each one applied. */
@@ -191,15 +196,21 @@ typedef struct gw_node_count {
 int gw_store_running_counts(gw_store *s, gw_node_count **out, int *n);
 
 /* Fenced transitions: each applies only while the job is running with this
- * attempt, and returns -EAGAIN otherwise (a late or duplicate report). */
+ * attempt, and returns -EAGAIN otherwise (a late or duplicate report).
+ * Each records the job's usage as it ends (012_usage.sql): usage_json is
+ * what the node measured ({"run_s", "cpu_s", "gpus", "gpu_model"}, checked
+ * by gw_usage_from_report) or NULL when no node reported; backend where the
+ * run happened, NULL when not known. */
 int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
-                         const char *info_json, const char *meta_json, const void *data, size_t len);
+                         const char *info_json, const char *meta_json, const void *data, size_t len,
+                         const char *usage_json);
 /* One succeeded run whose outputs are all inline, for
  * gw_store_jobs_succeed_inline. */
 typedef struct gw_success {
     const char *job_id;
     int attempt;
     const char *backend, *info_json, *meta_json;
+    const char *usage_json;   /* what the node measured, or NULL (gw_store_job_succeed) */
     const void *data;
     size_t len;
     int recorded;   /* out: 1 when this attempt was current and is now succeeded */
@@ -208,7 +219,8 @@ typedef struct gw_success {
  * 0 (then recorded says which were current), or -EIO / -EPROTO for all. */
 int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n);
 int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
-                      const char *code, const char *message);
+                      const char *code, const char *message, const char *backend,
+                      const char *usage_json);
 /* A queued job as the ready queue needs it; not_before_ms (epoch ms, 0 =
  * none) is the end of its retry back-off. */
 typedef struct gw_queued {
@@ -229,7 +241,17 @@ typedef struct gw_requeued { int requeued; gw_queued q; } gw_requeued;
  * cancelled when a cancel was asked for. out->requeued says which. */
 int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
                          const char *code, const char *message, const gw_backoff *bo,
-                         gw_requeued *out);
+                         const char *backend, const char *usage_json, gw_requeued *out);
+
+/* GET /v1/usage: the usage of the jobs of a tenant (tenant_name when not
+ * NULL, else tenant_id) that ended in [from_ms, to_ms), summed in all
+ * (*totals) and per group (*groups, an array of objects with "key"):
+ * group is "kernel", "day", "label" (by label_key) or NULL (no groups).
+ * *tenant gets the tenant's name. New references. -ENOENT for no such
+ * tenant, -EIO. */
+int gw_store_usage(gw_store *s, int64_t tenant_id, const char *tenant_name, int64_t from_ms,
+                   int64_t to_ms, const char *group, const char *label_key, char tenant[129],
+                   json_t **totals, json_t **groups);
 
 /* Up to limit queued jobs with seq > after_seq, in seq order: a page of
  * what the ready queue is rebuilt from. */

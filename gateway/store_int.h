@@ -29,6 +29,7 @@ struct gw_store {
     volatile int64_t last_failure_ms;
     /* gw_store_stats, counted where they happen */
     _Atomic uint64_t errors, connect_errors, waits, wait_ns;
+    char *prices;                   /* the price table, JSON (gw_store_set_prices) */
 };
 
 /* Statement ids; the SQL lives in the table in store.c. */
@@ -44,7 +45,7 @@ enum {
     ST_BLOB_RECORD, ST_BLOB_GET, ST_BLOB_UNREF, ST_BLOB_SWEEP, ST_IDEM_SWEEP,
     ST_KERNEL_RUN_MS, ST_SLOTS_UP,
     ST_JOBS_CLAIM, ST_LEASE_TAKE, ST_RUNS_UNHELD, ST_RUNS_OVERDUE, ST_RUNNING_COUNTS, ST_JOBS_ENDED, ST_TENANTS_RUNNING,
-    ST_JOBS_ACTIVE_COUNTS,
+    ST_JOBS_ACTIVE_COUNTS, ST_USAGE,
     ST__COUNT
 };
 

@@ -379,20 +379,22 @@ int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n)
 }
 
 int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
-                         const char *info_json, const char *meta_json, const void *data, size_t len)
+                         const char *info_json, const char *meta_json, const void *data, size_t len,
+                         const char *usage_json)
 {
     /* Entries naming a blob carry "blob" (as a key): without one, the
      * lighter statement does. */
     if (!strstr(meta_json, "\"blob\"")) {
-        gw_success one = {job_id, attempt, backend, info_json, meta_json, data, len, 0};
+        gw_success one = {job_id, attempt, backend, info_json, meta_json, usage_json, data, len, 0};
         int rc = gw_store_jobs_succeed_inline(s, &one, 1);
         return rc ? rc : one.recorded ? 0 : -EAGAIN;
     }
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
-    const char *v[6] = {job_id, att, backend, meta_json, len ? (const char *)data : "", info_json};
-    int lens[6] = {0, 0, 0, 0, (int)len, 0};
-    int fmts[6] = {0, 0, 0, 0, 1, 0};
+    const char *v[8] = {job_id, att, backend, meta_json, len ? (const char *)data : "", info_json,
+                        usage_json, s->prices};
+    int lens[8] = {0, 0, 0, 0, (int)len, 0, 0, 0};
+    int fmts[8] = {0, 0, 0, 0, 1, 0, 0, 0};
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
@@ -403,8 +405,9 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
     return rc;
 }
 
-/* ST_JOBS_SUCCEED_INLINE's arrays: every parameter but $6 (the bytes). */
-enum { S_ID, S_ATT, S_BACKEND, S_INFO, S_META, S_DATA, S_OFF, S_LEN, S__COUNT };
+/* ST_JOBS_SUCCEED_INLINE's parameters: arrays but $6 (the bytes) and $10
+ * (the price table). */
+enum { S_ID, S_ATT, S_BACKEND, S_INFO, S_META, S_DATA, S_OFF, S_LEN, S_USAGE, S_PRICES, S__COUNT };
 
 int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
 {
@@ -425,6 +428,8 @@ int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
         arr_add(&a[S_META], g->meta_json, 1);
         arr_addf(&a[S_OFF], (long long)off);
         arr_addf(&a[S_LEN], (long long)g->len);
+        /* an unquoted NULL is SQL's NULL: no measurement from the node */
+        arr_add(&a[S_USAGE], g->usage_json ? g->usage_json : "NULL", g->usage_json != NULL);
         if (g->len)
             memcpy(data + off, g->data, g->len);
         off += g->len;
@@ -433,8 +438,9 @@ int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
     int lens[S__COUNT] = {0}, fmts[S__COUNT] = {0};
     int rc = data ? 0 : -ENOMEM;
     for (int i = 0; i < S__COUNT && !rc; i++)
-        if (i != S_DATA && !(v[i] = arr_end(&a[i])))
+        if (i != S_DATA && i != S_PRICES && !(v[i] = arr_end(&a[i])))
             rc = -ENOMEM;
+    v[S_PRICES] = s->prices;
     if (total > INT32_MAX)
         rc = -EPROTO;
     v[S_DATA] = (const char *)data;
@@ -463,11 +469,12 @@ int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
 }
 
 int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
-                      const char *code, const char *message)
+                      const char *code, const char *message, const char *backend,
+                      const char *usage_json)
 {
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
-    const char *v[5] = {job_id, att, state, code, message};
+    const char *v[8] = {job_id, att, state, code, message, usage_json, backend, s->prices};
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
@@ -480,13 +487,14 @@ int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *
 
 int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
                          const char *code, const char *message, const gw_backoff *bo,
-                         gw_requeued *out)
+                         const char *backend, const char *usage_json, gw_requeued *out)
 {
     char att[16], base[24], max[24];
     snprintf(att, sizeof(att), "%d", attempt);
     snprintf(base, sizeof(base), "%d", bo->base_ms);
     snprintf(max, sizeof(max), "%lld", (long long)bo->max_s * 1000);
-    const char *v[7] = {job_id, att, uncounted ? "1" : "0", code, message, base, max};
+    const char *v[10] = {job_id, att, uncounted ? "1" : "0", code, message, base, max,
+                         usage_json, backend, s->prices};
     memset(out, 0, sizeof(*out));
     store__conn *c = store__acquire(s);
     if (!c)
@@ -735,6 +743,39 @@ int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)
         (*out)[i].limit = atoi(PQgetvalue(r, i, 1));
         (*out)[i].running = atoi(PQgetvalue(r, i, 2));
         *n = i + 1;
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+int gw_store_usage(gw_store *s, int64_t tenant_id, const char *tenant_name, int64_t from_ms,
+                   int64_t to_ms, const char *group, const char *label_key, char tenant[129],
+                   json_t **totals, json_t **groups)
+{
+    char id[24], from[24], to[24];
+    snprintf(id, sizeof(id), "%lld", (long long)tenant_id);
+    snprintf(from, sizeof(from), "%lld", (long long)from_ms);
+    snprintf(to, sizeof(to), "%lld", (long long)to_ms);
+    const char *v[6] = {id, tenant_name, from, to, group, label_key};
+    *totals = *groups = NULL;
+    tenant[0] = '\0';
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_USAGE, v, NULL, NULL, 0);
+    int rc = !r ? -EIO : PQntuples(r) == 0 ? -ENOENT : 0;
+    if (!rc) {
+        store__copy(r, 0, 0, tenant, 129);
+        *totals = store__json(r, 0, 1);
+        *groups = store__json(r, 0, 2);
+        if (!*totals || !*groups)
+            rc = -EIO;
+    }
+    if (rc) {
+        json_decref(*totals);
+        json_decref(*groups);
+        *totals = *groups = NULL;
     }
     PQclear(r);
     store__release(s, c);

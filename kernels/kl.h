@@ -95,6 +95,20 @@ typedef struct kl_info {
 void kl_info_set(kl_info *info, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* CPU time of one run, over all its threads: the thread that calls start
+ * and stop (its own clock between the two) plus every helper thread the
+ * CPU kernels start meanwhile from that thread (kl__parallel's workers,
+ * allreduce's ranks), each adding its whole CPU time as it ends. Threads
+ * of a library's own pool (OpenBLAS's) are not the run's and are not seen.
+ * start and stop are called on the same thread. */
+typedef struct kl_cputime {
+    int64_t start_ns;        /* the calling thread's clock at start */
+    int64_t helpers_ns;      /* added by helper threads (atomically) */
+} kl_cputime;
+void kl_cputime_start(kl_cputime *c);
+/* Nanoseconds of CPU time since kl_cputime_start; helpers stop counting. */
+int64_t kl_cputime_stop(kl_cputime *c);
+
 /* Everything one run needs. params[i] and inputs[i] follow the order of the
  * kernel's specs; an absent optional input is NULL. `cancel` (may be NULL)
  * is polled between chunks of work. `threads` <= 0 means all cores. */

@@ -263,12 +263,15 @@ static void rank_run(ar_run *run, int r)
 typedef struct ar_thread {
     ar_run *run;
     int rank;
+    kl_cputime *acc;   /* the run's CPU-time account (its starter's) */
 } ar_thread;
 
 static void *rank_main(void *p)
 {
     ar_thread *t = p;
+    kl__cputime_enter(t->acc);
     rank_run(t->run, t->rank);
+    kl__cputime_leave();
     return NULL;
 }
 
@@ -311,7 +314,7 @@ static int allreduce_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
     kl_info_set(args->info, "transport", "shared memory, one thread per rank");
 
     for (; started < n; started++) {
-        th[started] = (ar_thread){.run = &run, .rank = started};
+        th[started] = (ar_thread){.run = &run, .rank = started, .acc = kl__cputime_current()};
         if (pthread_create(&tid[started], NULL, rank_main, &th[started]) != 0) {
             /* Ranks 0..started-1 run and stop at their first barrier; the
              * caller (rank 0) has not reached it, so none is released early. */

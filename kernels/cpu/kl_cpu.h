@@ -21,6 +21,14 @@ int kl__threads(int requested);
  * share run on the caller, so the work is always done. */
 void kl__parallel(int n, void (*fn)(void *ctx, int i, int n), void *ctx);
 
+/* The run account (kl_cputime) of the calling thread, NULL outside a run.
+ * A helper thread a kernel starts calls kl__cputime_enter with its
+ * starter's account first, so that its CPU time (and that of helpers it
+ * starts) counts for the run, and kl__cputime_leave last. */
+kl_cputime *kl__cputime_current(void);
+void kl__cputime_enter(kl_cputime *c);
+void kl__cputime_leave(void);
+
 /* Relaxed atomic loads and stores: the flag is raised by another thread and
  * only needs to be seen soon, not in any order with other memory. */
 static inline int kl__canceled(const kl_args *args)

@@ -20,12 +20,15 @@ typedef struct job {
     void (*fn)(void *ctx, int i, int n);
     void *ctx;
     int i, n;
+    kl_cputime *acc;   /* the starter's run account */
 } job;
 
 static void *job_main(void *p)
 {
     job *j = p;
+    kl__cputime_enter(j->acc);
     j->fn(j->ctx, j->i, j->n);
+    kl__cputime_leave();
     return NULL;
 }
 
@@ -41,7 +44,7 @@ void kl__parallel(int n, void (*fn)(void *ctx, int i, int n), void *ctx)
     job jobs[KL_MAX_THREADS];
     int started[KL_MAX_THREADS];
     for (int i = 1; i < n; i++) {
-        jobs[i] = (job){.fn = fn, .ctx = ctx, .i = i, .n = n};
+        jobs[i] = (job){.fn = fn, .ctx = ctx, .i = i, .n = n, .acc = kl__cputime_current()};
         started[i] = pthread_create(&tid[i], NULL, job_main, &jobs[i]) == 0;
     }
     fn(ctx, 0, n);

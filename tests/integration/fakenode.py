@@ -16,9 +16,10 @@ import requests
 
 class FakeNode:
     def __init__(self, gateway, cluster_token, name, backend="cuda", kernels=("sleep",),
-                 accept_delay_s=0.0, run_s=3.0, outputs=None):
+                 accept_delay_s=0.0, run_s=3.0, outputs=None, usage=None):
         self.gateway, self.token, self.name = gateway, cluster_token, name
         self.outputs = outputs or {}   # what a succeeded run reports
+        self.usage = usage             # the "usage" its reports carry (None: none)
         self.backend, self.kernels = backend, list(kernels)
         self.accept_delay_s, self.run_s = accept_delay_s, run_s
         self.mu = threading.Lock()
@@ -102,6 +103,8 @@ class FakeNode:
                         rep.update(backend=self.backend, outputs=self.outputs, info={})
                     else:
                         rep["error"] = {"code": "cancelled", "message": "cancelled"}
+                    if self.usage is not None:
+                        rep["usage"] = self.usage
                     done.append(rep)
             if not done:
                 continue

@@ -29,6 +29,8 @@ PLUGIN = os.path.join(BUILD_ROOT, "lib", "kowloon-cuda.so")
 PG_BIN = os.environ.get("KOWLOON_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+# the gateway's price table (--prices): per CPU-core-hour, per GPU-hour
+PRICES = "cpu=3600, cuda=360, cuda:Fake GPU=7200"
 HTTP_TIMEOUT = 15  # seconds for any single request
 
 DTYPES = {"float32": "<f4", "float64": "<f8", "int32": "<i4"}
@@ -484,6 +486,10 @@ class Stack:
             # every gateway of the stack shares one blob store, as gateways
             # on several hosts share one on a shared filesystem
             "KOWLOON_BLOB_DIR": self.blob_dir,
+            # usage is priced (test_usage): a CPU-second costs 1, a
+            # GPU-second 0.1, or 2 on the fake nodes' "Fake GPU"
+            "KOWLOON_PRICES": PRICES,
+            "KOWLOON_CURRENCY": "EUR",
         })
         env.update({k: str(v) for k, v in extra.items()})
         return env

@@ -308,11 +308,11 @@ def test_errors_map_to_typed_exceptions(stack, kl):
     with pytest.raises(kowloon.JobFailedError) as ei:
         kl.run("train_mlp", x=x, y=y, classes=2, batch_size=5, resources={"backend": "cpu"})
     assert ei.value.state == "failed" and ei.value.code == "invalid_argument"
-    try:
-        u = kl.usage()
-        assert isinstance(u, dict)
-    except kowloon.NotOfferedError as e:  # until the gateway has GET /v1/usage
-        assert e.status == 404 and "does not offer" in e.message
+    u = kl.usage()      # usage itself: test_usage.py
+    assert {"totals", "groups", "currency"} <= set(u)
+    with pytest.raises(kowloon.BadRequestError) as ei:
+        kl.usage(group_by="node")
+    assert ei.value.field == "group_by"
 
 
 # ------------------------------------------------------------------ listing
@@ -484,9 +484,8 @@ def test_cli_watch_cancel_and_exit_codes(stack, kl):
     r = cli(stack, "frobnicate")
     assert r.returncode == 2
     r = cli(stack, "usage", "--json", "--group-by", "kernel")
-    if r.returncode == 3:  # until the gateway offers GET /v1/usage
-        assert "does not offer GET /v1/usage" in r.stderr and json.loads(r.stdout)["error"]["status"] == 404
-    else:
-        assert r.returncode == 0 and isinstance(json.loads(r.stdout), dict), r.stderr
+    assert r.returncode == 0 and "totals" in json.loads(r.stdout), r.stderr
+    r = cli(stack, "usage", "--json", "--from", "tomorrow")
+    assert r.returncode == 3 and json.loads(r.stdout)["error"]["field"] == "from", r.stdout
     r = cli(stack, "run", "train_mlp", "--param", "classes=2", "--input", "x=/nonexistent.npy")
     assert r.returncode == 2

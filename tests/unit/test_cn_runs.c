@@ -138,6 +138,30 @@ static void test_full_slots_answer_overloaded(void **state)
     assert_int_equal(submit_sleep(f->runs, "more", 1, 0, 60), CN_RUN_NEW);
 }
 
+/* What the gateway bills comes with every ended run: its time on the node,
+ * the CPU time of its kernel (a sleep uses almost none) and its GPUs. */
+static void test_ended_runs_report_their_usage(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(submit_sleep(f->runs, "u", 1, 0.3, 60), CN_RUN_NEW);
+    json_t *run = wait_run(f->runs, "u.1", 5000);
+    assert_string_equal(str(run, "state"), "succeeded");
+    const json_t *u = json_object_get(run, "usage");
+    assert_non_null(u);
+    double run_s = json_number_value(json_object_get(u, "run_s"));
+    double cpu_s = json_number_value(json_object_get(u, "cpu_s"));
+    assert_true(run_s >= 0.29 && run_s < 2.0);
+    assert_true(json_is_real(json_object_get(u, "cpu_s")) && cpu_s >= 0 && cpu_s < 0.1);
+    assert_int_equal(json_integer_value(json_object_get(u, "gpus")), 0);
+    assert_null(json_object_get(u, "gpu_model"));
+    json_decref(run);
+    /* a run still going has none yet */
+    assert_int_equal(submit_sleep(f->runs, "v", 1, 30, 60), CN_RUN_NEW);
+    assert_int_equal(cn_runs_get(f->runs, "v.1", 0, 0, &run), 0);
+    assert_null(json_object_get(run, "usage"));
+    json_decref(run);
+}
+
 static void test_cancel_stops_a_running_sleep_quickly(void **state)
 {
     fixture *f = *state;
@@ -361,6 +385,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_saxpy_runs_and_returns_outputs_in_base64, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_same_job_and_attempt_is_idempotent, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_full_slots_answer_overloaded, setup1, teardown),
+        cmocka_unit_test_setup_teardown(test_ended_runs_report_their_usage, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_stops_a_running_sleep_quickly, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_fails_the_run_with_code_timeout, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_long_poll_answers_when_the_run_ends_or_the_wait_does, setup2, teardown),

@@ -206,6 +206,13 @@ class JobView:
     def info(self) -> Dict[str, Any]:
         return self._data.get("info") or {}
 
+    @property
+    def usage(self) -> Optional[Dict[str, Any]]:
+        """What the job used and cost (``queue_s``, ``run_s``, ``gpu_s``,
+        ``cpu_s``, ``bytes_in``, ``bytes_out``, ``cost``, ``currency``…)
+        once it ran and ended, else None."""
+        return self._data.get("usage")
+
     def _absorb_event(self, ev: _wire.Event) -> None:
         """Keeps state and progress current from a streamed event."""
         if ev.job is not None:

@@ -120,18 +120,24 @@ class AsyncClient:
         """The compute nodes (``GET /v1/nodes``)."""
         return (await self.request("GET", "/v1/nodes"))["nodes"]
 
-    async def usage(self, from_: Any = None, to: Any = None,
-                    group_by: Optional[str] = None, **query: Any) -> Dict[str, Any]:
-        """Usage and cost of the caller's tenant (``GET /v1/usage``;
-        ``from_``/``to`` RFC 3339 strings or datetimes, ``group_by`` ``kernel``, ``label:KEY`` or
-        ``day``). Raises NotOfferedError where the gateway has no usage
+    async def usage(self, from_: Any = None, to: Any = None, group_by: Optional[str] = None,
+              tenant: Optional[str] = None, **query: Any) -> Dict[str, Any]:
+        """Usage and cost of the caller's tenant (``GET /v1/usage``): jobs
+        that ended in [``from_``, ``to``) (dates, datetimes, or RFC 3339 /
+        ``YYYY-MM-DD`` strings; default the last 30 days, at most 366),
+        summed in ``totals`` and, with ``group_by`` (``kernel``, ``day`` or
+        ``label:KEY``), per group in ``groups``; ``currency`` names the
+        unit of ``cost``. ``tenant`` (admin keys only) asks for another
+        tenant. Raises NotOfferedError where the gateway has no usage
         endpoint."""
-        q = usage_query(from_, to, group_by, query)
+        q = usage_query(from_, to, group_by, dict(query, tenant=tenant))
         try:
             return await self.request("GET", "/v1/usage", params=q)
         except NotOfferedError:
             raise
         except NotFoundError as e:
+            if e.field is not None:   # a resource of the query (tenant=), not the route
+                raise
             raise NotOfferedError(404, "not_offered",
                                   "this gateway does not offer GET /v1/usage", None, e.body) from e
 

@@ -226,12 +226,28 @@ def cmd_kernels(c: Client, a: argparse.Namespace) -> int:
 
 
 def cmd_usage(c: Client, a: argparse.Namespace) -> int:
-    u = c.usage(from_=a.from_, to=a.to, group_by=a.group_by)
+    u = c.usage(from_=a.from_, to=a.to, group_by=a.group_by, tenant=a.tenant)
     if a.json:
         _out(u)
-    else:
-        print(json.dumps(u, indent=2))
+        return EXIT_OK
+    print(f"tenant {u['tenant']}, jobs that ended from {u['from']} to {u['to']}, "
+          f"cost in {u.get('currency') or '-'}")
+    rows = [(str(g["key"]) if g["key"] is not None else "(none)", g) for g in u["groups"]]
+    rows.append(("TOTAL", u["totals"]))
+    _table([[k, str(g["jobs"]), f"{g['queue_s']:.1f}", f"{g['run_s']:.1f}", f"{g['gpu_s']:.1f}",
+             f"{g['cpu_s']:.1f}", _bytes(g["bytes_in"]), _bytes(g["bytes_out"]),
+             f"{g['cost']:.4f}"] for k, g in rows],
+           [(a.group_by or "").upper() or "-", "JOBS", "QUEUE_S", "RUN_S", "GPU_S", "CPU_S",
+            "IN", "OUT", "COST"])
     return EXIT_OK
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 # ------------------------------------------------------------------ parser
@@ -290,9 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("kernels", parents=[common], help="the kernel catalog").set_defaults(fn=cmd_kernels)
 
     u = sub.add_parser("usage", parents=[common], help="usage and cost of your tenant")
-    u.add_argument("--from", dest="from_", metavar="RFC3339")
-    u.add_argument("--to", metavar="RFC3339")
+    u.add_argument("--from", dest="from_", metavar="RFC3339",
+                   help="YYYY-MM-DD or RFC 3339 (default: 30 days before --to)")
+    u.add_argument("--to", metavar="RFC3339", help="YYYY-MM-DD or RFC 3339 (default: now)")
     u.add_argument("--group-by", metavar="kernel|label:KEY|day")
+    u.add_argument("--tenant", metavar="NAME", help="another tenant's usage (admin keys only)")
     u.set_defaults(fn=cmd_usage)
     return p
 
