@@ -17,6 +17,8 @@ typedef struct gw_leases gw_leases;
 typedef struct gw_waits gw_waits;
 typedef struct gw_keycache gw_keycache;
 typedef struct gw_committer gw_committer;
+typedef struct gw_whnet gw_whnet;
+typedef struct gw_webhooks gw_webhooks;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -47,6 +49,11 @@ typedef struct gw_config {
     int blob_quota_mb;      /* blob bytes a tenant may reference; 0: none */
     int blob_retention_s;   /* unreferenced blobs live this long */
     int blob_sweep_s;       /* how often retention runs */
+    int webhook_allow_private;      /* webhooks may reach any address */
+    const char *webhook_allow_nets; /* CIDR blocks webhooks may reach though internal */
+    int webhook_retry_base_ms;      /* first back-off of a failed delivery; doubles */
+    int webhook_max_age_s;          /* a delivery is retried this long, then failed */
+    int webhook_timeout_s;          /* one attempt, connection included */
     const char *key_tenant; /* keys create: --tenant */
     int key_admin;          /*              --admin */
 } gw_config;
@@ -63,6 +70,8 @@ typedef struct gw_app {
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
+    gw_whnet *whnet;        /* where webhooks may go (webhook_net.h) */
+    gw_webhooks *webhooks;  /* the delivery worker (webhooks.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -41,17 +41,20 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
      * $12 is the inline input bytes of all of them back to back, job k's
      * at $13[k] for $14[k] bytes; ($15, $16, $17) lists (job, blob, size)
      * for inputs in the blob store, recorded or touched and referenced by
-     * the job so that retention keeps them. The ids come from the gateway,
+     * the job so that retention keeps them; $18 and $19 the webhook and
+     * its events (comma-separated), NULL for a job without one. The ids
+     * come from the gateway,
      * so the reply maps rows back by ordinality; seq follows that order. */
     "WITH r AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
     "             $5::int[], $6::int[], $7::int[], $8::text[], $9::int[], $10::text[],"
-    "             $11::text[], $13::int[], $14::int[])"
+    "             $11::text[], $13::int[], $14::int[], $18::text[], $19::text[])"
     "           WITH ORDINALITY AS r(id, tenant_id, kernel, params, priority, timeout_s,"
-    "             max_attempts, backend_req, gpus, labels, meta, off, len, n)),"
+    "             max_attempts, backend_req, gpus, labels, meta, off, len, webhook, wh_events, n)),"
     " j AS (INSERT INTO jobs (id, tenant_id, kernel, params, priority, timeout_s, max_attempts,"
-    "                         backend_req, gpus, labels, state)"
+    "                         backend_req, gpus, labels, state, webhook, webhook_events)"
     "       SELECT id, tenant_id, kernel, params::json, priority, timeout_s, max_attempts,"
-    "              backend_req, gpus, labels::jsonb, 'queued' FROM r ORDER BY n"
+    "              backend_req, gpus, labels::jsonb, 'queued',"
+    "              webhook, string_to_array(wh_events, ',') FROM r ORDER BY n"
     "       RETURNING id, seq, created_at),"
     " i AS (INSERT INTO job_inputs (job_id, meta, data)"
     "       SELECT id, meta::jsonb, substring($12::bytea FROM off + 1 FOR len) FROM r),"
@@ -62,7 +65,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " br AS (INSERT INTO job_blob_refs (job_id, blob_id) SELECT DISTINCT job_id, blob_id FROM rb),"
     " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM r ORDER BY n)"
     " SELECT r.n, j.seq, floor(extract(epoch FROM j.created_at) * 1000)::bigint"
-    " FROM j JOIN r ON r.id = j.id", 17},
+    " FROM j JOIN r ON r.id = j.id", 19},
 [ST_JOB_GET] = {"SELECT kowloon_job_json(j)::text FROM jobs j"
                 " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 [ST_JOB_LIST] = {
@@ -303,10 +306,72 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "SELECT t.id, coalesce(t.max_running, $1::int),"
     "       (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'running')"
     " FROM tenants t", 1},
+/* webhooks (store_webhooks.c). A claim moves the deliveries' next_at past
+ * the attempt ($2 s), so other gateways skip them while this one delivers
+ * and take them over if it dies; the lock is held only by the claim. */
+[ST_WH_CLAIM] = {
+    "WITH c AS (SELECT id FROM webhook_deliveries WHERE state = 'pending'"
+    "             AND next_at <= clock_timestamp() ORDER BY next_at LIMIT $1"
+    "             FOR UPDATE SKIP LOCKED),"
+    " d AS (UPDATE webhook_deliveries w SET next_at = clock_timestamp() + make_interval(secs => $2::float8)"
+    "       FROM c WHERE w.id = c.id RETURNING w.id, w.tenant_id, w.attempts, w.url, w.payload)"
+    " SELECT d.id, d.tenant_id, d.attempts, d.url, d.payload, s.secret"
+    " FROM d LEFT JOIN webhook_secrets s ON s.tenant_id = d.tenant_id", 2},
+/* One attempt: its row, and the delivery delivered, retried $5 s later, or
+ * failed when that retry would come after its $6 s of life. */
+[ST_WH_RECORD] = {
+    "WITH d AS (SELECT id, attempts + 1 AS n, created_at FROM webhook_deliveries"
+    "           WHERE id = $1 AND state = 'pending' FOR UPDATE),"
+    " a AS (INSERT INTO webhook_attempts (delivery_id, n, at, status, error, duration_ms)"
+    "       SELECT id, n, clock_timestamp() - make_interval(secs => $4::int / 1000.0), $2::int,"
+    "              $3, $4::int FROM d),"
+    " s AS (SELECT d.id, d.n, CASE WHEN $7::boolean THEN 'delivered'"
+    "         WHEN clock_timestamp() + make_interval(secs => $5::float8)"
+    "              > d.created_at + make_interval(secs => $6::float8) THEN 'failed'"
+    "         ELSE 'pending' END AS state FROM d),"
+    " u AS (UPDATE webhook_deliveries w SET attempts = s.n, state = s.state,"
+    "         next_at = clock_timestamp() + make_interval(secs => $5::float8),"
+    "         finished_at = CASE WHEN s.state <> 'pending' THEN clock_timestamp() END"
+    "       FROM s WHERE w.id = s.id RETURNING w.state)"
+    " SELECT state FROM u", 7},
+/* The tenant's secret, $2 becoming it when the tenant has none. */
+[ST_WH_SECRET_ENSURE] = {
+    "WITH i AS (INSERT INTO webhook_secrets (tenant_id, secret) VALUES ($1, $2)"
+    "           ON CONFLICT (tenant_id) DO NOTHING RETURNING secret, created_at)"
+    " SELECT secret, kowloon_ts(created_at) FROM i"
+    " UNION ALL SELECT secret, kowloon_ts(created_at) FROM webhook_secrets"
+    " WHERE tenant_id = $1 AND NOT EXISTS (SELECT 1 FROM i)", 2},
+[ST_WH_SECRET_ROTATE] = {
+    "INSERT INTO webhook_secrets (tenant_id, secret) VALUES ($1, $2)"
+    " ON CONFLICT (tenant_id) DO UPDATE SET secret = EXCLUDED.secret, created_at = now()"
+    " RETURNING secret, kowloon_ts(created_at)", 2},
+[ST_WH_LIST] = {
+    "SELECT json_build_object('job_id', j.id, 'webhook', j.webhook,"
+    "  'webhook_events', to_json(j.webhook_events),"
+    "  'deliveries', coalesce((SELECT json_agg(json_build_object("
+    "      'id', 'msg_' || d.id, 'event', d.event, 'state', d.state,"
+    "      'created_at', kowloon_ts(d.created_at),"
+    "      'next_attempt_at', CASE WHEN d.state = 'pending' THEN kowloon_ts(d.next_at) END,"
+    "      'finished_at', kowloon_ts(d.finished_at),"
+    "      'attempts', (SELECT coalesce(json_agg(json_build_object('n', a.n, 'at', kowloon_ts(a.at),"
+    "                     'status', a.status, 'error', a.error, 'duration_ms', a.duration_ms)"
+    "                   ORDER BY a.n), '[]') FROM webhook_attempts a WHERE a.delivery_id = d.id)"
+    "    ) ORDER BY d.id) FROM webhook_deliveries d WHERE d.job_id = j.id), '[]'))::text"
+    " FROM jobs j WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 [ST_RUNNING_COUNTS] = {
     "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
     " GROUP BY node_id", 0},
 };
+
+int store__run(gw_store *s, int id, const char *const *vals, PGresult **r)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    *r = store__exec(c, id, vals, NULL, NULL, 0);
+    store__release(s, c);
+    return *r ? 0 : -EIO;
+}
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)
 {

@@ -50,6 +50,8 @@ typedef struct gw_job_new {
     const char *const *blob_ids;  /* the blob entries' ids and sizes */
     const uint64_t *blob_sizes;
     int nblobs;
+    const char *webhook;          /* NULL: none */
+    const char *webhook_events;   /* the states it gets, comma-separated */
     /* filled by gw_store_jobs_insert */
     int64_t seq;              /* queue order */
     int64_t created_ms;       /* created_at, epoch ms by PostgreSQL's clock */
@@ -259,5 +261,36 @@ int gw_store_blob_unref(gw_store *s, int64_t tenant_id, const char *id);
  * else the sweep rolls back). *removed counts them; 0 or -EIO. */
 int gw_store_blob_sweep(gw_store *s, int retention_s, int limit,
                         int (*remove)(const char *id, void *arg), void *arg, int *removed);
+
+/* Webhooks (store_webhooks.c). A delivery claimed for one attempt. */
+typedef struct gw_wh_delivery {
+    int64_t id, tenant_id;
+    int attempts;           /* made before this one */
+    char *url, *payload;    /* owned */
+    char secret[64];        /* the tenant's; "" when it has none yet */
+} gw_wh_delivery;
+
+/* Claims up to max deliveries that are due, hiding them from every claim
+ * for lease_s seconds (the attempt must end by then). *out is a calloc'd
+ * array of *n (caller frees with gw_wh_deliveries_free); 0 or -EIO. */
+int gw_store_wh_claim(gw_store *s, int max, int lease_s, gw_wh_delivery **out, int *n);
+void gw_wh_deliveries_free(gw_wh_delivery *d, int n);
+/* Records attempt of delivery id: status the HTTP status (0: none came),
+ * error NULL or what went wrong, delivered when it counts as delivered.
+ * A delivery not delivered is tried again retry_ms later, unless that is
+ * past max_age_s after its creation: then it is failed. state (>= 12
+ * bytes) gets the delivery's new state ("" when it was not pending any
+ * more: another gateway took it over after this one's lease lapsed).
+ * 0 or -EIO. */
+int gw_store_wh_record(gw_store *s, int64_t id, int status, const char *error, int duration_ms,
+                       int delivered, int64_t retry_ms, int max_age_s, char *state);
+/* The tenant's webhook secret into secret (>= 64 bytes) and its creation
+ * time (>= 32 bytes): made now when it has none, replaced when rotate.
+ * 0, -EIO or -ENOMEM. */
+int gw_store_wh_secret(gw_store *s, int64_t tenant_id, int rotate, char *secret, char *created);
+/* GET /v1/jobs/{id}/deliveries' object: the job's webhook and deliveries
+ * with their attempts (new reference in *out); -ENOENT when the tenant has
+ * no such job, -EIO. */
+int gw_store_wh_list(gw_store *s, int64_t tenant_id, const char *job_id, json_t **out);
 
 #endif
