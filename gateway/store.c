@@ -349,7 +349,7 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     "SELECT json_build_object('job_id', j.id, 'webhook', j.webhook,"
     "  'webhook_events', to_json(j.webhook_events),"
     "  'deliveries', coalesce((SELECT json_agg(json_build_object("
-    "      'id', 'msg_' || d.id, 'event', d.event, 'state', d.state,"
+    "      'id', 'msg_' || d.id, 'event', d.event, 'event_id', d.event_id, 'state', d.state,"
     "      'created_at', kowloon_ts(d.created_at),"
     "      'next_attempt_at', CASE WHEN d.state = 'pending' THEN kowloon_ts(d.next_at) END,"
     "      'finished_at', kowloon_ts(d.finished_at),"

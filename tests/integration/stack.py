@@ -482,6 +482,10 @@ class Stack:
             # every gateway of the stack shares one blob store, as gateways
             # on several hosts share one on a shared filesystem
             "KOWLOON_BLOB_DIR": self.blob_dir,
+            # webhook receivers of the tests listen on 127.0.0.1 (and only
+            # there: the rest of loopback stays refused), and retry soon
+            "KOWLOON_WEBHOOK_ALLOW_NETS": "127.0.0.1/32",
+            "KOWLOON_WEBHOOK_RETRY_BASE_MS": "3000",
         })
         env.update({k: str(v) for k, v in extra.items()})
         return env
