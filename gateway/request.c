@@ -90,7 +90,7 @@ static int webhook_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     json_t *ev = json_object_get(body, "webhook_events");
     if (!w) {
         if (ev)
-            return fail(e, 400, "webhook_events", "webhook_events needs a webhook");
+            return fail(e, 422, "webhook_events", "webhook_events needs a webhook");
         return 0;
     }
     if (!json_is_string(w))

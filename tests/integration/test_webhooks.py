@@ -198,7 +198,7 @@ def test_internal_address_is_refused_and_records_nothing(A, stack, url):
     ({"webhook": "http://127.0.0.1/" + "a" * 2100}, 422, "webhook"),
     ({"webhook": "http://no-such-host.invalid/hook"}, 422, "webhook"),
     ({"webhook": 7}, 400, "webhook"),
-    ({"webhook_events": ["succeeded"]}, 400, "webhook_events"),
+    ({"webhook_events": ["succeeded"]}, 422, "webhook_events"),
     ({"webhook": "http://127.0.0.1/h", "webhook_events": []}, 400, "webhook_events"),
     ({"webhook": "http://127.0.0.1/h", "webhook_events": ["done"]}, 400, "webhook_events"),
     ({"webhook": "http://127.0.0.1/h", "webhook_events": ["failed", "failed"]}, 400,
@@ -236,3 +236,55 @@ def test_deliveries_of_another_tenants_job_are_not_found(A, B, receiver):
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     assert B.get("/v1/jobs/not-a-uuid/deliveries").status_code == 404
     stk.wait_until(lambda: rx.count() == 1, 20, 0.05, "A's delivery")
+
+
+def restart_gateway(stack, **env):
+    """The stack's gateway stopped at once (SIGINT: no drain) and started
+    again on its port with env on top of the stack's settings."""
+    stack.gateway.stop(signal.SIGINT)
+    stack.gateway = stack.start_gateway("gateway", stack.gw_port, **env)
+
+
+def test_address_is_checked_again_when_the_delivery_connects(A, stack, receiver):
+    """What defeats DNS rebinding: the address connected is checked, not
+    only the one the name had at submit. A gateway whose policy refuses
+    127.0.0.1 makes its attempt without connecting; the next gateway that
+    allows it delivers."""
+    rx = receiver(fail_first=1)
+    j = A.submit("saxpy", {"a": 2.0}, {"x": X, "y": Y}, webhook=rx.url)
+    wait_attempts(A, j["id"], 1)
+    try:
+        restart_gateway(stack, KOWLOON_WEBHOOK_ALLOW_NETS="")
+        d = wait_attempts(A, j["id"], 2)
+        second = d["deliveries"][0]["attempts"][1]
+        assert second["status"] is None
+        assert second["error"] == "address refused: 127.0.0.1 is a loopback address", second
+        assert rx.count() == 1, "the refused attempt reached the receiver"
+    finally:
+        restart_gateway(stack)
+    wait_attempts(A, j["id"], 3, timeout=40)
+    stk.wait_until(lambda: deliveries(A, j["id"])["deliveries"][0]["state"] == "delivered", 10,
+                   0.05, "delivered")
+    assert rx.count() == 2
+
+
+def test_delivery_past_its_max_age_fails_for_good(A, stack):
+    """Attempts that get no answer are recorded with the transport error;
+    once the next retry would come past --webhook-max-age-s (a day) after
+    the event, the delivery is failed and never tried again."""
+    url = f"http://127.0.0.1:{stk.free_port()}/closed"
+    j = A.run("saxpy", {"a": 1.0}, {"x": X, "y": Y}, webhook=url)
+    d = wait_attempts(A, j["id"], 1)["deliveries"][0]
+    assert d["state"] == "pending" and d["next_attempt_at"] is not None
+    first = d["attempts"][0]
+    assert first["status"] is None and first["error"], first
+    # the event is made a day and a minute old: the next failure is its last
+    stack.psql(f"UPDATE webhook_deliveries SET created_at = now() - interval '1 day 1 minute'"
+               f" WHERE job_id = '{j['id']}'")
+    stk.wait_until(lambda: deliveries(A, j["id"])["deliveries"][0]["state"] == "failed", 20,
+                   0.05, "the delivery failed")
+    d = deliveries(A, j["id"])["deliveries"][0]
+    assert len(d["attempts"]) == 2 and d["next_attempt_at"] is None
+    stk.ts(d["finished_at"])
+    time.sleep(3.5)
+    assert len(deliveries(A, j["id"])["deliveries"][0]["attempts"]) == 2
