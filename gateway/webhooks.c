@@ -4,13 +4,11 @@
  * outcome, before the next claim. */
 #include "webhooks.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "svc_client.h"
 #include "svc_log.h"
