@@ -72,6 +72,11 @@ int gw_api_jobs_get(svc_req *req);
 int gw_api_jobs_list(svc_req *req);
 int gw_api_jobs_result(svc_req *req);
 int gw_api_jobs_cancel(svc_req *req);
+/* api_webhooks.c: GET /v1/jobs/{id}/deliveries, and the tenant's signing
+ * secret: GET /v1/webhook-secret (made on first use), POST to rotate it. */
+int gw_api_jobs_deliveries(svc_req *req);
+int gw_api_webhook_secret_get(svc_req *req);
+int gw_api_webhook_secret_rotate(svc_req *req);
 /* submit_multipart.c: the streamed body of a multipart/form-data POST
  * /v1/jobs (tensor parts go to the blob store as they arrive), and at the
  * end the job's JSON with each {"part"} input turned into {"blob"}: a new

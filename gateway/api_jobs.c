@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "waits.h"
 #include "request.h"
+#include "webhook_net.h"
 #include "scheduler.h"
 #include "svc_client.h"
 #include "svc_json.h"
@@ -62,6 +63,8 @@ typedef struct submit {
     const char *blob_ids[KL_MAX_IO];
     uint64_t blob_sizes[KL_MAX_IO];
     char *params_s, *labels_s, *meta_s;
+    char *webhook;                 /* NULL: none */
+    char webhook_events[64];
     char backend[8];
     json_t *job;                   /* the job object up to "info"; the rest once committed */
     int wait_s;                    /* Prefer: wait=N: answer when the job ends (or N s) */
@@ -78,6 +81,7 @@ static void submit_free(submit *s)
     free(s->params_s);
     free(s->labels_s);
     free(s->meta_s);
+    free(s->webhook);
     json_decref(s->job);
     free(s);
 }
@@ -393,6 +397,13 @@ static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr)
     s->row.inputs_len = s->b.len;
     s->row.blob_ids = s->blob_ids;
     s->row.blob_sizes = s->blob_sizes;
+    if (jr->webhook && !rc) {
+        s->webhook = strdup(jr->webhook);
+        snprintf(s->webhook_events, sizeof s->webhook_events, "%s", jr->webhook_events);
+        s->row.webhook = s->webhook;
+        s->row.webhook_events = s->webhook_events;
+        rc = s->webhook ? 0 : -ENOMEM;
+    }
     if (!rc && s->idem_key[0]) {
         s->row.idem_key = s->idem_key;
         s->row.idem_hash = s->idem_hash;
@@ -434,6 +445,11 @@ int gw_api_jobs_submit(svc_req *req)
     if (gw_job_req_check_output(&jr, (int64_t)app->cfg.max_output_mb << 20, &ve) != 0) {
         gw_job_req_free(&jr);
         return svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
+    }
+    /* Resolves the webhook's host: only jobs that name one pay for it. */
+    if (jr.webhook && gw_whnet_url_check(app->whnet, jr.webhook, ve.message, sizeof ve.message)) {
+        gw_job_req_free(&jr);
+        return svc_reply_error(req, 422, "invalid_argument", "webhook", NULL, "%s", ve.message);
     }
     submit *s = calloc(1, sizeof(*s));
     if (!s) {

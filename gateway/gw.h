@@ -21,6 +21,8 @@ typedef struct gw_jobcache gw_jobcache;
 typedef struct gw_committer gw_committer;
 typedef struct gw_eta gw_eta;
 typedef struct gw_metrics gw_metrics;
+typedef struct gw_whnet gw_whnet;
+typedef struct gw_webhooks gw_webhooks;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -57,6 +59,11 @@ typedef struct gw_config {
     int metrics_refresh_s;  /* how old the job and node figures of /metrics may be */
     const char *prices;     /* the price table (usage.h, gw_prices_parse) */
     const char *currency;
+    int webhook_allow_private;      /* webhooks may reach any address */
+    const char *webhook_allow_nets; /* CIDR blocks webhooks may reach though internal */
+    int webhook_retry_base_ms;      /* first back-off of a failed delivery; doubles */
+    int webhook_max_age_s;          /* a delivery is retried this long, then failed */
+    int webhook_timeout_s;          /* one attempt, connection included */
     const char *key_tenant; /* keys create: --tenant */
     int key_admin;          /*              --admin */
 } gw_config;
@@ -77,6 +84,8 @@ typedef struct gw_app {
     gw_eta *eta;            /* queued jobs' position and start estimate (eta.h) */
     gw_metrics *metrics;    /* what GET /metrics serves (metrics.h); NULL: nothing counted */
     json_t *prices;         /* the parsed price table: {"currency", "rates"} */
+    gw_whnet *whnet;        /* where webhooks may go (webhook_net.h) */
+    gw_webhooks *webhooks;  /* the delivery worker (webhooks.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -20,6 +20,8 @@
 #include "scheduler.h"
 #include "usage.h"
 #include "waits.h"
+#include "webhook_net.h"
+#include "webhooks.h"
 #include "svc_client.h"
 #include "svc_config.h"
 #include "svc_log.h"
@@ -151,6 +153,23 @@ static svc_opt opts[] = {
              "name as GET /v1/nodes shows it); no rate: cost 0"},
     {.flag = "currency", .env = "KOWLOON_CURRENCY", .type = SVC_OPT_STRING, .def = "USD",
      .help = "ISO 4217 code of the price table's rates"},
+    {.flag = "webhook-allow-private", .env = "KOWLOON_WEBHOOK_ALLOW_PRIVATE", .type = SVC_OPT_BOOL,
+     .def = "0",
+     .help = "webhooks may reach loopback, link-local and private addresses (else refused at "
+             "submit and at connect)"},
+    {.flag = "webhook-allow-nets", .env = "KOWLOON_WEBHOOK_ALLOW_NETS", .type = SVC_OPT_STRING,
+     .help = "CIDR blocks webhooks may reach though they are internal, comma-separated "
+             "(e.g. 10.20.0.0/16,fd00:1::/64)"},
+    {.flag = "webhook-retry-base-ms", .env = "KOWLOON_WEBHOOK_RETRY_BASE_MS", .type = SVC_OPT_INT,
+     .def = "5000", .min = 1, .max = 3600000,
+     .help = "back-off after a webhook's first failed attempt; doubles per attempt up to an hour, "
+             "with jitter"},
+    {.flag = "webhook-max-age-s", .env = "KOWLOON_WEBHOOK_MAX_AGE_S", .type = SVC_OPT_INT,
+     .def = "86400", .min = 1, .max = 2592000,
+     .help = "a webhook delivery is retried this long after its event, then marked failed"},
+    {.flag = "webhook-timeout-s", .env = "KOWLOON_WEBHOOK_TIMEOUT_S", .type = SVC_OPT_INT,
+     .def = "10", .min = 1, .max = 300,
+     .help = "longest webhook attempt, connecting included"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug, info, warn or error"},
     {.flag = NULL},
@@ -236,6 +255,11 @@ static void config_load(gw_config *c)
         .metrics_refresh_s = opt_int("metrics-refresh-s"),
         .prices = opt_str("prices"),
         .currency = opt_str("currency"),
+        .webhook_allow_private = opt_int("webhook-allow-private"),
+        .webhook_allow_nets = opt_str("webhook-allow-nets"),
+        .webhook_retry_base_ms = opt_int("webhook-retry-base-ms"),
+        .webhook_max_age_s = opt_int("webhook-max-age-s"),
+        .webhook_timeout_s = opt_int("webhook-timeout-s"),
         .key_tenant = opt_str("tenant"),
         .key_admin = opt_int("admin"),
     };
@@ -365,6 +389,7 @@ static int cmd_serve(gw_app *app)
         return 1;
     }
     gw_blob_gc *gc = gw_blob_gc_start(app);
+    app->webhooks = gw_webhooks_start(app);
     svc_server_opts so = {
         .listen = app->cfg.listen,
         .routes = gw_routes,
@@ -381,6 +406,7 @@ static int cmd_serve(gw_app *app)
     svc_server *srv = svc_server_start(&so, err, sizeof(err));
     if (!srv) {
         svc_error("cannot serve on %s: %s", app->cfg.listen, err);
+        gw_webhooks_stop(app->webhooks);
         gw_blob_gc_stop(gc);
         gw_api_jobs_stop(app);
         gw_waits_free(app->waits);
@@ -406,6 +432,7 @@ static int cmd_serve(gw_app *app)
     gw_api_jobs_stop(app);
     gw_leases_free(app->leases);
     gw_waits_free(app->waits);
+    gw_webhooks_stop(app->webhooks);
     gw_blob_gc_stop(gc);
     gw_sched_stop(app->sched);
     svc_info("kowloon-gateway stopped");
@@ -468,7 +495,14 @@ int main(int argc, char **argv)
     app.jobs = gw_jobcache_new((size_t)app.cfg.job_cache_mb << 20);
     app.eta = gw_eta_new(5000);
     app.metrics = app.limits ? gw_metrics_new(&app) : NULL;
-    rc = app.limits && app.authfail && app.keys && app.jobs && app.eta && app.metrics ? cmd_serve(&app) : 1;
+    app.whnet = gw_whnet_new(app.cfg.webhook_allow_private, app.cfg.webhook_allow_nets, err,
+                             sizeof(err));
+    if (!app.whnet)
+        svc_error("%s", err);
+    rc = app.limits && app.authfail && app.keys && app.jobs && app.eta && app.metrics && app.whnet
+             ? cmd_serve(&app)
+             : 1;
+    gw_whnet_free(app.whnet);
     gw_metrics_free(app.metrics);
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);

@@ -4,6 +4,7 @@
  * 422, naming the field. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "request.h"
@@ -78,6 +79,53 @@ static int labels_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     return 0;
 }
 
+/* webhook (a URL, checked for its form and length here and for where it
+ * leads by webhook_net.c) and webhook_events (states, no repeats; by
+ * default the terminal ones). */
+static int webhook_parse(const json_t *body, gw_job_req *r, gw_verr *e)
+{
+    static const char *const states[] = {"queued", "running", "succeeded", "failed", "cancelled",
+                                         NULL};
+    json_t *w = json_object_get(body, "webhook");
+    json_t *ev = json_object_get(body, "webhook_events");
+    if (!w) {
+        if (ev)
+            return fail(e, 422, "webhook_events", "webhook_events needs a webhook");
+        return 0;
+    }
+    if (!json_is_string(w))
+        return fail(e, 400, "webhook", "webhook must be a string (an http or https URL)");
+    if (json_string_length(w) > GW_WEBHOOK_URL_MAX)
+        return fail(e, 422, "webhook", "webhook must be at most %d characters", GW_WEBHOOK_URL_MAX);
+    if (strncmp(json_string_value(w), "http://", 7) != 0 &&
+        strncmp(json_string_value(w), "https://", 8) != 0)
+        return fail(e, 422, "webhook", "webhook must be an http:// or https:// URL");
+    if (!ev) {
+        snprintf(r->webhook_events, sizeof r->webhook_events, "succeeded,failed,cancelled");
+    } else {
+        if (!json_is_array(ev) || json_array_size(ev) == 0)
+            return fail(e, 400, "webhook_events", "webhook_events must be a non-empty array of "
+                        "states (queued, running, succeeded, failed, cancelled)");
+        int seen[5] = {0};
+        size_t i;
+        json_t *x;
+        json_array_foreach(ev, i, x) {
+            const char *st = json_string_value(x);
+            int k = 0;
+            while (st && states[k] && strcmp(st, states[k]) != 0)
+                k++;
+            if (!st || !states[k] || seen[k]++)
+                return fail(e, 400, "webhook_events", "webhook_events holds each of queued, "
+                            "running, succeeded, failed, cancelled at most once");
+            size_t n = strlen(r->webhook_events);
+            snprintf(r->webhook_events + n, sizeof r->webhook_events - n, "%s%s", n ? "," : "", st);
+        }
+    }
+    if (!(r->webhook = strdup(json_string_value(w))))
+        return fail(e, 500, "webhook", "out of memory");
+    return 0;
+}
+
 static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
 {
     json_t *res = json_object_get(body, "resources");
@@ -106,7 +154,8 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
 int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
 {
     static const char *const known[] = {"kernel", "params", "inputs", "priority", "timeout_s",
-                                        "max_attempts", "resources", "labels", NULL};
+                                        "max_attempts", "resources", "labels", "webhook",
+                                        "webhook_events", NULL};
     memset(r, 0, sizeof(*r));
     memset(e, 0, sizeof(*e));
     const char *k;
@@ -132,7 +181,7 @@ int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     if (int_member(body, "priority", "priority", 0, 9, &r->priority, e) ||
         int_member(body, "timeout_s", "timeout_s", 1, 86400, &r->timeout_s, e) ||
         int_member(body, "max_attempts", "max_attempts", 1, 10, &r->max_attempts, e) ||
-        resources_parse(body, r, e) || labels_parse(body, r, e))
+        resources_parse(body, r, e) || labels_parse(body, r, e) || webhook_parse(body, r, e))
         goto bad;
     r->kernel = kl_kernel_find(json_string_value(kv));
     if (!r->kernel) {
@@ -178,4 +227,6 @@ void gw_job_req_free(gw_job_req *r)
     svc_kargs_free(&r->ka);
     json_decref(r->labels);
     r->labels = NULL;
+    free(r->webhook);
+    r->webhook = NULL;
 }

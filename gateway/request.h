@@ -15,6 +15,8 @@ typedef struct gw_job_req {
     int priority, timeout_s, max_attempts, gpus;
     char backend[8];          /* any | cpu | cuda */
     json_t *labels;           /* object, owned */
+    char *webhook;            /* URL, owned; NULL: none (its address is checked apart) */
+    char webhook_events[64];  /* the states to deliver, comma-separated */
 } gw_job_req;
 
 /* What is wrong with a request: HTTP status (400 for the envelope, 422 for
@@ -26,6 +28,7 @@ typedef struct gw_verr {
 } gw_verr;
 
 #define GW_MAX_LABELS 32
+#define GW_WEBHOOK_URL_MAX 2048
 
 /* Parses and validates body. 0 with *req filled (release with
  * gw_job_req_free), or -1 with *err. */

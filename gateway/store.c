@@ -63,15 +63,18 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
      * for inputs in the blob store, recorded or touched and referenced by
      * the job so that retention keeps them; $18[k] is job k's
      * Idempotency-Key (NULL: none) and $19[k] its request's fingerprint
-     * (hex). The ids come from the gateway, so the reply maps rows back by
+     * (hex); $20[k] and $21[k] its webhook and the events it gets
+     * (comma-separated), NULL for a job without one. The ids come from the gateway, so the reply maps rows back by
      * ordinality; seq follows that order. A row whose key already names a
      * job inserts nothing: the reply gives that job's id and whether the
      * fingerprints match (seq NULL). */
     "WITH r AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
     "             $5::int[], $6::int[], $7::int[], $8::text[], $9::int[], $10::text[],"
-    "             $11::text[], $13::int[], $14::int[], $18::text[], $19::text[])"
+    "             $11::text[], $13::int[], $14::int[], $18::text[], $19::text[], $20::text[],"
+    "             $21::text[])"
     "           WITH ORDINALITY AS r(id, tenant_id, kernel, params, priority, timeout_s,"
-    "             max_attempts, backend_req, gpus, labels, meta, off, len, ikey, ihash, n)),"
+    "             max_attempts, backend_req, gpus, labels, meta, off, len, ikey, ihash, webhook,"
+    "             wh_events, n)),"
     /* The first row of a (tenant, key) claims it; a key older than the
      * TTL is taken over. DO UPDATE rather than DO NOTHING: a key that a
      * concurrent batch committed after this statement's snapshot is waited
@@ -90,9 +93,10 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "        FROM r LEFT JOIN k ON k.tenant_id = r.tenant_id AND k.key = r.ikey),"
     " f AS (SELECT * FROM rk WHERE job_id = id),"
     " j AS (INSERT INTO jobs (id, tenant_id, kernel, params, priority, timeout_s, max_attempts,"
-    "                         backend_req, gpus, labels, state)"
+    "                         backend_req, gpus, labels, state, webhook, webhook_events)"
     "       SELECT id, tenant_id, kernel, params::json, priority, timeout_s, max_attempts,"
-    "              backend_req, gpus, labels::jsonb, 'queued' FROM f ORDER BY n"
+    "              backend_req, gpus, labels::jsonb, 'queued',"
+    "              webhook, string_to_array(wh_events, ',') FROM f ORDER BY n"
     "       RETURNING id, seq, created_at),"
     " i AS (INSERT INTO job_inputs (job_id, meta, data)"
     "       SELECT id, meta::jsonb, substring($12::bytea FROM off + 1 FOR len) FROM f),"
@@ -105,7 +109,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM f ORDER BY n)"
     " SELECT rk.n, j.seq, floor(extract(epoch FROM j.created_at) * 1000)::bigint, rk.job_id::text,"
     "        rk.same::int"
-    " FROM rk LEFT JOIN j ON j.id = rk.id", 19},
+    " FROM rk LEFT JOIN j ON j.id = rk.id", 21},
 [ST_JOB_GET] = {"SELECT kowloon_job_json(j)::text FROM jobs j"
                 " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 [ST_JOB_LIST] = {
@@ -400,6 +404,58 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                             ORDER BY key NULLS LAST), '[]') FROM g"
     "    WHERE total = 0 AND $5 IS NOT NULL)::text"
     " FROM t", 6},
+/* webhooks (store_webhooks.c). A claim moves the deliveries' next_at past
+ * the attempt ($2 s), so other gateways skip them while this one delivers
+ * and take them over if it dies; the lock is held only by the claim. */
+[ST_WH_CLAIM] = {
+    "WITH c AS (SELECT id FROM webhook_deliveries WHERE state = 'pending'"
+    "             AND next_at <= clock_timestamp() ORDER BY next_at LIMIT $1"
+    "             FOR UPDATE SKIP LOCKED),"
+    " d AS (UPDATE webhook_deliveries w SET next_at = clock_timestamp() + make_interval(secs => $2::float8)"
+    "       FROM c WHERE w.id = c.id RETURNING w.id, w.tenant_id, w.attempts, w.url, w.payload)"
+    " SELECT d.id, d.tenant_id, d.attempts, d.url, d.payload, s.secret"
+    " FROM d LEFT JOIN webhook_secrets s ON s.tenant_id = d.tenant_id", 2},
+/* One attempt: its row, and the delivery delivered, retried $5 s later, or
+ * failed when that retry would come after its $6 s of life. */
+[ST_WH_RECORD] = {
+    "WITH d AS (SELECT id, attempts + 1 AS n, created_at FROM webhook_deliveries"
+    "           WHERE id = $1 AND state = 'pending' FOR UPDATE),"
+    " a AS (INSERT INTO webhook_attempts (delivery_id, n, at, status, error, duration_ms)"
+    "       SELECT id, n, clock_timestamp() - make_interval(secs => $4::int / 1000.0), $2::int,"
+    "              $3, $4::int FROM d),"
+    " s AS (SELECT d.id, d.n, CASE WHEN $7::boolean THEN 'delivered'"
+    "         WHEN clock_timestamp() + make_interval(secs => $5::float8)"
+    "              > d.created_at + make_interval(secs => $6::float8) THEN 'failed'"
+    "         ELSE 'pending' END AS state FROM d),"
+    " u AS (UPDATE webhook_deliveries w SET attempts = s.n, state = s.state,"
+    "         next_at = clock_timestamp() + make_interval(secs => $5::float8),"
+    "         finished_at = CASE WHEN s.state <> 'pending' THEN clock_timestamp() END"
+    "       FROM s WHERE w.id = s.id RETURNING w.state)"
+    " SELECT state FROM u", 7},
+/* The tenant's secret, $2 becoming it when the tenant has none. */
+[ST_WH_SECRET_ENSURE] = {
+    "WITH i AS (INSERT INTO webhook_secrets (tenant_id, secret) VALUES ($1, $2)"
+    "           ON CONFLICT (tenant_id) DO NOTHING RETURNING secret, created_at)"
+    " SELECT secret, kowloon_ts(created_at) FROM i"
+    " UNION ALL SELECT secret, kowloon_ts(created_at) FROM webhook_secrets"
+    " WHERE tenant_id = $1 AND NOT EXISTS (SELECT 1 FROM i)", 2},
+[ST_WH_SECRET_ROTATE] = {
+    "INSERT INTO webhook_secrets (tenant_id, secret) VALUES ($1, $2)"
+    " ON CONFLICT (tenant_id) DO UPDATE SET secret = EXCLUDED.secret, created_at = now()"
+    " RETURNING secret, kowloon_ts(created_at)", 2},
+[ST_WH_LIST] = {
+    "SELECT json_build_object('job_id', j.id, 'webhook', j.webhook,"
+    "  'webhook_events', to_json(j.webhook_events),"
+    "  'deliveries', coalesce((SELECT json_agg(json_build_object("
+    "      'id', 'msg_' || d.id, 'event', d.event, 'event_id', d.event_id, 'state', d.state,"
+    "      'created_at', kowloon_ts(d.created_at),"
+    "      'next_attempt_at', CASE WHEN d.state = 'pending' THEN kowloon_ts(d.next_at) END,"
+    "      'finished_at', kowloon_ts(d.finished_at),"
+    "      'attempts', (SELECT coalesce(json_agg(json_build_object('n', a.n, 'at', kowloon_ts(a.at),"
+    "                     'status', a.status, 'error', a.error, 'duration_ms', a.duration_ms)"
+    "                   ORDER BY a.n), '[]') FROM webhook_attempts a WHERE a.delivery_id = d.id)"
+    "    ) ORDER BY d.id) FROM webhook_deliveries d WHERE d.job_id = j.id), '[]'))::text"
+    " FROM jobs j WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 [ST_RUNNING_COUNTS] = {
     "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
     " GROUP BY node_id", 0},
@@ -416,6 +472,16 @@ int gw_store_set_prices(gw_store *s, const char *prices_json)
     free(s->prices);
     s->prices = p;
     return 0;
+}
+
+int store__run(gw_store *s, int id, const char *const *vals, PGresult **r)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    *r = store__exec(c, id, vals, NULL, NULL, 0);
+    store__release(s, c);
+    return *r ? 0 : -EIO;
 }
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)

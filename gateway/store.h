@@ -79,6 +79,8 @@ typedef struct gw_job_new {
     int nblobs;
     const char *idem_key;     /* Idempotency-Key, or NULL */
     const char *idem_hash;    /* with a key: the request's fingerprint, 64 hex digits */
+    const char *webhook;          /* NULL: none */
+    const char *webhook_events;   /* the states it gets, comma-separated */
     /* filled by gw_store_jobs_insert */
     int64_t seq;              /* queue order (not for GW_IDEM_REPLAY/REUSED) */
     int64_t created_ms;       /* created_at, epoch ms by PostgreSQL's clock */
@@ -340,5 +342,36 @@ int gw_store_slots_up(gw_store *s, int64_t *slots);
 /* Deletes up to limit Idempotency-Keys past their 24 hours, the oldest
  * first; *removed counts them. 0 or -EIO. */
 int gw_store_idem_sweep(gw_store *s, int limit, int *removed);
+
+/* Webhooks (store_webhooks.c). A delivery claimed for one attempt. */
+typedef struct gw_wh_delivery {
+    int64_t id, tenant_id;
+    int attempts;           /* made before this one */
+    char *url, *payload;    /* owned */
+    char secret[64];        /* the tenant's; "" when it has none yet */
+} gw_wh_delivery;
+
+/* Claims up to max deliveries that are due, hiding them from every claim
+ * for lease_s seconds (the attempt must end by then). *out is a calloc'd
+ * array of *n (caller frees with gw_wh_deliveries_free); 0 or -EIO. */
+int gw_store_wh_claim(gw_store *s, int max, int lease_s, gw_wh_delivery **out, int *n);
+void gw_wh_deliveries_free(gw_wh_delivery *d, int n);
+/* Records attempt of delivery id: status the HTTP status (0: none came),
+ * error NULL or what went wrong, delivered when it counts as delivered.
+ * A delivery not delivered is tried again retry_ms later, unless that is
+ * past max_age_s after its creation: then it is failed. state (>= 12
+ * bytes) gets the delivery's new state ("" when it was not pending any
+ * more: another gateway took it over after this one's lease lapsed).
+ * 0 or -EIO. */
+int gw_store_wh_record(gw_store *s, int64_t id, int status, const char *error, int duration_ms,
+                       int delivered, int64_t retry_ms, int max_age_s, char *state);
+/* The tenant's webhook secret into secret (>= 64 bytes) and its creation
+ * time (>= 32 bytes): made now when it has none, replaced when rotate.
+ * 0, -EIO or -ENOMEM. */
+int gw_store_wh_secret(gw_store *s, int64_t tenant_id, int rotate, char *secret, char *created);
+/* GET /v1/jobs/{id}/deliveries' object: the job's webhook and deliveries
+ * with their attempts (new reference in *out); -ENOENT when the tenant has
+ * no such job, -EIO. */
+int gw_store_wh_list(gw_store *s, int64_t tenant_id, const char *job_id, json_t **out);
 
 #endif

@@ -46,6 +46,8 @@ enum {
     ST_KERNEL_RUN_MS, ST_SLOTS_UP,
     ST_JOBS_CLAIM, ST_LEASE_TAKE, ST_RUNS_UNHELD, ST_RUNS_OVERDUE, ST_RUNNING_COUNTS, ST_JOBS_ENDED, ST_TENANTS_RUNNING,
     ST_JOBS_ACTIVE_COUNTS, ST_USAGE,
+    /* webhooks (store_webhooks.c) */
+    ST_WH_CLAIM, ST_WH_RECORD, ST_WH_SECRET_ENSURE, ST_WH_SECRET_ROTATE, ST_WH_LIST,
     ST__COUNT
 };
 
@@ -62,6 +64,9 @@ PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int
  * pass if tried again (no connection, an outage, a deadlock), -EPROTO when
  * PostgreSQL refused the statement itself and would refuse it again. */
 int store__fail_rc(const store__conn *c);
+/* Runs statement id with text parameters on a pooled connection; on 0, *r
+ * holds its result (caller clears it); -EIO. */
+int store__run(gw_store *s, int id, const char *const *vals, PGresult **r);
 /* Runs a parameterless command (BEGIN, COMMIT, ROLLBACK) on c; 0 or -EIO
  * after logging. */
 int store__command(store__conn *c, const char *sql);

@@ -88,7 +88,8 @@ static const char *arr_end(arr *a)
 
 /* The statement's parameters: every array but $12 (the bytes). */
 enum { P_ID, P_TENANT, P_KERNEL, P_PARAMS, P_PRIO, P_TIMEOUT, P_ATTEMPTS, P_BACKEND, P_GPUS,
-       P_LABELS, P_META, P_DATA, P_OFF, P_LEN, P_BJOB, P_BID, P_BSIZE, P_IKEY, P_IHASH, P__COUNT };
+       P_LABELS, P_META, P_DATA, P_OFF, P_LEN, P_BJOB, P_BID, P_BSIZE, P_IKEY, P_IHASH, P_WEBHOOK,
+       P_WH_EVENTS, P__COUNT };
 
 /* One ST_JOBS_INSERT for the whole batch (store.h): the arrays built
  * here, the inline bytes copied into one binary parameter, and each job's
@@ -116,6 +117,8 @@ int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
         arr_add(&a[P_META], j->inputs_meta, 1);
         arr_addf(&a[P_OFF], (long long)off);
         arr_addf(&a[P_LEN], (long long)j->inputs_len);
+        arr_add(&a[P_WEBHOOK], j->webhook ? j->webhook : "NULL", j->webhook != NULL);
+        arr_add(&a[P_WH_EVENTS], j->webhook ? j->webhook_events : "NULL", j->webhook != NULL);
         if (j->inputs_len)
             memcpy(data + off, j->inputs_data, j->inputs_len);
         off += j->inputs_len;

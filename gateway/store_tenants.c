@@ -8,17 +8,6 @@
 
 #include "store_int.h"
 
-/* Runs statement id; on 0, *r holds its result (caller clears it). */
-static int run(gw_store *s, int id, const char *const *vals, PGresult **r)
-{
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    *r = store__exec(c, id, vals, NULL, NULL, 0);
-    store__release(s, c);
-    return *r ? 0 : -EIO;
-}
-
 /* Keys and their prefixes are printable ASCII: anything else matches no
  * key, and is not sent (bytes that are not UTF-8 fail the statement). */
 static int printable_ascii(const char *s)
@@ -35,7 +24,7 @@ int gw_store_auth_key(gw_store *s, const char *key, gw_key_auth *out)
         return -ENOENT;
     const char *v[1] = {key};
     PGresult *r;
-    int rc = run(s, ST_AUTH_KEY, v, &r);
+    int rc = store__run(s, ST_AUTH_KEY, v, &r);
     if (rc)
         return rc;
     rc = PQntuples(r) == 1 ? 0 : -ENOENT;
@@ -58,7 +47,7 @@ int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int limit, int64_t *q
     snprintf(l, sizeof(l), "%d", limit);
     const char *v[2] = {t, l};
     PGresult *r;
-    int rc = run(s, ST_TENANT_QUEUED, v, &r);
+    int rc = store__run(s, ST_TENANT_QUEUED, v, &r);
     if (rc)
         return rc;
     rc = PQntuples(r) == 1 ? 0 : -EIO;
@@ -75,7 +64,7 @@ int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok
     const char *v[2] = {job_id, d};
     PGresult *r;
     *ok = 1;
-    int rc = run(s, ST_TENANT_RUNNING_OK, v, &r);
+    int rc = store__run(s, ST_TENANT_RUNNING_OK, v, &r);
     if (rc)
         return rc;
     if (PQntuples(r) == 1)
@@ -96,7 +85,7 @@ int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit l
     }
     PGresult *r;
     *tenant = NULL;
-    int rc = run(s, ST_TENANT_UPSERT, v, &r);
+    int rc = store__run(s, ST_TENANT_UPSERT, v, &r);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {
@@ -111,7 +100,7 @@ int gw_store_tenants_json(gw_store *s, json_t **tenants)
 {
     PGresult *r;
     *tenants = NULL;
-    int rc = run(s, ST_TENANTS_JSON, NULL, &r);
+    int rc = store__run(s, ST_TENANTS_JSON, NULL, &r);
     if (rc)
         return rc;
     if (PQntuples(r) == 1)
@@ -125,7 +114,7 @@ int gw_store_key_issue(gw_store *s, const char *tenant, int admin, const char *k
 {
     const char *v[3] = {tenant, key, admin ? "true" : "false"};
     PGresult *r;
-    int rc = run(s, ST_KEY_ISSUE, v, &r);
+    int rc = store__run(s, ST_KEY_ISSUE, v, &r);
     if (rc)
         return rc;
     rc = PQntuples(r) == 1 ? 0 : -ENOENT;
@@ -143,7 +132,7 @@ int gw_store_key_revoke_prefix(gw_store *s, const char *prefix)
         return -ENOENT;
     const char *v[1] = {prefix};
     PGresult *r;
-    int rc = run(s, ST_KEY_REVOKE_PREFIX, v, &r);
+    int rc = store__run(s, ST_KEY_REVOKE_PREFIX, v, &r);
     if (rc)
         return rc;
     long matched = PQntuples(r) == 1 ? atol(PQgetvalue(r, 0, 0)) : 0;
@@ -157,7 +146,7 @@ int gw_store_node_drain(gw_store *s, const char *id, int draining, json_t **node
     const char *v[2] = {id, draining ? "true" : "false"};
     PGresult *r;
     *node = NULL;
-    int rc = run(s, ST_NODE_DRAIN, v, &r);
+    int rc = store__run(s, ST_NODE_DRAIN, v, &r);
     if (rc)
         return rc;
     rc = PQntuples(r) == 1 ? 0 : -ENOENT;

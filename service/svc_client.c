@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 static pthread_key_t curl_key;
 static pthread_once_t curl_key_once = PTHREAD_ONCE_INIT;
@@ -455,4 +457,154 @@ void svc_response_clear(svc_response *resp)
     resp->status = 0;
     resp->length = 0;
     resp->error[0] = '\0';
+}
+
+/* ---- many POSTs at once (svc_poster) ---- */
+
+struct svc_poster {
+    CURLM *multi;
+};
+
+/* One transfer of a batch: what its callbacks need. */
+typedef struct poster_xfer {
+    svc_post *post;
+    CURL *h;
+    struct curl_slist *hdr;
+    svc_addr_ok_fn addr_ok;
+    const void *cls;
+    char refused[200];       /* why opensocket refused an address */
+    char errbuf[CURL_ERROR_SIZE];
+    int64_t t0;
+} poster_xfer;
+
+svc_poster *svc_poster_new(void)
+{
+    svc_poster *p = calloc(1, sizeof *p);
+    if (p && !(p->multi = curl_multi_init())) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
+void svc_poster_free(svc_poster *p)
+{
+    if (!p)
+        return;
+    curl_multi_cleanup(p->multi);
+    free(p);
+}
+
+/* Every connection's socket comes from here: the resolved address is
+ * checked right before the connect, so a DNS answer that changed since the
+ * URL was checked (rebinding) cannot lead anywhere addr_ok refuses. */
+static curl_socket_t poster_opensocket(void *cls, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    poster_xfer *x = cls;
+    if (purpose == CURLSOCKTYPE_IPCXN && x->addr_ok &&
+        !x->addr_ok(x->cls, &a->addr, x->refused, sizeof x->refused))
+        return CURL_SOCKET_BAD;
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
+static size_t poster_discard(char *ptr, size_t size, size_t n, void *cls)
+{
+    (void)ptr, (void)cls;
+    return size * n;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sets up x's easy handle for its post; 0 or -1. */
+static int poster_setup(poster_xfer *x, long timeout_ms)
+{
+    svc_post *p = x->post;
+    if (!(x->h = curl_easy_init()))
+        return -1;
+    for (int i = 0; p->headers && p->headers[i]; i++) {
+        struct curl_slist *l = curl_slist_append(x->hdr, p->headers[i]);
+        if (!l)
+            return -1;
+        x->hdr = l;
+    }
+    CURL *h = x->h;
+    curl_easy_setopt(h, CURLOPT_URL, p->url);
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, p->body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)p->len);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->hdr);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, poster_opensocket);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, x);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, poster_discard);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
+    curl_easy_setopt(h, CURLOPT_PRIVATE, x);
+    return 0;
+}
+
+/* Fills x's post from how its transfer ended. */
+static void poster_done(poster_xfer *x, CURLcode res)
+{
+    svc_post *p = x->post;
+    p->duration_ms = (int)(mono_ms() - x->t0);
+    long code = 0;
+    if (res == CURLE_OK)
+        curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    p->status = (int)code;
+    if (res == CURLE_OK)
+        p->error[0] = '\0';
+    else if (x->refused[0])
+        snprintf(p->error, sizeof p->error, "address refused: %s", x->refused);
+    else
+        snprintf(p->error, sizeof p->error, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
+}
+
+int svc_poster_post(svc_poster *p, svc_post *posts, int n, long timeout_ms, svc_addr_ok_fn addr_ok,
+                    const void *cls)
+{
+    poster_xfer *x = calloc((size_t)(n > 0 ? n : 1), sizeof *x);
+    int rc = x ? 0 : -1;
+    int added = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        x[i] = (poster_xfer){.post = &posts[i], .addr_ok = addr_ok, .cls = cls, .t0 = mono_ms()};
+        posts[i].status = 0;
+        snprintf(posts[i].error, sizeof posts[i].error, "not sent (out of memory)");
+        if (poster_setup(&x[i], timeout_ms) != 0 || curl_multi_add_handle(p->multi, x[i].h) != CURLM_OK)
+            rc = -1;
+        else
+            added = i + 1;
+    }
+    int running = added;
+    while (rc == 0 && running > 0) {
+        if (curl_multi_perform(p->multi, &running) != CURLM_OK ||
+            (running > 0 && curl_multi_poll(p->multi, NULL, 0, 200, NULL) != CURLM_OK))
+            rc = -1;
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(p->multi, &left)) != NULL) {
+            poster_xfer *done = NULL;
+            if (m->msg == CURLMSG_DONE &&
+                curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&done) == CURLE_OK && done)
+                poster_done(done, m->data.result);
+        }
+    }
+    for (int i = 0; x && i < n; i++) {
+        if (x[i].h) {
+            curl_multi_remove_handle(p->multi, x[i].h);
+            curl_easy_cleanup(x[i].h);
+        }
+        curl_slist_free_all(x[i].hdr);
+    }
+    free(x);
+    return rc;
 }

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* Call once in main before threads start (curl_global_init). */
 int svc_client_global_init(void);
@@ -62,5 +63,37 @@ int svc_http_get_into(const char *url, const char *bearer, void *buf, size_t cap
  * svc_http_get_into. Returns 0 (any status), -1 or SVC_XFER_ABORTED. */
 int svc_http_post_raw(const char *url, const char *bearer, const char *ctype, const void *data,
                       size_t len, long stall_ms, const volatile int *cancel, svc_response *resp);
+
+/* Many POSTs at once over one curl multi handle, whose connections are kept
+ * for the next batch (webhook deliveries). */
+typedef struct svc_poster svc_poster;
+
+/* Decides whether a connection to sa may be opened: 1 yes, 0 no with why
+ * filled (it becomes the request's error). */
+typedef int (*svc_addr_ok_fn)(const void *cls, const struct sockaddr *sa, char *why, size_t whylen);
+
+typedef struct svc_post {
+    const char *url;
+    const char *body;               /* borrowed; len bytes */
+    size_t len;
+    const char *const *headers;     /* "Name: value", NULL-terminated; borrowed */
+    /* filled by svc_poster_post */
+    int status;                     /* HTTP status; 0 when no response came */
+    char error[256];                /* why no response came ("" when one did) */
+    int duration_ms;
+} svc_post;
+
+/* NULL on ENOMEM. */
+svc_poster *svc_poster_new(void);
+void svc_poster_free(svc_poster *p);
+/* Sends the n POSTs concurrently and returns when all have ended, each
+ * within timeout_ms (connecting included). Redirects are not followed, no
+ * proxy is used, only http and https are spoken, and every socket is
+ * opened only when addr_ok (may be NULL) accepts the address it connects
+ * to: the address actually connected, not the one a name resolved to at
+ * some other time. The response bodies are discarded. 0, or -1 when the
+ * batch could not be started at all (then every post's error says so). */
+int svc_poster_post(svc_poster *p, svc_post *posts, int n, long timeout_ms, svc_addr_ok_fn addr_ok,
+                    const void *cls);
 
 #endif

@@ -490,6 +490,10 @@ class Stack:
             # GPU-second 0.1, or 2 on the fake nodes' "Fake GPU"
             "KOWLOON_PRICES": PRICES,
             "KOWLOON_CURRENCY": "EUR",
+            # webhook receivers of the tests listen on 127.0.0.1 (and only
+            # there: the rest of loopback stays refused), and retry soon
+            "KOWLOON_WEBHOOK_ALLOW_NETS": "127.0.0.1/32",
+            "KOWLOON_WEBHOOK_RETRY_BASE_MS": "3000",
         })
         env.update({k: str(v) for k, v in extra.items()})
         return env
