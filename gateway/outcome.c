@@ -152,12 +152,12 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
 typedef struct batched {
     size_t i;   /* in the report array */
     gw_blob b;
-    char *meta, *info, *usage;
+    char *meta, *info, *usage, *u1, *u2;
 } batched;
 
 /* Decodes report rep into *e and row when it is a succeeded run whose
  * outputs are all inline; 0, or -1 (e left empty) for any other report. */
-static int batch_entry(const json_t *rep, batched *e, gw_success *row)
+static int batch_entry(const gw_app *app, const json_t *rep, batched *e, gw_success *row)
 {
     const char *job_id = json_string_value(json_object_get(rep, "job_id"));
     const char *state = json_string_value(json_object_get(rep, "state"));
@@ -171,8 +171,10 @@ static int batch_entry(const json_t *rep, batched *e, gw_success *row)
         (e->meta = svc_json_dump(e->b.meta, NULL)) && !strstr(e->meta, "\"blob\"") &&
         (!json_is_object(info) || (e->info = svc_json_dump(info, NULL)))) {
         e->usage = gw_usage_from_report(rep);
+        gw_usage_fragments(rep, backend, e->b.len, app->prices, &e->u1, &e->u2);
         *row = (gw_success){job_id, (int)json_integer_value(att), backend ? backend : "cpu",
-                            e->info ? e->info : "{}", e->meta, e->usage, e->b.data, e->b.len, 0};
+                            e->info ? e->info : "{}", e->meta, e->usage, e->u1, e->u2,
+                            e->b.data, e->b.len, 0};
         return 0;
     }
     gw_blob_free(&e->b);
@@ -193,7 +195,7 @@ void gw_outcome_record_all(gw_app *app, const char *node_name, const json_t *rep
      * decode) is recorded on its own, as is everything without memory. */
     for (size_t i = 0; i < n; i++) {
         const json_t *rep = json_array_get(reports, i);
-        if (rows && es && batch_entry(rep, &es[nb], &rows[nb]) == 0)
+        if (rows && es && batch_entry(app, rep, &es[nb], &rows[nb]) == 0)
             es[nb++].i = i;
         else
             out[i] = gw_outcome_record(app, node_name, rep);
@@ -212,6 +214,8 @@ void gw_outcome_record_all(gw_app *app, const char *node_name, const json_t *rep
         free(es[k].meta);
         free(es[k].info);
         free(es[k].usage);
+        free(es[k].u1);
+        free(es[k].u2);
     }
     free(rows);
     free(es);

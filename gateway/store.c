@@ -166,12 +166,20 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_JOBS_SUCCEED_INLINE] = {
     "WITH " ASYNC_COMMIT ","
     " x AS (SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[],"
-    "         $7::int[], $8::int[], $9::text[])"
-    "       AS x(id, attempt, backend, info, meta, off, len, usage)),"
+    "         $7::int[], $8::int[], $9::text[], $11::text[], $12::text[])"
+    "       AS x(id, attempt, backend, info, meta, off, len, usage, u1, u2)),"
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = x.backend,"
     "             info = x.info::jsonb,"
-    "             usage = kowloon_usage(jobs, clock_timestamp(), x.usage::jsonb, x.backend,"
-    "                                   x.meta::jsonb, $10::jsonb)"
+    /* the gateway wrote the usage around queue_s and bytes_in (u1, u2:
+     * gw_usage_fragments), else kowloon_usage works it out */
+    "             usage = CASE WHEN x.u1 IS NULL"
+    "               THEN kowloon_usage(jobs, clock_timestamp(), x.usage::jsonb, x.backend,"
+    "                                  x.meta::jsonb, $10::jsonb)"
+    "               ELSE ('{\"queue_s\":' || round(greatest(extract(epoch FROM"
+    "                       jobs.started_at - jobs.created_at), 0)::numeric, 3)::text"
+    "                     || ',' || x.u1 || ',\"bytes_in\":' || (SELECT coalesce(sum((e->>'nbytes')::bigint), 0)"
+    "                       FROM job_inputs i, jsonb_array_elements(i.meta) e WHERE i.job_id = jobs.id)::text"
+    "                     || ',' || x.u2 || '}')::json END"
     "           FROM x, cfg WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id"
     "             AND jobs.attempts = x.attempt AND " RUNNING_BY_ID
     "           RETURNING jobs.id, jobs.attempts, jobs.node_name, x.meta, x.off, x.len),"
@@ -179,7 +187,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "       SELECT id, attempts, meta::jsonb, substring($6::bytea FROM off + 1 FOR len) FROM j),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
-    " SELECT id::text FROM j", 10},
+    " SELECT id::text FROM j", 12},
 [ST_JOB_FAIL] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"

@@ -213,6 +213,8 @@ typedef struct gw_success {
     int attempt;
     const char *backend, *info_json, *meta_json;
     const char *usage_json;   /* what the node measured, or NULL (gw_store_job_succeed) */
+    const char *usage_u1, *usage_u2; /* the usage but queue_s and bytes_in, made by
+                                        gw_usage_fragments; NULL: kowloon_usage */
     const void *data;
     size_t len;
     int recorded;   /* out: 1 when this attempt was current and is now succeeded */

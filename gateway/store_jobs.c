@@ -388,7 +388,8 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
     /* Entries naming a blob carry "blob" (as a key): without one, the
      * lighter statement does. */
     if (!strstr(meta_json, "\"blob\"")) {
-        gw_success one = {job_id, attempt, backend, info_json, meta_json, usage_json, data, len, 0};
+        gw_success one = {job_id, attempt, backend, info_json, meta_json, usage_json, NULL, NULL,
+                          data, len, 0};
         int rc = gw_store_jobs_succeed_inline(s, &one, 1);
         return rc ? rc : one.recorded ? 0 : -EAGAIN;
     }
@@ -410,7 +411,8 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
 
 /* ST_JOBS_SUCCEED_INLINE's parameters: arrays but $6 (the bytes) and $10
  * (the price table). */
-enum { S_ID, S_ATT, S_BACKEND, S_INFO, S_META, S_DATA, S_OFF, S_LEN, S_USAGE, S_PRICES, S__COUNT };
+enum { S_ID, S_ATT, S_BACKEND, S_INFO, S_META, S_DATA, S_OFF, S_LEN, S_USAGE, S_PRICES, S_U1, S_U2,
+       S__COUNT };
 
 int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
 {
@@ -433,6 +435,8 @@ int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
         arr_addf(&a[S_LEN], (long long)g->len);
         /* an unquoted NULL is SQL's NULL: no measurement from the node */
         arr_add(&a[S_USAGE], g->usage_json ? g->usage_json : "NULL", g->usage_json != NULL);
+        arr_add(&a[S_U1], g->usage_u1 && g->usage_u2 ? g->usage_u1 : "NULL", g->usage_u1 && g->usage_u2);
+        arr_add(&a[S_U2], g->usage_u1 && g->usage_u2 ? g->usage_u2 : "NULL", g->usage_u1 && g->usage_u2);
         if (g->len)
             memcpy(data + off, g->data, g->len);
         off += g->len;

@@ -225,3 +225,65 @@ int gw_usage_query_parse(const char *from, const char *to, const char *group_by,
     }
     return 0;
 }
+
+/* A JSON string of s into buf (escaped as jansson does): len bytes at most. */
+static void json_quoted(char *buf, size_t len, const char *s)
+{
+    json_t *j = json_string(s);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    snprintf(buf, len, "%s", t ? t : "null");
+    free(t);
+    json_decref(j);
+}
+
+int gw_usage_fragments(const json_t *report, const char *backend, uint64_t bytes_out,
+                       const json_t *prices, char **u1, char **u2)
+{
+    const json_t *u = json_object_get(report, "usage");
+    json_t *run = json_object_get(u, "run_s"), *cpu = json_object_get(u, "cpu_s");
+    json_t *g = json_object_get(u, "gpus");
+    const char *model = json_string_value(json_object_get(u, "gpu_model"));
+    int cuda = backend && strcmp(backend, "cuda") == 0;
+    *u1 = *u2 = NULL;
+    /* What only PostgreSQL knows (the node's registered GPUs, the run's
+     * start by the gateway's clock) is left to kowloon_usage. */
+    if (!backend || !json_is_number(run) || !isfinite(json_number_value(run)) ||
+        json_number_value(run) < 0 || json_number_value(run) > 315360000.0 ||
+        (cuda && (!model || !*model || strlen(model) > GPU_MODEL_MAX || !json_is_integer(g) ||
+                  json_integer_value(g) < 0 || json_integer_value(g) > GPUS_MAX)))
+        return -1;
+    double run_s = json_number_value(run), cpu_s = 0;
+    if (json_is_number(cpu) && isfinite(json_number_value(cpu)) && json_number_value(cpu) > 0 &&
+        json_number_value(cpu) <= 315360000.0)
+        cpu_s = json_number_value(cpu);
+    int gpus = cuda ? (int)json_integer_value(g) : 0;
+    const json_t *rates = json_object_get(prices, "rates");
+    json_t *rate = NULL;
+    char key[GPU_MODEL_MAX + 8], mq[2 * GPU_MODEL_MAX + 8] = "", cur[32] = "";
+    if (cuda) {
+        snprintf(key, sizeof key, "cuda:%s", model);
+        if (!(rate = json_object_get(rates, key)))
+            rate = json_object_get(rates, "cuda");
+        json_quoted(mq, sizeof mq, model);
+    } else {
+        rate = json_object_get(rates, "cpu");
+    }
+    const char *currency = json_string_value(json_object_get(prices, "currency"));
+    if (currency)
+        json_quoted(cur, sizeof cur, currency);
+    double cost = (cuda ? gpus * run_s : cpu_s) / 3600 * (json_is_number(rate) ? json_number_value(rate) : 0);
+    /* kowloon_usage's members, in its order and with its rounding */
+    if (asprintf(u1, "\"run_s\":%.3f,\"backend\":\"%s\",\"gpus\":%d%s%s,\"gpu_s\":%.3f,\"cpu_s\":%.6f",
+                 run_s, cuda ? "cuda" : "cpu", gpus, cuda ? ",\"gpu_model\":" : "", mq,
+                 gpus * run_s, cpu_s) < 0) {
+        *u1 = NULL;
+        return -1;
+    }
+    if (asprintf(u2, "\"bytes_out\":%llu,\"cost\":%.9f%s%s", (unsigned long long)bytes_out, cost,
+                 currency ? ",\"currency\":" : "", cur) < 0) {
+        free(*u1);
+        *u1 = *u2 = NULL;
+        return -1;
+    }
+    return 0;
+}

@@ -19,6 +19,17 @@ const char *gw_usage_backend(const json_t *report);
  * JSON text the caller frees; NULL when the report has none of them. */
 char *gw_usage_from_report(const json_t *report);
 
+/* The usage of a succeeded run as the batched success statement writes
+ * it, around what only PostgreSQL has (queue_s and bytes_in): *u1 is
+ * "run_s":…,"backend":…,"gpus":…[,"gpu_model":…],"gpu_s":…,"cpu_s":… and
+ * *u2 "bytes_out":…,"cost":…[,"currency":…], both malloc'd, the same
+ * members, order and rounding as kowloon_usage (012_usage.sql), which cost
+ * a PL/pgSQL call per job on the result path. Returns 0, or -1 when the
+ * report does not say enough (no backend or run_s, a CUDA run without its
+ * GPU model or count): PostgreSQL's kowloon_usage then computes it. */
+int gw_usage_fragments(const json_t *report, const char *backend, uint64_t bytes_out,
+                       const json_t *prices, char **u1, char **u2);
+
 /* Parses the price table of --prices: "KEY=RATE[,KEY=RATE...]" where KEY
  * is "cpu" (per CPU-core-hour of CPU time), "cuda" (per GPU-hour) or
  * "cuda:<GPU model>" (per GPU-hour of that model, as nodes report its
