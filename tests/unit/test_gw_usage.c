@@ -192,6 +192,43 @@ static void test_usage_query_defaults_and_checks(void **state)
     expect_bad(NULL, NULL, "Kernel", "group_by");
 }
 
+/* The result path's usage fragments: kowloon_usage's members, order and
+ * rounding; a report that does not say enough is left to PostgreSQL. */
+static void test_usage_fragments_match_kowloon_usage(void **state)
+{
+    (void)state;
+    json_t *prices = json_loads("{\"currency\": \"EUR\", \"rates\": {\"cpu\": 3600,"
+                                " \"cuda\": 1, \"cuda:H200\": 7200}}", 0, NULL);
+    json_t *cpu = json_loads("{\"usage\": {\"run_s\": 0.0125, \"cpu_s\": 0.002}}", 0, NULL);
+    char *u1, *u2;
+    assert_int_equal(gw_usage_fragments(cpu, "cpu", 4096, prices, &u1, &u2), 0);
+    assert_string_equal(u1, "\"run_s\":0.013,\"backend\":\"cpu\",\"gpus\":0,\"gpu_s\":0.000,"
+                            "\"cpu_s\":0.002000");
+    assert_string_equal(u2, "\"bytes_out\":4096,\"cost\":0.002000000,\"currency\":\"EUR\"");
+    free(u1);
+    free(u2);
+    json_t *gpu = json_loads("{\"usage\": {\"run_s\": 2, \"gpus\": 2, \"gpu_model\": \"H200\"}}",
+                             0, NULL);
+    assert_int_equal(gw_usage_fragments(gpu, "cuda", 0, prices, &u1, &u2), 0);
+    assert_string_equal(u1, "\"run_s\":2.000,\"backend\":\"cuda\",\"gpus\":2,"
+                            "\"gpu_model\":\"H200\",\"gpu_s\":4.000,\"cpu_s\":0.000000");
+    assert_string_equal(u2, "\"bytes_out\":0,\"cost\":8.000000000,\"currency\":\"EUR\"");
+    free(u1);
+    free(u2);
+    /* no run time, or a CUDA run without its model: PostgreSQL's part */
+    json_t *none = json_loads("{\"usage\": {\"cpu_s\": 1}}", 0, NULL);
+    json_t *nomodel = json_loads("{\"usage\": {\"run_s\": 1, \"gpus\": 1}}", 0, NULL);
+    assert_int_equal(gw_usage_fragments(none, "cpu", 0, prices, &u1, &u2), -1);
+    assert_int_equal(gw_usage_fragments(nomodel, "cuda", 0, prices, &u1, &u2), -1);
+    assert_int_equal(gw_usage_fragments(cpu, NULL, 0, prices, &u1, &u2), -1);
+    assert_null(u1);
+    json_decref(prices);
+    json_decref(cpu);
+    json_decref(gpu);
+    json_decref(none);
+    json_decref(nomodel);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +237,7 @@ int main(void)
         cmocka_unit_test(test_node_usage_keeps_only_well_formed_members),
         cmocka_unit_test(test_times_are_dates_or_rfc3339),
         cmocka_unit_test(test_usage_query_defaults_and_checks),
+        cmocka_unit_test(test_usage_fragments_match_kowloon_usage),
     };
     return cmocka_run_group_tests_name("gw_usage", tests, NULL, NULL);
 }
