@@ -10,6 +10,10 @@ PACKAGES=(
     libmicrohttpd-dev libjansson-dev libpq-dev libhiredis-dev libcurl4-openssl-dev
     libopenblas-dev libcmocka-dev libdouble-conversion-dev libssl-dev postgresql postgresql-contrib redis-server
     docker-compose g++ clang libclang-rt-14-dev wrk pkg-config curl
+    # the dashboard: Chart.js it serves, and what tests/integration/test_ui.py
+    # drives it with (headless Chromium through selenium) and runs its
+    # JavaScript client in (Node >= 18)
+    libjs-chart.js chromium chromium-driver nodejs
 )
 REQUIREMENTS=tests/requirements.txt
 
