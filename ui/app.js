@@ -302,8 +302,33 @@ async function jobPage(id) {
 
   const points = []; // what the kernel reported, for the chart
   const chart = reportChart(chartBox);
+  // The timeline holds what the page infers (the job's timestamps, the
+  // states a poll saw) and the event stream's events. A stream may replay
+  // the job's history from its start: the first stream event of a name
+  // takes the place of the inferred entry of that name, never doubling it.
+  const entry = (name, at, detail) => h("li", { dataset: { event: name } }, h("strong", {}, name), " ",
+    h("span", { class: "muted" }, at ? new Date(at).toLocaleTimeString() : ""), detail ? ` ${detail}` : "");
+  const inferred = []; // {name, li} no stream event has matched yet
+  const streamed = []; // names of stream events no inference has matched yet
   const addEvent = (name, at, detail) => {
-    timeline.append(h("li", { dataset: { event: name } }, h("strong", {}, name), " ", h("span", { class: "muted" }, at ? new Date(at).toLocaleTimeString() : ""), detail ? ` ${detail}` : ""));
+    const i = streamed.indexOf(name);
+    if (i >= 0) {
+      streamed.splice(i, 1);
+      return;
+    }
+    const li = entry(name, at, detail);
+    inferred.push({ name, li, at, detail });
+    timeline.append(li);
+  };
+  const addStreamed = (name, at, detail) => {
+    const i = inferred.findIndex((x) => x.name === name);
+    if (i >= 0) {
+      const x = inferred.splice(i, 1)[0];
+      x.li.replaceWith(entry(name, at || x.at, detail || x.detail));
+      return;
+    }
+    streamed.push(name);
+    timeline.append(entry(name, at, detail));
   };
   let outputsShown = false;
   const render = (j) => {
@@ -352,7 +377,6 @@ async function jobPage(id) {
   render(job);
   addEvent("queued", job.created_at);
   let lastState = "queued";
-  let seenStream = false;
   const addPoint = (d) => {
     if (!d || typeof d !== "object") return;
     points.push({ t: Date.now(), ...d });
@@ -365,7 +389,7 @@ async function jobPage(id) {
       // job's own timestamp where it has one
       if (j.state !== lastState) {
         lastState = j.state;
-        if (!seenStream) addEvent(j.state, j.state === "running" ? j.started_at : j.finished_at, j.node ? `on ${j.node}` : "");
+        addEvent(j.state, j.state === "running" ? j.started_at : j.finished_at, j.node ? `on ${j.node}` : "");
       }
       render(j);
     },
@@ -374,9 +398,14 @@ async function jobPage(id) {
         if (ev.event === "progress") addPoint(ev.data);
         return;
       }
-      seenStream = true;
-      if (ev.event === "progress") addPoint(ev.data);
-      else addEvent(ev.event, ev.data && (ev.data.at || ev.data.created_at), ev.data && ev.data.node ? `on ${ev.data.node}` : "");
+      const d = ev.data && typeof ev.data === "object" ? ev.data : {};
+      if (ev.event === "progress") {
+        addPoint(d);
+        return;
+      }
+      // events are named by kind; a generic name carries the state in data
+      const name = (ev.event === "state" || ev.event === "message") && typeof d.state === "string" ? d.state : ev.event;
+      addStreamed(name, d.at || d.created_at || d.ts, d.node ? `on ${d.node}` : "");
     },
   });
   if (job.state !== "queued") {

@@ -214,16 +214,18 @@ def console_problems(d):
 
 
 def sign_in(d, base, key, wrong_first=False):
+    """Signs in with the keyboard alone: the key field has the focus, and
+    Enter submits it."""
+    from selenium.webdriver.common.keys import Keys
     d.get(base + "/ui/")
     wait_for("the sign-in form", lambda: by_css(d, "#apikey"))
-    if wrong_first:
-        by_css(d, "#apikey")[0].send_keys("kl_not_a_key")
-        by_css(d, "#signin button[type=submit]")[0].click()
-        wait_for("the refusal", lambda: "not accepted" in by_css(d, "#signin-error")[0].text)
     box = by_css(d, "#apikey")[0]
-    box.clear()
-    box.send_keys(key)
-    by_css(d, "#signin button[type=submit]")[0].click()
+    assert d.switch_to.active_element == box
+    if wrong_first:
+        box.send_keys("kl_not_a_key", Keys.ENTER)
+        wait_for("the refusal", lambda: "not accepted" in by_css(d, "#signin-error")[0].text)
+        box.clear()
+    box.send_keys(key, Keys.ENTER)
     wait_for("the jobs page", lambda: by_css(d, "#jobs-table") or by_css(d, "#no-jobs"))
     # the key is in this tab's sessionStorage, and in no URL
     assert d.execute_script("return sessionStorage.getItem('kowloon.key')") == key
