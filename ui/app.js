@@ -105,7 +105,7 @@ function props(pairs) {
 }
 
 function setPage(title, ...content) {
-  main.replaceChildren(...content);
+  main.replaceChildren(...content.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
   document.title = title ? `${title} — Kowloon` : "Kowloon";
 }
 
@@ -590,7 +590,9 @@ async function usagePage() {
   for (const [k, v] of Object.entries(u)) {
     if (Array.isArray(v) && v.every((r) => r && typeof r === "object")) {
       const cols = [...new Set(v.flatMap((r) => Object.keys(r)))];
-      parts.push(h("h2", {}, k.replace(/_/g, " ")), table(cols, v.map((r) => h("tr", {}, cols.map((c) => h("td", { class: typeof r[c] === "number" ? "num" : "" }, fmt(r[c])))))));
+      const num = (c) => v.every((r) => r[c] === undefined || r[c] === null || typeof r[c] === "number");
+      parts.push(h("h2", {}, k.replace(/_/g, " ")), table(cols.map((c) => h("th", { scope: "col", class: num(c) ? "num" : "" }, c)),
+        v.map((r) => h("tr", {}, cols.map((c) => h("td", { class: num(c) ? "num" : "" }, fmt(r[c])))))));
     } else {
       scalars.push([k, fmt(v)]);
     }

@@ -12,6 +12,7 @@ selenium) is absent; scripts/install-deps.sh installs them. The Node tests
 skip where node (>= 18) is absent."""
 
 import http.client
+import json
 import os
 import re
 import shutil
@@ -365,3 +366,179 @@ def test_dashboard_without_chartjs_plots_as_a_table(stack, A, browser):
         d.get(f"{stack.base}/ui/#/jobs/{job['id']}")
         wait_for("the loss chart", lambda: by_css(d, "#report-chart"), 20)
         shot(d, "job-chart")
+
+
+# ---------------------------------------------------------------- events
+
+class EventsProxy:
+    """A reverse proxy in front of the gateway that adds what a gateway
+    may offer and this one may not: GET /v1/jobs/{id}/events (a job's
+    state changes, seen by polling the gateway, and made-up `progress`
+    events with fraction, epoch and loss while it runs; the first stream is
+    cut after two events so that the client must reconnect with
+    Last-Event-ID), GET /v1/usage, and a `usage` member on ended jobs. So
+    the dashboard's event-stream path, usage page and usage fields are
+    driven in a browser here whatever the gateway serves; everything else
+    goes through unchanged."""
+
+    USAGE = {"by_kernel": [{"kernel": "sleep", "jobs": 3, "run_s": 4.5, "cost": 0.125}],
+             "by_label": [{"label": "suite:x", "jobs": 3, "cost": 0.125}]}
+
+    def __init__(self, gateway):
+        import http.server
+        import threading
+        import requests
+        self.gw = gateway
+        self.http = requests
+        self.lock = threading.Lock()
+        self.logs = {}          # job id -> [(id, event, data)]
+        self.last_event_ids = []
+        self.streams = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                proxy.handle(self)
+
+            def do_POST(self):
+                proxy.handle(self)
+
+            def do_HEAD(self):
+                proxy.handle(self)
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.srv.daemon_threads = True
+        self.base = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+    def forward(self, h):
+        n = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(n) if n else None
+        keep = ("Authorization", "Content-Type", "Prefer", "If-None-Match", "Accept", "Last-Event-ID")
+        r = self.http.request(h.command, self.gw + h.path, data=body, allow_redirects=False, timeout=30,
+                              headers={k: h.headers[k] for k in keep if h.headers.get(k)})
+        return r
+
+    def reply(self, h, status, headers, body):
+        h.send_response(status)
+        for k, v in headers.items():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                h.send_header(k, v)
+        h.send_header("Content-Length", headers.get("Content-Length", str(len(body)))
+                      if h.command == "HEAD" else str(len(body)))
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(body)
+
+    def handle(self, h):
+        m = re.fullmatch(r"/v1/jobs/([0-9a-f-]{36})(/events)?", h.path)
+        if h.command == "GET" and h.path == "/v1/usage" and h.headers.get("Authorization"):
+            return self.reply(h, 200, {"Content-Type": "application/json"}, json.dumps(self.USAGE).encode())
+        if h.command == "GET" and m and m.group(2):
+            return self.stream(h, m.group(1))
+        r = self.forward(h)
+        body = r.content
+        if h.command == "GET" and m and r.status_code == 200:
+            j = r.json()
+            if j["state"] in stk.TERMINAL:
+                j["usage"] = {"queue_wait_s": 0.5, "run_s": 2.0, "gpu_s": 0, "cpu_s": 2.0,
+                              "bytes_in": 0, "bytes_out": 4, "cost": 0.0042}
+            body = json.dumps(j).encode()
+        self.reply(h, r.status_code, dict(r.headers), body)
+
+    def _log(self, job_id, state):
+        """The job's event log, extended by what the gateway says now."""
+        with self.lock:
+            log = self.logs.setdefault(job_id, [])
+            states = [e for e in log if e[1] != "progress"]
+            if not states or states[-1][2]["state"] != state:
+                log.append((len(log) + 1, state, {"state": state, "at": stk.datetime.utcnow().isoformat() + "Z"}))
+            elif state == "running":
+                k = sum(1 for e in log if e[1] == "progress") + 1
+                log.append((len(log) + 1, "progress", {"fraction": min(1.0, k / 6), "epoch": k, "loss": 1.0 / k}))
+            return list(log)
+
+    def stream(self, h, job_id):
+        r = self.http.get(f"{self.gw}/v1/jobs/{job_id}", timeout=10,
+                          headers={"Authorization": h.headers.get("Authorization", "")})
+        if r.status_code != 200:
+            return self.reply(h, r.status_code, dict(r.headers), r.content)
+        with self.lock:
+            self.streams += 1
+            first = self.streams == 1
+            self.last_event_ids.append(h.headers.get("Last-Event-ID"))
+        last = int(h.headers.get("Last-Event-ID") or 0)
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Cache-Control", "no-cache")
+        h.end_headers()
+        sent = 0
+        try:
+            h.wfile.write(b"retry: 200\n\n")
+            while True:
+                state = self.http.get(f"{self.gw}/v1/jobs/{job_id}", timeout=10,
+                                      headers={"Authorization": h.headers["Authorization"]}).json()["state"]
+                for eid, ev, data in self._log(job_id, state):
+                    if eid <= last:
+                        continue
+                    h.wfile.write(f"id: {eid}\nevent: {ev}\ndata: {json.dumps(data)}\n\n".encode())
+                    h.wfile.flush()
+                    last = eid
+                    sent += 1
+                    if first and sent == 2:
+                        return  # cut: the client must come back with Last-Event-ID: 2
+                if state in stk.TERMINAL:
+                    return
+                time.sleep(0.3)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+
+@pytest.fixture
+def events_proxy(stack):
+    p = EventsProxy(stack.base)
+    yield p
+    p.close()
+
+
+@pytest.mark.timeout(120)
+def test_dashboard_follows_an_event_stream_and_shows_usage(stack, A, browser, events_proxy):
+    d = browser
+    p = events_proxy
+    sign_in(d, p.base, stack.keys["A"])
+    wait_for("the Usage link", lambda: by_css(d, "#nav-usage")[0].is_displayed())
+    job = A.submit("sleep", {"seconds": 3}, labels={"suite": "sse"})
+    d.get(f"{p.base}/ui/#/jobs/{job['id']}")
+    wait_for("the live indicator to say events",
+             lambda: by_css(d, "#live")[0].get_attribute("data-mode") == "sse")
+    fractions = set()
+
+    def progressing():
+        v = by_css(d, "#job-progress")[0].get_attribute("value")
+        if job_state_text(d) == "running" and v:
+            fractions.add(float(v))
+        return len(fractions) >= 2
+    wait_for("the progress bar to move while it runs", progressing, 20)
+    wait_for("the chart of the reported loss", lambda: by_css(d, "#report-chart"), 20)
+    wait_for("succeeded", lambda: job_state_text(d) == "succeeded", 20)
+    # the stream was cut after two events: the client came back for the rest
+    assert p.last_event_ids[:2] == [None, "2"], p.last_event_ids
+    events = [li.get_attribute("data-event") for li in by_css(d, "#timeline li")]
+    assert events == ["queued", "running", "succeeded"], events
+    # the job's usage, where the gateway reports it
+    wait_for("the cost", lambda: "0.0042" in by_css(d, "#job-summary")[0].text)
+    assert "GPU time" in by_css(d, "#job-summary")[0].text
+    shot(d, "job-events")
+    d.get(f"{p.base}/ui/#/usage")
+    wait_for("the usage tables", lambda: len(by_css(d, "main table")) == 2)
+    assert "sleep" in by_css(d, "main table")[0].text and "suite:x" in by_css(d, "main table")[1].text
+    shot(d, "usage")
