@@ -3,11 +3,12 @@
 // by the URL's hash. Every piece of data reaches the page as text
 // (textContent, never innerHTML), and the API key lives in sessionStorage
 // and goes only to this page's own origin, in the Authorization header.
-import { Kowloon, KowloonError, TERMINAL, npyToTensor, tensorValues } from "./kowloon.js";
+import { Kowloon, KowloonError, TERMINAL, npyToTensor, rawValues } from "./kowloon.js";
 
 const KEY_SLOT = "kowloon.key";
 const PAGE_SIZE = 25;
 const SMALL_TENSOR = 64; // elements: shown as a table, else only downloadable
+const CHART_MAX = 100000; // elements of a loss output fetched to be plotted
 const CHART_URL = "vendor/chart.js/chart.min.js";
 const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"];
 
@@ -15,6 +16,7 @@ const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 const live = document.getElementById("live");
 let kl = null;
+let kernelList = null; // GET /v1/kernels, once per sign-in
 let pageCleanup = [];
 
 // ---------------------------------------------------------------- helpers
@@ -161,6 +163,7 @@ function signinPage(reason) {
     }
     sessionStorage.setItem(KEY_SLOT, key);
     kl = probe;
+    kernelList = null;
     if (!location.hash || location.hash.startsWith("#/signin")) location.hash = "#/jobs";
     else route();
   });
@@ -168,9 +171,15 @@ function signinPage(reason) {
   input.focus();
 }
 
+function catalog() {
+  if (!kernelList) kernelList = kl.kernels().catch((e) => { kernelList = null; throw e; });
+  return kernelList;
+}
+
 function signOut() {
   sessionStorage.removeItem(KEY_SLOT);
   kl = null;
+  kernelList = null;
   location.hash = "#/signin";
 }
 
@@ -414,7 +423,7 @@ async function jobPage(id) {
     if (TERMINAL.includes(job.state)) addEvent(job.state, job.finished_at);
     lastState = job.state;
   }
-  onLeave(() => w.close());
+  onLeave(() => { w.close(); chart.destroy(); });
 }
 
 function paramsView(j) {
@@ -439,7 +448,7 @@ function reportChart(box) {
   let canvas = null;
   let fallback = null;
   const X = ["epoch", "step", "iteration", "iter"];
-  return async (points) => {
+  const draw = async (points) => {
     const keys = new Set();
     for (const p of points) for (const [k, v] of Object.entries(p)) if (typeof v === "number" && k !== "t" && k !== "fraction" && !X.includes(k)) keys.add(k);
     if (!keys.size) return;
@@ -470,42 +479,55 @@ function reportChart(box) {
       fallback = t;
     }
   };
+  // Chart.js keeps listeners on the window (resizing) until destroyed
+  draw.destroy = () => { if (c) c.destroy(); };
+  return draw;
 }
 
+/** The outputs of a succeeded job: their names from the kernel catalog,
+ * dtype and shape from a HEAD of each, and the bytes of the small ones
+ * only, so that a job with gigabytes of outputs costs the page nothing
+ * until a download is asked for. */
 async function showOutputs(j, box, points, chart) {
   box.replaceChildren(h("div", { class: "card" }, h("h2", {}, "Outputs"), h("p", { class: "muted" }, "Loading…")));
-  let res;
+  let outs;
   try {
-    res = await kl.getResult(j.id);
+    const spec = (await catalog()).find((k) => k.name === j.kernel);
+    const names = spec ? spec.outputs.map((o) => o.name) : [];
+    outs = await Promise.all(names.map(async (name) => {
+      const info = await kl.getOutputInfo(j.id, name);
+      const n = info.shape.reduce((a, b) => a * b, 1);
+      const want = n <= SMALL_TENSOR || (name === "loss" && info.shape.length === 1 && n <= CHART_MAX);
+      const vals = want ? rawValues((await kl.getOutput(j.id, name)).bytes, info.dtype) : null;
+      return { name, ...info, n, vals };
+    }));
   } catch (e) {
     box.replaceChildren(h("div", { class: "card" }, h("h2", {}, "Outputs"), h("p", { class: "error" }, errorText(e))));
     return;
   }
-  const cards = Object.entries(res.outputs || {}).map(([name, t]) => {
-    const n = (t.shape || []).reduce((a, b) => a * b, 1);
-    const vals = n <= SMALL_TENSOR ? tensorValues(t) : null;
-    const cols = t.shape && t.shape.length === 2 ? t.shape[1] : 1;
-    let view = h("p", { class: "muted" }, `${n} elements: download to read.`);
-    if (vals) {
+  const cards = outs.map((t) => {
+    const cols = t.shape.length === 2 ? t.shape[1] : 1;
+    let view = h("p", { class: "muted" }, `${t.n} elements (${bytes(t.size)}): download to read.`);
+    if (t.vals && t.n <= SMALL_TENSOR) {
       const rows = [];
-      for (let i = 0; i < vals.length; i += cols) {
-        rows.push(h("tr", {}, h("th", { class: "num muted", scope: "row" }, String(i / cols)), vals.slice(i, i + cols).map((v) => h("td", { class: "num" }, fmt(v)))));
+      for (let i = 0; i < t.vals.length; i += cols) {
+        rows.push(h("tr", {}, h("th", { class: "num muted", scope: "row" }, String(i / cols)), t.vals.slice(i, i + cols).map((v) => h("td", { class: "num" }, fmt(v)))));
       }
-      view = h("div", { class: "table-wrap tensor-wrap" }, h("table", { class: "tensor", dataset: { output: name } }, h("tbody", {}, rows)));
+      view = h("div", { class: "table-wrap tensor-wrap" }, h("table", { class: "tensor", dataset: { output: t.name } }, h("tbody", {}, rows)));
     }
-    return h("div", { class: "output", dataset: { output: name } },
-      h("h3", {}, name, " ", h("span", { class: "muted mono" }, `${t.dtype} ${JSON.stringify(t.shape)}`)),
+    return h("div", { class: "output", dataset: { output: t.name } },
+      h("h3", {}, t.name, " ", h("span", { class: "muted mono" }, `${t.dtype} ${JSON.stringify(t.shape)}`)),
       view,
       h("div", { class: "row" },
-        h("button", { type: "button", class: "secondary", onclick: () => download(j.id, name, "npy") }, `Download ${name}.npy`),
-        h("button", { type: "button", class: "secondary", onclick: () => download(j.id, name, null) }, "raw bytes")));
+        h("button", { type: "button", class: "secondary", onclick: () => download(j.id, t.name, "npy") }, `Download ${t.name}.npy`),
+        h("button", { type: "button", class: "secondary", onclick: () => download(j.id, t.name, null) }, "raw bytes")));
   });
   box.replaceChildren(h("div", { class: "card", id: "outputs-card" }, h("h2", {}, "Outputs"), cards.length ? cards : h("p", { class: "muted" }, "No outputs.")));
   // train_mlp reports its loss per epoch as an output: plot it when no
   // progress events were seen
-  const loss = res.outputs && res.outputs.loss;
-  if (!points.length && loss && loss.shape && loss.shape.length === 1 && loss.shape[0] > 1) {
-    tensorValues(loss).forEach((v, i) => points.push({ epoch: i + 1, loss: v }));
+  const loss = outs.find((t) => t.name === "loss" && t.vals && t.n > 1);
+  if (!points.length && loss) {
+    loss.vals.forEach((v, i) => points.push({ epoch: i + 1, loss: v }));
     chart(points);
   }
 }
@@ -606,7 +628,7 @@ async function submitPage() {
   setPage("Submit", h("h1", {}, "Submit a job"), h("p", { class: "muted" }, "Loading the kernels…"));
   let kernels;
   try {
-    kernels = await kl.kernels();
+    kernels = await catalog();
   } catch (e) {
     setPage("Submit", h("h1", {}, "Submit a job"), h("p", { class: "error" }, errorText(e)));
     return;
@@ -755,6 +777,7 @@ async function route() {
     if (e instanceof KowloonError && e.status === 401) {
       sessionStorage.removeItem(KEY_SLOT);
       kl = null;
+      kernelList = null;
       signinPage("Your key is no longer accepted: sign in again.");
       return;
     }
@@ -772,5 +795,11 @@ async function showUsageLink() {
 }
 
 document.getElementById("signout").addEventListener("click", signOut);
-window.addEventListener("hashchange", () => { route(); showUsageLink(); });
+window.addEventListener("hashchange", async () => {
+  await route();
+  // the link that was followed is gone with its page: keyboard focus and
+  // screen readers start again at the new page's content
+  if (document.activeElement === document.body || !document.activeElement) main.focus({ preventScroll: true });
+  showUsageLink();
+});
 route().then(showUsageLink);

@@ -120,6 +120,24 @@ export function npyToTensor(buffer) {
   return { dtype, shape: dims, b64: toBase64(data) };
 }
 
+/** The numbers of an output's raw little-endian bytes (an ArrayBuffer) of
+ * dtype float32, float64 or int32, as a flat array. */
+export function rawValues(buffer, dtype) {
+  if (dtype === "float64") return Array.from(new Float64Array(buffer));
+  if (dtype === "int32") return Array.from(new Int32Array(buffer));
+  // A float32 widened to a double prints all its binary digits
+  // (0.1f: 0.10000000149011612); give back the shortest decimal that reads
+  // as the same float32, as the API's JSON does (0.1).
+  return Array.from(new Float32Array(buffer), (v) => {
+    if (!Number.isFinite(v) || v === 0) return v;
+    for (let p = 1; p < 9; p++) {
+      const d = Number(v.toPrecision(p));
+      if (Math.fround(d) === v) return d;
+    }
+    return v;
+  });
+}
+
 /** The numbers of a tensor as the API returns it (data, or b64): a flat
  * array (non-finite values arrive as the strings "NaN", "Infinity"). */
 export function tensorValues(t) {
@@ -128,8 +146,7 @@ export function tensorValues(t) {
     const bin = atob(t.b64);
     const u8 = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) u8[i] = bin.charCodeAt(i);
-    const T = t.dtype === "float64" ? Float64Array : t.dtype === "int32" ? Int32Array : Float32Array;
-    return Array.from(new T(u8.buffer));
+    return rawValues(u8.buffer, t.dtype);
   }
   return [];
 }
@@ -209,7 +226,15 @@ export class Kowloon {
   /** An output's bytes: {bytes: ArrayBuffer, dtype, shape, contentType};
    * format "npy" for a .npy file, else raw little-endian bytes. */
   async getOutput(id, name, { format } = {}) {
-    const resp = await this.request("GET", `/v1/jobs/${encodeURIComponent(id)}/outputs/${encodeURIComponent(name)}`, {
+    const resp = await this._output("GET", id, name, format);
+    return { ...outputMeta(resp), bytes: await resp.arrayBuffer() };
+  }
+  /** What an output is, without its bytes (HEAD): {dtype, shape, size}. */
+  async getOutputInfo(id, name) {
+    return outputMeta(await this._output("HEAD", id, name));
+  }
+  async _output(method, id, name, format) {
+    const resp = await this.request(method, `/v1/jobs/${encodeURIComponent(id)}/outputs/${encodeURIComponent(name)}`, {
       query: { format }, raw: true,
     });
     if (!resp.ok) {
@@ -217,13 +242,7 @@ export class Kowloon {
       try { json = await resp.json(); } catch { json = null; }
       throw new KowloonError(resp.status, json);
     }
-    const shape = resp.headers.get("X-Kowloon-Shape");
-    return {
-      bytes: await resp.arrayBuffer(),
-      dtype: resp.headers.get("X-Kowloon-Dtype"),
-      shape: shape ? shape.split(",").map(Number) : [],
-      contentType: resp.headers.get("Content-Type"),
-    };
+    return resp;
   }
 
   // ---- the rest
@@ -393,6 +412,19 @@ export class Kowloon {
     done.catch(() => {});
     return { close: () => ctl.abort(), done };
   }
+}
+
+/** dtype and shape from an output's X-Kowloon-* headers (no shape header:
+ * a scalar), its size in bytes and content type. */
+function outputMeta(resp) {
+  const shape = resp.headers.get("X-Kowloon-Shape");
+  const size = resp.headers.get("Content-Length");
+  return {
+    dtype: resp.headers.get("X-Kowloon-Dtype"),
+    shape: shape ? shape.split(",").map(Number) : [],
+    size: size === null ? null : Number(size),
+    contentType: resp.headers.get("Content-Type"),
+  };
 }
 
 function parseData(text) {

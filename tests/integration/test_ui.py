@@ -353,13 +353,19 @@ def test_dashboard_without_chartjs_plots_as_a_table(stack, A, browser):
     x = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int32)
     with stack.second_gateway("gateway-nochart-ui", KOWLOON_CHARTJS_DIR="/nonexistent") as base:
-        job = A.run("train_mlp", {"classes": 2, "epochs": 5, "hidden": 8},
+        job = A.run("train_mlp", {"classes": 2, "epochs": 5, "hidden": 20},
                     {"x": stk.tensor(x), "y": stk.tensor(y)}, timeout=60)
         sign_in(d, base, stack.keys["A"])
         d.get(f"{base}/ui/#/jobs/{job['id']}")
         rows = wait_for("the loss table", lambda: by_css(d, "#report-table tbody tr"), 20)
         assert len(rows) == 5
         assert not by_css(d, "#report-chart")
+        # w1 is 4x20: more than a table shows, offered for download only;
+        # b2 (2 values) is a table
+        w1 = by_css(d, ".output[data-output=w1]")[0]
+        assert "80 elements" in w1.text and not w1.find_elements("css selector", "table")
+        b2 = wait_for("b2's values", lambda: [td.text for td in by_css(d, "table.tensor[data-output=b2] td")])
+        assert len(b2) == 2
         shot(d, "job-nochart")
     if os.path.exists("/usr/share/javascript/chart.js/chart.min.js"):
         sign_in(d, stack.base, stack.keys["A"])

@@ -35,6 +35,8 @@ assert.equal(new Uint8Array(npy.bytes)[0], 0x93);
 const raw = await kl.getOutput(job.id, "y");
 assert.deepEqual(Array.from(new Float32Array(raw.bytes)), [6, 9, 12]);
 assert.deepEqual([raw.dtype, raw.shape], ["float32", [3]]);
+const info = await kl.getOutputInfo(job.id, "y");
+assert.deepEqual([info.dtype, info.shape, info.size], ["float32", [3], 12]);
 
 // paging: three more jobs, pages of two, every one seen once
 for (let i = 0; i < 3; i++) await kl.submitJob({ kernel: "sleep", params: { seconds: 0 }, labels: { suite: tag } });

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { test } from "node:test";
 
-import { Kowloon, KowloonError, SSEParser, npyToTensor, tensorValues } from "../../ui/kowloon.js";
+import { Kowloon, KowloonError, SSEParser, npyToTensor, rawValues, tensorValues } from "../../ui/kowloon.js";
 
 const KEY = "kl_test_key_0123456789";
 
@@ -191,4 +191,16 @@ test("npyToTensor reads float32, float64 and int32 .npy files; tensorValues read
   assert.throws(() => npyToTensor(npy("<f4", "(4,)", new Uint8Array(8))), /shorter/);
   assert.throws(() => npyToTensor(new Uint8Array(20)), /not a .npy/);
   assert.deepEqual(tensorValues({ dtype: "float32", data: [1, "NaN", "-Infinity"] }).map(String), ["1", "NaN", "-Infinity"]);
+});
+
+test("rawValues gives float32 bytes back as their shortest decimals, float64 and int32 as they are", () => {
+  const f32 = new Float32Array([0.1, -3.4028234663852886e38, 1e-45, 0, -0, 16777217, Infinity, NaN, 2.5]);
+  const got = rawValues(f32.buffer, "float32");
+  assert.deepEqual(got.slice(0, 6), [0.1, -3.4028235e38, 1e-45, 0, -0, 16777216]);
+  assert.equal(got[6], Infinity);
+  assert.ok(Number.isNaN(got[7]));
+  assert.equal(got[8], 2.5);
+  for (let i = 0; i < got.length; i++) if (!Number.isNaN(got[i])) assert.equal(Math.fround(got[i]), f32[i]);
+  assert.deepEqual(rawValues(new Float64Array([0.1, 1 / 3]).buffer, "float64"), [0.1, 1 / 3]);
+  assert.deepEqual(rawValues(new Int32Array([-7, 2147483647]).buffer, "int32"), [-7, 2147483647]);
 });
