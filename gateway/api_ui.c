@@ -98,7 +98,9 @@ static int ui_send(svc_req *req, const char *dir, const char *name, const char *
     char path[4096];
     if (type == NULL || dir == NULL || (size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such file");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO under that name must not hold the thread; the
+     * S_ISREG check then refuses it. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)

@@ -114,6 +114,25 @@ def test_missing_chartjs_is_a_404_not_an_error_of_the_gateway(stack):
         assert c.get("/ui/").status_code == 200
 
 
+def test_ui_dir_option_serves_regular_files_only(stack):
+    d = os.path.join(stack.root, "ui-other")
+    os.makedirs(os.path.join(d, "dir.js"))
+    with open(os.path.join(d, "index.html"), "w") as f:
+        f.write("<!doctype html><title>other</title>")
+    os.mkfifo(os.path.join(d, "pipe.js"))  # an open() of it would block without O_NONBLOCK
+    with open(os.path.join(stack.root, "secret.txt"), "w") as f:
+        f.write("secret")
+    os.symlink(os.path.join(stack.root, "secret.txt"), os.path.join(d, ".hidden.txt"))
+    with stack.second_gateway("gateway-uidir", KOWLOON_UI_DIR=d) as base:
+        c = stk.Client(base)
+        r = c.get("/ui/")
+        assert r.status_code == 200 and "<title>other</title>" in r.text
+        for name in ("pipe.js", "dir.js", ".hidden.txt", "app.js"):
+            r = c.get(f"/ui/{name}", timeout=5)
+            assert r.status_code == 404, (name, r.status_code)
+            assert "secret" not in r.text
+
+
 # ---------------------------------------------------------------- Node
 
 def node_18():
