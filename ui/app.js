@@ -226,7 +226,11 @@ async function jobsPage(query) {
     busy = true;
     try {
       const page = await kl.listJobs({ ...filters, cursor: f.cursor, limit: PAGE_SIZE });
+      // a redraw must not take the keyboard focus away from the row it is on
+      const focused = document.activeElement && document.activeElement.dataset.focusKey;
       body.replaceChildren(jobsTable(page.jobs, refresh));
+      const refocus = focused && body.querySelector(`[data-focus-key="${CSS.escape(focused)}"]`);
+      if (refocus) refocus.focus();
       pager.replaceChildren(...[
         f.cursor && h("a", { class: "button secondary", href: jobsHash(filters), id: "first-page" }, "« Newest"),
         page.next_cursor && h("a", { class: "button secondary", href: jobsHash({ ...filters, cursor: page.next_cursor }), id: "next-page" }, "Older »"),
@@ -246,7 +250,10 @@ async function jobsPage(query) {
     onMode: setLive,
     onEvent: () => { if (!pending) pending = setTimeout(() => { pending = null; refresh(); }, 300); },
   });
-  onLeave(() => { w.close(); clearTimeout(pending); });
+  // queue waits and run times of unfinished jobs go on counting; an older
+  // page is not what the events (or the poll of the newest) cover
+  const tick = setInterval(refresh, 5000);
+  onLeave(() => { w.close(); clearTimeout(pending); clearInterval(tick); });
 }
 
 function jobsTable(jobs, refresh) {
@@ -256,7 +263,7 @@ function jobsTable(jobs, refresh) {
     const canCancel = !TERMINAL.includes(j.state) && !j.cancel_requested;
     const labels = Object.entries(j.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
     return h("tr", { dataset: { jobId: j.id } },
-      h("td", { class: "mono" }, h("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id.slice(0, 8))),
+      h("td", { class: "mono" }, h("a", { href: `#/jobs/${encodeURIComponent(j.id)}`, dataset: { focusKey: `open:${j.id}` } }, j.id.slice(0, 8))),
       h("td", { class: "job-state" }, stateBadge(j.state), j.cancel_requested && j.state === "running" ? " cancelling" : ""),
       h("td", {}, j.kernel),
       h("td", { class: "hide-narrow" }, h("span", { class: "label" }, labels)),
@@ -266,7 +273,7 @@ function jobsTable(jobs, refresh) {
       h("td", { class: "num hide-narrow" }, seconds(t.run)),
       h("td", { class: "num hide-narrow" }, t.cost === null ? "—" : fmt(t.cost)),
       h("td", {}, canCancel ? h("button", {
-        type: "button", class: "danger cancel", "aria-label": `Cancel job ${j.id}`,
+        type: "button", class: "danger cancel", "aria-label": `Cancel job ${j.id}`, dataset: { focusKey: `cancel:${j.id}` },
         onclick: async (ev) => {
           ev.target.disabled = true;
           try { await kl.cancelJob(j.id); toast(`Cancel sent for ${j.id.slice(0, 8)}`); } catch (e) { toast(errorText(e)); }

@@ -298,7 +298,14 @@ def test_dashboard_end_to_end(stack, A, browser):
     assert not by_css(d, "#jobs-table img")
     wait_for("the long job running", lambda: by_css(d, row_sel + " .state")[0].get_attribute("data-state") == "running", 20)
     shot(d, "jobs")
-    by_css(d, row_sel + " button.cancel")[0].click()
+    # cancel with the keyboard: the focus stays on the button through the
+    # table's redraws (every 5 s at least), and Enter presses it
+    from selenium.webdriver.common.keys import Keys
+    d.execute_script("arguments[0].focus()", by_css(d, row_sel + " button.cancel")[0])
+    marker = d.execute_script("const t = document.getElementById('jobs-table'); t.dataset.old = '1'; return 1")
+    wait_for("a redraw of the table", lambda: not by_css(d, "#jobs-table[data-old]"), 10)
+    assert marker and d.switch_to.active_element.get_attribute("data-focus-key") == f"cancel:{long['id']}"
+    d.switch_to.active_element.send_keys(Keys.ENTER)
     assert A.wait(long["id"], 20)["state"] == "cancelled"
     wait_for("the row to say cancelled",
              lambda: by_css(d, row_sel + " .state")[0].get_attribute("data-state") == "cancelled", 20)
