@@ -575,16 +575,18 @@ async function nodesPage(id) {
         h("div", { class: "card" }, props(Object.entries(n).map(([k, v]) => [k, k === "gpus" ? gpuText(v) : fmt(v)]))));
       return;
     }
+    // heartbeat times are shown to admin keys only: no column for others
+    const beats = nodes.some((n) => n.last_heartbeat);
     const rows = nodes.map((n) => h("tr", { dataset: { nodeId: n.id } },
       h("td", {}, h("a", { href: `#/nodes/${encodeURIComponent(n.id)}` }, n.name)),
-      h("td", {}, stateBadge(n.state)),
+      h("td", {}, stateBadge(n.state), n.draining ? [" ", h("span", { class: "state state-draining" }, "draining")] : ""),
       h("td", {}, n.backend),
       h("td", {}, gpuText(n.gpus)),
       h("td", { class: "num" }, `${n.running ?? "?"} / ${n.slots ?? "?"}`),
-      h("td", { class: "num hide-narrow" }, n.last_heartbeat ? seconds(since(n.last_heartbeat)) : "—"),
-      h("td", {}, n.draining ? "draining" : "")));
+      beats && h("td", { class: "num hide-narrow" }, n.last_heartbeat ? seconds(since(n.last_heartbeat)) : "—"),
+));
     setPage("Nodes", h("h1", {}, "Nodes"), nodes.length ? table(["Node", "State", "Backend", "GPUs", h("th", { class: "num" }, "Slots busy"),
-      h("th", { class: "num hide-narrow" }, "Heartbeat age"), "Draining"], rows, { id: "nodes-table" }) : h("p", { class: "muted" }, "No nodes registered."));
+      beats && h("th", { class: "num hide-narrow" }, "Heartbeat age")].filter(Boolean), rows, { id: "nodes-table" }) : h("p", { class: "muted" }, "No nodes registered."));
   };
   await draw();
   const t = setInterval(draw, 3000);
@@ -759,6 +761,7 @@ async function jobBody(k, { priority, backend, labels }) {
 
 async function route() {
   for (const fn of pageCleanup.splice(0)) fn();
+  document.getElementById("toast").hidden = true;
   setLive(null);
   const hash = location.hash.replace(/^#/, "") || "/jobs";
   const [path, query] = hash.split("?");

@@ -238,6 +238,8 @@ def sign_in(d, base, key, wrong_first=False):
     Enter submits it."""
     from selenium.webdriver.common.keys import Keys
     d.get(base + "/ui/")
+    d.execute_script("sessionStorage.clear()")  # whoever signed in here before
+    d.refresh()
     wait_for("the sign-in form", lambda: by_css(d, "#apikey"))
     box = by_css(d, "#apikey")[0]
     assert d.switch_to.active_element == box
@@ -255,6 +257,13 @@ def sign_in(d, base, key, wrong_first=False):
 def job_state_text(d):
     el = by_css(d, "#job-state .state")
     return el[0].get_attribute("data-state") if el else None
+
+
+def nodes_text(d, base, key):
+    """The nodes table's text as the holder of key sees it."""
+    sign_in(d, base, key)
+    d.get(base + "/ui/#/nodes")
+    return wait_for("the nodes table", lambda: by_css(d, "#nodes-table") and by_css(d, "#nodes-table")[0].text)
 
 
 @pytest.mark.timeout(180)
@@ -371,6 +380,21 @@ def test_dashboard_end_to_end(stack, A, browser):
     by_css(d, "#signout")[0].click()
     wait_for("the sign-in form", lambda: by_css(d, "#apikey"))
     assert d.execute_script("return sessionStorage.getItem('kowloon.key')") is None
+
+    # --- an admin key sees the nodes' heartbeat age too (a tenant's list
+    # has no heartbeat times, and no such column)
+    assert "Heartbeat" not in nodes_text(d, stack.base, stack.keys["A"])
+    text = nodes_text(d, stack.base, stack.keys["admin"])
+    assert "Heartbeat age" in text and re.search(r"\d+(\.\d)? (ms|s)\b", text), text
+    # a drained node says so (the page follows the list every 3 s)
+    node_b = [n for n in stack.admin.nodes() if n["name"] == "node-b"][0]
+    assert stack.admin.post(f"/v1/nodes/{node_b['id']}/drain").status_code == 200
+    try:
+        row = f"#nodes-table tr[data-node-id='{node_b['id']}']"
+        wait_for("node-b draining", lambda: "draining" in by_css(d, row)[0].text, 10)
+        shot(d, "nodes-admin")
+    finally:
+        stack.admin.request("DELETE", f"/v1/nodes/{node_b['id']}/drain")
 
 
 @pytest.mark.timeout(120)
