@@ -193,7 +193,7 @@ function parseQuery(q) {
 
 function jobsHash(f) {
   const q = new URLSearchParams();
-  for (const k of ["state", "kernel", "label", "cursor"]) if (f[k]) q.set(k, f[k]);
+  for (const k of ["state", "kernel", "label", "limit", "cursor"]) if (f[k]) q.set(k, f[k]);
   const s = q.toString();
   return `#/jobs${s ? `?${s}` : ""}`;
 }
@@ -212,28 +212,29 @@ async function jobsPage(query) {
     h("button", { type: "button", class: "secondary", onclick: () => { location.hash = "#/jobs"; } }, "Clear"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    location.hash = jobsHash({ state: stateSel.value, kernel: kernelIn.value.trim(), label: labelIn.value.trim() });
+    location.hash = jobsHash({ state: stateSel.value, kernel: kernelIn.value.trim(), label: labelIn.value.trim(), limit: f.limit });
   });
   const body = h("div", { id: "jobs-body" }, h("p", { class: "muted" }, "Loading…"));
   const pager = h("div", { class: "row", id: "pager" });
   setPage("Jobs", h("h1", {}, "Jobs"), form, body, pager);
 
   const filters = { state: f.state, kernel: f.kernel, label: f.label };
+  const limit = /^[1-9][0-9]?$|^100$/.test(f.limit || "") ? Number(f.limit) : PAGE_SIZE;
   let busy = false;
   let again = false;
   const refresh = async () => {
     if (busy) { again = true; return; }
     busy = true;
     try {
-      const page = await kl.listJobs({ ...filters, cursor: f.cursor, limit: PAGE_SIZE });
+      const page = await kl.listJobs({ ...filters, cursor: f.cursor, limit });
       // a redraw must not take the keyboard focus away from the row it is on
       const focused = document.activeElement && document.activeElement.dataset.focusKey;
       body.replaceChildren(jobsTable(page.jobs, refresh));
       const refocus = focused && body.querySelector(`[data-focus-key="${CSS.escape(focused)}"]`);
       if (refocus) refocus.focus();
       pager.replaceChildren(...[
-        f.cursor && h("a", { class: "button secondary", href: jobsHash(filters), id: "first-page" }, "« Newest"),
-        page.next_cursor && h("a", { class: "button secondary", href: jobsHash({ ...filters, cursor: page.next_cursor }), id: "next-page" }, "Older »"),
+        f.cursor && h("a", { class: "button secondary", href: jobsHash({ ...filters, limit: f.limit }), id: "first-page" }, "« Newest"),
+        page.next_cursor && h("a", { class: "button secondary", href: jobsHash({ ...filters, limit: f.limit, cursor: page.next_cursor }), id: "next-page" }, "Older »"),
       ].filter(Boolean));
     } catch (e) {
       body.replaceChildren(h("p", { class: "error", role: "alert" }, errorText(e)));

@@ -397,6 +397,39 @@ def test_dashboard_end_to_end(stack, A, browser):
         stack.admin.request("DELETE", f"/v1/nodes/{node_b['id']}/drain")
 
 
+@pytest.mark.timeout(90)
+def test_dashboard_pages_through_jobs_and_shows_a_failure(stack, A, browser):
+    d = browser
+    tag = "pg" + uuid.uuid4().hex[:8]
+    ids = [A.run("sleep", {"seconds": 0}, labels={"suite": tag})["id"] for _ in range(3)]
+    x = np.zeros((4, 2), dtype=np.float32)
+    y = np.array([0, 1, 5, 0], dtype=np.int32)  # 5: outside [0, classes)
+    bad = A.submit("train_mlp", {"classes": 2, "epochs": 1, "batch_size": 4}, {"x": stk.tensor(x), "y": stk.tensor(y)},
+                   labels={"suite": tag})
+    bad = A.wait(bad["id"], 30)
+    assert bad["state"] == "failed", bad
+    ids.append(bad["id"])
+    sign_in(d, stack.base, stack.keys["A"])
+
+    # newest first, two a page: the failed job and the last sleep, then the
+    # first two; "« Newest" goes back
+    d.get(f"{stack.base}/ui/#/jobs?label=suite:{tag}&limit=2")
+    rows = lambda: [r.get_attribute("data-job-id") for r in by_css(d, "#jobs-table tbody tr")]  # noqa: E731
+    wait_for("the first page", lambda: rows() == ids[:1:-1])
+    by_css(d, "#next-page")[0].click()
+    wait_for("the second page", lambda: rows() == ids[1::-1])
+    assert not by_css(d, "#next-page")
+    by_css(d, "#first-page")[0].click()
+    wait_for("the first page again", lambda: rows() == ids[:1:-1])
+
+    # the failed job's page shows its error with the code
+    by_css(d, f"tr[data-job-id='{bad['id']}'] a")[0].click()
+    err = wait_for("the error", lambda: by_css(d, "#job-error")[0].text)
+    assert bad["error"]["code"] in err and bad["error"]["message"][:20] in err, err
+    assert job_state_text(d) == "failed"
+    shot(d, "job-failed")
+
+
 @pytest.mark.timeout(120)
 def test_dashboard_without_chartjs_plots_as_a_table(stack, A, browser):
     d = browser
