@@ -1,6 +1,7 @@
 # Kowloon image: kowloon-gateway, kowloon-compute and the CUDA plugin in one
-# image, laid out as /opt/kowloon/{bin,lib,sql,openapi} (the binaries find
-# sql/ and lib/kowloon-cuda.so next to bin/). The same image serves GPU and
+# image, laid out as /opt/kowloon/{bin,lib,sql,openapi,ui} (the binaries find
+# sql/, ui/ and lib/kowloon-cuda.so next to bin/). The dashboard's charts need
+# Chart.js (--chartjs-dir), which the image does not carry: it shows tables. The same image serves GPU and
 # CPU nodes: without a GPU the plugin does not load and the node runs on the
 # CPU. The runtime stage is NVIDIA's CUDA runtime image, which carries the
 # CUDA runtime, cuBLAS, cuRAND and NCCL the plugin links; the driver
@@ -30,10 +31,11 @@ COPY . .
 RUN make -j"$(nproc)" \
  && test -x bin/kowloon-gateway && test -x bin/kowloon-compute \
  && test -f lib/kowloon-cuda.so
-RUN install -d /opt/kowloon/bin /opt/kowloon/lib /opt/kowloon/sql /opt/kowloon/openapi \
+RUN install -d /opt/kowloon/bin /opt/kowloon/lib /opt/kowloon/sql /opt/kowloon/openapi /opt/kowloon/ui \
  && install -m 0755 bin/kowloon-gateway bin/kowloon-compute /opt/kowloon/bin/ \
  && install -m 0644 lib/kowloon-cuda.so /opt/kowloon/lib/ \
  && install -m 0644 openapi/openapi.yaml /opt/kowloon/openapi/ \
+ && install -m 0644 ui/*.html ui/*.js ui/*.css ui/*.svg /opt/kowloon/ui/ \
  && if ls sql/*.sql >/dev/null 2>&1; then install -m 0644 sql/*.sql /opt/kowloon/sql/; fi
 
 # -------------------------------------------------------------- runtime ---

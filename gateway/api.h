@@ -126,6 +126,22 @@ int gw_api_metrics(svc_req *req);
  * keys only). */
 int gw_api_usage(svc_req *req);
 
+/* api_ui.c: the dashboard's static files. GET /ui/{file} from --ui-dir,
+ * GET /ui/ its index.html, GET /ui/vendor/chart.js/{file} from
+ * --chartjs-dir; GET / (302) and GET /ui (301) send on to /ui/. */
+int gw_api_ui_file(svc_req *req);
+int gw_api_ui_index(svc_req *req);
+int gw_api_ui_chartjs(svc_req *req);
+int gw_api_ui_root(svc_req *req);
+int gw_api_ui_slash(svc_req *req);
+/* The Content-Type of a file the dashboard may serve, or NULL when name is
+ * not one: empty, longer than 128, not all of A-Za-z0-9._-, starting with
+ * '.' or '-', holding "..", or of an extension not served. */
+const char *gw_ui_file_type(const char *name);
+/* 1 if the If-None-Match header value (NULL: absent) names etag (a quoted
+ * strong tag), weakly compared, or is "*". */
+int gw_ui_etag_match(const char *if_none_match, const char *etag);
+
 /* api_admin.c: admin keys only (403 for other keys). */
 int gw_api_tenants_put(svc_req *req);
 int gw_api_tenants_list(svc_req *req);

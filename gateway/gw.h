@@ -33,6 +33,8 @@ typedef struct gw_config {
     const char *cluster_token;
     const char *migrations;  /* directory of NNN_name.sql (default beside the binary) */
     const char *openapi;     /* the spec to serve (default beside the binary) */
+    const char *ui_dir;      /* the dashboard's files (default beside the binary) */
+    const char *chartjs_dir; /* Chart.js for the dashboard (Debian's libjs-chart.js) */
     const char *log_level;
     int conn_timeout_s, max_conns_per_ip, max_connections, max_header_kb;
     int http_threads;       /* threads of the HTTP server's pool */

@@ -77,6 +77,12 @@ static svc_opt opts[] = {
      .help = "directory of NNN_name.sql migrations (default: <exe>/../sql)"},
     {.flag = "openapi", .env = "KOWLOON_OPENAPI", .type = SVC_OPT_STRING,
      .help = "OpenAPI document to serve (default: <exe>/../openapi/openapi.yaml)"},
+    {.flag = "ui-dir", .env = "KOWLOON_UI_DIR", .type = SVC_OPT_STRING,
+     .help = "the dashboard's files, served at /ui/ (default: <exe>/../ui)"},
+    {.flag = "chartjs-dir", .env = "KOWLOON_CHARTJS_DIR", .type = SVC_OPT_STRING,
+     .def = "/usr/share/javascript/chart.js",
+     .help = "Chart.js (Debian's libjs-chart.js), served at /ui/vendor/chart.js/; where it is "
+             "missing the dashboard shows tables instead of charts"},
     {.flag = "tenant", .type = SVC_OPT_STRING,
      .help = "keys create: tenant name"},
     {.flag = "admin", .type = SVC_OPT_BOOL, .def = "0",
@@ -213,7 +219,7 @@ static int http_threads(int given)
  * static buffers here: they live as long as the process. */
 static void config_load(gw_config *c)
 {
-    static char migrations[1024], openapi[1024], blob_dir[1024];
+    static char migrations[1024], openapi[1024], blob_dir[1024], ui_dir[1024];
     *c = (gw_config){
         .listen = opt_str("listen"),
         .database_url = opt_str("database-url"),
@@ -221,6 +227,8 @@ static void config_load(gw_config *c)
         .cluster_token = opt_str("cluster-token"),
         .migrations = beside_exe(opt_str("migrations"), "sql", migrations, sizeof(migrations)),
         .openapi = beside_exe(opt_str("openapi"), "openapi/openapi.yaml", openapi, sizeof(openapi)),
+        .ui_dir = beside_exe(opt_str("ui-dir"), "ui", ui_dir, sizeof(ui_dir)),
+        .chartjs_dir = opt_str("chartjs-dir"),
         .log_level = opt_str("log-level"),
         .conn_timeout_s = opt_int("conn-timeout-s"),
         .max_conns_per_ip = opt_int("max-conns-per-ip"),

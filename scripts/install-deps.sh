@@ -11,6 +11,10 @@ PACKAGES=(
     libopenblas-dev libcmocka-dev libdouble-conversion-dev libssl-dev postgresql postgresql-contrib redis-server
     docker-compose g++ clang libclang-rt-14-dev wrk pkg-config curl
     prometheus  # promtool, which checks /metrics in tests/integration/test_metrics.py
+    # the dashboard: Chart.js it serves, and what tests/integration/test_ui.py
+    # drives it with (headless Chromium through selenium) and runs its
+    # JavaScript client in (Node >= 18)
+    libjs-chart.js chromium chromium-driver nodejs
 )
 REQUIREMENTS=tests/requirements.txt
 

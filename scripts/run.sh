@@ -59,6 +59,7 @@ print_usage() {
 
 Kowloon is running: gateway $GW_URL, nodes $(printf '%s, ' "${NODES[@]}" | sed 's/, $//') (logs in .run/log/).
 Dev API key (tenant "dev", admin): $(cat "$STATE/dev-key")
+Dashboard: $GW_URL/ui/ (sign in with that key)
 
 Try it (from any directory):
   KEY=\$(cat $STATE/dev-key)

@@ -84,7 +84,7 @@ TROOT=$WORK/root
 mkdir -p "$TROOT" "$WORK/tmp"
 chmod 755 "$WORK/tmp"
 ln -s "$ROOT/bin-san" "$TROOT/bin"
-for d in lib sql openapi; do
+for d in lib sql openapi ui; do
     if [ -e "$ROOT/$d" ]; then ln -s "$ROOT/$d" "$TROOT/$d"; else mkdir -p "$TROOT/$d"; fi
 done
 # Every stack the suite starts lives under $WORK/tmp (TMPDIR) and is kept

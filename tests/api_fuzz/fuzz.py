@@ -10,7 +10,7 @@ operation of the spec in rounds, one per credential:
   tenant     every other operation with a valid tenant key (the admin
              operations must refuse it: no 2xx there)
   anonymous  every operation without an Authorization header (no 2xx but
-             on /healthz, /readyz, /openapi.yaml)
+             on /healthz, /readyz, /openapi.yaml and the dashboard's files)
   crossed    tenant operations with the cluster token, cluster operations
              with a tenant key (each must refuse the other's credential)
   admin      the admin operations (tag `admin`) with an admin key; last,
@@ -156,7 +156,9 @@ def closed_port():
     return sock, sock.getsockname()[1]
 
 
-OPEN_PATHS = ("/healthz", "/readyz", "/openapi.yaml")
+OPEN_PATHS = ("/healthz", "/readyz", "/openapi.yaml", "/", "/ui")
+# the dashboard's static files (tag dashboard): public, they hold no data
+OPEN_PREFIX = "/ui/"
 # what a tenant key must not pass: the admin operations, and /metrics (the
 # cluster token or an admin key)
 ADMIN_PATH = re.compile(r"^/v1/(tenants|keys)(/|$)|^/v1/nodes/[^/]+/drain$|^/metrics$")
@@ -166,7 +168,7 @@ CHILDREN = []  # the schemathesis process running now, for SIGTERM
 
 
 def all_but_open(path):
-    return path not in OPEN_PATHS
+    return path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX)
 
 
 def all_but_token_paths(path):
