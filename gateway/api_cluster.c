@@ -318,6 +318,8 @@ svc_route gw_routes[] = {
     {.method = "GET", .pattern = "/v1/jobs/{id}/result", .handler = gw_api_jobs_result, .access = T},
     {.method = "POST", .pattern = "/v1/jobs/{id}/cancel", .handler = gw_api_jobs_cancel, .access = T},
     {.method = "GET", .pattern = "/v1/jobs/{id}/outputs/{name}", .handler = gw_api_jobs_output, .access = T},
+    {.method = "GET", .pattern = "/v1/jobs/{id}/events", .handler = gw_api_job_events, .access = T},
+    {.method = "GET", .pattern = "/v1/events", .handler = gw_api_events, .access = T},
     {.method = "POST", .pattern = "/v1/blobs", .handler = gw_api_blobs_upload, .access = T,
      .body = gw_api_blobs_body, .body_type = "application/octet-stream"},
     {.method = "GET", .pattern = "/v1/blobs/{id}", .handler = gw_api_blobs_get, .access = T},

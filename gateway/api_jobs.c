@@ -13,6 +13,7 @@
 #include "blob.h"
 #include "blobstore.h"
 #include "committer.h"
+#include "events.h"
 #include "lease.h"
 #include "limits.h"
 #include "waits.h"
@@ -219,7 +220,10 @@ static int submit_commit(void *arg, gw_commit_item *const *items, int n)
     gw_job_new *rows[n];
     for (int i = 0; i < n; i++)
         rows[i] = &((submit *)items[i])->row;
-    return gw_store_jobs_insert(app->store, rows, n);
+    int rc = gw_store_jobs_insert(app->store, rows, n);
+    if (rc == 0)
+        gw_events_written(app->events);
+    return rc;
 }
 
 /* committer op: the batch's committed jobs go to the ready queue in one
@@ -439,16 +443,11 @@ int gw_api_jobs_get(svc_req *req)
  * UTF-8). Returns the filter as a JSON object text, or NULL. */
 static char *label_filter(const char *label)
 {
-    const char *colon = strchr(label, ':');
-    size_t klen = colon ? (size_t)(colon - label) : 0;
-    if (klen < 1 || klen > 64 || strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                               "0123456789_.-") != klen)
-        return NULL;
-    if (svc_utf8_chars(colon + 1) > 256)
-        return NULL;
     char key[65];
-    snprintf(key, sizeof(key), "%.*s", (int)klen, label);
-    json_t *o = json_pack("{s:s}", key, colon + 1);
+    const char *value;
+    if (gw_label_parse(label, key, &value) != 0)
+        return NULL;
+    json_t *o = json_pack("{s:s}", key, value);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;
@@ -851,6 +850,7 @@ int gw_api_jobs_cancel(svc_req *req)
     if (rc)
         return reply_store_error(req, rc);
     gw_waits_job_changed(app->waits, id);
+    gw_events_written(app->events);
     if (strcmp(was, "running") == 0) {
         /* The node's lease poll hands it the cancel; it reports the run
          * ended cancelled. If the node is lost first, the job ends

@@ -17,6 +17,7 @@ typedef struct gw_leases gw_leases;
 typedef struct gw_waits gw_waits;
 typedef struct gw_keycache gw_keycache;
 typedef struct gw_committer gw_committer;
+typedef struct gw_events gw_events;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -47,6 +48,9 @@ typedef struct gw_config {
     int blob_quota_mb;      /* blob bytes a tenant may reference; 0: none */
     int blob_retention_s;   /* unreferenced blobs live this long */
     int blob_sweep_s;       /* how often retention runs */
+    int sse_heartbeat_s;    /* a quiet event stream gets a comment this often */
+    int events_poll_ms;     /* the event log is read this often while Redis carries no wakes */
+    int max_streams_per_tenant; /* open event streams on one gateway; 0: no limit */
     const char *key_tenant; /* keys create: --tenant */
     int key_admin;          /*              --admin */
 } gw_config;
@@ -63,6 +67,7 @@ typedef struct gw_app {
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
+    gw_events *events;      /* Server-Sent Events of job state changes (events.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

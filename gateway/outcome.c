@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "events.h"
 #include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"
@@ -18,6 +19,8 @@ int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncount
     gw_backoff bo = {app->cfg.retry_base_ms, app->cfg.retry_max_s};
     gw_requeued out;
     int rc = gw_store_job_requeue(app->store, job_id, attempt, uncounted, code, message, &bo, &out);
+    if (rc == 0)
+        gw_events_written(app->events);
     if (rc == 0 && out.requeued) {
         gw_queue_push_queued(app->queue, &out.q);
         gw_sched_wake(app->sched);
@@ -101,8 +104,10 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
     } else {
         rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg);
     }
-    if (rc == 0)
+    if (rc == 0) {
         gw_waits_job_changed(app->waits, job_id);
+        gw_events_written(app->events);
+    }
     if (rc == -EAGAIN)
         svc_info("job %s attempt %d: late report from %s ignored (attempt no longer current)",
                  job_id, attempt, node_name);

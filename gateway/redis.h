@@ -26,6 +26,12 @@ gw_redis *gw_redis_open(const char *url, const gw_redis_opts *o, char *err, size
 /* Closes every connection. NULL is a no-op. */
 void gw_redis_close(gw_redis *r);
 
+/* A connection of the caller's own, outside the pool, connected,
+ * authenticated and on the URL's database: for SUBSCRIBE, which holds its
+ * connection for itself. NULL when Redis cannot be reached (logged at most
+ * every 5 s). The caller frees it with redisFree. */
+redisContext *gw_redis_connect(gw_redis *r);
+
 /* Runs one command given as argv (lens NULL: NUL-terminated strings).
  * Returns the reply, which the caller frees with freeReplyObject; an error
  * reply (REDIS_REPLY_ERROR) is Redis answering and comes back as it is.

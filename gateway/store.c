@@ -306,6 +306,23 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
 [ST_RUNNING_COUNTS] = {
     "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
     " GROUP BY node_id", 0},
+/* The event log that SSE streams read (store_events.c, gateway/events.c). */
+[ST_EVENTS_LAST] = {"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM job_events_id_seq", 0},
+[ST_EVENTS_SNAPSHOT] = {"SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text"
+                        " FROM pg_current_snapshot() s", 0},
+#define EVENT_COLS                                                                               \
+    "SELECT e.id, j.tenant_id, e.job_id, e.state, j.kernel,"                                     \
+    "       jsonb_build_object('id', e.id, 'job_id', e.job_id, 'state', e.state,"                \
+    "         'attempt', e.attempt, 'node', e.node_name, 'detail', e.detail,"                     \
+    "         'at', kowloon_ts(e.at), 'kernel', j.kernel, 'labels', j.labels)"                     \
+    " FROM job_events e JOIN jobs j ON j.id = e.job_id"
+[ST_EVENTS_READ] = {EVENT_COLS " WHERE e.id > $1 AND e.id <= $2 ORDER BY e.id LIMIT $3", 3},
+[ST_EVENTS_TENANT] = {EVENT_COLS " WHERE e.id > $1 AND e.id <= $2 AND j.tenant_id = $4"
+                      " ORDER BY e.id LIMIT $3", 4},
+[ST_EVENTS_JOB] = {EVENT_COLS " WHERE e.id > $1 AND e.id <= $2 AND e.job_id = $4::uuid"
+                   " ORDER BY e.id LIMIT $3", 4},
+#undef EVENT_COLS
+[ST_EVENT_JOB_LAST] = {"SELECT coalesce(max(id), 0) FROM job_events WHERE job_id = $1::uuid", 1},
 };
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)

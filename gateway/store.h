@@ -260,4 +260,24 @@ int gw_store_blob_unref(gw_store *s, int64_t tenant_id, const char *id);
 int gw_store_blob_sweep(gw_store *s, int retention_s, int limit,
                         int (*remove)(const char *id, void *arg), void *arg, int *removed);
 
+/* The event log (store_events.c), as Server-Sent Events streams read it. */
+typedef struct gw_event_row {
+    int64_t id, tenant_id;
+    char job_id[37], state[16], kernel[64];
+    json_t *data;             /* owned: {id, job_id, state, attempt, node, detail, at,
+                                 kernel, labels} */
+} gw_event_row;
+/* Where the log may be read up to: *last is the id drawn last (0: none
+ * yet), then *xmin and *xmax are those of a snapshot taken after it was
+ * read (two statements, in that order; see sql/014_events.sql). 0 or -EIO. */
+int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *xmax);
+/* Up to limit events with after < id <= upto in id order, of every job,
+ * of tenant_id's jobs (tenant_id > 0) or of one job (job_id not NULL).
+ * *rows is the caller's (gw_event_rows_free). 0, -EIO or -ENOMEM. */
+int gw_store_events_read(gw_store *s, int64_t after, int64_t upto, int64_t tenant_id,
+                         const char *job_id, int limit, gw_event_row **rows, int *n);
+void gw_event_rows_free(gw_event_row *rows, int n);
+/* The id of job_id's last event (0: none). 0 or -EIO. */
+int gw_store_job_last_event(gw_store *s, const char *job_id, int64_t *id);
+
 #endif

@@ -1,0 +1,627 @@
+/* events.c — Server-Sent Events of job state changes (events.h).
+ *
+ * One thread reads the job_events log and hands events to streams; a
+ * second holds a Redis SUBSCRIBE and wakes the first when any gateway
+ * recorded events. Streams are handed events only up to the "settled"
+ * id, below which no event can still appear: bigserial ids are drawn
+ * before commit, so id 7 may be visible while id 6 is still in flight,
+ * and a stream that sent 7 and resumed after it would never see 6. Each
+ * round notes the last id drawn, L, and then the xmax X of a snapshot;
+ * every transaction that drew an id <= L had its xid before (see
+ * sql/014_events.sql), so its xid is < X, and once a snapshot's xmin has
+ * passed X all of them have ended: every event <= L is then visible or
+ * never will be, and L is settled. While writers are busy a candidate
+ * (L, X) waits a round or two; with none in flight it settles at once.
+ * So the SSE id (the job_events id) alone resumes a stream exactly, on
+ * any gateway, after any restart: no gap, no repeat. */
+#include "events.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "redis.h"
+#include "reply.h"
+#include "svc_log.h"
+#include "svc_sse.h"
+#include "svc_util.h"
+
+/* Events read from the log per query. */
+#define EV_BATCH 500
+/* Horizons noted and not yet settled. */
+#define EV_CANDIDATES 16
+/* How soon an unsettled horizon is looked at again. */
+#define EV_RETRY_MS 10
+/* While Redis carries wakes, the log is still read every this many poll
+ * intervals, in case a wake was lost. */
+#define EV_SAFETY_POLLS 4
+/* Longest sleep of the thread: heartbeats are due at this granularity. */
+#define EV_TICK_MS 250
+
+static const char *const ev_states[] = {"queued", "running", "succeeded", "failed", "cancelled",
+                                        NULL};
+
+unsigned gw_event_state_bit(const char *state)
+{
+    for (int i = 0; state && ev_states[i]; i++)
+        if (strcmp(state, ev_states[i]) == 0)
+            return 1u << i;
+    return 0;
+}
+
+static int ev_terminal(const char *state)
+{
+    return gw_event_state_bit(state) & (gw_event_state_bit("succeeded") |
+                                        gw_event_state_bit("failed") |
+                                        gw_event_state_bit("cancelled"));
+}
+
+int gw_label_parse(const char *label, char key[65], const char **value)
+{
+    const char *colon = strchr(label, ':');
+    size_t klen = colon ? (size_t)(colon - label) : 0;
+    if (klen < 1 || klen > 64 ||
+        strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != klen ||
+        svc_utf8_chars(colon + 1) > 256)
+        return -EINVAL;
+    snprintf(key, 65, "%.*s", (int)klen, label);
+    *value = colon + 1;
+    return 0;
+}
+
+int gw_event_filter_parse(gw_event_filter *f, const char *kernel, const char *label,
+                          const char *state, const char **field, char *msg, size_t msglen)
+{
+    memset(f, 0, sizeof(*f));
+    if (kernel) {
+        if (!*kernel || strlen(kernel) >= sizeof(f->kernel)) {
+            *field = "kernel";
+            snprintf(msg, msglen, "kernel must be a kernel name (1-63 characters)");
+            return -EINVAL;
+        }
+        snprintf(f->kernel, sizeof(f->kernel), "%s", kernel);
+    }
+    const char *value;
+    if (label) {
+        if (gw_label_parse(label, f->label_key, &value) != 0) {
+            *field = "label";
+            snprintf(msg, msglen, "label must be key:value, the key 1-64 characters of A-Z a-z 0-9 "
+                                  "_ . -, the value at most 256 characters of UTF-8");
+            return -EINVAL;
+        }
+        snprintf(f->label_value, sizeof(f->label_value), "%s", value);
+    }
+    for (const char *p = state; p && *p;) {
+        size_t n = strcspn(p, ",");
+        char one[16];
+        unsigned bit = 0;
+        if (n < sizeof(one)) {
+            snprintf(one, sizeof(one), "%.*s", (int)n, p);
+            bit = gw_event_state_bit(one);
+        }
+        if (!bit) {
+            *field = "state";
+            snprintf(msg, msglen, "state must be queued, running, succeeded, failed or cancelled, "
+                                  "or several of them separated by commas");
+            return -EINVAL;
+        }
+        f->states |= bit;
+        p += n;
+        if (*p == ',' && !*++p) {
+            *field = "state";
+            snprintf(msg, msglen, "state must not end with a comma");
+            return -EINVAL;
+        }
+    }
+    if (state && !*state) {
+        *field = "state";
+        snprintf(msg, msglen, "state must not be empty");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int gw_event_filter_match(const gw_event_filter *f, const char *kernel, const json_t *labels,
+                          const char *state)
+{
+    if (f->kernel[0] && (!kernel || strcmp(f->kernel, kernel) != 0))
+        return 0;
+    if (f->states && !(f->states & gw_event_state_bit(state)))
+        return 0;
+    if (f->label_key[0]) {
+        const char *v = json_string_value(json_object_get(labels, f->label_key));
+        if (!v || strcmp(v, f->label_value) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+int gw_event_id_parse(const char *text, int64_t *id)
+{
+    *id = -1;
+    if (!text || !*text)
+        return 0;
+    size_t len = strlen(text);
+    if (len > 18 || strspn(text, "0123456789") != len)
+        return -EINVAL;
+    *id = strtoll(text, NULL, 10);
+    return 0;
+}
+
+/* ---- streams and the thread ------------------------------------------- */
+
+typedef struct ev_stream {
+    struct ev_stream *next;
+    svc_sse *sse;
+    int64_t tenant_id;
+    char job_id[37];           /* "": the tenant's stream */
+    gw_event_filter f;
+    int64_t cursor;            /* events up to this id are behind it */
+    int backlog;               /* reads the log up to settled before live events */
+    int64_t last_write_ms;     /* for heartbeats */
+} ev_stream;
+
+typedef struct ev_count {
+    int64_t tenant_id;
+    int n;
+} ev_count;
+
+struct gw_events {
+    gw_app *app;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* guarded by mu */
+    ev_stream *incoming;       /* opened, not yet taken by the thread */
+    int stop, woken, publish;
+    int64_t settled;           /* every event id <= this is final and handed out */
+    ev_count *counts;          /* open streams per tenant */
+    int ncounts;
+    /* the thread's own */
+    ev_stream *streams;
+    struct {
+        int64_t last;
+        uint64_t xmax;
+    } cand[EV_CANDIDATES];
+    int ncand;
+    /* Redis */
+    gw_redis *redis;           /* PUBLISH */
+    atomic_int sub_up;         /* the subscriber holds its SUBSCRIBE */
+    char self[17];             /* this gateway's wakes carry it: its own are ignored */
+    int threads;               /* 0, 1 (hub) or 2 (hub and subscriber) started */
+    pthread_t thread, sub_thread;
+    int heartbeat_ms, poll_ms, max_per_tenant;
+};
+
+/* The open-stream count of tenant_id, made when absent; mu held. NULL on
+ * ENOMEM. */
+static ev_count *ev_count_of(gw_events *ev, int64_t tenant_id)
+{
+    for (int i = 0; i < ev->ncounts; i++)
+        if (ev->counts[i].tenant_id == tenant_id)
+            return &ev->counts[i];
+    ev_count *c = realloc(ev->counts, (size_t)(ev->ncounts + 1) * sizeof(*c));
+    if (!c)
+        return NULL;
+    ev->counts = c;
+    c[ev->ncounts] = (ev_count){tenant_id, 0};
+    return &c[ev->ncounts++];
+}
+
+static void ev_stream_free(gw_events *ev, ev_stream *s)
+{
+    pthread_mutex_lock(&ev->mu);
+    ev_count *c = ev_count_of(ev, s->tenant_id);
+    if (c && c->n > 0)
+        c->n--;
+    pthread_mutex_unlock(&ev->mu);
+    svc_sse_end(s->sse);
+    svc_sse_release(s->sse);
+    free(s);
+}
+
+/* Hands e to s when s wants it. */
+static void ev_send(ev_stream *s, const gw_event_row *e, int64_t now)
+{
+    if (e->id <= s->cursor)
+        return;
+    if (s->job_id[0] ? strcmp(s->job_id, e->job_id) != 0
+                     : e->tenant_id != s->tenant_id ||
+                           !gw_event_filter_match(&s->f, e->kernel, json_object_get(e->data, "labels"),
+                                                  e->state))
+        return;
+    s->cursor = e->id;
+    char id[24];
+    snprintf(id, sizeof(id), "%" PRId64, e->id);
+    char *text = json_dumps(e->data, JSON_COMPACT);
+    if (text)
+        svc_sse_send(s->sse, id, "state", text);
+    free(text);
+    s->last_write_ms = now;
+    if (s->job_id[0] && ev_terminal(e->state))
+        svc_sse_end(s->sse); /* the job's story is told */
+}
+
+/* Notes a horizon (last, xmax) and settles every noted one that the
+ * snapshot's xmin has passed. Returns the highest settled id. */
+static int64_t ev_settle(gw_events *ev, int64_t settled, int64_t last, uint64_t xmin, uint64_t xmax)
+{
+    if (last > settled && ev->ncand < EV_CANDIDATES &&
+        (ev->ncand == 0 || ev->cand[ev->ncand - 1].last < last)) {
+        ev->cand[ev->ncand].last = last;
+        ev->cand[ev->ncand].xmax = xmax;
+        ev->ncand++;
+    }
+    int k = 0;
+    for (int i = 0; i < ev->ncand; i++) {
+        if (xmin >= ev->cand[i].xmax) {
+            if (ev->cand[i].last > settled)
+                settled = ev->cand[i].last;
+        } else if (ev->cand[i].last > settled) {
+            ev->cand[k++] = ev->cand[i];
+        }
+    }
+    ev->ncand = k;
+    return settled;
+}
+
+/* Brings a stream that resumes from an older id up to settled from the
+ * log, a batch at a time. Returns 1 when it has more to read. */
+static int ev_catch_up(gw_events *ev, ev_stream *s, int64_t settled, int64_t now)
+{
+    if (s->cursor >= settled) {
+        s->backlog = 0;
+        return 0;
+    }
+    gw_event_row *rows;
+    int n;
+    if (gw_store_events_read(ev->app->store, s->cursor, settled, s->job_id[0] ? 0 : s->tenant_id,
+                             s->job_id[0] ? s->job_id : NULL, EV_BATCH, &rows, &n) != 0)
+        return 0; /* the next round tries again */
+    for (int i = 0; i < n && !svc_sse_closed(s->sse); i++)
+        ev_send(s, &rows[i], now);
+    int more = n == EV_BATCH;
+    if (!more) {
+        s->cursor = settled;
+        s->backlog = 0;
+    } else if (n > 0 && rows[n - 1].id > s->cursor) {
+        s->cursor = rows[n - 1].id;
+    }
+    gw_event_rows_free(rows, n);
+    return more;
+}
+
+/* One round: settles what it can, hands new events to live streams, and
+ * catches up streams that resume. Returns 1 when there is more to do at
+ * once, 2 when a horizon waits to settle. */
+static int ev_round(gw_events *ev)
+{
+    int64_t last;
+    uint64_t xmin, xmax;
+    pthread_mutex_lock(&ev->mu);
+    int64_t settled = ev->settled;
+    pthread_mutex_unlock(&ev->mu);
+    if (gw_store_events_horizon(ev->app->store, &last, &xmin, &xmax) != 0)
+        return 0;
+    int64_t target = ev_settle(ev, settled, last, xmin, xmax);
+    int more = 0;
+    int64_t now = svc_now_mono_ms();
+    while (settled < target) {
+        gw_event_row *rows;
+        int n;
+        if (gw_store_events_read(ev->app->store, settled, target, 0, NULL, EV_BATCH, &rows, &n) != 0)
+            break;
+        for (int i = 0; i < n; i++)
+            for (ev_stream *s = ev->streams; s; s = s->next)
+                if (!s->backlog)
+                    ev_send(s, &rows[i], now);
+        settled = n == EV_BATCH ? rows[n - 1].id : target;
+        gw_event_rows_free(rows, n);
+    }
+    pthread_mutex_lock(&ev->mu);
+    ev->settled = settled;
+    pthread_mutex_unlock(&ev->mu);
+    for (ev_stream *s = ev->streams; s; s = s->next)
+        if (s->backlog && !svc_sse_closed(s->sse))
+            more |= ev_catch_up(ev, s, settled, now);
+    return more ? 1 : ev->ncand > 0 ? 2 : 0;
+}
+
+/* Heartbeats to quiet streams, and drops the streams that closed. */
+static void ev_tend(gw_events *ev)
+{
+    int64_t now = svc_now_mono_ms();
+    for (ev_stream **p = &ev->streams; *p;) {
+        ev_stream *s = *p;
+        if (!svc_sse_closed(s->sse) && now - s->last_write_ms >= ev->heartbeat_ms) {
+            svc_sse_comment(s->sse, "ping");
+            s->last_write_ms = now;
+        }
+        if (svc_sse_closed(s->sse)) {
+            *p = s->next;
+            ev_stream_free(ev, s);
+        } else {
+            p = &s->next;
+        }
+    }
+}
+
+static void ev_publish(gw_events *ev)
+{
+    const char *argv[3] = {"PUBLISH", GW_EVENTS_CHANNEL, ev->self};
+    freeReplyObject(gw_redis_argv(ev->redis, 3, argv, NULL));
+}
+
+static void *ev_main(void *arg)
+{
+    gw_events *ev = arg;
+    int64_t next_poll = 0, retry_at = 0;
+    pthread_mutex_lock(&ev->mu);
+    while (!ev->stop) {
+        int64_t now = svc_now_mono_ms();
+        int due = ev->woken || ev->incoming || now >= next_poll || (retry_at && now >= retry_at);
+        if (due) {
+            ev->woken = 0;
+            int publish = ev->publish;
+            ev->publish = 0;
+            while (ev->incoming) {
+                ev_stream *s = ev->incoming;
+                ev->incoming = s->next;
+                s->next = ev->streams;
+                ev->streams = s;
+            }
+            pthread_mutex_unlock(&ev->mu);
+            if (publish)
+                ev_publish(ev);
+            int more = ev_round(ev);
+            now = svc_now_mono_ms();
+            next_poll = now + (int64_t)ev->poll_ms * (atomic_load(&ev->sub_up) ? EV_SAFETY_POLLS : 1);
+            retry_at = more == 2 ? now + EV_RETRY_MS : 0;
+            pthread_mutex_lock(&ev->mu);
+            if (more == 1)
+                ev->woken = 1;
+        }
+        pthread_mutex_unlock(&ev->mu);
+        ev_tend(ev);
+        pthread_mutex_lock(&ev->mu);
+        if (ev->woken || ev->incoming || ev->stop)
+            continue;
+        int64_t until = now + EV_TICK_MS;
+        if (next_poll < until)
+            until = next_poll;
+        if (retry_at && retry_at < until)
+            until = retry_at;
+        struct timespec ts = {.tv_sec = until / 1000, .tv_nsec = (long)(until % 1000) * 1000000L};
+        pthread_cond_timedwait(&ev->cv, &ev->mu, &ts);
+    }
+    pthread_mutex_unlock(&ev->mu);
+    return NULL;
+}
+
+/* ---- the Redis subscriber --------------------------------------------- */
+
+static int ev_stopping(gw_events *ev)
+{
+    pthread_mutex_lock(&ev->mu);
+    int stop = ev->stop;
+    pthread_mutex_unlock(&ev->mu);
+    return stop;
+}
+
+static void ev_wake(gw_events *ev, int publish)
+{
+    pthread_mutex_lock(&ev->mu);
+    ev->woken = 1;
+    ev->publish |= publish;
+    pthread_cond_signal(&ev->cv);
+    pthread_mutex_unlock(&ev->mu);
+}
+
+/* A message on the channel from another gateway: 1. */
+static int ev_is_wake(gw_events *ev, const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+           r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "message") == 0 &&
+           r->element[2]->type == REDIS_REPLY_STRING && strcmp(r->element[2]->str, ev->self) != 0;
+}
+
+/* Reads wakes until the connection fails or the gateway stops; the
+ * socket is polled so that a stop is seen within EV_TICK_MS. */
+static void ev_listen(gw_events *ev, redisContext *c)
+{
+    const char *argv[2] = {"SUBSCRIBE", GW_EVENTS_CHANNEL};
+    redisReply *r = redisCommandArgv(c, 2, argv, NULL);
+    int ok = r && r->type == REDIS_REPLY_ARRAY;
+    freeReplyObject(r);
+    if (!ok)
+        return;
+    atomic_store(&ev->sub_up, 1);
+    ev_wake(ev, 0); /* what came while no wake could: read the log now */
+    while (!ev_stopping(ev)) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int n = poll(&p, 1, EV_TICK_MS);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n <= 0)
+            continue;
+        if (redisBufferRead(c) != REDIS_OK)
+            break;
+        void *reply = NULL;
+        int wake = 0;
+        while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
+            wake |= ev_is_wake(ev, reply);
+            freeReplyObject(reply);
+            reply = NULL;
+        }
+        if (c->err)
+            break;
+        if (wake)
+            ev_wake(ev, 0);
+    }
+    atomic_store(&ev->sub_up, 0);
+}
+
+static void *ev_sub_main(void *arg)
+{
+    gw_events *ev = arg;
+    while (!ev_stopping(ev)) {
+        redisContext *c = gw_redis_connect(ev->redis);
+        if (c) {
+            ev_listen(ev, c);
+            redisFree(c);
+        }
+        for (int i = 0; i < 4 && !ev_stopping(ev); i++)
+            svc_sleep_ms(EV_TICK_MS);
+    }
+    return NULL;
+}
+
+/* ---- life ------------------------------------------------------------- */
+
+gw_events *gw_events_start(gw_app *app)
+{
+    gw_events *ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return NULL;
+    ev->app = app;
+    ev->heartbeat_ms = app->cfg.sse_heartbeat_s > 0 ? app->cfg.sse_heartbeat_s * 1000 : 15000;
+    ev->poll_ms = app->cfg.events_poll_ms > 0 ? app->cfg.events_poll_ms : 500;
+    ev->max_per_tenant = app->cfg.max_streams_per_tenant;
+    pthread_mutex_init(&ev->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ev->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    svc_random_hex(ev->self, 8);
+    char err[256];
+    gw_redis_opts ro = {.name = "events", .size = 1, .timeout_ms = 1000, .backoff_ms = 1000};
+    if (!(ev->redis = gw_redis_open(app->cfg.redis_url, &ro, err, sizeof(err)))) {
+        svc_error("events: %s", err);
+        gw_events_free(ev);
+        return NULL;
+    }
+    /* Streams opened from now on start after what is in the log now. */
+    int64_t last = 0;
+    uint64_t xmin, xmax;
+    if (gw_store_events_horizon(app->store, &last, &xmin, &xmax) == 0)
+        ev->settled = ev_settle(ev, 0, last, xmin, xmax);
+    if (pthread_create(&ev->thread, NULL, ev_main, ev) != 0) {
+        gw_events_free(ev);
+        return NULL;
+    }
+    ev->threads = 1;
+    if (pthread_create(&ev->sub_thread, NULL, ev_sub_main, ev) != 0) {
+        gw_events_free(ev);
+        return NULL;
+    }
+    ev->threads = 2;
+    return ev;
+}
+
+void gw_events_stop(gw_events *ev)
+{
+    if (!ev)
+        return;
+    pthread_mutex_lock(&ev->mu);
+    int was = ev->stop;
+    ev->stop = 1;
+    pthread_cond_broadcast(&ev->cv);
+    pthread_mutex_unlock(&ev->mu);
+    if (was)
+        return;
+    if (ev->threads >= 1)
+        pthread_join(ev->thread, NULL);
+    if (ev->threads >= 2)
+        pthread_join(ev->sub_thread, NULL);
+    for (int pass = 0; pass < 2; pass++) {
+        ev_stream *list;
+        pthread_mutex_lock(&ev->mu);
+        list = pass ? ev->incoming : ev->streams;
+        if (pass)
+            ev->incoming = NULL;
+        else
+            ev->streams = NULL;
+        pthread_mutex_unlock(&ev->mu);
+        while (list) {
+            ev_stream *s = list;
+            list = s->next;
+            ev_stream_free(ev, s);
+        }
+    }
+}
+
+void gw_events_free(gw_events *ev)
+{
+    if (!ev)
+        return;
+    gw_events_stop(ev);
+    gw_redis_close(ev->redis);
+    free(ev->counts);
+    pthread_cond_destroy(&ev->cv);
+    pthread_mutex_destroy(&ev->mu);
+    free(ev);
+}
+
+void gw_events_written(gw_events *ev)
+{
+    if (ev)
+        ev_wake(ev, 1);
+}
+
+void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *job_id,
+                    const gw_event_filter *f, int64_t after)
+{
+    ev_stream *s = calloc(1, sizeof(*s));
+    if (!s) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return;
+    }
+    pthread_mutex_lock(&ev->mu);
+    int stop = ev->stop;
+    ev_count *c = stop ? NULL : ev_count_of(ev, tenant_id);
+    int over = c && ev->max_per_tenant > 0 && c->n >= ev->max_per_tenant;
+    if (c && !over)
+        c->n++;
+    int64_t settled = ev->settled;
+    pthread_mutex_unlock(&ev->mu);
+    if (stop || !c || over) {
+        free(s);
+        if (over)
+            gw_reply_too_many(req, "rate_limited", 1,
+                              "this tenant has %d event streams open, the most it may", ev->max_per_tenant);
+        else
+            gw_reply_unavailable(req, "the event stream");
+        return;
+    }
+    s->tenant_id = tenant_id;
+    if (job_id)
+        snprintf(s->job_id, sizeof(s->job_id), "%s", job_id);
+    if (f)
+        s->f = *f;
+    /* A job's stream tells its story from the start; a tenant's stream
+     * begins with what happens next. The thread catches either up. */
+    s->cursor = after >= 0 ? after : job_id ? 0 : settled;
+    s->backlog = 1;
+    s->last_write_ms = svc_now_mono_ms();
+    if (!(s->sse = svc_sse_open(req, 0))) {
+        pthread_mutex_lock(&ev->mu);
+        c = ev_count_of(ev, tenant_id);
+        if (c && c->n > 0)
+            c->n--;
+        pthread_mutex_unlock(&ev->mu);
+        free(s);
+        return;
+    }
+    svc_sse_comment(s->sse, "stream open");
+    pthread_mutex_lock(&ev->mu);
+    s->next = ev->incoming;
+    ev->incoming = s;
+    pthread_cond_signal(&ev->cv);
+    pthread_mutex_unlock(&ev->mu);
+}

@@ -1,0 +1,96 @@
+/* store_events.c — the job_events log as Server-Sent Events streams read it
+ * (store.h): where it is settled up to, and ranges of it by id. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *xmax)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    int rc = -EIO;
+    /* Two statements, not one: a statement's snapshot is taken when it
+     * starts, before it would read the sequence. */
+    PGresult *r = store__exec(c, ST_EVENTS_LAST, NULL, NULL, NULL, 0);
+    if (r && PQntuples(r) == 1) {
+        *last = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        r = store__exec(c, ST_EVENTS_SNAPSHOT, NULL, NULL, NULL, 0);
+        if (r && PQntuples(r) == 1) {
+            *xmin = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+            *xmax = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+            rc = 0;
+        }
+    }
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
+void gw_event_rows_free(gw_event_row *rows, int n)
+{
+    for (int i = 0; rows && i < n; i++)
+        json_decref(rows[i].data);
+    free(rows);
+}
+
+int gw_store_events_read(gw_store *s, int64_t after, int64_t upto, int64_t tenant_id,
+                         const char *job_id, int limit, gw_event_row **rows, int *n)
+{
+    char a[24], u[24], l[16], t[24];
+    snprintf(a, sizeof(a), "%" PRId64, after);
+    snprintf(u, sizeof(u), "%" PRId64, upto);
+    snprintf(l, sizeof(l), "%d", limit);
+    snprintf(t, sizeof(t), "%" PRId64, tenant_id);
+    const char *v[4] = {a, u, l, job_id ? job_id : t};
+    int st = job_id ? ST_EVENTS_JOB : tenant_id > 0 ? ST_EVENTS_TENANT : ST_EVENTS_READ;
+    *rows = NULL;
+    *n = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, st, v, NULL, NULL, 0);
+    int rc = r ? 0 : -EIO;
+    int k = r ? PQntuples(r) : 0;
+    if (k > 0 && !(*rows = calloc((size_t)k, sizeof(gw_event_row))))
+        rc = -ENOMEM;
+    for (int i = 0; rc == 0 && i < k; i++) {
+        gw_event_row *e = &(*rows)[i];
+        e->id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+        e->tenant_id = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+        store__copy(r, i, 2, e->job_id, sizeof(e->job_id));
+        store__copy(r, i, 3, e->state, sizeof(e->state));
+        store__copy(r, i, 4, e->kernel, sizeof(e->kernel));
+        if (!(e->data = store__json(r, i, 5)))
+            rc = -ENOMEM;
+        *n = i + 1;
+    }
+    PQclear(r);
+    store__release(s, c);
+    if (rc != 0) {
+        gw_event_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+int gw_store_job_last_event(gw_store *s, const char *job_id, int64_t *id)
+{
+    const char *v[1] = {job_id};
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_EVENT_JOB_LAST, v, NULL, NULL, 0);
+    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
+    if (rc == 0)
+        *id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
