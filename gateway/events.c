@@ -6,12 +6,15 @@
  * id, below which no event can still appear: bigserial ids are drawn
  * before commit, so id 7 may be visible while id 6 is still in flight,
  * and a stream that sent 7 and resumed after it would never see 6. Each
- * round notes the last id drawn, L, and then the xmax X of a snapshot;
- * every transaction that drew an id <= L had its xid before (see
- * sql/014_events.sql), so its xid is < X, and once a snapshot's xmin has
- * passed X all of them have ended: every event <= L is then visible or
- * never will be, and L is settled. While writers are busy a candidate
- * (L, X) waits a round or two; with none in flight it settles at once.
+ * round notes the last id drawn, L, and then the next xid to be assigned,
+ * N; every transaction that drew an id <= L had its xid before (see
+ * sql/014_events.sql), so its xid is < N, and once a snapshot's xmin has
+ * reached N all of them have ended: every event <= L is then visible or
+ * never will be, and L is settled. (A snapshot's xmax is no such bound: it
+ * is the last ended xid + 1, and a writer may run with a higher one.)
+ * While writers are busy a noted (L, N) waits a round or two; with none in
+ * flight it settles at once. An open transaction that has an xid delays
+ * every stream until it ends: writers here are short.
  * So the SSE id (the job_events id) alone resumes a stream exactly, on
  * any gateway, after any restart: no gap, no repeat. */
 #include "events.h"
@@ -34,8 +37,6 @@
 
 /* Events read from the log per query. */
 #define EV_BATCH 500
-/* Horizons noted and not yet settled. */
-#define EV_CANDIDATES 16
 /* How soon an unsettled horizon is looked at again. */
 #define EV_RETRY_MS 10
 /* While Redis carries wakes, the log is still read every this many poll
@@ -184,11 +185,7 @@ struct gw_events {
     int ncounts;
     /* the thread's own */
     ev_stream *streams;
-    struct {
-        int64_t last;
-        uint64_t xmax;
-    } cand[EV_CANDIDATES];
-    int ncand;
+    gw_event_horizon horizon;
     /* Redis */
     gw_redis *redis;           /* PUBLISH */
     atomic_int sub_up;         /* the subscriber holds its SUBSCRIBE */
@@ -247,26 +244,26 @@ static void ev_send(ev_stream *s, const gw_event_row *e, int64_t now)
         svc_sse_end(s->sse); /* the job's story is told */
 }
 
-/* Notes a horizon (last, xmax) and settles every noted one that the
- * snapshot's xmin has passed. Returns the highest settled id. */
-static int64_t ev_settle(gw_events *ev, int64_t settled, int64_t last, uint64_t xmin, uint64_t xmax)
+int64_t gw_event_horizon_step(gw_event_horizon *h, int64_t settled, int64_t last, uint64_t xmin,
+                              uint64_t next)
 {
-    if (last > settled && ev->ncand < EV_CANDIDATES &&
-        (ev->ncand == 0 || ev->cand[ev->ncand - 1].last < last)) {
-        ev->cand[ev->ncand].last = last;
-        ev->cand[ev->ncand].xmax = xmax;
-        ev->ncand++;
+    /* A full list keeps its oldest horizons: the newest is noted again
+     * next round. */
+    if (last > settled && h->ncand < GW_EVENT_HORIZONS &&
+        (h->ncand == 0 || h->cand[h->ncand - 1].last < last)) {
+        h->cand[h->ncand].last = last;
+        h->cand[h->ncand].next = next;
+        h->ncand++;
     }
+    for (int i = 0; i < h->ncand; i++)
+        if (xmin >= h->cand[i].next && h->cand[i].last > settled)
+            settled = h->cand[i].last;
+    /* What is left waits, unless a later horizon settled past it. */
     int k = 0;
-    for (int i = 0; i < ev->ncand; i++) {
-        if (xmin >= ev->cand[i].xmax) {
-            if (ev->cand[i].last > settled)
-                settled = ev->cand[i].last;
-        } else if (ev->cand[i].last > settled) {
-            ev->cand[k++] = ev->cand[i];
-        }
-    }
-    ev->ncand = k;
+    for (int i = 0; i < h->ncand; i++)
+        if (h->cand[i].last > settled)
+            h->cand[k++] = h->cand[i];
+    h->ncand = k;
     return settled;
 }
 
@@ -302,13 +299,13 @@ static int ev_catch_up(gw_events *ev, ev_stream *s, int64_t settled, int64_t now
 static int ev_round(gw_events *ev)
 {
     int64_t last;
-    uint64_t xmin, xmax;
+    uint64_t xmin, next;
     pthread_mutex_lock(&ev->mu);
     int64_t settled = ev->settled;
     pthread_mutex_unlock(&ev->mu);
-    if (gw_store_events_horizon(ev->app->store, &last, &xmin, &xmax) != 0)
+    if (gw_store_events_horizon(ev->app->store, &last, &xmin, &next) != 0)
         return 0;
-    int64_t target = ev_settle(ev, settled, last, xmin, xmax);
+    int64_t target = gw_event_horizon_step(&ev->horizon, settled, last, xmin, next);
     int more = 0;
     int64_t now = svc_now_mono_ms();
     while (settled < target) {
@@ -329,7 +326,7 @@ static int ev_round(gw_events *ev)
     for (ev_stream *s = ev->streams; s; s = s->next)
         if (s->backlog && !svc_sse_closed(s->sse))
             more |= ev_catch_up(ev, s, settled, now);
-    return more ? 1 : ev->ncand > 0 ? 2 : 0;
+    return more ? 1 : ev->horizon.ncand > 0 ? 2 : 0;
 }
 
 /* Heartbeats to quiet streams, and drops the streams that closed. */
@@ -508,9 +505,9 @@ gw_events *gw_events_start(gw_app *app)
     }
     /* Streams opened from now on start after what is in the log now. */
     int64_t last = 0;
-    uint64_t xmin, xmax;
-    if (gw_store_events_horizon(app->store, &last, &xmin, &xmax) == 0)
-        ev->settled = ev_settle(ev, 0, last, xmin, xmax);
+    uint64_t xmin, next;
+    if (gw_store_events_horizon(app->store, &last, &xmin, &next) == 0)
+        ev->settled = gw_event_horizon_step(&ev->horizon, 0, last, xmin, next);
     if (pthread_create(&ev->thread, NULL, ev_main, ev) != 0) {
         gw_events_free(ev);
         return NULL;

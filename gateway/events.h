@@ -45,6 +45,23 @@ int gw_event_filter_match(const gw_event_filter *f, const char *kernel, const js
  * 0 with *id = -1 (none given). */
 int gw_event_id_parse(const char *text, int64_t *id);
 
+/* Where the event log is settled: below which no event can still appear
+ * (see events.c). Each round notes a horizon (the last id drawn, then the
+ * next xid to be assigned) and settles those that a snapshot's xmin has
+ * reached. */
+#define GW_EVENT_HORIZONS 16
+typedef struct gw_event_horizon {
+    struct {
+        int64_t last;
+        uint64_t next;
+    } cand[GW_EVENT_HORIZONS];
+    int ncand;                /* noted, not yet settled */
+} gw_event_horizon;
+/* Notes (last, next) and returns the highest id settled, at least settled,
+ * given the xmin of a snapshot taken after both were read. */
+int64_t gw_event_horizon_step(gw_event_horizon *h, int64_t settled, int64_t last, uint64_t xmin,
+                              uint64_t next);
+
 /* Starts the thread and the Redis subscriber. NULL on failure. */
 gw_events *gw_events_start(gw_app *app);
 /* Ends every stream (their bodies close cleanly) and stops the threads;

@@ -308,8 +308,14 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
     " GROUP BY node_id", 0},
 /* The event log that SSE streams read (store_events.c, gateway/events.c). */
 [ST_EVENTS_LAST] = {"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM job_events_id_seq", 0},
-[ST_EVENTS_SNAPSHOT] = {"SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text"
-                        " FROM pg_current_snapshot() s", 0},
+/* xmin of the snapshot, and the next xid to be assigned: xmax is only the
+ * last ended xid + 1, and a writer may hold a higher one; age() of an xid
+ * counts from the next one (the reader has no xid of its own), so next =
+ * xmax + age(xmax). INT_MAX: xmax's low 32 bits are not a normal xid. */
+[ST_EVENTS_SNAPSHOT] = {
+    "SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text,"
+    "       age(((pg_snapshot_xmax(s)::text::bigint % 4294967296)::text)::xid)"
+    " FROM pg_current_snapshot() s", 0},
 #define EVENT_COLS                                                                               \
     "SELECT e.id, j.tenant_id, e.job_id, e.state, j.kernel,"                                     \
     "       jsonb_build_object('id', e.id, 'job_id', e.job_id, 'state', e.state,"                \

@@ -268,9 +268,11 @@ typedef struct gw_event_row {
                                  kernel, labels} */
 } gw_event_row;
 /* Where the log may be read up to: *last is the id drawn last (0: none
- * yet), then *xmin and *xmax are those of a snapshot taken after it was
- * read (two statements, in that order; see sql/014_events.sql). 0 or -EIO. */
-int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *xmax);
+ * yet); then, read after it (two statements, in that order; see
+ * sql/014_events.sql), *next is the next xid to be assigned and *xmin the
+ * oldest xid still running (or next, when none runs). 0, -EIO, or -EAGAIN
+ * when next cannot be told this time (xid wraparound's edge). */
+int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *next);
 /* Up to limit events with after < id <= upto in id order, of every job,
  * of tenant_id's jobs (tenant_id > 0) or of one job (job_id not NULL).
  * *rows is the caller's (gw_event_rows_free). 0, -EIO or -ENOMEM. */

@@ -2,13 +2,14 @@
  * (store.h): where it is settled up to, and ranges of it by id. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store_int.h"
 
-int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *xmax)
+int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *next)
 {
     store__conn *c = store__acquire(s);
     if (!c)
@@ -22,9 +23,10 @@ int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t
         PQclear(r);
         r = store__exec(c, ST_EVENTS_SNAPSHOT, NULL, NULL, NULL, 0);
         if (r && PQntuples(r) == 1) {
+            long age = strtol(PQgetvalue(r, 0, 2), NULL, 10);
             *xmin = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
-            *xmax = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
-            rc = 0;
+            *next = strtoull(PQgetvalue(r, 0, 1), NULL, 10) + (uint64_t)age;
+            rc = age >= 0 && age < INT32_MAX ? 0 : -EAGAIN;
         }
     }
     PQclear(r);

@@ -5,11 +5,11 @@
 -- bigserial id is taken before its transaction commits, so a reader can
 -- see id 7 committed while id 6 is still in flight. The gateway hands out
 -- an event only once every id up to it is settled (gateway/events.c): it
--- notes the sequence's last value L, then a snapshot's xmax X, and reads
--- up to L once a later snapshot's xmin has passed X. That needs every
--- event's transaction to hold its xid before it draws its id (else a
--- transaction could draw an id below L and be missing from the snapshot),
--- which this default guarantees whatever statement inserts the row.
+-- notes the sequence's last value L, then the next xid to be assigned N,
+-- and reads up to L once a later snapshot's xmin has reached N. That needs
+-- every event's transaction to hold its xid before it draws its id (else a
+-- transaction could draw an id below L and get an xid above N), which this
+-- default guarantees whatever statement inserts the row.
 CREATE FUNCTION kowloon_event_id() RETURNS bigint
 LANGUAGE sql VOLATILE AS $$
     SELECT CASE WHEN pg_current_xact_id() IS NOT NULL THEN nextval('job_events_id_seq') END

@@ -315,3 +315,36 @@ def test_an_event_committed_late_with_a_lower_id_is_not_skipped(A, stack):
     assert ids == sorted(ids), evs
     assert evs[0]["data"]["detail"] == "held back", evs
     assert [e["data"]["job_id"] for e in evs[1:]] == [later["id"]] * 3
+
+
+def label_event_ids(stack, run):
+    rows = stack.psql("SELECT e.id FROM job_events e JOIN jobs j ON j.id = e.job_id"
+                      f" WHERE j.labels->>'run' = '{run}' ORDER BY e.id")
+    return [int(r[0]) for r in rows]
+
+
+@pytest.mark.timeout(120)
+def test_tenant_stream_resumes_after_the_gateway_is_killed_and_restarted(A, stack):
+    s = Sse(stack.base, stack.keys["A"], "/v1/events?label=run:restart")
+    time.sleep(0.3)
+    jobs = [A.submit("sleep", {"seconds": 0.5}, labels={"run": "restart"})["id"] for _ in range(3)]
+    got = [int(e["id"]) for e in s.take(2)]
+    stack.gateway.kill9()
+    try:
+        while (ev := s.next()) is not None:  # what was on the wire, until the cut
+            got.append(int(ev["id"]))
+    except (OSError, http.client.HTTPException):
+        pass
+    s.close()
+    stack.gateway = stack.start_gateway("gateway", stack.gw_port)
+    jobs += [A.submit("sleep", {"seconds": 0}, labels={"run": "restart"})["id"] for _ in range(2)]
+    for j in jobs:
+        assert A.wait(j, 40)["state"] == "succeeded"
+    want = label_event_ids(stack, "restart")
+    s = Sse(stack.base, stack.keys["A"], "/v1/events?label=run:restart",
+            {"Last-Event-ID": str(got[-1])})
+    while got[-1] < want[-1]:
+        got.append(int(s.next()["id"]))
+    s.close()
+    assert got == want, "a gap or a repeat across the restart"
+    stack.wait_nodes_up(stack.node_names, timeout=30)
