@@ -205,12 +205,12 @@ static json_t *labels_as_stored(json_t *labels)
 static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params)
 {
     return json_pack("{s:s, s:s, s:s, s:O, s:i, s:i, s:i, s:i, s:{s:s, s:i}, s:o, s:n, s:n,"
-                     " s:{}, s:b, s:n}",
+                     " s:{}, s:n, s:b, s:n}",
                      "id", s->row.id, "state", "queued", "kernel", jr->kernel->name,
                      "params", params, "priority", jr->priority, "timeout_s", jr->timeout_s,
                      "max_attempts", jr->max_attempts, "attempts", 0, "resources", "backend",
                      jr->backend, "gpus", jr->gpus, "labels", labels_as_stored(jr->labels), "node",
-                     "backend", "info", "cancel_requested", 0, "error");
+                     "backend", "info", "progress", "cancel_requested", 0, "error");
 }
 
 /* committer op: one statement for the whole batch. */

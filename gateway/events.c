@@ -183,6 +183,8 @@ struct gw_events {
     int64_t settled;           /* every event id <= this is final and handed out */
     ev_count *counts;          /* open streams per tenant */
     int ncounts;
+    json_t *progress;          /* [{"tenant_id", "data"}] to hand to streams */
+    json_t *progress_out;      /* those of them recorded here, to publish */
     /* the thread's own */
     ev_stream *streams;
     gw_event_horizon horizon;
@@ -222,15 +224,45 @@ static void ev_stream_free(gw_events *ev, ev_stream *s)
     free(s);
 }
 
+/* 1 when s takes an event of this job, tenant, kernel and state. */
+static int ev_wants(const ev_stream *s, int64_t tenant_id, const char *job_id, const char *kernel,
+                    const json_t *data, const char *state)
+{
+    if (s->job_id[0])
+        return strcmp(s->job_id, job_id) == 0;
+    return tenant_id == s->tenant_id &&
+           gw_event_filter_match(&s->f, kernel, json_object_get(data, "labels"), state);
+}
+
+/* Hands an item of ev->progress to the live streams that want it, as an
+ * event without an id: a resumed stream does not see it again (the job
+ * object carries the latest progress). */
+static void ev_send_progress(gw_events *ev, const json_t *item, int64_t now)
+{
+    const json_t *d = json_object_get(item, "data");
+    int64_t tenant_id = json_integer_value(json_object_get(item, "tenant_id"));
+    const char *job_id = json_string_value(json_object_get(d, "job_id"));
+    const char *kernel = json_string_value(json_object_get(d, "kernel"));
+    if (!job_id || !kernel)
+        return;
+    char *text = NULL;
+    for (ev_stream *s = ev->streams; s; s = s->next) {
+        if (s->backlog || !ev_wants(s, tenant_id, job_id, kernel, d, "running"))
+            continue;
+        if (!text && !(text = json_dumps(d, JSON_COMPACT)))
+            return;
+        svc_sse_send(s->sse, NULL, "progress", text);
+        s->last_write_ms = now;
+    }
+    free(text);
+}
+
 /* Hands e to s when s wants it. */
 static void ev_send(ev_stream *s, const gw_event_row *e, int64_t now)
 {
     if (e->id <= s->cursor)
         return;
-    if (s->job_id[0] ? strcmp(s->job_id, e->job_id) != 0
-                     : e->tenant_id != s->tenant_id ||
-                           !gw_event_filter_match(&s->f, e->kernel, json_object_get(e->data, "labels"),
-                                                  e->state))
+    if (!ev_wants(s, e->tenant_id, e->job_id, e->kernel, e->data, e->state))
         return;
     s->cursor = e->id;
     char id[24];
@@ -348,10 +380,21 @@ static void ev_tend(gw_events *ev)
     }
 }
 
-static void ev_publish(gw_events *ev)
+/* One message to the other gateways: {"from", "progress"?}, a wake that
+ * carries the progress recorded here since the last one. Takes progress. */
+static void ev_publish(gw_events *ev, json_t *progress)
 {
-    const char *argv[3] = {"PUBLISH", GW_EVENTS_CHANNEL, ev->self};
-    freeReplyObject(gw_redis_argv(ev->redis, 3, argv, NULL));
+    json_t *m = json_pack("{s:s}", "from", ev->self);
+    if (m && json_array_size(progress) > 0)
+        json_object_set(m, "progress", progress);
+    char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
+    if (text) {
+        const char *argv[3] = {"PUBLISH", GW_EVENTS_CHANNEL, text};
+        freeReplyObject(gw_redis_argv(ev->redis, 3, argv, NULL));
+    }
+    free(text);
+    json_decref(m);
+    json_decref(progress);
 }
 
 static void *ev_main(void *arg)
@@ -364,8 +407,11 @@ static void *ev_main(void *arg)
         int due = ev->woken || ev->incoming || now >= next_poll || (retry_at && now >= retry_at);
         if (due) {
             ev->woken = 0;
-            int publish = ev->publish;
+            int publish = ev->publish || json_array_size(ev->progress_out) > 0;
             ev->publish = 0;
+            json_t *progress = ev->progress, *progress_out = ev->progress_out;
+            ev->progress = json_array();
+            ev->progress_out = json_array();
             while (ev->incoming) {
                 ev_stream *s = ev->incoming;
                 ev->incoming = s->next;
@@ -374,7 +420,15 @@ static void *ev_main(void *arg)
             }
             pthread_mutex_unlock(&ev->mu);
             if (publish)
-                ev_publish(ev);
+                ev_publish(ev, progress_out);
+            else
+                json_decref(progress_out);
+            size_t i;
+            const json_t *item;
+            now = svc_now_mono_ms();
+            json_array_foreach(progress, i, item)
+                ev_send_progress(ev, item, now);
+            json_decref(progress);
             int more = ev_round(ev);
             now = svc_now_mono_ms();
             next_poll = now + (int64_t)ev->poll_ms * (atomic_load(&ev->sub_up) ? EV_SAFETY_POLLS : 1);
@@ -419,12 +473,24 @@ static void ev_wake(gw_events *ev, int publish)
     pthread_mutex_unlock(&ev->mu);
 }
 
-/* A message on the channel from another gateway: 1. */
-static int ev_is_wake(gw_events *ev, const redisReply *r)
+/* A message on the channel: one from another gateway wakes the thread,
+ * with the progress it carries. */
+static void ev_message(gw_events *ev, const redisReply *r)
 {
-    return r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-           r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "message") == 0 &&
-           r->element[2]->type == REDIS_REPLY_STRING && strcmp(r->element[2]->str, ev->self) != 0;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "message") != 0 ||
+        r->element[2]->type != REDIS_REPLY_STRING)
+        return;
+    json_t *m = json_loadb(r->element[2]->str, r->element[2]->len, 0, NULL);
+    const char *from = json_string_value(json_object_get(m, "from"));
+    if (from && strcmp(from, ev->self) != 0) {
+        pthread_mutex_lock(&ev->mu);
+        json_array_extend(ev->progress, json_object_get(m, "progress"));
+        ev->woken = 1;
+        pthread_cond_signal(&ev->cv);
+        pthread_mutex_unlock(&ev->mu);
+    }
+    json_decref(m);
 }
 
 /* Reads wakes until the connection fails or the gateway stops; the
@@ -449,16 +515,13 @@ static void ev_listen(gw_events *ev, redisContext *c)
         if (redisBufferRead(c) != REDIS_OK)
             break;
         void *reply = NULL;
-        int wake = 0;
         while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
-            wake |= ev_is_wake(ev, reply);
+            ev_message(ev, reply);
             freeReplyObject(reply);
             reply = NULL;
         }
         if (c->err)
             break;
-        if (wake)
-            ev_wake(ev, 0);
     }
     atomic_store(&ev->sub_up, 0);
 }
@@ -490,6 +553,8 @@ gw_events *gw_events_start(gw_app *app)
     ev->poll_ms = app->cfg.events_poll_ms > 0 ? app->cfg.events_poll_ms : 500;
     ev->max_per_tenant = app->cfg.max_streams_per_tenant;
     pthread_mutex_init(&ev->mu, NULL);
+    ev->progress = json_array();
+    ev->progress_out = json_array();
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -560,9 +625,30 @@ void gw_events_free(gw_events *ev)
     gw_events_stop(ev);
     gw_redis_close(ev->redis);
     free(ev->counts);
+    json_decref(ev->progress);
+    json_decref(ev->progress_out);
     pthread_cond_destroy(&ev->cv);
     pthread_mutex_destroy(&ev->mu);
     free(ev);
+}
+
+void gw_events_progress(gw_events *ev, gw_event_row *rows, int n)
+{
+    if (!ev) {
+        gw_event_rows_free(rows, n);
+        return;
+    }
+    pthread_mutex_lock(&ev->mu);
+    for (int i = 0; i < n; i++) {
+        json_t *item = json_pack("{s:I, s:O}", "tenant_id", (json_int_t)rows[i].tenant_id, "data",
+                                 rows[i].data);
+        json_array_append(ev->progress, item);
+        json_array_append_new(ev->progress_out, item);
+    }
+    ev->woken = 1;
+    pthread_cond_signal(&ev->cv);
+    pthread_mutex_unlock(&ev->mu);
+    gw_event_rows_free(rows, n);
 }
 
 void gw_events_written(gw_events *ev)

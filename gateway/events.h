@@ -75,6 +75,12 @@ void gw_events_free(gw_events *ev);
  * goes to the other gateways. Cheap: a flag and a signal; NULL is a no-op. */
 void gw_events_written(gw_events *ev);
 
+/* Progress of running jobs, as recorded (gw_store_jobs_progress): each
+ * goes at once to this gateway's streams as `event: progress`, and in one
+ * PUBLISH per round to the other gateways' (progress is not in the log:
+ * a gateway that misses it shows the next one). Takes rows. */
+void gw_events_progress(gw_events *ev, gw_event_row *rows, int n);
+
 /* Answers req with a stream of the events of tenant_id's jobs that pass f
  * (job_id NULL), or of job job_id alone, which ends after the job's
  * terminal event. after: resume after this event id (-1: none given; a

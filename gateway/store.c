@@ -329,6 +329,17 @@ static const struct { const char *sql; int nparams; } stmts[ST__COUNT] = {
                    " ORDER BY e.id LIMIT $3", 4},
 #undef EVENT_COLS
 [ST_EVENT_JOB_LAST] = {"SELECT coalesce(max(id), 0) FROM job_events WHERE job_id = $1::uuid", 1},
+/* Nodes' progress reports, a batch at a time: $1 is [{id, attempt,
+ * progress}]; a report of an attempt no longer running changes nothing. */
+[ST_JOBS_PROGRESS] = {
+    "WITH " ASYNC_COMMIT ","
+    " p AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS p(id uuid, attempt int, progress jsonb))"
+    " UPDATE jobs j SET progress = p.progress FROM p, cfg"
+    " WHERE j.id = p.id AND j.attempts = p.attempt AND (j.state || '') = 'running'"
+    " RETURNING 0, j.tenant_id, j.id::text, j.state, j.kernel,"
+    "           jsonb_build_object('job_id', j.id, 'state', j.state, 'attempt', j.attempts,"
+    "             'node', j.node_name, 'kernel', j.kernel, 'labels', j.labels,"
+    "             'progress', j.progress)", 1},
 };
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)

@@ -279,6 +279,11 @@ int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t
 int gw_store_events_read(gw_store *s, int64_t after, int64_t upto, int64_t tenant_id,
                          const char *job_id, int limit, gw_event_row **rows, int *n);
 void gw_event_rows_free(gw_event_row *rows, int n);
+/* Records nodes' progress reports, reports a JSON array of {id, attempt,
+ * progress}, in one statement: those of attempts still running. *rows (the
+ * caller's, gw_event_rows_free) are the jobs changed, id 0, data {job_id,
+ * state, attempt, node, kernel, labels, progress}. 0, -EIO or -ENOMEM. */
+int gw_store_jobs_progress(gw_store *s, const char *reports, gw_event_row **rows, int *n);
 /* The id of job_id's last event (0: none). 0 or -EIO. */
 int gw_store_job_last_event(gw_store *s, const char *job_id, int64_t *id);
 

@@ -41,6 +41,53 @@ void gw_event_rows_free(gw_event_row *rows, int n)
     free(rows);
 }
 
+/* The rows of r, columns (id, tenant_id, job_id, state, kernel, data),
+ * into *rows (calloc'd; *n counts those filled). 0 or -ENOMEM. */
+static int rows_of(PGresult *r, gw_event_row **rows, int *n)
+{
+    int k = PQntuples(r);
+    if (k > 0 && !(*rows = calloc((size_t)k, sizeof(gw_event_row))))
+        return -ENOMEM;
+    for (int i = 0; i < k; i++) {
+        gw_event_row *e = &(*rows)[i];
+        e->id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+        e->tenant_id = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+        store__copy(r, i, 2, e->job_id, sizeof(e->job_id));
+        store__copy(r, i, 3, e->state, sizeof(e->state));
+        store__copy(r, i, 4, e->kernel, sizeof(e->kernel));
+        *n = i + 1;
+        if (!(e->data = store__json(r, i, 5)))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Runs statement st with values v and reads its rows (rows_of). */
+static int query_rows(gw_store *s, int st, const char *const *v, gw_event_row **rows, int *n)
+{
+    *rows = NULL;
+    *n = 0;
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, st, v, NULL, NULL, 0);
+    int rc = r ? rows_of(r, rows, n) : -EIO;
+    PQclear(r);
+    store__release(s, c);
+    if (rc != 0) {
+        gw_event_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+int gw_store_jobs_progress(gw_store *s, const char *reports, gw_event_row **rows, int *n)
+{
+    const char *v[1] = {reports};
+    return query_rows(s, ST_JOBS_PROGRESS, v, rows, n);
+}
+
 int gw_store_events_read(gw_store *s, int64_t after, int64_t upto, int64_t tenant_id,
                          const char *job_id, int limit, gw_event_row **rows, int *n)
 {
@@ -51,35 +98,7 @@ int gw_store_events_read(gw_store *s, int64_t after, int64_t upto, int64_t tenan
     snprintf(t, sizeof(t), "%" PRId64, tenant_id);
     const char *v[4] = {a, u, l, job_id ? job_id : t};
     int st = job_id ? ST_EVENTS_JOB : tenant_id > 0 ? ST_EVENTS_TENANT : ST_EVENTS_READ;
-    *rows = NULL;
-    *n = 0;
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    PGresult *r = store__exec(c, st, v, NULL, NULL, 0);
-    int rc = r ? 0 : -EIO;
-    int k = r ? PQntuples(r) : 0;
-    if (k > 0 && !(*rows = calloc((size_t)k, sizeof(gw_event_row))))
-        rc = -ENOMEM;
-    for (int i = 0; rc == 0 && i < k; i++) {
-        gw_event_row *e = &(*rows)[i];
-        e->id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
-        e->tenant_id = strtoll(PQgetvalue(r, i, 1), NULL, 10);
-        store__copy(r, i, 2, e->job_id, sizeof(e->job_id));
-        store__copy(r, i, 3, e->state, sizeof(e->state));
-        store__copy(r, i, 4, e->kernel, sizeof(e->kernel));
-        if (!(e->data = store__json(r, i, 5)))
-            rc = -ENOMEM;
-        *n = i + 1;
-    }
-    PQclear(r);
-    store__release(s, c);
-    if (rc != 0) {
-        gw_event_rows_free(*rows, *n);
-        *rows = NULL;
-        *n = 0;
-    }
-    return rc;
+    return query_rows(s, st, v, rows, n);
 }
 
 int gw_store_job_last_event(gw_store *s, const char *job_id, int64_t *id)

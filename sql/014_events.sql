@@ -17,3 +17,39 @@ $$;
 COMMENT ON FUNCTION kowloon_event_id() IS
     'the next job_events id, drawn only after the transaction has its xid (see 014_events.sql)';
 ALTER TABLE job_events ALTER COLUMN id SET DEFAULT kowloon_event_id();
+
+-- The last progress a running job's kernel reported (train_mlp: epoch and
+-- loss; kmeans: iteration and inertia): {"fraction": 0..1, ...}. Written
+-- in batches from nodes' reports; streamed as `event: progress`, which is
+-- not a job_events row.
+ALTER TABLE jobs ADD COLUMN progress jsonb;
+COMMENT ON COLUMN jobs.progress IS
+    'the last progress its kernel reported: {"fraction": 0..1, kernel-specific numbers}; NULL before any';
+
+DROP FUNCTION kowloon_job_json(jobs);
+CREATE FUNCTION kowloon_job_json(j jobs) RETURNS json
+LANGUAGE sql STABLE AS $$
+    SELECT json_build_object(
+        'id', j.id,
+        'state', j.state,
+        'kernel', j.kernel,
+        'params', j.params,
+        'priority', j.priority,
+        'timeout_s', j.timeout_s,
+        'max_attempts', j.max_attempts,
+        'attempts', j.attempts,
+        'resources', json_build_object('backend', j.backend_req, 'gpus', j.gpus),
+        'labels', j.labels,
+        'node', j.node_name,
+        'backend', j.backend,
+        'info', j.info,
+        'progress', j.progress,
+        'cancel_requested', j.cancel_requested,
+        'error', CASE WHEN j.error_code IS NULL THEN NULL
+                      ELSE json_build_object('code', j.error_code, 'message', j.error_message) END,
+        'created_at', kowloon_ts(j.created_at),
+        'started_at', kowloon_ts(j.started_at),
+        'finished_at', kowloon_ts(j.finished_at))
+$$;
+COMMENT ON FUNCTION kowloon_job_json(jobs) IS
+    'the public job object; json so that params keep their exact text';

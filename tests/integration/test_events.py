@@ -348,3 +348,83 @@ def test_tenant_stream_resumes_after_the_gateway_is_killed_and_restarted(A, stac
     s.close()
     assert got == want, "a gap or a repeat across the restart"
     stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+def mlp_inputs(n=6000, d=64, classes=4):
+    import numpy as np
+    rng = np.random.default_rng(3)
+    y = (np.arange(n) % classes).astype(np.int32)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    x[np.arange(n), y] += 3.0
+    return {"x": tensor(x, b64=True), "y": tensor(y, b64=True)}
+
+
+@pytest.mark.timeout(90)
+def test_train_mlp_progress_streams_and_stays_on_the_job(A, stack):
+    epochs = 8
+    j = A.submit("train_mlp", {"hidden": 128, "classes": 4, "epochs": epochs, "batch_size": 16,
+                               "lr": 0.01, "momentum": 0.9, "seed": 1}, mlp_inputs(),
+                 resources={"backend": "cpu"}, timeout_s=80)
+    s = job_stream(stack, j["id"])
+    evs = s.rest()
+    s.close()
+    states = [e["data"]["state"] for e in evs if e["event"] == "state"]
+    assert states == ["queued", "running", "succeeded"], evs
+    prog = [e for e in evs if e["event"] == "progress"]
+    assert len(prog) >= 2, f"too few progress events: {evs}"
+    # progress has no id: a resumed stream does not repeat it
+    assert all("id" not in e for e in prog)
+    kinds = [e["event"] for e in evs]
+    assert kinds.index("progress") > kinds.index("state"), "progress before running"
+    assert len(evs) - 1 - kinds[::-1].index("progress") < len(evs) - 1, "progress after the end"
+    epochs_seen = [p["data"]["progress"]["epoch"] for p in prog]
+    assert epochs_seen == sorted(epochs_seen) and len(set(epochs_seen)) == len(epochs_seen)
+    for p in prog:
+        d = p["data"]
+        assert d["job_id"] == j["id"] and d["state"] == "running" and d["attempt"] == 1
+        assert 0 <= d["progress"]["fraction"] <= 1 and d["progress"]["epochs"] == epochs
+        assert d["progress"]["loss"] > 0
+    last = prog[-1]["data"]["progress"]
+    assert last["fraction"] == 1 and last["epoch"] == epochs and 0 <= last["accuracy"] <= 1
+    job = A.job(j["id"])
+    assert job["progress"] == last, job
+    keys = list(job)
+    assert keys.index("progress") == keys.index("info") + 1
+
+
+@pytest.mark.timeout(60)
+def test_tenant_stream_carries_progress_of_matching_jobs(A, stack):
+    s = Sse(stack.base, stack.keys["A"], "/v1/events?kernel=train_mlp")
+    time.sleep(0.3)
+    j = A.submit("train_mlp", {"hidden": 128, "classes": 4, "epochs": 4, "batch_size": 16,
+                               "lr": 0.01, "momentum": 0.9, "seed": 1}, mlp_inputs(),
+                 resources={"backend": "cpu"}, timeout_s=50)
+    got = []
+    while not got or got[-1]["data"].get("state") != "succeeded":
+        got.append(s.next())
+    s.close()
+    prog = [e for e in got if e["event"] == "progress"]
+    assert prog and all(e["data"]["job_id"] == j["id"] for e in prog)
+    assert prog[-1]["data"]["kernel"] == "train_mlp"
+
+
+@pytest.mark.timeout(30)
+def test_node_progress_reports_are_checked(stack):
+    import requests
+    url = f"{stack.base}/v1/cluster/nodes/{'0' * 8}-0000-4000-8000-{'0' * 12}/results"
+    h = {"Authorization": f"Bearer {stack.cluster_token}"}
+    ok_job = "00000000-0000-4000-8000-000000000001"
+    bad = [
+        ({"progress": {}}, "progress"),
+        ({"progress": [{"job_id": "x", "attempt": 1, "progress": {"fraction": 0.5}}]},
+         "progress[0].job_id"),
+        ({"progress": [{"job_id": ok_job, "attempt": 0, "progress": {"fraction": 0.5}}]},
+         "progress[0].attempt"),
+        ({"progress": [{"job_id": ok_job, "attempt": 1, "progress": {"fraction": 1.5}}]},
+         "progress[0].progress"),
+        ({"progress": [{"job_id": ok_job, "attempt": 1, "progress": {"fraction": 0.5, "x": "y"}}]},
+         "progress[0].progress"),
+    ]
+    for body, field in bad:
+        r = requests.post(url, json=dict(body, free=0, results=[]), headers=h, timeout=5)
+        assert r.status_code == 400 and r.json()["error"]["field"] == field, (body, r.text)
