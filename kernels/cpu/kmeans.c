@@ -387,7 +387,7 @@ static int slices_for(int64_t n, int64_t k, int64_t d)
 }
 
 /* Progress after an iteration: the fraction is of the most iterations
- * allowed (a run that converges sooner jumps to 1 when it ends). */
+ * allowed (a run that converges sooner ends below 1). */
 static void report_iteration(const kl_args *args, int it, int iterations, double inertia)
 {
     kl_progress p = {.fraction = (double)it / (double)iterations, .n = 2};

@@ -197,25 +197,6 @@ static void rank_correct(void *ctx, int r, int nt)
     }
 }
 
-/* Progress after an epoch; the accuracy (on the training set) is known
- * only at the end (acc < 0: not yet), when the fraction is 1. */
-static void report_epoch(const kl_args *args, int64_t epoch, int64_t epochs, float loss, double acc)
-{
-    kl_progress p = {.fraction = acc < 0 ? (double)epoch / (double)(epochs + 1) : 1.0, .n = 3};
-    p.kv[0].key = "epoch";
-    p.kv[0].value = (double)epoch;
-    p.kv[1].key = "epochs";
-    p.kv[1].value = (double)epochs;
-    p.kv[2].key = "loss";
-    p.kv[2].value = loss;
-    if (acc >= 0) {
-        p.kv[3].key = "accuracy";
-        p.kv[3].value = acc;
-        p.n = 4;
-    }
-    kl_progress_report(args->progress, &p);
-}
-
 static int alloc_outputs(const kl_mlp_dims *m, int64_t epochs, kl_tensor *outs)
 {
     const int64_t w1[2] = {m->d, m->h}, b1[1] = {m->h}, w2[2] = {m->h, m->c}, b2[1] = {m->c};
@@ -301,7 +282,7 @@ static int train_mlp_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
             sum += j.row_loss[i];
         loss[e] = (float)(sum / (double)n);
         if (e + 1 < epochs) /* the last epoch is reported with the accuracy */
-            report_epoch(args, e + 1, epochs, loss[e], -1);
+            kl__mlp_progress(args, e + 1, epochs, loss[e], -1);
     }
     kl__parallel(j.ranks, rank_correct, &j);
     if (j.stop) {
@@ -313,7 +294,7 @@ static int train_mlp_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
     for (int r = 0; r < j.ranks; r++)
         right += j.right[r];
     ((float *)outs[KL_MLP_OUT_ACC].data)[0] = (float)((double)right / (double)n);
-    report_epoch(args, epochs, epochs, loss[epochs - 1], (double)right / (double)n);
+    kl__mlp_progress(args, epochs, epochs, loss[epochs - 1], (double)right / (double)n);
     copy_weights(&j.m, j.w, outs);
     kl_info_set(args->info, "ranks", "%d", j.ranks);
     kl_info_set(args->info, "steps", "%lld", (long long)(steps * epochs));
