@@ -350,13 +350,19 @@ def test_tenant_stream_resumes_after_the_gateway_is_killed_and_restarted(A, stac
     stack.wait_nodes_up(stack.node_names, timeout=30)
 
 
-def mlp_inputs(n=6000, d=64, classes=4):
+def mlp_inputs():
+    return {k: tensor(v, b64=True) for k, v in mlp_arrays().items()}
+
+
+def mlp_arrays(n=6000, d=64, classes=4):
+    """Separable blobs big enough that train_mlp takes a few hundred ms an
+    epoch on a CPU node: several progress reports get through."""
     import numpy as np
     rng = np.random.default_rng(3)
     y = (np.arange(n) % classes).astype(np.int32)
     x = rng.standard_normal((n, d)).astype(np.float32)
     x[np.arange(n), y] += 3.0
-    return {"x": tensor(x, b64=True), "y": tensor(y, b64=True)}
+    return {"x": x, "y": y}
 
 
 @pytest.mark.timeout(90)
@@ -428,3 +434,61 @@ def test_node_progress_reports_are_checked(stack):
     for body, field in bad:
         r = requests.post(url, json=dict(body, free=0, results=[]), headers=h, timeout=5)
         assert r.status_code == 400 and r.json()["error"]["field"] == field, (body, r.text)
+
+
+# ---------------------------------------------------------------- the SDK and CLI
+
+def sdk():
+    import os
+    import sys
+    from stack import REPO
+    src = os.path.join(REPO, "sdk", "python", "src")
+    if src not in sys.path:
+        sys.path.insert(0, src)
+    import kowloon
+    return kowloon, src
+
+
+@pytest.mark.timeout(120)
+def test_sdk_events_resume_across_a_gateway_kill_without_gap_or_repeat(stack):
+    kowloon, _ = sdk()
+    with kowloon.Client(stack.base, stack.keys["A"]) as c:
+        job = c.submit("train_mlp", hidden=128, classes=4, epochs=10, batch_size=16, lr=0.01,
+                       momentum=0.9, seed=1, resources={"backend": "cpu"}, timeout_s=100,
+                       **mlp_arrays())
+        evs, killed = [], False
+        for ev in job.events():
+            evs.append(ev)
+            if not killed and ev.event == "progress":
+                stack.gateway.kill9()  # mid-stream, mid-run
+                time.sleep(0.5)
+                stack.gateway = stack.start_gateway("gateway", stack.gw_port)
+                killed = True
+        assert killed, [e.event for e in evs]
+        assert job.state == "succeeded"
+        state_ids = [(e.id, e.state) for e in evs if e.event == "state"]
+        assert state_ids == job_event_ids(stack, job.id), "a gap or a repeat across the restart"
+        assert job.progress and job.progress["fraction"] == 1 and "accuracy" in job.progress
+    stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+@pytest.mark.timeout(90)
+def test_cli_watch_shows_a_live_progress_bar(A, stack):
+    import os
+    import subprocess
+    import sys
+    _, src = sdk()
+    j = A.submit("train_mlp", {"hidden": 128, "classes": 4, "epochs": 8, "batch_size": 16,
+                               "lr": 0.01, "momentum": 0.9, "seed": 1}, mlp_inputs(),
+                 resources={"backend": "cpu"}, timeout_s=80)
+    env = dict(os.environ, KOWLOON_URL=stack.base, KOWLOON_API_KEY=stack.keys["A"],
+               PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "kowloon", "watch", j["id"]], env=env,
+                       capture_output=True, text=True, timeout=80)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    bars = [l for l in lines if "%" in l and "epoch=" in l]
+    assert len(bars) >= 2, lines
+    pct = [float(l.split("]")[1].split("%")[0]) for l in bars]
+    assert pct == sorted(pct) and pct[-1] == 100.0, lines
+    assert lines[-1].startswith(f"{j['id']} succeeded"), lines
