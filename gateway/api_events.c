@@ -2,6 +2,7 @@
  * /v1/events (a tenant's jobs, with filters) and GET /v1/jobs/{id}/events
  * (one job, ending after its terminal event), as text/event-stream. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
@@ -23,6 +24,25 @@ static int resume_after(svc_req *req, int64_t *after)
     return -1;
 }
 
+/* The duration_s query parameter: 0 when absent, else 1 to
+ * GW_EVENTS_DURATION_MAX_S. 0, or -1 after replying 400. */
+static int duration(svc_req *req, int *out)
+{
+    const char *q = svc_req_query(req, "duration_s");
+    *out = 0;
+    if (!q)
+        return 0;
+    size_t len = strlen(q);
+    long v = len >= 1 && len <= 5 && strspn(q, "0123456789") == len ? strtol(q, NULL, 10) : 0;
+    if (v < 1 || v > GW_EVENTS_DURATION_MAX_S) {
+        svc_reply_error(req, 400, "invalid_argument", "duration_s", NULL,
+                        "duration_s must be an integer from 1 to %d", GW_EVENTS_DURATION_MAX_S);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 int gw_api_events(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -36,9 +56,10 @@ int gw_api_events(svc_req *req)
                               svc_req_query(req, "state"), &field, msg, sizeof(msg)) != 0)
         return svc_reply_error(req, 400, "invalid_argument", field, NULL, "%s", msg);
     int64_t after;
-    if (resume_after(req, &after) != 0)
+    int duration_s;
+    if (resume_after(req, &after) != 0 || duration(req, &duration_s) != 0)
         return 0;
-    gw_events_open(app->events, req, who.tenant_id, NULL, &f, after);
+    gw_events_open(app->events, req, who.tenant_id, NULL, &f, after, duration_s);
     return 0;
 }
 
@@ -52,7 +73,8 @@ int gw_api_job_events(svc_req *req)
     if (!id || !svc_uuid_valid(id))
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
     int64_t after;
-    if (resume_after(req, &after) != 0)
+    int duration_s;
+    if (resume_after(req, &after) != 0 || duration(req, &duration_s) != 0)
         return 0;
     json_t *job;
     int rc = gw_store_job_get(app->store, who.tenant_id, id, &job);
@@ -76,6 +98,6 @@ int gw_api_job_events(svc_req *req)
         }
         return 0;
     }
-    gw_events_open(app->events, req, who.tenant_id, id, NULL, after);
+    gw_events_open(app->events, req, who.tenant_id, id, NULL, after, duration_s);
     return 0;
 }

@@ -166,6 +166,7 @@ typedef struct ev_stream {
     int64_t cursor;            /* events up to this id are behind it */
     int backlog;               /* reads the log up to settled before live events */
     int64_t last_write_ms;     /* for heartbeats */
+    int64_t end_ms;            /* the stream ends then (monotonic); 0: never */
 } ev_stream;
 
 typedef struct ev_count {
@@ -367,6 +368,8 @@ static void ev_tend(gw_events *ev)
     int64_t now = svc_now_mono_ms();
     for (ev_stream **p = &ev->streams; *p;) {
         ev_stream *s = *p;
+        if (s->end_ms && now >= s->end_ms)
+            svc_sse_end(s->sse);
         if (!svc_sse_closed(s->sse) && now - s->last_write_ms >= ev->heartbeat_ms) {
             svc_sse_comment(s->sse, "ping");
             s->last_write_ms = now;
@@ -658,7 +661,7 @@ void gw_events_written(gw_events *ev)
 }
 
 void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *job_id,
-                    const gw_event_filter *f, int64_t after)
+                    const gw_event_filter *f, int64_t after, int duration_s)
 {
     ev_stream *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -692,6 +695,8 @@ void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *
     s->cursor = after >= 0 ? after : job_id ? 0 : settled;
     s->backlog = 1;
     s->last_write_ms = svc_now_mono_ms();
+    if (duration_s > 0)
+        s->end_ms = s->last_write_ms + (int64_t)duration_s * 1000;
     if (!(s->sse = svc_sse_open(req, 0))) {
         pthread_mutex_lock(&ev->mu);
         c = ev_count_of(ev, tenant_id);

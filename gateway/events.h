@@ -81,12 +81,17 @@ void gw_events_written(gw_events *ev);
  * a gateway that misses it shows the next one). Takes rows. */
 void gw_events_progress(gw_events *ev, gw_event_row *rows, int n);
 
+/* Longest duration_s a stream may ask for. */
+#define GW_EVENTS_DURATION_MAX_S 86400
+
 /* Answers req with a stream of the events of tenant_id's jobs that pass f
  * (job_id NULL), or of job job_id alone, which ends after the job's
  * terminal event. after: resume after this event id (-1: none given; a
  * job stream then starts with the job's first event, a tenant stream with
- * the next one). 429 rate_limited over the tenant's stream limit. */
+ * the next one). duration_s > 0 ends the stream after that long (the
+ * client resumes with Last-Event-ID). 429 rate_limited over the tenant's
+ * stream limit. */
 void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *job_id,
-                    const gw_event_filter *f, int64_t after);
+                    const gw_event_filter *f, int64_t after, int duration_s);
 
 #endif

@@ -140,6 +140,9 @@ def test_bad_requests_are_refused_with_the_field(A, B, stack):
         ("/v1/events?state=queued,", {}, 400, "state"),
         ("/v1/events?label=nocolon", {}, 400, "label"),
         ("/v1/events?kernel=", {}, 400, "kernel"),
+        ("/v1/events?duration_s=0", {}, 400, "duration_s"),
+        ("/v1/events?duration_s=86401", {}, 400, "duration_s"),
+        (f"/v1/jobs/{j['id']}/events?duration_s=x", {}, 400, "duration_s"),
     ]
     for path, headers, status, field in cases:
         s = Sse(stack.base, stack.keys["A"], path, headers)
@@ -153,6 +156,18 @@ def test_bad_requests_are_refused_with_the_field(A, B, stack):
         s = Sse(stack.base, stack.keys[who] if who else None, path)
         assert s.status == status
         s.body()
+
+
+@pytest.mark.timeout(30)
+def test_duration_s_ends_a_stream_that_resumes_where_it_stopped(A, stack):
+    j = A.submit("sleep", {"seconds": 3})
+    t0 = time.monotonic()
+    s = Sse(stack.base, stack.keys["A"], f"/v1/jobs/{j['id']}/events?duration_s=1")
+    first = s.rest()
+    assert 0.8 < time.monotonic() - t0 < 3, "the stream did not end after its duration"
+    assert [e["data"]["state"] for e in first] == ["queued", "running"]
+    rest = job_stream(stack, j["id"], **{"Last-Event-ID": first[-1]["id"]}).rest()
+    assert [e["data"]["state"] for e in rest] == ["succeeded"]
 
 
 @pytest.mark.timeout(60)
