@@ -59,6 +59,9 @@ int gw_api_events(svc_req *req)
     int duration_s;
     if (resume_after(req, &after) != 0 || duration(req, &duration_s) != 0)
         return 0;
+    /* Not resuming: from the next event on, after every id drawn so far. */
+    if (after < 0 && gw_store_events_last(app->store, &after) != 0)
+        return gw_reply_unavailable(req, "PostgreSQL");
     gw_events_open(app->events, req, who.tenant_id, NULL, &f, after, duration_s);
     return 0;
 }

@@ -124,7 +124,7 @@ int gw_api_node_results(svc_req *req)
     }
     /* Before the results: a run's last progress comes with its end, and
      * is kept only while the job is still running. */
-    gw_progress_record(app, progress);
+    gw_progress_record(app, progress, results);
     json_t *recorded = json_array();
     size_t i;
     const json_t *r;

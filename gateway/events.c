@@ -42,6 +42,9 @@
 /* While Redis carries wakes, the log is still read every this many poll
  * intervals, in case a wake was lost. */
 #define EV_SAFETY_POLLS 4
+/* Wakes of other gateways go out at most this often (one PUBLISH carries
+ * every event and progress report recorded here meanwhile). */
+#define EV_PUBLISH_EVERY_MS 5
 /* Longest sleep of the thread: heartbeats are due at this granularity. */
 #define EV_TICK_MS 250
 
@@ -146,10 +149,10 @@ int gw_event_filter_match(const gw_event_filter *f, const char *kernel, const js
 int gw_event_id_parse(const char *text, int64_t *id)
 {
     *id = -1;
-    if (!text || !*text)
+    if (!text)
         return 0;
     size_t len = strlen(text);
-    if (len > 18 || strspn(text, "0123456789") != len)
+    if (len < 1 || len > 18 || strspn(text, "0123456789") != len)
         return -EINVAL;
     *id = strtoll(text, NULL, 10);
     return 0;
@@ -181,12 +184,12 @@ struct gw_events {
     /* guarded by mu */
     ev_stream *incoming;       /* opened, not yet taken by the thread */
     int stop, woken, publish;
-    int64_t settled;           /* every event id <= this is final and handed out */
     ev_count *counts;          /* open streams per tenant */
     int ncounts;
     json_t *progress;          /* [{"tenant_id", "data"}] to hand to streams */
     json_t *progress_out;      /* those of them recorded here, to publish */
     /* the thread's own */
+    int64_t settled;           /* every event id <= this is final and handed out */
     ev_stream *streams;
     gw_event_horizon horizon;
     /* Redis */
@@ -326,6 +329,20 @@ static int ev_catch_up(gw_events *ev, ev_stream *s, int64_t settled, int64_t now
     return more;
 }
 
+/* Hands every progress report queued so far to the live streams. */
+static void ev_flush_progress(gw_events *ev, int64_t now)
+{
+    pthread_mutex_lock(&ev->mu);
+    json_t *progress = ev->progress;
+    ev->progress = json_array();
+    pthread_mutex_unlock(&ev->mu);
+    size_t i;
+    const json_t *item;
+    json_array_foreach(progress, i, item)
+        ev_send_progress(ev, item, now);
+    json_decref(progress);
+}
+
 /* One round: settles what it can, hands new events to live streams, and
  * catches up streams that resume. Returns 1 when there is more to do at
  * once, 2 when a horizon waits to settle. */
@@ -333,14 +350,17 @@ static int ev_round(gw_events *ev)
 {
     int64_t last;
     uint64_t xmin, next;
-    pthread_mutex_lock(&ev->mu);
     int64_t settled = ev->settled;
-    pthread_mutex_unlock(&ev->mu);
     if (gw_store_events_horizon(ev->app->store, &last, &xmin, &next) != 0)
         return 0;
     int64_t target = gw_event_horizon_step(&ev->horizon, settled, last, xmin, next);
     int more = 0;
     int64_t now = svc_now_mono_ms();
+    /* A report queued before a job's end was committed goes out before it:
+     * the last progress before succeeded. */
+    ev_flush_progress(ev, now);
+    if (!ev->streams)
+        settled = target; /* nobody to hand them to */
     while (settled < target) {
         gw_event_row *rows;
         int n;
@@ -353,9 +373,7 @@ static int ev_round(gw_events *ev)
         settled = n == EV_BATCH ? rows[n - 1].id : target;
         gw_event_rows_free(rows, n);
     }
-    pthread_mutex_lock(&ev->mu);
     ev->settled = settled;
-    pthread_mutex_unlock(&ev->mu);
     for (ev_stream *s = ev->streams; s; s = s->next)
         if (s->backlog && !svc_sse_closed(s->sse))
             more |= ev_catch_up(ev, s, settled, now);
@@ -400,21 +418,41 @@ static void ev_publish(gw_events *ev, json_t *progress)
     json_decref(progress);
 }
 
+/* The thread's clock: when each kind of work is due next. */
+typedef struct ev_clock {
+    int64_t next_poll, retry_at, next_publish;
+} ev_clock;
+
+/* What is due now; mu held. A gateway with no stream reads the log only
+ * at poll intervals (to keep settled near), not on every wake, and still
+ * publishes its wakes, at most every EV_PUBLISH_EVERY_MS. */
+static int ev_due(gw_events *ev, const ev_clock *k, int64_t now, int *round, int *publish)
+{
+    int have = ev->streams || ev->incoming;
+    if (!have)
+        ev->woken = 0;
+    *round = ev->incoming || ev->woken || now >= k->next_poll || (k->retry_at && now >= k->retry_at);
+    *publish = (ev->publish || json_array_size(ev->progress_out) > 0) && now >= k->next_publish;
+    return *round || *publish || json_array_size(ev->progress) > 0;
+}
+
 static void *ev_main(void *arg)
 {
     gw_events *ev = arg;
-    int64_t next_poll = 0, retry_at = 0;
+    ev_clock k = {0};
+    int round, publish;
     pthread_mutex_lock(&ev->mu);
     while (!ev->stop) {
         int64_t now = svc_now_mono_ms();
-        int due = ev->woken || ev->incoming || now >= next_poll || (retry_at && now >= retry_at);
-        if (due) {
-            ev->woken = 0;
-            int publish = ev->publish || json_array_size(ev->progress_out) > 0;
-            ev->publish = 0;
-            json_t *progress = ev->progress, *progress_out = ev->progress_out;
-            ev->progress = json_array();
-            ev->progress_out = json_array();
+        if (ev_due(ev, &k, now, &round, &publish)) {
+            json_t *out = NULL;
+            if (publish) {
+                out = ev->progress_out;
+                ev->progress_out = json_array();
+                ev->publish = 0;
+            }
+            if (round)
+                ev->woken = 0;
             while (ev->incoming) {
                 ev_stream *s = ev->incoming;
                 ev->incoming = s->next;
@@ -422,34 +460,35 @@ static void *ev_main(void *arg)
                 ev->streams = s;
             }
             pthread_mutex_unlock(&ev->mu);
-            if (publish)
-                ev_publish(ev, progress_out);
-            else
-                json_decref(progress_out);
-            size_t i;
-            const json_t *item;
-            now = svc_now_mono_ms();
-            json_array_foreach(progress, i, item)
-                ev_send_progress(ev, item, now);
-            json_decref(progress);
-            int more = ev_round(ev);
-            now = svc_now_mono_ms();
-            next_poll = now + (int64_t)ev->poll_ms * (atomic_load(&ev->sub_up) ? EV_SAFETY_POLLS : 1);
-            retry_at = more == 2 ? now + EV_RETRY_MS : 0;
+            if (publish) {
+                ev_publish(ev, out);
+                k.next_publish = now + EV_PUBLISH_EVERY_MS;
+            }
+            ev_flush_progress(ev, now);
+            if (round) {
+                int more = ev_round(ev);
+                now = svc_now_mono_ms();
+                k.next_poll = now + (int64_t)ev->poll_ms * (atomic_load(&ev->sub_up) ? EV_SAFETY_POLLS : 1);
+                k.retry_at = more == 2 ? now + EV_RETRY_MS : 0;
+                pthread_mutex_lock(&ev->mu);
+                ev->woken |= more == 1;
+                pthread_mutex_unlock(&ev->mu);
+            }
             pthread_mutex_lock(&ev->mu);
-            if (more == 1)
-                ev->woken = 1;
         }
         pthread_mutex_unlock(&ev->mu);
         ev_tend(ev);
         pthread_mutex_lock(&ev->mu);
-        if (ev->woken || ev->incoming || ev->stop)
+        now = svc_now_mono_ms();
+        if (ev->stop || ev_due(ev, &k, now, &round, &publish))
             continue;
         int64_t until = now + EV_TICK_MS;
-        if (next_poll < until)
-            until = next_poll;
-        if (retry_at && retry_at < until)
-            until = retry_at;
+        if (k.next_poll < until)
+            until = k.next_poll;
+        if (k.retry_at && k.retry_at < until)
+            until = k.retry_at;
+        if ((ev->publish || json_array_size(ev->progress_out) > 0) && k.next_publish < until)
+            until = k.next_publish;
         struct timespec ts = {.tv_sec = until / 1000, .tv_nsec = (long)(until % 1000) * 1000000L};
         pthread_cond_timedwait(&ev->cv, &ev->mu, &ts);
     }
@@ -674,7 +713,6 @@ void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *
     int over = c && ev->max_per_tenant > 0 && c->n >= ev->max_per_tenant;
     if (c && !over)
         c->n++;
-    int64_t settled = ev->settled;
     pthread_mutex_unlock(&ev->mu);
     if (stop || !c || over) {
         free(s);
@@ -690,9 +728,9 @@ void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *
         snprintf(s->job_id, sizeof(s->job_id), "%s", job_id);
     if (f)
         s->f = *f;
-    /* A job's stream tells its story from the start; a tenant's stream
-     * begins with what happens next. The thread catches either up. */
-    s->cursor = after >= 0 ? after : job_id ? 0 : settled;
+    /* Without a resume point a job's stream tells its story from the
+     * start. The thread catches the stream up from the log. */
+    s->cursor = after >= 0 ? after : 0;
     s->backlog = 1;
     s->last_write_ms = svc_now_mono_ms();
     if (duration_s > 0)

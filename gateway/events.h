@@ -41,8 +41,8 @@ int gw_event_filter_parse(gw_event_filter *f, const char *kernel, const char *la
 int gw_event_filter_match(const gw_event_filter *f, const char *kernel, const json_t *labels,
                           const char *state);
 /* Reads a Last-Event-ID (header, or the last_event_id query parameter):
- * a non-negative decimal event id into *id. 0, or -EINVAL. NULL or "" is
- * 0 with *id = -1 (none given). */
+ * a non-negative decimal event id into *id. 0, or -EINVAL (an empty one
+ * too). NULL is 0 with *id = -1 (none given). */
 int gw_event_id_parse(const char *text, int64_t *id);
 
 /* Where the event log is settled: below which no event can still appear
@@ -86,9 +86,8 @@ void gw_events_progress(gw_events *ev, gw_event_row *rows, int n);
 
 /* Answers req with a stream of the events of tenant_id's jobs that pass f
  * (job_id NULL), or of job job_id alone, which ends after the job's
- * terminal event. after: resume after this event id (-1: none given; a
- * job stream then starts with the job's first event, a tenant stream with
- * the next one). duration_s > 0 ends the stream after that long (the
+ * terminal event. after: resume after this event id (-1: from the first,
+ * for a job's stream). duration_s > 0 ends the stream after that long (the
  * client resumes with Last-Event-ID). 429 rate_limited over the tenant's
  * stream limit. */
 void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *job_id,

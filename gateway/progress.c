@@ -59,25 +59,46 @@ int gw_progress_check(svc_req *req, const json_t *progress, size_t max)
     return 0;
 }
 
-void gw_progress_record(gw_app *app, const json_t *progress)
+/* Adds r's {job_id, attempt, progress} to by_job (keyed by job id; a
+ * later one replaces an earlier) when r carries a valid one. */
+static void progress_add(json_t *by_job, const json_t *r)
 {
-    if (json_array_size(progress) == 0)
+    const char *job = json_string_value(json_object_get(r, "job_id"));
+    const json_t *att = json_object_get(r, "attempt"), *p = json_object_get(r, "progress");
+    if (!job || !svc_uuid_valid(job) || !json_is_integer(att) || progress_problem(p))
         return;
-    json_t *reports = json_array();
+    json_object_set_new(by_job, job, json_pack("{s:s, s:O, s:O}", "id", job, "attempt", att,
+                                               "progress", p));
+}
+
+void gw_progress_record(gw_app *app, const json_t *progress, const json_t *results)
+{
+    json_t *by_job = json_object();
     size_t i;
     const json_t *r;
     json_array_foreach(progress, i, r)
-        json_array_append_new(reports, json_pack("{s:O, s:O, s:O}", "id", json_object_get(r, "job_id"),
-                                                 "attempt", json_object_get(r, "attempt"),
-                                                 "progress", json_object_get(r, "progress")));
+        progress_add(by_job, r);
+    json_array_foreach(results, i, r)
+        progress_add(by_job, r);
+    if (json_object_size(by_job) == 0) {
+        json_decref(by_job);
+        return;
+    }
+    json_t *reports = json_array();
+    const char *k;
+    json_t *v;
+    json_object_foreach(by_job, k, v)
+        json_array_append(reports, v);
+    size_t n_reports = json_array_size(reports);
     char *text = json_dumps(reports, JSON_COMPACT);
     json_decref(reports);
+    json_decref(by_job);
     gw_event_row *rows = NULL;
     int n = 0;
     int rc = text ? gw_store_jobs_progress(app->store, text, &rows, &n) : -ENOMEM;
     free(text);
     if (rc != 0) {
-        svc_warn("progress: %zu report(s) not recorded (%d)", json_array_size(progress), rc);
+        svc_warn("progress: %zu report(s) not recorded (%d)", n_reports, rc);
         return;
     }
     gw_events_progress(app->events, rows, n);

@@ -17,9 +17,11 @@
  * 0, or -1 after replying 400 naming the bad member. */
 int gw_progress_check(svc_req *req, const json_t *progress, size_t max);
 /* Records checked reports in one statement (those of attempts no longer
- * running change nothing) and hands what changed to the event streams.
- * Progress is not worth a retry: a failure is logged and the next report
- * brings the next value. */
-void gw_progress_record(gw_app *app, const json_t *progress);
+ * running change nothing), with the last progress that run reports in
+ * results carry (it wins: a run's last word), and hands what changed to
+ * the event streams. Call it before the results are recorded, while those
+ * jobs still run. Progress is not worth a retry: a failure is logged and
+ * the next report brings the next value. */
+void gw_progress_record(gw_app *app, const json_t *progress, const json_t *results);
 
 #endif

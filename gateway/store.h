@@ -273,6 +273,8 @@ typedef struct gw_event_row {
  * oldest xid still running (or next, when none runs). 0, -EIO, or -EAGAIN
  * when next cannot be told this time (xid wraparound's edge). */
 int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *next);
+/* The id drawn last (0: none yet). 0 or -EIO. */
+int gw_store_events_last(gw_store *s, int64_t *last);
 /* Up to limit events with after < id <= upto in id order, of every job,
  * of tenant_id's jobs (tenant_id > 0) or of one job (job_id not NULL).
  * *rows is the caller's (gw_event_rows_free). 0, -EIO or -ENOMEM. */

@@ -9,6 +9,20 @@
 
 #include "store_int.h"
 
+int gw_store_events_last(gw_store *s, int64_t *last)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_EVENTS_LAST, NULL, NULL, NULL, 0);
+    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
+    if (rc == 0)
+        *last = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    store__release(s, c);
+    return rc;
+}
+
 int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *next)
 {
     store__conn *c = store__acquire(s);

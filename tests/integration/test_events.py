@@ -135,6 +135,7 @@ def test_bad_requests_are_refused_with_the_field(A, B, stack):
     j = A.submit("sleep", {"seconds": 0.1})
     cases = [
         (f"/v1/jobs/{j['id']}/events", {"Last-Event-ID": "abc"}, 400, "Last-Event-ID"),
+        ("/v1/events", {"Last-Event-ID": ""}, 400, "Last-Event-ID"),
         (f"/v1/jobs/{j['id']}/events?last_event_id=-1", {}, 400, "last_event_id"),
         ("/v1/events?state=done", {}, 400, "state"),
         ("/v1/events?state=queued,", {}, 400, "state"),
@@ -369,9 +370,10 @@ def mlp_inputs():
     return {k: tensor(v, b64=True) for k, v in mlp_arrays().items()}
 
 
-def mlp_arrays(n=6000, d=64, classes=4):
-    """Separable blobs big enough that train_mlp takes a few hundred ms an
-    epoch on a CPU node: several progress reports get through."""
+def mlp_arrays(n=16000, d=128, classes=4):
+    """Separable blobs big enough that train_mlp (hidden 256, batches of 16)
+    takes a good part of a second an epoch on a CPU node, however fast it
+    is: several progress reports get through."""
     import numpy as np
     rng = np.random.default_rng(3)
     y = (np.arange(n) % classes).astype(np.int32)
@@ -383,7 +385,7 @@ def mlp_arrays(n=6000, d=64, classes=4):
 @pytest.mark.timeout(90)
 def test_train_mlp_progress_streams_and_stays_on_the_job(A, stack):
     epochs = 8
-    j = A.submit("train_mlp", {"hidden": 128, "classes": 4, "epochs": epochs, "batch_size": 16,
+    j = A.submit("train_mlp", {"hidden": 256, "classes": 4, "epochs": epochs, "batch_size": 16,
                                "lr": 0.01, "momentum": 0.9, "seed": 1}, mlp_inputs(),
                  resources={"backend": "cpu"}, timeout_s=80)
     s = job_stream(stack, j["id"])
@@ -417,7 +419,7 @@ def test_train_mlp_progress_streams_and_stays_on_the_job(A, stack):
 def test_tenant_stream_carries_progress_of_matching_jobs(A, stack):
     s = Sse(stack.base, stack.keys["A"], "/v1/events?kernel=train_mlp")
     time.sleep(0.3)
-    j = A.submit("train_mlp", {"hidden": 128, "classes": 4, "epochs": 4, "batch_size": 16,
+    j = A.submit("train_mlp", {"hidden": 256, "classes": 4, "epochs": 4, "batch_size": 16,
                                "lr": 0.01, "momentum": 0.9, "seed": 1}, mlp_inputs(),
                  resources={"backend": "cpu"}, timeout_s=50)
     got = []
@@ -468,7 +470,7 @@ def sdk():
 def test_sdk_events_resume_across_a_gateway_kill_without_gap_or_repeat(stack):
     kowloon, _ = sdk()
     with kowloon.Client(stack.base, stack.keys["A"]) as c:
-        job = c.submit("train_mlp", hidden=128, classes=4, epochs=10, batch_size=16, lr=0.01,
+        job = c.submit("train_mlp", hidden=256, classes=4, epochs=10, batch_size=16, lr=0.01,
                        momentum=0.9, seed=1, resources={"backend": "cpu"}, timeout_s=100,
                        **mlp_arrays())
         evs, killed = [], False
@@ -493,7 +495,7 @@ def test_cli_watch_shows_a_live_progress_bar(A, stack):
     import subprocess
     import sys
     _, src = sdk()
-    j = A.submit("train_mlp", {"hidden": 128, "classes": 4, "epochs": 8, "batch_size": 16,
+    j = A.submit("train_mlp", {"hidden": 256, "classes": 4, "epochs": 8, "batch_size": 16,
                                "lr": 0.01, "momentum": 0.9, "seed": 1}, mlp_inputs(),
                  resources={"backend": "cpu"}, timeout_s=80)
     env = dict(os.environ, KOWLOON_URL=stack.base, KOWLOON_API_KEY=stack.keys["A"],
@@ -507,3 +509,30 @@ def test_cli_watch_shows_a_live_progress_bar(A, stack):
     pct = [float(l.split("]")[1].split("%")[0]) for l in bars]
     assert pct == sorted(pct) and pct[-1] == 100.0, lines
     assert lines[-1].startswith(f"{j['id']} succeeded"), lines
+
+
+@pytest.mark.timeout(60)
+def test_a_gateway_without_redis_reads_the_log_by_polling(A, stack):
+    import requests
+    from stack import GATEWAY_BIN, free_port, wait_until
+    port, dead = free_port(), free_port()
+    env = stack.gateway_env(KOWLOON_LISTEN=f"127.0.0.1:{port}",
+                            KOWLOON_REDIS_URL=f"redis://127.0.0.1:{dead}/0",
+                            KOWLOON_EVENTS_POLL_MS=200)
+    p = stack._proc("gateway-noredis", [GATEWAY_BIN, "serve"], env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: requests.get(base + "/healthz", timeout=2).status_code == 200, 20, 0.1,
+                   "gateway-noredis /healthz")
+        s = Sse(base, stack.keys["A"], "/v1/events")
+        assert s.status == 200
+        time.sleep(0.5)
+        j = A.submit("sleep", {"seconds": 0})  # recorded by the gateway that has Redis
+        t0 = time.monotonic()
+        first = s.take(1)[0]
+        assert first["data"]["job_id"] == j["id"] and first["data"]["state"] == "queued"
+        assert time.monotonic() - t0 < 3
+        s.close()
+    finally:
+        p.stop()
+        stack.procs.pop("gateway-noredis", None)
