@@ -548,14 +548,8 @@ static void ev_listen(gw_events *ev, redisContext *c)
     atomic_store(&ev->sub_up, 1);
     ev_wake(ev, 0); /* what came while no wake could: read the log now */
     while (!ev_stopping(ev)) {
-        struct pollfd p = {.fd = c->fd, .events = POLLIN};
-        int n = poll(&p, 1, EV_TICK_MS);
-        if (n < 0 && errno != EINTR)
-            break;
-        if (n <= 0)
-            continue;
-        if (redisBufferRead(c) != REDIS_OK)
-            break;
+        /* What the reader holds already (it may have read past the
+         * SUBSCRIBE answer) before waiting for more. */
         void *reply = NULL;
         while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
             ev_message(ev, reply);
@@ -563,6 +557,12 @@ static void ev_listen(gw_events *ev, redisContext *c)
             reply = NULL;
         }
         if (c->err)
+            break;
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int n = poll(&p, 1, EV_TICK_MS);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n > 0 && redisBufferRead(c) != REDIS_OK)
             break;
     }
     atomic_store(&ev->sub_up, 0);
