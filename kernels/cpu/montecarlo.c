@@ -198,8 +198,7 @@ typedef struct mc_job {
     int canceled;      /* see kl__stop_seen */
 } mc_job;
 
-/* Progress: paths_done of paths (antithetic pairs, as the paths param). */
-static void mc_progress(const kl_args *args, int64_t done, int64_t paths)
+void kl__mc_progress(const kl_args *args, int64_t done, int64_t paths)
 {
     kl_progress p = {.fraction = (double)done / (double)paths, .n = 2};
     p.kv[0].key = "paths_done";
@@ -232,7 +231,7 @@ static void mc_worker(void *ctx, int i, int n)
         j->sums[c][1] = s2;
         int64_t done = __atomic_add_fetch(&j->done, hi - lo, __ATOMIC_RELAXED);
         if (i == 0 && done < j->paths) /* one thread reports; the run's end says 1 */
-            mc_progress(j->args, done, j->paths);
+            kl__mc_progress(j->args, done, j->paths);
     }
 }
 
@@ -273,7 +272,7 @@ static int mc_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
     double var = (s2 - s1 * s1 / n) / (n - 1);
     ((float *)outs[0].data)[0] = (float)(j.m.shift + s1 / n);
     ((float *)outs[1].data)[0] = (float)sqrt(var > 0 ? var / n : 0);
-    mc_progress(args, j.paths, j.paths);
+    kl__mc_progress(args, j.paths, j.paths);
     kl_info_set(args->info, "simulated_paths", "%lld (%lld antithetic pairs)", 2 * (long long)j.paths,
                 (long long)j.paths);
     return 0;
