@@ -164,9 +164,7 @@ static int wait_done(heat2d_job *j, int64_t need)
     return 0;
 }
 
-/* Progress after step steps_done of steps; residual >= 0 (the last
- * step's) makes it the final report. */
-static void heat2d_progress(const kl_args *args, int64_t steps_done, int64_t steps, double residual)
+void kl__heat2d_progress(const kl_args *args, int64_t steps_done, int64_t steps, double residual)
 {
     kl_progress p = {.fraction = residual < 0 ? (double)steps_done / (double)(steps + 1) : 1.0, .n = 2};
     p.kv[0].key = "step";
@@ -211,7 +209,7 @@ static void heat2d_worker(void *ctx, int i, int nt)
         }
         int64_t done = __atomic_add_fetch(&j->done, 1, __ATOMIC_RELEASE);
         if (i == 0) /* one thread reports; the residual is known only at the end */
-            heat2d_progress(j->args, done / j->bands, j->steps, -1);
+            kl__heat2d_progress(j->args, done / j->bands, j->steps, -1);
     }
     j->rmax[i] = rmax;
     j->nan[i] = nan;
@@ -270,7 +268,7 @@ static int heat2d_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
     }
     ((float *)outs[1].data)[0] = nan ? NAN : rmax;
     if (!nan)
-        heat2d_progress(args, steps, steps, rmax);
+        kl__heat2d_progress(args, steps, steps, rmax);
 done:
     free(scratch);
     free(j);
