@@ -271,6 +271,8 @@ static void *cn__reporter_main(void *arg)
 
     while (pending && !cn__stopping(l)) {
         size_t room = CN_REPORT_MAX - json_array_size(pending);
+        /* Idle, this waits 200 ms for runs to end: progress reports of
+         * every run go along at most that often, in one exchange. */
         if (room > 0)
             cn_runs_take_ended(l->node->runs, json_array_size(pending) ? 0 : 200, (int)room,
                                pending);
@@ -281,6 +283,9 @@ static void *cn__reporter_main(void *arg)
             cn_runs_take_ended(l->node->runs, 0, CN_REPORT_MAX - (int)json_array_size(pending),
                                pending);
         }
+        json_t *progress = json_array();
+        if (progress)
+            cn_runs_take_progress(l->node->runs, progress);
         pthread_mutex_lock(&l->mu);
         if (json_array_size(l->refused) > 0) {
             json_array_extend(pending, l->refused);
@@ -288,9 +293,11 @@ static void *cn__reporter_main(void *arg)
         }
         pthread_mutex_unlock(&l->mu);
         char id[64], url[700];
-        if (json_array_size(pending) == 0)
-            continue;
-        if (!cn_register_node_id(l->reg, id)) {
+        if ((json_array_size(pending) == 0 && json_array_size(progress) == 0) ||
+            !cn_register_node_id(l->reg, id)) {
+            json_decref(progress);
+            if (json_array_size(pending) == 0)
+                continue;
             if (cn__lease_sleep(l, CN_BACKOFF_MIN_MS, 0))
                 break;
             continue;
@@ -303,6 +310,10 @@ static void *cn__reporter_main(void *arg)
         pthread_mutex_unlock(&l->mu);
         json_t *body = json_pack("{s:i, s:I, s:O}", "free", free_slots, "seq", (json_int_t)seq,
                                  "results", pending);
+        /* Progress is sent once: the next report supersedes a lost one. */
+        if (body && json_array_size(progress) > 0)
+            json_object_set(body, "progress", progress);
+        json_decref(progress);
         snprintf(url, sizeof url, "%s/v1/cluster/nodes/%s/results", l->gateway, id);
         svc_response resp;
         last_sent = svc_now_mono_ms();

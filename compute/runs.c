@@ -5,7 +5,9 @@
 #include "runs.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,10 @@ typedef struct cn_run {
                                   output_blobs only dtype and shape are left */
     char out_blobs[KL_MAX_IO][CN_BLOB_ID_SIZE]; /* pushed outputs' ids, or "" */
     kl_info info;              /* what the kernel said of the run; read once terminal */
+    kl_progress_sink sink;     /* the kernel's progress reports (req.ka.args.progress) */
+    struct cn_runs *mgr;       /* for the sink */
+    kl_progress progress;      /* the latest report (mu) */
+    int has_progress, progress_new; /* one came; one came since cn_runs_take_progress */
     int phase;                 /* CN_PHASE_*, while running; written by the worker */
     int64_t phase_ms[3];       /* inputs, compute, outputs: how long each took */
     int64_t cpu_ns;            /* CPU time of the kernel, all its threads (kl_cputime) */
@@ -105,6 +111,7 @@ struct cn_runs {
     cn_blobcache *cache;
     int64_t keep_ms, release_grace_ms;
     int draining, closing;
+    int progress_new;          /* a run has a report not taken yet */
     unsigned rr;               /* round robin over GPUs */
     pthread_t *workers;
     int nworkers;
@@ -332,6 +339,29 @@ static json_t *cn__usage_json(const cn_run *r, int64_t elapsed_ms)
     return u;
 }
 
+/* The kernel's report: kept as the run's latest, for the reporter to take
+ * (cn_runs_take_progress); the kernel's thread only copies it. */
+static void cn__progress(kl_progress_sink *sink, const kl_progress *p)
+{
+    cn_run *r = (cn_run *)((char *)sink - offsetof(cn_run, sink));
+    cn_runs *m = r->mgr;
+    pthread_mutex_lock(&m->mu);
+    r->progress = *p;
+    r->has_progress = r->progress_new = 1;
+    m->progress_new = 1;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* {"fraction", name: value...} of a report. New reference or NULL. */
+static json_t *cn__progress_json(const kl_progress *p)
+{
+    json_t *o = json_pack("{s:f}", "fraction", p->fraction);
+    for (int i = 0; o && i < p->n && i < KL_PROGRESS_MAX; i++)
+        if (isfinite(p->kv[i].value))
+            json_object_set_new(o, p->kv[i].key, json_real(p->kv[i].value));
+    return o;
+}
+
 /* The run object without outputs (lock held). New reference or NULL. */
 static json_t *cn__run_json(const cn_run *r)
 {
@@ -365,6 +395,8 @@ static json_t *cn__run_json(const cn_run *r)
                                       (json_int_t)r->phase_ms[2]));
     if (j && cn__terminal(r) && r->started_mono)
         json_object_set_new(j, "usage", cn__usage_json(r, elapsed));
+    if (j && r->has_progress)
+        json_object_set_new(j, "progress", cn__progress_json(&r->progress));
     if (j && r->cancel_requested && !cn__terminal(r))
         json_object_set_new(j, "cancel_requested", json_true());
     if (j && r->released)
@@ -695,6 +727,9 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
     r->req.ka.args.threads = m->threads;
     r->req.ka.args.ranks = r->req.gpus;
     r->req.ka.args.info = &r->info;
+    r->mgr = m;
+    r->sink.report = cn__progress;
+    r->req.ka.args.progress = &r->sink;
     r->use_cuda = use_cuda;
     if (use_cuda)
         r->first_gpu = (int)(m->rr++ % (unsigned)(ngpus - r->req.gpus + 1));
@@ -816,6 +851,24 @@ int cn_runs_take_ended(cn_runs *m, int64_t wait_ms, int max, json_t *out)
     pthread_mutex_lock(&m->mu);
     for (int i = 0; i < n; i++)
         taken[i]->refs--;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+int cn_runs_take_progress(cn_runs *m, json_t *out)
+{
+    int n = 0;
+    pthread_mutex_lock(&m->mu);
+    for (cn_run *r = m->head; r && m->progress_new; r = r->next) {
+        if (!r->progress_new)
+            continue;
+        r->progress_new = 0;
+        json_t *p = cn__progress_json(&r->progress);
+        if (p && json_array_append_new(out, json_pack("{s:s, s:i, s:o}", "job_id", r->req.job_id,
+                                                      "attempt", r->req.attempt, "progress", p)) == 0)
+            n++;
+    }
+    m->progress_new = 0;
     pthread_mutex_unlock(&m->mu);
     return n;
 }

@@ -91,6 +91,12 @@ int cn_runs_release(cn_runs *m, const char *run_id);
  * taken without one and logged. */
 int cn_runs_take_ended(cn_runs *m, int64_t wait_ms, int max, json_t *out);
 
+/* Appends {"job_id", "attempt", "progress"} for every run whose kernel
+ * reported progress since the last call (the latest report only; a run
+ * that has just ended too, so its last report goes with its end) and
+ * returns how many. */
+int cn_runs_take_progress(cn_runs *m, json_t *out);
+
 /* Slots not taken by queued or running runs; 0 while draining. *ended
  * (may be NULL) gets how many runs have ended so far, read together: of two
  * answers, the one with more ended runs is the newer. */

@@ -111,6 +111,10 @@ int gw_api_node_results(svc_req *req);
 /* Sets the body limit of POST /v1/blobs (the route table's one runtime value). */
 void gw_routes_set_blob_limit(size_t bytes);
 
+/* api_events.c: Server-Sent Events of job state changes (events.h). */
+int gw_api_events(svc_req *req);
+int gw_api_job_events(svc_req *req);
+
 int gw_api_kernels(svc_req *req);
 int gw_api_nodes_list(svc_req *req);
 int gw_api_node_register(svc_req *req);

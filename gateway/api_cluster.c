@@ -329,6 +329,8 @@ svc_route gw_routes[] = {
     {.method = "GET", .pattern = "/v1/jobs/{id}/result", .handler = gw_api_jobs_result, .access = T},
     {.method = "POST", .pattern = "/v1/jobs/{id}/cancel", .handler = gw_api_jobs_cancel, .access = T | W},
     {.method = "GET", .pattern = "/v1/jobs/{id}/outputs/{name}", .handler = gw_api_jobs_output, .access = T},
+    {.method = "GET", .pattern = "/v1/jobs/{id}/events", .handler = gw_api_job_events, .access = T},
+    {.method = "GET", .pattern = "/v1/events", .handler = gw_api_events, .access = T},
     {.method = "GET", .pattern = "/v1/jobs/{id}/deliveries", .handler = gw_api_jobs_deliveries, .access = T},
     {.method = "GET", .pattern = "/v1/webhook-secret", .handler = gw_api_webhook_secret_get, .access = T},
     {.method = "POST", .pattern = "/v1/webhook-secret", .handler = gw_api_webhook_secret_rotate, .access = T | W},

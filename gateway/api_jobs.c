@@ -16,6 +16,7 @@
 #include "eta.h"
 #include "idem.h"
 #include "jobcache.h"
+#include "events.h"
 #include "lease.h"
 #include "limits.h"
 #include "metrics.h"
@@ -216,12 +217,13 @@ static json_t *labels_as_stored(json_t *labels)
 static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params)
 {
     return json_pack("{s:s, s:s, s:s, s:O, s:o, s:i, s:{s:s, s:i}, s:i, s:i, s:i, s:b, s:n, s:n,"
-                     " s:{}, s:n}",
+                     " s:{}, s:n, s:n}",
                      "id", s->row.id, "state", "queued", "kernel", jr->kernel->name,
                      "params", params, "labels", labels_as_stored(jr->labels),
                      "priority", jr->priority, "resources", "backend", jr->backend, "gpus",
                      jr->gpus, "timeout_s", jr->timeout_s, "max_attempts", jr->max_attempts,
-                     "attempts", 0, "cancel_requested", 0, "node", "backend", "info", "usage");
+                     "attempts", 0, "cancel_requested", 0, "node", "backend", "info", "progress",
+                     "usage");
 }
 
 /* committer op: one statement for the whole batch. */
@@ -231,7 +233,10 @@ static int submit_commit(void *arg, gw_commit_item *const *items, int n)
     gw_job_new *rows[n];
     for (int i = 0; i < n; i++)
         rows[i] = &((submit *)items[i])->row;
-    return gw_store_jobs_insert(app->store, rows, n);
+    int rc = gw_store_jobs_insert(app->store, rows, n);
+    if (rc == 0)
+        gw_events_written(app->events);
+    return rc;
 }
 
 /* committer op: the batch's committed jobs go to the ready queue in one
@@ -565,16 +570,11 @@ int gw_api_jobs_get(svc_req *req)
  * UTF-8). Returns the filter as a JSON object text, or NULL. */
 static char *label_filter(const char *label)
 {
-    const char *colon = strchr(label, ':');
-    size_t klen = colon ? (size_t)(colon - label) : 0;
-    if (klen < 1 || klen > 64 || strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                               "0123456789_.-") != klen)
-        return NULL;
-    if (svc_utf8_chars(colon + 1) > 256)
-        return NULL;
     char key[65];
-    snprintf(key, sizeof(key), "%.*s", (int)klen, label);
-    json_t *o = json_pack("{s:s}", key, colon + 1);
+    const char *value;
+    if (gw_label_parse(label, key, &value) != 0)
+        return NULL;
+    json_t *o = json_pack("{s:s}", key, value);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;
@@ -977,6 +977,7 @@ int gw_api_jobs_cancel(svc_req *req)
     if (rc)
         return reply_store_error(req, rc);
     gw_waits_job_changed(app->waits, id);
+    gw_events_written(app->events);
     if (strcmp(was, "running") == 0) {
         /* The node's lease poll hands it the cancel; it reports the run
          * ended cancelled. If the node is lost first, the job ends

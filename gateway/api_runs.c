@@ -9,6 +9,7 @@
 #include "api.h"
 #include "lease.h"
 #include "outcome.h"
+#include "progress.h"
 #include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"
@@ -97,6 +98,9 @@ int gw_api_node_results(svc_req *req)
     if (!json_is_array(results) || json_array_size(results) > LEASE_RUNS_MAX)
         return svc_reply_error(req, 400, "invalid_argument", "results", NULL,
                                "results must be an array of at most %d run reports", LEASE_RUNS_MAX);
+    const json_t *progress = json_object_get(b, "progress");
+    if (gw_progress_check(req, progress, LEASE_RUNS_MAX) != 0)
+        return 0;
     size_t k;
     const json_t *rep;
     json_array_foreach(results, k, rep) {
@@ -118,6 +122,9 @@ int gw_api_node_results(svc_req *req)
                                    "strings, attempt an integer", field);
         }
     }
+    /* Before the results: a run's last progress comes with its end, and
+     * is kept only while the job is still running. */
+    gw_progress_record(app, progress, results);
     int *rcs = calloc(json_array_size(results) + 1, sizeof(*rcs));
     if (!rcs)
         return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");

@@ -23,6 +23,7 @@ typedef struct gw_eta gw_eta;
 typedef struct gw_metrics gw_metrics;
 typedef struct gw_whnet gw_whnet;
 typedef struct gw_webhooks gw_webhooks;
+typedef struct gw_events gw_events;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -66,6 +67,9 @@ typedef struct gw_config {
     int webhook_retry_base_ms;      /* first back-off of a failed delivery; doubles */
     int webhook_max_age_s;          /* a delivery is retried this long, then failed */
     int webhook_timeout_s;          /* one attempt, connection included */
+    int sse_heartbeat_s;    /* a quiet event stream gets a comment this often */
+    int events_poll_ms;     /* the event log is read this often while Redis carries no wakes */
+    int max_streams_per_tenant; /* open event streams on one gateway; 0: no limit */
     const char *key_tenant; /* keys create: --tenant */
     int key_admin;          /*              --admin */
 } gw_config;
@@ -88,6 +92,7 @@ typedef struct gw_app {
     json_t *prices;         /* the parsed price table: {"currency", "rates"} */
     gw_whnet *whnet;        /* where webhooks may go (webhook_net.h) */
     gw_webhooks *webhooks;  /* the delivery worker (webhooks.h) */
+    gw_events *events;      /* Server-Sent Events of job state changes (events.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

@@ -13,6 +13,7 @@
 #include "blobstore.h"
 #include "eta.h"
 #include "jobcache.h"
+#include "events.h"
 #include "keycache.h"
 #include "lease.h"
 #include "limits.h"
@@ -176,6 +177,16 @@ static svc_opt opts[] = {
     {.flag = "webhook-timeout-s", .env = "KOWLOON_WEBHOOK_TIMEOUT_S", .type = SVC_OPT_INT,
      .def = "10", .min = 1, .max = 300,
      .help = "longest webhook attempt, connecting included"},
+    {.flag = "sse-heartbeat-s", .env = "KOWLOON_SSE_HEARTBEAT_S", .type = SVC_OPT_INT, .def = "15",
+     .min = 1, .max = 3600,
+     .help = "an event stream with nothing to say gets a comment line (: ping) this often"},
+    {.flag = "events-poll-ms", .env = "KOWLOON_EVENTS_POLL_MS", .type = SVC_OPT_INT, .def = "500",
+     .min = 10, .max = 60000,
+     .help = "while Redis carries no wakes, event streams read PostgreSQL's event log this often "
+             "(with Redis up, every fourth time as often, in case a wake was lost)"},
+    {.flag = "max-streams-per-tenant", .env = "KOWLOON_MAX_STREAMS_PER_TENANT", .type = SVC_OPT_INT,
+     .def = "64", .min = 0, .max = 100000,
+     .help = "event streams one tenant may hold open on a gateway; more get 429 (0: no limit)"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug, info, warn or error"},
     {.flag = NULL},
@@ -268,6 +279,9 @@ static void config_load(gw_config *c)
         .webhook_retry_base_ms = opt_int("webhook-retry-base-ms"),
         .webhook_max_age_s = opt_int("webhook-max-age-s"),
         .webhook_timeout_s = opt_int("webhook-timeout-s"),
+        .sse_heartbeat_s = opt_int("sse-heartbeat-s"),
+        .events_poll_ms = opt_int("events-poll-ms"),
+        .max_streams_per_tenant = opt_int("max-streams-per-tenant"),
         .key_tenant = opt_str("tenant"),
         .key_admin = opt_int("admin"),
     };
@@ -388,9 +402,12 @@ static int cmd_serve(gw_app *app)
     app->sched = gw_sched_start(app);
     app->leases = gw_leases_start(app);
     app->waits = gw_waits_start(app);
-    if (!app->sched || !app->leases || !app->waits || gw_api_jobs_start(app) != 0) {
-        svc_error("cannot start the scheduler, the lease thread, the wait thread or the committer");
+    app->events = gw_events_start(app);
+    if (!app->sched || !app->leases || !app->waits || !app->events || gw_api_jobs_start(app) != 0) {
+        svc_error("cannot start the scheduler, the lease thread, the wait thread, the event "
+                  "streams or the committer");
         gw_api_jobs_stop(app);
+        gw_events_free(app->events);
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
         gw_sched_stop(app->sched);
@@ -417,6 +434,7 @@ static int cmd_serve(gw_app *app)
         gw_webhooks_stop(app->webhooks);
         gw_blob_gc_stop(gc);
         gw_api_jobs_stop(app);
+        gw_events_free(app->events);
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
         gw_sched_stop(app->sched);
@@ -436,8 +454,10 @@ static int cmd_serve(gw_app *app)
      * then requests in flight finish. */
     gw_leases_stop(app->leases);
     gw_waits_stop(app->waits);
+    gw_events_stop(app->events); /* streams end cleanly; clients resume elsewhere */
     svc_server_stop(srv);
     gw_api_jobs_stop(app);
+    gw_events_free(app->events);
     gw_leases_free(app->leases);
     gw_waits_free(app->waits);
     gw_webhooks_stop(app->webhooks);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "events.h"
 #include "metrics.h"
 #include "scheduler.h"
 #include "svc_json.h"
@@ -24,6 +25,8 @@ static int requeue(gw_app *app, const char *job_id, int attempt, int uncounted, 
     gw_requeued out;
     int rc = gw_store_job_requeue(app->store, job_id, attempt, uncounted, code, message, &bo,
                                   backend, usage_json, &out);
+    if (rc == 0)
+        gw_events_written(app->events);
     if (rc == 0 && out.requeued) {
         gw_queue_push_queued(app->queue, &out.q);
         gw_sched_wake(app->sched);
@@ -88,6 +91,7 @@ static int recorded(gw_app *app, const char *node_name, const json_t *report, co
 {
     if (rc == 0) {
         gw_waits_job_changed(app->waits, job_id);
+        gw_events_written(app->events);
         json_t *ms = json_object_get(report, "elapsed_ms");
         gw_metrics_reported(app->metrics, json_string_value(json_object_get(report, "kernel")),
                             state, json_is_integer(ms) ? (double)json_integer_value(ms) / 1000.0 : -1);

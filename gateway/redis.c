@@ -150,6 +150,11 @@ static redisContext *connect_one(gw_redis *r)
     return c;
 }
 
+redisContext *gw_redis_connect(gw_redis *r)
+{
+    return connect_one(r);
+}
+
 /* Lends a slot; -1 while the pool backs off after a failure. */
 static int acquire(gw_redis *r)
 {

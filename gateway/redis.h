@@ -37,6 +37,12 @@ typedef struct gw_redis_stats {
 } gw_redis_stats;
 void gw_redis_stats_get(gw_redis *r, gw_redis_stats *out);
 
+/* A connection of the caller's own, outside the pool, connected,
+ * authenticated and on the URL's database: for SUBSCRIBE, which holds its
+ * connection for itself. NULL when Redis cannot be reached (logged at most
+ * every 5 s). The caller frees it with redisFree. */
+redisContext *gw_redis_connect(gw_redis *r);
+
 /* Runs one command given as argv (lens NULL: NUL-terminated strings).
  * Returns the reply, which the caller frees with freeReplyObject; an error
  * reply (REDIS_REPLY_ERROR) is Redis answering and comes back as it is.

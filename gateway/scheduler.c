@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "events.h"
 #include "lease.h"
 #include "limits.h"
 #include "metrics.h"
@@ -253,8 +254,10 @@ static void reap(gw_sched *s)
         for (int i = 0; i < n; i++)
             if (gw_store_job_fail(s->app->store, list[i].job_id, list[i].attempt, "failed",
                                   "timeout", "no result from the node within timeout_s plus grace",
-                                  NULL, NULL) == 0)
+                                  NULL, NULL) == 0) {
                 gw_waits_job_changed(s->app->waits, list[i].job_id);
+                gw_events_written(s->app->events);
+            }
         gw_dispatch_free(list, n);
     }
 }
@@ -314,8 +317,8 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
     for (int i = 0; rc == 0 && i < n; i++)
         if (taken[i])
             keep[k++] = batch[i];
-    if (rc == 0 && k > 0)
-        rc = gw_store_jobs_claim(s->app->store, keep, k);
+    if (rc == 0 && k > 0 && (rc = gw_store_jobs_claim(s->app->store, keep, k)) == 0)
+        gw_events_written(s->app->events);
     int claimed = 0;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < n; i++) {

@@ -470,6 +470,40 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_JOBS_ACTIVE_COUNTS] = {
     "SELECT state, kernel, priority, count(*) FROM jobs WHERE state IN ('queued', 'running')"
     " GROUP BY state, kernel, priority", 0},
+/* The event log that SSE streams read (store_events.c, gateway/events.c). */
+[ST_EVENTS_LAST] = {"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM job_events_id_seq", 0},
+/* xmin of the snapshot, and the next xid to be assigned: xmax is only the
+ * last ended xid + 1, and a writer may hold a higher one; age() of an xid
+ * counts from the next one (the reader has no xid of its own), so next =
+ * xmax + age(xmax). INT_MAX: xmax's low 32 bits are not a normal xid. */
+[ST_EVENTS_SNAPSHOT] = {
+    "SELECT pg_snapshot_xmin(s)::text, pg_snapshot_xmax(s)::text,"
+    "       age(((pg_snapshot_xmax(s)::text::bigint % 4294967296)::text)::xid)"
+    " FROM pg_current_snapshot() s", 0},
+#define EVENT_COLS                                                                               \
+    "SELECT e.id, j.tenant_id, e.job_id, e.state, j.kernel,"                                     \
+    "       jsonb_build_object('id', e.id, 'job_id', e.job_id, 'state', e.state,"                \
+    "         'attempt', e.attempt, 'node', e.node_name, 'detail', e.detail,"                     \
+    "         'at', kowloon_ts(e.at), 'kernel', j.kernel, 'labels', j.labels)"                     \
+    " FROM job_events e JOIN jobs j ON j.id = e.job_id"
+[ST_EVENTS_READ] = {EVENT_COLS " WHERE e.id > $1 AND e.id <= $2 ORDER BY e.id LIMIT $3", 3},
+[ST_EVENTS_TENANT] = {EVENT_COLS " WHERE e.id > $1 AND e.id <= $2 AND j.tenant_id = $4"
+                      " ORDER BY e.id LIMIT $3", 4},
+[ST_EVENTS_JOB] = {EVENT_COLS " WHERE e.id > $1 AND e.id <= $2 AND e.job_id = $4::uuid"
+                   " ORDER BY e.id LIMIT $3", 4},
+#undef EVENT_COLS
+[ST_EVENT_JOB_LAST] = {"SELECT coalesce(max(id), 0) FROM job_events WHERE job_id = $1::uuid", 1},
+/* Nodes' progress reports, a batch at a time: $1 is [{id, attempt,
+ * progress}]; a report of an attempt no longer running changes nothing. */
+[ST_JOBS_PROGRESS] = {
+    "WITH " ASYNC_COMMIT ","
+    " p AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS p(id uuid, attempt int, progress jsonb))"
+    " UPDATE jobs j SET progress = p.progress FROM p, cfg"
+    " WHERE j.id = p.id AND j.attempts = p.attempt AND (j.state || '') = 'running'"
+    " RETURNING 0, j.tenant_id, j.id::text, j.state, j.kernel,"
+    "           jsonb_build_object('job_id', j.id, 'state', j.state, 'attempt', j.attempts,"
+    "             'node', j.node_name, 'kernel', j.kernel, 'labels', j.labels,"
+    "             'progress', j.progress)", 1},
 };
 
 int gw_store_set_prices(gw_store *s, const char *prices_json)

@@ -376,4 +376,33 @@ int gw_store_wh_secret(gw_store *s, int64_t tenant_id, int rotate, char *secret,
  * no such job, -EIO. */
 int gw_store_wh_list(gw_store *s, int64_t tenant_id, const char *job_id, json_t **out);
 
+/* The event log (store_events.c), as Server-Sent Events streams read it. */
+typedef struct gw_event_row {
+    int64_t id, tenant_id;
+    char job_id[37], state[16], kernel[64];
+    json_t *data;             /* owned: {id, job_id, state, attempt, node, detail, at,
+                                 kernel, labels} */
+} gw_event_row;
+/* Where the log may be read up to: *last is the id drawn last (0: none
+ * yet); then, read after it (two statements, in that order; see
+ * sql/014_events.sql), *next is the next xid to be assigned and *xmin the
+ * oldest xid still running (or next, when none runs). 0, -EIO, or -EAGAIN
+ * when next cannot be told this time (xid wraparound's edge). */
+int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *next);
+/* The id drawn last (0: none yet). 0 or -EIO. */
+int gw_store_events_last(gw_store *s, int64_t *last);
+/* Up to limit events with after < id <= upto in id order, of every job,
+ * of tenant_id's jobs (tenant_id > 0) or of one job (job_id not NULL).
+ * *rows is the caller's (gw_event_rows_free). 0, -EIO or -ENOMEM. */
+int gw_store_events_read(gw_store *s, int64_t after, int64_t upto, int64_t tenant_id,
+                         const char *job_id, int limit, gw_event_row **rows, int *n);
+void gw_event_rows_free(gw_event_row *rows, int n);
+/* Records nodes' progress reports, reports a JSON array of {id, attempt,
+ * progress}, in one statement: those of attempts still running. *rows (the
+ * caller's, gw_event_rows_free) are the jobs changed, id 0, data {job_id,
+ * state, attempt, node, kernel, labels, progress}. 0, -EIO or -ENOMEM. */
+int gw_store_jobs_progress(gw_store *s, const char *reports, gw_event_row **rows, int *n);
+/* The id of job_id's last event (0: none). 0 or -EIO. */
+int gw_store_job_last_event(gw_store *s, const char *job_id, int64_t *id);
+
 #endif

@@ -48,6 +48,9 @@ enum {
     ST_JOBS_ACTIVE_COUNTS, ST_USAGE,
     /* webhooks (store_webhooks.c) */
     ST_WH_CLAIM, ST_WH_RECORD, ST_WH_SECRET_ENSURE, ST_WH_SECRET_ROTATE, ST_WH_LIST,
+    /* the event log (store_events.c) */
+    ST_EVENTS_LAST, ST_EVENTS_SNAPSHOT, ST_EVENTS_READ, ST_EVENTS_TENANT, ST_EVENTS_JOB,
+    ST_EVENT_JOB_LAST, ST_JOBS_PROGRESS,
     ST__COUNT
 };
 

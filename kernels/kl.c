@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define HUGE_MIN ((size_t)8 << 20)
@@ -421,4 +422,17 @@ void kl_info_set(kl_info *info, const char *key, const char *fmt, ...)
     va_end(ap);
     if (i == info->n)
         info->n++;
+}
+
+void kl_progress_report(kl_progress_sink *sink, const kl_progress *p)
+{
+    if (!sink)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (p->fraction < 1.0 && sink->last_ms != 0 && now - sink->last_ms < KL_PROGRESS_EVERY_MS)
+        return;
+    sink->last_ms = now;
+    sink->report(sink, p);
 }

@@ -109,6 +109,34 @@ void kl_cputime_start(kl_cputime *c);
 /* Nanoseconds of CPU time since kl_cputime_start; helpers stop counting. */
 int64_t kl_cputime_stop(kl_cputime *c);
 
+/* What a long kernel reports while it runs: the fraction done (0..1) and a
+ * few named numbers of its own (train_mlp: epoch, loss; kmeans: iteration,
+ * inertia). The node keeps the latest of each run and sends it on to the
+ * gateway, which shows it as the job's "progress". */
+#define KL_PROGRESS_MAX 6
+typedef struct kl_progress {
+    double fraction;
+    int n;
+    struct {
+        const char *key;      /* a static string */
+        double value;
+    } kv[KL_PROGRESS_MAX];
+} kl_progress;
+
+/* Where a run's reports go (kl_args.progress). report runs on the kernel's
+ * thread and must be quick: it copies p and returns. last_ms is
+ * kl_progress_report's own. */
+typedef struct kl_progress_sink {
+    void (*report)(struct kl_progress_sink *sink, const kl_progress *p);
+    int64_t last_ms;
+} kl_progress_sink;
+
+/* Reports p to sink unless one went less than KL_PROGRESS_EVERY_MS ago (a
+ * kernel may call it every step; the last report, fraction 1, always goes).
+ * NULL sink is a no-op. Call it from one thread of the run. */
+#define KL_PROGRESS_EVERY_MS 200
+void kl_progress_report(kl_progress_sink *sink, const kl_progress *p);
+
 /* Everything one run needs. params[i] and inputs[i] follow the order of the
  * kernel's specs; an absent optional input is NULL. `cancel` (may be NULL)
  * is polled between chunks of work. `threads` <= 0 means all cores. */
@@ -121,6 +149,7 @@ typedef struct kl_args {
     int ranks;               /* resources.gpus: ranks of a multi-GPU kernel
                                 (on CPU, threads acting as ranks); <= 0 means 1 */
     kl_info *info;           /* may be NULL */
+    kl_progress_sink *progress; /* may be NULL */
 } kl_args;
 
 typedef struct kl_kernel {

@@ -71,6 +71,15 @@ extern const kl_kernel kl__montecarlo_option;
 extern const kl_kernel kl__kmeans;
 /* kmeans' starting centroids C (k,d), computed on the host for both backends (cpu/kmeans.c). */
 int kl__kmeans_start(const kl_args *args, float *C, kl_err *err);
+/* montecarlo_option's progress: done of paths (antithetic pairs). Both
+ * backends. */
+void kl__mc_progress(const kl_args *args, int64_t done, int64_t paths);
+/* heat2d's progress after steps_done of steps; residual >= 0 (the last
+ * step's) makes it the final report. Both backends. */
+void kl__heat2d_progress(const kl_args *args, int64_t steps_done, int64_t steps, double residual);
+/* kmeans' progress after iteration it of at most iterations; inertia < 0:
+ * not known (the CUDA backend has it only at the end). Both backends. */
+void kl__kmeans_progress(const kl_args *args, int it, int iterations, double inertia);
 
 /* kl_args_check, then that every non-empty input has data: what both
  * kl_run_cpu and the plugin's run require before touching a tensor. */

@@ -12,7 +12,8 @@
 extern "C" {
 #endif
 
-#define KL_PLUGIN_ABI 2
+/* 3: kl_args carries progress */
+#define KL_PLUGIN_ABI 3
 #define KL_PLUGIN_SYMBOL "kl_cuda_plugin_open"
 
 typedef struct kl_gpu_info {

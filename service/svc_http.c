@@ -101,6 +101,8 @@ struct svc_server {
     /* svc_server_opts.metrics' families, NULL without it */
     svc_metric *m_requests, *m_duration;
     svc_series *m_conns, *m_suspended;
+    struct svc_stream *streams; /* live reply streams (svc_reply_stream_live) */
+    int streams_closed;      /* stopping: live streams end */
 };
 
 typedef struct reply_header {
@@ -566,54 +568,200 @@ int svc_reply_metrics(svc_req *req, svc_metrics *m)
     return reply_buffer(req, 200, SVC_METRICS_CONTENT_TYPE, text, len, 1);
 }
 
-/* What MHD's content reader calls back with: the caller's writer. */
-typedef struct reply_stream {
+/* What MHD's content reader calls back with: the caller's writer. A live
+ * stream (svc_reply_stream_live) is also the caller's handle: one
+ * reference for the response, one for the caller; the fields after mu are
+ * guarded by it, and the server's list links by srv->susp_mu. */
+struct svc_stream {
     svc_stream_fn fill;
     void *cls;
     void (*free_cls)(void *);
-} reply_stream;
+    int live;
+    svc_server *srv;
+    struct MHD_Connection *conn;
+    struct svc_stream *prev, *next; /* in srv->streams */
+    pthread_mutex_t mu;
+    int refs;
+    int suspended;  /* by stream_read, until a wake resumes it */
+    int woken;      /* a wake came since fill was last called */
+    int stopping;   /* the server stops: end the body */
+    int done;       /* the response is gone: conn is not ours any more */
+};
+typedef struct svc_stream reply_stream;
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+static ssize_t stream_map(ssize_t n)
 {
-    (void)pos;
-    reply_stream *st = cls;
-    ssize_t n = st->fill(st->cls, buf, max);
     if (n > 0)
         return n;
     return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
+/* A live stream with nothing to send suspends its connection from inside
+ * the content reader and returns 0 (libmicrohttpd's way of saying "no data
+ * yet" without polling it in a loop); svc_stream_wake resumes it. A wake
+ * that comes while fill runs is seen before suspending, so none is lost. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    reply_stream *st = cls;
+    if (!st->live)
+        return stream_map(st->fill(st->cls, buf, max));
+    for (;;) {
+        pthread_mutex_lock(&st->mu);
+        int stopping = st->stopping;
+        st->woken = 0;
+        pthread_mutex_unlock(&st->mu);
+        if (stopping)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        ssize_t n = st->fill(st->cls, buf, max);
+        if (n != SVC_STREAM_LATER)
+            return stream_map(n);
+        pthread_mutex_lock(&st->mu);
+        int again = st->woken || st->stopping;
+        if (!again) {
+            MHD_suspend_connection(st->conn);
+            st->suspended = 1;
+        }
+        pthread_mutex_unlock(&st->mu);
+        if (!again)
+            return 0;
+    }
+}
+
+static void stream_unref(reply_stream *st)
+{
+    pthread_mutex_lock(&st->mu);
+    int last = --st->refs == 0;
+    pthread_mutex_unlock(&st->mu);
+    if (last) {
+        pthread_mutex_destroy(&st->mu);
+        free(st);
+    }
+}
+
 static void stream_free(void *cls)
 {
     reply_stream *st = cls;
+    if (st->live) {
+        svc_server *s = st->srv;
+        pthread_mutex_lock(&s->susp_mu);
+        if (st->prev != NULL)
+            st->prev->next = st->next;
+        else
+            s->streams = st->next;
+        if (st->next != NULL)
+            st->next->prev = st->prev;
+        pthread_mutex_unlock(&s->susp_mu);
+        pthread_mutex_lock(&st->mu);
+        st->done = 1;
+        pthread_mutex_unlock(&st->mu);
+    }
     if (st->free_cls != NULL)
         st->free_cls(st->cls);
-    free(st);
+    if (st->live)
+        stream_unref(st);
+    else
+        free(st);
+}
+
+void svc_stream_wake(svc_stream *st)
+{
+    if (st == NULL)
+        return;
+    pthread_mutex_lock(&st->mu);
+    st->woken = 1;
+    if (st->suspended && !st->done) {
+        st->suspended = 0;
+        MHD_resume_connection(st->conn);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+void svc_stream_release(svc_stream *st)
+{
+    if (st != NULL)
+        stream_unref(st);
+}
+
+/* Ends every live stream of a stopping server (svc_server_stop), and marks
+ * it so that streams made from now on end at once. */
+static void streams_stop(svc_server *s)
+{
+    pthread_mutex_lock(&s->susp_mu);
+    s->streams_closed = 1;
+    for (reply_stream *st = s->streams; st != NULL; st = st->next) {
+        pthread_mutex_lock(&st->mu);
+        st->stopping = 1;
+        if (st->suspended && !st->done) {
+            st->suspended = 0;
+            MHD_resume_connection(st->conn);
+        }
+        pthread_mutex_unlock(&st->mu);
+    }
+    pthread_mutex_unlock(&s->susp_mu);
+}
+
+static reply_stream *stream_make(svc_req *req, int status, const char *ctype, svc_stream_fn fill,
+                                 void *cls, void (*free_cls)(void *), int live)
+{
+    reply_stream *st = req->status == 0 ? calloc(1, sizeof(*st)) : NULL;
+    struct MHD_Response *resp = NULL;
+    if (st != NULL) {
+        *st = (reply_stream){.fill = fill, .cls = cls, .free_cls = free_cls, .live = live};
+        if (live) {
+            svc_server *s = req->srv;
+            pthread_mutex_init(&st->mu, NULL);
+            st->refs = 2; /* the response's and the caller's */
+            st->srv = s;
+            st->conn = req->conn;
+            pthread_mutex_lock(&s->susp_mu);
+            st->stopping = s->streams_closed;
+            st->next = s->streams;
+            if (s->streams != NULL)
+                s->streams->prev = st;
+            s->streams = st;
+            pthread_mutex_unlock(&s->susp_mu);
+        }
+        /* Unknown size: MHD sends it chunked, asking for up to 64 KiB a call
+         * (less when the connection's buffer is smaller). */
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, (size_t)64 << 10, stream_read, st,
+                                                 stream_free);
+        if (resp == NULL && live) {
+            st->free_cls = NULL;
+            stream_free(st); /* unlinks it and drops the response's reference */
+            stream_unref(st);
+            st = NULL;
+        }
+    }
+    if (resp == NULL) {
+        if (req->status != 0)
+            svc_error("http: second reply to %s %s ignored (status %d)", req->method, req->path, status);
+        if (!live)
+            free(st);
+        if (free_cls != NULL)
+            free_cls(cls);
+        if (req->status == 0)
+            svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    if (queue_response(req, status, ctype, resp) != 0) { /* frees st and cls unless MHD holds it */
+        if (live)
+            stream_unref(st);
+        return NULL;
+    }
+    return st;
 }
 
 int svc_reply_stream(svc_req *req, int status, const char *ctype, svc_stream_fn fill, void *cls,
                      void (*free_cls)(void *))
 {
-    reply_stream *st = req->status == 0 ? malloc(sizeof(*st)) : NULL;
-    struct MHD_Response *resp = NULL;
-    if (st != NULL) {
-        *st = (reply_stream){fill, cls, free_cls};
-        /* Unknown size: MHD sends it chunked, asking for up to 64 KiB a call
-         * (less when the connection's buffer is smaller). */
-        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, (size_t)64 << 10, stream_read, st,
-                                                 stream_free);
-    }
-    if (resp == NULL) {
-        if (req->status != 0)
-            svc_error("http: second reply to %s %s ignored (status %d)", req->method, req->path, status);
-        free(st);
-        if (free_cls != NULL)
-            free_cls(cls);
-        if (req->status == 0)
-            svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
-        return -1;
-    }
-    return queue_response(req, status, ctype, resp); /* frees st and cls unless MHD holds it */
+    return stream_make(req, status, ctype, fill, cls, free_cls, 0) != NULL ? 0 : -1;
+}
+
+svc_stream *svc_reply_stream_live(svc_req *req, int status, const char *ctype, svc_stream_fn fill,
+                                  void *cls, void (*free_cls)(void *))
+{
+    return stream_make(req, status, ctype, fill, cls, free_cls, 1);
 }
 
 /* ---- the request pipeline --------------------------------------------- */
@@ -1480,6 +1628,7 @@ void svc_server_stop(svc_server *s)
     /* Suspended requests get SUSPEND_DRAIN_MS for the application to answer
      * them; the connections of those it did not are closed, as MHD can stop
      * only with none suspended. */
+    streams_stop(s);
     pthread_mutex_lock(&s->susp_mu);
     s->susp_closed = 1;
     struct timespec until;

@@ -173,4 +173,29 @@ typedef ssize_t (*svc_stream_fn)(void *cls, char *buf, size_t max);
 int svc_reply_stream(svc_req *req, int status, const char *ctype, svc_stream_fn fill, void *cls,
                      void (*free_cls)(void *));
 
+/* What a live stream's fill returns when it has nothing to send now: the
+ * connection is then suspended (no thread polls it, no timeout runs) until
+ * svc_stream_wake, and fill is called again. */
+#define SVC_STREAM_LATER ((ssize_t)-2)
+
+/* A live reply stream, fed from any thread: see svc_reply_stream_live. */
+typedef struct svc_stream svc_stream;
+
+/* As svc_reply_stream, for a body produced over time (Server-Sent Events):
+ * fill may also return SVC_STREAM_LATER. Returns a handle the caller holds
+ * until svc_stream_release, whatever happens to the connection: through it
+ * any thread wakes the stream once fill has something again. fill never
+ * runs after free_cls. A stopping server ends every live stream: fill is
+ * not called again and the body ends cleanly (last chunk), and free_cls
+ * runs before svc_server_stop returns. NULL when the reply cannot be made
+ * (then as svc_reply_stream's -1: free_cls has run). */
+svc_stream *svc_reply_stream_live(svc_req *req, int status, const char *ctype, svc_stream_fn fill,
+                                  void *cls, void (*free_cls)(void *));
+/* Has fill called again soon: at once if the connection is suspended,
+ * else after the call in progress (a wake is never lost). Any thread; a
+ * no-op once the body is over. */
+void svc_stream_wake(svc_stream *st);
+/* Drops the caller's handle; NULL is a no-op. */
+void svc_stream_release(svc_stream *st);
+
 #endif

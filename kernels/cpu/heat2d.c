@@ -164,6 +164,21 @@ static int wait_done(heat2d_job *j, int64_t need)
     return 0;
 }
 
+void kl__heat2d_progress(const kl_args *args, int64_t steps_done, int64_t steps, double residual)
+{
+    kl_progress p = {.fraction = residual < 0 ? (double)steps_done / (double)(steps + 1) : 1.0, .n = 2};
+    p.kv[0].key = "step";
+    p.kv[0].value = (double)steps_done;
+    p.kv[1].key = "steps";
+    p.kv[1].value = (double)steps;
+    if (residual >= 0) {
+        p.kv[2].key = "residual";
+        p.kv[2].value = residual;
+        p.n = 3;
+    }
+    kl_progress_report(args->progress, &p);
+}
+
 static void heat2d_worker(void *ctx, int i, int nt)
 {
     heat2d_job *j = ctx;
@@ -192,7 +207,9 @@ static void heat2d_worker(void *ctx, int i, int nt)
             else
                 row_step(c - w, c, c + w, dst + r * w, w, j->a);
         }
-        __atomic_fetch_add(&j->done, 1, __ATOMIC_RELEASE);
+        int64_t done = __atomic_add_fetch(&j->done, 1, __ATOMIC_RELEASE);
+        if (i == 0) /* one thread reports; the residual is known only at the end */
+            kl__heat2d_progress(j->args, done / j->bands, j->steps, -1);
     }
     j->rmax[i] = rmax;
     j->nan[i] = nan;
@@ -250,6 +267,8 @@ static int heat2d_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
         nan |= j->nan[i];
     }
     ((float *)outs[1].data)[0] = nan ? NAN : rmax;
+    if (!nan)
+        kl__heat2d_progress(args, steps, steps, rmax);
 done:
     free(scratch);
     free(j);

@@ -386,6 +386,21 @@ static int slices_for(int64_t n, int64_t k, int64_t d)
     return s < 1 ? 1 : (int)s;
 }
 
+/* Progress after an iteration: the fraction is of the most iterations
+ * allowed (a run that converges sooner ends below 1). */
+void kl__kmeans_progress(const kl_args *args, int it, int iterations, double inertia)
+{
+    kl_progress p = {.fraction = (double)it / (double)iterations, .n = 1};
+    p.kv[0].key = "iteration";
+    p.kv[0].value = it;
+    if (inertia >= 0) {
+        p.kv[1].key = "inertia";
+        p.kv[1].value = inertia;
+        p.n = 2;
+    }
+    kl_progress_report(args->progress, &p);
+}
+
 static int kmeans_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
 {
     const kl_tensor *pts = args->inputs[KL_KMEANS_POINTS];
@@ -436,6 +451,7 @@ static int kmeans_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
             changed += r.pchanged[s];
             inertia += r.pinertia[s];
         }
+        kl__kmeans_progress(args, it, iterations, inertia);
         if (changed == 0) { /* the labels already belong to C */
             final_pass = 0;
             stopped = "labels unchanged";

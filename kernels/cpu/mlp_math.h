@@ -111,6 +111,11 @@ void kl__mlp_grad(const kl_mlp_dims *m, const float *w, const float *x, const in
 int64_t kl__mlp_correct(const kl_mlp_dims *m, const float *w, const float *x, const int32_t *y, int64_t b,
                         kl_mlp_scratch *s);
 
+/* Reports progress after epoch (1-based) of epochs, with that epoch's mean
+ * loss; acc >= 0 (the training-set accuracy, known at the end) makes it
+ * the final report, fraction 1. Shared by the CPU and CUDA trainers. */
+void kl__mlp_progress(const kl_args *args, int64_t epoch, int64_t epochs, float loss, double acc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -194,15 +194,26 @@ typedef struct mc_job {
     int64_t paths, nchunks, poll_every;
     double (*sums)[2]; /* per chunk: sum of (Y - shift), sum of (Y - shift)^2 */
     int64_t next;      /* next chunk to take */
+    int64_t done;      /* paths simulated, over every chunk */
     int canceled;      /* see kl__stop_seen */
 } mc_job;
+
+void kl__mc_progress(const kl_args *args, int64_t done, int64_t paths)
+{
+    kl_progress p = {.fraction = (double)done / (double)paths, .n = 2};
+    p.kv[0].key = "paths_done";
+    p.kv[0].value = (double)done;
+    p.kv[1].key = "paths";
+    p.kv[1].value = (double)paths;
+    kl_progress_report(args->progress, &p);
+}
 
 /* Threads take chunks in turn (the load balances when cores differ in
  * speed); a chunk's sums depend only on its paths, not on who ran it. */
 static void mc_worker(void *ctx, int i, int n)
 {
     mc_job *j = ctx;
-    (void)i, (void)n;
+    (void)n;
     for (;;) {
         int64_t c = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
         if (c >= j->nchunks)
@@ -218,6 +229,9 @@ static void mc_worker(void *ctx, int i, int n)
         }
         j->sums[c][0] = s1;
         j->sums[c][1] = s2;
+        int64_t done = __atomic_add_fetch(&j->done, hi - lo, __ATOMIC_RELAXED);
+        if (i == 0 && done < j->paths) /* one thread reports; the run's end says 1 */
+            kl__mc_progress(j->args, done, j->paths);
     }
 }
 
@@ -258,6 +272,7 @@ static int mc_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
     double var = (s2 - s1 * s1 / n) / (n - 1);
     ((float *)outs[0].data)[0] = (float)(j.m.shift + s1 / n);
     ((float *)outs[1].data)[0] = (float)sqrt(var > 0 ? var / n : 0);
+    kl__mc_progress(args, j.paths, j.paths);
     kl_info_set(args->info, "simulated_paths", "%lld (%lld antithetic pairs)", 2 * (long long)j.paths,
                 (long long)j.paths);
     return 0;

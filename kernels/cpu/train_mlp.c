@@ -281,6 +281,8 @@ static int train_mlp_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
         for (int64_t i = 0; i < n; i++)
             sum += j.row_loss[i];
         loss[e] = (float)(sum / (double)n);
+        if (e + 1 < epochs) /* the last epoch is reported with the accuracy */
+            kl__mlp_progress(args, e + 1, epochs, loss[e], -1);
     }
     kl__parallel(j.ranks, rank_correct, &j);
     if (j.stop) {
@@ -292,6 +294,7 @@ static int train_mlp_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
     for (int r = 0; r < j.ranks; r++)
         right += j.right[r];
     ((float *)outs[KL_MLP_OUT_ACC].data)[0] = (float)((double)right / (double)n);
+    kl__mlp_progress(args, epochs, epochs, loss[epochs - 1], (double)right / (double)n);
     copy_weights(&j.m, j.w, outs);
     kl_info_set(args->info, "ranks", "%d", j.ranks);
     kl_info_set(args->info, "steps", "%lld", (long long)(steps * epochs));

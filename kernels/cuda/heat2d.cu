@@ -109,9 +109,10 @@ int wait_event(cudaEvent_t ev, volatile int *cancel, kl_err *err)
 
 } // namespace
 
-int kl__cuda_heat2d_dev(float *const buf[2], int h, int w, float alpha, int64_t steps, volatile int *cancel,
+int kl__cuda_heat2d_dev(float *const buf[2], int h, int w, float alpha, int64_t steps, const kl_args *args,
                         cudaStream_t s, float *residual, kl_err *err)
 {
+    volatile int *cancel = args ? args->cancel : NULL;
     const int nbx = (w + BX - 1) / BX, nby = (h - 2 + RY - 1) / RY;
     const unsigned blocks = (unsigned)nbx * (unsigned)nby; /* < h*w/2048 + w/128 + h/16 + 1 */
     const int64_t cells = (int64_t)h * w;
@@ -145,6 +146,8 @@ int kl__cuda_heat2d_dev(float *const buf[2], int h, int w, float alpha, int64_t 
         KL_CUDA_CHECK(cudaEventRecord(ev[g & 1], s));
         if (g > 0 && (rc = wait_event(ev[(g - 1) & 1], cancel, err)) < 0)
             goto done;
+        if (g > 0 && args) /* the previous group's steps are done */
+            kl__heat2d_progress(args, s0, steps, -1);
     }
     if ((rc = wait_event(ev[(g - 1) & 1], cancel, err)) < 0)
         goto done;
@@ -189,11 +192,13 @@ int kl__cuda_heat2d(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
     /* Both buffers hold the input: the boundary is never written again. */
     KL_CUDA_CHECK(cudaMemcpyAsync(buf[0], g->data, bytes, cudaMemcpyHostToDevice, s));
     KL_CUDA_CHECK(cudaMemcpyAsync(buf[1], buf[0], bytes, cudaMemcpyDeviceToDevice, s));
-    rc = kl__cuda_heat2d_dev(buf, h, w, alpha, steps, args->cancel, s, (float *)outs[1].data, err);
+    rc = kl__cuda_heat2d_dev(buf, h, w, alpha, steps, args, s, (float *)outs[1].data, err);
     if (rc < 0)
         goto done;
     KL_CUDA_CHECK(cudaMemcpyAsync(outs[0].data, buf[steps & 1], bytes, cudaMemcpyDeviceToHost, s));
     KL_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (!isnan(((float *)outs[1].data)[0]))
+        kl__heat2d_progress(args, steps, steps, ((float *)outs[1].data)[0]);
 done:
     if (s) {
         kl__cuda_free(buf[0], s);

@@ -84,8 +84,9 @@ int kl__cuda_montecarlo_option(const kl_args *args, int dev, kl_tensor *outs, kl
 int kl__cuda_reduce_dev(const float *dx, int64_t n, kl_reduce_op op, cudaStream_t s, double *result,
                         kl_err *err);
 /* heat2d: `steps` updates ping-ponging buf[0] (h,w) -> buf[1] -> ... (both must hold the grid, boundary
- * included), ending in buf[steps & 1]; *residual of the last step; polls *cancel (may be NULL). */
-int kl__cuda_heat2d_dev(float *const buf[2], int h, int w, float alpha, int64_t steps, volatile int *cancel,
+ * included), ending in buf[steps & 1]; *residual of the last step; polls args->cancel and reports the
+ * steps done to args->progress (args may be NULL: neither). */
+int kl__cuda_heat2d_dev(float *const buf[2], int h, int w, float alpha, int64_t steps, const kl_args *args,
                         cudaStream_t s, float *residual, kl_err *err);
 /* Row-major dC (m,n) = alpha * dA (m,k) @ dB (k,n) + beta * dC, in FP32. */
 cublasStatus_t kl__cuda_sgemm_rm(cublasHandle_t h, int m, int n, int k, float alpha, const float *dA,

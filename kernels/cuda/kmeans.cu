@@ -386,6 +386,8 @@ int kl__cuda_kmeans(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
             goto done;
         KL_CUDA_CHECK(cudaMemcpyAsync(&hs, m.st, sizeof hs, cudaMemcpyDeviceToHost, m.s));
         KL_CUDA_CHECK(cudaStreamSynchronize(m.s));
+        if (!hs.done) /* the end is reported with the inertia */
+            kl__kmeans_progress(args, hs.iterations_run, iterations, -1);
     }
     if (hs.final_pass) { /* the last update moved the centroids: labels for them */
         cudaError_t e = launch_assign(m, false, hs.final_buf);
@@ -404,6 +406,7 @@ int kl__cuda_kmeans(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
     KL_CUDA_CHECK(cudaStreamSynchronize(m.s));
     ((float *)outs[2].data)[0] = (float)inertia;
     ((int32_t *)outs[3].data)[0] = hs.iterations_run;
+    kl__kmeans_progress(args, hs.iterations_run, iterations, inertia);
     kl_info_set(args->info, "stopped", "%s", stopped_names[hs.stopped >= 0 && hs.stopped <= 2 ? hs.stopped : 0]);
 done:
     if (m.s) {

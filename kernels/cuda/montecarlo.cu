@@ -192,6 +192,7 @@ int kl__cuda_montecarlo_option(const kl_args *args, int dev, kl_tensor *outs, kl
         KL_CUDA_CHECK(cudaGetLastError());
         if ((rc = kl__cuda_wait(s, args, err)) < 0)
             goto done;
+        kl__mc_progress(args, hi, paths);
     }
     KL_CUDA_CHECK(cudaMemcpyAsync(sums, dsums, sizeof(double2) * (size_t)blocks, cudaMemcpyDeviceToHost, s));
     KL_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -445,6 +445,8 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
         for (int64_t i = 0; i < n; i++)
             sum += row_loss[i];
         loss_out[e] = (float)(sum / (double)n);
+        if (e + 1 < epochs) /* the last epoch is reported with the accuracy */
+            kl__mlp_progress(args, e + 1, epochs, loss_out[e], -1);
     }
 
     for (int r = 0; r < R; r++) {
@@ -461,6 +463,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
         right += got;
     }
     ((float *)outs[KL_MLP_OUT_ACC].data)[0] = (float)((double)right / (double)n);
+    kl__mlp_progress(args, epochs, epochs, loss_out[epochs - 1], (double)right / (double)n);
     /* Every rank holds the same weights; rank 0's are the result. */
     KL_CUDA_CHECK(cudaSetDevice(ranks[0].dev));
     KL_CUDA_CHECK(cudaMemcpy(w0, ranks[0].w, sizeof(float) * (size_t)m.size, cudaMemcpyDeviceToHost));

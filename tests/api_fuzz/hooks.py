@@ -6,6 +6,11 @@ every phase (examples, coverage, fuzzing, stateful):
 
 - `Prefer: wait=N` (GET and POST of jobs) becomes wait=1: a job may never
   end on the fuzz's stack, and each case would hold a minute.
+- GET /v1/events and GET /v1/jobs/{id}/events: a valid duration_s above 1
+  (or none) becomes 1. An event stream stays open until the client goes
+  (a tenant's) or the job ends (a job's): each case would hold the fuzz's
+  request timeout. An invalid one is left alone, so the 400 cases are
+  still sent.
 - POST /v1/cluster/nodes/{id}/lease: a valid wait_ms above 50 (or none)
   becomes 50 ms (a poll with nothing to hand out is held that long; up to a
   minute would make the fuzz crawl). An invalid one (wrong type, out of
@@ -65,6 +70,7 @@ def _clean_labels(labels):
 
 
 _WAIT = re.compile(r"(?i)wait\s*=\s*\"?\d+")
+_STREAMS = ("/v1/events", "/v1/jobs/{id}/events")
 
 
 @schemathesis.hook
@@ -76,6 +82,13 @@ def before_call(ctx, case, kwargs):
             for name in list(headers):
                 if name.lower() == "prefer" and isinstance(headers[name], str):
                     headers[name] = _WAIT.sub("wait=1", headers[name])
+    if op is not None and op.method.upper() == "GET" and op.path in _STREAMS:
+        # an event stream ends after duration_s: a second at most
+        query = case.query if isinstance(case.query, dict) else {}
+        d = query.get("duration_s")
+        if d is None or (isinstance(d, (int, str)) and str(d).isdigit() and 1 < int(d) <= 86400):
+            query["duration_s"] = 1
+            case.query = query
     if isinstance(case.body, (dict, list, int)):
         case.body = _clamp_ints(case.body)
     if op is None or not isinstance(case.body, dict):

@@ -9,7 +9,7 @@ import pytest
 from stack import wait_until
 
 ORDER = ["id", "state", "kernel", "params", "labels", "priority", "resources", "timeout_s",
-         "max_attempts", "attempts", "cancel_requested", "node", "backend", "info", "usage",
+         "max_attempts", "attempts", "cancel_requested", "node", "backend", "info", "progress", "usage",
          "created_at", "started_at", "finished_at", "error"]
 PARKED = {"kernel": "sleep", "params": {"seconds": 0}, "priority": 0,
           "resources": {"backend": "cuda", "gpus": 16}}

@@ -379,6 +379,37 @@ static void test_ended_runs_are_taken_once_for_reports(void **state)
     json_decref(got);
 }
 
+static void test_progress_is_kept_per_run_and_taken_once(void **state)
+{
+    fixture *f = *state;
+    kl_err err;
+    assert_int_equal(submit(f->runs, "{\"job_id\":\"pj\",\"attempt\":2,\"kernel\":\"kmeans\","
+                                     "\"params\":{\"k\":2,\"iterations\":5,\"tol\":0},"
+                                     "\"inputs\":{\"points\":{\"dtype\":\"float32\",\"shape\":[4,1],"
+                                     "\"data\":[0,1,10,11]}}}",
+                            &err),
+                     CN_RUN_NEW);
+    json_t *run = wait_run(f->runs, "pj.2", 5000);
+    assert_string_equal(str(run, "state"), "succeeded");
+    /* the run's object carries its last report */
+    const json_t *p = json_object_get(run, "progress");
+    assert_true(json_is_object(p));
+    assert_true(json_number_value(json_object_get(p, "fraction")) > 0);
+    assert_true(json_number_value(json_object_get(p, "iteration")) >= 1);
+    assert_non_null(json_object_get(p, "inertia"));
+    json_t *out = json_array();
+    assert_int_equal(cn_runs_take_progress(f->runs, out), 1);
+    const json_t *item = json_array_get(out, 0);
+    assert_string_equal(str(item, "job_id"), "pj");
+    assert_int_equal(json_integer_value(json_object_get(item, "attempt")), 2);
+    assert_true(json_equal(json_object_get(item, "progress"), p));
+    /* the latest report only, once */
+    assert_int_equal(cn_runs_take_progress(f->runs, out), 0);
+    assert_int_equal(json_array_size(out), 1);
+    json_decref(out);
+    json_decref(run);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -398,6 +429,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_finished_runs_are_swept_after_keep_time, setup_short_keep, teardown),
         cmocka_unit_test_setup_teardown(test_release_frees_a_finished_run_long_before_keep_time, setup_short_release, teardown),
         cmocka_unit_test_setup_teardown(test_ended_runs_are_taken_once_for_reports, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_progress_is_kept_per_run_and_taken_once, setup2, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -373,6 +373,43 @@ static void sleep_honours_cancel_within_50ms(void **state)
     assert_non_null(strstr(err.message, "cancelled"));
 }
 
+/* ---- progress ---- */
+
+typedef struct count_sink {
+    kl_progress_sink sink;
+    int n;
+    double last_fraction;
+} count_sink;
+
+static void count_report(kl_progress_sink *sink, const kl_progress *p)
+{
+    count_sink *c = (count_sink *)sink;
+    c->n++;
+    c->last_fraction = p->fraction;
+}
+
+static void progress_reports_are_throttled_but_the_last_always_goes(void **state)
+{
+    (void)state;
+    count_sink c = {.sink = {.report = count_report}};
+    kl_progress p = {.fraction = 0.1};
+    kl_progress_report(&c.sink, &p);
+    assert_int_equal(c.n, 1); /* the first goes at once */
+    p.fraction = 0.2;
+    kl_progress_report(&c.sink, &p);
+    assert_int_equal(c.n, 1); /* within KL_PROGRESS_EVERY_MS: dropped */
+    p.fraction = 1.0;
+    kl_progress_report(&c.sink, &p);
+    assert_int_equal(c.n, 2); /* the end is never dropped */
+    struct timespec ts = {0, (KL_PROGRESS_EVERY_MS + 20) * 1000000L};
+    nanosleep(&ts, NULL);
+    p.fraction = 0.5;
+    kl_progress_report(&c.sink, &p);
+    assert_int_equal(c.n, 3);
+    assert_true(c.last_fraction == 0.5);
+    kl_progress_report(NULL, &p); /* no sink: nothing */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +431,7 @@ int main(void)
         cmocka_unit_test(gemm_stops_when_cancelled),
         cmocka_unit_test(sleep_reports_the_time_slept),
         cmocka_unit_test(sleep_honours_cancel_within_50ms),
+        cmocka_unit_test(progress_reports_are_throttled_but_the_last_always_goes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -560,6 +560,55 @@ static void stops_when_cancelled(void **state)
     set_free(&s);
 }
 
+/* A sink that keeps every report (it clears the throttle's clock). */
+typedef struct rec_sink {
+    kl_progress_sink sink;
+    int n;
+    kl_progress got[16];
+} rec_sink;
+
+static void rec_report(kl_progress_sink *sink, const kl_progress *p)
+{
+    rec_sink *r = (rec_sink *)sink;
+    if (r->n < 16)
+        r->got[r->n++] = *p;
+    sink->last_ms = 0;
+}
+
+static double kv(const kl_progress *p, const char *key)
+{
+    for (int i = 0; i < p->n; i++)
+        if (strcmp(p->kv[i].key, key) == 0)
+            return p->kv[i].value;
+    fail_msg("no %s in the report", key);
+    return 0;
+}
+
+static void reports_progress_each_epoch_then_the_accuracy(void **state)
+{
+    (void)state;
+    set s = blobs(40, 2, 2, 3.0);
+    hyper h = {.hidden = 4, .classes = 2, .epochs = 4, .batch = 8, .lr = 0.1, .momentum = 0.5, .ranks = 1};
+    kl_args a = args_for(&s, &h);
+    rec_sink rec = {.sink = {.report = rec_report}};
+    a.progress = &rec.sink;
+    kl_tensor out[6];
+    kl_err err = {0};
+    assert_int_equal(kl_run_cpu(&a, out, &err), 0);
+    assert_int_equal(rec.n, 4);
+    for (int e = 0; e < 4; e++) {
+        assert_int_equal((int)kv(&rec.got[e], "epoch"), e + 1);
+        assert_int_equal((int)kv(&rec.got[e], "epochs"), 4);
+        assert_true(fabs(kv(&rec.got[e], "loss") - f32(&out[KL_MLP_OUT_LOSS])[e]) < 1e-6);
+        assert_true(e == 3 ? rec.got[e].fraction == 1.0
+                           : rec.got[e].fraction > (e ? rec.got[e - 1].fraction : 0) &&
+                                 rec.got[e].fraction < 1.0);
+    }
+    assert_true(fabs(kv(&rec.got[3], "accuracy") - f32(&out[KL_MLP_OUT_ACC])[0]) < 1e-6);
+    outs_free(out);
+    set_free(&s);
+}
+
 static void reports_ranks_and_steps(void **state)
 {
     (void)state;
@@ -601,6 +650,7 @@ int main(void)
         cmocka_unit_test(refuses_labels_out_of_range_at_run_time),
         cmocka_unit_test(stops_when_cancelled),
         cmocka_unit_test(reports_ranks_and_steps),
+        cmocka_unit_test(reports_progress_each_epoch_then_the_accuracy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
