@@ -286,8 +286,8 @@ run_sampled() {
 }
 
 # Cancels (in PostgreSQL, directly) the jobs a submit flood left queued, empties
-# the ready queue, and waits for running ones to end, so the next phase starts
-# on an idle system. The cancel API would take longer than the flood itself.
+# the ready queue, waits for running ones to end, and vacuums the jobs table,
+# so the next phase starts on an idle system. The cancel API would take longer than the flood itself.
 # (A schema this does not know makes it say so and go on: a slower next
 # phase, not a failed bench.)
 drain() {
@@ -305,6 +305,10 @@ drain() {
         sleep 0.2
     done
     [ "$n" = 0 ] || say "   (drained: $n queued job(s) left by the flood were cancelled in PostgreSQL)"
+    # Thousands of rows just changed: vacuum them now, so that the next
+    # phase measures the service and not autovacuum catching up with the
+    # previous one (after a flood it took one of the two cores for seconds).
+    psql_q "VACUUM (ANALYZE) jobs, job_events, job_results, job_inputs" >/dev/null 2>&1 || true
 }
 jobs_rows() { psql_q "SELECT count(*) FROM jobs" 2>/dev/null || echo 0; }
 
