@@ -129,6 +129,9 @@ int gw_api_metrics(svc_req *req);
 /* api_usage.c: GET /v1/usage?from=&to=&group_by=&tenant= (tenant: admin
  * keys only). */
 int gw_api_usage(svc_req *req);
+/* api_stats.c: GET /v1/stats/history?minutes=&tenant= (tenant: admin
+ * keys only), answers cached 5 s per tenant and window (stats.h) */
+int gw_api_stats_history(svc_req *req);
 
 /* api_ui.c: the dashboard's static files. GET /ui/{file} from --ui-dir,
  * GET /ui/ its index.html, GET /ui/vendor/chart.js/{file} from

@@ -341,6 +341,7 @@ svc_route gw_routes[] = {
     {.method = "GET", .pattern = "/v1/kernels", .handler = gw_api_kernels, .access = T},
     {.method = "GET", .pattern = "/v1/nodes", .handler = gw_api_nodes_list, .access = T},
     {.method = "GET", .pattern = "/v1/usage", .handler = gw_api_usage, .access = T},
+    {.method = "GET", .pattern = "/v1/stats/history", .handler = gw_api_stats_history, .access = T},
     {.method = "POST", .pattern = "/v1/nodes/register", .handler = gw_api_node_register,
      .json_body = 1, .access = C, .reserved = 1},
     {.method = "POST", .pattern = "/v1/nodes/{id}/heartbeat", .handler = gw_api_node_heartbeat,

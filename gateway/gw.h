@@ -20,6 +20,7 @@ typedef struct gw_keycache gw_keycache;
 typedef struct gw_jobcache gw_jobcache;
 typedef struct gw_committer gw_committer;
 typedef struct gw_eta gw_eta;
+typedef struct gw_stats gw_stats;
 typedef struct gw_metrics gw_metrics;
 typedef struct gw_whnet gw_whnet;
 typedef struct gw_webhooks gw_webhooks;
@@ -88,6 +89,7 @@ typedef struct gw_app {
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
     gw_eta *eta;            /* queued jobs' position and start estimate (eta.h) */
+    gw_stats *stats;        /* GET /v1/stats/history's answers, for a moment (stats.h) */
     gw_metrics *metrics;    /* what GET /metrics serves (metrics.h); NULL: nothing counted */
     json_t *prices;         /* the parsed price table: {"currency", "rates"} */
     gw_whnet *whnet;        /* where webhooks may go (webhook_net.h) */

@@ -12,6 +12,7 @@
 #include "blob_gc.h"
 #include "blobstore.h"
 #include "eta.h"
+#include "stats.h"
 #include "jobcache.h"
 #include "events.h"
 #include "keycache.h"
@@ -522,12 +523,14 @@ int main(int argc, char **argv)
     app.keys = gw_keycache_new(4096, app.cfg.key_cache_ms);
     app.jobs = gw_jobcache_new((size_t)app.cfg.job_cache_mb << 20);
     app.eta = gw_eta_new(5000);
+    /* 64 (tenant, window) answers of 5 s: a dashboard polls every 10 s */
+    app.stats = gw_stats_new(64, 5000);
     app.metrics = app.limits ? gw_metrics_new(&app) : NULL;
     app.whnet = gw_whnet_new(app.cfg.webhook_allow_private, app.cfg.webhook_allow_nets, err,
                              sizeof(err));
     if (!app.whnet)
         svc_error("%s", err);
-    rc = app.limits && app.authfail && app.keys && app.jobs && app.eta && app.metrics && app.whnet
+    rc = app.limits && app.authfail && app.keys && app.jobs && app.eta && app.stats && app.metrics && app.whnet
              ? cmd_serve(&app)
              : 1;
     gw_whnet_free(app.whnet);
@@ -537,6 +540,7 @@ int main(int argc, char **argv)
     gw_keycache_free(app.keys);
     gw_jobcache_free(app.jobs);
     gw_eta_free(app.eta);
+    gw_stats_free(app.stats);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
     gw_bstore_close(app.blobs);

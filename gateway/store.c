@@ -412,6 +412,62 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                             ORDER BY key NULLS LAST), '[]') FROM g"
     "    WHERE total = 0 AND $5 IS NOT NULL)::text"
     " FROM t", 6},
+/* GET /v1/stats/history: the tenant ($1 by id, or $2 by name), $3 one-
+ * minute buckets ending with the current one. rel is every job that can
+ * have an event in the window, found through three bounded index paths
+ * (never a scan of the tenant's whole history):
+ *   - active now: jobs_tenant_active (tenant_id, state) partial index;
+ *   - ran and ended in the window: jobs_usage (tenant_id, finished_at);
+ *   - created in the window: jobs_tenant_seq (tenant_id, seq DESC) walked
+ *     backwards until the first job created before the window (LIMIT 1),
+ *     then read as the range seq > that one.
+ * A job queued before the window and cancelled in it without running has
+ * none of these (no usage, not active): it is missed, and earlier buckets
+ * show one queued job fewer. Each job gives up to three events (created,
+ * started, finished, from the last attempt: a requeue clears started_at),
+ * each a change of the queued and running counts; the counts at a bucket's
+ * end are the current ones minus the changes of the later buckets. */
+[ST_STATS_HISTORY] = {
+    "WITH t AS (SELECT id, name FROM tenants"
+    "           WHERE CASE WHEN $2::text IS NULL THEN id = $1::bigint ELSE name = $2 END),"
+    " w AS (SELECT date_trunc('minute', now()) - ($3::int - 1) * interval '1 minute' AS t0),"
+    " rel AS (SELECT j.id, j.created_at, j.started_at, j.finished_at FROM jobs j, t"
+    "         WHERE j.tenant_id = t.id AND j.state IN ('queued', 'running')"
+    "         UNION"
+    "         SELECT j.id, j.created_at, j.started_at, j.finished_at FROM jobs j, t, w"
+    "         WHERE j.tenant_id = t.id AND j.usage IS NOT NULL AND j.finished_at >= w.t0"
+    "         UNION"
+    "         SELECT j.id, j.created_at, j.started_at, j.finished_at FROM jobs j, t"
+    "         WHERE j.tenant_id = t.id AND j.seq > coalesce("
+    "             (SELECT p.seq FROM jobs p, w WHERE p.tenant_id = t.id AND p.created_at < w.t0"
+    "              ORDER BY p.seq DESC LIMIT 1), 0)),"
+    " ev AS (SELECT date_trunc('minute', e.at) AS m, e.sub, e.st, e.fin, e.dq, e.dr"
+    "        FROM (SELECT created_at AS at, 1 AS sub, 0 AS st, 0 AS fin, 1 AS dq, 0 AS dr FROM rel"
+    "              UNION ALL SELECT started_at, 0, 1, 0, -1, 1 FROM rel WHERE started_at IS NOT NULL"
+    "              UNION ALL SELECT finished_at, 0, 0, 1, CASE WHEN started_at IS NULL THEN -1 ELSE 0 END,"
+    "                               CASE WHEN started_at IS NULL THEN 0 ELSE -1 END"
+    "                        FROM rel WHERE finished_at IS NOT NULL) e, w"
+    "        WHERE e.at >= w.t0),"
+    " b AS (SELECT g.m, coalesce(sum(ev.sub), 0) AS sub, coalesce(sum(ev.st), 0) AS st,"
+    "         coalesce(sum(ev.fin), 0) AS fin, coalesce(sum(ev.dq), 0) AS dq, coalesce(sum(ev.dr), 0) AS dr"
+    "       FROM w CROSS JOIN LATERAL generate_series(w.t0, date_trunc('minute', now()),"
+    "                                                 interval '1 minute') AS g(m)"
+    "       LEFT JOIN ev ON ev.m = g.m GROUP BY g.m),"
+    " s AS (SELECT m, sub, st, fin,"
+    "         coalesce(sum(dq) OVER (ORDER BY m DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS dq_after,"
+    "         coalesce(sum(dr) OVER (ORDER BY m DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS dr_after"
+    "       FROM b),"
+    " n AS (SELECT count(*) FILTER (WHERE j.state = 'queued') AS q,"
+    "              count(*) FILTER (WHERE j.state = 'running') AS r"
+    "       FROM jobs j, t WHERE j.tenant_id = t.id AND j.state IN ('queued', 'running'))"
+    " SELECT t.name, json_build_object('queued', n.q, 'running', n.r)::text,"
+    "   (SELECT json_agg(json_build_object("
+    "        't', to_char(s.m AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"
+    "        'submitted', s.sub, 'started', s.st, 'finished', s.fin,"
+    "        'queued', greatest(n.q - s.dq_after, 0), 'running', greatest(n.r - s.dr_after, 0))"
+    "      ORDER BY s.m)"
+    "    FROM s)::text"
+    " FROM t, n", 3},
 /* webhooks (store_webhooks.c). A claim moves the deliveries' next_at past
  * the attempt ($2 s), so other gateways skip them while this one delivers
  * and take them over if it dies; the lock is held only by the claim. */

@@ -256,6 +256,13 @@ int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncou
 int gw_store_usage(gw_store *s, int64_t tenant_id, const char *tenant_name, int64_t from_ms,
                    int64_t to_ms, const char *group, const char *label_key, char tenant[129],
                    json_t **totals, json_t **groups);
+/* GET /v1/stats/history: the tenant's (tenant_name when not NULL, else
+ * tenant_id) last minutes one-minute buckets, oldest first, in *buckets
+ * (an array of {"t", "submitted", "started", "finished", "queued",
+ * "running"}), and its jobs queued and running now in *now. *tenant gets
+ * the tenant's name. New references. -ENOENT for no such tenant, -EIO. */
+int gw_store_stats_history(gw_store *s, int64_t tenant_id, const char *tenant_name, int minutes,
+                           char tenant[129], json_t **now, json_t **buckets);
 
 /* Up to limit queued jobs with seq > after_seq, in seq order: a page of
  * what the ready queue is rebuilt from. */
