@@ -412,15 +412,28 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                             ORDER BY key NULLS LAST), '[]') FROM g"
     "    WHERE total = 0 AND $5 IS NOT NULL)::text"
     " FROM t", 6},
+/* The first minute of GET /v1/stats/history's window of $3 minutes. Written
+ * out where it is used (not a CTE) so that the statement's custom plans
+ * (custom = 1) see a value they can estimate from created_at's and
+ * finished_at's statistics: a generic plan guesses a third of the
+ * tenant's jobs, costs enough for JIT and took 700 ms compiling it. */
+#define HIST_T0 "(date_trunc('minute', now()) - ($3::int - 1) * interval '1 minute')"
 /* GET /v1/stats/history: the tenant ($1 by id, or $2 by name), $3 one-
  * minute buckets ending with the current one. rel is every job that can
  * have an event in the window, found through three bounded index paths
  * (never a scan of the tenant's whole history):
- *   - active now: jobs_tenant_active (tenant_id, state) partial index;
+ *   - active now: jobs_tenant_active (tenant_id, state) or jobs_active;
  *   - ran and ended in the window: jobs_usage (tenant_id, finished_at);
- *   - created in the window: jobs_tenant_seq (tenant_id, seq DESC) walked
- *     backwards until the first job created before the window (LIMIT 1),
- *     then read as the range seq > that one.
+ *   - created in the window: those after the last job of any tenant
+ *     created before the window (jobs_seq_key walked backwards, LIMIT 1),
+ *     read as a seq range on jobs_seq_key or jobs_tenant_seq. Both read
+ *     at most the jobs of all tenants created in the window. A bound from
+ *     the tenant's own last job before the window would read less for a
+ *     busy tenant, but for one idle for a week a week of everyone's jobs
+ *     (the planner takes jobs_seq_key for a seq range whose bound it
+ *     cannot see). EXPLAIN ANALYZE, 300,000 jobs of 31 tenants, 3,600 in
+ *     the last hour: 3 ms, 3,600 rows, for a busy or an idle tenant; with
+ *     the tenant's own bound an idle one read all 300,000 (60 ms).
  * A job queued before the window and cancelled in it without running has
  * none of these (no usage, not active): it is missed, and earlier buckets
  * show one queued job fewer. Each job gives up to three events (created,
@@ -430,28 +443,26 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_STATS_HISTORY] = {
     "WITH t AS (SELECT id, name FROM tenants"
     "           WHERE CASE WHEN $2::text IS NULL THEN id = $1::bigint ELSE name = $2 END),"
-    " w AS (SELECT date_trunc('minute', now()) - ($3::int - 1) * interval '1 minute' AS t0),"
     " rel AS (SELECT j.id, j.created_at, j.started_at, j.finished_at FROM jobs j, t"
     "         WHERE j.tenant_id = t.id AND j.state IN ('queued', 'running')"
     "         UNION"
-    "         SELECT j.id, j.created_at, j.started_at, j.finished_at FROM jobs j, t, w"
-    "         WHERE j.tenant_id = t.id AND j.usage IS NOT NULL AND j.finished_at >= w.t0"
+    "         SELECT j.id, j.created_at, j.started_at, j.finished_at FROM jobs j, t"
+    "         WHERE j.tenant_id = t.id AND j.usage IS NOT NULL AND j.finished_at >= " HIST_T0
     "         UNION"
     "         SELECT j.id, j.created_at, j.started_at, j.finished_at FROM jobs j, t"
-    "         WHERE j.tenant_id = t.id AND j.seq > coalesce("
-    "             (SELECT p.seq FROM jobs p, w WHERE p.tenant_id = t.id AND p.created_at < w.t0"
-    "              ORDER BY p.seq DESC LIMIT 1), 0)),"
+    "         WHERE j.tenant_id = t.id"
+    "           AND j.seq > coalesce((SELECT p.seq FROM jobs p WHERE p.created_at < " HIST_T0
+    "                                 ORDER BY p.seq DESC LIMIT 1), 0)),"
     " ev AS (SELECT date_trunc('minute', e.at) AS m, e.sub, e.st, e.fin, e.dq, e.dr"
     "        FROM (SELECT created_at AS at, 1 AS sub, 0 AS st, 0 AS fin, 1 AS dq, 0 AS dr FROM rel"
     "              UNION ALL SELECT started_at, 0, 1, 0, -1, 1 FROM rel WHERE started_at IS NOT NULL"
     "              UNION ALL SELECT finished_at, 0, 0, 1, CASE WHEN started_at IS NULL THEN -1 ELSE 0 END,"
     "                               CASE WHEN started_at IS NULL THEN 0 ELSE -1 END"
-    "                        FROM rel WHERE finished_at IS NOT NULL) e, w"
-    "        WHERE e.at >= w.t0),"
+    "                        FROM rel WHERE finished_at IS NOT NULL) e"
+    "        WHERE e.at >= " HIST_T0 "),"
     " b AS (SELECT g.m, coalesce(sum(ev.sub), 0) AS sub, coalesce(sum(ev.st), 0) AS st,"
     "         coalesce(sum(ev.fin), 0) AS fin, coalesce(sum(ev.dq), 0) AS dq, coalesce(sum(ev.dr), 0) AS dr"
-    "       FROM w CROSS JOIN LATERAL generate_series(w.t0, date_trunc('minute', now()),"
-    "                                                 interval '1 minute') AS g(m)"
+    "       FROM generate_series(" HIST_T0 ", date_trunc('minute', now()), interval '1 minute') AS g(m)"
     "       LEFT JOIN ev ON ev.m = g.m GROUP BY g.m),"
     " s AS (SELECT m, sub, st, fin,"
     "         coalesce(sum(dq) OVER (ORDER BY m DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS dq_after,"
@@ -467,7 +478,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "        'queued', greatest(n.q - s.dq_after, 0), 'running', greatest(n.r - s.dr_after, 0))"
     "      ORDER BY s.m)"
     "    FROM s)::text"
-    " FROM t, n", 3},
+    " FROM t, n", 3, 1},
 /* webhooks (store_webhooks.c). A claim moves the deliveries' next_at past
  * the attempt ($2 s), so other gateways skip them while this one delivers
  * and take them over if it dies; the lock is held only by the claim. */
