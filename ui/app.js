@@ -1,6 +1,6 @@
 // app.js — the Kowloon dashboard: sign-in, jobs (live), a job's detail,
-// nodes, usage and a submit form generated from the kernel catalog, routed
-// by the URL's hash. Every piece of data reaches the page as text
+// nodes, the queue's last hour, usage and a submit form generated from the
+// kernel catalog, routed by the URL's hash. Every piece of data reaches the page as text
 // (textContent, never innerHTML), and the API key lives in sessionStorage
 // and goes only to this page's own origin, in the Authorization header.
 import { Kowloon, KowloonError, TERMINAL, npyToTensor, rawValues } from "./kowloon.js";
@@ -632,6 +632,96 @@ async function usagePage() {
   setPage("Usage", h("h1", {}, "Usage"), scalars.length ? h("div", { class: "card" }, props(scalars)) : null, parts);
 }
 
+// ---------------------------------------------------------------- queue
+
+const QUEUE_MINUTES = 60;
+const QUEUE_REFRESH_MS = 10000;
+const minuteLabel = (t) => new Date(t).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+
+/** Queue depth and throughput of the caller's tenant over the last hour,
+ * from GET /v1/stats/history (cached 5 s by the gateway), redrawn every
+ * 10 s while the page is shown: a line chart of queued and running and a
+ * bar chart of jobs finished per minute, or one table without Chart.js. */
+async function queuePage() {
+  setPage("Queue", h("h1", {}, "Queue"), h("p", { class: "muted" }, "Loading…"));
+  const charts = [];
+  let shown = false;
+  let summary, box;
+  const chartOf = (Chart, id, label, type, datasets, labels) => {
+    const canvas = h("canvas", { id, role: "img", "aria-label": label });
+    box.append(h("h2", {}, label), h("div", { class: "chart-box" }, canvas));
+    const c = new Chart(canvas, {
+      type, data: { labels, datasets },
+      options: { animation: false, maintainAspectRatio: false, scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
+    });
+    charts.push(c);
+  };
+  const draw = async () => {
+    let st;
+    try {
+      st = await kl.stats(QUEUE_MINUTES);
+    } catch (e) {
+      if (!shown) setPage("Queue", h("h1", {}, "Queue"), h("p", { class: "error", role: "alert" }, errorText(e)));
+      else toast(errorText(e));
+      return;
+    }
+    if (!st) {
+      setPage("Queue", h("h1", {}, "Queue"), h("p", { class: "muted" }, "This gateway has no queue history."));
+      return;
+    }
+    const b = st.buckets;
+    const sum = (k) => b.reduce((a, x) => a + x[k], 0);
+    const labels = b.map((x) => minuteLabel(x.t));
+    const series = {
+      queued: b.map((x) => x.queued), running: b.map((x) => x.running), finished: b.map((x) => x.finished),
+    };
+    const totals = props([
+      ["Queued now", String(st.now.queued), "queue-now-queued"],
+      ["Running now", String(st.now.running), "queue-now-running"],
+      [`Submitted (${st.minutes} min)`, String(sum("submitted")), "queue-submitted"],
+      [`Started (${st.minutes} min)`, String(sum("started")), "queue-started"],
+      [`Finished (${st.minutes} min)`, String(sum("finished")), "queue-finished"],
+    ]);
+    if (!shown) {
+      summary = h("div", { class: "card", id: "queue-summary" }, totals);
+      box = h("div", { class: "card", id: "queue-charts" });
+      setPage("Queue", h("h1", {}, "Queue"), h("p", { class: "muted" }, `Your jobs over the last ${st.minutes} minutes, one point a minute.`), summary, box);
+      shown = true;
+    } else {
+      summary.replaceChildren(totals);
+    }
+    const Chart = await loadChart();
+    if (Chart && !charts.length) {
+      chartOf(Chart, "queue-chart", "Queued and running", "line", [
+        { label: "queued", data: series.queued, borderColor: PALETTE[0], backgroundColor: PALETTE[0], pointRadius: 0, stepped: true },
+        { label: "running", data: series.running, borderColor: PALETTE[2], backgroundColor: PALETTE[2], pointRadius: 0, stepped: true },
+      ], labels);
+      chartOf(Chart, "throughput-chart", "Finished per minute", "bar", [
+        { label: "finished", data: series.finished, backgroundColor: PALETTE[3] },
+      ], labels);
+    } else if (Chart) {
+      const [depth, through] = charts;
+      depth.data.labels = labels;
+      depth.data.datasets[0].data = series.queued;
+      depth.data.datasets[1].data = series.running;
+      through.data.labels = labels;
+      through.data.datasets[0].data = series.finished;
+      for (const c of charts) c.update();
+    } else {
+      // newest first: the minutes a reader looks for are at the top
+      const rows = b.slice().reverse().map((x) => h("tr", {},
+        h("td", {}, minuteLabel(x.t)), ["queued", "running", "submitted", "started", "finished"].map((k) => h("td", { class: "num" }, String(x[k])))));
+      box.replaceChildren(table(["Minute", ...["Queued", "Running", "Submitted", "Started", "Finished"].map((c) => h("th", { scope: "col", class: "num" }, c))],
+        rows, { id: "queue-table" }));
+    }
+  };
+  await draw();
+  const t = setInterval(draw, QUEUE_REFRESH_MS);
+  setLive("poll");
+  // Chart.js keeps listeners on the window (resizing) until destroyed
+  onLeave(() => { clearInterval(t); for (const c of charts) c.destroy(); });
+}
+
 // ---------------------------------------------------------------- submit
 
 async function submitPage() {
@@ -782,6 +872,7 @@ async function route() {
     if (parts[0] === "jobs" && parts[1]) await jobPage(parts[1]);
     else if (parts[0] === "nodes") await nodesPage(parts[1]);
     else if (parts[0] === "usage") await usagePage();
+    else if (parts[0] === "queue") await queuePage();
     else if (parts[0] === "submit") await submitPage();
     else await jobsPage(query);
   } catch (e) {

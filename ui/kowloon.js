@@ -258,6 +258,19 @@ export class Kowloon {
     }
   }
 
+  /** GET /v1/stats/history: the caller's tenant's last `minutes` (1..1440,
+   * default 60) as one bucket per minute, oldest first ({t, submitted,
+   * started, finished, queued, running}), and the counts `now`; null
+   * where the gateway has no such view (404). */
+  async stats(minutes = 60) {
+    try {
+      return await this.request("GET", "/v1/stats/history", { query: { minutes } });
+    } catch (e) {
+      if (e instanceof KowloonError && (e.status === 404 || e.status === 405)) return null;
+      throw e;
+    }
+  }
+
   // ---- events
   /** Reads one SSE stream over fetch until it ends, the signal aborts, or
    * it fails; onOpen() once it is open. Resolves "ended" | "aborted", or

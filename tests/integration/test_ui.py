@@ -634,3 +634,61 @@ def test_dashboard_follows_an_event_stream_and_shows_usage(stack, A, browser, ev
     wait_for("the usage tables", lambda: len(by_css(d, "main table")) == 2)
     assert "sleep" in by_css(d, "main table")[0].text and "suite:x" in by_css(d, "main table")[1].text
     shot(d, "usage")
+
+
+# ---------------------------------------------------------------- queue
+
+@pytest.mark.timeout(180)
+def test_queue_page_charts_the_last_hour_or_tables_it_without_chartjs(stack, admin, browser):
+    """A fresh tenant with two finished jobs and one held queued (every
+    node drained): the Queue page's totals, its charts' last points (or,
+    without Chart.js, its table's sums) say so."""
+    d = browser
+    key = stack.create_key(f"ui-queue-{uuid.uuid4().hex[:8]}")
+    T = stack.client(key=key)
+    x = {"x": stk.tensor(np.arange(4, dtype=np.float32)), "y": stk.tensor(np.ones(4, np.float32))}
+    for _ in range(2):
+        T.run("saxpy", {"a": 2.0}, x)
+    nodes = [n["id"] for n in admin.nodes()]
+    try:
+        for n in nodes:
+            assert admin.post(f"/v1/nodes/{n}/drain").status_code == 200
+        held = T.submit("saxpy", {"a": 1.0}, x)
+
+        def totals():
+            return {k: by_css(d, f"#queue-{k}")[0].text
+                    for k in ("now-queued", "now-running", "submitted", "started", "finished")}
+
+        want = {"now-queued": "1", "now-running": "0", "submitted": "3", "started": "2", "finished": "2"}
+        if os.path.exists("/usr/share/javascript/chart.js/chart.min.js"):
+            sign_in(d, stack.base, key)
+            d.get(f"{stack.base}/ui/#/queue")
+            wait_for("the queue charts", lambda: by_css(d, "#queue-chart") and by_css(d, "#throughput-chart"))
+            wait_for("the totals", lambda: totals() == want)
+            series = d.execute_script(
+                "const q = Chart.getChart('queue-chart'), f = Chart.getChart('throughput-chart');"
+                "return [q.data.datasets.map((s) => s.data), f.data.datasets[0].data, q.data.labels.length];")
+            (queued, running), finished, n = series
+            assert n == 60 and len(queued) == len(finished) == 60
+            assert (queued[-1], running[-1], sum(finished)) == (1, 0, 2), series
+            assert by_css(d, "#nav a[aria-current=page]")[0].text == "Queue"
+            shot(d, "queue")
+            assert not console_problems(d)
+        with stack.second_gateway("gateway-nochart-queue", KOWLOON_CHARTJS_DIR="/nonexistent") as base:
+            sign_in(d, base, key)
+            d.get(base + "/ui/#/queue")
+            rows = wait_for("the queue table", lambda: by_css(d, "#queue-table tbody tr"))
+            assert len(rows) == 60 and not by_css(d, "#queue-chart")
+            cells = [[td.text for td in r.find_elements("css selector", "td")] for r in rows]
+            # newest first: the current minute's queued and running, then the sums
+            assert cells[0][1:3] == ["1", "0"], cells[0]
+            assert [sum(int(c[i]) for c in cells) for i in (3, 4, 5)] == [3, 2, 2]
+            assert totals() == want
+            shot(d, "queue-nochart")
+            # the HEAD that finds no Chart.js is logged, and only it
+            assert all("chart.min.js" in e["message"] and "404" in e["message"]
+                       for e in console_problems(d)), console_problems(d)
+        T.cancel(held["id"])
+    finally:
+        for n in nodes:
+            admin.request("DELETE", f"/v1/nodes/{n}/drain")
