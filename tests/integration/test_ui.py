@@ -662,6 +662,7 @@ def test_queue_page_charts_the_last_hour_or_tables_it_without_chartjs(stack, adm
         want = {"now-queued": "1", "now-running": "0", "submitted": "3", "started": "2", "finished": "2"}
         if os.path.exists("/usr/share/javascript/chart.js/chart.min.js"):
             sign_in(d, stack.base, key)
+            console_problems(d)  # what earlier tests' pages logged
             d.get(f"{stack.base}/ui/#/queue")
             wait_for("the queue charts", lambda: by_css(d, "#queue-chart") and by_css(d, "#throughput-chart"))
             wait_for("the totals", lambda: totals() == want)
@@ -676,6 +677,7 @@ def test_queue_page_charts_the_last_hour_or_tables_it_without_chartjs(stack, adm
             assert not console_problems(d)
         with stack.second_gateway("gateway-nochart-queue", KOWLOON_CHARTJS_DIR="/nonexistent") as base:
             sign_in(d, base, key)
+            console_problems(d)
             d.get(base + "/ui/#/queue")
             rows = wait_for("the queue table", lambda: by_css(d, "#queue-table tbody tr"))
             assert len(rows) == 60 and not by_css(d, "#queue-chart")
