@@ -42,6 +42,12 @@ int gw_authorize(svc_req *req, int access);
  * returns -1. The caller found is kept on the request: a second call
  * answers from it without a lookup or another token. */
 int gw_auth_tenant(svc_req *req, gw_caller *who);
+/* The {id} of the path when it is a job's UUID; NULL after replying 404. */
+const char *gw_job_id_param(svc_req *req);
+/* The tenant= argument an admin may give to read another tenant's figures
+ * (what: "usage", "history"): 0 with *tenant (NULL when not given), or -1
+ * after replying 403 (not an admin) or 400 (not a tenant's name). */
+int gw_tenant_arg(svc_req *req, const gw_caller *who, const char *what, const char **tenant);
 /* gw_auth_tenant taking the token from bucket (GW_RATE_READ, GW_RATE_WRITE)
  * of the key; gw_auth_tenant itself takes a read token (every tenant route
  * is authorized from its head first, with its own bucket, so handlers'

@@ -72,9 +72,9 @@ int gw_api_job_events(svc_req *req)
     gw_caller who;
     if (gw_auth_tenant(req, &who) != 0)
         return 0;
-    const char *id = svc_req_param(req, "id");
-    if (!id || !svc_uuid_valid(id))
-        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
+    const char *id = gw_job_id_param(req);
+    if (!id)
+        return 0;
     int64_t after;
     int duration_s;
     if (resume_after(req, &after) != 0 || duration(req, &duration_s) != 0)

@@ -489,7 +489,7 @@ int gw_api_jobs_submit(svc_req *req)
 }
 
 /* The {id} of the path when it is a UUID; NULL after replying 404. */
-static const char *job_id_param(svc_req *req)
+const char *gw_job_id_param(svc_req *req)
 {
     const char *id = svc_req_param(req, "id");
     if (id && svc_uuid_valid(id))
@@ -524,7 +524,7 @@ int gw_api_jobs_get(svc_req *req)
     gw_app *app = svc_req_app(req);
     gw_caller who;
     const char *id;
-    if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
+    if (gw_auth_tenant(req, &who) != 0 || !(id = gw_job_id_param(req)))
         return 0;
     /* Prefer: wait=N holds the answer (suspended) until the job ends. */
     int wait_s = gw_waits_prefer(svc_req_header(req, "Prefer"));
@@ -754,7 +754,7 @@ int gw_api_jobs_result(svc_req *req)
     gw_app *app = svc_req_app(req);
     gw_caller who;
     const char *id;
-    if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
+    if (gw_auth_tenant(req, &who) != 0 || !(id = gw_job_id_param(req)))
         return 0;
     const char *enc = svc_req_query(req, "encoding");
     if (enc && strcmp(enc, "json") != 0 && strcmp(enc, "b64") != 0 && strcmp(enc, "blob") != 0)
@@ -872,7 +872,7 @@ int gw_api_jobs_output(svc_req *req)
     gw_app *app = svc_req_app(req);
     gw_caller who;
     const char *id, *want = svc_req_param(req, "name");
-    if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
+    if (gw_auth_tenant(req, &who) != 0 || !(id = gw_job_id_param(req)))
         return 0;
     const char *format = svc_req_query(req, "format");
     const char *accept = svc_req_header(req, "Accept");
@@ -966,7 +966,7 @@ int gw_api_jobs_cancel(svc_req *req)
     gw_app *app = svc_req_app(req);
     gw_caller who;
     const char *id;
-    if (gw_auth_tenant(req, &who) != 0 || !(id = job_id_param(req)))
+    if (gw_auth_tenant(req, &who) != 0 || !(id = gw_job_id_param(req)))
         return 0;
     char was[16], node_id[37];
     json_t *job;

@@ -18,13 +18,9 @@ int gw_api_stats_history(svc_req *req)
     gw_caller who;
     if (gw_auth_tenant(req, &who) != 0)
         return 0;
-    const char *tenant = svc_req_query(req, "tenant");
-    if (tenant && !who.admin)
-        return svc_reply_error(req, 403, "forbidden", "tenant", NULL,
-                               "only an admin key may ask for another tenant's history");
-    if (tenant && !gw_tenant_name_valid(tenant))
-        return svc_reply_error(req, 400, "invalid_argument", "tenant", NULL,
-                               "tenant must be a tenant's name: 1-128 characters, no control characters");
+    const char *tenant;
+    if (gw_tenant_arg(req, &who, "history", &tenant) != 0)
+        return 0;
     int minutes;
     if (gw_stats_minutes_parse(svc_req_query(req, "minutes"), &minutes) != 0)
         return svc_reply_error(req, 400, "invalid_argument", "minutes", NULL,

@@ -16,13 +16,9 @@ int gw_api_usage(svc_req *req)
     gw_caller who;
     if (gw_auth_tenant(req, &who) != 0)
         return 0;
-    const char *tenant = svc_req_query(req, "tenant");
-    if (tenant && !who.admin)
-        return svc_reply_error(req, 403, "forbidden", "tenant", NULL,
-                               "only an admin key may ask for another tenant's usage");
-    if (tenant && !gw_tenant_name_valid(tenant))
-        return svc_reply_error(req, 400, "invalid_argument", "tenant", NULL,
-                               "tenant must be a tenant's name: 1-128 characters, no control characters");
+    const char *tenant;
+    if (gw_tenant_arg(req, &who, "usage", &tenant) != 0)
+        return 0;
     gw_usage_query q;
     const char *field;
     char msg[160];

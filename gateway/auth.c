@@ -235,3 +235,19 @@ int gw_authorize(svc_req *req, int access)
     }
     return 0;
 }
+
+int gw_tenant_arg(svc_req *req, const gw_caller *who, const char *what, const char **tenant)
+{
+    *tenant = svc_req_query(req, "tenant");
+    if (*tenant && !who->admin) {
+        svc_reply_error(req, 403, "forbidden", "tenant", NULL,
+                        "only an admin key may ask for another tenant's %s", what);
+        return -1;
+    }
+    if (*tenant && !gw_tenant_name_valid(*tenant)) {
+        svc_reply_error(req, 400, "invalid_argument", "tenant", NULL,
+                        "tenant must be a tenant's name: 1-128 characters, no control characters");
+        return -1;
+    }
+    return 0;
+}
