@@ -39,7 +39,7 @@
     " 'cpu_s', cpu_s, 'bytes_in', bytes_in, 'bytes_out', bytes_out, 'cost', cost"
 
 /* store__conn.prepared has one bit per statement. */
-_Static_assert(ST__COUNT <= 64, "more statements than bits in store__conn.prepared");
+_Static_assert(ST__COUNT <= 128, "more statements than bits in store__conn.prepared");
 
 /* custom: planned for each execution's parameter values (plan_cache_mode
  * auto), for the statements whose best plan depends on them (which filters
@@ -638,7 +638,7 @@ static void conn_drop(store__conn *c)
     if (c->pg)
         PQfinish(c->pg);
     c->pg = NULL;
-    c->prepared = 0;
+    memset(c->prepared, 0, sizeof(c->prepared));
 }
 
 store__conn *store__acquire(gw_store *s)
@@ -765,7 +765,7 @@ PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int
 {
     char name[16];
     snprintf(name, sizeof(name), "s%d", id);
-    if (!(c->prepared & (1ull << id))) {
+    if (!(c->prepared[id / 64] & (1ull << (id % 64)))) {
         PGresult *p = PQprepare(c->pg, name, stmts[id].sql, stmts[id].nparams, NULL);
         int ok = PQresultStatus(p) == PGRES_COMMAND_OK;
         const char *state = p ? PQresultErrorField(p, PG_DIAG_SQLSTATE) : NULL;
@@ -780,7 +780,7 @@ PGresult *store__exec(store__conn *c, int id, const char *const *vals, const int
                 conn_drop(c);
             return NULL;
         }
-        c->prepared |= 1ull << id;
+        c->prepared[id / 64] |= 1ull << (id % 64);
     }
     if (c->custom != stmts[id].custom) {
         /* A round trip, only when the connection switches kind. */

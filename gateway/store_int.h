@@ -12,7 +12,7 @@
 typedef struct store__conn {
     struct gw_store *store;  /* the pool it belongs to (its error count) */
     PGconn *pg;
-    uint64_t prepared;   /* bit i: statement i is prepared on pg */
+    uint64_t prepared[2]; /* bit i of word i / 64: statement i is prepared on pg */
     int custom;          /* plan_cache_mode of pg: 1 auto, 0 force_generic_plan */
     int busy;
     char sqlstate[6];    /* of the last failed statement; "" when no answer came */

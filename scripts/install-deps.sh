@@ -15,6 +15,9 @@ PACKAGES=(
     # drives it with (headless Chromium through selenium) and runs its
     # JavaScript client in (Node >= 18)
     libjs-chart.js chromium chromium-driver nodejs
+    # multi-node jobs on CPU nodes (Gloo's TCP collectives), and the Slurm
+    # the tests start to run deploy/slurm/ for real
+    libgloo-dev slurm-wlm
 )
 REQUIREMENTS=tests/requirements.txt
 
