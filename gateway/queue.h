@@ -18,6 +18,9 @@ typedef struct gw_ready {
     char backend[8];
     int gpus;
     int64_t tenant_id;     /* 0 in an entry written before it was kept there */
+    int nodes;             /* resources.nodes; 1 in an entry written before */
+    int gpu_mem_mb;        /* resources.gpu_memory_gb in MiB; 0: any */
+    int timeout_s;         /* 0 in an entry written before it was kept there */
 } gw_ready;
 
 /* A queue on the Redis of url with pool_size connections (made on first

@@ -155,8 +155,17 @@ void gw_dispatch_free(gw_dispatch *list, int n);
 
 /* Runs on nodes. The scheduler claims jobs for nodes; each node's lease
  * poll takes the runs claimed for it. */
+/* One node's part of a multi-node job (node_rank = its index in
+ * gw_claim.gang). */
+typedef struct gw_claim_node {
+    char node_id[37];
+    int ngpu, gpu_ids[16];    /* the devices its ranks use; 0: a CPU node */
+} gw_claim_node;
 typedef struct gw_claim {
-    char job_id[37], node_id[37];
+    char job_id[37], node_id[37]; /* node_id: node_rank 0's node */
+    int ngpu, gpu_ids[16];    /* node_rank 0's GPUs (all of a single-node job's) */
+    int nnodes;               /* 1 (or 0): a single-node job; > 1: gang[0..nnodes) */
+    gw_claim_node *gang;      /* owned by the caller; node_rank order */
     int claimed;              /* out: 1 when claimed, 0 when no longer queued */
     char kernel[64];          /* out, when claimed */
     double first_wait_s;      /* out: submit to start when this is the first
@@ -231,6 +240,9 @@ typedef struct gw_queued {
     char id[37];
     int64_t seq;
     int priority, gpus;
+    int nodes;                /* resources.nodes (1: a single-node job) */
+    int gpu_mem_mb;           /* resources.gpu_memory_gb in MiB; 0: any */
+    int timeout_s;
     char backend[8];
     int64_t not_before_ms;
     int64_t tenant_id;

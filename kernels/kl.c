@@ -278,6 +278,15 @@ int64_t kl_output_bytes(const kl_args *args, const char **field)
     return bytes;
 }
 
+void kl_shard_rows(int64_t n, int world, int rank, int64_t *lo, int64_t *hi)
+{
+    if (world < 1)
+        world = 1;
+    /* n * rank stays far inside int64: n <= KL_MAX_ELEMS, rank <= world. */
+    *lo = n * rank / world;
+    *hi = n * (rank + 1) / world;
+}
+
 size_t kl_dtype_size(kl_dtype t)
 {
     switch (t) {

@@ -26,6 +26,8 @@ enum {
     KL_ECANCELED = -3,  /* the run's cancel flag was raised */
     KL_EBACKEND = -4,   /* the backend (CUDA, BLAS) failed; maybe transient */
     KL_ENOTSUP = -5,    /* kernel or option not offered by this backend */
+    KL_ETIMEDOUT = -6,  /* a rendezvous or collective of a multi-node run
+                           timed out: a peer is gone or never came */
 };
 
 typedef enum { KL_F32 = 0, KL_F64 = 1, KL_I32 = 2 } kl_dtype;
@@ -70,6 +72,8 @@ typedef struct kl_io_spec {
     const char *shape_doc;   /* "[m,k]" */
     int64_t max_elems;       /* limit the catalog shows; 0 = no input */
     const char *doc;
+    int shard;               /* inputs: a multi-node run gets only its
+                                node's rows (dim 0; kl_shard_rows) */
 } kl_io_spec;
 
 /* A resolved parameter value: `num` for NUMBER and INT, `choice` for ENUM. */
@@ -137,6 +141,40 @@ typedef struct kl_progress_sink {
 #define KL_PROGRESS_EVERY_MS 200
 void kl_progress_report(kl_progress_sink *sink, const kl_progress *p);
 
+/* The rendezvous store a node gives a multi-node run (Gloo's Store, and
+ * where node_rank 0 puts NCCL's unique id): keys are short ASCII strings,
+ * values bytes. Backed by the gateway (HTTP), scoped to one job attempt. */
+typedef struct kl_store {
+    void *ctx;
+    /* 0 or a negative KL_ code. */
+    int (*set)(void *ctx, const char *key, const void *data, size_t len);
+    /* Waits until key exists (at most timeout_ms), then *data (malloc'd,
+     * the caller frees) and *len. 0; KL_ETIMEDOUT when it never came;
+     * KL_ECANCELED when the attempt is no longer current (fenced out) or
+     * the run was cancelled; KL_EBACKEND on other failures. */
+    int (*get)(void *ctx, const char *key, void **data, size_t *len, int timeout_ms);
+} kl_store;
+
+/* A run that is one node's part of a multi-node job; kl_args.dist is NULL
+ * when the whole job runs here. The world is nodes * local_ranks ranks;
+ * this node holds global ranks node_rank * local_ranks and up. */
+typedef struct kl_dist {
+    int nodes;               /* nodes in the job (>= 2) */
+    int node_rank;           /* this node's place, 0..nodes-1 */
+    int local_ranks;         /* ranks on this node (= kl_args.ranks) */
+    kl_store *store;
+    const char *host;        /* the address other nodes reach this one on */
+    int timeout_ms;          /* rendezvous, and each collective */
+    /* Inputs the catalog marks `shard` hold only this node's rows: global
+     * rows [shard_lo, shard_lo + rows held) of shard_total. */
+    int64_t shard_lo, shard_total;
+} kl_dist;
+
+/* The rows [*lo, *hi) of n that global rank `rank` of `world` owns:
+ * [rank*n/world, (rank+1)*n/world). A node's rows are from its first
+ * rank's lo to its last rank's hi. */
+void kl_shard_rows(int64_t n, int world, int rank, int64_t *lo, int64_t *hi);
+
 /* Everything one run needs. params[i] and inputs[i] follow the order of the
  * kernel's specs; an absent optional input is NULL. `cancel` (may be NULL)
  * is polled between chunks of work. `threads` <= 0 means all cores. */
@@ -150,6 +188,7 @@ typedef struct kl_args {
                                 (on CPU, threads acting as ranks); <= 0 means 1 */
     kl_info *info;           /* may be NULL */
     kl_progress_sink *progress; /* may be NULL */
+    const kl_dist *dist;     /* NULL: the whole job runs here */
 } kl_args;
 
 typedef struct kl_kernel {
@@ -172,6 +211,7 @@ typedef struct kl_kernel {
      * them ("inputs.a"). Reads only shapes. NULL when every output is a
      * fixed size (the specs' max_elems bound them): see kl_output_bytes. */
     int64_t (*output_bytes)(const kl_args *args, const char **field);
+    int max_nodes;           /* nodes a run may span; 0 or 1: one only */
 } kl_kernel;
 
 /* The catalog: a static table, valid for the life of the process. */
