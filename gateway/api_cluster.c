@@ -79,10 +79,11 @@ int gw_api_kernels(svc_req *req)
             json_array_append_new(inputs, io_json(&k->inputs[j], 1));
         for (int j = 0; j < k->noutputs; j++)
             json_array_append_new(outputs, io_json(&k->outputs[j], 0));
-        json_array_append_new(list, json_pack("{s:s, s:s, s:o, s:o, s:o, s:O}", "name", k->name,
+        json_array_append_new(list, json_pack("{s:s, s:s, s:o, s:o, s:o, s:O, s:i}", "name", k->name,
                                               "description", k->doc ? k->doc : "", "params", params,
                                               "inputs", inputs, "outputs", outputs,
-                                              "backends", backends));
+                                              "backends", backends, "max_nodes",
+                                              k->max_nodes > 1 ? k->max_nodes : 1));
     }
     json_decref(backends);
     return svc_reply_json(req, 200, json_pack("{s:o}", "kernels", list));

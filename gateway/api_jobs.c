@@ -210,20 +210,34 @@ static json_t *labels_as_stored(json_t *labels)
     return o;
 }
 
-/* The job object as kowloon_job_json (sql/012_usage.sql) writes a queued
+/* resources as the job object echoes them: nodes always, gpu_memory_gb
+ * when given. New reference, NULL on ENOMEM. */
+static json_t *resources_json(const gw_job_req *jr)
+{
+    json_t *o = json_pack("{s:s, s:i, s:i}", "backend", jr->backend, "gpus", jr->gpus, "nodes",
+                          jr->nodes);
+    if (o && jr->gpu_memory_gb > 0 &&
+        json_object_set_new(o, "gpu_memory_gb", json_real(jr->gpu_memory_gb)) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The job object as kowloon_job_json (sql/018_gangs.sql) writes a queued
  * job, up to its "usage"; submit_done adds the timestamps and "error" once
  * PostgreSQL has given created_at. Same members, same order. New
  * reference, NULL on ENOMEM. */
 static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params)
 {
-    return json_pack("{s:s, s:s, s:s, s:O, s:o, s:i, s:{s:s, s:i}, s:i, s:i, s:i, s:b, s:n, s:n,"
+    return json_pack("{s:s, s:s, s:s, s:O, s:o, s:i, s:o, s:i, s:i, s:i, s:b, s:n, s:n, s:n,"
                      " s:{}, s:n, s:n}",
                      "id", s->row.id, "state", "queued", "kernel", jr->kernel->name,
                      "params", params, "labels", labels_as_stored(jr->labels),
-                     "priority", jr->priority, "resources", "backend", jr->backend, "gpus",
-                     jr->gpus, "timeout_s", jr->timeout_s, "max_attempts", jr->max_attempts,
-                     "attempts", 0, "cancel_requested", 0, "node", "backend", "info", "progress",
-                     "usage");
+                     "priority", jr->priority, "resources", resources_json(jr),
+                     "timeout_s", jr->timeout_s, "max_attempts", jr->max_attempts,
+                     "attempts", 0, "cancel_requested", 0, "node", "placement", "backend", "info",
+                     "progress", "usage");
 }
 
 /* committer op: one statement for the whole batch. */
@@ -252,7 +266,8 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
             continue;
         gw_metrics_submitted(app->metrics, s->row.kernel);
         q[nq] = (gw_queued){.seq = s->row.seq, .priority = s->row.priority, .gpus = s->row.gpus,
-                            .tenant_id = s->row.tenant_id};
+                            .nodes = s->row.nodes, .gpu_mem_mb = gw_gpu_mem_mb(s->row.gpu_memory_gb),
+                            .timeout_s = s->row.timeout_s, .tenant_id = s->row.tenant_id};
         memcpy(q[nq].id, s->row.id, sizeof q[nq].id);
         snprintf(q[nq].backend, sizeof q[nq].backend, "%s", s->row.backend);
         nq++;
@@ -395,6 +410,8 @@ static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr)
     s->row.timeout_s = jr->timeout_s;
     s->row.max_attempts = jr->max_attempts;
     s->row.gpus = jr->gpus;
+    s->row.nodes = jr->nodes;
+    s->row.gpu_memory_gb = jr->gpu_memory_gb;
     s->row.backend = s->backend;
     s->row.labels_json = s->labels_s;
     s->row.inputs_meta = s->meta_s;

@@ -56,6 +56,10 @@ int gw_idem_fingerprint(const gw_job_new *row, char hex[65])
     char nums[64];
     int n = snprintf(nums, sizeof nums, "%d,%d,%d,%d", row->priority, row->timeout_s,
                      row->max_attempts, row->gpus);
+    /* only when set, so that the keys of single-node jobs keep their
+     * fingerprints across the upgrade that added them */
+    if (row->nodes > 1 || row->gpu_memory_gb > 0)
+        n += snprintf(nums + n, sizeof nums - (size_t)n, ",%d,%.9g", row->nodes, row->gpu_memory_gb);
     if (field_s(h, row->kernel) || field_s(h, row->params_json) || field(h, nums, (size_t)n) ||
         field_s(h, row->backend) || field_s(h, row->labels_json) || field_s(h, row->inputs_meta) ||
         field(h, row->inputs_data, row->inputs_len) || field_s(h, row->webhook) ||

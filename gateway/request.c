@@ -3,6 +3,7 @@
  * kernel call itself (unknown kernel, params, inputs and their shapes) are
  * 422, naming the field. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,11 +127,28 @@ static int webhook_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     return 0;
 }
 
+/* resources.gpu_memory_gb: a number in (0, 1024] when given. */
+static int gpu_memory_parse(const json_t *res, gw_job_req *r, gw_verr *e)
+{
+    json_t *m = json_object_get(res, "gpu_memory_gb");
+    if (!m)
+        return 0;
+    if (!json_is_number(m))
+        return fail(e, 400, "resources.gpu_memory_gb", "resources.gpu_memory_gb must be a number");
+    double gb = json_number_value(m);
+    if (!(gb > 0 && gb <= 1024))
+        return fail(e, 422, "resources.gpu_memory_gb",
+                    "resources.gpu_memory_gb must be more than 0 and at most 1024 (GB per GPU)");
+    r->gpu_memory_gb = gb;
+    return 0;
+}
+
 static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
 {
     json_t *res = json_object_get(body, "resources");
     snprintf(r->backend, sizeof(r->backend), "any");
     r->gpus = 1;
+    r->nodes = 1;
     if (!res)
         return 0;
     if (!json_is_object(res))
@@ -138,8 +156,10 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     const char *k;
     json_t *v;
     json_object_foreach(res, k, v) {
-        if (strcmp(k, "backend") != 0 && strcmp(k, "gpus") != 0)
-            return fail(e, 400, "resources", "resources.%.40s is not a known resource (backend, gpus)", k);
+        if (strcmp(k, "backend") != 0 && strcmp(k, "gpus") != 0 && strcmp(k, "nodes") != 0 &&
+            strcmp(k, "gpu_memory_gb") != 0)
+            return fail(e, 400, "resources", "resources.%.40s is not a known resource (backend, "
+                        "gpus, nodes, gpu_memory_gb)", k);
     }
     json_t *b = json_object_get(res, "backend");
     if (b) {
@@ -148,7 +168,28 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
             return fail(e, 400, "resources.backend", "resources.backend must be any, cpu or cuda");
         snprintf(r->backend, sizeof(r->backend), "%s", s);
     }
-    return int_member(res, "gpus", "resources.gpus", 1, 16, &r->gpus, e);
+    /* nodes' upper bound is the kernel's max_nodes (at most GW_MAX_NODES):
+     * a request past it is a 422 that names the kernel (nodes_check). */
+    if (int_member(res, "gpus", "resources.gpus", 1, 16, &r->gpus, e) ||
+        int_member(res, "nodes", "resources.nodes", INT32_MIN, INT32_MAX, &r->nodes, e))
+        return -1;
+    if (r->nodes < 1)
+        return fail(e, 400, "resources.nodes", "resources.nodes must be at least 1");
+    return gpu_memory_parse(res, r, e);
+}
+
+/* resources.nodes against what the kernel can span (its catalog entry's
+ * max_nodes; 0 or 1: one node only) and the cluster's bound. */
+static int nodes_check(const gw_job_req *r, gw_verr *e)
+{
+    int max = r->kernel->max_nodes > 1 ? r->kernel->max_nodes : 1;
+    if (max > GW_MAX_NODES)
+        max = GW_MAX_NODES;
+    if (r->nodes <= max)
+        return 0;
+    return fail(e, 422, "resources.nodes", "resources.nodes is %d but kernel %s runs on at most %d "
+                "node%s (max_nodes in GET /v1/kernels)", r->nodes, r->kernel->name, max,
+                max == 1 ? "" : "s");
 }
 
 int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
@@ -189,6 +230,8 @@ int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
              json_string_value(kv));
         goto bad;
     }
+    if (nodes_check(r, e))
+        goto bad;
     json_t *params = json_object_get(body, "params");
     json_t *inputs = json_object_get(body, "inputs");
     if ((params && !json_is_object(params)) || (inputs && !json_is_object(inputs))) {

@@ -13,6 +13,8 @@ typedef struct gw_job_req {
     const kl_kernel *kernel;
     svc_kargs ka;             /* decoded inputs, resolved params */
     int priority, timeout_s, max_attempts, gpus;
+    int nodes;                /* resources.nodes: nodes the job spans (gpus is per node) */
+    double gpu_memory_gb;     /* resources.gpu_memory_gb; 0: not given */
     char backend[8];          /* any | cpu | cuda */
     json_t *labels;           /* object, owned */
     char *webhook;            /* URL, owned; NULL: none (its address is checked apart) */
@@ -28,6 +30,8 @@ typedef struct gw_verr {
 } gw_verr;
 
 #define GW_MAX_LABELS 32
+/* resources.nodes: the most nodes one job may span */
+#define GW_MAX_NODES 64
 #define GW_WEBHOOK_URL_MAX 2048
 
 /* Parses and validates body. 0 with *req filled (release with

@@ -34,6 +34,9 @@
  * the price table as their last parameters. */
 #define USAGE_SUCCEED "usage = kowloon_usage(jobs, clock_timestamp(), $7::jsonb, $3, $4::jsonb, $8::jsonb)"
 
+/* gw_gpu_mem_mb (store.h) of a jobs row's gpu_memory_gb */
+#define GPU_MEM_MB_SQL "coalesce(ceil(gpu_memory_gb::float8 * 1024), 0)::int"
+
 /* The sums of a group of GET /v1/usage, in the order the answer shows them. */
 #define USAGE_SUMS "'jobs', jobs, 'queue_s', queue_s, 'run_s', run_s, 'gpu_s', gpu_s," \
     " 'cpu_s', cpu_s, 'bytes_in', bytes_in, 'bytes_out', bytes_out, 'cost', cost"
@@ -64,17 +67,18 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
      * the job so that retention keeps them; $18[k] is job k's
      * Idempotency-Key (NULL: none) and $19[k] its request's fingerprint
      * (hex); $20[k] and $21[k] its webhook and the events it gets
-     * (comma-separated), NULL for a job without one. The ids come from the gateway, so the reply maps rows back by
+     * (comma-separated), NULL for a job without one; $22[k] and $23[k]
+     * its resources.nodes and gpu_memory_gb (NULL: not given). The ids come from the gateway, so the reply maps rows back by
      * ordinality; seq follows that order. A row whose key already names a
      * job inserts nothing: the reply gives that job's id and whether the
      * fingerprints match (seq NULL). */
     "WITH r AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
     "             $5::int[], $6::int[], $7::int[], $8::text[], $9::int[], $10::text[],"
     "             $11::text[], $13::int[], $14::int[], $18::text[], $19::text[], $20::text[],"
-    "             $21::text[])"
+    "             $21::text[], $22::int[], $23::real[])"
     "           WITH ORDINALITY AS r(id, tenant_id, kernel, params, priority, timeout_s,"
     "             max_attempts, backend_req, gpus, labels, meta, off, len, ikey, ihash, webhook,"
-    "             wh_events, n)),"
+    "             wh_events, nodes, gpu_memory_gb, n)),"
     /* The first row of a (tenant, key) claims it; a key older than the
      * TTL is taken over. DO UPDATE rather than DO NOTHING: a key that a
      * concurrent batch committed after this statement's snapshot is waited
@@ -93,10 +97,11 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "        FROM r LEFT JOIN k ON k.tenant_id = r.tenant_id AND k.key = r.ikey),"
     " f AS (SELECT * FROM rk WHERE job_id = id),"
     " j AS (INSERT INTO jobs (id, tenant_id, kernel, params, priority, timeout_s, max_attempts,"
-    "                         backend_req, gpus, labels, state, webhook, webhook_events)"
+    "                         backend_req, gpus, labels, state, webhook, webhook_events, nodes,"
+    "                         gpu_memory_gb)"
     "       SELECT id, tenant_id, kernel, params::json, priority, timeout_s, max_attempts,"
     "              backend_req, gpus, labels::jsonb, 'queued',"
-    "              webhook, string_to_array(wh_events, ',') FROM f ORDER BY n"
+    "              webhook, string_to_array(wh_events, ','), nodes, gpu_memory_gb FROM f ORDER BY n"
     "       RETURNING id, seq, created_at),"
     " i AS (INSERT INTO job_inputs (job_id, meta, data)"
     "       SELECT id, meta::jsonb, substring($12::bytea FROM off + 1 FOR len) FROM f),"
@@ -109,7 +114,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM f ORDER BY n)"
     " SELECT rk.n, j.seq, floor(extract(epoch FROM j.created_at) * 1000)::bigint, rk.job_id::text,"
     "        rk.same::int"
-    " FROM rk LEFT JOIN j ON j.id = rk.id", 21},
+    " FROM rk LEFT JOIN j ON j.id = rk.id", 23},
 [ST_JOB_GET] = {"SELECT kowloon_job_json(j)::text FROM jobs j"
                 " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 [ST_JOB_LIST] = {
@@ -222,13 +227,16 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "           kowloon_usage(jobs, clock_timestamp(), $8::jsonb, $9, NULL, $10::jsonb) END"
     "       FROM cur WHERE jobs.id = cur.id"
     "       RETURNING jobs.id, jobs.state, jobs.attempts, jobs.seq, jobs.priority,"
-    "                 jobs.backend_req, jobs.gpus, jobs.node_name, jobs.not_before, jobs.tenant_id),"
+    "                 jobs.backend_req, jobs.gpus, jobs.node_name, jobs.not_before, jobs.tenant_id,"
+    "                 jobs.nodes, jobs.gpu_memory_gb, jobs.timeout_s),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j)"
     " SELECT state, seq, priority, backend_req, gpus,"
-    "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id FROM j", 10},
+    "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id,"
+    "        nodes, " GPU_MEM_MB_SQL ", timeout_s FROM j", 10},
 [ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus,"
-                    "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id"
+                    "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id,"
+                    "       nodes, " GPU_MEM_MB_SQL ", timeout_s"
                     " FROM jobs WHERE state = 'queued' AND seq > $1 ORDER BY seq LIMIT $2", 2},
 [ST_NODE_REGISTER] = {
     "INSERT INTO nodes (name, url, backend, backend_reason, gpus, slots, kernels)"

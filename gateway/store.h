@@ -69,6 +69,8 @@ typedef struct gw_job_new {
     const char *kernel;
     const char *params_json;  /* resolved params, JSON text */
     int priority, timeout_s, max_attempts, gpus;
+    int nodes;                /* resources.nodes (gpus is per node) */
+    double gpu_memory_gb;     /* resources.gpu_memory_gb; 0: not given */
     const char *backend;      /* any|cpu|cuda */
     const char *labels_json;
     const char *inputs_meta;  /* JSON text: [{name,dtype,shape,offset,nbytes} | {..,blob,nbytes}] */
@@ -247,6 +249,16 @@ typedef struct gw_queued {
     int64_t not_before_ms;
     int64_t tenant_id;
 } gw_queued;
+
+/* gw_queued.gpu_mem_mb of a job's resources.gpu_memory_gb (0: any): GB
+ * read as GiB, rounded up to whole MiB. GPU_MEM_MB_SQL (store.c) is the
+ * same for the queued rows PostgreSQL returns. */
+static inline int gw_gpu_mem_mb(double gb)
+{
+    double mb = gb * 1024;
+    int m = (int)mb;
+    return gb > 0 ? (m < mb ? m + 1 : m) : 0;
+}
 
 typedef struct gw_backoff { int base_ms, max_s; } gw_backoff;
 typedef struct gw_requeued { int requeued; gw_queued q; } gw_requeued;

@@ -89,7 +89,7 @@ static const char *arr_end(arr *a)
 /* The statement's parameters: every array but $12 (the bytes). */
 enum { P_ID, P_TENANT, P_KERNEL, P_PARAMS, P_PRIO, P_TIMEOUT, P_ATTEMPTS, P_BACKEND, P_GPUS,
        P_LABELS, P_META, P_DATA, P_OFF, P_LEN, P_BJOB, P_BID, P_BSIZE, P_IKEY, P_IHASH, P_WEBHOOK,
-       P_WH_EVENTS, P__COUNT };
+       P_WH_EVENTS, P_NODES, P_GPU_MEM, P__COUNT };
 
 /* One ST_JOBS_INSERT for the whole batch (store.h): the arrays built
  * here, the inline bytes copied into one binary parameter, and each job's
@@ -113,6 +113,14 @@ int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
         arr_addf(&a[P_ATTEMPTS], j->max_attempts);
         arr_add(&a[P_BACKEND], j->backend, 1);
         arr_addf(&a[P_GPUS], j->gpus);
+        arr_addf(&a[P_NODES], j->nodes > 0 ? j->nodes : 1);
+        if (j->gpu_memory_gb > 0) {
+            char gb[32];
+            snprintf(gb, sizeof gb, "%.9g", j->gpu_memory_gb);
+            arr_add(&a[P_GPU_MEM], gb, 0);
+        } else {
+            arr_add(&a[P_GPU_MEM], "NULL", 0);
+        }
         arr_add(&a[P_LABELS], j->labels_json, 1);
         arr_add(&a[P_META], j->inputs_meta, 1);
         arr_addf(&a[P_OFF], (long long)off);
@@ -492,6 +500,14 @@ int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *
     return rc;
 }
 
+/* nodes, gpu_mem_mb and timeout_s of a queued row, from column col on. */
+static void queued_resources(PGresult *r, int row, int col, gw_queued *q)
+{
+    q->nodes = atoi(PQgetvalue(r, row, col));
+    q->gpu_mem_mb = atoi(PQgetvalue(r, row, col + 1));
+    q->timeout_s = atoi(PQgetvalue(r, row, col + 2));
+}
+
 int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
                          const char *code, const char *message, const gw_backoff *bo,
                          const char *backend, const char *usage_json, gw_requeued *out)
@@ -517,6 +533,7 @@ int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncou
         out->q.gpus = atoi(PQgetvalue(r, 0, 4));
         out->q.not_before_ms = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
         out->q.tenant_id = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
+        queued_resources(r, 0, 7, &out->q);
         svc_info("job %s attempt %d: %s (%s: %s)", job_id, attempt, PQgetvalue(r, 0, 0), code, message);
     }
     PQclear(r);
@@ -549,6 +566,7 @@ int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **
         q->gpus = atoi(PQgetvalue(r, i, 4));
         q->not_before_ms = strtoll(PQgetvalue(r, i, 5), NULL, 10);
         q->tenant_id = strtoll(PQgetvalue(r, i, 6), NULL, 10);
+        queued_resources(r, i, 7, q);
         *n = i + 1;
     }
     PQclear(r);

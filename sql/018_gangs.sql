@@ -25,3 +25,64 @@ CREATE TABLE job_ranks (
 COMMENT ON TABLE job_ranks IS 'one row per node of each attempt of a multi-node job: where its ranks ran and how that part ended';
 -- a node's poll looks for its parts not yet taken, and its running parts
 CREATE INDEX job_ranks_node_open ON job_ranks (node_id) WHERE ended_at IS NULL;
+
+-- Where each node_rank of a job runs (the job object's placement): one
+-- entry per node of the current or last attempt, in node_rank order, with
+-- the global ranks it holds (gpus per node each) and its device indices
+-- ([] on CPU nodes or where the node chose). NULL until first placed. A
+-- single-node job reads only its own row: job_ranks is looked at for
+-- multi-node jobs alone.
+CREATE FUNCTION kowloon_placement(j jobs) RETURNS json
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN j.nodes > 1 THEN
+            (SELECT json_agg(json_build_object(
+                        'node_rank', r.node_rank, 'node', r.node_name,
+                        'ranks', (SELECT json_agg(g) FROM generate_series(
+                                    r.node_rank * greatest(j.gpus, 1),
+                                    (r.node_rank + 1) * greatest(j.gpus, 1) - 1) g),
+                        'gpus', to_json(r.gpu_ids)) ORDER BY r.node_rank)
+             FROM job_ranks r
+             WHERE r.job_id = j.id
+               AND r.attempt = (SELECT max(x.attempt) FROM job_ranks x WHERE x.job_id = j.id))
+        WHEN j.node_name IS NOT NULL THEN
+            json_build_array(json_build_object(
+                'node_rank', 0, 'node', j.node_name,
+                'ranks', (SELECT json_agg(g) FROM generate_series(0, greatest(j.gpus, 1) - 1) g),
+                'gpus', to_json(coalesce(j.gpu_ids, '{}'::int[]))))
+    END
+$$;
+COMMENT ON FUNCTION kowloon_placement(jobs) IS
+    'the job object''s placement: [{node_rank, node, ranks, gpus}] of the current or last attempt';
+
+CREATE OR REPLACE FUNCTION kowloon_job_json(j jobs) RETURNS json
+LANGUAGE sql STABLE AS $$
+    SELECT json_build_object(
+        'id', j.id,
+        'state', j.state,
+        'kernel', j.kernel,
+        'params', j.params,
+        'labels', j.labels,
+        'priority', j.priority,
+        'resources', CASE WHEN j.gpu_memory_gb IS NULL
+                          THEN json_build_object('backend', j.backend_req, 'gpus', j.gpus,
+                                                 'nodes', j.nodes)
+                          ELSE json_build_object('backend', j.backend_req, 'gpus', j.gpus,
+                                                 'nodes', j.nodes, 'gpu_memory_gb', j.gpu_memory_gb)
+                     END,
+        'timeout_s', j.timeout_s,
+        'max_attempts', j.max_attempts,
+        'attempts', j.attempts,
+        'cancel_requested', j.cancel_requested,
+        'node', j.node_name,
+        'placement', kowloon_placement(j),
+        'backend', j.backend,
+        'info', j.info,
+        'progress', j.progress,
+        'usage', j.usage,
+        'created_at', kowloon_ts(j.created_at),
+        'started_at', kowloon_ts(j.started_at),
+        'finished_at', kowloon_ts(j.finished_at),
+        'error', CASE WHEN j.error_code IS NULL THEN NULL
+                      ELSE json_build_object('code', j.error_code, 'message', j.error_message) END)
+$$;

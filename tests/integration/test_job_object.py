@@ -9,7 +9,7 @@ import pytest
 from stack import wait_until
 
 ORDER = ["id", "state", "kernel", "params", "labels", "priority", "resources", "timeout_s",
-         "max_attempts", "attempts", "cancel_requested", "node", "backend", "info", "progress", "usage",
+         "max_attempts", "attempts", "cancel_requested", "node", "placement", "backend", "info", "progress", "usage",
          "created_at", "started_at", "finished_at", "error"]
 PARKED = {"kernel": "sleep", "params": {"seconds": 0}, "priority": 0,
           "resources": {"backend": "cuda", "gpus": 16}}
@@ -36,7 +36,7 @@ def test_every_endpoint_writes_the_job_in_the_same_order(A):
     seen["cancel"] = A.post(f"/v1/jobs/{job['id']}/cancel").json()
     for where, j in seen.items():
         assert keys(j) == ORDER, (where, list(j))
-    assert list(seen["cancel"]["resources"]) == ["backend", "gpus"]
+    assert list(seen["cancel"]["resources"]) == ["backend", "gpus", "nodes"]
 
 
 def test_a_failed_job_ends_with_its_error(A):

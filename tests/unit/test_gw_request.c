@@ -104,6 +104,50 @@ static void test_kernel_call_errors_are_422_naming_the_field(void **state)
                  "\"b\":{\"dtype\":\"float32\",\"shape\":[1,1],\"data\":[1]}}}", 422, "inputs.a");
 }
 
+static void test_nodes_and_gpu_memory_are_read(void **state)
+{
+    gw_job_req r;
+    gw_verr err;
+    assert_int_equal(parse("{\"kernel\":\"saxpy\",\"params\":{\"a\":2}," SAXPY_INPUTS "}", &r, &err), 0);
+    assert_int_equal(r.nodes, 1);
+    assert_true(r.gpu_memory_gb == 0);
+    gw_job_req_free(&r);
+    assert_int_equal(parse("{\"kernel\":\"saxpy\",\"params\":{\"a\":2}," SAXPY_INPUTS
+                           ",\"resources\":{\"nodes\":1,\"gpu_memory_gb\":40.5}}", &r, &err), 0);
+    assert_int_equal(r.nodes, 1);
+    assert_true(r.gpu_memory_gb == 40.5);
+    gw_job_req_free(&r);
+}
+
+/* saxpy cannot span nodes (max_nodes 1): more is a 422 naming the kernel. */
+static void test_nodes_past_the_kernels_max_nodes_are_422(void **state)
+{
+    gw_job_req r;
+    gw_verr err;
+    assert_true(kl_kernel_find("saxpy")->max_nodes <= 1);
+    assert_int_equal(parse("{\"kernel\":\"saxpy\",\"params\":{\"a\":2}," SAXPY_INPUTS
+                           ",\"resources\":{\"nodes\":2}}", &r, &err), -1);
+    assert_int_equal(err.status, 422);
+    assert_string_equal(err.field, "resources.nodes");
+    assert_non_null(strstr(err.message, "saxpy"));
+    assert_non_null(strstr(err.message, "at most 1 node"));
+    expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"nodes\":65}}", 422, "resources.nodes");
+    expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"nodes\":0}}", 400, "resources.nodes");
+    expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"nodes\":\"2\"}}", 400, "resources.nodes");
+}
+
+static void test_bad_gpu_memory_is_refused_naming_the_field(void **state)
+{
+    expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"gpu_memory_gb\":0}}", 422,
+                 "resources.gpu_memory_gb");
+    expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"gpu_memory_gb\":-8}}", 422,
+                 "resources.gpu_memory_gb");
+    expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"gpu_memory_gb\":1025}}", 422,
+                 "resources.gpu_memory_gb");
+    expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"gpu_memory_gb\":\"80G\"}}", 400,
+                 "resources.gpu_memory_gb");
+}
+
 /* gemm's c is m x n float32: 2 x 3 is 24 bytes. */
 static void test_outputs_over_the_limit_are_422_naming_the_input(void **state)
 {
@@ -134,6 +178,9 @@ int main(void)
         cmocka_unit_test(test_envelope_fields_are_read),
         cmocka_unit_test(test_envelope_errors_are_400_naming_the_field),
         cmocka_unit_test(test_kernel_call_errors_are_422_naming_the_field),
+        cmocka_unit_test(test_nodes_and_gpu_memory_are_read),
+        cmocka_unit_test(test_nodes_past_the_kernels_max_nodes_are_422),
+        cmocka_unit_test(test_bad_gpu_memory_is_refused_naming_the_field),
     };
     return cmocka_run_group_tests_name("gw_request", tests, NULL, NULL);
 }
