@@ -12,6 +12,7 @@
 #include "lease.h"
 #include "metrics.h"
 #include "outcome.h"
+#include "rendezvous.h"
 #include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"
@@ -359,6 +360,10 @@ svc_route gw_routes[] = {
      .json_body = 1, .access = C, .reserved = 1},
     {.method = "POST", .pattern = "/v1/cluster/nodes/{id}/results", .handler = gw_api_node_results,
      .json_body = 1, .access = C, .reserved = 1},
+    {.method = "PUT", .pattern = "/v1/cluster/rendezvous/{id}/{attempt}/{key}",
+     .handler = gw_api_rendezvous_put, .access = C, .reserved = 1},
+    {.method = "GET", .pattern = "/v1/cluster/rendezvous/{id}/{attempt}/{key}",
+     .handler = gw_api_rendezvous_get, .access = C, .reserved = 1},
     {.method = "GET", .pattern = "/healthz", .handler = gw_api_healthz, .reserved = 1},
     {.method = "GET", .pattern = "/readyz", .handler = gw_api_readyz, .reserved = 1},
     {.method = "GET", .pattern = "/openapi.yaml", .handler = gw_api_openapi},

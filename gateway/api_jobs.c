@@ -1001,6 +1001,16 @@ int gw_api_jobs_cancel(svc_req *req)
          * cancelled instead of being re-queued. */
         if (node_id[0])
             gw_leases_wake(app->leases, node_id, 0);
+        /* and every node of a multi-node job */
+        char (*nodes)[37];
+        int n;
+        if (json_integer_value(json_object_get(json_object_get(job, "resources"), "nodes")) > 1 &&
+            gw_store_gang_nodes(app->store, id, (int)json_integer_value(json_object_get(job, "attempts")),
+                                &nodes, &n) == 0) {
+            for (int i = 0; i < n; i++)
+                gw_leases_wake(app->leases, nodes[i], 0);
+            free(nodes);
+        }
     } else {
         json_t *res = json_object_get(job, "resources");
         gw_queue_drop_job(app->queue, id, json_string_value(json_object_get(res, "backend")),

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "kl.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -85,7 +86,48 @@ static node_room *room_of(gw_leases *l, const char *node_id, int create)
     return oldest;
 }
 
-/* The run as a node run request. New reference or NULL. */
+/* The rows [*lo, *hi) of the shard inputs (dim 0, kl_io_spec.shard) that
+ * node_rank g of a multi-node run holds (contract: kl_shard_rows over the
+ * world's ranks); 0 and 0 when the kernel has none. */
+static void shard_of(const gw_dispatch *d, int world, int64_t *lo, int64_t *hi)
+{
+    const kl_kernel *k = kl_kernel_find(d->kernel);
+    int per = d->gpus > 0 ? d->gpus : 1;
+    int64_t x;
+    *lo = *hi = 0;
+    for (int i = 0; k && i < k->ninputs; i++) {
+        if (!k->inputs[i].shard)
+            continue;
+        size_t j;
+        json_t *m;
+        json_array_foreach(d->inputs_meta, j, m) {
+            const char *name = json_string_value(json_object_get(m, "name"));
+            json_t *dim0 = json_array_get(json_object_get(m, "shape"), 0);
+            if (!name || strcmp(name, k->inputs[i].name) != 0 || !json_is_integer(dim0))
+                continue;
+            int64_t n = json_integer_value(dim0);
+            kl_shard_rows(n, world, d->node_rank * per, lo, &x);
+            kl_shard_rows(n, world, (d->node_rank + 1) * per - 1, &x, hi);
+            return;
+        }
+    }
+}
+
+/* A multi-node run's "dist" (contract §3), or NULL for a whole job. */
+static json_t *dist_json(const gw_dispatch *d)
+{
+    if (d->node_rank < 0)
+        return NULL;
+    int world = d->nodes * (d->gpus > 0 ? d->gpus : 1);
+    int64_t lo, hi;
+    shard_of(d, world, &lo, &hi);
+    return json_pack("{s:i, s:i, s:i, s:I, s:I}", "nodes", d->nodes, "node_rank", d->node_rank,
+                     "world", world, "shard_lo", (json_int_t)lo, "shard_hi", (json_int_t)hi);
+}
+
+/* The run as a node run request: with "dist" when it is one node's part
+ * of a multi-node job, with "gpu_ids" when the scheduler chose the
+ * devices. New reference or NULL. */
 static json_t *run_json(const gw_dispatch *d)
 {
     /* Inputs in the blob store go as references, which the node fetches as
@@ -93,10 +135,27 @@ static json_t *run_json(const gw_dispatch *d)
     json_t *inputs = gw_blob_to_json(d->inputs_meta, d->inputs, d->inputs_len, 1);
     if (!inputs)
         return NULL;
-    return json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i, s:b, s:I}", "job_id", d->job_id,
-                     "attempt", d->attempt, "kernel", d->kernel, "params", d->params, "inputs",
-                     inputs, "timeout_s", d->timeout_s, "backend", d->backend, "gpus", d->gpus,
-                     "output_blobs", 1, "output_blob_min", (json_int_t)GW_INLINE_OUTPUT_MAX + 1);
+    json_t *o = json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i, s:b, s:I}", "job_id", d->job_id,
+                          "attempt", d->attempt, "kernel", d->kernel, "params", d->params, "inputs",
+                          inputs, "timeout_s", d->timeout_s, "backend", d->backend, "gpus", d->gpus,
+                          "output_blobs", 1, "output_blob_min", (json_int_t)GW_INLINE_OUTPUT_MAX + 1);
+    if (o && d->node_rank >= 0) {
+        json_t *dist = dist_json(d);
+        if (!dist || json_object_set_new(o, "dist", dist) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    if (o && d->ngpu_ids > 0) {
+        json_t *ids = json_array();
+        for (int i = 0; ids && i < d->ngpu_ids; i++)
+            json_array_append_new(ids, json_integer(d->gpu_ids[i]));
+        if (!ids || json_object_set_new(o, "gpu_ids", ids) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
 }
 
 /* Takes node_id's work: the answer to its poll, or NULL when there is none

@@ -8,13 +8,30 @@
 
 #include "blob.h"
 #include "events.h"
+#include "lease.h"
 #include "metrics.h"
+#include "rendezvous.h"
 #include "scheduler.h"
 #include "svc_json.h"
 #include "svc_log.h"
 #include "svc_util.h"
 #include "usage.h"
 #include "waits.h"
+
+/* The attempt of a multi-node job ended (or is ending): the nodes of its
+ * parts still open are woken, so that their polls hand out the cancels at
+ * once, and its rendezvous values are dropped. */
+static void gang_ended(gw_app *app, const char *job_id, int attempt)
+{
+    char (*nodes)[37];
+    int n;
+    if (gw_store_gang_nodes(app->store, job_id, attempt, &nodes, &n) == 0) {
+        for (int i = 0; i < n; i++)
+            gw_leases_wake(app->leases, nodes[i], 0);
+        free(nodes);
+    }
+    gw_rdv_forget(app, job_id, attempt);
+}
 
 /* gw_outcome_requeue with what the node reported of the run (backend and
  * usage_json, NULL when no node did), recorded if the job ends. */
@@ -27,6 +44,9 @@ static int requeue(gw_app *app, const char *job_id, int attempt, int uncounted, 
                                   backend, usage_json, &out);
     if (rc == 0)
         gw_events_written(app->events);
+    /* a multi-node job ends the attempt on every node, requeued as a whole */
+    if (rc == 0 && out.q.nodes > 1)
+        gang_ended(app, job_id, attempt);
     if (rc == 0 && out.requeued) {
         gw_queue_push_queued(app->queue, &out.q);
         gw_sched_wake(app->sched);
@@ -110,6 +130,42 @@ static int recorded(gw_app *app, const char *node_name, const json_t *report, co
     return rc == 0 || rc == -EAGAIN || rc == -EPROTO;
 }
 
+/* The report of node_rank's part of a multi-node job. Node_rank 0's
+ * success is the job's (its outputs are the job's); another's only ends
+ * its part. Any part that fails ends the attempt everywhere: the job is
+ * requeued as a whole through the one requeue path (fencing, back-off,
+ * attempts), or fails as a single-node job would. */
+static int gang_record(gw_app *app, const json_t *report, const char *job_id, int attempt,
+                       int node_rank, const char *state, const char *code, const char *msg,
+                       const char *backend, const char *usage)
+{
+    int ok = strcmp(state, "succeeded") == 0;
+    const char *part = ok ? "succeeded"
+                     : strcmp(state, "cancelled") == 0 || strcmp(state, "refused") == 0 ? "cancelled"
+                                                                                         : "failed";
+    char (*others)[37];
+    int n, rc;
+    if ((rc = gw_store_gang_rank_end(app->store, job_id, attempt, node_rank, part, &others, &n)) != 0)
+        return rc;
+    free(others);
+    if (ok && node_rank > 0)
+        return gw_store_gang_attempt(app->store, job_id, attempt) == 1 ? 0 : -EAGAIN;
+    if (ok) {
+        rc = record_success(app, job_id, attempt, report, backend, usage);
+    } else if (strcmp(state, "refused") == 0 && strcmp(code, "invalid_argument") == 0) {
+        rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage);
+    } else {
+        char why[300];
+        snprintf(why, sizeof why, "node_rank %d: %s", node_rank, msg);
+        return requeue(app, job_id, attempt,
+                       strcmp(state, "refused") == 0 && json_is_true(json_object_get(report, "retry")),
+                       strcmp(state, "cancelled") == 0 ? "cancelled" : code, why, backend, usage);
+    }
+    if (rc == 0)
+        gang_ended(app, job_id, attempt);
+    return rc;
+}
+
 int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
 {
     const char *job_id = json_string_value(json_object_get(report, "job_id"));
@@ -127,7 +183,11 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
     const char *backend = gw_usage_backend(report);
     char *usage = gw_usage_from_report(report);
     int rc;
-    if (strcmp(state, "succeeded") == 0) {
+    json_t *rank = json_object_get(report, "node_rank");
+    if (json_is_integer(rank) && json_integer_value(rank) >= 0 && json_integer_value(rank) < 64) {
+        rc = gang_record(app, report, job_id, attempt, (int)json_integer_value(rank), state, code,
+                         msg, backend, usage);
+    } else if (strcmp(state, "succeeded") == 0) {
         rc = record_success(app, job_id, attempt, report, backend, usage);
     } else if (strcmp(state, "refused") == 0) {
         /* The node did not take the run. Full or draining: the attempt is
@@ -142,7 +202,7 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
     } else if (strcmp(state, "cancelled") == 0 && strcmp(code, "timeout") != 0) {
         rc = requeue(app, job_id, attempt, 0, "cancelled", "the node cancelled the run", backend,
                      usage);
-    } else if (strcmp(code, "backend_error") == 0) {
+    } else if (strcmp(code, "backend_error") == 0 || strcmp(code, "peer_lost") == 0) {
         rc = requeue(app, job_id, attempt, 0, code, msg, backend, usage);
     } else {
         rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage);
@@ -168,8 +228,9 @@ static int batch_entry(const gw_app *app, const json_t *rep, batched *e, gw_succ
     const char *backend = gw_usage_backend(rep);
     json_t *att = json_object_get(rep, "attempt"), *info = json_object_get(rep, "info");
     char why[128];
+    /* a part of a multi-node job is recorded with its gang (gang_record) */
     if (!job_id || !svc_uuid_valid(job_id) || !json_is_integer(att) || !state ||
-        strcmp(state, "succeeded") != 0)
+        strcmp(state, "succeeded") != 0 || json_object_get(rep, "node_rank"))
         return -1;
     if (outputs_from_run(&e->b, json_object_get(rep, "outputs"), why, sizeof(why)) == 0 &&
         (e->meta = svc_json_dump(e->b.meta, NULL)) && !strstr(e->meta, "\"blob\"") &&

@@ -263,9 +263,16 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " WHERE state = 'up' ORDER BY last_heartbeat DESC", 0},
 [ST_NODES_EXPIRE] = {"UPDATE nodes SET state = 'down', running = 0 WHERE state = 'up'"
                      " AND last_heartbeat < now() - make_interval(secs => $1::int) RETURNING name", 1},
+/* Running jobs with a part on a node that is down: node_rank 0 (or the
+ * whole job) there, or, for a multi-node job, any of its current parts. */
 [ST_JOBS_ON_DOWN] = {
     "SELECT j.id::text, j.attempts, n.name"
     " FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.state = 'running' AND n.state = 'down'"
+    " UNION"
+    " SELECT j.id::text, j.attempts, n.name"
+    " FROM nodes n JOIN job_ranks r ON r.node_id = n.id AND r.ended_at IS NULL"
+    " JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
+    " WHERE n.state = 'down' AND (j.state || '') = 'running'"
     " LIMIT 256", 0},
 [ST_BACKENDS_UP] = {"SELECT coalesce(jsonb_agg(DISTINCT backend), '[]')::text FROM nodes"
                     " WHERE state = 'up'", 0},
@@ -346,35 +353,77 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_SLOTS_UP] = {"SELECT coalesce(sum(slots), 0) FROM nodes WHERE state = 'up' AND NOT draining", 0},
 /* runs on nodes (store_jobs.c): claimed in batches, taken by the node's lease poll */
 [ST_JOBS_CLAIM] = {
+    /* $3[k]: the devices of job k's (node_rank 0's) run, "{0,1}", NULL
+     * where the node chooses. ($4, $5, $6, $7) list every node_rank of the
+     * multi-node jobs among them (job, node_rank, node, devices): their
+     * job_ranks rows come with the claim, so a gang is claimed whole or
+     * not at all. */
     "WITH " ASYNC_COMMIT ","
-    " x AS (SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS x(id, node)),"
+    " x AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS x(id, node, gpus)),"
     " j AS (UPDATE jobs SET state = 'running', attempts = jobs.attempts + 1, node_id = n.id,"
     "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
-    "         error_message = NULL, leased_at = NULL, cancel_sent = false"
+    "         error_message = NULL, leased_at = NULL, cancel_sent = false, gpu_ids = x.gpus::int[]"
     "       FROM x JOIN nodes n ON n.id = x.node, cfg"
     /* = ANY: found by the primary key, not by a walk over the queued jobs */
     "       WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id AND (jobs.state || '') = 'queued'"
     "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
     "       RETURNING jobs.id, jobs.attempts, jobs.node_name, jobs.kernel,"
     "         extract(epoch FROM jobs.started_at - jobs.created_at) AS waited),"
+    " g AS (INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, gpu_ids)"
+    "       SELECT g.id, j.attempts, g.node_rank, n.id, n.name, coalesce(g.gpus::int[], '{}')"
+    "       FROM unnest($4::uuid[], $5::int[], $6::uuid[], $7::text[]) AS g(id, node_rank, node, gpus)"
+    "       JOIN j ON j.id = g.id JOIN nodes n ON n.id = g.node),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'running', attempts, node_name FROM j)"
     /* the queue wait of a first attempt, for /metrics (metrics.h) */
-    " SELECT id::text, kernel, CASE WHEN attempts = 1 THEN waited ELSE -1 END FROM j", 2},
+    " SELECT id::text, kernel, CASE WHEN attempts = 1 THEN waited ELSE -1 END FROM j", 7},
+/* A node's poll: its single-node runs not taken yet ($2 at most) and the
+ * cancels of its leased ones; then its parts of multi-node jobs (one
+ * probe of job_ranks_node_open, empty for a node that has none): parts of
+ * the current attempt not taken yet, cancels for taken parts whose
+ * attempt ended or whose job is to be cancelled, and parts never taken of
+ * an attempt that ended are closed. Columns: kind, job, attempt, kernel,
+ * params, timeout_s, gpus, backend, inputs meta and bytes, node_rank (NULL:
+ * a single-node run), nodes, devices. */
 [ST_LEASE_TAKE] = {
     "WITH " ASYNC_COMMIT ","
     " t AS (SELECT id FROM jobs WHERE node_id = $1::uuid AND state = 'running'"
-    "         AND leased_at IS NULL ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED),"
+    "         AND leased_at IS NULL AND nodes = 1 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED),"
     " j AS (UPDATE jobs SET leased_at = clock_timestamp() FROM t, cfg WHERE jobs.id = t.id"
     "       RETURNING jobs.*),"
     " c AS (UPDATE jobs SET cancel_sent = true FROM cfg WHERE jobs.node_id = $1::uuid"
     "         AND jobs.state = 'running' AND jobs.cancel_requested AND NOT jobs.cancel_sent"
-    "         AND jobs.leased_at IS NOT NULL RETURNING jobs.id, jobs.attempts)"
+    "         AND jobs.leased_at IS NOT NULL RETURNING jobs.id, jobs.attempts),"
+    " o AS (SELECT r.job_id, r.attempt, r.node_rank, r.leased_at, r.cancel_sent,"
+    "              x.attempts = r.attempt AND (x.state || '') = 'running' AS live,"
+    "              x.cancel_requested, x.seq"
+    "       FROM job_ranks r JOIN jobs x ON x.id = r.job_id"
+    "       WHERE r.node_id = $1::uuid AND r.ended_at IS NULL),"
+    " gt AS (SELECT r.job_id, r.attempt, r.node_rank FROM job_ranks r JOIN o"
+    "          ON o.job_id = r.job_id AND o.attempt = r.attempt AND o.node_rank = r.node_rank"
+    "        WHERE o.live AND o.leased_at IS NULL ORDER BY o.seq, o.node_rank LIMIT $2"
+    "        FOR UPDATE OF r SKIP LOCKED),"
+    " g AS (UPDATE job_ranks r SET leased_at = clock_timestamp() FROM gt, cfg"
+    "       WHERE r.job_id = gt.job_id AND r.attempt = gt.attempt AND r.node_rank = gt.node_rank"
+    "       RETURNING r.job_id, r.attempt, r.node_rank, r.gpu_ids),"
+    " gc AS (UPDATE job_ranks r SET cancel_sent = true FROM o, cfg"
+    "        WHERE r.job_id = o.job_id AND r.attempt = o.attempt AND r.node_rank = o.node_rank"
+    "          AND o.leased_at IS NOT NULL AND NOT o.cancel_sent AND (NOT o.live OR o.cancel_requested)"
+    "        RETURNING r.job_id, r.attempt),"
+    " gx AS (UPDATE job_ranks r SET ended_at = clock_timestamp(), state = 'cancelled' FROM o, cfg"
+    "        WHERE r.job_id = o.job_id AND r.attempt = o.attempt AND r.node_rank = o.node_rank"
+    "          AND o.leased_at IS NULL AND NOT o.live)"
     " SELECT 'run', j.id::text, j.attempts::text, j.kernel, j.params::text, j.timeout_s::text,"
-    "        j.gpus::text, j.backend_req, i.meta::text, i.data"
+    "        j.gpus::text, j.backend_req, i.meta::text, i.data, NULL, '1', j.gpu_ids::text"
     " FROM j JOIN job_inputs i ON i.job_id = j.id"
+    " UNION ALL SELECT 'run', x.id::text, g.attempt::text, x.kernel, x.params::text,"
+    "        x.timeout_s::text, x.gpus::text, x.backend_req, i.meta::text, i.data,"
+    "        g.node_rank::text, x.nodes::text, g.gpu_ids::text"
+    " FROM g JOIN jobs x ON x.id = g.job_id JOIN job_inputs i ON i.job_id = g.job_id"
     " UNION ALL SELECT 'cancel', c.id::text, c.attempts::text, NULL, NULL, NULL, NULL, NULL,"
-    "        NULL, NULL FROM c", 2},
+    "        NULL, NULL, NULL, NULL, NULL FROM c"
+    " UNION ALL SELECT 'cancel', gc.job_id::text, gc.attempt::text, NULL, NULL, NULL, NULL, NULL,"
+    "        NULL, NULL, NULL, NULL, NULL FROM gc", 2},
 [ST_RUNS_UNHELD] = {
     "SELECT j.id::text, j.attempts, j.node_name"
     " FROM jobs j WHERE j.node_id = $1::uuid AND j.state = 'running'"
@@ -568,6 +617,22 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
                    " ORDER BY e.id LIMIT $3", 4},
 #undef EVENT_COLS
 [ST_EVENT_JOB_LAST] = {"SELECT coalesce(max(id), 0) FROM job_events WHERE job_id = $1::uuid", 1},
+/* Multi-node jobs (store_gangs.c). Whether attempt $2 of multi-node job
+ * $1 is the one running: no row for a job that is not multi-node. */
+[ST_GANG_ATTEMPT] = {"SELECT (attempts = $2::int AND (state || '') = 'running')::int FROM jobs"
+                     " WHERE id = $1::uuid AND nodes > 1", 2},
+/* node_rank $3 of attempt $2 ended ($4: its state); the nodes of the
+ * attempt's other parts still open (to wake their polls). */
+[ST_GANG_RANK_END] = {
+    "WITH " ASYNC_COMMIT ","
+    " u AS (UPDATE job_ranks SET ended_at = clock_timestamp(), state = $4 FROM cfg"
+    "       WHERE job_id = $1::uuid AND attempt = $2::int AND node_rank = $3::int"
+    "         AND ended_at IS NULL RETURNING node_rank)"
+    " SELECT DISTINCT node_id::text FROM job_ranks WHERE job_id = $1::uuid AND attempt = $2::int"
+    "   AND node_rank <> $3::int AND ended_at IS NULL", 4},
+/* The nodes of attempt $2's parts still open. */
+[ST_GANG_NODES] = {"SELECT DISTINCT node_id::text FROM job_ranks WHERE job_id = $1::uuid"
+                   " AND attempt = $2::int AND ended_at IS NULL", 2},
 /* Nodes' progress reports, a batch at a time: $1 is [{id, attempt,
  * progress}]; a report of an attempt no longer running changes nothing. */
 [ST_JOBS_PROGRESS] = {

@@ -149,6 +149,9 @@ typedef struct gw_dispatch {
     json_t *inputs_meta;      /* owned */
     unsigned char *inputs;    /* owned */
     size_t inputs_len;
+    int node_rank;            /* a part of a multi-node job: its node_rank; -1: a whole job */
+    int nodes;                /* nodes the job spans */
+    int ngpu_ids, gpu_ids[16]; /* the devices the scheduler chose; 0: the node chooses */
 } gw_dispatch;
 void gw_dispatch_clear(gw_dispatch *d);
 
@@ -174,8 +177,10 @@ typedef struct gw_claim {
                                  attempt, else -1 */
 } gw_claim;
 /* queued -> running on its node, attempts + 1, for every job of claims in
- * one statement; jobs no longer queued (cancelled meanwhile) are left.
- * 0, -EIO (nothing was claimed), -ENOMEM. */
+ * one statement; jobs no longer queued (cancelled meanwhile) are left. A
+ * multi-node claim (nnodes > 1) writes the job_ranks rows of its gang in
+ * the same statement: whole or not at all. 0, -EIO (nothing was claimed),
+ * -ENOMEM. */
 int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n);
 /* Takes, in one statement, up to max runs claimed for node_id and not
  * taken yet (leased from now on; records with inputs), and the cancels of
@@ -259,6 +264,19 @@ static inline int gw_gpu_mem_mb(double gb)
     int m = (int)mb;
     return gb > 0 ? (m < mb ? m + 1 : m) : 0;
 }
+
+/* Multi-node jobs (store_gangs.c). 1 when attempt is the running attempt
+ * of multi-node job job_id, 0 when it is not (ended, or another runs),
+ * -ENOENT when there is no such multi-node job, -EIO. */
+int gw_store_gang_attempt(gw_store *s, const char *job_id, int attempt);
+/* Records the end of node_rank's part of attempt (state: succeeded,
+ * failed, cancelled; once: a second report changes nothing) and gives the
+ * nodes of the attempt's parts still open, *others malloc'd (the caller
+ * frees). 0, -EIO, -ENOMEM. */
+int gw_store_gang_rank_end(gw_store *s, const char *job_id, int attempt, int node_rank,
+                           const char *state, char (**others)[37], int *n);
+/* The nodes of attempt's parts still open, *nodes malloc'd. 0, -EIO, -ENOMEM. */
+int gw_store_gang_nodes(gw_store *s, const char *job_id, int attempt, char (**nodes)[37], int *n);
 
 typedef struct gw_backoff { int base_ms, max_s; } gw_backoff;
 typedef struct gw_requeued { int requeued; gw_queued q; } gw_requeued;

@@ -589,20 +589,69 @@ static char *uuid_array(const char *first, size_t stride, int n)
     return arr;
 }
 
+/* Appends the devices ids[0..n) as one element "{0,1}" of a text array,
+ * NULL when there are none. */
+static void arr_add_ids(arr *a, const int *ids, int n)
+{
+    if (n <= 0) {
+        arr_add(a, "NULL", 0);
+        return;
+    }
+    char buf[16 * 12 + 3];
+    size_t len = 0;
+    buf[len++] = '{';
+    for (int i = 0; i < n && i < 16; i++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%d", i ? "," : "", ids[i]);
+    snprintf(buf + len, sizeof buf - len, "}");
+    arr_add(a, buf, 1);
+}
+
+/* The devices of a text "{0,1}" (NULL: none) into ids; their count. */
+static int ids_parse(PGresult *r, int row, int col, int *ids, int max)
+{
+    if (PQgetisnull(r, row, col))
+        return 0;
+    const char *p = PQgetvalue(r, row, col);
+    int n = 0;
+    while (*p && n < max) {
+        while (*p && (*p < '0' || *p > '9'))
+            p++;
+        if (!*p)
+            break;
+        ids[n++] = (int)strtol(p, (char **)&p, 10);
+    }
+    return n;
+}
+
+enum { C_ID, C_NODE, C_GPUS, C_GJOB, C_GRANK, C_GNODE, C_GGPUS, C__COUNT };
+
 int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n)
 {
     if (n <= 0)
         return 0;
-    for (int i = 0; i < n; i++)
+    arr a[C__COUNT] = {{0}};
+    for (int i = 0; i < n; i++) {
+        const gw_claim *cl = &claims[i];
         claims[i].claimed = 0;
-    char *jobs = uuid_array(claims[0].job_id, sizeof(*claims), n);
-    char *nodes = uuid_array(claims[0].node_id, sizeof(*claims), n);
-    int rc = jobs && nodes ? 0 : -ENOMEM;
+        arr_add(&a[C_ID], cl->job_id, 0);
+        arr_add(&a[C_NODE], cl->node_id, 0);
+        arr_add_ids(&a[C_GPUS], cl->gpu_ids, cl->ngpu);
+        for (int g = 0; cl->nnodes > 1 && cl->gang && g < cl->nnodes; g++) {
+            arr_add(&a[C_GJOB], cl->job_id, 0);
+            arr_addf(&a[C_GRANK], g);
+            arr_add(&a[C_GNODE], cl->gang[g].node_id, 0);
+            arr_add_ids(&a[C_GGPUS], cl->gang[g].gpu_ids, cl->gang[g].ngpu);
+        }
+    }
+    const char *v[C__COUNT];
+    int rc = 0;
+    for (int i = 0; i < C__COUNT && !rc; i++)
+        if (!(v[i] = arr_end(&a[i])))
+            rc = -ENOMEM;
     store__conn *c = rc ? NULL : store__acquire(s);
     if (!rc && !c)
         rc = -EIO;
     if (!rc) {
-        const char *v[2] = {jobs, nodes};
         PGresult *r = store__exec(c, ST_JOBS_CLAIM, v, NULL, NULL, 0);
         if (!r)
             rc = store__fail_rc(c);
@@ -616,8 +665,8 @@ int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n)
         PQclear(r);
         store__release(s, c);
     }
-    free(jobs);
-    free(nodes);
+    for (int i = 0; i < C__COUNT; i++)
+        free(a[i].p);
     return rc;
 }
 
@@ -646,8 +695,13 @@ int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch *
         store__copy(r, i, 1, d->job_id, sizeof(d->job_id));
         store__copy(r, i, 2, buf, sizeof(buf));
         d->attempt = atoi(buf);
+        d->node_rank = -1;
         if (!run)
             continue;
+        if (!PQgetisnull(r, i, 10))
+            d->node_rank = atoi(PQgetvalue(r, i, 10));
+        d->nodes = atoi(PQgetvalue(r, i, 11));
+        d->ngpu_ids = ids_parse(r, i, 12, d->gpu_ids, 16);
         store__copy(r, i, 3, d->kernel, sizeof(d->kernel));
         d->params = store__json(r, i, 4);
         store__copy(r, i, 5, buf, sizeof(buf));

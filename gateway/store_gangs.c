@@ -1,0 +1,70 @@
+/* store_gangs.c — the PostgreSQL side of multi-node jobs beyond claim and
+ * lease (store_jobs.c): the attempt a rendezvous belongs to, and the end of
+ * each node's part. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+int gw_store_gang_attempt(gw_store *s, const char *job_id, int attempt)
+{
+    char att[16];
+    snprintf(att, sizeof att, "%d", attempt);
+    const char *v[2] = {job_id, att};
+    PGresult *r;
+    if (store__run(s, ST_GANG_ATTEMPT, v, &r) != 0)
+        return -EIO;
+    int rc = PQntuples(r) == 0 ? -ENOENT : strcmp(PQgetvalue(r, 0, 0), "1") == 0;
+    PQclear(r);
+    return rc;
+}
+
+/* The node ids of r's first column into *nodes (malloc'd) and *n. */
+static int node_list(PGresult *r, char (**nodes)[37], int *n)
+{
+    int rows = PQntuples(r);
+    *nodes = NULL;
+    *n = 0;
+    if (rows == 0)
+        return 0;
+    if (!(*nodes = calloc((size_t)rows, sizeof(**nodes))))
+        return -ENOMEM;
+    for (int i = 0; i < rows; i++)
+        store__copy(r, i, 0, (*nodes)[i], sizeof((*nodes)[i]));
+    *n = rows;
+    return 0;
+}
+
+int gw_store_gang_rank_end(gw_store *s, const char *job_id, int attempt, int node_rank,
+                           const char *state, char (**others)[37], int *n)
+{
+    char att[16], rank[16];
+    snprintf(att, sizeof att, "%d", attempt);
+    snprintf(rank, sizeof rank, "%d", node_rank);
+    const char *v[4] = {job_id, att, rank, state};
+    PGresult *r;
+    *others = NULL;
+    *n = 0;
+    if (store__run(s, ST_GANG_RANK_END, v, &r) != 0)
+        return -EIO;
+    int rc = node_list(r, others, n);
+    PQclear(r);
+    return rc;
+}
+
+int gw_store_gang_nodes(gw_store *s, const char *job_id, int attempt, char (**nodes)[37], int *n)
+{
+    char att[16];
+    snprintf(att, sizeof att, "%d", attempt);
+    const char *v[2] = {job_id, att};
+    PGresult *r;
+    *nodes = NULL;
+    *n = 0;
+    if (store__run(s, ST_GANG_NODES, v, &r) != 0)
+        return -EIO;
+    int rc = node_list(r, nodes, n);
+    PQclear(r);
+    return rc;
+}
