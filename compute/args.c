@@ -72,6 +72,62 @@ int cn_run_req_ident(const json_t *body, cn_run_req *req, int *status, kl_err *e
     return 0;
 }
 
+/* "dist" (a part of a multi-node job) and "gpu_ids", both optional. 0, or
+ * -1 with status and err. */
+static int cn__placement(const json_t *body, cn_run_req *req, int *status, kl_err *err)
+{
+    const json_t *d = json_object_get(body, "dist");
+    const json_t *ids = json_object_get(body, "gpu_ids");
+    long nodes, rank, world, lo, hi;
+    req->node_rank = -1;
+    req->nodes = 1;
+    if (ids && !json_is_null(ids)) {
+        size_t i;
+        const json_t *v;
+        if (!json_is_array(ids) || json_array_size(ids) > 16) {
+            *status = 400;
+            kl_err_set(err, "gpu_ids", "gpu_ids must be an array of at most 16 device indices");
+            return -1;
+        }
+        json_array_foreach(ids, i, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 15) {
+                *status = 400;
+                kl_err_set(err, "gpu_ids", "gpu_ids must be device indices from 0 to 15");
+                return -1;
+            }
+            req->gpu_ids[req->ngpu_ids++] = (int)json_integer_value(v);
+        }
+    }
+    if (!d || json_is_null(d))
+        return 0;
+    if (!json_is_object(d)) {
+        *status = 400;
+        kl_err_set(err, "dist", "dist must be an object");
+        return -1;
+    }
+    if (cn__int_member(d, "nodes", 0, 2, 64, &nodes, status, err) < 0 ||
+        cn__int_member(d, "node_rank", -1, 0, nodes - 1, &rank, status, err) < 0 ||
+        cn__int_member(d, "world", 0, nodes, 64 * 16, &world, status, err) < 0 ||
+        cn__int_member(d, "shard_lo", 0, 0, KL_MAX_ELEMS, &lo, status, err) < 0 ||
+        cn__int_member(d, "shard_hi", 0, lo, KL_MAX_ELEMS, &hi, status, err) < 0)
+        return -1;
+    if (nodes < 2 || rank < 0) {
+        *status = 400;
+        kl_err_set(err, "dist", "dist needs nodes (2-64), node_rank and world");
+        return -1;
+    }
+    if (world != nodes * req->gpus) {
+        *status = 422;
+        kl_err_set(err, "dist", "dist.world must be nodes x gpus (%ld x %d)", nodes, req->gpus);
+        return -1;
+    }
+    req->nodes = (int)nodes;
+    req->node_rank = (int)rank;
+    req->shard_lo = lo;
+    req->shard_hi = hi;
+    return 0;
+}
+
 int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *err)
 {
     long timeout_s, gpus;
@@ -115,6 +171,9 @@ int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *
     if (cn__int_member(body, "output_blob_min", 0, 0, 1L << 40, &ob_min, status, err) < 0)
         goto cleanup;
     req->output_blob_min = (size_t)ob_min;
+    if (cn__placement(body, req, status, err) < 0)
+        goto cleanup;
+    *status = 400;
     const json_t *params = json_object_get(body, "params");
     const json_t *inputs = json_object_get(body, "inputs");
     if (params && !json_is_null(params) && !json_is_object(params)) {

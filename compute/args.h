@@ -30,6 +30,12 @@ typedef struct cn_run_req {
     size_t output_blob_min;         /* ... those of at least this many bytes; smaller
                                        ones are answered inline */
     svc_kargs ka;                   /* ka.args.kernel is the catalog entry */
+    /* One node's part of a multi-node job ("dist"): node_rank -1 when the
+     * whole job runs here. The inputs marked shard arrive whole; this
+     * node's rows are [shard_lo, shard_hi) of them. */
+    int node_rank, nodes;
+    int64_t shard_lo, shard_hi;
+    int ngpu_ids, gpu_ids[16];      /* "gpu_ids": the scheduler's devices; 0: choose */
 } cn_run_req;
 
 /* Reads only job_id and attempt and writes the run id, so a repeated POST

@@ -110,6 +110,13 @@ static svc_opt cn_opts[] = {
     {.flag = "nvml", .env = "KOWLOON_NVML", .type = SVC_OPT_STRING,
      .help = "NVIDIA management library for the GPU figures of /metrics (default "
              "libnvidia-ml.so.1 from the driver; none there: no GPU figures)"},
+    {.flag = "dist-host", .env = "KOWLOON_DIST_HOST", .type = SVC_OPT_STRING,
+     .help = "address the other nodes of a multi-node job reach this one on (Gloo TCP); "
+             "default: the host of the advertised URL"},
+    {.flag = "dist-timeout-s", .env = "KOWLOON_DIST_TIMEOUT_S", .type = SVC_OPT_INT, .def = "30",
+     .min = 1, .max = 3600,
+     .help = "how long a multi-node run waits for its rendezvous, and for each collective, "
+             "before it gives up (a peer is gone)"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug|info|warn|error"},
     {.flag = NULL},
@@ -266,9 +273,15 @@ int main(int argc, char **argv)
     node.metrics_public = (int)cn__num("metrics-public");
     if (backend.kind == CN_BACKEND_CUDA && backend.plugin.host_register)
         cn_blobio_set_pinning(backend.plugin.host_register, backend.plugin.host_unregister);
+    /* the host is filled below, once the advertised URL is known, before
+     * any run can arrive */
+    static cn_dist_cfg dist;
+    dist.gateway = cn__opt("gateway");
+    dist.token = token;
+    dist.timeout_ms = (int)cn__num("dist-timeout-s") * 1000;
     cn_runs_opts ro = {.slots = (int)cn__num("slots"), .threads = (int)cn__num("threads"),
                        .backend = &backend, .blobio = &blobio, .cache = cache,
-                       .metrics = node.metrics};
+                       .metrics = node.metrics, .dist = &dist};
     e = cn_runs_create(&ro, &runs);
     if (e < 0) {
         svc_error("cannot start the run manager: %s", strerror(-e));
@@ -289,6 +302,10 @@ int main(int argc, char **argv)
     cn__identity(listen, lport ? atoi(lport + 1) : 0, name, sizeof name, url, sizeof url);
     node.name = cn__opt("name") && cn__opt("name")[0] ? cn__opt("name") : name;
     node.url = cn__opt("advertise") && cn__opt("advertise")[0] ? cn__opt("advertise") : url;
+    if (cn__opt("dist-host") && cn__opt("dist-host")[0])
+        snprintf(dist.host, sizeof dist.host, "%s", cn__opt("dist-host"));
+    else
+        cn_rdv_host_of(node.url, dist.host, sizeof dist.host);
     if (cn_metrics_start(&node, cn__opt("nvml")) < 0) {
         svc_error("cannot start the node's metrics: out of memory");
         goto cleanup;

@@ -78,6 +78,8 @@ typedef struct cn_run {
     int phase;                 /* CN_PHASE_*, while running; written by the worker */
     int64_t phase_ms[3];       /* inputs, compute, outputs: how long each took */
     int64_t cpu_ns;            /* CPU time of the kernel, all its threads (kl_cputime) */
+    cn_rdv rdv;                /* a part of a multi-node job: its rendezvous */
+    kl_dist dist;              /* ... and what the kernel is told (req.ka.args.dist) */
     const char *gpu_model;     /* the first GPU's name when it ran on CUDA; borrowed
                                   from the backend, which outlives every run */
     int refs;                  /* callers using it without the lock */
@@ -109,6 +111,7 @@ struct cn_runs {
     const cn_backend *backend;
     const cn_blobio *blobio;
     cn_blobcache *cache;
+    const cn_dist_cfg *dist;
     int64_t keep_ms, release_grace_ms;
     int draining, closing;
     int progress_new;          /* a run has a report not taken yet */
@@ -263,6 +266,12 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
         case KL_EBACKEND:
             cn__set_error(r, "backend_error", field, msg ? msg : "backend failure");
             break;
+        case KL_ETIMEDOUT:
+            /* the gateway requeues the whole job on this code */
+            cn__set_error(r, "peer_lost", field,
+                          msg ? msg : "a peer of the multi-node run is gone (rendezvous or "
+                                      "collective timed out)");
+            break;
         default:
             cn__set_error(r, "kernel_error", field, msg ? msg : "kernel failed");
             break;
@@ -395,6 +404,8 @@ static json_t *cn__run_json(const cn_run *r)
                                       (json_int_t)r->phase_ms[2]));
     if (j && cn__terminal(r) && r->started_mono)
         json_object_set_new(j, "usage", cn__usage_json(r, elapsed));
+    if (j && r->req.node_rank >= 0)
+        json_object_set_new(j, "node_rank", json_integer(r->req.node_rank));
     if (j && r->has_progress)
         json_object_set_new(j, "progress", cn__progress_json(&r->progress));
     if (j && r->cancel_requested && !cn__terminal(r))
@@ -418,7 +429,8 @@ static json_t *cn__outputs_json(const cn_run *r)
     const kl_kernel *k = r->kernel;
     json_t *o = json_object();
 
-    for (int i = 0; o && i < k->noutputs; i++) {
+    /* a multi-node job's outputs come from node_rank 0 alone */
+    for (int i = 0; o && r->req.node_rank <= 0 && i < k->noutputs; i++) {
         const kl_tensor *t = &r->outs[i];
         /* A view: svc_tensor borrows the kernel's buffer and is not freed. */
         svc_tensor v = {.dtype = (svc_dtype)t->dtype, .ndim = t->ndim, .data = t->data,
@@ -454,6 +466,34 @@ static int cn__execute(cn_runs *m, cn_run *r, int *ran_cuda, kl_err *err)
         memset(err, 0, sizeof *err);
     }
     return kl_run_cpu(&r->req.ka.args, r->outs, err);
+}
+
+/* Cuts r's inputs marked shard down to this node's rows [shard_lo,
+ * shard_hi) of a multi-node job (they arrive whole) and says so in
+ * r->dist. 0, or KL_EINVAL with err when the rows are not there. */
+static int cn__shard(cn_run *r, kl_err *err)
+{
+    const kl_kernel *k = r->kernel;
+    for (int i = 0; r->req.node_rank >= 0 && i < k->ninputs; i++) {
+        kl_tensor *v = &r->req.ka.views[i];
+        if (!k->inputs[i].shard || !r->req.ka.args.inputs[i] || v->ndim < 1)
+            continue;
+        int64_t n = v->shape[0];
+        if (r->req.shard_hi > n) {
+            kl_err_set(err, "dist", "dist.shard_hi=%lld but inputs.%s has %lld rows",
+                       (long long)r->req.shard_hi, k->inputs[i].name, (long long)n);
+            return KL_EINVAL;
+        }
+        size_t row = n > 0 ? kl_tensor_bytes(v) / (size_t)n : 0;
+        v->data = (char *)v->data + (size_t)r->req.shard_lo * row;
+        v->shape[0] = r->req.shard_hi - r->req.shard_lo;
+        r->dist.shard_lo = r->req.shard_lo;
+        r->dist.shard_total = n;
+    }
+    if (r->req.node_rank >= 0)
+        svc_info("dist run=%s node_rank=%d nodes=%d shard_rows=%lld..%lld", r->id, r->req.node_rank,
+                 r->req.nodes, (long long)r->req.shard_lo, (long long)r->req.shard_hi);
+    return 0;
 }
 
 /* Bytes of r's inputs that are blob references (read without the lock: the
@@ -503,6 +543,8 @@ static void *cn__worker(void *arg)
         size_t ref_bytes = cn__blob_input_bytes(r);
         int64_t t0 = svc_now_mono_ms(), t1, t2, t3;
         int rc = cn_blobio_fetch_inputs(m->blobio, m->cache, &r->req.ka, &r->cancel, &err);
+        if (rc == 0)
+            rc = cn__shard(r, &err);
         t1 = svc_now_mono_ms();
         if (rc == 0 && ref_bytes > 0)
             svc_info("inputs ready run=%s bytes=%zu ms=%lld", r->id, ref_bytes,
@@ -515,7 +557,7 @@ static void *cn__worker(void *arg)
         int64_t cpu_ns = kl_cputime_stop(&cpu);
         t2 = svc_now_mono_ms();
         __atomic_store_n(&r->phase, CN_PHASE_OUTPUTS, __ATOMIC_RELEASE);
-        if (rc == 0 && r->req.output_blobs)
+        if (rc == 0 && r->req.output_blobs && r->req.node_rank <= 0)
             rc = cn_blobio_push_outputs(m->blobio, r->kernel, r->outs, r->out_blobs,
                                         r->req.output_blob_min, &r->cancel, &err);
         t3 = svc_now_mono_ms();
@@ -608,6 +650,7 @@ int cn_runs_create(const cn_runs_opts *opts, cn_runs **out)
     m->backend = opts->backend;
     m->blobio = opts->blobio;
     m->cache = opts->cache;
+    m->dist = opts->dist;
     m->m_runs = svc_metric_counter(opts->metrics, "kowloon_node_runs_total",
                                    "runs this node ended, by kernel and state",
                                    (const char *[]){"kernel", "state", NULL});
@@ -711,6 +754,12 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
             cn__cancel(m, o, CN_CANCEL_SUPERSEDED);
         }
     }
+    if (req->node_rank >= 0 && (!m->dist || req->ka.args.kernel->max_nodes < req->nodes)) {
+        kl_err_set(err, "dist", m->dist ? "kernel %s runs on at most %d node(s)"
+                                        : "this node takes no part in multi-node jobs",
+                   kname, req->ka.args.kernel->max_nodes);
+        return CN_ENOTSUP;
+    }
     if (m->active >= m->slots)
         return CN_EOVERLOADED;
     if (!(r = calloc(1, sizeof *r)))
@@ -731,8 +780,17 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
     r->sink.report = cn__progress;
     r->req.ka.args.progress = &r->sink;
     r->use_cuda = use_cuda;
-    if (use_cuda)
+    if (use_cuda && r->req.ngpu_ids > 0 && r->req.gpu_ids[0] + r->req.gpus <= ngpus)
+        r->first_gpu = r->req.gpu_ids[0];   /* the scheduler's choice */
+    else if (use_cuda)
         r->first_gpu = (int)(m->rr++ % (unsigned)(ngpus - r->req.gpus + 1));
+    if (r->req.node_rank >= 0) {
+        cn_rdv_init(&r->rdv, m->dist, r->req.job_id, r->req.attempt, &r->cancel);
+        r->dist = (kl_dist){.nodes = r->req.nodes, .node_rank = r->req.node_rank,
+                            .local_ranks = r->req.gpus, .store = &r->rdv.store,
+                            .host = m->dist->host, .timeout_ms = m->dist->timeout_ms};
+        r->req.ka.args.dist = &r->dist;
+    }
     r->state = CN_QUEUED;
     r->created_wall = svc_now_wall_ms();
     cn__link(m, r);

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "blobcache.h"
 #include "blobio.h"
+#include "rdv.h"
 #include "svc_metrics.h"
 
 typedef struct cn_runs cn_runs;
@@ -29,6 +30,10 @@ typedef struct cn_runs_opts {
     cn_blobcache *cache;        /* borrowed, may be NULL: input blobs by hash */
     svc_metrics *metrics;       /* borrowed, may be NULL: where runs are counted by
                                    kernel and state, with their run time */
+    const cn_dist_cfg *dist;    /* borrowed, may be NULL (then parts of multi-node
+                                   jobs are refused): the rendezvous, the address
+                                   and timeout of multi-node runs, read when one
+                                   starts */
 } cn_runs_opts;
 
 enum {

@@ -406,6 +406,13 @@ done:
 int svc_http_post_raw(const char *url, const char *bearer, const char *ctype, const void *data,
                       size_t len, long stall_ms, const volatile int *cancel, svc_response *resp)
 {
+    return svc_http_send_raw("POST", url, bearer, ctype, data, len, stall_ms, cancel, resp);
+}
+
+int svc_http_send_raw(const char *method, const char *url, const char *bearer, const char *ctype,
+                      const void *data, size_t len, long stall_ms, const volatile int *cancel,
+                      svc_response *resp)
+{
     memset(resp, 0, sizeof *resp);
     if (url == NULL || ctype == NULL || (data == NULL && len > 0) ||
         strpbrk(ctype, "\r\n") != NULL || strlen(ctype) > 200) {
@@ -429,6 +436,8 @@ int svc_http_post_raw(const char *url, const char *bearer, const char *ctype, co
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     /* POSTFIELDS (not COPYPOSTFIELDS): curl reads the caller's bytes in place. */
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, data != NULL ? data : "");
+    if (strcmp(method, "POST") != 0)
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &rb);
     raw_limits(h, stall_ms, cancel);

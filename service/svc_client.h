@@ -64,6 +64,11 @@ int svc_http_get_into(const char *url, const char *bearer, void *buf, size_t cap
 int svc_http_post_raw(const char *url, const char *bearer, const char *ctype, const void *data,
                       size_t len, long stall_ms, const volatile int *cancel, svc_response *resp);
 
+/* svc_http_post_raw with another method that carries a body (PUT). */
+int svc_http_send_raw(const char *method, const char *url, const char *bearer, const char *ctype,
+                      const void *data, size_t len, long stall_ms, const volatile int *cancel,
+                      svc_response *resp);
+
 /* Many POSTs at once over one curl multi handle, whose connections are kept
  * for the next batch (webhook deliveries). */
 typedef struct svc_poster svc_poster;
