@@ -25,6 +25,7 @@ class FakeNode:
         self.mu = threading.Lock()
         self.runs = {}           # run id -> {"state", "t0", "job_id", "attempt"}
         self.events = []         # (monotonic time, what, run id, status)
+        self.taken = []          # every run request the lease handed out, as sent
         self.posting = threading.Event()   # a run was handed to this node
         self.stop_ev = threading.Event()
         self.id = None
@@ -78,7 +79,9 @@ class FakeNode:
                 time.sleep(self.accept_delay_s)
                 with self.mu:
                     self.runs.setdefault(rid, {"state": "running", "t0": time.monotonic(),
-                                               "job_id": run["job_id"], "attempt": run["attempt"]})
+                                               "job_id": run["job_id"], "attempt": run["attempt"],
+                                               "node_rank": (run.get("dist") or {}).get("node_rank")})
+                    self.taken.append(run)
                     self.events.append((time.monotonic(), "POST", rid, 202))
             for c in body.get("cancel", []):
                 rid = f"{c['job_id']}.{c['attempt']}"
@@ -99,6 +102,8 @@ class FakeNode:
                         continue
                     rep = {"run_id": rid, "job_id": run["job_id"], "attempt": run["attempt"],
                            "state": run["state"]}
+                    if run.get("node_rank") is not None:
+                        rep["node_rank"] = run["node_rank"]
                     if run["state"] == "succeeded":
                         rep.update(backend=self.backend, outputs=self.outputs, info={})
                     else:

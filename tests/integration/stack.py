@@ -441,6 +441,13 @@ class Stack:
             raise StackError(f"psql failed: {sql!r}: {r.stderr}")
         return [line.split("\t") for line in r.stdout.splitlines() if line != ""]
 
+    def redis_cmd(self, *args):
+        """One Redis command over RESP; returns the first reply line."""
+        cmd = f"*{len(args)}\r\n" + "".join(f"${len(str(a))}\r\n{a}\r\n" for a in args)
+        with socket.create_connection(("127.0.0.1", self.redis_port), timeout=5) as s:
+            s.sendall(cmd.encode())
+            return s.recv(4096).decode("latin-1").split("\r\n")[0]
+
     def psql_value(self, sql):
         rows = self.psql(sql)
         return rows[0][0] if rows else None

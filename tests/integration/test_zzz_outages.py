@@ -4,7 +4,6 @@ broke."""
 
 import signal
 import subprocess
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,10 +14,7 @@ from stack import StackError, wait_until
 
 def redis_cmd(stack, *args):
     """One Redis command over RESP; returns the first reply line."""
-    cmd = f"*{len(args)}\r\n" + "".join(f"${len(str(a))}\r\n{a}\r\n" for a in args)
-    with socket.create_connection(("127.0.0.1", stack.redis_port), timeout=5) as s:
-        s.sendall(cmd.encode())
-        return s.recv(4096).decode("latin-1").split("\r\n")[0]
+    return stack.redis_cmd(*args)
 
 
 def pg_up(stack):
