@@ -105,17 +105,18 @@ static int cn__placement(const json_t *body, cn_run_req *req, int *status, kl_er
         kl_err_set(err, "dist", "dist must be an object");
         return -1;
     }
+    if (!json_object_get(d, "nodes") || !json_object_get(d, "node_rank") ||
+        !json_object_get(d, "world")) {
+        *status = 400;
+        kl_err_set(err, "dist", "dist needs nodes (2-64), node_rank and world");
+        return -1;
+    }
     if (cn__int_member(d, "nodes", 0, 2, 64, &nodes, status, err) < 0 ||
         cn__int_member(d, "node_rank", -1, 0, nodes - 1, &rank, status, err) < 0 ||
         cn__int_member(d, "world", 0, nodes, 64 * 16, &world, status, err) < 0 ||
         cn__int_member(d, "shard_lo", 0, 0, KL_MAX_ELEMS, &lo, status, err) < 0 ||
         cn__int_member(d, "shard_hi", 0, lo, KL_MAX_ELEMS, &hi, status, err) < 0)
         return -1;
-    if (nodes < 2 || rank < 0) {
-        *status = 400;
-        kl_err_set(err, "dist", "dist needs nodes (2-64), node_rank and world");
-        return -1;
-    }
     if (world != nodes * req->gpus) {
         *status = 422;
         kl_err_set(err, "dist", "dist.world must be nodes x gpus (%ld x %d)", nodes, req->gpus);

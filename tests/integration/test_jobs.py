@@ -28,7 +28,7 @@ def test_submit_returns_202_with_location_and_queued_job(A):
     assert j["priority"] == 5
     assert j["max_attempts"] == 3
     assert j["timeout_s"] == 3600
-    assert j["resources"] == {"backend": "any", "gpus": 1}
+    assert j["resources"] == {"backend": "any", "gpus": 1, "nodes": 1}
     assert j["labels"] == {"team": "search", "run.id": "r-1"}
     assert j["params"] == {"a": 1.0}
     ts(j["created_at"])
@@ -46,7 +46,7 @@ def test_succeeded_job_has_every_field(A, stack):
     assert j["max_attempts"] == 2
     assert j["attempts"] == 1
     assert j["labels"] == {"k": "v"}
-    assert j["resources"] == {"backend": "cpu", "gpus": 1}
+    assert j["resources"] == {"backend": "cpu", "gpus": 1, "nodes": 1}
     assert j["node"] in stack.node_names, j["node"]
     assert j["backend"] == "cpu"
     assert j["error"] is None

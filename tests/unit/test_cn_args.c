@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "args.h"
+#include "rdv.h"
 
 /* Decodes text; returns the decoder's result and leaves status and err. */
 static int decode(const char *text, cn_run_req *req, int *status, kl_err *err)
@@ -213,6 +214,65 @@ static void test_ident_reads_only_the_run_id(void **state)
     json_decref(body);
 }
 
+#define SAXPY_RUN(extra) "{\"job_id\":\"j1\",\"attempt\":2,\"kernel\":\"saxpy\",\"params\":{\"a\":1}," \
+    "\"inputs\":{\"x\":{\"dtype\":\"float32\",\"shape\":[2],\"data\":[1,2]}," \
+    "\"y\":{\"dtype\":\"float32\",\"shape\":[2],\"data\":[3,4]}},\"gpus\":2" extra "}"
+
+static void test_dist_and_gpu_ids_are_read(void **state)
+{
+    (void)state;
+    cn_run_req req;
+    kl_err err;
+    int st;
+    assert_int_equal(decode(SAXPY_RUN(""), &req, &st, &err), 0);
+    assert_int_equal(req.node_rank, -1);
+    assert_int_equal(req.nodes, 1);
+    assert_int_equal(req.ngpu_ids, 0);
+    cn_run_req_clear(&req);
+    assert_int_equal(decode(SAXPY_RUN(",\"gpu_ids\":[3,1],\"dist\":{\"nodes\":3,\"node_rank\":2,"
+                                      "\"world\":6,\"shard_lo\":40,\"shard_hi\":60}"),
+                            &req, &st, &err), 0);
+    assert_int_equal(req.node_rank, 2);
+    assert_int_equal(req.nodes, 3);
+    assert_int_equal(req.shard_lo, 40);
+    assert_int_equal(req.shard_hi, 60);
+    assert_int_equal(req.ngpu_ids, 2);
+    assert_int_equal(req.gpu_ids[0], 3);
+    assert_int_equal(req.gpu_ids[1], 1);
+    cn_run_req_clear(&req);
+}
+
+static void test_bad_dist_is_refused_naming_it(void **state)
+{
+    (void)state;
+    expect_refused(SAXPY_RUN(",\"dist\":[]"), 400, "dist");
+    expect_refused(SAXPY_RUN(",\"dist\":{\"node_rank\":0,\"world\":2}"), 400, "dist");
+    expect_refused(SAXPY_RUN(",\"dist\":{\"nodes\":2,\"node_rank\":2,\"world\":4}"), 422, "node_rank");
+    expect_refused(SAXPY_RUN(",\"dist\":{\"nodes\":2,\"node_rank\":1,\"world\":3}"), 422, "dist");
+    expect_refused(SAXPY_RUN(",\"dist\":{\"nodes\":2,\"node_rank\":1,\"world\":4,"
+                             "\"shard_lo\":5,\"shard_hi\":4}"), 422, "shard_hi");
+    expect_refused(SAXPY_RUN(",\"gpu_ids\":[16]"), 400, "gpu_ids");
+    expect_refused(SAXPY_RUN(",\"gpu_ids\":{}"), 400, "gpu_ids");
+}
+
+/* Rendezvous keys travel as one URL path segment the gateway accepts. */
+static void test_rendezvous_keys_escape_to_a_path_segment(void **state)
+{
+    (void)state;
+    char out[64];
+    assert_int_equal(cn_rdv_key_escape("nccl_id", out, sizeof out), 0);
+    assert_string_equal(out, "nccl_id");
+    assert_int_equal(cn_rdv_key_escape("gloo/rank 1~", out, sizeof out), 0);
+    assert_string_equal(out, "gloo~2Frank~201~7E");
+    assert_int_equal(cn_rdv_key_escape("", out, sizeof out), -1);
+    assert_int_equal(cn_rdv_key_escape("abcdef", out, 4), -1);
+    char host[64];
+    cn_rdv_host_of("http://10.1.2.3:7001", host, sizeof host);
+    assert_string_equal(host, "10.1.2.3");
+    cn_rdv_host_of("http://gpu-7.cluster:7001/", host, sizeof host);
+    assert_string_equal(host, "gpu-7.cluster");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -227,6 +287,9 @@ int main(void)
         cmocka_unit_test(test_malformed_envelope_is_400),
         cmocka_unit_test(test_out_of_range_envelope_and_unknown_kernel_are_422),
         cmocka_unit_test(test_ident_reads_only_the_run_id),
+        cmocka_unit_test(test_dist_and_gpu_ids_are_read),
+        cmocka_unit_test(test_bad_dist_is_refused_naming_it),
+        cmocka_unit_test(test_rendezvous_keys_escape_to_a_path_segment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
