@@ -252,7 +252,9 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
             continue;
         gw_metrics_submitted(app->metrics, s->row.kernel);
         q[nq] = (gw_queued){.seq = s->row.seq, .priority = s->row.priority, .gpus = s->row.gpus,
-                            .tenant_id = s->row.tenant_id};
+                            .tenant_id = s->row.tenant_id, .nodes = s->row.nodes > 0 ? s->row.nodes : 1,
+                            .gpu_mem_mb = (int)(s->row.gpu_memory_gb * 1024 + 0.5),
+                            .timeout_s = s->row.timeout_s};
         memcpy(q[nq].id, s->row.id, sizeof q[nq].id);
         snprintf(q[nq].backend, sizeof q[nq].backend, "%s", s->row.backend);
         nq++;
@@ -985,9 +987,9 @@ int gw_api_jobs_cancel(svc_req *req)
         if (node_id[0])
             gw_leases_wake(app->leases, node_id, 0);
     } else {
-        json_t *res = json_object_get(job, "resources");
-        gw_queue_drop_job(app->queue, id, json_string_value(json_object_get(res, "backend")),
-                          (int)json_integer_value(json_object_get(res, "gpus")), who.tenant_id);
+        gw_queued e;
+        gw_queued_from_job(job, who.tenant_id, &e);
+        gw_queue_drop_job(app->queue, &e);
     }
     return svc_reply_json(req, 200, job);
 }
