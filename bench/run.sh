@@ -298,7 +298,10 @@ drain() {
         say "   (could not drain the queue in PostgreSQL: $n)"
         return 0
     }
-    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DEL kowloon:ready >/dev/null || true
+    # every tenant's ready set (queue.c), and the list of them
+    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" EVAL "for _, t in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+        redis.call('DEL', 'kowloon:ready:' .. t) end return redis.call('DEL', KEYS[1])" 1 kowloon:ready-tenants \
+        >/dev/null || true
     local deadline=$((SECONDS + 30))
     while [ "$(psql_q "SELECT count(*) FROM jobs WHERE state = 'running'" 2>/dev/null || echo 0)" != 0 ] &&
           [ "$SECONDS" -lt "$deadline" ]; do

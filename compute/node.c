@@ -2,6 +2,11 @@
  * GET /v1/info so the two can never disagree. */
 #include "node.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "nvml.h"
+
 json_t *cn_node_describe(const cn_node *n)
 {
     int count;
@@ -18,6 +23,30 @@ json_t *cn_node_describe(const cn_node *n)
                      "backend", cn_backend_name(n->backend), "backend_reason",
                      n->backend->reason, "gpus", cn_backend_gpus_json(n->backend), "slots",
                      n->slots, "kernels", kernels);
+}
+
+json_t *cn_node_state(const cn_node *n)
+{
+    json_t *gpus = json_array();
+    for (int i = 0; gpus && i < cn_nvml_count(n->nvml) && i < 16; i++) {
+        cn_gpu_stats g;
+        if (cn_nvml_read(n->nvml, i, &g) != 0)
+            continue;
+        json_t *d = json_pack("{s:i}", "index", i);
+        if (g.mem_total >= 0)
+            json_object_set_new(d, "memory_total", json_integer((json_int_t)g.mem_total));
+        if (g.mem_total >= 0 && g.mem_used >= 0)
+            json_object_set_new(d, "memory_free", json_integer((json_int_t)(g.mem_total - g.mem_used)));
+        if (g.utilization >= 0)
+            json_object_set_new(d, "util", json_integer((json_int_t)(g.utilization * 100 + 0.5)));
+        json_array_append_new(gpus, d);
+    }
+    double load[1] = {0};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    json_t *cpu = json_pack("{s:I}", "cores", (json_int_t)(cores > 0 ? cores : 1));
+    if (cpu && getloadavg(load, 1) == 1)
+        json_object_set_new(cpu, "load1", json_real(load[0]));
+    return json_pack("{s:o, s:o}", "gpus", gpus ? gpus : json_array(), "cpu", cpu ? cpu : json_object());
 }
 
 int cn_node_draining(const cn_node *n)

@@ -37,6 +37,12 @@ typedef struct cn_node {
  * registration body, which /v1/info extends. New reference, NULL on ENOMEM. */
 json_t *cn_node_describe(const cn_node *n);
 
+/* What the heartbeat says of the host's devices, for placement:
+ * {"gpus": [{index, memory_total, memory_free, util}] (where NVML answers;
+ * index as CUDA numbers devices when CUDA_DEVICE_ORDER=PCI_BUS_ID),
+ * "cpu": {cores, load1}}. New reference, NULL on ENOMEM. */
+json_t *cn_node_state(const cn_node *n);
+
 /* 1 once main has begun draining. */
 int cn_node_draining(const cn_node *n);
 

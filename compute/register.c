@@ -160,8 +160,9 @@ static void cn__heartbeat(cn_register *r)
 
     memset(&resp, 0, sizeof resp);
     cn_runs_load(r->node->runs, &active, runs);
-    json_t *body = json_pack("{s:i, s:i, s:o, s:b}", "running", active, "slots", r->node->slots,
-                             "runs", runs, "draining", cn_node_draining(r->node));
+    json_t *body = json_pack("{s:i, s:i, s:o, s:b, s:o}", "running", active, "slots", r->node->slots,
+                             "runs", runs, "draining", cn_node_draining(r->node), "state",
+                             cn_node_state(r->node));
     if (!body) {
         cn__problem(r, "heartbeat ENOMEM", "heartbeat: out of memory");
         goto cleanup;

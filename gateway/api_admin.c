@@ -35,7 +35,7 @@ int gw_api_tenants_put(svc_req *req)
         return svc_reply_error(req, 400, "invalid_argument", field, NULL, "%s", msg);
     int created = 0;
     json_t *tenant;
-    if (gw_store_tenant_upsert(app->store, tb.name, tb.lim, &created, &tenant) != 0)
+    if (gw_store_tenant_upsert(app->store, tb.name, tb.lim, tb.weight, &created, &tenant) != 0)
         return gw_reply_unavailable(req, "PostgreSQL");
     /* New limits apply here at once; other gateways see them when their
      * cached key answers expire (keycache.h). */

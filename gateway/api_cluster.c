@@ -231,6 +231,34 @@ static void requeue_unheld(gw_app *app, const char *id, const json_t *runs)
     free(held);
 }
 
+/* 1 when v is absent or a number within [lo, hi]. */
+static int number_in(const json_t *v, double lo, double hi)
+{
+    return !v || json_is_null(v) || (json_is_number(v) && json_number_value(v) >= lo && json_number_value(v) <= hi);
+}
+
+/* A heartbeat's device state: {gpus: [{index, memory_total, memory_free,
+ * util}], cpu: {cores, load1}}, every member optional. 0 or -1. */
+static int node_state_check(const json_t *state)
+{
+    const json_t *gpus = json_object_get(state, "gpus"), *cpu = json_object_get(state, "cpu"), *d;
+    size_t i;
+    if (!json_is_object(state) || (gpus && (!json_is_array(gpus) || json_array_size(gpus) > 16)) ||
+        (cpu && !json_is_object(cpu)))
+        return -1;
+    json_array_foreach(gpus, i, d)
+        if (!json_is_object(d) || !json_is_integer(json_object_get(d, "index")) ||
+            !number_in(json_object_get(d, "index"), 0, 15) ||
+            !number_in(json_object_get(d, "memory_total"), 0, 1e15) ||
+            !number_in(json_object_get(d, "memory_free"), 0, 1e15) ||
+            !number_in(json_object_get(d, "util"), 0, 100))
+            return -1;
+    if (cpu && (!number_in(json_object_get(cpu, "cores"), 0, 1e6) ||
+                !number_in(json_object_get(cpu, "load1"), 0, 1e6)))
+        return -1;
+    return 0;
+}
+
 int gw_api_node_heartbeat(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -253,7 +281,14 @@ int gw_api_node_heartbeat(svc_req *req)
                                "draining: boolean (optional)}");
     if (!svc_uuid_valid(id))
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
-    int rc = gw_store_node_heartbeat(app->store, id, (int)json_integer_value(running));
+    json_t *state = json_object_get(b, "state");
+    if (state && node_state_check(state) != 0)
+        return svc_reply_error(req, 400, "invalid_argument", "state", NULL,
+                               "state is {gpus: [{index: 0-15, memory_total, memory_free: bytes, "
+                               "util: 0-100}] (at most 16), cpu: {cores, load1}}");
+    char *state_text = state ? json_dumps(state, JSON_COMPACT) : NULL;
+    int rc = gw_store_node_heartbeat(app->store, id, (int)json_integer_value(running), state_text);
+    free(state_text);
     if (rc == -ENOENT)
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
     if (rc)

@@ -1012,9 +1012,9 @@ int gw_api_jobs_cancel(svc_req *req)
             free(nodes);
         }
     } else {
-        json_t *res = json_object_get(job, "resources");
-        gw_queue_drop_job(app->queue, id, json_string_value(json_object_get(res, "backend")),
-                          (int)json_integer_value(json_object_get(res, "gpus")), who.tenant_id);
+        gw_queued e;
+        gw_queued_from_job(job, who.tenant_id, &e);
+        gw_queue_drop_job(app->queue, &e);
     }
     return svc_reply_json(req, 200, job);
 }

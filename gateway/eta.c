@@ -110,8 +110,9 @@ json_t *gw_eta_queue(gw_app *app, int64_t tenant_id, const json_t *job)
     if (app->eta == NULL || !id || !kernel || !backend)
         return NULL;
     int64_t ahead, runs = 0, mean_ms = 0, slots = 0;
-    if (gw_queue_rank(app->queue, id, backend, (int)json_integer_value(json_object_get(res, "gpus")),
-                      tenant_id, &ahead) != 0)
+    gw_queued e;
+    gw_queued_from_job(job, tenant_id, &e);
+    if (gw_queue_rank(app->queue, &e, &ahead) != 0)
         return NULL;
     double eta = inputs_of(app, kernel, &runs, &mean_ms, &slots) == 0
                      ? gw_eta_estimate(ahead, runs, mean_ms, slots)

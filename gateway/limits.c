@@ -103,7 +103,7 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)body, k, v) {
-        int ok = strcmp(k, "name") == 0;
+        int ok = strcmp(k, "name") == 0 || strcmp(k, "weight") == 0;
         for (int i = 0; i < GW_LIM__COUNT && !ok; i++)
             ok = strcmp(k, gw_limit_names[i]) == 0;
         if (!ok) {
@@ -119,6 +119,13 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
         return -1;
     }
     out->name = name;
+    const json_t *w = json_object_get(body, "weight");
+    if (w && (!json_is_number(w) || json_number_value(w) <= 0 || json_number_value(w) > 1000000)) {
+        snprintf(field, 32, "weight");
+        snprintf(msg, msglen, "weight must be a number above 0 and at most 1000000 (the default is 1)");
+        return -1;
+    }
+    out->weight = w ? json_number_value(w) : 0;
     for (int i = 0; i < GW_LIM__COUNT; i++) {
         const json_t *l = json_object_get(body, gw_limit_names[i]);
         out->lim[i].set = l != NULL;

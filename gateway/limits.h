@@ -37,6 +37,7 @@ extern const char *const gw_limit_names[GW_LIM__COUNT];   /* the body's field na
 typedef struct gw_tenant_body {
     const char *name;        /* borrowed from the body */
     gw_store_limit lim[GW_LIM__COUNT];
+    double weight;           /* fair-share weight; 0: not given (unchanged, 1 when new) */
 } gw_tenant_body;
 /* 1 when name is a tenant name the admin API accepts: 1-128 characters
  * (UTF-8, as jansson guarantees), no control characters. */

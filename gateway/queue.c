@@ -11,8 +11,11 @@
 #include "svc_log.h"
 #include "svc_util.h"
 
-#define READY_KEY "kowloon:ready"
+#define READY_PREFIX "kowloon:ready:"
+#define TENANTS_KEY "kowloon:ready-tenants"
 #define DELAYED_KEY "kowloon:delayed"
+/* The one ready set of versions before fair share. */
+#define LEGACY_READY_KEY "kowloon:ready"
 
 struct gw_queue {
     gw_redis *redis;
@@ -86,33 +89,80 @@ double gw_queue_score(int priority, int64_t seq)
     return (double)(9 - priority) * 1099511627776.0 + (double)seq;
 }
 
-/* A ready entry: "<job_id> <backend> <gpus> <tenant_id>", all placement
- * needs (the tenant for its running quota). Entries written before the
- * tenant was added have three fields and are still read. */
-static void member_format(char *out, size_t len, const char *job_id, const char *backend, int gpus,
-                          int64_t tenant_id)
+/* A ready entry: "<job_id> <backend> <gpus> <tenant_id> <nodes> <gpu_mem_mb>
+ * <timeout_s>", all placement needs (the tenant for its running quota and
+ * its share, the rest to fit and to backfill). It lives in its tenant's
+ * sorted set (READY_PREFIX + tenant id); TENANTS_KEY lists the tenants that
+ * may have entries. Entries of the single set of earlier versions (three
+ * or four fields) are read with defaults. */
+static void member_format(char *out, size_t len, const gw_queued *j)
 {
-    snprintf(out, len, "%s %s %d %lld", job_id, backend, gpus, (long long)tenant_id);
+    snprintf(out, len, "%s %s %d %lld %d %d %d", j->id, j->backend, j->gpus, (long long)j->tenant_id,
+             j->nodes > 0 ? j->nodes : 1, j->gpu_mem_mb, j->timeout_s);
 }
 
-int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
-                  const char *backend, int gpus, int64_t tenant_id)
+static void tenant_text(char *out, size_t len, int64_t tenant_id)
 {
-    char score[32], member[80];
-    snprintf(score, sizeof(score), "%.0f", gw_queue_score(priority, seq));
-    member_format(member, sizeof(member), job_id, backend, gpus, tenant_id);
-    const char *argv[4] = {"ZADD", READY_KEY, score, member};
-    redisReply *r = command(q, 4, argv, NULL);
-    freeReplyObject(r);
-    return r ? 0 : -EIO;
+    snprintf(out, len, "%lld", (long long)tenant_id);
+}
+
+/* ARGV[1]: "NX" or "", ARGV[2]: READY_PREFIX, then (score, member, tenant)
+ * triples; each member goes to its tenant's set, and the tenant to
+ * KEYS[1]. Returns how many were added. */
+static gw_redis_script push_script = {.src =
+    "local added = 0 "
+    "for i = 3, #ARGV, 3 do "
+    "  if ARGV[1] == 'NX' then "
+    "    added = added + redis.call('ZADD', ARGV[2] .. ARGV[i + 2], 'NX', ARGV[i], ARGV[i + 1]) "
+    "  else added = added + redis.call('ZADD', ARGV[2] .. ARGV[i + 2], ARGV[i], ARGV[i + 1]) end "
+    "  redis.call('SADD', KEYS[1], ARGV[i + 2]) "
+    "end "
+    "return added"};
+
+/* Pushes n ready jobs in one script run per PUSH_BATCH; *added (may be
+ * NULL) counts the new entries. */
+#define PUSH_BATCH 256
+static int push_ready(gw_queue *q, const gw_queued *const *jobs, int n, int nx, int *added)
+{
+    static __thread char score[PUSH_BATCH][32], member[PUSH_BATCH][128], tenant[PUSH_BATCH][24];
+    const char *args[3 + 3 * PUSH_BATCH];
+    for (int start = 0; start < n; start += PUSH_BATCH) {
+        int argc = 0;
+        args[argc++] = TENANTS_KEY;
+        args[argc++] = nx ? "NX" : "";
+        args[argc++] = READY_PREFIX;
+        for (int i = start; i < n && i < start + PUSH_BATCH; i++) {
+            const gw_queued *j = jobs[i];
+            snprintf(score[i - start], 32, "%.0f", gw_queue_score(j->priority, j->seq));
+            member_format(member[i - start], 128, j);
+            tenant_text(tenant[i - start], 24, j->tenant_id);
+            args[argc++] = score[i - start];
+            args[argc++] = member[i - start];
+            args[argc++] = tenant[i - start];
+        }
+        redisReply *r = script_run(q, &push_script, 1, argc, args);
+        if (!r)
+            return -EIO;
+        if (added)
+            *added += (int)r->integer;
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+int gw_queue_push(gw_queue *q, const gw_queued *j)
+{
+    const gw_queued *one[1] = {j};
+    return push_ready(q, one, 1, 0, NULL);
 }
 
 /* A delayed entry carries its ready score, so promotion needs no lookup:
- * "<job_id> <backend> <gpus> <ready score> <tenant_id>". */
+ * "<ready score> <ready member>". */
 static void delayed_format(char *out, size_t len, const gw_queued *j)
 {
-    snprintf(out, len, "%s %s %d %.0f %lld", j->id, j->backend, j->gpus,
-             gw_queue_score(j->priority, j->seq), (long long)j->tenant_id);
+    char member[128];
+    member_format(member, sizeof member, j);
+    snprintf(out, len, "%.0f %s", gw_queue_score(j->priority, j->seq), member);
 }
 
 static int delayed(const gw_queued *j, int64_t now_ms)
@@ -120,40 +170,19 @@ static int delayed(const gw_queued *j, int64_t now_ms)
     return j->not_before_ms > now_ms;
 }
 
-int gw_queue_push_queued(gw_queue *q, const gw_queued *j)
+/* One ZADD NX of up to PUSH_BATCH jobs of list into the delayed set. */
+static int push_delayed(gw_queue *q, const gw_queued *const *jobs, int n, int *added)
 {
-    if (!delayed(j, svc_now_wall_ms()))
-        return gw_queue_push(q, j->id, j->priority, j->seq, j->backend, j->gpus, j->tenant_id);
-    char score[32], member[112];
-    snprintf(score, sizeof(score), "%lld", (long long)j->not_before_ms);
-    delayed_format(member, sizeof(member), j);
-    const char *argv[4] = {"ZADD", DELAYED_KEY, score, member};
-    redisReply *r = command(q, 4, argv, NULL);
-    freeReplyObject(r);
-    return r ? 0 : -EIO;
-}
-
-/* One ZADD NX of up to BATCH jobs of list into key (ready or delayed). */
-static int push_batch(gw_queue *q, const char *key, const gw_queued *const *jobs, int n, int *added)
-{
-    enum { BATCH = 256 };
-    static __thread char score[BATCH][32], member[BATCH][112];
-    const char *argv[3 + 2 * BATCH];
-    int is_ready = strcmp(key, READY_KEY) == 0;
-    for (int start = 0; start < n; start += BATCH) {
+    static __thread char score[PUSH_BATCH][32], member[PUSH_BATCH][160];
+    const char *argv[3 + 2 * PUSH_BATCH];
+    for (int start = 0; start < n; start += PUSH_BATCH) {
         int argc = 0;
         argv[argc++] = "ZADD";
-        argv[argc++] = key;
+        argv[argc++] = DELAYED_KEY;
         argv[argc++] = "NX";
-        for (int i = start; i < n && i < start + BATCH; i++) {
-            const gw_queued *j = jobs[i];
-            if (is_ready) {
-                snprintf(score[i - start], 32, "%.0f", gw_queue_score(j->priority, j->seq));
-                member_format(member[i - start], 112, j->id, j->backend, j->gpus, j->tenant_id);
-            } else {
-                snprintf(score[i - start], 32, "%lld", (long long)j->not_before_ms);
-                delayed_format(member[i - start], 112, j);
-            }
+        for (int i = start; i < n && i < start + PUSH_BATCH; i++) {
+            snprintf(score[i - start], 32, "%lld", (long long)jobs[i]->not_before_ms);
+            delayed_format(member[i - start], 160, jobs[i]);
             argv[argc++] = score[i - start];
             argv[argc++] = member[i - start];
         }
@@ -164,6 +193,15 @@ static int push_batch(gw_queue *q, const char *key, const gw_queued *const *jobs
         freeReplyObject(r);
     }
     return 0;
+}
+
+int gw_queue_push_queued(gw_queue *q, const gw_queued *j)
+{
+    int added = 0;
+    if (!delayed(j, svc_now_wall_ms()))
+        return gw_queue_push(q, j);
+    const gw_queued *one[1] = {j};
+    return push_delayed(q, one, 1, &added);
 }
 
 int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
@@ -180,9 +218,9 @@ int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
             else
                 ready[nr++] = &list[i];
         }
-        rc = push_batch(q, READY_KEY, ready, nr, added);
+        rc = push_ready(q, ready, nr, 1, added);
         if (!rc)
-            rc = push_batch(q, DELAYED_KEY, later, nl, added);
+            rc = push_delayed(q, later, nl, added);
     }
     free(ready);
     free(later);
@@ -191,21 +229,29 @@ int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
 
 int gw_queue_promote_due(gw_queue *q, int *moved)
 {
+    /* An entry of an earlier version reads "<id> <backend> <gpus> <score>
+     * [<tenant>]" (its first word, a UUID, has a '-'; a score has none). */
     static gw_redis_script script = {.src =
         "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 512) "
         "for _, m in ipairs(due) do "
-        "  local id, b, g, score, t = string.match(m, '^(%S+) (%S+) (%S+) (%S+) (%S+)$') "
-        "  if not id then id, b, g, score = string.match(m, '^(%S+) (%S+) (%S+) (%S+)$') end "
-        "  if id then redis.call('ZADD', KEYS[2], score, id .. ' ' .. b .. ' ' .. g"
-        "                       .. (t and (' ' .. t) or '')) end "
+        "  local score, rm = string.match(m, '^(%d+) (.+)$') "
+        "  if not score then "
+        "    local id, b, g, sc, t = string.match(m, '^(%S+) (%S+) (%S+) (%S+) ?(%S*)$') "
+        "    if id then score = sc; rm = id .. ' ' .. b .. ' ' .. g .. ' ' .. (t ~= '' and t or '0') .. ' 1 0 0' end "
+        "  end "
+        "  if rm then "
+        "    local t = string.match(rm, '^%S+ %S+ %S+ (%S+)') or '0' "
+        "    redis.call('ZADD', ARGV[2] .. t, score, rm) "
+        "    redis.call('SADD', KEYS[2], t) "
+        "  end "
         "  redis.call('ZREM', KEYS[1], m) "
         "end "
         "return #due"};
     char now[32];
     snprintf(now, sizeof(now), "%lld", (long long)svc_now_wall_ms());
-    const char *args[3] = {DELAYED_KEY, READY_KEY, now};
+    const char *args[4] = {DELAYED_KEY, TENANTS_KEY, now, READY_PREFIX};
     *moved = 0;
-    redisReply *r = script_run(q, &script, 2, 3, args);
+    redisReply *r = script_run(q, &script, 2, 4, args);
     if (!r)
         return -EIO;
     *moved = (int)r->integer;
@@ -213,38 +259,64 @@ int gw_queue_promote_due(gw_queue *q, int *moved)
     return 0;
 }
 
-int gw_queue_peek(gw_queue *q, int offset, gw_ready *out, int max, int *n)
+/* Fills e from member m; 0, or -1 when m is not an entry. */
+static int ready_parse(gw_ready *e, const char *m)
 {
-    char start[16], stop[16];
-    snprintf(start, sizeof(start), "%d", offset);
-    snprintf(stop, sizeof(stop), "%d", offset + max - 1);
-    const char *argv[4] = {"ZRANGE", READY_KEY, start, stop};
+    long long tenant = 0;
+    snprintf(e->member, sizeof(e->member), "%s", m);
+    e->nodes = 1;
+    e->gpu_mem_mb = e->timeout_s = 0;
+    if (sscanf(m, "%36s %7s %d %lld %d %d %d", e->job_id, e->backend, &e->gpus, &tenant, &e->nodes,
+               &e->gpu_mem_mb, &e->timeout_s) < 3)
+        return -1;
+    e->tenant_id = tenant;
+    if (e->nodes < 1)
+        e->nodes = 1;
+    return 0;
+}
+
+int gw_queue_peek(gw_queue *q, int per_tenant, gw_ready *out, int max, int *n)
+{
+    /* Tenants whose set is found empty leave TENANTS_KEY (in the script,
+     * so that no push between the look and the removal is lost). */
+    static gw_redis_script script = {.src =
+        "local out = {} "
+        "local left = tonumber(ARGV[3]) "
+        "for _, t in ipairs(redis.call('SMEMBERS', KEYS[1])) do "
+        "  if left <= 0 then break end "
+        "  local ms = redis.call('ZRANGE', ARGV[1] .. t, 0, math.min(tonumber(ARGV[2]), left) - 1, 'WITHSCORES') "
+        "  if #ms == 0 then redis.call('SREM', KEYS[1], t) end "
+        "  for i = 1, #ms do out[#out + 1] = ms[i] end "
+        "  left = left - #ms / 2 "
+        "end "
+        "return out"};
+    char per[16], all[16];
+    snprintf(per, sizeof per, "%d", per_tenant);
+    snprintf(all, sizeof all, "%d", max);
+    const char *args[4] = {TENANTS_KEY, READY_PREFIX, per, all};
     *n = 0;
-    redisReply *r = command(q, 4, argv, NULL);
+    redisReply *r = script_run(q, &script, 1, 4, args);
     if (!r)
         return -EIO;
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && *n < max; i++) {
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements && *n < max; i += 2) {
         gw_ready *e = &out[*n];
-        const char *m = r->element[i]->str;
-        snprintf(e->member, sizeof(e->member), "%s", m);
-        long long tenant = 0;
-        if (sscanf(m, "%36s %7s %d %lld", e->job_id, e->backend, &e->gpus, &tenant) >= 3) {
-            e->tenant_id = tenant;
-            (*n)++;
+        if (ready_parse(e, r->element[i]->str) != 0) {
+            svc_warn("redis: ignoring malformed ready-queue entry '%s'", r->element[i]->str);
+            continue;
         }
-        else
-            svc_warn("redis: ignoring malformed ready-queue entry '%s'", m);
+        e->score = strtod(r->element[i + 1]->str, NULL);
+        (*n)++;
     }
     freeReplyObject(r);
     return 0;
 }
 
-int gw_queue_rank(gw_queue *q, const char *job_id, const char *backend, int gpus,
-                  int64_t tenant_id, int64_t *ahead)
+int gw_queue_rank(gw_queue *q, const gw_queued *j, int64_t *ahead)
 {
-    char member[80];
-    member_format(member, sizeof(member), job_id, backend, gpus, tenant_id);
-    const char *argv[3] = {"ZRANK", READY_KEY, member};
+    char member[128], key[64];
+    member_format(member, sizeof(member), j);
+    snprintf(key, sizeof key, READY_PREFIX "%lld", (long long)j->tenant_id);
+    const char *argv[3] = {"ZRANK", key, member};
     redisReply *r = command(q, 3, argv, NULL);
     if (!r)
         return -EIO;
@@ -255,27 +327,72 @@ int gw_queue_rank(gw_queue *q, const char *job_id, const char *backend, int gpus
     return rc;
 }
 
-int gw_queue_take(gw_queue *q, const char *member)
+int gw_queue_take_many(gw_queue *q, const char *const *members, int n, int *taken)
 {
-    const char *argv[3] = {"ZREM", READY_KEY, member};
-    redisReply *r = command(q, 3, argv, NULL);
-    if (!r)
-        return -EIO;
-    int removed = r->integer == 1;
-    freeReplyObject(r);
-    return removed;
+    /* Each member leaves its tenant's set (the tenant is its 4th word). */
+    static gw_redis_script script = {.src =
+        "local r = {} "
+        "for i = 2, #ARGV do "
+        "  local t = string.match(ARGV[i], '^%S+ %S+ %S+ (%S+)') or '0' "
+        "  r[i - 1] = redis.call('ZREM', ARGV[1] .. t, ARGV[i]) "
+        "end "
+        "return r"};
+    enum { MAX = 256 };
+    const char *args[1 + MAX];
+    for (int start = 0; start < n; start += MAX) {
+        int k = n - start < MAX ? n - start : MAX, argc = 0;
+        args[argc++] = READY_PREFIX;
+        for (int i = 0; i < k; i++)
+            args[argc++] = members[start + i];
+        redisReply *r = script_run(q, &script, 0, argc, args);
+        if (!r)
+            return -EIO;
+        for (int i = 0; i < k; i++)
+            taken[start + i] = r->type == REDIS_REPLY_ARRAY && (size_t)i < r->elements &&
+                               r->element[i]->integer == 1;
+        freeReplyObject(r);
+    }
+    return 0;
 }
 
-int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus,
-                      int64_t tenant_id)
+int gw_queue_take(gw_queue *q, const char *member)
 {
-    char member[80], old[80];
-    member_format(member, sizeof(member), job_id, backend, gpus, tenant_id);
-    snprintf(old, sizeof(old), "%s %s %d", job_id, backend, gpus);   /* written before the tenant */
-    const char *argv[4] = {"ZREM", READY_KEY, member, old};
-    redisReply *r = command(q, 4, argv, NULL);
+    int taken = 0;
+    if (gw_queue_take_many(q, &member, 1, &taken) != 0)
+        return -EIO;
+    return taken;
+}
+
+int gw_queue_drop_job(gw_queue *q, const gw_queued *j)
+{
+    char member[128];
+    const char *m = member;
+    int taken;
+    member_format(member, sizeof(member), j);
+    return gw_queue_take_many(q, &m, 1, &taken);
+}
+
+int gw_queue_forget_legacy(gw_queue *q)
+{
+    const char *argv[2] = {"DEL", LEGACY_READY_KEY};
+    redisReply *r = command(q, 2, argv, NULL);
     freeReplyObject(r);
     return r ? 0 : -EIO;
+}
+
+void gw_queued_from_job(const json_t *job, int64_t tenant_id, gw_queued *q)
+{
+    const json_t *res = json_object_get(job, "resources");
+    memset(q, 0, sizeof(*q));
+    snprintf(q->id, sizeof q->id, "%s", json_string_value(json_object_get(job, "id")) ?: "");
+    snprintf(q->backend, sizeof q->backend, "%s", json_string_value(json_object_get(res, "backend")) ?: "any");
+    q->gpus = (int)json_integer_value(json_object_get(res, "gpus"));
+    q->nodes = (int)json_integer_value(json_object_get(res, "nodes"));
+    q->gpu_mem_mb = (int)(json_number_value(json_object_get(res, "gpu_memory_gb")) * 1024 + 0.5);
+    q->timeout_s = (int)json_integer_value(json_object_get(job, "timeout_s"));
+    q->tenant_id = tenant_id;
+    if (q->nodes < 1)
+        q->nodes = 1;
 }
 
 int gw_queue_lock(gw_queue *q, const char *name, const char *owner, int ttl_ms)
@@ -294,31 +411,4 @@ int gw_queue_lock(gw_queue *q, const char *name, const char *owner, int ttl_ms)
     int held = r->integer == 1;
     freeReplyObject(r);
     return held;
-}
-
-int gw_queue_take_many(gw_queue *q, const char *const *members, int n, int *taken)
-{
-    static const char script[] =
-        "local r = {} "
-        "for i, m in ipairs(ARGV) do r[i] = redis.call('ZREM', KEYS[1], m) end "
-        "return r";
-    enum { MAX = 256 };
-    const char *argv[4 + MAX];
-    for (int start = 0; start < n; start += MAX) {
-        int k = n - start < MAX ? n - start : MAX, argc = 0;
-        argv[argc++] = "EVAL";
-        argv[argc++] = script;
-        argv[argc++] = "1";
-        argv[argc++] = READY_KEY;
-        for (int i = 0; i < k; i++)
-            argv[argc++] = members[start + i];
-        redisReply *r = command(q, argc, argv, NULL);
-        if (!r)
-            return -EIO;
-        for (int i = 0; i < k; i++)
-            taken[start + i] = r->type == REDIS_REPLY_ARRAY && (size_t)i < r->elements &&
-                               r->element[i]->integer == 1;
-        freeReplyObject(r);
-    }
-    return 0;
 }

@@ -1,11 +1,13 @@
-/* queue.h — the gateway's Redis side: the ready queue (a sorted set ordered
- * by priority, then age), the delayed set of retries waiting out their
+/* queue.h — the gateway's Redis side: the ready queue (a sorted set per
+ * tenant ordered by priority, then age, and the set of tenants that have
+ * one), the delayed set of retries waiting out their
  * back-off (ordered by when they may run), and the scheduler lock. All of
  * it can be rebuilt from PostgreSQL. Functions return 0 or -EIO when Redis
  * cannot be reached or answers with an error. */
 #ifndef GW_QUEUE_H
 #define GW_QUEUE_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 typedef struct gw_queue gw_queue;
@@ -13,7 +15,7 @@ typedef struct gw_queue gw_queue;
 /* A ready-queue entry: the member text carries what placement needs, so
  * the scheduler does not ask PostgreSQL about jobs it cannot place. */
 typedef struct gw_ready {
-    char member[80];
+    char member[128];
     char job_id[37];
     char backend[8];
     int gpus;
@@ -21,6 +23,7 @@ typedef struct gw_ready {
     int nodes;             /* resources.nodes; 1 in an entry written before */
     int gpu_mem_mb;        /* resources.gpu_memory_gb in MiB; 0: any */
     int timeout_s;         /* 0 in an entry written before it was kept there */
+    double score;          /* its place: gw_queue_score */
 } gw_ready;
 
 /* A queue on the Redis of url with pool_size connections (made on first
@@ -33,10 +36,10 @@ struct gw_redis *gw_queue_redis(gw_queue *q);
 
 /* Score: more urgent priority first, then smaller seq (older) first. */
 double gw_queue_score(int priority, int64_t seq);
-/* Adds a job to the ready queue (an entry already there takes the new score). */
-int gw_queue_push(gw_queue *q, const char *job_id, int priority, int64_t seq,
-                  const char *backend, int gpus, int64_t tenant_id);
 typedef struct gw_queued gw_queued;
+/* Adds a job to its tenant's ready queue (an entry already there takes the
+ * new score). */
+int gw_queue_push(gw_queue *q, const gw_queued *j);
 /* Adds a re-queued job: to the delayed set while its back-off lasts (its
  * not_before is in the future), else to the ready queue. */
 int gw_queue_push_queued(gw_queue *q, const gw_queued *j);
@@ -46,21 +49,28 @@ int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
 /* Moves the delayed jobs whose back-off has ended to the ready queue;
  * *moved says how many. */
 int gw_queue_promote_due(gw_queue *q, int *moved);
-/* Up to max entries in order, from position offset (0 = most urgent). */
-int gw_queue_peek(gw_queue *q, int offset, gw_ready *out, int max, int *n);
-/* How many entries are ahead of job_id's in the ready queue (ZRANK, one
- * round trip, O(log n)): 0 with *ahead set, -ENOENT when the job is not in
- * it (waiting out a back-off, taken, or not enqueued yet), -EIO. */
-int gw_queue_rank(gw_queue *q, const char *job_id, const char *backend, int gpus,
-                  int64_t tenant_id, int64_t *ahead);
+/* Up to per_tenant entries from the head of every tenant's ready queue, at
+ * most max in all, in one round trip: out holds them tenant by tenant,
+ * each tenant's most urgent first (score set). The scheduler orders the
+ * tenants (fair share). */
+int gw_queue_peek(gw_queue *q, int per_tenant, gw_ready *out, int max, int *n);
+/* How many entries of its tenant are ahead of j's in the ready queue
+ * (ZRANK, one round trip, O(log n)): 0 with *ahead set, -ENOENT when the
+ * job is not in it (waiting out a back-off, taken, or not enqueued yet),
+ * -EIO. */
+int gw_queue_rank(gw_queue *q, const gw_queued *j, int64_t *ahead);
 /* Removes an entry: 1 when this call removed it, 0 when it was gone. */
 int gw_queue_take(gw_queue *q, const char *member);
 /* Removes n entries in one round trip: taken[i] is 1 when this call
  * removed members[i], 0 when it was gone. 0 or -EIO. */
 int gw_queue_take_many(gw_queue *q, const char *const *members, int n, int *taken);
-/* Removes the entry of job_id whatever its member text; 0 or -EIO. */
-int gw_queue_drop_job(gw_queue *q, const char *job_id, const char *backend, int gpus,
-                      int64_t tenant_id);
+/* Removes the ready entry of j; 0 or -EIO. */
+int gw_queue_drop_job(gw_queue *q, const gw_queued *j);
+/* Drops the single ready set of earlier versions; the reconciler puts its
+ * jobs back, each in its tenant's set. 0 or -EIO. */
+int gw_queue_forget_legacy(gw_queue *q);
+/* The entry fields of a job object (GET /v1/jobs/{id}'s) of tenant_id. */
+void gw_queued_from_job(const json_t *job, int64_t tenant_id, gw_queued *q);
 
 /* Takes or renews a lock held by owner for ttl_ms: 1 held, 0 held by
  * another, -EIO. */

@@ -60,7 +60,7 @@ typedef struct gw_redis_script {
     char sha1[41];        /* from SCRIPT LOAD on first use; "" until then */
 } gw_redis_script;
 
-#define GW_REDIS_EVAL_MAX 16   /* keys and arguments of one gw_redis_eval */
+#define GW_REDIS_EVAL_MAX 1024 /* keys and arguments of one gw_redis_eval */
 
 /* Runs script s with args[0..nkeys) as its KEYS and the rest of
  * args[0..nargs) as its ARGV: EVALSHA, or EVAL when Redis does not know

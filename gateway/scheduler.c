@@ -52,6 +52,9 @@ typedef struct sched_node {
     gw_node n;
     int running;              /* runs on it: PostgreSQL's count at the last
                                  refresh, plus claims, less reports since */
+    int gpu_load[GW_PLACE_MAX_GPUS];   /* runs on each device (same refresh) */
+    int64_t *ends;            /* when its runs end at the latest, ascending */
+    int nends, cap_ends;
 } sched_node;
 
 struct gw_sched {
@@ -75,33 +78,8 @@ struct gw_sched {
      * the quota here, not with a query. Only the scheduler thread uses it. */
     gw_tenant_run *tenants;
     int ntenants;
+    gw_ready ready[SCAN_MAX]; /* what the last peek saw */
 };
-
-int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus)
-{
-    int best = -1;
-    for (int i = 0; i < n; i++) {
-        const gw_place_node *c = &nodes[i];
-        if (!c->available || c->running >= c->slots)
-            continue;
-        if (strcmp(backend, "any") != 0 && strcmp(backend, c->backend) != 0)
-            continue;
-        if (strcmp(backend, "cuda") == 0 && c->ngpus < gpus)
-            continue;
-        if (best < 0) {
-            best = i;
-            continue;
-        }
-        const gw_place_node *b = &nodes[best];
-        /* running/slots compared without division. */
-        long lhs = (long)c->running * b->slots, rhs = (long)b->running * c->slots;
-        int c_free = c->slots - c->running, b_free = b->slots - b->running;
-        if (lhs < rhs || (lhs == rhs && (c_free > b_free ||
-                                          (c_free == b_free && strcmp(c->name, b->name) < 0))))
-            best = i;
-    }
-    return best;
-}
 
 void gw_sched_wake(gw_sched *s)
 {
@@ -189,34 +167,79 @@ static int running_allowed(gw_sched *s, const gw_ready *e)
     return gw_limits_running_allowed(s->app, e->job_id);
 }
 
-/* Reloads the node table and the runs on each node from PostgreSQL. */
+static int i64_cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Adds a run ending at end_ms to sn's ends (kept ascending). mu held. */
+static void node_add_end(sched_node *sn, int64_t end_ms)
+{
+    if (sn->nends == sn->cap_ends) {
+        int cap = sn->cap_ends ? 2 * sn->cap_ends : 16;
+        int64_t *e = realloc(sn->ends, sizeof(*e) * (size_t)cap);
+        if (!e)
+            return;   /* counted as never ending: a later reservation, never a wrong start */
+        sn->ends = e;
+        sn->cap_ends = cap;
+    }
+    int at = sn->nends++;
+    while (at > 0 && sn->ends[at - 1] > end_ms) {
+        sn->ends[at] = sn->ends[at - 1];
+        at--;
+    }
+    sn->ends[at] = end_ms;
+}
+
+static sched_node *node_by_id(gw_sched *s, const char *id)
+{
+    for (int m = 0; m < s->nnodes; m++)
+        if (strcmp(s->nodes[m].n.id, id) == 0)
+            return &s->nodes[m];
+    return NULL;
+}
+
+/* Reloads the node table and the runs on each node (their devices and
+ * ends) from PostgreSQL. */
 static void nodes_refresh(gw_sched *s)
 {
     gw_node *list;
-    gw_node_count *counts;
-    int n, nc;
+    gw_run_place *runs;
+    int n, nr;
     if (gw_store_nodes_load(s->app->store, &list, &n) != 0)
         return;
-    if (gw_store_running_counts(s->app->store, &counts, &nc) != 0) {
+    if (gw_store_runs_placed(s->app->store, &runs, &nr) != 0) {
         free(list);
         return;
     }
     pthread_mutex_lock(&s->mu);
     int m = 0;
     for (int i = 0; i < n && m < SCHED_MAX_NODES; i++, m++) {
-        s->nodes[m].n = list[i];
-        s->nodes[m].running = 0;
-        for (int k = 0; k < nc; k++)
-            if (strcmp(counts[k].node_id, list[i].id) == 0)
-                s->nodes[m].running = counts[k].running;
+        sched_node *sn = &s->nodes[m];
+        sn->n = list[i];
+        sn->running = sn->nends = 0;
+        memset(sn->gpu_load, 0, sizeof(sn->gpu_load));
     }
     if (n > SCHED_MAX_NODES)
         svc_warn("scheduler: %d nodes are up; placing on the %d with the latest heartbeats",
                  n, SCHED_MAX_NODES);
     s->nnodes = m;
+    for (int k = 0; k < nr; k++) {
+        sched_node *sn = node_by_id(s, runs[k].node_id);
+        if (!sn)
+            continue;
+        sn->running++;
+        for (int g = 0; g < runs[k].ngpu; g++)
+            if (runs[k].gpu_ids[g] >= 0 && runs[k].gpu_ids[g] < GW_PLACE_MAX_GPUS)
+                sn->gpu_load[runs[k].gpu_ids[g]]++;
+        node_add_end(sn, runs[k].end_ms);
+    }
+    for (int k = 0; k < s->nnodes; k++)
+        qsort(s->nodes[k].ends, (size_t)s->nodes[k].nends, sizeof(int64_t), i64_cmp);
     pthread_mutex_unlock(&s->mu);
     free(list);
-    free(counts);
+    free(runs);
 }
 
 /* Requeues (counted, with code) every run of list, freeing it. */
@@ -290,23 +313,43 @@ static int reconcile(gw_sched *s)
     return done;
 }
 
-/* The placement view of the nodes; 1 when some node has a free slot. */
+/* The placement view of the nodes; 1 when some node has a free slot. mu
+ * held (the view points into the nodes' ends). */
 static int nodes_view(gw_sched *s, gw_place_node *view)
 {
     int free_slot = 0;
     for (int k = 0; k < s->nnodes; k++) {
         const sched_node *sn = &s->nodes[k];
-        view[k] = (gw_place_node){sn->n.name, sn->n.backend, sn->n.slots, sn->running,
-                                  sn->n.ngpus, sn->n.up && !sn->n.draining};
-        free_slot |= view[k].available && view[k].running < view[k].slots;
+        gw_place_node *v = &view[k];
+        *v = (gw_place_node){.name = sn->n.name, .backend = sn->n.backend, .slots = sn->n.slots,
+                             .running = sn->running,
+                             .ngpus = sn->n.ngpus < GW_PLACE_MAX_GPUS ? sn->n.ngpus : GW_PLACE_MAX_GPUS,
+                             .available = sn->n.up && !sn->n.draining};
+        for (int g = 0; g < v->ngpus; g++)
+            v->gpu[g] = (gw_place_gpu){sn->n.gpu_mem_mb[g], sn->gpu_load[g], sn->n.gpu_util[g]};
+        v->ends = sn->ends;
+        v->nends = sn->nends;
+        free_slot |= v->available && v->running < v->slots;
     }
     return free_slot;
+}
+
+/* Gives back what placement counted for a claim that did not happen. mu
+ * held. */
+static void unplace(gw_sched *s, const gw_claim *c)
+{
+    int parts = c->nnodes > 1 ? c->nnodes : 1;
+    for (int p = 0; p < parts; p++) {
+        sched_node *sn = node_by_id(s, parts > 1 ? c->gang[p].node_id : c->node_id);
+        if (sn && sn->running > 0)
+            sn->running--;
+    }
 }
 
 /* Claims the placed jobs of batch (taken out of Redis first, so that no
  * other pass places them too) in one statement, and wakes the polls of the
  * nodes that got runs. A job no longer in Redis or no longer queued (a
- * cancel) goes nowhere; its slot is given back. Returns how many were
+ * cancel) goes nowhere; its slots are given back. Returns how many were
  * claimed, or -EIO when PostgreSQL failed (the reconciler puts those jobs
  * back in Redis from PostgreSQL, where they are still queued). */
 static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members, int n)
@@ -327,86 +370,178 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
             if (strcmp(keep[j].job_id, batch[i].job_id) == 0)
                 ok = keep[j].claimed;
         claimed += ok;
-        if (ok)
-            continue;
-        for (int m = 0; m < s->nnodes; m++)   /* the slot counted at placement */
-            if (strcmp(s->nodes[m].n.id, batch[i].node_id) == 0 && s->nodes[m].running > 0)
-                s->nodes[m].running--;
+        if (!ok)
+            unplace(s, &batch[i]);
     }
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < k; i++)
         if (keep[i].claimed)
             gw_metrics_started(s->app->metrics, keep[i].kernel, keep[i].first_wait_s);
+    /* One wake per node, with how many runs it got. */
+    char woken[SCHED_MAX_NODES][37];
+    int count[SCHED_MAX_NODES], nw = 0;
     for (int i = 0; i < k; i++) {
-        int first = keep[i].claimed, count = 0;
-        for (int j = 0; first && j < i; j++)
-            first = !(keep[j].claimed && strcmp(keep[j].node_id, keep[i].node_id) == 0);
-        for (int j = i; first && j < k; j++)
-            count += keep[j].claimed && strcmp(keep[j].node_id, keep[i].node_id) == 0;
-        if (first)
-            gw_leases_wake(s->app->leases, keep[i].node_id, count);
+        int parts = keep[i].nnodes > 1 ? keep[i].nnodes : 1;
+        for (int p = 0; keep[i].claimed && p < parts; p++) {
+            const char *node = parts > 1 ? keep[i].gang[p].node_id : keep[i].node_id;
+            int w = 0;
+            while (w < nw && strcmp(woken[w], node) != 0)
+                w++;
+            if (w == nw && nw < SCHED_MAX_NODES) {
+                memcpy(woken[nw], node, 37);
+                count[nw++] = 0;
+            }
+            if (w < nw)
+                count[w]++;
+        }
     }
+    for (int w = 0; w < nw; w++)
+        gw_leases_wake(s->app->leases, woken[w], count[w]);
     return rc == 0 ? claimed : -EIO;
 }
 
-/* One placement pass: walks the ready queue from the most urgent entry,
- * places each job that some free slot fits on the least loaded such node,
- * and claims each window's placements in one batch, until no slot is free,
- * the queue ends, SCAN_MAX entries were looked at, or the clock reaches
- * until (the scheduler lock wants renewing). Returns how many were claimed. */
+/* A tenant's entries in the peek: ready[start..end), pos the next to look
+ * at; usage and weight for its fair share. */
+typedef struct pass_tenant {
+    int start, end, pos;
+    gw_tenant_run *t;         /* NULL: not known since the last refresh */
+} pass_tenant;
+
+/* Counts a placement in the scheduler's view: a slot on each node, the
+ * devices, the run's end. mu held. */
+static void place_count(gw_sched *s, const gw_place_pick *p, int timeout_s, int64_t now)
+{
+    for (int k = 0; k < p->nnodes; k++) {
+        sched_node *sn = &s->nodes[p->node[k]];
+        sn->running++;
+        for (int g = 0; g < p->ngpu && g < sn->n.ngpus; g++)
+            sn->gpu_load[p->gpu[k][g]]++;
+        node_add_end(sn, now + (int64_t)timeout_s * 1000);
+    }
+}
+
+/* Fills c (gang: malloc'd, freed by the caller) from p. mu held. */
+static int claim_fill(gw_sched *s, gw_claim *c, const gw_ready *e, const gw_place_pick *p)
+{
+    memset(c, 0, sizeof(*c));
+    memcpy(c->job_id, e->job_id, sizeof(c->job_id));
+    memcpy(c->node_id, s->nodes[p->node[0]].n.id, sizeof(c->node_id));
+    c->nnodes = p->nnodes;
+    c->ngpu = p->ngpu;
+    memcpy(c->gpu_ids, p->gpu[0], sizeof(int) * (size_t)p->ngpu);
+    if (p->nnodes <= 1)
+        return 0;
+    if (!(c->gang = calloc((size_t)p->nnodes, sizeof(*c->gang))))
+        return -ENOMEM;
+    for (int k = 0; k < p->nnodes; k++) {
+        memcpy(c->gang[k].node_id, s->nodes[p->node[k]].n.id, sizeof(c->gang[k].node_id));
+        c->gang[k].ngpu = p->ngpu;
+        memcpy(c->gang[k].gpu_ids, p->gpu[k], sizeof(int) * (size_t)p->ngpu);
+    }
+    return 0;
+}
+
+/* Claims what the batch holds and frees its gangs; the claimed count, or
+ * -EIO. */
+static int flush_batch(gw_sched *s, gw_claim *batch, const char **members, int *nb)
+{
+    int got = *nb ? claim_batch(s, batch, members, *nb) : 0;
+    for (int i = 0; i < *nb; i++)
+        free(batch[i].gang);
+    *nb = 0;
+    return got;
+}
+
+/* One placement pass. The heads of every tenant's ready queue are looked
+ * at in fair-share order: the tenant running the least per unit of weight
+ * next (placements of this pass counted), within a tenant the most urgent
+ * first. Each job that fits goes to the least loaded nodes and devices
+ * (placement.h). The first job that fits nowhere now but could once nodes
+ * free up reserves the nodes that free first; from then on a job goes on a
+ * reserved node only when its timeout_s ends before that time (backfill).
+ * Claims go in batches of PEEK_MAX, until no slot is free, every entry was
+ * looked at, or the clock reaches until. Returns how many were claimed. */
 static int dispatch_pass(gw_sched *s, int64_t until)
 {
-    gw_ready ready[PEEK_MAX];
-    gw_place_node view[SCHED_MAX_NODES];
+    static gw_place_node view[SCHED_MAX_NODES];
+    static pass_tenant pt[SCAN_MAX];
+    static double usage[SCAN_MAX], weight[SCAN_MAX], head[SCAN_MAX];
+    static uint8_t cand[SCAN_MAX], reserved[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];
     const char *members[PEEK_MAX];
-    int dispatched = 0, passed = 0, scanned = 0;
-    int64_t now = svc_now_mono_ms();
+    int dispatched = 0, nb = 0, n = 0, nt = 0, have_res = 0;
+    int64_t mono = svc_now_mono_ms(), now = svc_now_wall_ms(), res_start = 0;
+    int per_tenant = PEEK_MAX;
+    if (mono >= s->next_deep_ms) {
+        per_tenant = SCAN_MAX / 8;
+        s->next_deep_ms = mono + DEEP_SCAN_MS;
+    }
     pthread_mutex_lock(&s->mu);
     int free_slot = nodes_view(s, view);
     pthread_mutex_unlock(&s->mu);
-    while (free_slot && !s->stop && scanned < SCAN_MAX && svc_now_mono_ms() < until) {
-        int n = 0, nb = 0;
-        if (scanned == PEEK_MAX) {
-            if (now < s->next_deep_ms)
-                break;
-            s->next_deep_ms = now + DEEP_SCAN_MS;
+    if (!free_slot || gw_queue_peek(s->app->queue, per_tenant, s->ready, SCAN_MAX, &n) != 0)
+        return 0;
+    /* The peek holds each tenant's entries together. */
+    for (int i = 0; i < n; i++) {
+        if (nt == 0 || s->ready[i].tenant_id != s->ready[pt[nt - 1].start].tenant_id) {
+            gw_tenant_run *t = tenant_of(s, s->ready[i].tenant_id);
+            pt[nt] = (pass_tenant){.start = i, .pos = i, .t = t};
+            usage[nt] = t ? t->units : 0;
+            weight[nt] = t && t->weight > 0 ? t->weight : 1;
+            nt++;
         }
-        /* Entries claimed below leave the set; the ones passed over stay,
-         * so the next window starts after them. */
-        if (gw_queue_peek(s->app->queue, passed, ready, PEEK_MAX, &n) != 0 || n == 0)
-            break;
-        scanned += n;
-        for (int i = 0; i < n && free_slot; i++) {
-            pthread_mutex_lock(&s->mu);
-            nodes_view(s, view);
-            int pick = gw_place(view, s->nnodes, ready[i].backend, ready[i].gpus);
-            pthread_mutex_unlock(&s->mu);
-            /* A job no free slot fits, or whose tenant is at its running
-             * quota, waits; the jobs behind it go ahead. */
-            if (pick < 0 || !running_allowed(s, &ready[i])) {
-                passed++;
-                continue;
-            }
-            gw_tenant_run *t = tenant_of(s, ready[i].tenant_id);
-            if (t)
-                t->running++;   /* counted at placement; the next refresh corrects */
-            pthread_mutex_lock(&s->mu);
-            s->nodes[pick].running++;
-            memcpy(batch[nb].node_id, s->nodes[pick].n.id, sizeof(batch[nb].node_id));
-            free_slot = nodes_view(s, view);
-            pthread_mutex_unlock(&s->mu);
-            memcpy(batch[nb].job_id, ready[i].job_id, sizeof(batch[nb].job_id));
-            members[nb++] = ready[i].member;
-        }
-        int got = nb ? claim_batch(s, batch, members, nb) : 0;
-        if (got < 0)
-            break;
-        dispatched += got;
-        if (n < PEEK_MAX)
-            break;
+        pt[nt - 1].end = i + 1;
     }
-    return dispatched;
+    while (free_slot && !s->stop && svc_now_mono_ms() < until) {
+        for (int k = 0; k < nt; k++) {
+            cand[k] = pt[k].pos < pt[k].end;
+            head[k] = cand[k] ? s->ready[pt[k].pos].score : 0;
+        }
+        int k = gw_place_fair_pick(usage, weight, head, cand, nt);
+        if (k < 0)
+            break;
+        const gw_ready *e = &s->ready[pt[k].pos++];
+        /* A tenant at its running quota waits whole. */
+        if (!running_allowed(s, e)) {
+            pt[k].pos = pt[k].end;
+            continue;
+        }
+        gw_place_req req = {.backend = e->backend, .gpus = e->gpus, .nodes = e->nodes,
+                            .gpu_mem_mb = e->gpu_mem_mb};
+        gw_place_pick pick;
+        pthread_mutex_lock(&s->mu);
+        nodes_view(s, view);
+        if (have_res)
+            gw_place_backfill_mask(s->nnodes, reserved, res_start, now, e->timeout_s, allowed);
+        int placed = gw_place_job(view, s->nnodes, &req, have_res ? allowed : NULL, &pick) == 0 &&
+                     claim_fill(s, &batch[nb], e, &pick) == 0;
+        if (placed) {
+            place_count(s, &pick, e->timeout_s, now);
+            free_slot = nodes_view(s, view);
+        } else if (!have_res) {
+            int64_t at = gw_place_reserve(view, s->nnodes, &req, now, reserved);
+            have_res = at >= 0;
+            res_start = at;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!placed)
+            continue;
+        double units = (double)(e->nodes > 1 ? e->nodes : 1) * (e->gpus > 1 ? e->gpus : 1);
+        usage[k] += units;
+        if (pt[k].t) {
+            pt[k].t->running++;   /* counted at placement; the next refresh corrects */
+            pt[k].t->units += units;
+        }
+        members[nb++] = e->member;
+        if (nb == PEEK_MAX) {
+            int got = flush_batch(s, batch, members, &nb);
+            if (got < 0)
+                return dispatched;
+            dispatched += got;
+        }
+    }
+    int got = flush_batch(s, batch, members, &nb);
+    return got < 0 ? dispatched : dispatched + got;
 }
 
 /* Waits on cv (mu held) until signalled or ms pass. */
@@ -440,6 +575,9 @@ static void *sched_main(void *arg)
                 svc_info("scheduler: this gateway holds the scheduler lock (%s)", s->owner);
                 s->leader = 1;
                 s->leader_since_ms = now;
+                /* The reconciler below puts the old set's jobs in their
+                 * tenants' sets. */
+                gw_queue_forget_legacy(s->app->queue);
                 nodes_refresh(s);
                 next_reconcile = 0;
             } else if (!held && s->leader) {
@@ -526,6 +664,8 @@ void gw_sched_stop(gw_sched *s)
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
     free(s->tenants);
+    for (int k = 0; k < SCHED_MAX_NODES; k++)
+        free(s->nodes[k].ends);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

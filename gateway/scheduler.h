@@ -7,14 +7,9 @@
 #define GW_SCHED_H
 
 #include "gw.h"
+#include "placement.h"
 
 /* What placement sees of a node. */
-typedef struct gw_place_node {
-    const char *name;
-    const char *backend;   /* cpu | cuda */
-    int slots, running, ngpus;
-    int available;         /* up, and not drained */
-} gw_place_node;
 
 /* Picks the node for a job that wants backend (any|cpu|cuda) and gpus:
  * among available nodes with a free slot and the right backend (and enough

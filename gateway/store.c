@@ -246,18 +246,20 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "   kernels = EXCLUDED.kernels, state = 'up', running = 0, registered_at = now(),"
     "   last_heartbeat = now()"
     " RETURNING id::text", 7},
-[ST_NODE_HEARTBEAT] = {"UPDATE nodes SET last_heartbeat = now(), running = $2, state = 'up'"
-                       " WHERE id = $1::uuid RETURNING id", 2},
+[ST_NODE_HEARTBEAT] = {"UPDATE nodes SET last_heartbeat = now(), running = $2, state = 'up',"
+                       " gpu_state = coalesce($3::jsonb, gpu_state)"
+                       " WHERE id = $1::uuid RETURNING id", 3},
 [ST_NODE_REMOVE] = {"UPDATE nodes SET state = 'down', running = 0 WHERE id = $1::uuid RETURNING id", 1},
 [ST_NODES_JSON] = {
     "SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'name', name, 'url', url,"
     "  'backend', backend, 'backend_reason', backend_reason, 'gpus', gpus, 'slots', slots,"
     "  'running', running, 'kernels', kernels, 'state', state, 'draining', draining,"
+    "  'gpu_state', gpu_state,"
     "  'registered_at', kowloon_ts(registered_at), 'last_heartbeat', kowloon_ts(last_heartbeat))"
     "  ORDER BY name), '[]')::text FROM nodes", 0},
 [ST_NODES_LOAD] = {
     "SELECT id::text, name, url, backend, slots, jsonb_array_length(gpus), (state = 'up')::int,"
-    "       draining::int FROM nodes"
+    "       draining::int, gpus::text, coalesce(gpu_state, 'null')::text FROM nodes"
     /* Only nodes that are up matter to placement and to trackers (a node
      * missing from the table counts as down); the freshest first. */
     " WHERE state = 'up' ORDER BY last_heartbeat DESC", 0},
@@ -293,14 +295,15 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " FROM (SELECT j.tenant_id, coalesce(t.max_running, $2::int) AS lim"
     "       FROM jobs j JOIN tenants t ON t.id = j.tenant_id WHERE j.id = $1::uuid) q", 2},
 [ST_TENANT_UPSERT] = {
-    "INSERT INTO tenants AS t (name, rate_rps, rate_burst, max_queued, max_running)"
-    " VALUES ($1, $2::int, $4::int, $6::int, $8::int)"
+    "INSERT INTO tenants AS t (name, rate_rps, rate_burst, max_queued, max_running, weight)"
+    " VALUES ($1, $2::int, $4::int, $6::int, $8::int, coalesce($10::real, 1))"
     " ON CONFLICT (name) DO UPDATE SET"
     "   rate_rps = CASE WHEN $3::boolean THEN EXCLUDED.rate_rps ELSE t.rate_rps END,"
     "   rate_burst = CASE WHEN $5::boolean THEN EXCLUDED.rate_burst ELSE t.rate_burst END,"
     "   max_queued = CASE WHEN $7::boolean THEN EXCLUDED.max_queued ELSE t.max_queued END,"
-    "   max_running = CASE WHEN $9::boolean THEN EXCLUDED.max_running ELSE t.max_running END"
-    " RETURNING (t.xmax = 0)::int, kowloon_tenant_json(t)::text", 9},
+    "   max_running = CASE WHEN $9::boolean THEN EXCLUDED.max_running ELSE t.max_running END,"
+    "   weight = CASE WHEN $10::real IS NOT NULL THEN EXCLUDED.weight ELSE t.weight END"
+    " RETURNING (t.xmax = 0)::int, kowloon_tenant_json(t)::text", 10},
 [ST_TENANTS_JSON] = {"SELECT coalesce(jsonb_agg(kowloon_tenant_json(t) ORDER BY t.name), '[]')::text"
                      " FROM tenants t", 0},
 [ST_KEY_ISSUE] = {
@@ -437,10 +440,14 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_JOBS_ENDED] = {
     "SELECT id::text FROM jobs WHERE id = ANY ($1::uuid[])"
     " AND state IN ('succeeded', 'failed', 'cancelled')", 1},
+/* Each tenant's running quota and count, its weight, and what it runs in
+ * units of fair share: a job counts nodes x gpus (at least 1 per node). */
 [ST_TENANTS_RUNNING] = {
-    "SELECT t.id, coalesce(t.max_running, $1::int),"
-    "       (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'running')"
-    " FROM tenants t", 1},
+    "SELECT t.id, coalesce(t.max_running, $1::int), coalesce(r.jobs, 0), t.weight, coalesce(r.units, 0)"
+    " FROM tenants t LEFT JOIN (SELECT tenant_id, count(*) AS jobs,"
+    "                                  sum(nodes * greatest(gpus, 1)) AS units"
+    "                           FROM jobs WHERE state = 'running' GROUP BY tenant_id) r"
+    "   ON r.tenant_id = t.id", 1},
 /* GET /v1/usage: the tenant ($1 by id, or $2 by name when given), jobs
  * that ended in [$3, $4) (epoch ms), their sums in all and per group
  * ($5: kernel, day (UTC) or label, whose key is $6). One pass: the
@@ -588,9 +595,17 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                   ORDER BY a.n), '[]') FROM webhook_attempts a WHERE a.delivery_id = d.id)"
     "    ) ORDER BY d.id) FROM webhook_deliveries d WHERE d.job_id = j.id), '[]'))::text"
     " FROM jobs j WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
-[ST_RUNNING_COUNTS] = {
-    "SELECT node_id::text, count(*) FROM jobs WHERE state = 'running' AND node_id IS NOT NULL"
-    " GROUP BY node_id", 0},
+/* Every run on a node (a single-node job, or one node's part of a gang):
+ * its devices and when its timeout_s ends it at the latest (epoch ms). */
+[ST_RUNS_PLACED] = {
+    "SELECT node_id::text, coalesce(gpu_ids, '{}')::text,"
+    "       (extract(epoch FROM started_at) * 1000)::bigint + timeout_s * 1000::bigint"
+    " FROM jobs WHERE state = 'running' AND node_id IS NOT NULL AND nodes = 1"
+    " UNION ALL"
+    " SELECT r.node_id::text, r.gpu_ids::text,"
+    "       (extract(epoch FROM j.started_at) * 1000)::bigint + j.timeout_s * 1000::bigint"
+    " FROM job_ranks r JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
+    " WHERE r.ended_at IS NULL AND j.state = 'running'", 0},
 [ST_JOBS_ACTIVE_COUNTS] = {
     "SELECT state, kernel, priority, count(*) FROM jobs WHERE state IN ('queued', 'running')"
     " GROUP BY state, kernel, priority", 0},
@@ -1101,11 +1116,11 @@ int gw_store_node_register(gw_store *s, const char *name, const char *url, const
     return rc;
 }
 
-int gw_store_node_heartbeat(gw_store *s, const char *id, int running)
+int gw_store_node_heartbeat(gw_store *s, const char *id, int running, const char *gpu_state)
 {
     char run_s[16];
     snprintf(run_s, sizeof(run_s), "%d", running);
-    const char *v[2] = {id, run_s};
+    const char *v[3] = {id, run_s, gpu_state};
     return exec_simple(s, ST_NODE_HEARTBEAT, v, 1);
 }
 
@@ -1138,6 +1153,30 @@ int gw_store_backends_up(gw_store *s, json_t **backends)
     return exec_json(s, ST_BACKENDS_UP, NULL, backends);
 }
 
+/* Each device's memory from the registration's gpus ([{memory_bytes}])
+ * and its utilisation from the last heartbeat's state ({gpus: [{index,
+ * util}]}). */
+static void node_devices(gw_node *nd, const char *gpus_json, const char *state_json)
+{
+    json_t *gpus = json_loads(gpus_json, 0, NULL), *state = json_loads(state_json, JSON_DECODE_ANY, NULL);
+    for (int g = 0; g < 16; g++) {
+        nd->gpu_util[g] = -1;
+        json_int_t bytes = json_integer_value(json_object_get(json_array_get(gpus, (size_t)g), "memory_bytes"));
+        nd->gpu_mem_mb[g] = (int)(bytes >> 20);
+    }
+    size_t i;
+    json_t *d;
+    json_t *devs = json_object_get(state, "gpus");
+    json_array_foreach(json_is_array(devs) ? devs : NULL, i, d) {
+        json_int_t at = json_integer_value(json_object_get(d, "index"));
+        json_t *u = json_object_get(d, "util");
+        if (at >= 0 && at < 16 && json_is_number(u))
+            nd->gpu_util[at] = (int)json_number_value(u);
+    }
+    json_decref(gpus);
+    json_decref(state);
+}
+
 int gw_store_nodes_load(gw_store *s, gw_node **out, int *n)
 {
     *out = NULL;
@@ -1160,6 +1199,7 @@ int gw_store_nodes_load(gw_store *s, gw_node **out, int *n)
         nd->ngpus = atoi(PQgetvalue(r, i, 5));
         nd->up = atoi(PQgetvalue(r, i, 6));
         nd->draining = atoi(PQgetvalue(r, i, 7));
+        node_devices(nd, PQgetvalue(r, i, 8), PQgetvalue(r, i, 9));
         *n = i + 1;
     }
     PQclear(r);

@@ -204,14 +204,18 @@ int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended);
 typedef struct gw_tenant_run {
     int64_t tenant_id;
     int limit, running;
+    double weight;            /* its fair-share weight (> 0) */
+    double units;             /* what it runs: nodes x gpus of each job */
 } gw_tenant_run;
 int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n);
-/* Running jobs per node. */
-typedef struct gw_node_count {
+/* A run on a node: a single-node job, or one node's part of a gang. */
+typedef struct gw_run_place {
     char node_id[37];
-    int running;
-} gw_node_count;
-int gw_store_running_counts(gw_store *s, gw_node_count **out, int *n);
+    int ngpu, gpu_ids[16];    /* the devices the scheduler gave it */
+    int64_t end_ms;           /* started + timeout_s, epoch ms */
+} gw_run_place;
+/* Every run on a node now, for placement: the caller frees *out. */
+int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n);
 
 /* Fenced transitions: each applies only while the job is running with this
  * attempt, and returns -EAGAIN otherwise (a late or duplicate report).
@@ -315,11 +319,15 @@ typedef struct gw_node {
     char id[37], name[128], url[512], backend[8];
     int slots, ngpus, up;
     int draining;             /* an admin drained it: place nothing new here */
+    int gpu_mem_mb[16];       /* each device's memory (registration) */
+    int gpu_util[16];         /* each device's utilisation % (heartbeat; -1: unknown) */
 } gw_node;
 int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,
                            const char *reason, const char *gpus_json, int slots,
                            const char *kernels_json, char id_out[37]);
-int gw_store_node_heartbeat(gw_store *s, const char *id, int running);
+/* Records a heartbeat: runs on the node, and its device state (JSON text,
+ * NULL keeps the last). */
+int gw_store_node_heartbeat(gw_store *s, const char *id, int running, const char *gpu_state);
 int gw_store_node_remove(gw_store *s, const char *id);
 int gw_store_nodes_json(gw_store *s, json_t **nodes);
 int gw_store_nodes_load(gw_store *s, gw_node **out, int *n);
@@ -352,7 +360,7 @@ int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok
 typedef struct gw_store_limit { int set, value; } gw_store_limit;
 /* Creates the tenant or updates the limits that are set. *created says
  * which; *tenant is the tenant object (new reference). */
-int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit lim[4],
+int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit lim[4], double weight,
                            int *created, json_t **tenant);
 /* Every tenant object, by name (new reference). */
 int gw_store_tenants_json(gw_store *s, json_t **tenants);

@@ -754,21 +754,37 @@ int gw_store_runs_overdue(gw_store *s, int grace_s, gw_dispatch **out, int *n)
     return load_running_p(s, ST_RUNS_OVERDUE, v, out, n);
 }
 
-int gw_store_running_counts(gw_store *s, gw_node_count **out, int *n)
+/* Parses a PostgreSQL int[] text ("{1,2}") into ids; returns how many. */
+static int int_array_parse(const char *text, int *ids, int max)
+{
+    int n = 0;
+    for (const char *p = text; p && *p && n < max;) {
+        while (*p && (*p < '0' || *p > '9'))
+            p++;
+        if (!*p)
+            break;
+        ids[n++] = (int)strtol(p, (char **)&p, 10);
+    }
+    return n;
+}
+
+int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n)
 {
     *out = NULL;
     *n = 0;
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
-    PGresult *r = store__exec(c, ST_RUNNING_COUNTS, NULL, NULL, NULL, 0);
+    PGresult *r = store__exec(c, ST_RUNS_PLACED, NULL, NULL, NULL, 0);
     int rc = r ? 0 : -EIO;
     int rows = r ? PQntuples(r) : 0;
-    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_node_count))))
+    if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_run_place))))
         rc = -ENOMEM;
     for (int i = 0; !rc && i < rows; i++) {
-        store__copy(r, i, 0, (*out)[i].node_id, sizeof((*out)[i].node_id));
-        (*out)[i].running = atoi(PQgetvalue(r, i, 1));
+        gw_run_place *p = &(*out)[i];
+        store__copy(r, i, 0, p->node_id, sizeof(p->node_id));
+        p->ngpu = int_array_parse(PQgetvalue(r, i, 1), p->gpu_ids, 16);
+        p->end_ms = strtoll(PQgetvalue(r, i, 2), NULL, 10);
         *n = i + 1;
     }
     PQclear(r);
@@ -821,6 +837,8 @@ int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)
         (*out)[i].tenant_id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
         (*out)[i].limit = atoi(PQgetvalue(r, i, 1));
         (*out)[i].running = atoi(PQgetvalue(r, i, 2));
+        (*out)[i].weight = strtod(PQgetvalue(r, i, 3), NULL);
+        (*out)[i].units = strtod(PQgetvalue(r, i, 4), NULL);
         *n = i + 1;
     }
     PQclear(r);

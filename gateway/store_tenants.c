@@ -73,11 +73,13 @@ int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok
     return 0;
 }
 
-int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit lim[4],
+int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit lim[4], double weight,
                            int *created, json_t **tenant)
 {
-    char val[4][16];
-    const char *v[9] = {name};
+    char val[4][16], w[32];
+    snprintf(w, sizeof w, "%.9g", weight);
+    const char *v[10] = {name};
+    v[9] = weight > 0 ? w : NULL;
     for (int i = 0; i < 4; i++) {
         snprintf(val[i], sizeof(val[i]), "%d", lim[i].value);
         v[1 + 2 * i] = lim[i].value >= 0 ? val[i] : NULL;

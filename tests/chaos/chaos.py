@@ -86,6 +86,11 @@ class ChaosStack(stk.Stack):
         return self.start_gateway("gateway", self.gw_port)
 
 
+# Entries in every tenant's ready set (the gateway's queue.c keeps one per tenant).
+READY_COUNT = ("local n = 0 for _, t in ipairs(redis.call('SMEMBERS', KEYS[1])) do"
+               " n = n + redis.call('ZCARD', 'kowloon:ready:' .. t) end return n")
+
+
 def redis_cmds(port, *cmds):
     """Sends Redis commands in one pipeline; returns the raw reply lines of each."""
     out = b""
@@ -518,7 +523,7 @@ class Chaos:
         port, waiting = self.stack.redis_port, 0
         t0 = time.monotonic()
         while time.monotonic() < t0 + 20:
-            ready, delayed, size = redis_cmds(port, ("ZCARD", "kowloon:ready"),
+            ready, delayed, size = redis_cmds(port, ("EVAL", READY_COUNT, "1", "kowloon:ready-tenants"),
                                               ("ZCARD", "kowloon:delayed"), ("DBSIZE",))
             waiting = ready + delayed
             if waiting or (size and time.monotonic() >= t0 + 5):

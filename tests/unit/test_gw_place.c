@@ -3,15 +3,20 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdint.h>
 
 #include "scheduler.h"
+
+/* A node of the view: name, backend, slots, running, GPUs, available. */
+#define N(nm, be, sl, run, ng, av) \
+    {.name = (nm), .backend = (be), .slots = (sl), .running = (run), .ngpus = (ng), .available = (av)}
 
 static void test_least_loaded_node_wins(void **state)
 {
     gw_place_node n[] = {
-        {"a", "cpu", 4, 3, 0, 1},
-        {"b", "cpu", 4, 1, 0, 1},
-        {"c", "cpu", 2, 1, 0, 1},
+        N("a", "cpu", 4, 3, 0, 1),
+        N("b", "cpu", 4, 1, 0, 1),
+        N("c", "cpu", 2, 1, 0, 1),
     };
     assert_int_equal(gw_place(n, 3, "any", 1), 1);
 }
@@ -19,23 +24,23 @@ static void test_least_loaded_node_wins(void **state)
 static void test_load_is_relative_to_slots(void **state)
 {
     /* 2 of 8 busy (25 %) is less loaded than 1 of 2 (50 %). */
-    gw_place_node n[] = {{"small", "cpu", 2, 1, 0, 1}, {"big", "cpu", 8, 2, 0, 1}};
+    gw_place_node n[] = {N("small", "cpu", 2, 1, 0, 1), N("big", "cpu", 8, 2, 0, 1)};
     assert_int_equal(gw_place(n, 2, "any", 1), 1);
 }
 
 static void test_ties_go_to_more_free_slots_then_name(void **state)
 {
-    gw_place_node n[] = {{"b", "cpu", 2, 0, 0, 1}, {"a", "cpu", 4, 0, 0, 1}, {"c", "cpu", 4, 0, 0, 1}};
+    gw_place_node n[] = {N("b", "cpu", 2, 0, 0, 1), N("a", "cpu", 4, 0, 0, 1), N("c", "cpu", 4, 0, 0, 1)};
     assert_int_equal(gw_place(n, 3, "any", 1), 1);
-    gw_place_node m[] = {{"b", "cpu", 2, 0, 0, 1}, {"a", "cpu", 2, 0, 0, 1}};
+    gw_place_node m[] = {N("b", "cpu", 2, 0, 0, 1), N("a", "cpu", 2, 0, 0, 1)};
     assert_int_equal(gw_place(m, 2, "any", 1), 1);
 }
 
 static void test_full_down_and_backed_off_nodes_are_skipped(void **state)
 {
     gw_place_node n[] = {
-        {"full", "cpu", 2, 2, 0, 1},
-        {"down", "cpu", 2, 0, 0, 0},
+        N("full", "cpu", 2, 2, 0, 1),
+        N("down", "cpu", 2, 0, 0, 0),
     };
     assert_int_equal(gw_place(n, 2, "any", 1), -1);
     n[1].available = 1;
@@ -44,7 +49,7 @@ static void test_full_down_and_backed_off_nodes_are_skipped(void **state)
 
 static void test_backend_must_match(void **state)
 {
-    gw_place_node n[] = {{"cpu-1", "cpu", 4, 0, 0, 1}, {"gpu-1", "cuda", 4, 3, 1, 1}};
+    gw_place_node n[] = {N("cpu-1", "cpu", 4, 0, 0, 1), N("gpu-1", "cuda", 4, 3, 1, 1)};
     assert_int_equal(gw_place(n, 2, "cuda", 1), 1);
     assert_int_equal(gw_place(n, 2, "cpu", 1), 0);
     assert_int_equal(gw_place(n, 2, "any", 1), 0);
@@ -52,7 +57,7 @@ static void test_backend_must_match(void **state)
 
 static void test_cuda_job_needs_enough_gpus(void **state)
 {
-    gw_place_node n[] = {{"one", "cuda", 4, 0, 1, 1}, {"eight", "cuda", 4, 2, 8, 1}};
+    gw_place_node n[] = {N("one", "cuda", 4, 0, 1, 1), N("eight", "cuda", 4, 2, 8, 1)};
     assert_int_equal(gw_place(n, 2, "cuda", 4), 1);
     assert_int_equal(gw_place(n, 2, "cuda", 16), -1);
 }
@@ -60,6 +65,128 @@ static void test_cuda_job_needs_enough_gpus(void **state)
 static void test_no_nodes_means_no_placement(void **state)
 {
     assert_int_equal(gw_place(NULL, 0, "any", 1), -1);
+}
+
+/* A GPU node of 4 devices of mem_mb each, none loaded. */
+static gw_place_node gpu_node(const char *name, int running, int mem_mb)
+{
+    gw_place_node n = N(name, "cuda", 8, running, 4, 1);
+    for (int g = 0; g < 4; g++)
+        n.gpu[g] = (gw_place_gpu){.mem_mb = mem_mb, .load = 0, .util = -1};
+    return n;
+}
+
+/* The least loaded devices go first: by runs on them, then by the
+ * utilisation the node reported, then by index. */
+static void test_devices_are_the_least_loaded(void **state)
+{
+    gw_place_node n[1] = {gpu_node("g", 0, 40960)};
+    n[0].gpu[0].load = 2;
+    n[0].gpu[1].load = 1;
+    n[0].gpu[2].util = 90;
+    n[0].gpu[3].util = 10;
+    gw_place_req r = {.backend = "cuda", .gpus = 2, .nodes = 1};
+    gw_place_pick p;
+    assert_int_equal(gw_place_job(n, 1, &r, NULL, &p), 0);
+    assert_int_equal(p.nnodes, 1);
+    assert_int_equal(p.ngpu, 2);
+    assert_int_equal(p.gpu[0][0], 3);
+    assert_int_equal(p.gpu[0][1], 2);
+}
+
+/* gpu_memory_gb: only devices with that much count; a node without enough
+ * of them does not fit. */
+static void test_gpu_memory_is_respected(void **state)
+{
+    gw_place_node n[2] = {gpu_node("small", 0, 16384), gpu_node("big", 5, 81920)};
+    n[0].gpu[3].mem_mb = 81920;
+    gw_place_req r = {.backend = "cuda", .gpus = 1, .nodes = 1, .gpu_mem_mb = 40960};
+    gw_place_pick p;
+    assert_int_equal(gw_place_job(n, 2, &r, NULL, &p), 0);
+    assert_int_equal(p.node[0], 0);   /* less loaded, and its device 3 is big enough */
+    assert_int_equal(p.gpu[0][0], 3);
+    r.gpus = 2;
+    assert_int_equal(gw_place_job(n, 2, &r, NULL, &p), 0);
+    assert_int_equal(p.node[0], 1);
+    r.gpu_mem_mb = 100000;
+    assert_int_equal(gw_place_job(n, 2, &r, NULL, &p), -1);
+    assert_int_equal(gw_place_capable(&n[1], &r), 0);
+}
+
+/* A gang takes nodes distinct nodes, the least loaded first, each with
+ * its own devices; all or nothing. */
+static void test_gang_takes_distinct_nodes_or_none(void **state)
+{
+    gw_place_node n[4] = {N("a", "cpu", 2, 1, 0, 1), N("b", "cpu", 2, 0, 0, 1), N("c", "cpu", 2, 2, 0, 1),
+                          N("d", "cpu", 4, 1, 0, 1)};
+    gw_place_req r = {.backend = "cpu", .gpus = 2, .nodes = 3};
+    gw_place_pick p;
+    assert_int_equal(gw_place_job(n, 4, &r, NULL, &p), 0);
+    assert_int_equal(p.nnodes, 3);
+    assert_int_equal(p.node[0], 1);   /* 0 of 2 */
+    assert_int_equal(p.node[1], 3);   /* 1 of 4 */
+    assert_int_equal(p.node[2], 0);   /* 1 of 2 */
+    assert_int_equal(p.ngpu, 0);      /* CPU nodes: gpus are ranks, not devices */
+    r.nodes = 4;                      /* c is full: no part starts anywhere */
+    assert_int_equal(gw_place_job(n, 4, &r, NULL, &p), -1);
+    gw_place_node g[2] = {gpu_node("g1", 0, 0), gpu_node("g2", 0, 0)};
+    gw_place_req rg = {.backend = "cuda", .gpus = 4, .nodes = 2};
+    assert_int_equal(gw_place_job(g, 2, &rg, NULL, &p), 0);
+    assert_int_equal(p.ngpu, 4);
+    assert_int_equal(p.gpu[1][3], 3);
+}
+
+/* A job that fits nowhere reserves the nodes that free first (by their
+ * runs' ends); later jobs may use reserved nodes only when they end by
+ * then, and other nodes freely. */
+static void test_reservation_and_backfill(void **state)
+{
+    const int64_t now = 1000000;
+    int64_t ends_a[2] = {now + 5000, now + 60000}, ends_b[2] = {now + 20000, now + 30000},
+            ends_c[2] = {now + 90000, now + 99000};
+    gw_place_node n[4] = {N("a", "cpu", 2, 2, 0, 1), N("b", "cpu", 2, 2, 0, 1), N("c", "cpu", 2, 2, 0, 1),
+                          N("d", "cpu", 2, 1, 0, 1)};
+    n[0].ends = ends_a, n[0].nends = 2;
+    n[1].ends = ends_b, n[1].nends = 2;
+    n[2].ends = ends_c, n[2].nends = 2;
+    gw_place_req gang = {.backend = "cpu", .gpus = 2, .nodes = 3};
+    gw_place_pick p;
+    assert_int_equal(gw_place_job(n, 4, &gang, NULL, &p), -1);
+    uint8_t reserved[4], allowed[4];
+    int64_t at = gw_place_reserve(n, 4, &gang, now, reserved);
+    assert_true(at == now + 20000);   /* d now, a at +5 s, b at +20 s */
+    assert_int_equal(reserved[0], 1);
+    assert_int_equal(reserved[1], 1);
+    assert_int_equal(reserved[2], 0);
+    assert_int_equal(reserved[3], 1);
+    gw_place_req small = {.backend = "cpu", .gpus = 1, .nodes = 1};
+    gw_place_backfill_mask(4, reserved, at, now, 30, allowed);   /* 30 s: past the start */
+    assert_int_equal(gw_place_job(n, 4, &small, allowed, &p), -1);   /* d is reserved */
+    gw_place_backfill_mask(4, reserved, at, now, 10, allowed);   /* 10 s: done by then */
+    assert_int_equal(gw_place_job(n, 4, &small, allowed, &p), 0);
+    assert_int_equal(p.node[0], 3);
+    /* more nodes than the cluster has capable ones: no reservation */
+    gang.nodes = 5;
+    assert_true(gw_place_reserve(n, 4, &gang, now, reserved) == -1);
+    /* a node with runs of unknown end is the last choice */
+    gang.nodes = 4;
+    n[2].nends = 0;
+    assert_true(gw_place_reserve(n, 4, &gang, now, reserved) == INT64_MAX);
+}
+
+/* Weighted fair share: the least usage per unit of weight goes next, a
+ * tie to the more urgent head. */
+static void test_fair_pick(void **state)
+{
+    double usage[3] = {10, 2, 3}, weight[3] = {1, 1, 3}, head[3] = {5, 9, 7};
+    uint8_t cand[3] = {1, 1, 1};
+    assert_int_equal(gw_place_fair_pick(usage, weight, head, cand, 3), 2);   /* 1 per weight */
+    usage[2] = 6;                                                             /* 2 per weight */
+    assert_int_equal(gw_place_fair_pick(usage, weight, head, cand, 3), 2);   /* ties: head 7 < 9 */
+    cand[2] = 0;
+    assert_int_equal(gw_place_fair_pick(usage, weight, head, cand, 3), 1);
+    cand[0] = cand[1] = 0;
+    assert_int_equal(gw_place_fair_pick(usage, weight, head, cand, 3), -1);
 }
 
 int main(void)
@@ -72,6 +199,11 @@ int main(void)
         cmocka_unit_test(test_backend_must_match),
         cmocka_unit_test(test_cuda_job_needs_enough_gpus),
         cmocka_unit_test(test_no_nodes_means_no_placement),
+        cmocka_unit_test(test_devices_are_the_least_loaded),
+        cmocka_unit_test(test_gpu_memory_is_respected),
+        cmocka_unit_test(test_gang_takes_distinct_nodes_or_none),
+        cmocka_unit_test(test_reservation_and_backfill),
+        cmocka_unit_test(test_fair_pick),
     };
     return cmocka_run_group_tests_name("gw_place", tests, NULL, NULL);
 }

@@ -126,7 +126,8 @@ static gw_queued queued(const char *id, int priority, int64_t seq, int64_t not_b
     return j;
 }
 
-/* ZADD straight to the test's Redis (an entry as an older gateway wrote it). */
+/* ZADD straight to the test's Redis (an entry as an older gateway wrote
+ * it): 1 when added, 0 when it was there, -1 on failure. */
 static int raw_zadd(const char *key, const char *score, const char *member)
 {
     struct timeval tv = {2, 0};
@@ -134,48 +135,108 @@ static int raw_zadd(const char *key, const char *score, const char *member)
     if (!c || c->err)
         return -1;
     redisReply *r = redisCommand(c, "ZADD %s %s %s", key, score, member);
-    int rc = r && r->type == REDIS_REPLY_INTEGER ? 0 : -1;
+    int rc = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;   /* 1: added */
     freeReplyObject(r);
     redisFree(c);
     return rc;
 }
 
+/* A ready job of tenant with the given priority and seq. */
+static gw_queued job(const char *id, int priority, int64_t seq, const char *backend, int gpus,
+                     int64_t tenant)
+{
+    gw_queued j = {.seq = seq, .priority = priority, .gpus = gpus, .tenant_id = tenant, .nodes = 1};
+    snprintf(j.id, sizeof j.id, "%s", id);
+    snprintf(j.backend, sizeof j.backend, "%s", backend);
+    return j;
+}
+
 static void test_ready_queue_orders_by_priority_then_age(void **state)
 {
     gw_queue *q = *state;
-    assert_int_equal(gw_queue_push(q, "job-low-old", 1, 1, "cpu", 1, 7), 0);
-    assert_int_equal(gw_queue_push(q, "job-high-new", 9, 3, "cuda", 2, 8), 0);
-    assert_int_equal(gw_queue_push(q, "job-low-new", 1, 2, "any", 1, 7), 0);
-    assert_int_equal(gw_queue_push(q, "job-high-old", 9, 0, "cpu", 1, 7), 0);
+    gw_queued a = job("job-low-old", 1, 1, "cpu", 1, 7), b = job("job-high-new", 9, 3, "cuda", 2, 7),
+              c = job("job-low-new", 1, 2, "any", 1, 7), d = job("job-high-old", 9, 0, "cpu", 1, 7);
+    b.nodes = 3;
+    b.gpu_mem_mb = 40960;
+    b.timeout_s = 600;
+    assert_int_equal(gw_queue_push(q, &a), 0);
+    assert_int_equal(gw_queue_push(q, &b), 0);
+    assert_int_equal(gw_queue_push(q, &c), 0);
+    assert_int_equal(gw_queue_push(q, &d), 0);
     gw_ready out[8];
     int n;
-    assert_int_equal(gw_queue_peek(q, 0, out, 8, &n), 0);
+    assert_int_equal(gw_queue_peek(q, 8, out, 8, &n), 0);
     assert_int_equal(n, 4);
     assert_string_equal(out[0].job_id, "job-high-old");
     assert_string_equal(out[1].job_id, "job-high-new");
     assert_string_equal(out[1].backend, "cuda");
     assert_int_equal(out[1].gpus, 2);
-    assert_int_equal(out[1].tenant_id, 8);   /* the tenant rides along for its quota */
+    assert_int_equal(out[1].tenant_id, 7);   /* the tenant rides along for its quota and share */
+    assert_int_equal(out[1].nodes, 3);       /* and what a gang needs */
+    assert_int_equal(out[1].gpu_mem_mb, 40960);
+    assert_int_equal(out[1].timeout_s, 600);
+    assert_true(out[1].score == gw_queue_score(9, 3));
     assert_string_equal(out[2].job_id, "job-low-old");
     assert_string_equal(out[3].job_id, "job-low-new");
-    /* a page from an offset */
+    /* at most per_tenant of it */
     assert_int_equal(gw_queue_peek(q, 3, out, 8, &n), 0);
-    assert_int_equal(n, 1);
-    assert_string_equal(out[0].job_id, "job-low-new");
+    assert_int_equal(n, 3);
+    assert_string_equal(out[2].job_id, "job-low-old");
+}
+
+/* Each tenant's entries come together, each tenant's in its own order,
+ * however many the other tenant has; per_tenant bounds each tenant alone. */
+static void test_peek_gives_every_tenant_its_head(void **state)
+{
+    gw_queue *q = *state;
+    for (int i = 0; i < 100; i++) {
+        char id[37];
+        snprintf(id, sizeof id, "flood-%03d", i);
+        gw_queued f = job(id, 9, i, "cpu", 1, 1);
+        assert_int_equal(gw_queue_push(q, &f), 0);
+    }
+    gw_queued late = job("late-one", 1, 1000, "cpu", 1, 2), later = job("late-two", 1, 1001, "cpu", 1, 2);
+    assert_int_equal(gw_queue_push(q, &later), 0);
+    assert_int_equal(gw_queue_push(q, &late), 0);
+    gw_ready out[64];
+    int n, seen1 = 0, at = -1;
+    assert_int_equal(gw_queue_peek(q, 10, out, 64, &n), 0);
+    assert_int_equal(n, 12);
+    for (int i = 0; i < n; i++) {
+        seen1 += out[i].tenant_id == 1;
+        if (strcmp(out[i].job_id, "late-one") == 0)
+            at = i;
+    }
+    assert_int_equal(seen1, 10);
+    assert_true(at >= 0);
+    assert_string_equal(out[at + 1].job_id, "late-two");
+    /* taking a tenant's last entries forgets the tenant at the next peek */
+    const char *m[2] = {out[at].member, out[at + 1].member};
+    int taken[2];
+    assert_int_equal(gw_queue_take_many(q, m, 2, taken), 0);
+    assert_int_equal(taken[0] + taken[1], 2);
+    assert_int_equal(gw_queue_peek(q, 10, out, 64, &n), 0);
+    assert_int_equal(n, 10);
+    int64_t ahead = -1;
+    gw_queued f5 = job("flood-005", 9, 5, "cpu", 1, 1);
+    assert_int_equal(gw_queue_rank(q, &f5, &ahead), 0);
+    assert_int_equal(ahead, 5);   /* a position among its tenant's jobs */
+    assert_int_equal(gw_queue_rank(q, &late, &ahead), -ENOENT);
 }
 
 static void test_take_removes_once_and_drop_finds_the_member(void **state)
 {
     gw_queue *q = *state;
-    assert_int_equal(gw_queue_push(q, "job-a", 5, 1, "cpu", 1, 3), 0);
-    assert_int_equal(gw_queue_push(q, "job-b", 5, 2, "cpu", 1, 3), 0);
+    gw_queued a = job("job-a", 5, 1, "cpu", 1, 3), b = job("job-b", 5, 2, "cpu", 1, 3);
+    assert_int_equal(gw_queue_push(q, &a), 0);
+    assert_int_equal(gw_queue_push(q, &b), 0);
     gw_ready out[4];
     int n;
-    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(gw_queue_peek(q, 4, out, 4, &n), 0);
     assert_int_equal(gw_queue_take(q, out[0].member), 1);
     assert_int_equal(gw_queue_take(q, out[0].member), 0);   /* another scheduler won */
-    assert_int_equal(gw_queue_drop_job(q, "job-b", "cpu", 1, 3), 0);
-    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(gw_queue_drop_job(q, &b), 0);
+    assert_int_equal(gw_queue_peek(q, 4, out, 4, &n), 0);
     assert_int_equal(n, 0);
 }
 
@@ -189,7 +250,7 @@ static void test_delayed_job_waits_for_its_backoff_then_is_promoted(void **state
     assert_int_equal(gw_queue_push_queued(q, &ready), 0);
     gw_ready out[4];
     int n, moved;
-    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(gw_queue_peek(q, 4, out, 4, &n), 0);
     assert_int_equal(n, 1);
     assert_string_equal(out[0].job_id, "job-ready");
     assert_int_equal(gw_queue_promote_due(q, &moved), 0);
@@ -197,7 +258,7 @@ static void test_delayed_job_waits_for_its_backoff_then_is_promoted(void **state
     svc_sleep_ms(350);
     assert_int_equal(gw_queue_promote_due(q, &moved), 0);
     assert_int_equal(moved, 1);
-    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(gw_queue_peek(q, 4, out, 4, &n), 0);
     assert_int_equal(n, 2);
     /* promoted with its ready score (older seq first) and its tenant */
     assert_string_equal(out[0].job_id, "job-later");
@@ -205,28 +266,37 @@ static void test_delayed_job_waits_for_its_backoff_then_is_promoted(void **state
     assert_int_equal(out[0].tenant_id, later.tenant_id);
 }
 
-/* Entries written before the tenant joined the member (three fields) are
- * still read, with tenant 0, and still dropped. */
-static void test_entries_without_a_tenant_are_still_read(void **state)
+/* A delayed entry of an earlier version ("<id> <backend> <gpus> <score>
+ * <tenant>") is promoted into its tenant's set with the defaults of a
+ * single-node job; the old single ready set is dropped (the reconciler puts
+ * its jobs back). */
+static void test_entries_of_earlier_versions_are_promoted_or_forgotten(void **state)
 {
     gw_queue *q = *state;
-    assert_int_equal(raw_zadd("kowloon:ready", "1", "job-old cpu 1"), 0);
+    assert_int_equal(raw_zadd("kowloon:delayed", "1", "job-old cpu 1 5000 42"), 1);
+    assert_int_equal(raw_zadd("kowloon:ready", "1", "job-older cpu 1"), 1);
+    assert_int_equal(raw_zadd("kowloon:ready", "1", "job-older cpu 1"), 0);
+    int moved;
+    assert_int_equal(gw_queue_promote_due(q, &moved), 0);
+    assert_int_equal(moved, 1);
     gw_ready out[4];
     int n;
-    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(gw_queue_peek(q, 4, out, 4, &n), 0);
     assert_int_equal(n, 1);
     assert_string_equal(out[0].job_id, "job-old");
-    assert_int_equal(out[0].tenant_id, 0);
-    assert_int_equal(gw_queue_drop_job(q, "job-old", "cpu", 1, 42), 0);
-    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
-    assert_int_equal(n, 0);
+    assert_int_equal(out[0].tenant_id, 42);
+    assert_int_equal(out[0].nodes, 1);
+    assert_true(out[0].score == 5000);
+    assert_int_equal(gw_queue_forget_legacy(q), 0);
+    assert_int_equal(raw_zadd("kowloon:ready", "1", "job-older cpu 1"), 1);   /* gone, so added again */
 }
 
 static void test_push_missing_adds_only_what_is_absent(void **state)
 {
     gw_queue *q = *state;
     int64_t now = svc_now_wall_ms();
-    assert_int_equal(gw_queue_push(q, "job-1", 5, 1, "cpu", 1, 11), 0);
+    gw_queued one = queued("job-1", 5, 1, 0);
+    assert_int_equal(gw_queue_push(q, &one), 0);
     gw_queued list[3] = {queued("job-1", 5, 1, 0), queued("job-2", 5, 2, 0),
                          queued("job-3", 5, 3, now + 60000)};
     int added;
@@ -236,7 +306,7 @@ static void test_push_missing_adds_only_what_is_absent(void **state)
     assert_int_equal(added, 0);
     gw_ready out[4];
     int n;
-    assert_int_equal(gw_queue_peek(q, 0, out, 4, &n), 0);
+    assert_int_equal(gw_queue_peek(q, 4, out, 4, &n), 0);
     assert_int_equal(n, 2);   /* job-3 waits in the delayed set */
 }
 
@@ -255,7 +325,7 @@ static void test_push_missing_takes_more_than_one_batch(void **state)
     assert_int_equal(added, N);
     static gw_ready out[N];
     int n;
-    assert_int_equal(gw_queue_peek(q, 0, out, N, &n), 0);
+    assert_int_equal(gw_queue_peek(q, N, out, N, &n), 0);
     assert_int_equal(n, N);
     assert_string_equal(out[N - 1].job_id, "job-0599");
 }
@@ -383,7 +453,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ready_queue_orders_by_priority_then_age, setup, teardown),
         cmocka_unit_test_setup_teardown(test_take_removes_once_and_drop_finds_the_member, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_entries_without_a_tenant_are_still_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entries_of_earlier_versions_are_promoted_or_forgotten, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_peek_gives_every_tenant_its_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delayed_job_waits_for_its_backoff_then_is_promoted, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_push_missing_adds_only_what_is_absent, setup, teardown),

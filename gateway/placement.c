@@ -1,0 +1,207 @@
+/* placement.c — the scheduler's choices (placement.h): which nodes and
+ * devices a job gets, when a job that fits nowhere may start, and whose
+ * turn it is among tenants. */
+#include "placement.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int backend_ok(const gw_place_node *c, const char *want)
+{
+    return strcmp(want, "any") == 0 || strcmp(want, c->backend) == 0;
+}
+
+/* Devices a part of r takes on c: none on a CPU node (its "gpus" are
+ * ranks, threads of the run), else gpus (at least 1). */
+static int devices_needed(const gw_place_node *c, const gw_place_req *r)
+{
+    if (strcmp(c->backend, "cuda") != 0 || c->ngpus <= 0)
+        return 0;
+    return r->gpus > 0 ? r->gpus : 1;
+}
+
+static int gpu_fits(const gw_place_gpu *g, const gw_place_req *r)
+{
+    return r->gpu_mem_mb <= 0 || g->mem_mb <= 0 || g->mem_mb >= r->gpu_mem_mb;
+}
+
+int gw_place_capable(const gw_place_node *c, const gw_place_req *r)
+{
+    if (!c->available || c->slots <= 0 || !backend_ok(c, r->backend))
+        return 0;
+    /* A job that asks for CUDA needs the devices; one that may run
+     * anywhere takes what a GPU node has when it lands on one. */
+    if (strcmp(r->backend, "cuda") == 0 && c->ngpus < (r->gpus > 0 ? r->gpus : 1))
+        return 0;
+    int need = devices_needed(c, r), fit = 0;
+    if (need > c->ngpus)
+        return 0;
+    for (int g = 0; g < c->ngpus && g < GW_PLACE_MAX_GPUS; g++)
+        fit += gpu_fits(&c->gpu[g], r);
+    return fit >= need;
+}
+
+/* 1 when a is the better node for a part: lower running/slots (compared
+ * without division), then more free slots, then the first name. */
+static int node_better(const gw_place_node *a, const gw_place_node *b)
+{
+    long lhs = (long)a->running * b->slots, rhs = (long)b->running * a->slots;
+    if (lhs != rhs)
+        return lhs < rhs;
+    int af = a->slots - a->running, bf = b->slots - b->running;
+    if (af != bf)
+        return af > bf;
+    return strcmp(a->name, b->name) < 0;
+}
+
+static int gpu_better(const gw_place_gpu *a, int ai, const gw_place_gpu *b, int bi)
+{
+    if (a->load != b->load)
+        return a->load < b->load;
+    if (a->util != b->util)
+        return (a->util < 0 ? 101 : a->util) < (b->util < 0 ? 101 : b->util);
+    return ai < bi;
+}
+
+/* Fills ids with the need least loaded fitting devices of c, lowest index
+ * first among equals. */
+static void pick_devices(const gw_place_node *c, const gw_place_req *r, int need, int *ids)
+{
+    uint8_t used[GW_PLACE_MAX_GPUS] = {0};
+    for (int k = 0; k < need; k++) {
+        int best = -1;
+        for (int g = 0; g < c->ngpus && g < GW_PLACE_MAX_GPUS; g++)
+            if (!used[g] && gpu_fits(&c->gpu[g], r) &&
+                (best < 0 || gpu_better(&c->gpu[g], g, &c->gpu[best], best)))
+                best = g;
+        used[best] = 1;
+        ids[k] = best;
+    }
+}
+
+int gw_place_job(const gw_place_node *nodes, int n, const gw_place_req *r, const uint8_t *allowed,
+                 gw_place_pick *out)
+{
+    int want = r->nodes > 1 ? r->nodes : 1;
+    if (want > GW_PLACE_MAX_NODES)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    /* The want best nodes with a free slot, kept in order (insertion). */
+    for (int i = 0; i < n; i++) {
+        const gw_place_node *c = &nodes[i];
+        if ((allowed && !allowed[i]) || c->running >= c->slots || !gw_place_capable(c, r))
+            continue;
+        int at = out->nnodes;
+        while (at > 0 && node_better(c, &nodes[out->node[at - 1]]))
+            at--;
+        if (at >= want)
+            continue;
+        int last = out->nnodes < want ? out->nnodes : want - 1;
+        memmove(&out->node[at + 1], &out->node[at], sizeof(int) * (size_t)(last - at));
+        out->node[at] = i;
+        if (out->nnodes < want)
+            out->nnodes++;
+    }
+    if (out->nnodes < want)
+        return -1;
+    /* Every part has the same devices per node; CPU nodes none. A gang
+     * mixing CPU and GPU nodes (backend "any") takes devices where it
+     * lands on GPUs: ngpu is the most any part got. */
+    for (int k = 0; k < out->nnodes; k++) {
+        const gw_place_node *c = &nodes[out->node[k]];
+        int need = devices_needed(c, r);
+        pick_devices(c, r, need, out->gpu[k]);
+        if (need > out->ngpu)
+            out->ngpu = need;
+    }
+    return 0;
+}
+
+static int64_t cmp_i64(int64_t a, int64_t b)
+{
+    return a < b ? -1 : a > b;
+}
+
+static int ends_cmp(const void *a, const void *b)
+{
+    return (int)cmp_i64(*(const int64_t *)a, *(const int64_t *)b);
+}
+
+/* When c has a free slot by its runs' ends: now when it has one, else the
+ * end of the run that frees the first slot; INT64_MAX when that run's end
+ * is not known. */
+static int64_t free_at(const gw_place_node *c, int64_t now)
+{
+    if (c->running < c->slots)
+        return now;
+    int k = c->running - c->slots;   /* runs that must end first, minus one */
+    if (k >= c->nends)
+        return INT64_MAX;
+    return c->ends[k] > now ? c->ends[k] : now;
+}
+
+int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
+                         uint8_t *reserved)
+{
+    int want = r->nodes > 1 ? r->nodes : 1, m = 0;
+    memset(reserved, 0, (size_t)n);
+    int64_t *at = malloc(sizeof(*at) * (size_t)(n ? n : 1));
+    if (!at)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (gw_place_capable(&nodes[i], r))
+            at[m++] = free_at(&nodes[i], now);
+    if (m < want) {
+        free(at);
+        return -1;
+    }
+    qsort(at, (size_t)m, sizeof(*at), ends_cmp);
+    int64_t start = at[want - 1];
+    free(at);
+    /* The nodes free by start, the earliest first, up to want of them
+     * (at equal times, the view's order). */
+    int taken = 0;
+    for (int pass = 0; pass < 2 && taken < want; pass++)
+        for (int i = 0; i < n && taken < want; i++) {
+            if (reserved[i] || !gw_place_capable(&nodes[i], r))
+                continue;
+            int64_t t = free_at(&nodes[i], now);
+            if ((pass == 0 && t < start) || (pass == 1 && t == start)) {
+                reserved[i] = 1;
+                taken++;
+            }
+        }
+    return start;
+}
+
+void gw_place_backfill_mask(int n, const uint8_t *reserved, int64_t start_ms, int64_t now,
+                            int timeout_s, uint8_t *allowed)
+{
+    int ends_in_time = start_ms != INT64_MAX && now + (int64_t)timeout_s * 1000 <= start_ms;
+    for (int i = 0; i < n; i++)
+        allowed[i] = !reserved[i] || ends_in_time;
+}
+
+int gw_place_fair_pick(const double *usage, const double *weight, const double *head,
+                       const uint8_t *candidate, int k)
+{
+    int best = -1;
+    double best_share = 0;
+    for (int i = 0; i < k; i++) {
+        if (!candidate[i])
+            continue;
+        double share = usage[i] / (weight[i] > 0 ? weight[i] : 1);
+        if (best < 0 || share < best_share || (share == best_share && head[i] < head[best])) {
+            best = i;
+            best_share = share;
+        }
+    }
+    return best;
+}
+
+int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus)
+{
+    gw_place_req r = {.backend = backend, .gpus = gpus, .nodes = 1};
+    gw_place_pick p;
+    return gw_place_job(nodes, n, &r, NULL, &p) == 0 ? p.node[0] : -1;
+}

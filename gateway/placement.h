@@ -1,0 +1,83 @@
+/* placement.h — where a job goes: the scheduler's choices as pure
+ * functions over a view of the nodes (no locks, no I/O), so that they are
+ * tested alone. A job takes one slot on each of its nodes (resources.nodes
+ * distinct nodes) and, on a GPU node, resources.gpus devices there — the
+ * least loaded that have resources.gpu_memory_gb. A job that fits nowhere
+ * now may reserve the nodes that free up first (EASY backfill): later jobs
+ * go on reserved nodes only when their timeout_s ends before the
+ * reservation starts. */
+#ifndef GW_PLACEMENT_H
+#define GW_PLACEMENT_H
+
+#include <stdint.h>
+
+#define GW_PLACE_MAX_GPUS 16
+#define GW_PLACE_MAX_NODES 64   /* resources.nodes at most */
+
+typedef struct gw_place_gpu {
+    int mem_mb;            /* memory of the device (0: unknown, fits any) */
+    int load;              /* runs placed on it now */
+    int util;              /* utilisation % the node last reported (-1: unknown) */
+} gw_place_gpu;
+
+typedef struct gw_place_node {
+    const char *name;
+    const char *backend;   /* cpu | cuda */
+    int slots, running, ngpus;
+    int available;         /* up, and not drained */
+    gw_place_gpu gpu[GW_PLACE_MAX_GPUS];   /* ngpus of them */
+    /* When its runs are due to end at the latest (started + timeout_s),
+     * epoch ms, ascending; nends <= running (runs the scheduler knows no
+     * end of are counted as never ending). */
+    const int64_t *ends;
+    int nends;
+} gw_place_node;
+
+typedef struct gw_place_req {
+    const char *backend;   /* any | cpu | cuda */
+    int gpus;              /* per node; <= 0 counts as 1 on a GPU node */
+    int nodes;             /* <= 1: one node */
+    int gpu_mem_mb;        /* 0: any */
+} gw_place_req;
+
+typedef struct gw_place_pick {
+    int nnodes;
+    int node[GW_PLACE_MAX_NODES];          /* indices into the view, node_rank order */
+    int ngpu;                              /* devices per node (0 on CPU nodes) */
+    int gpu[GW_PLACE_MAX_NODES][GW_PLACE_MAX_GPUS];
+} gw_place_pick;
+
+/* Places r on nodes that have a free slot (and allowed[i] when allowed is
+ * not NULL): the r->nodes least loaded (running/slots, then most free
+ * slots, then name), and on each the least loaded fitting devices (load,
+ * then utilisation, then index). 0 with *out, or -1 when it fits nowhere
+ * now. */
+int gw_place_job(const gw_place_node *nodes, int n, const gw_place_req *r, const uint8_t *allowed,
+                 gw_place_pick *out);
+
+/* 1 when node could ever hold a part of r (backend, devices, memory),
+ * however busy it is now. */
+int gw_place_capable(const gw_place_node *node, const gw_place_req *r);
+
+/* The reservation of a job that does not fit now: the earliest time (epoch
+ * ms, >= now) at which r->nodes capable nodes have a free slot by their
+ * runs' ends, with reserved[i] set for those nodes. -1 (and nothing
+ * reserved) when fewer than r->nodes nodes are capable. */
+int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
+                         uint8_t *reserved);
+
+/* Which nodes a job of timeout_s may use while a reservation holds
+ * (reserved, starting at start_ms): every node not reserved, and the
+ * reserved ones too when the job ends (now + timeout_s) by start_ms. */
+void gw_place_backfill_mask(int n, const uint8_t *reserved, int64_t start_ms, int64_t now,
+                            int timeout_s, uint8_t *allowed);
+
+/* The tenant whose turn it is under weighted fair share: among the k
+ * tenants those with candidate[i] set (something left to look at), the
+ * least usage[i] / weight[i] (what it runs per unit of weight); a tie goes
+ * to the more urgent next entry (smaller head[i], a gw_queue_score), then
+ * the lower index. -1 when there is no candidate. */
+int gw_place_fair_pick(const double *usage, const double *weight, const double *head,
+                       const uint8_t *candidate, int k);
+
+#endif
