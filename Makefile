@@ -15,7 +15,7 @@ CXXFLAGS += -std=c++17 -Wall -Wextra -Werror -fPIC -fno-exceptions -fno-rtti -MM
 LDFLAGS += -pthread $(SAN)
 NVFLAGS ?= -O3 -std=c++17 --compiler-options -fPIC,-Wall,-Wextra -Werror all-warnings \
            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-           -gencode arch=compute_90,code=compute_90 -Ikernels
+           -gencode arch=compute_90,code=compute_90 -Ikernels -Ikernels/dist
 
 Q = $(if $(V),,@)
 # A sanitizer build (SAN=-fsanitize=...) keeps its objects and binaries apart.

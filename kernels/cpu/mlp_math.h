@@ -47,14 +47,6 @@ static inline kl_mlp_dims kl__mlp_dims(int64_t n, int64_t d, int64_t h, int64_t 
     return m;
 }
 
-/* Rank r of R takes rows [lo, hi) of a batch of bt rows: contiguous shards
- * whose sizes differ by one at most; a rank with no row adds zeros. */
-static inline KL_HD void kl__mlp_shard(int64_t bt, int r, int R, int64_t *lo, int64_t *hi)
-{
-    *lo = bt * r / R;
-    *hi = bt * (r + 1) / R;
-}
-
 /* The walk of the data (the same on one node and across nodes): in a world
  * of W ranks, rank r owns rows [r*n/W, (r+1)*n/W) (kl_shard_rows) and
  * takes the next kl__mlp_shard_max(bs, W) of them each step, in order; a
