@@ -15,7 +15,7 @@ CXXFLAGS += -std=c++17 -Wall -Wextra -Werror -fPIC -fno-exceptions -fno-rtti -MM
 LDFLAGS += -pthread $(SAN)
 NVFLAGS ?= -O3 -std=c++17 --compiler-options -fPIC,-Wall,-Wextra -Werror all-warnings \
            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-           -gencode arch=compute_90,code=compute_90 -Ikernels
+           -gencode arch=compute_90,code=compute_90 -Ikernels -Ikernels/dist
 
 Q = $(if $(V),,@)
 # A sanitizer build (SAN=-fsanitize=...) keeps its objects and binaries apart.
@@ -50,7 +50,7 @@ CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand -lnccl -lcudart
 PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
 .DELETE_ON_ERROR:
-.PHONY: all clean run stop test test-unit test-integration bench bench-kernels chaos fuzz fuzz-api test-asan
+.PHONY: all clean run stop test test-unit test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
 all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN)
 	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))  $(if $(GLOO),✓ Gloo (multi-node CPU runs),✗ Gloo (no libgloo-dev: multi-node CPU runs refused))"
 
@@ -145,6 +145,14 @@ test-asan:
 
 clean:
 	rm -rf build build-san bin bin-san lib
+
+# Gloo's all-reduce driven directly, no Kowloon in between (the reference
+# for the multi-node allreduce figures of make bench); built only with Gloo.
+$(B)/bench/gloo_allreduce: bench/gloo_allreduce.cc
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -fexceptions -frtti $(LDFLAGS) -o $@ $< -lgloo
+bench-gloo: $(if $(GLOO),$(B)/bench/gloo_allreduce,)
+	@$(if $(GLOO),$(B)/bench/gloo_allreduce,echo "✗ Gloo (no libgloo-dev): no gloo_allreduce bench")
 
 # CPU kernel figures, one program per bench/bench_*.c; bench/kernels.sh
 # builds and runs them.

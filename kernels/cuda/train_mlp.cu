@@ -2,9 +2,11 @@
  * (the reference: read its header for the algorithm) and cpu/mlp_math.c.
  *   x is (n,d) float32, y is (n) int32; outputs w1 (d,h), b1 (h), w2 (h,c),
  *   b2 (c), loss (epochs), accuracy (1).
- * Rank r runs on device dev + r with its own stream and cuBLAS handle.
- * Before training, each rank gets the rows it will ever see, gathered in
- * step order, so its shard of a step is one contiguous slice. Per step: the
+ * Rank r runs on device gpu_ids[r] with its own stream and cuBLAS handle.
+ * Rank r owns the contiguous rows [r*n/R, (r+1)*n/R) and walks them in
+ * order, kl__mlp_step_rows at a time (the CPU's sharded walk), so before
+ * training each rank gets its shard, and its rows of a step are the next
+ * slice of it. Per step: the
  * forward and backward pass with cuBLAS (FP32, no TF32) and small kernels,
  * then, with more than one rank, one NCCL all-reduce (sum) of the flat
  * gradient, then the same update on every rank. Weights start from
@@ -244,39 +246,28 @@ done:
     return rc;
 }
 
-/* Splits x and y into the ranks' local rows, in step order: rank r's
- * shard of step s follows its shard of step s-1. */
-static void gather_rows(rank_state *ranks, int R, const kl_mlp_dims *m, const float *x, const int32_t *y,
-                        int64_t bs)
+/* Copies each rank's shard of x and y to its staging buffers. */
+static void gather_rows(rank_state *ranks, int R, const kl_mlp_dims *m, const float *x, const int32_t *y)
 {
-    int64_t cursor[KL_MLP_MAX_RANKS] = {0};
-    for (int64_t b0 = 0; b0 < m->n; b0 += bs) {
-        int64_t bt = b0 + bs <= m->n ? bs : m->n - b0;
-        for (int r = 0; r < R; r++) {
-            int64_t lo, hi;
-            kl__mlp_shard(bt, r, R, &lo, &hi);
-            for (int64_t i = b0 + lo; i < b0 + hi; i++) {
-                rank_state *k = &ranks[r];
-                memcpy(k->hx + cursor[r] * m->d, x + i * m->d, sizeof(float) * (size_t)m->d);
-                k->hy[cursor[r]] = y[i];
-                k->rows[cursor[r]++] = i;
-            }
-        }
+    for (int r = 0; r < R; r++) {
+        rank_state *k = &ranks[r];
+        int64_t lo, hi;
+        kl_shard_rows(m->n, R, r, &lo, &hi);
+        memcpy(k->hx, x + lo * m->d, sizeof(float) * (size_t)((hi - lo) * m->d));
+        memcpy(k->hy, y + lo, sizeof(int32_t) * (size_t)(hi - lo));
+        for (int64_t i = lo; i < hi; i++)
+            k->rows[i - lo] = i;
     }
 }
 
-static int64_t rows_of_rank(const kl_mlp_dims *m, int64_t bs, int r, int R)
+static int64_t rows_of_rank(const kl_mlp_dims *m, int r, int R)
 {
-    int64_t total = 0;
-    for (int64_t b0 = 0; b0 < m->n; b0 += bs) {
-        int64_t lo, hi, bt = b0 + bs <= m->n ? bs : m->n - b0;
-        kl__mlp_shard(bt, r, R, &lo, &hi);
-        total += hi - lo;
-    }
-    return total;
+    int64_t lo, hi;
+    kl_shard_rows(m->n, R, r, &lo, &hi);
+    return hi - lo;
 }
 
-int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+int kl__cuda_train_mlp(const kl_args *args, const int *gpu_ids, kl_tensor *outs, kl_err *err)
 {
     const kl_tensor *tx = args->inputs[KL_MLP_X], *ty = args->inputs[KL_MLP_Y];
     const int64_t epochs = (int64_t)args->params[KL_MLP_EPOCHS].num;
@@ -285,7 +276,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
     const kl_mlp_dims m = kl__mlp_dims(tx->shape[0], tx->shape[1], (int64_t)args->params[KL_MLP_HIDDEN].num,
                                        (int64_t)args->params[KL_MLP_CLASSES].num);
     const int R = kl__mlp_ranks(args);
-    const int64_t n = m.n, steps = (n + bs - 1) / bs, bmax = kl__mlp_shard_max(bs, R);
+    const int64_t n = m.n, bmax = kl__mlp_shard_max(bs, R), steps = kl__mlp_steps(n, R, bmax);
     rank_state ranks[KL_MLP_MAX_RANKS];
     ncclComm_t comms[KL_MLP_MAX_RANKS];
     int devs[KL_MLP_MAX_RANKS];
@@ -296,6 +287,10 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
 
     if (rc < 0)
         return rc;
+    if (args->dist) { /* the node runs it on its CPU ranks (Gloo) instead */
+        kl_err_set(err, NULL, "train_mlp across nodes is not offered on CUDA yet");
+        return KL_ENOTSUP;
+    }
     if (kl__cuda_canceled(args)) {
         kl_err_set(err, NULL, "train_mlp: cancelled");
         return KL_ECANCELED;
@@ -303,7 +298,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
     memset(ranks, 0, sizeof ranks);
     memset(comms, 0, sizeof comms);
     for (int r = 0; r < R; r++)
-        devs[r] = dev + r;
+        devs[r] = gpu_ids[r];
     {
         const int64_t w1s[2] = {m.d, m.h}, b1s[1] = {m.h}, w2s[2] = {m.h, m.c}, b2s[1] = {m.c};
         const int64_t ls[1] = {epochs}, as[1] = {1};
@@ -324,8 +319,8 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
     for (int r = 0; r < R; r++) {
         rank_state *k = &ranks[r];
         size_t nr;
-        k->dev = dev + r;
-        k->nr = rows_of_rank(&m, bs, r, R);
+        k->dev = gpu_ids[r];
+        k->nr = rows_of_rank(&m, r, R);
         nr = (size_t)(k->nr > 0 ? k->nr : 1);
         k->rows = (int64_t *)malloc(sizeof(int64_t) * nr);
         k->hx = (float *)malloc(sizeof(float) * nr * (size_t)m.d);
@@ -334,7 +329,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
         if (!k->rows || !k->hx || !k->hy || !k->hloss)
             goto nomem;
     }
-    gather_rows(ranks, R, &m, (const float *)tx->data, (const int32_t *)ty->data, bs);
+    gather_rows(ranks, R, &m, (const float *)tx->data, (const int32_t *)ty->data);
 
     for (int r = 0; r < R; r++) {
         rank_state *k = &ranks[r];
@@ -389,7 +384,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
     for (int64_t e = 0; e < epochs; e++) {
         int64_t cursor[KL_MLP_MAX_RANKS] = {0};
         for (int64_t s = 0; s < steps; s++, t++) {
-            const int64_t b0 = s * bs, bt = b0 + bs <= n ? bs : n - b0;
+            const int64_t bt = kl__mlp_step_total(n, R, bmax, s);
             if (kl__cuda_canceled(args)) {
                 rc = KL_ECANCELED;
                 kl_err_set(err, NULL, "train_mlp: cancelled");
@@ -405,12 +400,12 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
                 }
             }
             for (int r = 0; r < R; r++) {
-                int64_t lo, hi;
-                kl__mlp_shard(bt, r, R, &lo, &hi);
+                int64_t lo;
+                const int64_t b = kl__mlp_step_rows(n, R, r, bmax, s, &lo);
                 KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
-                if ((rc = queue_grad(&ranks[r], &m, cursor[r], hi - lo, err)) < 0)
+                if ((rc = queue_grad(&ranks[r], &m, cursor[r], b, err)) < 0)
                     goto done;
-                cursor[r] += hi - lo;
+                cursor[r] += b;
             }
             if (R > 1) {
                 KL_NCCL_CHECK(ncclGroupStart());
@@ -524,7 +519,7 @@ done:
     free(row_loss);
     if (have_turn)
         kl__cuda_nccl_turn_give();
-    cudaSetDevice(dev);
+    cudaSetDevice(gpu_ids[0]);
     (void)cudaGetLastError(); /* leave nothing for the next run on this thread */
     return rc;
 }
