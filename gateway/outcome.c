@@ -34,11 +34,18 @@ static void gang_ended(gw_app *app, const char *job_id, int attempt)
 }
 
 /* gw_outcome_requeue with what the node reported of the run (backend and
- * usage_json, NULL when no node did), recorded if the job ends. */
-static int requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
-                   const char *message, const char *backend, const char *usage_json)
+ * usage_json, NULL when no node did), recorded if the job ends; min_wait_ms
+ * (0: none) is the least back-off before it is placed again. */
+static int requeue_after(gw_app *app, const char *job_id, int attempt, int uncounted,
+                         const char *code, const char *message, const char *backend,
+                         const char *usage_json, int min_wait_ms)
 {
     gw_backoff bo = {app->cfg.retry_base_ms, app->cfg.retry_max_s};
+    /* the jitter takes up to half of the first back-off off */
+    if (bo.base_ms < 2 * min_wait_ms)
+        bo.base_ms = 2 * min_wait_ms;
+    if ((int64_t)bo.max_s * 1000 < bo.base_ms)
+        bo.max_s = (bo.base_ms + 999) / 1000;
     gw_requeued out;
     int rc = gw_store_job_requeue(app->store, job_id, attempt, uncounted, code, message, &bo,
                                   backend, usage_json, &out);
@@ -54,6 +61,12 @@ static int requeue(gw_app *app, const char *job_id, int attempt, int uncounted, 
         gw_waits_job_changed(app->waits, job_id);   /* failed or cancelled */
     }
     return rc;
+}
+
+static int requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
+                   const char *message, const char *backend, const char *usage_json)
+{
+    return requeue_after(app, job_id, attempt, uncounted, code, message, backend, usage_json, 0);
 }
 
 int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
@@ -157,9 +170,15 @@ static int gang_record(gw_app *app, const json_t *report, const char *job_id, in
     } else {
         char why[300];
         snprintf(why, sizeof why, "node_rank %d: %s", node_rank, msg);
-        return requeue(app, job_id, attempt,
-                       strcmp(state, "refused") == 0 && json_is_true(json_object_get(report, "retry")),
-                       strcmp(state, "cancelled") == 0 ? "cancelled" : code, why, backend, usage);
+        /* A part that failed most often lost a peer (a node killed: its
+         * TCP reset is seen at once). The gang is placed again only after
+         * twice the node timeout (the reaper's pass comes on top of one),
+         * so that a dead node is known down by then and not chosen again. */
+        int cancelled = strcmp(state, "cancelled") == 0, refused = strcmp(state, "refused") == 0;
+        return requeue_after(app, job_id, attempt,
+                             refused && json_is_true(json_object_get(report, "retry")),
+                             cancelled ? "cancelled" : code, why, backend, usage,
+                             cancelled || refused ? 0 : 2 * app->cfg.node_timeout_s * 1000);
     }
     if (rc == 0)
         gang_ended(app, job_id, attempt);

@@ -399,6 +399,9 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "         AND jobs.leased_at IS NOT NULL RETURNING jobs.id, jobs.attempts),"
     " o AS (SELECT r.job_id, r.attempt, r.node_rank, r.leased_at, r.cancel_sent,"
     "              x.attempts = r.attempt AND (x.state || '') = 'running' AS live,"
+    /* the job succeeded with this attempt (node_rank 0's report): the
+     * other parts are ending by themselves, their collective done */
+    "              x.attempts = r.attempt AND x.state = 'succeeded' AS done,"
     "              x.cancel_requested, x.seq"
     "       FROM job_ranks r JOIN jobs x ON x.id = r.job_id"
     "       WHERE r.node_id = $1::uuid AND r.ended_at IS NULL),"
@@ -411,7 +414,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "       RETURNING r.job_id, r.attempt, r.node_rank, r.gpu_ids),"
     " gc AS (UPDATE job_ranks r SET cancel_sent = true FROM o, cfg"
     "        WHERE r.job_id = o.job_id AND r.attempt = o.attempt AND r.node_rank = o.node_rank"
-    "          AND o.leased_at IS NOT NULL AND NOT o.cancel_sent AND (NOT o.live OR o.cancel_requested)"
+    "          AND o.leased_at IS NOT NULL AND NOT o.cancel_sent AND NOT o.done"
+    "          AND (NOT o.live OR o.cancel_requested)"
     "        RETURNING r.job_id, r.attempt),"
     " gx AS (UPDATE job_ranks r SET ended_at = clock_timestamp(), state = 'cancelled' FROM o, cfg"
     "        WHERE r.job_id = o.job_id AND r.attempt = o.attempt AND r.node_rank = o.node_rank"
