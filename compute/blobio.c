@@ -98,6 +98,32 @@ static int cn__gw_fetch(void *cls, const char *id, void *buf, size_t size, svc_c
     return ret;
 }
 
+static int cn__gw_fetch_range(void *cls, const char *id, uint64_t off, void *buf, size_t size,
+                              const volatile int *cancel, char *msg, size_t msglen)
+{
+    const cn_blobio_gateway *g = cls;
+    char url[1024], path[128];
+    svc_response r;
+    int ret = CN_BLOBIO_EFAIL;
+
+    snprintf(path, sizeof path, "/v1/cluster/blobs/%s", id);
+    cn__url(url, sizeof url, g->url, path);
+    int rc = svc_http_get_range_into(url, g->token, off, buf, size, cn__stall(g), cancel, &r);
+    if (rc == SVC_XFER_ABORTED && cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE))
+        ret = CN_BLOBIO_ECANCELED;
+    else if (rc < 0)
+        snprintf(msg, msglen, "cannot fetch bytes %llu.. of %s from the gateway: %s",
+                 (unsigned long long)off, id, r.error);
+    else if (r.status != 206 || (size_t)r.length != size)
+        snprintf(msg, msglen, "fetching %zu bytes of %s from %llu: the gateway answered %d with "
+                 "%lld bytes %s", size, id, (unsigned long long)off, r.status, (long long)r.length,
+                 cn__reply_message(&r));
+    else
+        ret = 0;
+    svc_response_clear(&r);
+    return ret;
+}
+
 static int cn__gw_push(void *cls, const void *data, size_t n, const volatile int *cancel,
                        char id[CN_BLOB_ID_SIZE], char *msg, size_t msglen)
 {
@@ -248,8 +274,8 @@ void cn_blobio_share_close(cn_blobio *io)
 
 void cn_blobio_gateway_init(cn_blobio *io, cn_blobio_gateway *gw)
 {
-    *io = (cn_blobio){.fetch = cn__gw_fetch, .push = cn__gw_push, .adopt = cn__gw_adopt,
-                      .cls = gw};
+    *io = (cn_blobio){.fetch = cn__gw_fetch, .fetch_range = cn__gw_fetch_range,
+                      .push = cn__gw_push, .adopt = cn__gw_adopt, .cls = gw};
 }
 
 /* ---- a run's transfers in parallel --------------------------------------- */
@@ -360,6 +386,7 @@ typedef struct cn__fetch_task {
     const char *name;     /* the input's name in the catalog */
     svc_tensor *t;        /* the reference; gets its data on success */
     kl_tensor *view;
+    int64_t lo, hi;       /* rows of dim 0 to fetch by range; lo < 0: all */
     kl_err err;
 } cn__fetch_task;
 
@@ -454,6 +481,46 @@ static int cn__map_one(cn__fetch_task *ft, int *rc)
     return 1;
 }
 
+/* ft's rows [lo, hi) of dim 0 by range into a buffer of their size; the
+ * view shows those rows, the reference keeps its whole shape. */
+static int cn__fetch_rows(cn__fetch_task *ft, const volatile int *stop)
+{
+    int64_t n = ft->t->ndim > 0 ? ft->t->shape[0] : 0;
+    char field[64], msg[256] = "";
+    snprintf(field, sizeof field, "inputs.%s", ft->name);
+    if (ft->hi > n || ft->lo > ft->hi) {
+        kl_err_set(&ft->err, field, "%s has %lld rows; this node's are %lld..%lld", field,
+                   (long long)n, (long long)ft->lo, (long long)ft->hi);
+        return KL_EINVAL;
+    }
+    size_t row = n > 0 ? ft->t->nbytes / (size_t)n : 0, size = (size_t)(ft->hi - ft->lo) * row;
+    void *buf = kl_host_alloc(size ? size : 1);
+    if (!buf) {
+        kl_err_set(&ft->err, field, "%s: cannot allocate %zu bytes", field, size);
+        return KL_EBACKEND;
+    }
+    int f = size ? ft->io->fetch_range(ft->io->cls, ft->t->blob, (uint64_t)ft->lo * row, buf, size,
+                                       stop, msg, sizeof msg)
+                 : 0;
+    if (f != 0) {
+        kl_host_free(buf);
+        if (f == CN_BLOBIO_ECANCELED)
+            return KL_ECANCELED;
+        kl_err_set(&ft->err, field, "%s: %s", field, msg);
+        return KL_EBACKEND;
+    }
+    if (ft->cache)
+        cn_blobcache_count_fetch(ft->cache, size);
+    svc_info("input %s: rows %lld..%lld of %lld fetched by range (%zu of %zu bytes)", ft->name,
+             (long long)ft->lo, (long long)ft->hi, (long long)n, size, ft->t->nbytes);
+    ft->t->data = buf;
+    ft->t->nbytes = size;   /* what the release frees */
+    ft->t->release = cn__host_release;
+    ft->view->data = buf;
+    ft->view->shape[0] = ft->hi - ft->lo;
+    return 0;
+}
+
 static int cn__fetch_one(void *arg, const volatile int *stop)
 {
     cn__fetch_task *ft = arg;
@@ -468,6 +535,8 @@ static int cn__fetch_one(void *arg, const volatile int *stop)
     snprintf(field, sizeof field, "inputs.%s", ft->name);
     if (cn__shared(ft->io) && cn__map_one(ft, &rc))
         return rc;
+    if (ft->lo >= 0 && ft->io && ft->io->fetch_range)
+        return cn__fetch_rows(ft, stop);
     void *buf = size ? kl_host_alloc(size) : NULL;
     if (size && !buf) {
         kl_err_set(&ft->err, field, "%s: cannot allocate %zu bytes", field, size);
@@ -540,6 +609,12 @@ cleanup:
 int cn_blobio_fetch_inputs(const cn_blobio *io, cn_blobcache *cache, svc_kargs *ka,
                            const volatile int *cancel, kl_err *err)
 {
+    return cn_blobio_fetch_inputs_rows(io, cache, ka, -1, -1, cancel, err);
+}
+
+int cn_blobio_fetch_inputs_rows(const cn_blobio *io, cn_blobcache *cache, svc_kargs *ka,
+                                int64_t lo, int64_t hi, const volatile int *cancel, kl_err *err)
+{
     cn__fetch_task fts[KL_MAX_IO];
     void *tasks[KL_MAX_IO];
     int rcs[KL_MAX_IO], n = 0;
@@ -549,8 +624,9 @@ int cn_blobio_fetch_inputs(const cn_blobio *io, cn_blobcache *cache, svc_kargs *
         svc_tensor *t = &ka->tensors[i];
         if (!t->blob[0] || t->data)
             continue;
+        int rows = lo >= 0 && k->inputs[i].shard;
         fts[n] = (cn__fetch_task){.io = io, .cache = cache, .name = k->inputs[i].name, .t = t,
-                                  .view = &ka->views[i]};
+                                  .view = &ka->views[i], .lo = rows ? lo : -1, .hi = rows ? hi : -1};
         tasks[n] = &fts[n];
         n++;
     }

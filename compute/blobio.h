@@ -45,6 +45,11 @@ typedef struct cn_blobio {
     int (*fetch)(void *cls, const char *id, void *buf, size_t size, svc_chunk_fn on_chunk,
                  void *chunk_cls, const volatile int *cancel, int64_t *got, char *msg,
                  size_t msglen);
+    /* Streams size bytes of blob id from offset off into buf (an HTTP
+     * Range). 0; CN_BLOBIO_ECANCELED; CN_BLOBIO_EFAIL with msg. NULL: the
+     * transport fetches whole blobs only. */
+    int (*fetch_range)(void *cls, const char *id, uint64_t off, void *buf, size_t size,
+                       const volatile int *cancel, char *msg, size_t msglen);
     /* Uploads the n bytes at data (borrowed, read in place). Returns 0 with
      * the blob's id written to id, CN_BLOBIO_ECANCELED, or CN_BLOBIO_EFAIL
      * with msg. */
@@ -118,6 +123,14 @@ void cn_blobio_gateway_init(cn_blobio *io, cn_blobio_gateway *gw);
  * stops the other fetches too. On failure no input buffer is kept. */
 int cn_blobio_fetch_inputs(const cn_blobio *io, cn_blobcache *cache, svc_kargs *ka,
                            const volatile int *cancel, kl_err *err);
+/* cn_blobio_fetch_inputs for one node's part of a multi-node job: the
+ * inputs the catalog marks shard that cross HTTP come as rows [lo, hi) of
+ * dim 0 only (io->fetch_range; the view's shape[0] becomes hi - lo, the
+ * reference keeps the whole shape), neither hashed (a part cannot be) nor
+ * cached; mapped ones stay whole (the run cuts them). lo < 0: as
+ * cn_blobio_fetch_inputs. */
+int cn_blobio_fetch_inputs_rows(const cn_blobio *io, cn_blobcache *cache, svc_kargs *ka,
+                                int64_t lo, int64_t hi, const volatile int *cancel, kl_err *err);
 
 /* Pushes each of the k->noutputs tensors of outs of at least min_bytes
  * through io (a few tries each), writes their ids to ids[i] and frees each

@@ -470,7 +470,8 @@ static int cn__execute(cn_runs *m, cn_run *r, int *ran_cuda, kl_err *err)
 }
 
 /* Cuts r's inputs marked shard down to this node's rows [shard_lo,
- * shard_hi) of a multi-node job (they arrive whole) and says so in
+ * shard_hi) of a multi-node job (inline and mapped ones arrive whole;
+ * those fetched over HTTP came as those rows by range) and says so in
  * r->dist. 0, or KL_EINVAL with err when the rows are not there. */
 static int cn__shard(cn_run *r, kl_err *err)
 {
@@ -479,7 +480,11 @@ static int cn__shard(cn_run *r, kl_err *err)
         kl_tensor *v = &r->req.ka.views[i];
         if (!k->inputs[i].shard || !r->req.ka.args.inputs[i] || v->ndim < 1)
             continue;
-        int64_t n = v->shape[0];
+        int64_t n = r->req.ka.tensors[i].shape[0];
+        r->dist.shard_lo = r->req.shard_lo;
+        r->dist.shard_total = n;
+        if (v->shape[0] != n)
+            continue;   /* fetched as this node's rows already (by range) */
         if (r->req.shard_hi > n) {
             kl_err_set(err, "dist", "dist.shard_hi=%lld but inputs.%s has %lld rows",
                        (long long)r->req.shard_hi, k->inputs[i].name, (long long)n);
@@ -488,8 +493,6 @@ static int cn__shard(cn_run *r, kl_err *err)
         size_t row = n > 0 ? kl_tensor_bytes(v) / (size_t)n : 0;
         v->data = (char *)v->data + (size_t)r->req.shard_lo * row;
         v->shape[0] = r->req.shard_hi - r->req.shard_lo;
-        r->dist.shard_lo = r->req.shard_lo;
-        r->dist.shard_total = n;
     }
     if (r->req.node_rank >= 0)
         svc_info("dist run=%s node_rank=%d nodes=%d shard_rows=%lld..%lld", r->id, r->req.node_rank,
@@ -543,7 +546,9 @@ static void *cn__worker(void *arg)
         memset(&err, 0, sizeof err);
         size_t ref_bytes = cn__blob_input_bytes(r);
         int64_t t0 = svc_now_mono_ms(), t1, t2, t3;
-        int rc = cn_blobio_fetch_inputs(m->blobio, m->cache, &r->req.ka, &r->cancel, &err);
+        int rc = cn_blobio_fetch_inputs_rows(m->blobio, m->cache, &r->req.ka,
+                                             r->req.node_rank >= 0 ? r->req.shard_lo : -1,
+                                             r->req.shard_hi, &r->cancel, &err);
         if (rc == 0)
             rc = cn__shard(r, &err);
         t1 = svc_now_mono_ms();

@@ -148,6 +148,8 @@ int gw_api_cluster_blobs_adopt(svc_req *req)
     return svc_reply_json(req, 201, json_pack("{s:s, s:I}", "id", id, "size", (json_int_t)size));
 }
 
+static int reply_blob(svc_req *req, const char *id, int fd, uint64_t size);
+
 int gw_api_cluster_blobs_get(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -161,7 +163,8 @@ int gw_api_cluster_blobs_get(svc_req *req)
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such blob");
     if (rc != 0)
         return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot open the blob: %s", strerror(-rc));
-    return svc_reply_fd(req, 200, "application/octet-stream", fd, 0, size);
+    /* a node's part of a multi-node job fetches only its rows (Range) */
+    return reply_blob(req, id, fd, size);
 }
 
 int gw_api_blobs_upload(svc_req *req)
@@ -237,26 +240,12 @@ static int range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *le
     return 1;
 }
 
-int gw_api_blobs_get(svc_req *req)
+/* The bytes of blob id (fd, size bytes; the reply owns fd): all of them,
+ * or the single range the request's Range header asks for (206), or 416. */
+static int reply_blob(svc_req *req, const char *id, int fd, uint64_t size)
 {
-    gw_app *app = svc_req_app(req);
-    gw_caller who;
-    const char *id;
-    uint64_t size, off = 0, len;
-    int fd = -1;
+    uint64_t off = 0, len = size;
     char buf[128];
-    if (gw_auth_tenant(req, &who) != 0 || !(id = blob_id_param(req)))
-        return 0;
-    int rc = gw_store_blob_get(app->store, who.tenant_id, id, &size);
-    if (rc == -ENOENT)
-        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such blob");
-    if (rc != 0)
-        return reply_store_failure(req, rc);
-    if ((rc = gw_bstore_open_read(app->blobs, id, &fd, &size)) != 0) {
-        svc_error("blobs: %s is recorded but its bytes cannot be opened: %s", id, strerror(-rc));
-        return svc_reply_error(req, 500, "internal", NULL, NULL, "the blob's bytes are missing");
-    }
-    len = size;
     snprintf(buf, sizeof buf, "\"%s\"", id);
     svc_reply_header(req, "ETag", buf);
     svc_reply_header(req, "Accept-Ranges", "bytes");
@@ -274,6 +263,27 @@ int gw_api_blobs_get(svc_req *req)
         svc_reply_header(req, "Content-Range", buf);
     }
     return svc_reply_fd(req, ranged ? 206 : 200, "application/octet-stream", fd, off, len);
+}
+
+int gw_api_blobs_get(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_caller who;
+    const char *id;
+    uint64_t size;
+    int fd = -1;
+    if (gw_auth_tenant(req, &who) != 0 || !(id = blob_id_param(req)))
+        return 0;
+    int rc = gw_store_blob_get(app->store, who.tenant_id, id, &size);
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such blob");
+    if (rc != 0)
+        return reply_store_failure(req, rc);
+    if ((rc = gw_bstore_open_read(app->blobs, id, &fd, &size)) != 0) {
+        svc_error("blobs: %s is recorded but its bytes cannot be opened: %s", id, strerror(-rc));
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "the blob's bytes are missing");
+    }
+    return reply_blob(req, id, fd, size);
 }
 
 int gw_api_blobs_delete(svc_req *req)

@@ -344,9 +344,36 @@ static int raw_cancelled(const volatile int *cancel)
     return cancel != NULL && __atomic_load_n(cancel, __ATOMIC_ACQUIRE) != 0;
 }
 
+/* svc_http_get_into with range ("a-b", or NULL for the whole body). */
+static int get_into(const char *url, const char *bearer, const char *range, void *buf, size_t cap,
+                    svc_chunk_fn on_chunk, void *cls, long stall_ms, const volatile int *cancel,
+                    svc_response *resp);
+
 int svc_http_get_into(const char *url, const char *bearer, void *buf, size_t cap,
                       svc_chunk_fn on_chunk, void *cls, long stall_ms,
                       const volatile int *cancel, svc_response *resp)
+{
+    return get_into(url, bearer, NULL, buf, cap, on_chunk, cls, stall_ms, cancel, resp);
+}
+
+int svc_http_get_range_into(const char *url, const char *bearer, uint64_t off, void *buf,
+                            size_t len, long stall_ms, const volatile int *cancel,
+                            svc_response *resp)
+{
+    char range[48];
+    if (len == 0) {
+        memset(resp, 0, sizeof *resp);
+        snprintf(resp->error, sizeof resp->error, "an empty range");
+        return -1;
+    }
+    snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off,
+             (unsigned long long)(off + len - 1));
+    return get_into(url, bearer, range, buf, len, NULL, NULL, stall_ms, cancel, resp);
+}
+
+static int get_into(const char *url, const char *bearer, const char *range, void *buf, size_t cap,
+                    svc_chunk_fn on_chunk, void *cls, long stall_ms, const volatile int *cancel,
+                    svc_response *resp)
 {
     memset(resp, 0, sizeof *resp);
     if (url == NULL || (buf == NULL && cap > 0)) {
@@ -367,6 +394,8 @@ int svc_http_get_into(const char *url, const char *bearer, void *buf, size_t cap
         goto done;
     sink.h = h;
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    if (range)
+        curl_easy_setopt(h, CURLOPT_RANGE, range);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_raw);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
     raw_limits(h, stall_ms, cancel);

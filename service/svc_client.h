@@ -56,6 +56,13 @@ int svc_http_get_into(const char *url, const char *bearer, void *buf, size_t cap
                       svc_chunk_fn on_chunk, void *cls, long stall_ms,
                       const volatile int *cancel, svc_response *resp);
 
+/* svc_http_get_into of the len bytes of url's body from offset off (HTTP
+ * Range: a 206 answer with them in buf; a server that ignores the range
+ * answers 200 with the whole body, which is SVC_XFER_TOOBIG past len). */
+int svc_http_get_range_into(const char *url, const char *bearer, uint64_t off, void *buf,
+                            size_t len, long stall_ms, const volatile int *cancel,
+                            svc_response *resp);
+
 /* POSTs the len bytes at data as the body, Content-Type ctype. data is
  * borrowed and read in place while the call runs (curl sends from it; no
  * copy, no encoding); it must stay unchanged until the call returns. The

@@ -19,9 +19,18 @@ NODES = ("mn-a", "mn-b", "mn-c", "mn-d")
 OCTET = {"Content-Type": "application/octet-stream"}
 
 
+class HttpBlobStack(stk.Stack):
+    """Nodes that move every byte over HTTP (--blob-dir none), so that a
+    node's part of a job fetches only its rows of a blob, by Range."""
+
+    def start_node(self, name, **kw):
+        kw.setdefault("shared_blobs", False)
+        return super().start_node(name, **kw)
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    s = stk.Stack(node_names=NODES)
+    s = HttpBlobStack(node_names=NODES)
     try:
         s.start()
     except Exception:
@@ -112,12 +121,16 @@ def test_train_mlp_on_two_nodes_matches_one_node_of_the_same_world(C, cluster):
     for k in a:
         np.testing.assert_allclose(decode(b[k]), decode(a[k]), rtol=1e-4, atol=1e-5, err_msg=k)
     assert decode(b["accuracy"])[0] == decode(a["accuracy"])[0] > 0.9
-    # each node kept only its rows: node g holds [(2g)*n/4, (2g+2)*n/4)
+    # each node fetched only its rows, by Range: node g holds [(2g)*n/4, (2g+2)*n/4)
     for p in two["placement"]:
         g = p["node_rank"]
         lo, hi = (2 * g) * n // 4, (2 * g + 2) * n // 4
-        line = f"dist run={two['id']}.1 node_rank={g} nodes=2 shard_rows={lo}..{hi}"
-        assert line in node_log(cluster, p["node"]), (p, line)
+        log = node_log(cluster, p["node"])
+        assert f"dist run={two['id']}.1 node_rank={g} nodes=2 shard_rows={lo}..{hi}" in log
+        for name, row in (("x", d * 4), ("y", 4)):
+            line = (f"input {name}: rows {lo}..{hi} of {n} fetched by range "
+                    f"({(hi - lo) * row} of {n * row} bytes)")
+            assert line in log, (p, line)
 
 
 def test_kill9_of_a_node_ends_the_attempt_everywhere_and_the_job_reruns_once(C, cluster):
