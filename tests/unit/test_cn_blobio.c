@@ -32,6 +32,7 @@ typedef struct fake {
     struct { char id[72]; unsigned char *data; size_t len; } blobs[NBLOBS];
     int n;
     int fetches;           /* calls to fetch */
+    int range_fetches;     /* calls to fetch_range */
     int corrupt;           /* fetch flips a byte */
     int block;             /* fetch waits for the cancel flag */
     int push_failures;     /* pushes that fail before one succeeds */
@@ -92,6 +93,21 @@ static int fake_fetch(void *cls, const char *id, void *buf, size_t size, svc_chu
     return CN_BLOBIO_EFAIL;
 }
 
+static int fake_fetch_range(void *cls, const char *id, uint64_t off, void *buf, size_t size,
+                            const volatile int *cancel, char *msg, size_t msglen)
+{
+    fake *f = cls;
+    (void)cancel;
+    __atomic_add_fetch(&f->range_fetches, 1, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->blobs[i].id, id) == 0 && off + size <= f->blobs[i].len) {
+            memcpy(buf, f->blobs[i].data + off, size);
+            return 0;
+        }
+    snprintf(msg, msglen, "no such range of %s", id);
+    return CN_BLOBIO_EFAIL;
+}
+
 static int fake_push(void *cls, const void *data, size_t n, const volatile int *cancel,
                      char id[CN_BLOB_ID_SIZE], char *msg, size_t msglen)
 {
@@ -141,8 +157,8 @@ static int setup_with(void **state, int with_io)
     svc_log_init("test", SVC_LOG_ERROR);
     assert_int_equal(cn_backend_open(&fx.backend, "cpu", NULL), 0);
     assert_int_equal(cn_blobcache_create(1 << 20, &fx.cache), 0);
-    fx.io = (cn_blobio){.fetch = fake_fetch, .push = fake_push, .adopt = fake_adopt,
-                        .cls = &fx.f, .stats = &fx.stats};
+    fx.io = (cn_blobio){.fetch = fake_fetch, .fetch_range = fake_fetch_range, .push = fake_push,
+                        .adopt = fake_adopt, .cls = &fx.f, .stats = &fx.stats};
     cn_runs_opts o = {.slots = 2, .threads = 1, .backend = &fx.backend,
                       .blobio = with_io ? &fx.io : NULL, .cache = fx.cache};
     assert_int_equal(cn_runs_create(&o, &fx.runs), 0);
@@ -470,6 +486,45 @@ static void test_a_kernel_writing_a_mapped_input_leaves_the_store_alone(void **s
     json_decref(inputs);
 }
 
+/* A node's part of a multi-node train_mlp: x and y (shard inputs) come as
+ * rows 2..5 only, by range, and the views show those rows. */
+static void test_shard_inputs_are_fetched_as_the_nodes_rows_only(void **state)
+{
+    fixture *fx = *state;
+    const float xs[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    const int32_t ys[6] = {0, 1, 2, 0, 1, 2};
+    char xid[72], yid[72];
+    snprintf(xid, sizeof xid, "%s", store(&fx->f, xs, sizeof xs));
+    snprintf(yid, sizeof yid, "%s", store(&fx->f, ys, sizeof ys));
+    json_t *params = json_pack("{s:i, s:i}", "classes", 3, "batch_size", 2);
+    json_t *inputs = json_pack("{s:{s:s, s:[i, i], s:s}, s:{s:s, s:[i], s:s}}", "x", "dtype",
+                               "float32", "shape", 6, 2, "blob", xid, "y", "dtype", "int32", "shape",
+                               6, "blob", yid);
+    svc_kargs ka;
+    kl_err err;
+    memset(&err, 0, sizeof err);
+    const kl_kernel *k = kl_kernel_find("train_mlp");
+    assert_int_equal(svc_kargs_bind(k, params, inputs, KL_MAX_ELEMS, 1, &ka, &err), 0);
+    assert_int_equal(cn_blobio_fetch_inputs_rows(&fx->io, fx->cache, &ka, 2, 5, NULL, &err), 0);
+    assert_int_equal(fx->f.fetches, 0);
+    assert_int_equal(fx->f.range_fetches, 2);
+    const kl_tensor *x = &ka.views[kl_input_index(k, "x")], *y = &ka.views[kl_input_index(k, "y")];
+    assert_int_equal(x->shape[0], 3);
+    assert_int_equal(x->shape[1], 2);
+    assert_memory_equal(x->data, xs + 4, 6 * sizeof(float));
+    assert_int_equal(y->shape[0], 3);
+    assert_memory_equal(y->data, ys + 2, 3 * sizeof(int32_t));
+    assert_int_equal(ka.tensors[kl_input_index(k, "x")].shape[0], 6);   /* the whole shape stays */
+    svc_kargs_free(&ka);
+    /* rows past the blob's end are the caller's mistake, named */
+    assert_int_equal(svc_kargs_bind(k, params, inputs, KL_MAX_ELEMS, 1, &ka, &err), 0);
+    assert_int_equal(cn_blobio_fetch_inputs_rows(&fx->io, fx->cache, &ka, 4, 7, NULL, &err),
+                     KL_EINVAL);
+    svc_kargs_free(&ka);
+    json_decref(params);
+    json_decref(inputs);
+}
+
 static void test_a_shared_blob_of_the_wrong_size_is_invalid_argument(void **state)
 {
     fixture *fx = *state;
@@ -517,6 +572,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_an_unknown_blob_is_a_backend_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bytes_that_do_not_hash_to_their_id_are_a_backend_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_stops_the_fetch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shard_inputs_are_fetched_as_the_nodes_rows_only, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_push_is_retried_then_fails_the_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_without_a_transport_a_blob_input_is_a_backend_error, setup_no_io, teardown),
         cmocka_unit_test_setup_teardown(test_shared_inputs_are_mapped_and_outputs_written_and_adopted, setup, teardown),
