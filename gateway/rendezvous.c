@@ -83,7 +83,7 @@ int gw_api_rendezvous_put(svc_req *req)
     size_t len = 0;
     const char *body = svc_req_body(req, &len);
     if (len > GW_RDV_VALUE_MAX)
-        return svc_reply_error(req, 413, "too_large", NULL, NULL,
+        return svc_reply_error(req, 413, "payload_too_large", NULL, NULL,
                                "a rendezvous value is at most %d bytes", GW_RDV_VALUE_MAX);
     if (rdv_args(req, &job_id, &attempt, &key) != 0)
         return 0;

@@ -649,9 +649,15 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "         AND ended_at IS NULL RETURNING node_rank)"
     " SELECT DISTINCT node_id::text FROM job_ranks WHERE job_id = $1::uuid AND attempt = $2::int"
     "   AND node_rank <> $3::int AND ended_at IS NULL", 4},
-/* The nodes of attempt $2's parts still open. */
-[ST_GANG_NODES] = {"SELECT DISTINCT node_id::text FROM job_ranks WHERE job_id = $1::uuid"
-                   " AND attempt = $2::int AND ended_at IS NULL", 2},
+/* The nodes of attempt $2's parts still open; the parts on nodes that are
+ * down are closed (failed) instead: nobody will report them. */
+[ST_GANG_NODES] = {
+    "WITH d AS (UPDATE job_ranks r SET ended_at = clock_timestamp(), state = 'failed' FROM nodes n"
+    "           WHERE r.job_id = $1::uuid AND r.attempt = $2::int AND r.ended_at IS NULL"
+    "             AND n.id = r.node_id AND n.state = 'down' RETURNING r.node_rank)"
+    " SELECT DISTINCT r.node_id::text FROM job_ranks r JOIN nodes n ON n.id = r.node_id"
+    " WHERE r.job_id = $1::uuid AND r.attempt = $2::int AND r.ended_at IS NULL"
+    "   AND n.state <> 'down'", 2},
 /* Nodes' progress reports, a batch at a time: $1 is [{id, attempt,
  * progress}]; a report of an attempt no longer running changes nothing. */
 [ST_JOBS_PROGRESS] = {

@@ -279,7 +279,8 @@ int gw_store_gang_attempt(gw_store *s, const char *job_id, int attempt);
  * frees). 0, -EIO, -ENOMEM. */
 int gw_store_gang_rank_end(gw_store *s, const char *job_id, int attempt, int node_rank,
                            const char *state, char (**others)[37], int *n);
-/* The nodes of attempt's parts still open, *nodes malloc'd. 0, -EIO, -ENOMEM. */
+/* The nodes of attempt's parts still open, *nodes malloc'd; its parts on
+ * nodes that are down are closed (failed). 0, -EIO, -ENOMEM. */
 int gw_store_gang_nodes(gw_store *s, const char *job_id, int attempt, char (**nodes)[37], int *n);
 
 typedef struct gw_backoff { int base_ms, max_s; } gw_backoff;

@@ -214,4 +214,7 @@ def test_a_lost_node_requeues_the_gang_and_the_others_are_told(A, stack, pair):
     job = A.wait(job_id, timeout=20, states=("queued", "failed"))
     assert job["state"] == "queued", job
     assert wait_until(lambda: cancels(pair[0], job_id, 1), timeout=10)
+    # the lost node's part is closed: nobody will report it
+    assert stack.psql(f"SELECT state FROM job_ranks WHERE job_id = '{job_id}' AND node_rank = 1"
+                      " AND ended_at IS NOT NULL") == [["failed"]]
     A.post(f"/v1/jobs/{job_id}/cancel")
