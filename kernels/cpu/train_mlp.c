@@ -35,7 +35,7 @@ static const kl_param_spec params[] = {
      .doc = "number of classes; labels in y are 0..classes-1"},
     {.name = "epochs", .type = KL_PARAM_INT, .min = 1, .max = 1000, .def = 10, .doc = "passes over the data"},
     {.name = "batch_size", .type = KL_PARAM_INT, .min = 1, .max = (double)KL_MAX_ELEMS, .def = 32,
-     .doc = "rows per step, split across the ranks; at most n"},
+     .doc = "rows per step over all ranks (each takes ceil(batch_size / ranks) of its own shard); at most n"},
     {.name = "lr", .type = KL_PARAM_NUMBER, .min = 0, .max = 100, .def = 0.01, .doc = "learning rate (> 0)"},
     {.name = "momentum", .type = KL_PARAM_NUMBER, .min = 0, .max = 1, .def = 0.9,
      .doc = "SGD momentum, 0 <= momentum < 1"},

@@ -13,6 +13,9 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -203,9 +206,23 @@ int comm_caught(kl_comm *c, const char *what, const char *msg, int code, kl_err 
     return code;
 }
 
+// Gloo writes to sockets a dead peer may have reset: with SIGPIPE at its
+// default, that write would kill the process instead of failing the
+// collective. Blocked on every thread that calls in (a signal mask is per
+// thread), it is also blocked on the device's event-loop thread, which
+// kl_comm_open starts.
+void block_sigpipe()
+{
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+}
+
 // Runs fn, mapping what it throws to a KL_ code.
 template <typename F> int comm_call(kl_comm *c, const char *what, kl_err *err, F fn)
 {
+    block_sigpipe();
     int f = c->failed.load();
     if (f) {
         if (err)

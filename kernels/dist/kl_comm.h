@@ -27,7 +27,9 @@ int kl_comm_available(void);
  * a second. `prefix` keeps apart two worlds sharing one store (short, of
  * [A-Za-z0-9_.-]). 0 and *out (close it with kl_comm_close), or KL_EINVAL,
  * KL_ETIMEDOUT (a rank never came), KL_ECANCELED, KL_EBACKEND, KL_ENOTSUP
- * with err set. */
+ * with err set. Every kl_comm call blocks SIGPIPE on the calling thread
+ * (and open on the threads the communicator starts): a write to a socket a
+ * dead peer has reset must fail the collective, not kill the process. */
 int kl_comm_open(const kl_dist *dist, int rank, const char *prefix, volatile int *cancel, kl_comm **out,
                  kl_err *err);
 

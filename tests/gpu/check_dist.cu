@@ -4,14 +4,19 @@
  * gateway's rendezvous is to real nodes): node 0's NCCL id goes through it,
  * every rank joins with ncclCommInitRankConfig, and the sum over the world
  * must be exact (wrong = 0, reported by node 0 only; node 1 returns no
- * outputs). Then node 1 never comes: node 0 must give up with KL_ETIMEDOUT
+ * outputs); then train_mlp, each node given only its rows of the same
+ * blobs, against the CPU reference on the whole set with as many ranks
+ * (weights within atol 1e-4 + rtol 1e-3, the same accuracy within 2 rows).
+ * Then node 1 never comes: node 0 must give up with KL_ETIMEDOUT
  * after its timeout, not hang. Skipped, saying why, with fewer than 2 GPUs.
  * The parent never touches CUDA: it starts itself twice (exec), as nodes. */
 #include "kl_cuda.h"
 #include "kl_allreduce.h"
 #include "kl_plugin.h"
+#include "cpu/mlp_math.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +80,90 @@ static kl_args allreduce_args(int ranks)
     return a;
 }
 
+/* The same blobs in every process: 4 classes around 3*e_k in 8 dims, a
+ * fixed linear congruential draw. */
+#define MLP_N 4001
+#define MLP_D 8
+static void make_blobs(float *x, int32_t *y)
+{
+    uint64_t s = 12345;
+    for (int64_t i = 0; i < MLP_N; i++) {
+        y[i] = (int32_t)(i % 4);
+        for (int j = 0; j < MLP_D; j++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            x[i * MLP_D + j] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5) + (j == y[i] ? 3.0f : 0.0f);
+        }
+    }
+}
+
+static kl_args mlp_args(const kl_tensor *tx, const kl_tensor *ty, int ranks)
+{
+    kl_args a;
+    memset(&a, 0, sizeof a);
+    a.kernel = kl_kernel_find("train_mlp");
+    const double v[] = {32, 4, 3, 64, 0.05, 0.9, 7};
+    for (int i = 0; i < 7; i++) {
+        a.params[i].num = v[i];
+        a.params[i].given = 1;
+    }
+    a.inputs[KL_MLP_X] = tx;
+    a.inputs[KL_MLP_Y] = ty;
+    a.ranks = ranks;
+    return a;
+}
+
+/* train_mlp as node `node` of 2 x G ranks, given only its rows; node 0
+ * compares with the CPU on all rows and 2G ranks. 0 when right. */
+static int mlp_node(int node, int G, const int *ids, kl_dist *dist)
+{
+    static float x[MLP_N * MLP_D];
+    static int32_t y[MLP_N];
+    make_blobs(x, y);
+    int64_t lo, hi, unused;
+    kl_shard_rows(MLP_N, 2 * G, node * G, &lo, &unused);
+    kl_shard_rows(MLP_N, 2 * G, node * G + G - 1, &unused, &hi);
+    kl_tensor tx = {KL_F32, 2, {hi - lo, MLP_D}, x + lo * MLP_D}, ty = {KL_I32, 1, {hi - lo}, y + lo};
+    dist->shard_lo = lo;
+    dist->shard_total = MLP_N;
+    kl_args a = mlp_args(&tx, &ty, G);
+    a.dist = dist;
+    kl_tensor gpu[6], cpu[6];
+    kl_err err;
+    memset(&err, 0, sizeof err);
+    int rc = plugin.run(&a, ids, G, gpu, &err);
+    if (node != 0) {
+        const bool ok = rc == 0 && gpu[0].data == NULL;
+        if (!ok)
+            printf("FAIL train_mlp node 1: rc %d (%s)\n", rc, err.message);
+        return ok ? 0 : 1;
+    }
+    kl_tensor fx = {KL_F32, 2, {MLP_N, MLP_D}, x}, fy = {KL_I32, 1, {MLP_N}, y};
+    kl_args c = mlp_args(&fx, &fy, 2 * G);
+    kl_err e2;
+    memset(&e2, 0, sizeof e2);
+    int rc_cpu = kl_run_cpu(&c, cpu, &e2);
+    int bad = rc != 0 || rc_cpu != 0;
+    double worst = 0;
+    for (int t = 0; !bad && t < 4; t++)
+        for (int64_t i = 0; i < kl_tensor_elems(&cpu[t]); i++) {
+            const double g = ((float *)gpu[t].data)[i], r = ((float *)cpu[t].data)[i];
+            worst = fabs(g - r) > worst ? fabs(g - r) : worst;
+            bad += !(fabs(g - r) <= 1e-4 + 1e-3 * fabs(r));
+        }
+    const double acc_g = bad ? 0 : ((float *)gpu[KL_MLP_OUT_ACC].data)[0];
+    const double acc_c = bad ? 0 : ((float *)cpu[KL_MLP_OUT_ACC].data)[0];
+    bad += fabs(acc_g - acc_c) > 2.0 / MLP_N;
+    printf("%s train_mlp 2 processes x %d GPUs vs CPU %d ranks: rc %d/%d, max |dw| %.2g, accuracy %.4f/%.4f %s\n",
+           bad ? "FAIL" : "PASS", G, 2 * G, rc, rc_cpu, worst, acc_g, acc_c, err.message);
+    for (int t = 0; t < 6; t++) {
+        if (rc == 0)
+            kl_tensor_free(&gpu[t]);
+        if (rc_cpu == 0)
+            kl_tensor_free(&cpu[t]);
+    }
+    return bad ? 1 : 0;
+}
+
 /* One node: `node` of 2, with GPUs node*G .. node*G+G-1. Exit 0 on PASS,
  * 1 on FAIL, 77 when skipped. */
 static int node_main(int node, const char *dir, int timeout_ms, int expect_timeout)
@@ -124,7 +213,14 @@ static int node_main(int node, const char *dir, int timeout_ms, int expect_timeo
     if (rc == 0)
         for (int i = 0; i < 4; i++)
             kl_tensor_free(&out[i]);
-    return ok ? 0 : 1;
+    if (!ok || expect_timeout)
+        return ok ? 0 : 1;
+    /* The same two nodes, a second world: its own store keys. */
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/mlp", dir);
+    mkdir(sub, 0700);
+    store.ctx = sub;
+    return mlp_node(node, G, ids, &dist);
 }
 
 /* Starts this program as node `node`; returns its pid. */

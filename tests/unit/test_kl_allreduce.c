@@ -351,6 +351,22 @@ static void a_cancel_across_nodes_stops_every_node(void **state)
     kl_test_store_free(&s);
 }
 
+static void without_gloo_a_node_of_a_multi_node_run_says_why(void **state)
+{
+    (void)state;
+    kl_test_store s;
+    kl_test_store_init(&s);
+    kl_test_node n;
+    memset(&n, 0, sizeof n);
+    n.args = args_for(64, 0, 0, 1, 2);
+    n.dist = kl_test_dist(&s, 2, 0, 2, 1000);
+    kl_test_nodes_run(&n, 1);
+    assert_int_equal(n.rc, KL_ENOTSUP);
+    assert_non_null(strstr(n.err.message, "without Gloo"));
+    assert_null(n.outs[0].data);
+    kl_test_store_free(&s);
+}
+
 static void the_world_is_bounded_naming_resources_nodes(void **state)
 {
     (void)state;
@@ -399,7 +415,10 @@ int main(void)
         cmocka_unit_test(across_2_and_3_nodes_of_2_ranks_every_op_is_exact),
         cmocka_unit_test(a_cancel_across_nodes_stops_every_node),
     };
-    if (kl_comm_available() && cmocka_run_group_tests(dist, NULL, NULL))
+    const struct CMUnitTest no_gloo[] = {
+        cmocka_unit_test(without_gloo_a_node_of_a_multi_node_run_says_why),
+    };
+    if (kl_comm_available() ? cmocka_run_group_tests(dist, NULL, NULL) : cmocka_run_group_tests(no_gloo, NULL, NULL))
         return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

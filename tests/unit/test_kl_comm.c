@@ -2,8 +2,9 @@
  * loopback, ranks as threads meeting through an in-process store: 2 nodes x
  * 2 ranks reduce exactly (every op and dtype), broadcast and pass barriers;
  * a rank that never comes is KL_ETIMEDOUT; abort and cancel wake a rank
- * blocked in a collective; a peer that closes mid-collective fails the
- * others at once, well before their timeout. Without Gloo, open says so. */
+ * blocked in a collective; a peer that closes mid-collective, or a peer
+ * process killed (SIGKILL) mid-collective, fails the others at once, well
+ * before their timeout. Without Gloo, open says so. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,9 +12,13 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -284,6 +289,95 @@ static void a_peer_that_closes_mid_collective_fails_the_others_at_once(void **st
     kl_test_store_free(&s);
 }
 
+/* A store two processes share: one file per key in a folder, written
+ * whole (rename), polled for by get. */
+static int fs_set(void *ctx, const char *key, const void *data, size_t len)
+{
+    char path[512], tmp[600];
+    snprintf(path, sizeof path, "%s/%s", (const char *)ctx, key);
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return KL_EBACKEND;
+    int ok = fwrite(data, 1, len, f) == len;
+    ok = fclose(f) == 0 && ok;
+    return ok && rename(tmp, path) == 0 ? 0 : KL_EBACKEND;
+}
+
+static int fs_get(void *ctx, const char *key, void **data, size_t *len, int timeout_ms)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", (const char *)ctx, key);
+    for (int waited = 0;; waited += 5) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            char buf[4096];
+            size_t n = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            *data = malloc(n ? n : 1);
+            memcpy(*data, buf, n);
+            *len = n;
+            return 0;
+        }
+        if (waited >= timeout_ms)
+            return KL_ETIMEDOUT;
+        sleep_ms(5);
+    }
+}
+
+static void a_peer_process_killed_mid_collective_fails_the_other_at_once(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kl-comm-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kl_store fs = {.ctx = dir, .set = fs_set, .get = fs_get};
+    kl_dist d = {.nodes = 2, .local_ranks = 1, .store = &fs, .host = "127.0.0.1", .timeout_ms = 60000};
+    /* Before any thread of this test exists: the child is rank 1, which
+     * joins, then waits to be killed while rank 0 all-reduces alone. */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        kl_dist mine = d;
+        mine.node_rank = 1;
+        kl_comm *c;
+        kl_err e;
+        if (kl_comm_open(&mine, 1, "k", NULL, &c, &e) == 0)
+            pause();
+        _exit(1);
+    }
+    kl_comm *c = NULL;
+    kl_err err;
+    assert_int_equal(kl_comm_open(&d, 0, "k", NULL, &c, &err), 0);
+    /* Kill the peer a little after the all-reduce has begun waiting. */
+    pid_t killer = fork();
+    if (killer == 0) {
+        sleep_ms(300);
+        kill(pid, SIGKILL);
+        _exit(0);
+    }
+    float x[1024] = {0};
+    const double t0 = now_s();
+    int rc = kl_comm_allreduce(c, x, 1024, KL_F32, KL_ALLREDUCE_SUM, &err);
+    const double took = now_s() - t0;
+    int st;
+    waitpid(killer, &st, 0);
+    waitpid(pid, &st, 0);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    assert_true(rc == KL_EBACKEND || rc == KL_ETIMEDOUT);
+    assert_true(took < 30); /* the reset, not the 60 s timeout */
+    kl_comm_close(c);
+    DIR *dp = opendir(dir); /* the store's files, then the folder */
+    for (struct dirent *de; dp && (de = readdir(dp));) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (de->d_name[0] != '.')
+            unlink(path);
+    }
+    if (dp)
+        closedir(dp);
+    rmdir(dir);
+}
+
 static void bad_arguments_are_einval(void **state)
 {
     (void)state;
@@ -323,6 +417,8 @@ int main(void)
         return cmocka_run_group_tests(none, NULL, NULL);
     }
     const struct CMUnitTest tests[] = {
+        /* First: it forks, and no other test's thread is alive yet. */
+        cmocka_unit_test(a_peer_process_killed_mid_collective_fails_the_other_at_once),
         cmocka_unit_test(two_nodes_of_two_ranks_reduce_broadcast_and_barrier_exactly),
         cmocka_unit_test(a_rank_that_never_comes_is_a_timeout),
         cmocka_unit_test(abort_wakes_a_rank_blocked_in_a_collective),
