@@ -2,6 +2,8 @@
  * GET /v1/info so the two can never disagree. */
 #include "node.h"
 
+#include "register.h"
+
 json_t *cn_node_describe(const cn_node *n)
 {
     int count;
@@ -23,4 +25,12 @@ json_t *cn_node_describe(const cn_node *n)
 int cn_node_draining(const cn_node *n)
 {
     return __atomic_load_n(&n->draining, __ATOMIC_ACQUIRE);
+}
+
+int cn_node_ready(const cn_node *n)
+{
+    cn_register *reg = __atomic_load_n(&n->reg, __ATOMIC_ACQUIRE);
+    char id[64];
+
+    return reg && cn_register_node_id(reg, id) && !cn_node_draining(n);
 }
