@@ -64,9 +64,13 @@ COPY --from=build /opt/kowloon /opt/kowloon
 RUN missing="$(ldd /opt/kowloon/bin/* /opt/kowloon/lib/*.so | grep 'not found' || true)"; \
     if [ -n "$missing" ]; then echo "unresolved libraries:"; echo "$missing"; exit 1; fi
 
-RUN useradd --system --home-dir /opt/kowloon --no-create-home --shell /usr/sbin/nologin kowloon \
+# A fixed uid/gid: Kubernetes' runAsUser/fsGroup (deploy/k8s) name it, and
+# a numeric USER lets the kubelet check runAsNonRoot.
+RUN groupadd --system --gid 10001 kowloon \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /opt/kowloon --no-create-home \
+        --shell /usr/sbin/nologin kowloon \
  && install -d -o kowloon -g kowloon /var/lib/kowloon/blobs
-USER kowloon
+USER 10001:10001
 WORKDIR /opt/kowloon
 ENV PATH=/opt/kowloon/bin:${PATH}
 
