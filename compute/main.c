@@ -313,6 +313,7 @@ int main(int argc, char **argv)
         svc_error("cannot start the registration thread: %s", strerror(-e));
         goto cleanup;
     }
+    __atomic_store_n(&node.reg, reg, __ATOMIC_RELEASE);
 
     if ((e = cn_lease_start(cn__opt("gateway"), &node, reg, &lease)) < 0) {
         svc_error("cannot start the lease threads: %s", strerror(-e));
@@ -331,9 +332,9 @@ cleanup:
     cn_register_stop(reg);      /* deregisters while the API still answers; the
                                    gateway then ends the lease poll at once */
     cn_lease_stop(lease);
-    cn_register_free(reg);
     cn_runs_shutdown(runs);     /* ends long polls so the server can stop */
     svc_server_stop(server);
+    cn_register_free(reg);      /* after the server: GET /readyz reads it */
     /* A kernel that ignores its cancel flag would block the join for ever,
      * and the plugin must stay loaded under it: leave both to the exit. */
     if (!stuck) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "nvml.h"
+#include "register.h"
 
 json_t *cn_node_describe(const cn_node *n)
 {
@@ -86,4 +87,12 @@ json_t *cn_node_state(const cn_node *n)
 int cn_node_draining(const cn_node *n)
 {
     return __atomic_load_n(&n->draining, __ATOMIC_ACQUIRE);
+}
+
+int cn_node_ready(const cn_node *n)
+{
+    cn_register *reg = __atomic_load_n(&n->reg, __ATOMIC_ACQUIRE);
+    char id[64];
+
+    return reg && cn_register_node_id(reg, id) && !cn_node_draining(n);
 }
