@@ -28,12 +28,13 @@ MISSING = [b for b in BINARIES
 KILL_WAIT_S = 12
 LONG_SLEEP_S = 15
 
-pytestmark = [
-    pytest.mark.skipif(bool(MISSING), reason=f"slurm-wlm/munge missing: {MISSING} "
-                       "(scripts/install-deps.sh installs them)"),
+
+
+def needs_slurm(test):
+    test = pytest.mark.skipif(bool(MISSING), reason=f"slurm-wlm/munge missing: {MISSING} "
+                              "(scripts/install-deps.sh installs them)")(test)
     # slurmd starts job steps as the submitting user and must be root for it
-    pytest.mark.skipif(os.geteuid() != 0, reason="slurmd needs root (CI runs as root)"),
-]
+    return pytest.mark.skipif(os.geteuid() != 0, reason="slurmd needs root (CI runs as root)")(test)
 
 
 def _bin(name):
@@ -216,6 +217,44 @@ def _explain(slurm, out):
     return f"\n--- sbatch output ---\n{tail(out)}\n{slurm.logs()}"
 
 
+def _script(tmp_path, token_mode=0o600, **env):
+    """Runs the batch script directly (no Slurm): only its checks, which
+    come before srun, can pass or fail here."""
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    token.chmod(token_mode)
+    e = _clean_env()
+    e.update({"KOWLOON_TOKEN_FILE": str(token), "KOWLOON_COMPUTE": COMPUTE_BIN})
+    e.update(env)
+    return subprocess.run(["bash", SBATCH], env=e, capture_output=True, text=True, timeout=30)
+
+
+def test_sbatch_script_refuses_a_token_file_others_can_read(tmp_path):
+    r = _script(tmp_path, token_mode=0o644, KOWLOON_GATEWAY="http://127.0.0.1:1")
+    assert r.returncode == 2 and "readable by others" in r.stderr, r
+
+
+def test_sbatch_script_needs_the_gateway_and_a_token(tmp_path):
+    r = _script(tmp_path)
+    assert r.returncode == 2 and "KOWLOON_GATEWAY" in r.stderr, r
+    r = _script(tmp_path, KOWLOON_GATEWAY="http://127.0.0.1:1",
+                KOWLOON_TOKEN_FILE=str(tmp_path / "absent"))
+    assert r.returncode == 2 and "cluster token" in r.stderr, r
+
+
+def test_compute_with_slurm_outside_an_allocation_exits_2_naming_the_variable():
+    env = dict(_clean_env(), KOWLOON_CLUSTER_TOKEN="x")
+    env = {k: v for k, v in env.items() if not k.startswith("SLURM")}
+    r = subprocess.run([COMPUTE_BIN, "--slurm"], env=env, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and "SLURM_JOB_ID" in r.stderr, r
+    env.update(SLURM_JOB_ID="12", SLURMD_NODENAME="h", SLURM_CPUS_ON_NODE="2(x3)")
+    r = subprocess.run([COMPUTE_BIN, "--slurm"], env=env, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and "SLURM_CPUS_ON_NODE" in r.stderr, r
+
+
+@needs_slurm
 @pytest.mark.timeout(90)
 def test_sbatch_starts_a_node_that_registers_under_its_allocation(slurm, stack, allocation):
     job, name, out = allocation
@@ -234,6 +273,7 @@ def test_sbatch_starts_a_node_that_registers_under_its_allocation(slurm, stack, 
     assert node["url"].startswith(f"http://{socket.gethostname()}:"), node
 
 
+@needs_slurm
 @pytest.mark.timeout(90)
 def test_jobs_run_on_the_slurm_node(slurm, stack, allocation, A):
     _, name, out = allocation
@@ -249,6 +289,7 @@ def test_jobs_run_on_the_slurm_node(slurm, stack, allocation, A):
         _set_draining(stack, stack.node_names, False)
 
 
+@needs_slurm
 @pytest.mark.timeout(120)
 def test_scancel_drains_the_node_and_its_job_is_requeued_and_finished_elsewhere(
         slurm, stack, allocation, A):
