@@ -159,14 +159,18 @@ static int cn__slurm_apply(cn_slurm *s, char *err, size_t errlen)
      * learns the one bound, at the host's name. */
     if (!svc_config_given(listen))
         listen->str = "0.0.0.0:0";
-    if ((!s->gpus_from || strcmp(s->gpus_from, "CUDA_VISIBLE_DEVICES") != 0) &&
-        setenv("CUDA_VISIBLE_DEVICES", s->gpus, 1) < 0) {
-        snprintf(err, errlen, "cannot set CUDA_VISIBLE_DEVICES: %s", strerror(errno));
+    /* Slurm numbers GPUs as nvidia-smi does, by PCI bus; CUDA's own order
+     * (fastest first) may differ, and index 2 would be another job's GPU. */
+    if (((!s->gpus_from || strcmp(s->gpus_from, "CUDA_VISIBLE_DEVICES") != 0) &&
+         setenv("CUDA_VISIBLE_DEVICES", s->gpus, 1) < 0) ||
+        setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0) < 0) {
+        snprintf(err, errlen, "cannot set the CUDA environment: %s", strerror(errno));
         return -1;
     }
     svc_info("slurm allocation job=%s host=%s name=%s cpus=%d gpus=%d cuda_visible_devices=\"%s\" "
-             "(from %s) slots=%ld threads=%ld", s->job_id, s->host, name->str, s->cpus, s->ngpus,
-             s->gpus, s->gpus_from ? s->gpus_from : "none set", slots->num, threads->num);
+             "(from %s) cuda_device_order=%s slots=%ld threads=%ld", s->job_id, s->host,
+             name->str, s->cpus, s->ngpus, s->gpus, s->gpus_from ? s->gpus_from : "none set",
+             getenv("CUDA_DEVICE_ORDER"), slots->num, threads->num);
     return 0;
 }
 

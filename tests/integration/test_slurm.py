@@ -271,6 +271,10 @@ def test_sbatch_starts_a_node_that_registers_under_its_allocation(slurm, stack, 
     assert node["backend"] == "cpu", node
     # a free port on all interfaces, advertised at the host's name
     assert node["url"].startswith(f"http://{socket.gethostname()}:"), node
+    # no GPU in the allocation: CUDA may see none of the host's
+    text = open(out, encoding="utf-8", errors="replace").read()
+    assert (f'slurm allocation job={job} host={slurm.host} name={name} cpus=1 gpus=0 '
+            'cuda_visible_devices="" (from none set) cuda_device_order=PCI_BUS_ID') in text, text
 
 
 @needs_slurm
