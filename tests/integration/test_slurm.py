@@ -15,6 +15,7 @@ import tempfile
 import time
 
 import pytest
+import requests
 
 from stack import COMPUTE_BIN, REPO, StackError, _clean_env, free_port, tail, wait_until
 
@@ -305,6 +306,11 @@ def test_scancel_drains_the_node_and_its_job_is_requeued_and_finished_elsewhere(
         j = A.submit("sleep", {"seconds": LONG_SLEEP_S}, max_attempts=3)
         j = A.wait(j["id"], 20, states=("running",))
         assert j["node"] == name and j["attempts"] == 1, j
+        # claimed is not started: wait until the node itself runs it
+        url = f"{_node(stack, name)['url']}/v1/runs/{j['id']}.1"
+        hdr = {"Authorization": "Bearer " + stack.cluster_token}
+        wait_until(lambda: requests.get(url, headers=hdr, timeout=2).json().get("state")
+                   == "running", 10, 0.05, f"the run on {name}")
     finally:
         _set_draining(stack, stack.node_names, False)
     slurm.run("scancel", job)
