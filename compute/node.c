@@ -67,7 +67,7 @@ json_t *cn_node_state(const cn_node *n)
         cn_gpu_stats g;
         if (cn_nvml_read(n->nvml, map[i], &g) != 0)
             continue;
-        json_t *d = json_pack("{s:i}", "index", i);
+        json_t *d = json_pack("{s:i, s:s}", "index", i, "model", g.name);
         if (g.mem_total >= 0)
             json_object_set_new(d, "memory_total", json_integer((json_int_t)g.mem_total));
         if (g.mem_total >= 0 && g.mem_used >= 0)

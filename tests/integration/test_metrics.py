@@ -254,8 +254,8 @@ def test_heartbeats_carry_the_visible_devices_state(stack):
             return n and n.get("gpu_state")
         wait_until(state, 20, 0.2, "the node's first heartbeat")
         st = state()
-        assert st["gpus"] == [{"index": 0, "memory_total": 141 << 30, "memory_free": 139 << 30,
-                               "util": 84}], st
+        assert st["gpus"] == [{"index": 0, "model": 'Fake "H200" 2', "memory_total": 141 << 30,
+                               "memory_free": 139 << 30, "util": 84}], st
         assert st["cpu"]["cores"] >= 1 and st["cpu"]["load1"] >= 0, st
         plain = stack.nodes_by_name()["node-a"]["gpu_state"]
         assert plain["gpus"] == [] and plain["cpu"]["cores"] >= 1, plain
