@@ -8,14 +8,14 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 SAN     ?=
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -MMD -MP -pthread $(SAN)
-CPPFLAGS += -Iservice -Ikernels -Igateway -Icompute $(shell pkg-config --cflags-only-I libpq 2>/dev/null) -I/usr/include/postgresql
+CPPFLAGS += -Iservice -Ikernels -Ikernels/dist -Igateway -Icompute $(shell pkg-config --cflags-only-I libpq 2>/dev/null) -I/usr/include/postgresql
 # C++ only for service/svc_dtoa.cc, the C face of double-conversion.
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++17 -Wall -Wextra -Werror -fPIC -fno-exceptions -fno-rtti -MMD -MP $(SAN)
 LDFLAGS += -pthread $(SAN)
 NVFLAGS ?= -O3 -std=c++17 --compiler-options -fPIC,-Wall,-Wextra -Werror all-warnings \
            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-           -gencode arch=compute_90,code=compute_90 -Ikernels
+           -gencode arch=compute_90,code=compute_90 -Ikernels -Ikernels/dist
 
 Q = $(if $(V),,@)
 # A sanitizer build (SAN=-fsanitize=...) keeps its objects and binaries apart.
@@ -24,21 +24,25 @@ BIN = bin$(if $(SAN),-san,)
 
 SVC_SRC  := $(wildcard service/*.c)
 SVC_CXX  := $(wildcard service/*.cc)
-KL_SRC   := $(wildcard kernels/*.c kernels/cpu/*.c)
+# Gloo (libgloo-dev) carries the CPU collectives of multi-node runs; without
+# it kernels/dist/comm_none.c stands in and such runs say they cannot run.
+GLOO    ?= $(wildcard /usr/include/gloo/config.h)
+KL_SRC   := $(wildcard kernels/*.c kernels/cpu/*.c) $(if $(GLOO),,kernels/dist/comm_none.c)
+KL_CXX   := $(if $(GLOO),kernels/dist/gloo.cc,)
 GW_SRC   := $(wildcard gateway/*.c)
 CN_SRC   := $(wildcard compute/*.c)
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
 UT_SRC   := $(wildcard tests/unit/test_*.c)
 
 SVC_OBJ  := $(SVC_SRC:%.c=$(B)/%.o) $(SVC_CXX:%.cc=$(B)/%.o)
-KL_OBJ   := $(KL_SRC:%.c=$(B)/%.o)
+KL_OBJ   := $(KL_SRC:%.c=$(B)/%.o) $(KL_CXX:%.cc=$(B)/%.o)
 GW_OBJ   := $(GW_SRC:%.c=$(B)/%.o)
 CN_OBJ   := $(CN_SRC:%.c=$(B)/%.o)
 CU_OBJ   := $(CU_SRC:%.cu=$(B)/%.o)
 UT_BIN   := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
 
 SVC_LIBS := -lmicrohttpd -ljansson -lcurl -lcrypto -ldouble-conversion -lstdc++
-KL_LIBS  := -lopenblas -lm
+KL_LIBS  := -lopenblas -lm $(if $(GLOO),-lgloo -lstdc++,)
 GW_LIBS  := -lpq -lhiredis
 CN_LIBS  := -ldl
 CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand -lnccl -lcudart
@@ -46,9 +50,9 @@ CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand -lnccl -lcudart
 PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
 .DELETE_ON_ERROR:
-.PHONY: all clean run stop test test-unit test-integration bench bench-kernels chaos fuzz fuzz-api test-asan
+.PHONY: all clean run stop test test-unit test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
 all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN)
-	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))"
+	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))  $(if $(GLOO),✓ Gloo (multi-node CPU runs),✗ Gloo (no libgloo-dev: multi-node CPU runs refused))"
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -59,6 +63,10 @@ $(B)/%.o: %.cc
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX     $<")
 	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+# Gloo reports failures by exception: its one file is built with them (and
+# RTTI, which they need); none crosses into C (see the file).
+$(B)/kernels/dist/gloo.o: CXXFLAGS += -fexceptions -frtti
 
 $(B)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -85,7 +93,7 @@ $(BIN)/kowloon-compute: $(CN_OBJ) $(B)/libsvc.a $(B)/libkl.a
 lib/kowloon-cuda.so: $(CU_OBJ) $(B)/libkl.a
 	@mkdir -p lib
 	@$(if $(Q),echo "  NVLD    $@")
-	$(Q)$(NVCC) -shared -o $@ $(CU_OBJ) $(B)/libkl.a $(CU_LIBS) -lopenblas -lm
+	$(Q)$(NVCC) -shared -o $@ $(CU_OBJ) $(B)/libkl.a $(CU_LIBS) $(KL_LIBS)
 
 # Unit tests link what their prefix names: test_kl_* the kernel library,
 # test_svc_* the service runtime, test_gw_* / test_cn_* a daemon's objects.
@@ -137,6 +145,14 @@ test-asan:
 
 clean:
 	rm -rf build build-san bin bin-san lib
+
+# Gloo's all-reduce driven directly, no Kowloon in between (the reference
+# for the multi-node allreduce figures of make bench); built only with Gloo.
+$(B)/bench/gloo_allreduce: bench/gloo_allreduce.cc
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -fexceptions -frtti $(LDFLAGS) -o $@ $< -lgloo
+bench-gloo: $(if $(GLOO),$(B)/bench/gloo_allreduce,)
+	@$(if $(GLOO),$(B)/bench/gloo_allreduce,echo "✗ Gloo (no libgloo-dev): no gloo_allreduce bench")
 
 # CPU kernel figures, one program per bench/bench_*.c; bench/kernels.sh
 # builds and runs them.

@@ -54,7 +54,8 @@ typedef struct cn_run {
     const kl_kernel *kernel;
     cn_state state;
     int use_cuda;              /* planned at submit, corrected if the plugin says ENOTSUP */
-    int first_gpu;
+    int gpu_ids[16];           /* rank r on gpu_ids[r] */
+    int ngpu;
     volatile int cancel;       /* polled by the kernel via req.ka.args.cancel */
     int cancel_requested;      /* by whom: one of cn_cancel_why, 0 when not */
     int timed_out, timeout_logged;
@@ -442,7 +443,7 @@ static int cn__execute(cn_runs *m, cn_run *r, int *ran_cuda, kl_err *err)
 
     *ran_cuda = 0;
     if (r->use_cuda) {
-        rc = m->backend->plugin.run(&r->req.ka.args, r->first_gpu, r->req.gpus, r->outs, err);
+        rc = m->backend->plugin.run(&r->req.ka.args, r->gpu_ids, r->ngpu, r->outs, err);
         if (rc != KL_ENOTSUP) {
             *ran_cuda = 1;
             return rc;
@@ -525,8 +526,8 @@ static void *cn__worker(void *arg)
         pthread_mutex_lock(&m->mu);
         r->use_cuda = ran_cuda;
         r->cpu_ns = cpu_ns;
-        if (ran_cuda && r->first_gpu < m->backend->plugin.ngpus)
-            r->gpu_model = m->backend->plugin.gpus[r->first_gpu].name;
+        if (ran_cuda && r->gpu_ids[0] < m->backend->plugin.ngpus)
+            r->gpu_model = m->backend->plugin.gpus[r->gpu_ids[0]].name;
         r->phase_ms[0] = t1 - t0;
         r->phase_ms[1] = t2 - t1;
         r->phase_ms[2] = t3 - t2;
@@ -731,8 +732,12 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
     r->sink.report = cn__progress;
     r->req.ka.args.progress = &r->sink;
     r->use_cuda = use_cuda;
-    if (use_cuda)
-        r->first_gpu = (int)(m->rr++ % (unsigned)(ngpus - r->req.gpus + 1));
+    if (use_cuda) { /* consecutive devices from a round-robin first one */
+        r->ngpu = r->req.gpus > 0 ? r->req.gpus : 1;
+        const int first = (int)(m->rr++ % (unsigned)(ngpus - r->ngpu + 1));
+        for (int i = 0; i < r->ngpu; i++)
+            r->gpu_ids[i] = first + i;
+    }
     r->state = CN_QUEUED;
     r->created_wall = svc_now_wall_ms();
     cn__link(m, r);

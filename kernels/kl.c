@@ -210,6 +210,28 @@ static int check_input(const kl_kernel *k, const kl_io_spec *s, const kl_tensor 
 /* Reads shapes and params only, never data, so the gateway can validate a
  * job before it decodes any tensor. Names that the kernel does not have are
  * the caller's to refuse: kl_args has no slot to carry them. */
+/* A multi-node run's place in its job: a kernel that spans that many
+ * nodes, and a node_rank and local ranks that fit the world. */
+static int check_dist(const kl_kernel *k, const kl_args *args, kl_err *err)
+{
+    const kl_dist *d = args->dist;
+    const int max_nodes = k->max_nodes > 1 ? k->max_nodes : 1;
+    if (d->nodes > max_nodes) {
+        kl_err_set(err, "resources.nodes", "%s runs on at most %d node%s; resources.nodes is %d", k->name,
+                   max_nodes, max_nodes == 1 ? "" : "s", d->nodes);
+        return KL_EINVAL;
+    }
+    const int ranks = args->ranks > 0 ? args->ranks : 1;
+    if (d->nodes < 1 || d->node_rank < 0 || d->node_rank >= d->nodes || d->local_ranks != ranks || !d->store ||
+        d->timeout_ms <= 0 || d->shard_lo < 0 || d->shard_total < 0) {
+        kl_err_set(err, "resources.nodes",
+                   "the run's place in its multi-node job is inconsistent (node %d of %d, %d local ranks for %d)",
+                   d->node_rank, d->nodes, d->local_ranks, ranks);
+        return KL_EINVAL;
+    }
+    return 0;
+}
+
 int kl_args_check(const kl_args *args, kl_err *err)
 {
     if (!args || !args->kernel) {
@@ -217,6 +239,11 @@ int kl_args_check(const kl_args *args, kl_err *err)
         return KL_EINVAL;
     }
     const kl_kernel *k = args->kernel;
+    if (args->dist) {
+        int rc = check_dist(k, args, err);
+        if (rc < 0)
+            return rc;
+    }
     for (int i = 0; i < k->nparams; i++) {
         int rc = check_param(&k->params[i], &args->params[i], err);
         if (rc < 0)

@@ -12,8 +12,9 @@
 extern "C" {
 #endif
 
-/* 3: kl_args carries progress */
-#define KL_PLUGIN_ABI 3
+/* 3: kl_args carries progress; 4: run takes the devices by index, and
+ * kl_args carries dist (a multi-node run's place) */
+#define KL_PLUGIN_ABI 4
 #define KL_PLUGIN_SYMBOL "kl_cuda_plugin_open"
 
 typedef struct kl_gpu_info {
@@ -28,9 +29,9 @@ typedef struct kl_plugin {
     kl_gpu_info gpus[16];
     /* 1 when the plugin implements `kernel` on CUDA. */
     int (*supports)(const char *kernel);
-    /* Runs on the GPU(s): `gpus` is how many devices the run may use,
-     * starting at `first_gpu`. Same contract as kl_kernel.run_cpu. */
-    int (*run)(const kl_args *args, int first_gpu, int gpus, kl_tensor *outs, kl_err *err);
+    /* Runs on the GPUs gpu_ids[0..ngpus) (distinct device indices; rank r
+     * on gpu_ids[r]). Same contract as kl_kernel.run_cpu. */
+    int (*run)(const kl_args *args, const int *gpu_ids, int ngpus, kl_tensor *outs, kl_err *err);
     void (*close)(void);
     /* Page-locked host memory (cudaHostAlloc), which copies to and from the
      * device run from at full speed and asynchronously: the node takes the

@@ -18,9 +18,15 @@
  * beats a ring's n-1 steps with a barrier each.
  * Ranks are pthreads started here, not through kl__parallel: ranks wait on
  * one another at barriers, so all must run at once (kl__parallel runs a share
- * whose thread did not start later, on the caller, which would deadlock). */
+ * whose thread did not start later, on the caller, which would deadlock).
+ * Across nodes (args->dist): each local rank is a thread with its own
+ * communicator (kl_comm, Gloo over TCP) as global rank node_rank * ranks +
+ * local rank; the same inputs by global rank, the same untimed check, the
+ * figures with the world size; `wrong` is summed over the world, and only
+ * node_rank 0 returns outputs (the others return none). */
 #include "kl_cpu.h"
 #include "kl_allreduce.h"
+#include "kl_comm.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -65,6 +71,12 @@ static int allreduce_check(const kl_args *args, kl_err *err)
 {
     const int n = ranks_of(args);
     const int64_t count = (int64_t)args->params[KL_ALLREDUCE_COUNT].num;
+    if (args->dist && (int64_t)args->dist->nodes * n > KL_ALLREDUCE_MAX_RANKS) {
+        kl_err_set(err, "resources.nodes",
+                   "allreduce takes at most %d ranks in all; %d nodes x %d ranks (resources.gpus) asked",
+                   KL_ALLREDUCE_MAX_RANKS, args->dist->nodes, n);
+        return KL_EINVAL;
+    }
     if (n > KL_ALLREDUCE_MAX_RANKS) {
         kl_err_set(err, "resources.gpus", "allreduce takes at most %d ranks (resources.gpus); %d asked",
                    KL_ALLREDUCE_MAX_RANKS, n);
@@ -282,8 +294,167 @@ static void *scalar_out(kl_tensor *t, kl_dtype dtype)
     return kl_tensor_alloc(t, dtype, 1, &one) < 0 ? NULL : t->data;
 }
 
+/* One local rank of a multi-node run: its communicator, its buffer and
+ * what it measured. */
+typedef struct ard_rank {
+    const kl_args *args;
+    struct ard_run *run;
+    int global;
+    kl_comm *comm;
+    void *buf;
+    int rc;
+    kl_err err;
+    int64_t wrong;        /* over the world, once reduced */
+    double seconds;       /* the timed loop */
+    kl_cputime *acc;
+    pthread_t tid;
+} ard_rank;
+
+typedef struct ard_run {
+    int64_t count;
+    kl_dtype dtype;
+    kl_allreduce_op op;
+    int iters, world, local;
+    double expected[KL_ALLREDUCE_PERIOD];
+    ard_rank *ranks;
+} ard_run;
+
+/* Fails the other local ranks' communicators, so that none waits for a
+ * rank of this node that has stopped (the peers on other nodes fail too). */
+static void ard_abort_all(ard_run *run)
+{
+    for (int l = 0; l < run->local; l++)
+        kl_comm_abort(__atomic_load_n(&run->ranks[l].comm, __ATOMIC_ACQUIRE));
+}
+
+static int ard_steps(ard_rank *me)
+{
+    ard_run *run = me->run;
+    const kl_args *args = me->args;
+    kl_comm *c;
+    int rc = kl_comm_open(args->dist, me->global, "allreduce", args->cancel, &c, &me->err);
+    if (rc < 0)
+        return rc;
+    __atomic_store_n(&me->comm, c, __ATOMIC_RELEASE);
+    const size_t bytes = (size_t)run->count * kl_dtype_size(run->dtype);
+    if (!(me->buf = malloc(bytes))) {
+        kl_err_set(&me->err, NULL, "allreduce: rank %d cannot allocate %zu bytes", me->global, bytes);
+        return KL_ENOMEM;
+    }
+    /* Untimed pass: correctness, and the warm-up. */
+    if (run->dtype == KL_F32)
+        fill_f32(me->buf, run->count, me->global);
+    else
+        fill_f64(me->buf, run->count, me->global);
+    if ((rc = kl_comm_allreduce(c, me->buf, run->count, run->dtype, run->op, &me->err)) < 0)
+        return rc;
+    double wrong = (double)(run->dtype == KL_F32 ? count_wrong_f32(me->buf, run->count, run->expected)
+                                                 : count_wrong_f64(me->buf, run->count, run->expected));
+    if ((rc = kl_comm_allreduce(c, &wrong, 1, KL_F64, KL_ALLREDUCE_SUM, &me->err)) < 0 ||
+        (rc = kl_comm_barrier(c, &me->err)) < 0)
+        return rc;
+    me->wrong = (int64_t)wrong;
+    /* In place, so the values change from one iteration to the next: what
+     * is timed is the all-reduce alone, with no copy between. */
+    double t0 = now_s();
+    for (int it = 0; it < run->iters; it++)
+        if ((rc = kl_comm_allreduce(c, me->buf, run->count, run->dtype, run->op, &me->err)) < 0)
+            return rc;
+    me->seconds = now_s() - t0;
+    return 0;
+}
+
+static void *ard_main(void *p)
+{
+    ard_rank *me = p;
+    kl__cputime_enter(me->acc);
+    me->rc = ard_steps(me);
+    if (me->rc < 0)
+        ard_abort_all(me->run);
+    kl__cputime_leave();
+    return NULL;
+}
+
+/* The error of the run: the first rank's that is not a consequence of
+ * another's (a cancel or a closed peer), else the first. */
+static int ard_result(ard_run *run, kl_err *err)
+{
+    int pick = -1;
+    for (int l = 0; l < run->local; l++) {
+        if (run->ranks[l].rc == 0)
+            continue;
+        if (pick < 0 || (run->ranks[pick].rc == KL_ECANCELED && run->ranks[l].rc != KL_ECANCELED))
+            pick = l;
+    }
+    if (pick < 0)
+        return 0;
+    *err = run->ranks[pick].err;
+    return run->ranks[pick].rc;
+}
+
+static int allreduce_run_dist(const kl_args *args, kl_tensor *outs, kl_err *err)
+{
+    const kl_dist *d = args->dist;
+    ard_run run = {
+        .count = (int64_t)args->params[KL_ALLREDUCE_COUNT].num,
+        .dtype = args->params[KL_ALLREDUCE_DTYPE].choice == 1 ? KL_F64 : KL_F32,
+        .op = (kl_allreduce_op)args->params[KL_ALLREDUCE_OP].choice,
+        .iters = (int)args->params[KL_ALLREDUCE_ITERS].num,
+        .local = ranks_of(args),
+        .world = d->nodes * ranks_of(args),
+    };
+    run.ranks = calloc((size_t)run.local, sizeof *run.ranks);
+    if (!run.ranks) {
+        kl_err_set(err, NULL, "allreduce: out of memory");
+        return KL_ENOMEM;
+    }
+    kl__allreduce_expected(run.op, run.world, run.expected);
+    kl_info_set(args->info, "ranks", "%d", run.world);
+    kl_info_set(args->info, "nodes", "%d", d->nodes);
+    kl_info_set(args->info, "transport", "Gloo over TCP, one thread per rank");
+    int started = 0;
+    for (; started < run.local; started++) {
+        ard_rank *r = &run.ranks[started];
+        *r = (ard_rank){.args = args, .run = &run, .global = d->node_rank * run.local + started,
+                        .acc = kl__cputime_current()};
+        if (pthread_create(&r->tid, NULL, ard_main, r) != 0)
+            break;
+    }
+    if (started < run.local) {
+        ard_abort_all(&run);
+        kl_err_set(&run.ranks[started].err, NULL, "allreduce: cannot start the thread of local rank %d", started);
+        run.ranks[started].rc = KL_EBACKEND;
+    }
+    for (int l = 0; l < started; l++)
+        pthread_join(run.ranks[l].tid, NULL);
+    int rc = ard_result(&run, err);
+    if (rc == 0 && d->node_rank == 0) {
+        const ard_rank *r0 = &run.ranks[0];
+        double *time_us = scalar_out(&outs[0], KL_F64), *algbw = scalar_out(&outs[1], KL_F64);
+        double *busbw = scalar_out(&outs[2], KL_F64);
+        int32_t *wrong = scalar_out(&outs[3], KL_I32);
+        if (!time_us || !algbw || !busbw || !wrong) {
+            kl_err_set(err, NULL, "allreduce: out of memory");
+            rc = KL_ENOMEM;
+        } else {
+            const double t = r0->seconds / run.iters;
+            *time_us = t * 1e6;
+            kl__allreduce_bw((double)run.count * (double)kl_dtype_size(run.dtype), run.world, t, algbw, busbw);
+            *wrong = r0->wrong > INT32_MAX ? INT32_MAX : (int32_t)r0->wrong;
+        }
+    }
+    for (int l = 0; l < run.local; l++) {
+        kl_comm_close(run.ranks[l].comm);
+        free(run.ranks[l].buf);
+    }
+    free(run.ranks);
+    return rc;
+}
+
 static int allreduce_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
 {
+    if (args->dist)
+        return allreduce_run_dist(args, outs, err);
     const int n = ranks_of(args);
     ar_run run = {
         .args = args,
@@ -363,8 +534,9 @@ done:
 
 const kl_kernel kl__allreduce = {
     .name = "allreduce",
-    .doc = "all-reduce (sum, max, min) among resources.gpus ranks, checked exactly and timed as nccl-tests "
-           "does: NCCL across GPUs on CUDA, one thread per rank on CPU",
+    .doc = "all-reduce (sum, max, min) among resources.nodes x resources.gpus ranks, checked exactly and timed "
+           "as nccl-tests does: NCCL across GPUs on CUDA, one thread per rank on CPU (Gloo over TCP between "
+           "nodes)",
     .params = params,
     .nparams = 4,
     .inputs = NULL,
@@ -373,4 +545,5 @@ const kl_kernel kl__allreduce = {
     .noutputs = 4,
     .check = allreduce_check,
     .run_cpu = allreduce_run_cpu,
+    .max_nodes = 64,
 };

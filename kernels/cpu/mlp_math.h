@@ -47,15 +47,42 @@ static inline kl_mlp_dims kl__mlp_dims(int64_t n, int64_t d, int64_t h, int64_t 
     return m;
 }
 
-/* Rank r of R takes rows [lo, hi) of a batch of bt rows: contiguous shards
- * whose sizes differ by one at most; a rank with no row adds zeros. */
-static inline KL_HD void kl__mlp_shard(int64_t bt, int r, int R, int64_t *lo, int64_t *hi)
+/* The walk of the data (the same on one node and across nodes): in a world
+ * of W ranks, rank r owns rows [r*n/W, (r+1)*n/W) (kl_shard_rows) and
+ * takes the next kl__mlp_shard_max(bs, W) of them each step, in order; a
+ * rank whose shard is spent adds zeros. A step's gradient is the sum over
+ * every rank's rows divided by the step's rows in all. With W = 1 this is
+ * batches of bs over all rows. kl__mlp_step_rows gives rank r's rows of
+ * step s: *lo (a global row) and the count. */
+static inline KL_HD int64_t kl__mlp_step_rows(int64_t n, int W, int r, int64_t lb, int64_t s, int64_t *lo)
 {
-    *lo = bt * r / R;
-    *hi = bt * (r + 1) / R;
+    const int64_t first = n * r / W, end = n * (r + 1) / W;
+    *lo = first + s * lb;
+    if (*lo >= end) {
+        *lo = end;
+        return 0;
+    }
+    return *lo + lb <= end ? lb : end - *lo;
 }
 
-/* Rows of the largest shard of a batch of bs rows split R ways. */
+/* Rows of step s over all W ranks (the divisor of its gradient). */
+static inline int64_t kl__mlp_step_total(int64_t n, int W, int64_t lb, int64_t s)
+{
+    int64_t total = 0, lo;
+    for (int r = 0; r < W; r++)
+        total += kl__mlp_step_rows(n, W, r, lb, s, &lo);
+    return total;
+}
+
+/* Steps of one epoch: enough for the largest shard, ceil(n/W) rows. */
+static inline int64_t kl__mlp_steps(int64_t n, int W, int64_t lb)
+{
+    const int64_t big = (n + W - 1) / W;
+    return (big + lb - 1) / lb;
+}
+
+/* Rows of the largest shard of a batch of bs rows split R ways: also the
+ * rows each rank takes per step (kl__mlp_step_rows). */
 static inline int64_t kl__mlp_shard_max(int64_t bs, int R)
 {
     return (bs + R - 1) / R;

@@ -3,7 +3,7 @@
  *   params: count (elements per rank), dtype (float32 | float64),
  *           op (sum | max | min), iters; inputs: none
  *   outputs: time_us, algbw_gbps, busbw_gbps (1) float64; wrong (1) int32
- * Rank r runs on device dev + r (ncclCommInitAll, one process, one stream per
+ * Rank r runs on device gpu_ids[r] (ncclCommInitAll, one process, one stream per
  * device; the plugin has checked that the devices exist). Each rank fills its
  * send buffer on its device with kl__allreduce_input (kl_allreduce.h) and
  * poisons its receive buffer with NaN; one untimed all-reduce, out of place,
@@ -12,7 +12,12 @@
  * are timed by the host clock from the first enqueue to the last stream's
  * end, as nccl-tests does. Cancel is polled before each iteration, and the
  * host runs at most AR_DEPTH iterations ahead of the GPUs, so a cancel waits
- * for a few all-reduces only. */
+ * for a few all-reduces only. One node's part of a multi-node run
+ * (args->dist) holds global ranks node_rank * ranks + r of the world
+ * (kl__cuda_comms_open: the unique id through the rendezvous), fills by
+ * global rank, checks against the world's exact value, sums `wrong` over the
+ * world with one more all-reduce, and returns outputs on node_rank 0 only;
+ * a peer lost, a cancel or the timeout aborts the communicators. */
 #include "kl_cuda.h"
 #include "kl_allreduce.h"
 
@@ -79,9 +84,11 @@ double now_s(void)
 
 } // namespace
 
-int kl__cuda_allreduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+int kl__cuda_allreduce(const kl_args *args, const int *gpu_ids, kl_tensor *outs, kl_err *err)
 {
     const int n = args->ranks > 0 ? args->ranks : 1;
+    const kl_dist *dist = args->dist;
+    const int world = dist ? dist->nodes * n : n, base = dist ? dist->node_rank * n : 0;
     const int64_t count = (int64_t)args->params[KL_ALLREDUCE_COUNT].num;
     const bool f64 = args->params[KL_ALLREDUCE_DTYPE].choice == 1;
     const size_t bytes = (size_t)count * (f64 ? sizeof(double) : sizeof(float));
@@ -114,19 +121,22 @@ int kl__cuda_allreduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
         kl_err_set(err, NULL, "allreduce: out of memory");
         return KL_ENOMEM; /* the plugin frees what was allocated */
     }
-    kl__allreduce_expected(op, n, table.v);
+    kl__allreduce_expected(op, world, table.v);
     if ((rc = kl__cuda_nccl_turn_take(args, err)) < 0)
         return rc;
     have_turn = true;
 
     for (int r = 0; r < n; r++)
-        devs[r] = dev + r;
-    KL_NCCL_CHECK(ncclCommInitAll(comms, n, devs));
+        devs[r] = gpu_ids[r];
+    if ((rc = kl__cuda_comms_open(args, devs, n, comms, err)) < 0)
+        goto done;
     have_comms = true;
     KL_NCCL_CHECK(ncclGetVersion(&nccl_version));
-    kl_info_set(args->info, "ranks", "%d", n);
+    kl_info_set(args->info, "ranks", "%d", world);
+    if (dist)
+        kl_info_set(args->info, "nodes", "%d", dist->nodes);
     kl_info_set(args->info, "transport", "NCCL %d.%d.%d, GPUs %d..%d", nccl_version / 10000,
-                nccl_version / 100 % 100, nccl_version % 100, dev, dev + n - 1);
+                nccl_version / 100 % 100, nccl_version % 100, devs[0], devs[n - 1]);
 
     for (int r = 0; r < n; r++) {
         KL_CUDA_CHECK(cudaSetDevice(devs[r]));
@@ -135,16 +145,18 @@ int kl__cuda_allreduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
         KL_CUDA_CHECK(cudaMalloc(&recv[r], bytes));
         KL_CUDA_CHECK(cudaMalloc((void **)&dbad[r], sizeof *dbad[r]));
         if (f64)
-            fill_input<<<blocks, 256, 0, streams[r]>>>((double *)send[r], count, r);
+            fill_input<<<blocks, 256, 0, streams[r]>>>((double *)send[r], count, base + r);
         else
-            fill_input<<<blocks, 256, 0, streams[r]>>>((float *)send[r], count, r);
+            fill_input<<<blocks, 256, 0, streams[r]>>>((float *)send[r], count, base + r);
         KL_CUDA_CHECK(cudaGetLastError());
         KL_CUDA_CHECK(cudaMemsetAsync(recv[r], 0xff, bytes, streams[r])); /* NaN in either dtype */
         KL_CUDA_CHECK(cudaMemsetAsync(dbad[r], 0, sizeof *dbad[r], streams[r]));
     }
 
     /* Untimed: one all-reduce, then the count of wrong elements per rank. */
-    KL_NCCL_CHECK(allreduce_ranks(n, send, recv, count, ntype, nop, comms, streams));
+    if ((rc = kl__cuda_comms_settle(args, comms, n,
+                                    allreduce_ranks(n, send, recv, count, ntype, nop, comms, streams), err)) < 0)
+        goto done;
     for (int r = 0; r < n; r++) {
         KL_CUDA_CHECK(cudaSetDevice(devs[r]));
         if (f64)
@@ -153,9 +165,16 @@ int kl__cuda_allreduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
             count_wrong<<<blocks, 256, 0, streams[r]>>>((const float *)recv[r], count, table, dbad[r]);
         KL_CUDA_CHECK(cudaGetLastError());
     }
-    for (int r = 0; r < n; r++) {
-        if ((rc = kl__cuda_wait(streams[r], args, err)) < 0)
+    if (dist) /* the world's count, in every rank's dbad */
+        if ((rc = kl__cuda_comms_settle(args, comms, n,
+                                        allreduce_ranks(n, (void *const *)dbad, (void *const *)dbad, 1, ncclUint64,
+                                                        ncclSum, comms, streams),
+                                        err)) < 0)
             goto done;
+    if ((rc = kl__cuda_comms_wait(args, comms, streams, devs, n, err)) < 0)
+        goto done;
+    for (int r = 0; r < (dist ? 1 : n); r++) {
+        KL_CUDA_CHECK(cudaSetDevice(devs[r]));
         KL_CUDA_CHECK(cudaMemcpy(&hbad, dbad[r], sizeof hbad, cudaMemcpyDeviceToHost));
         bad += hbad;
     }
@@ -172,21 +191,31 @@ int kl__cuda_allreduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
             rc = KL_ECANCELED;
             goto done;
         }
-        if (it >= AR_DEPTH)
-            KL_CUDA_CHECK(cudaEventSynchronize(ahead[it % AR_DEPTH]));
-        KL_NCCL_CHECK(allreduce_ranks(n, send, recv, count, ntype, nop, comms, streams));
+        if (it >= AR_DEPTH && (rc = kl__cuda_comms_wait_event(args, comms, n, ahead[it % AR_DEPTH], err)) < 0)
+            goto done;
+        if ((rc = kl__cuda_comms_settle(args, comms, n,
+                                        allreduce_ranks(n, send, recv, count, ntype, nop, comms, streams), err)) < 0)
+            goto done;
         KL_CUDA_CHECK(cudaEventRecord(ahead[it % AR_DEPTH], streams[0]));
     }
-    for (int r = 0; r < n; r++)
-        if ((rc = kl__cuda_wait(streams[r], args, err)) < 0)
-            goto done;
+    if ((rc = kl__cuda_comms_wait(args, comms, streams, devs, n, err)) < 0)
+        goto done;
     seconds = (now_s() - t0) / iters;
 
     ((double *)outs[0].data)[0] = seconds * 1e6;
-    kl__allreduce_bw((double)bytes, n, seconds, (double *)outs[1].data, (double *)outs[2].data);
+    kl__allreduce_bw((double)bytes, world, seconds, (double *)outs[1].data, (double *)outs[2].data);
     ((int32_t *)outs[3].data)[0] = bad > INT32_MAX ? INT32_MAX : (int32_t)bad;
+    if (dist && dist->node_rank != 0) /* node 0 answers for the world */
+        for (int o = 0; o < 4; o++)
+            kl_tensor_free(&outs[o]);
 
 done:
+    /* A failed multi-node run may have collectives stuck on a lost peer:
+     * aborting the communicators is what lets its streams drain. */
+    if (have_comms && rc < 0 && dist) {
+        kl__cuda_comms_close(comms, n, 1);
+        have_comms = false;
+    }
     /* Whatever was enqueued runs to its end before the buffers and the
      * communicators go: NCCL kernels of every rank were enqueued together. */
     for (int r = 0; r < n; r++) {
@@ -196,8 +225,7 @@ done:
         cudaStreamSynchronize(streams[r]);
     }
     if (have_comms)
-        for (int r = 0; r < n; r++)
-            ncclCommDestroy(comms[r]);
+        kl__cuda_comms_close(comms, n, 0);
     for (int r = 0; r < n; r++) {
         cudaSetDevice(devs[r]);
         if (send[r])
@@ -209,7 +237,7 @@ done:
         if (streams[r])
             cudaStreamDestroy(streams[r]);
     }
-    cudaSetDevice(dev);
+    cudaSetDevice(gpu_ids[0]);
     for (int d = 0; d < AR_DEPTH; d++)
         if (ahead[d])
             cudaEventDestroy(ahead[d]);

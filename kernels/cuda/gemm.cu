@@ -93,8 +93,9 @@ cudaError_t kl__cuda_f32_to_bf16(const float *src, void *dst, int64_t n, cudaStr
     return cudaGetLastError();
 }
 
-int kl__cuda_gemm(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+int kl__cuda_gemm(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err)
 {
+    const int dev = devs[0];
     const kl_tensor *a = args->inputs[KL_GEMM_A], *b = args->inputs[KL_GEMM_B], *c = args->inputs[KL_GEMM_C];
     const int batched = a->ndim == 3, o = batched;
     const int64_t batch = batched ? a->shape[0] : 1, m = a->shape[o], k = a->shape[o + 1], n = b->shape[o + 1];

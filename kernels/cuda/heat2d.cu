@@ -166,8 +166,9 @@ done:
     return rc;
 }
 
-int kl__cuda_heat2d(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+int kl__cuda_heat2d(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err)
 {
+    const int dev = devs[0];
     const kl_tensor *g = args->inputs[KL_HEAT2D_GRID];
     const int h = (int)g->shape[0], w = (int)g->shape[1]; /* h*w <= KL_MAX_ELEMS */
     const int64_t steps = (int64_t)args->params[KL_HEAT2D_STEPS].num, one = 1;

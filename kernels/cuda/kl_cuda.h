@@ -1,6 +1,7 @@
 /* kl_cuda.h — internal to the CUDA plugin: the error macros every .cu file
  * uses, the cancel-aware wait, and the per-kernel entry points, which have
- * the signature of kl_kernel.run_cpu plus the device to run on. */
+ * the signature of kl_kernel.run_cpu plus the devices to run on (rank r on
+ * devs[r]; a single-device kernel on devs[0]). */
 #ifndef KL_CUDA_H
 #define KL_CUDA_H
 
@@ -68,15 +69,37 @@ static inline void kl__cuda_free(void *p, cudaStream_t s)
 int kl__cuda_nccl_turn_take(const kl_args *args, kl_err *err);
 void kl__cuda_nccl_turn_give(void);
 
-int kl__cuda_saxpy(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
-int kl__cuda_reduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
-int kl__cuda_gemm(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
-int kl__cuda_sleep(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
-int kl__cuda_allreduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
-int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
-int kl__cuda_heat2d(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
-int kl__cuda_kmeans(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
-int kl__cuda_montecarlo_option(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+/* The communicators of R local ranks on devs[0..R) (nccl_comms.cu): the
+ * whole world here, or with args->dist this node's ranks of the world
+ * (global rank node_rank * R + r), met through args->dist->store. 0, or
+ * KL_ETIMEDOUT (a rank never came), KL_ECANCELED, KL_EBACKEND with err set
+ * and nothing left open. */
+int kl__cuda_comms_open(const kl_args *args, const int *devs, int R, ncclComm_t *comms, kl_err *err);
+/* After a group of calls whose ncclGroupEnd returned `enqueued`: 0 once
+ * NCCL has taken them (non-blocking communicators of a multi-node run may
+ * answer ncclInProgress first), else the failure with err set. */
+int kl__cuda_comms_settle(const kl_args *args, ncclComm_t *comms, int R, ncclResult_t enqueued, kl_err *err);
+/* Waits for every stream like kl__cuda_wait; in a multi-node run also fails
+ * on the communicators' async errors (a peer lost) and after
+ * dist->timeout_ms. The caller then closes the communicators with abort
+ * set, which is what frees streams stuck in a collective. */
+int kl__cuda_comms_wait(const kl_args *args, ncclComm_t *comms, const cudaStream_t *streams, const int *devs, int R,
+                        kl_err *err);
+/* The same for one event (of the current device): cudaEventSynchronize in
+ * a single-node run. */
+int kl__cuda_comms_wait_event(const kl_args *args, ncclComm_t *comms, int R, cudaEvent_t ev, kl_err *err);
+/* Destroys (or, abort set, aborts) the non-NULL comms and clears them. */
+void kl__cuda_comms_close(ncclComm_t *comms, int R, int abort);
+
+int kl__cuda_saxpy(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
+int kl__cuda_reduce(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
+int kl__cuda_gemm(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
+int kl__cuda_sleep(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
+int kl__cuda_allreduce(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
+int kl__cuda_train_mlp(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
+int kl__cuda_heat2d(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
+int kl__cuda_kmeans(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
+int kl__cuda_montecarlo_option(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
 
 /* Device-resident building blocks, also used by tests/gpu to time the
  * kernels apart from the host transfers. */

@@ -323,8 +323,9 @@ static cudaError_t enqueue_iteration(const km_dev &m, int it, int iterations, do
 
 } // namespace
 
-int kl__cuda_kmeans(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+int kl__cuda_kmeans(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err)
 {
+    const int dev = devs[0];
     const kl_tensor *pts = args->inputs[KL_KMEANS_POINTS];
     const int64_t n = pts->shape[0], d = pts->shape[1], k = (int64_t)args->params[KL_KMEANS_K].num, one = 1;
     const int64_t cshape[2] = {k, d};

@@ -143,8 +143,9 @@ double sum_pairwise(const double2 *v, int n, bool second)
 
 } // namespace
 
-int kl__cuda_montecarlo_option(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+int kl__cuda_montecarlo_option(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err)
 {
+    const int dev = devs[0];
     const mc_model m = mc_model_of(args);
     const bool asian = args->params[KL_MC_STYLE].choice == KL_MC_ASIAN;
     const int64_t paths = (int64_t)args->params[KL_MC_PATHS].num, one = 1;

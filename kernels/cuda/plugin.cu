@@ -12,7 +12,7 @@
 #include <time.h>
 #include <type_traits>
 
-typedef int (*kl_cuda_run_fn)(const kl_args *args, int dev, kl_tensor *outs, kl_err *err);
+typedef int (*kl_cuda_run_fn)(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
 
 static const struct {
     const char *name;
@@ -97,9 +97,10 @@ static int plugin_supports(const char *kernel)
     return impl_find(kernel) != NULL;
 }
 
-/* v0 kernels use one device, first_gpu; `gpus` only has to fit. On failure
- * outs[] is left empty, as kl_run_cpu does. */
-static int plugin_run(const kl_args *args, int first_gpu, int gpus, kl_tensor *outs, kl_err *err)
+/* Single-device kernels run on gpu_ids[0]; the multi-GPU ones (allreduce,
+ * train_mlp) put rank r on gpu_ids[r]. On failure outs[] is left empty, as
+ * kl_run_cpu does. */
+static int plugin_run(const kl_args *args, const int *gpu_ids, int gpus, kl_tensor *outs, kl_err *err)
 {
     int rc = kl__args_ready(args, err);
     if (rc < 0)
@@ -109,21 +110,29 @@ static int plugin_run(const kl_args *args, int first_gpu, int gpus, kl_tensor *o
         kl_err_set(err, NULL, "kernel %s has no CUDA implementation", args->kernel->name);
         return KL_ENOTSUP;
     }
-    if (gpus < 1)
-        gpus = 1;
-    if (first_gpu < 0 || first_gpu + gpus > ngpus) {
-        kl_err_set(err, "resources.gpus", "GPUs %d..%d requested; this node has %d", first_gpu,
-                   first_gpu + gpus - 1, ngpus);
+    const int ranks = args->ranks > 0 ? args->ranks : 1;
+    if (!gpu_ids || gpus < ranks || gpus > 16) {
+        kl_err_set(err, "resources.gpus", "%d GPUs given for %d ranks", gpu_ids ? gpus : 0, ranks);
         return KL_EINVAL;
     }
+    for (int i = 0; i < gpus; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++)
+            seen |= gpu_ids[j] == gpu_ids[i];
+        if (gpu_ids[i] < 0 || gpu_ids[i] >= ngpus || seen) {
+            kl_err_set(err, "resources.gpus", "GPU %d %s; this node has GPUs 0..%d", gpu_ids[i],
+                       seen ? "is given twice" : "does not exist", ngpus - 1);
+            return KL_EINVAL;
+        }
+    }
     memset(outs, 0, sizeof *outs * (size_t)args->kernel->noutputs);
-    cudaError_t e = cudaSetDevice(first_gpu);
+    cudaError_t e = cudaSetDevice(gpu_ids[0]);
     if (e != cudaSuccess)
         return kl__cuda_fail(err, __FILE__, __LINE__, "cudaSetDevice", cudaGetErrorString(e));
     /* Start clean: CUB and the launch checks read the thread's last error,
      * which an earlier run on this worker thread may have left set. */
     (void)cudaGetLastError();
-    rc = run(args, first_gpu, outs, err);
+    rc = run(args, gpu_ids, outs, err);
     if (rc < 0)
         for (int i = 0; i < args->kernel->noutputs; i++)
             kl_tensor_free(&outs[i]);

@@ -62,8 +62,9 @@ done:
     return rc;
 }
 
-int kl__cuda_reduce(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+int kl__cuda_reduce(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err)
 {
+    const int dev = devs[0];
     const kl_tensor *x = args->inputs[KL_REDUCE_X];
     const int64_t n = kl_tensor_elems(x), one = 1;
     const size_t bytes = (size_t)n * sizeof(float);

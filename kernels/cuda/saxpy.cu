@@ -11,8 +11,9 @@ __global__ void saxpy_kernel(int64_t n, float a, const float *__restrict__ x, fl
         y[i] = a * x[i] + y[i];
 }
 
-int kl__cuda_saxpy(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+int kl__cuda_saxpy(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err)
 {
+    const int dev = devs[0];
     const kl_tensor *x = args->inputs[KL_SAXPY_X], *y = args->inputs[KL_SAXPY_Y];
     const int64_t n = x->shape[0];
     const size_t bytes = (size_t)n * sizeof(float);

@@ -2,9 +2,15 @@
  * (the reference: read its header for the algorithm) and cpu/mlp_math.c.
  *   x is (n,d) float32, y is (n) int32; outputs w1 (d,h), b1 (h), w2 (h,c),
  *   b2 (c), loss (epochs), accuracy (1).
- * Rank r runs on device dev + r with its own stream and cuBLAS handle.
- * Before training, each rank gets the rows it will ever see, gathered in
- * step order, so its shard of a step is one contiguous slice. Per step: the
+ * Rank r runs on device gpu_ids[r] with its own stream and cuBLAS handle.
+ * Rank r owns the contiguous rows [r*n/R, (r+1)*n/R) and walks them in
+ * order, kl__mlp_step_rows at a time (the CPU's sharded walk), so before
+ * training each rank gets its shard, and its rows of a step are the next
+ * slice of it. One node's part of a multi-node run (args->dist) holds global
+ * ranks node_rank*R + r and only its rows of x and y; its communicators come
+ * from kl__cuda_comms_open (the NCCL id through the rendezvous), the epoch's
+ * loss and the accuracy are summed over the world with one more all-reduce,
+ * and only node 0 returns outputs. Per step: the
  * forward and backward pass with cuBLAS (FP32, no TF32) and small kernels,
  * then, with more than one rank, one NCCL all-reduce (sum) of the flat
  * gradient, then the same update on every rank. Weights start from
@@ -178,6 +184,7 @@ typedef struct rank_state {
     float *x, *loss, *w, *v, *g, *hid, *dhid, *logits, *ones;
     int32_t *y;
     int *right;
+    double *part;         /* a value of this rank's rows to sum over the world */
 } rank_state;
 
 /* Waits for ev, polling cancel like kl__cuda_wait. */
@@ -244,54 +251,106 @@ done:
     return rc;
 }
 
-/* Splits x and y into the ranks' local rows, in step order: rank r's
- * shard of step s follows its shard of step s-1. */
-static void gather_rows(rank_state *ranks, int R, const kl_mlp_dims *m, const float *x, const int32_t *y,
-                        int64_t bs)
+/* Where this node's ranks sit: a world of W ranks, local rank r being
+ * global rank base + r, x and y holding global rows from node_lo on. */
+typedef struct placement {
+    int W, base;
+    int64_t node_lo;
+} placement;
+
+/* Copies each rank's shard of x and y to its staging buffers. */
+static void gather_rows(rank_state *ranks, int R, const placement *pl, const kl_mlp_dims *m, const float *x,
+                        const int32_t *y)
 {
-    int64_t cursor[KL_MLP_MAX_RANKS] = {0};
-    for (int64_t b0 = 0; b0 < m->n; b0 += bs) {
-        int64_t bt = b0 + bs <= m->n ? bs : m->n - b0;
-        for (int r = 0; r < R; r++) {
-            int64_t lo, hi;
-            kl__mlp_shard(bt, r, R, &lo, &hi);
-            for (int64_t i = b0 + lo; i < b0 + hi; i++) {
-                rank_state *k = &ranks[r];
-                memcpy(k->hx + cursor[r] * m->d, x + i * m->d, sizeof(float) * (size_t)m->d);
-                k->hy[cursor[r]] = y[i];
-                k->rows[cursor[r]++] = i;
-            }
-        }
+    for (int r = 0; r < R; r++) {
+        rank_state *k = &ranks[r];
+        int64_t lo, hi;
+        kl_shard_rows(m->n, pl->W, pl->base + r, &lo, &hi);
+        memcpy(k->hx, x + (lo - pl->node_lo) * m->d, sizeof(float) * (size_t)((hi - lo) * m->d));
+        memcpy(k->hy, y + (lo - pl->node_lo), sizeof(int32_t) * (size_t)(hi - lo));
+        for (int64_t i = lo; i < hi; i++)
+            k->rows[i - lo] = i;
     }
 }
 
-static int64_t rows_of_rank(const kl_mlp_dims *m, int64_t bs, int r, int R)
+static int64_t rows_of_rank(const kl_mlp_dims *m, const placement *pl, int r)
 {
-    int64_t total = 0;
-    for (int64_t b0 = 0; b0 < m->n; b0 += bs) {
-        int64_t lo, hi, bt = b0 + bs <= m->n ? bs : m->n - b0;
-        kl__mlp_shard(bt, r, R, &lo, &hi);
-        total += hi - lo;
-    }
-    return total;
+    int64_t lo, hi;
+    kl_shard_rows(m->n, pl->W, pl->base + r, &lo, &hi);
+    return hi - lo;
 }
 
-int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *err)
+/* One all-reduce (sum) of `count` elements at each rank's p(k), in place,
+ * every local rank's call in one group. */
+template <typename P>
+static int allreduce_group(const kl_args *args, rank_state *ranks, int R, ncclComm_t *comms, size_t count,
+                           ncclDataType_t type, P p, kl_err *err)
+{
+    ncclResult_t first = ncclGroupStart();
+    for (int r = 0; r < R && (first == ncclSuccess || first == ncclInProgress); r++)
+        first = ncclAllReduce(p(&ranks[r]), p(&ranks[r]), count, type, ncclSum, comms[r], ranks[r].s);
+    ncclResult_t end = ncclGroupEnd();
+    if (first != ncclSuccess && first != ncclInProgress)
+        return kl__cuda_fail(err, __FILE__, __LINE__, "ncclAllReduce", ncclGetErrorString(first));
+    return kl__cuda_comms_settle(args, comms, R, end, err);
+}
+
+/* Waits until every rank's stream has drained (multi-node runs: also
+ * failing on a lost peer or the timeout, see kl__cuda_comms_wait). */
+static int ranks_wait(const kl_args *args, rank_state *ranks, int R, ncclComm_t *comms, kl_err *err)
+{
+    cudaStream_t streams[KL_MLP_MAX_RANKS];
+    int devs[KL_MLP_MAX_RANKS];
+    for (int r = 0; r < R; r++) {
+        streams[r] = ranks[r].s;
+        devs[r] = ranks[r].dev;
+    }
+    return kl__cuda_comms_wait(args, comms, streams, devs, R, err);
+}
+
+/* The sum over the world of each local rank's value v[r] (doubles), read
+ * back: one all-reduce of the ranks' part[0] across the nodes. */
+static int world_sum(const kl_args *args, rank_state *ranks, int R, ncclComm_t *comms, const double *v,
+                     double *sum, kl_err *err)
+{
+    int rc = 0;
+    for (int r = 0; r < R; r++) {
+        KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
+        KL_CUDA_CHECK(cudaMemcpyAsync(ranks[r].part, &v[r], sizeof(double), cudaMemcpyHostToDevice, ranks[r].s));
+    }
+    if ((rc = allreduce_group(args, ranks, R, comms, 1, ncclFloat64, [](rank_state *k) { return (void *)k->part; },
+                              err)) < 0 ||
+        (rc = ranks_wait(args, ranks, R, comms, err)) < 0)
+        goto done;
+    KL_CUDA_CHECK(cudaSetDevice(ranks[0].dev));
+    KL_CUDA_CHECK(cudaMemcpy(sum, ranks[0].part, sizeof(double), cudaMemcpyDeviceToHost));
+done:
+    return rc;
+}
+
+int kl__cuda_train_mlp(const kl_args *args, const int *gpu_ids, kl_tensor *outs, kl_err *err)
 {
     const kl_tensor *tx = args->inputs[KL_MLP_X], *ty = args->inputs[KL_MLP_Y];
+    const kl_dist *dist = args->dist;
     const int64_t epochs = (int64_t)args->params[KL_MLP_EPOCHS].num;
     const int64_t bs = (int64_t)args->params[KL_MLP_BATCH].num;
     const float lr = (float)args->params[KL_MLP_LR].num, mom = (float)args->params[KL_MLP_MOMENTUM].num;
-    const kl_mlp_dims m = kl__mlp_dims(tx->shape[0], tx->shape[1], (int64_t)args->params[KL_MLP_HIDDEN].num,
-                                       (int64_t)args->params[KL_MLP_CLASSES].num);
     const int R = kl__mlp_ranks(args);
-    const int64_t n = m.n, steps = (n + bs - 1) / bs, bmax = kl__mlp_shard_max(bs, R);
+    const placement pl = {dist ? dist->nodes * R : R, dist ? dist->node_rank * R : 0, dist ? dist->shard_lo : 0};
+    /* n: the rows of the whole job; x holds held = n of them, or the node's. */
+    const int64_t held = tx->shape[0];
+    const kl_mlp_dims m = kl__mlp_dims(dist ? dist->shard_total : held, tx->shape[1],
+                                       (int64_t)args->params[KL_MLP_HIDDEN].num,
+                                       (int64_t)args->params[KL_MLP_CLASSES].num);
+    const int64_t n = m.n, bmax = kl__mlp_shard_max(bs, pl.W), steps = kl__mlp_steps(n, pl.W, bmax);
     rank_state ranks[KL_MLP_MAX_RANKS];
     ncclComm_t comms[KL_MLP_MAX_RANKS];
     int devs[KL_MLP_MAX_RANKS];
-    float *w0 = NULL, *row_loss = NULL, *loss_out = NULL;
-    int64_t t = 0, right = 0;
-    int rc = kl__mlp_labels_check((const int32_t *)ty->data, n, m.c, err), started = 0;
+    double parts[KL_MLP_MAX_RANKS];
+    float *w0 = NULL, *loss_out = NULL;
+    int64_t t = 0;
+    double right = 0;
+    int rc = kl__mlp_labels_check((const int32_t *)ty->data, held, m.c, err), started = 0;
     int have_turn = 0;
 
     if (rc < 0)
@@ -303,7 +362,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
     memset(ranks, 0, sizeof ranks);
     memset(comms, 0, sizeof comms);
     for (int r = 0; r < R; r++)
-        devs[r] = dev + r;
+        devs[r] = gpu_ids[r];
     {
         const int64_t w1s[2] = {m.d, m.h}, b1s[1] = {m.h}, w2s[2] = {m.h, m.c}, b2s[1] = {m.c};
         const int64_t ls[1] = {epochs}, as[1] = {1};
@@ -317,15 +376,14 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
     }
     loss_out = (float *)outs[KL_MLP_OUT_LOSS].data;
     w0 = (float *)malloc(sizeof(float) * (size_t)m.size);
-    row_loss = (float *)malloc(sizeof(float) * (size_t)n);
-    if (!w0 || !row_loss)
+    if (!w0)
         goto nomem;
     kl__mlp_init(&m, (uint64_t)args->params[KL_MLP_SEED].num, w0);
     for (int r = 0; r < R; r++) {
         rank_state *k = &ranks[r];
         size_t nr;
-        k->dev = dev + r;
-        k->nr = rows_of_rank(&m, bs, r, R);
+        k->dev = gpu_ids[r];
+        k->nr = rows_of_rank(&m, &pl, r);
         nr = (size_t)(k->nr > 0 ? k->nr : 1);
         k->rows = (int64_t *)malloc(sizeof(int64_t) * nr);
         k->hx = (float *)malloc(sizeof(float) * nr * (size_t)m.d);
@@ -334,7 +392,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
         if (!k->rows || !k->hx || !k->hy || !k->hloss)
             goto nomem;
     }
-    gather_rows(ranks, R, &m, (const float *)tx->data, (const int32_t *)ty->data, bs);
+    gather_rows(ranks, R, &pl, &m, (const float *)tx->data, (const int32_t *)ty->data);
 
     for (int r = 0; r < R; r++) {
         rank_state *k = &ranks[r];
@@ -358,6 +416,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
         KL_CUDA_CHECK(cudaMallocAsync((void **)&k->logits, sizeof(float) * rows * (size_t)m.c, k->s));
         KL_CUDA_CHECK(cudaMallocAsync((void **)&k->ones, sizeof(float) * rows, k->s));
         KL_CUDA_CHECK(cudaMallocAsync((void **)&k->right, sizeof(int), k->s));
+        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->part, sizeof(double), k->s));
         KL_CUDA_CHECK(cudaMemcpyAsync(k->x, k->hx, sizeof(float) * (size_t)k->nr * (size_t)m.d,
                                       cudaMemcpyHostToDevice, k->s));
         KL_CUDA_CHECK(cudaMemcpyAsync(k->y, k->hy, sizeof(int32_t) * (size_t)k->nr, cudaMemcpyHostToDevice, k->s));
@@ -376,11 +435,12 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
             KL_CUDA_CHECK(e);
         }
     }
-    if (R > 1) {
+    if (pl.W > 1) {
         if ((rc = kl__cuda_nccl_turn_take(args, err)) < 0)
             goto done;
         have_turn = 1;
-        KL_NCCL_CHECK(ncclCommInitAll(comms, R, devs));
+        if ((rc = kl__cuda_comms_open(args, devs, R, comms, err)) < 0)
+            goto done;
     }
     for (int r = 0; r < R; r++)
         ranks[r].comm = comms[r];
@@ -389,7 +449,7 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
     for (int64_t e = 0; e < epochs; e++) {
         int64_t cursor[KL_MLP_MAX_RANKS] = {0};
         for (int64_t s = 0; s < steps; s++, t++) {
-            const int64_t b0 = s * bs, bt = b0 + bs <= n ? bs : n - b0;
+            const int64_t bt = kl__mlp_step_total(n, pl.W, bmax, s);
             if (kl__cuda_canceled(args)) {
                 rc = KL_ECANCELED;
                 kl_err_set(err, NULL, "train_mlp: cancelled");
@@ -398,32 +458,26 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
             if (t % WINDOW == 0) { /* keep at most two windows queued */
                 const int slot = (int)(t / WINDOW % 2);
                 for (int r = 0; r < R; r++) {
-                    if (t >= 2 * WINDOW && (rc = wait_event(ranks[r].ev[slot], args, err)) < 0)
-                        goto done;
                     KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
+                    if (t >= 2 * WINDOW &&
+                        (rc = dist ? kl__cuda_comms_wait_event(args, comms, R, ranks[r].ev[slot], err)
+                                   : wait_event(ranks[r].ev[slot], args, err)) < 0)
+                        goto done;
                     KL_CUDA_CHECK(cudaEventRecord(ranks[r].ev[slot], ranks[r].s));
                 }
             }
             for (int r = 0; r < R; r++) {
-                int64_t lo, hi;
-                kl__mlp_shard(bt, r, R, &lo, &hi);
+                int64_t lo;
+                const int64_t b = kl__mlp_step_rows(n, pl.W, pl.base + r, bmax, s, &lo);
                 KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
-                if ((rc = queue_grad(&ranks[r], &m, cursor[r], hi - lo, err)) < 0)
+                if ((rc = queue_grad(&ranks[r], &m, cursor[r], b, err)) < 0)
                     goto done;
-                cursor[r] += hi - lo;
+                cursor[r] += b;
             }
-            if (R > 1) {
-                KL_NCCL_CHECK(ncclGroupStart());
-                for (int r = 0; r < R; r++) {
-                    ncclResult_t nr = ncclAllReduce(ranks[r].g, ranks[r].g, (size_t)m.size, ncclFloat, ncclSum,
-                                                    ranks[r].comm, ranks[r].s);
-                    if (nr != ncclSuccess) {
-                        (void)ncclGroupEnd();
-                        KL_NCCL_CHECK(nr);
-                    }
-                }
-                KL_NCCL_CHECK(ncclGroupEnd());
-            }
+            if (pl.W > 1 &&
+                (rc = allreduce_group(args, ranks, R, comms, (size_t)m.size, ncclFloat,
+                                      [](rank_state *k) { return (void *)k->g; }, err)) < 0)
+                goto done;
             for (int r = 0; r < R; r++) {
                 rank_state *k = &ranks[r];
                 KL_CUDA_CHECK(cudaSetDevice(k->dev));
@@ -431,19 +485,23 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
                 KL_CUDA_CHECK(cudaGetLastError());
             }
         }
-        /* The epoch's losses, summed on the host in row order as the CPU does. */
+        /* The epoch's losses, each rank's summed on the host in row order
+         * (its rows are contiguous, so on one node this is the CPU's row
+         * order), then over the world. */
+        double sum = 0;
+        if ((rc = ranks_wait(args, ranks, R, comms, err)) < 0)
+            goto done;
         for (int r = 0; r < R; r++) {
             rank_state *k = &ranks[r];
             KL_CUDA_CHECK(cudaSetDevice(k->dev));
-            if ((rc = kl__cuda_wait(k->s, args, err)) < 0)
-                goto done;
             KL_CUDA_CHECK(cudaMemcpy(k->hloss, k->loss, sizeof(float) * (size_t)k->nr, cudaMemcpyDeviceToHost));
+            parts[r] = 0;
             for (int64_t i = 0; i < k->nr; i++)
-                row_loss[k->rows[i]] = k->hloss[i];
+                parts[r] += k->hloss[i];
+            sum += parts[r];
         }
-        double sum = 0;
-        for (int64_t i = 0; i < n; i++)
-            sum += row_loss[i];
+        if (dist && (rc = world_sum(args, ranks, R, comms, parts, &sum, err)) < 0)
+            goto done;
         loss_out[e] = (float)(sum / (double)n);
         if (e + 1 < epochs) /* the last epoch is reported with the accuracy */
             kl__mlp_progress(args, e + 1, epochs, loss_out[e], -1);
@@ -454,16 +512,19 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
         if ((rc = queue_correct(&ranks[r], &m, ranks[r].srows, err)) < 0)
             goto done;
     }
+    if ((rc = ranks_wait(args, ranks, R, comms, err)) < 0)
+        goto done;
     for (int r = 0; r < R; r++) {
         int got = 0;
         KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
-        if ((rc = kl__cuda_wait(ranks[r].s, args, err)) < 0)
-            goto done;
         KL_CUDA_CHECK(cudaMemcpy(&got, ranks[r].right, sizeof(int), cudaMemcpyDeviceToHost));
+        parts[r] = got;
         right += got;
     }
-    ((float *)outs[KL_MLP_OUT_ACC].data)[0] = (float)((double)right / (double)n);
-    kl__mlp_progress(args, epochs, epochs, loss_out[epochs - 1], (double)right / (double)n);
+    if (dist && (rc = world_sum(args, ranks, R, comms, parts, &right, err)) < 0)
+        goto done;
+    ((float *)outs[KL_MLP_OUT_ACC].data)[0] = (float)(right / (double)n);
+    kl__mlp_progress(args, epochs, epochs, loss_out[epochs - 1], right / (double)n);
     /* Every rank holds the same weights; rank 0's are the result. */
     KL_CUDA_CHECK(cudaSetDevice(ranks[0].dev));
     KL_CUDA_CHECK(cudaMemcpy(w0, ranks[0].w, sizeof(float) * (size_t)m.size, cudaMemcpyDeviceToHost));
@@ -471,15 +532,24 @@ int kl__cuda_train_mlp(const kl_args *args, int dev, kl_tensor *outs, kl_err *er
     memcpy(outs[KL_MLP_OUT_B1].data, w0 + m.b1, sizeof(float) * (size_t)m.h);
     memcpy(outs[KL_MLP_OUT_W2].data, w0 + m.w2, sizeof(float) * (size_t)(m.h * m.c));
     memcpy(outs[KL_MLP_OUT_B2].data, w0 + m.b2, sizeof(float) * (size_t)m.c);
-    kl_info_set(args->info, "ranks", "%d", R);
+    kl_info_set(args->info, "ranks", "%d", pl.W);
+    if (dist)
+        kl_info_set(args->info, "nodes", "%d", dist->nodes);
     kl_info_set(args->info, "steps", "%lld", (long long)(steps * epochs));
+    if (dist && dist->node_rank != 0) /* node 0 answers for the world */
+        for (int o = 0; o < 6; o++)
+            kl_tensor_free(&outs[o]);
     rc = 0;
     goto done;
 nomem:
     kl_err_set(err, NULL, "train_mlp: cannot allocate host memory (%lld parameters, %lld rows)", (long long)m.size,
-               (long long)n);
+               (long long)held);
     rc = KL_ENOMEM;
 done:
+    /* A failed multi-node run may have collectives stuck on a lost peer:
+     * aborting the communicators is what lets the streams drain. */
+    if (rc < 0 && dist)
+        kl__cuda_comms_close(comms, R, 1);
     for (int r = 0; r < R; r++) {
         rank_state *k = &ranks[r];
         if (!k->s)
@@ -487,7 +557,7 @@ done:
         cudaSetDevice(k->dev);
         /* Work left queued by a cancel or a failure holds collectives that
          * the communicators must see through before they are destroyed. */
-        if (rc < 0 && started && R > 1)
+        if (rc < 0 && started && pl.W > 1)
             cudaStreamSynchronize(k->s);
         kl__cuda_free(k->x, k->s);
         kl__cuda_free(k->y, k->s);
@@ -500,11 +570,11 @@ done:
         kl__cuda_free(k->logits, k->s);
         kl__cuda_free(k->ones, k->s);
         kl__cuda_free(k->right, k->s);
+        kl__cuda_free(k->part, k->s);
     }
+    kl__cuda_comms_close(comms, R, 0);
     for (int r = 0; r < R; r++) {
         rank_state *k = &ranks[r];
-        if (comms[r])
-            ncclCommDestroy(comms[r]);
         if (k->s) {
             cudaSetDevice(k->dev);
             if (k->h)
@@ -521,10 +591,9 @@ done:
         free(k->hloss);
     }
     free(w0);
-    free(row_loss);
     if (have_turn)
         kl__cuda_nccl_turn_give();
-    cudaSetDevice(dev);
+    cudaSetDevice(gpu_ids[0]);
     (void)cudaGetLastError(); /* leave nothing for the next run on this thread */
     return rc;
 }

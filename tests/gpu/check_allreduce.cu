@@ -87,7 +87,7 @@ static void check_case(int64_t count, int f64, int op, int ranks)
     memset(&e1, 0, sizeof e1);
     memset(&e2, 0, sizeof e2);
     double t0 = now_s();
-    int rc_gpu = plugin.run(&a, 0, ranks, gpu, &e1);
+    int rc_gpu = check_run(&a, ranks, gpu, &e1);
     double t1 = now_s();
     a.info = NULL;
     int rc_cpu = kl_run_cpu(&a, cpu, &e2);
@@ -136,7 +136,7 @@ static void check_refusals_and_cancel(int ngpus)
 
     memset(&err, 0, sizeof err);
     kl_args a = args_for(1024, 0, 0, 1, ngpus + 1);
-    int rc = plugin.run(&a, 0, ngpus + 1, out, &err);
+    int rc = check_run(&a, ngpus + 1, out, &err);
     bool ok = rc == KL_EINVAL && strcmp(err.field, "resources.gpus") == 0;
     printf("%s %-52s %s\n", ok ? "PASS" : "FAIL", "more ranks than GPUs is refused", err.message);
     failures += !ok;
@@ -146,7 +146,7 @@ static void check_refusals_and_cancel(int ngpus)
     memset(&err, 0, sizeof err);
     a = args_for(1024, 0, 0, 10, ngpus);
     a.cancel = &cancel;
-    rc = plugin.run(&a, 0, ngpus, out, &err);
+    rc = check_run(&a, ngpus, out, &err);
     ok = rc == KL_ECANCELED;
     printf("%s %-52s %s\n", ok ? "PASS" : "FAIL", "a raised cancel stops the run", err.message);
     failures += !ok;
@@ -160,7 +160,7 @@ static void check_refusals_and_cancel(int ngpus)
     pthread_t t;
     pthread_create(&t, NULL, raise_after_50ms, (void *)&cancel);
     double t0 = now_s();
-    rc = plugin.run(&a, 0, 1, out, &err);
+    rc = check_run(&a, 1, out, &err);
     double took = now_s() - t0;
     pthread_join(t, NULL);
     ok = rc == KL_ECANCELED && took < 3.0;
@@ -211,7 +211,7 @@ static void bench_sizes(int ranks)
         kl_tensor out[4];
         kl_err err;
         memset(&err, 0, sizeof err);
-        int rc = plugin.run(&a, 0, ranks, out, &err);
+        int rc = check_run(&a, ranks, out, &err);
         if (rc != 0) {
             printf("FAIL allreduce %lld MB: %s\n", (long long)mb, err.message);
             failures++;

@@ -83,7 +83,7 @@ static void check_case(const char *label, std::vector<float> &g, int64_t h, int6
     memset(&e1, 0, sizeof e1);
     memset(&e2, 0, sizeof e2);
     double t0 = now_s();
-    int rc_gpu = plugin.run(&a, 0, 1, gpu, &e1);
+    int rc_gpu = check_run(&a, 1, gpu, &e1);
     double t1 = now_s();
     int rc_cpu = kl_run_cpu(&a, cpu, &e2);
     double t2 = now_s();
@@ -152,7 +152,7 @@ static void check_cancel_and_refusals(void)
     pthread_t t;
     pthread_create(&t, NULL, raise_later, (void *)&cancel);
     double t0 = now_s();
-    int rc = plugin.run(&a, 0, 1, out, &err);
+    int rc = check_run(&a, 1, out, &err);
     double took = now_s() - t0;
     pthread_join(t, NULL);
     bool ok = rc == KL_ECANCELED && out[0].data == NULL && took < 0.1 + 0.15;
@@ -160,13 +160,13 @@ static void check_cancel_and_refusals(void)
            rc);
     failures += !ok;
 
-    rc = plugin.run(&a, 0, 1, out, &err); /* cancel still raised: refused before any step */
+    rc = check_run(&a, 1, out, &err); /* cancel still raised: refused before any step */
     ok = rc == KL_ECANCELED && out[0].data == NULL;
     printf("%s %-56s\n", ok ? "PASS" : "FAIL", "heat2d cancelled before launch");
     failures += !ok;
 
     a = heat_args(&tg, 0.3, 1);
-    rc = plugin.run(&a, 0, 1, out, &err);
+    rc = check_run(&a, 1, out, &err);
     ok = rc == KL_EINVAL && strcmp(err.field, "params.alpha") == 0;
     printf("%s %-56s\n", ok ? "PASS" : "FAIL", "heat2d alpha 0.3 refused, naming params.alpha");
     failures += !ok;
@@ -240,7 +240,7 @@ static void bench_plugin(int64_t n, int64_t steps)
         kl_tensor out[2];
         kl_err err;
         double t0 = now_s();
-        int rc = plugin.run(&a, 0, 1, out, &err);
+        int rc = check_run(&a, 1, out, &err);
         double t = now_s() - t0;
         if (rc < 0) {
             printf("FAIL plugin run for timing: %s\n", err.message);

@@ -74,7 +74,7 @@ static void check_case(const char *label, const kl_args *a, double atol, double 
     memset(&e1, 0, sizeof e1);
     memset(&e2, 0, sizeof e2);
     double t0 = now_s();
-    int rc_gpu = plugin.run(a, 0, 1, gpu, &e1);
+    int rc_gpu = check_run(a, 1, gpu, &e1);
     double t1 = now_s();
     int rc_cpu = kl_run_cpu(a, cpu, &e2);
     double t2 = now_s();
@@ -181,7 +181,7 @@ static void check_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, bool with
     memset(&info, 0, sizeof info);
     a.info = &info;
     double t0 = now_s();
-    int rc_gpu = plugin.run(&a, 0, 1, gpu, &e1);
+    int rc_gpu = check_run(&a, 1, gpu, &e1);
     double t1 = now_s();
     a.info = NULL;
     int rc_cpu = kl_run_cpu(&a, cpu, &e2);
@@ -220,7 +220,7 @@ static void check_sleep_and_cancel(void)
     kl_err err;
     kl_args a = args_for("sleep");
     a.params[KL_SLEEP_SECONDS] = kl_value{0.2, 0, 1};
-    int rc = plugin.run(&a, 0, 1, out, &err);
+    int rc = check_run(&a, 1, out, &err);
     bool ok = rc == 0 && ((float *)out[0].data)[0] >= 0.2f && ((float *)out[0].data)[0] < 0.3f;
     printf("%s %-40s\n", ok ? "PASS" : "FAIL", "sleep 0.2 s");
     failures += !ok;
@@ -233,7 +233,7 @@ static void check_sleep_and_cancel(void)
     pthread_t t;
     pthread_create(&t, NULL, raise_later, (void *)&cancel);
     double t0 = now_s();
-    rc = plugin.run(&a, 0, 1, out, &err);
+    rc = check_run(&a, 1, out, &err);
     double took = now_s() - t0;
     pthread_join(t, NULL);
     ok = rc == KL_ECANCELED && took < 0.1 + 0.05 + 0.03;
@@ -249,12 +249,13 @@ static void check_sleep_and_cancel(void)
     g.inputs[KL_GEMM_B] = &ta;
     cancel = 1;
     g.cancel = &cancel;
-    rc = plugin.run(&g, 0, 1, out, &err);
+    rc = check_run(&g, 1, out, &err);
     ok = rc == KL_ECANCELED && out[0].data == NULL;
     printf("%s %-40s\n", ok ? "PASS" : "FAIL", "gemm cancelled before launch");
     failures += !ok;
 
-    rc = plugin.run(&g, plugin.ngpus, 1, out, &err);
+    const int absent = plugin.ngpus;
+    rc = plugin.run(&g, &absent, 1, out, &err);
     ok = rc == KL_EINVAL && strcmp(err.field, "resources.gpus") == 0;
     printf("%s %-40s\n", ok ? "PASS" : "FAIL", "run on a GPU the node lacks is refused");
     failures += !ok;
@@ -289,7 +290,7 @@ static double time_plugin(const kl_args *a, int reps)
         kl_tensor out[1];
         kl_err err;
         double t0 = now_s();
-        int rc = plugin.run(a, 0, 1, out, &err);
+        int rc = check_run(a, 1, out, &err);
         double t = now_s() - t0;
         if (rc < 0) {
             printf("FAIL plugin run for timing: %s\n", err.message);

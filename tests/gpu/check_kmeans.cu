@@ -102,7 +102,7 @@ static void check_case(const char *label, const kl_args *a, bool exact_labels, d
     memset(gpu, 0, sizeof gpu);
     memset(cpu, 0, sizeof cpu);
     double t0 = now_s();
-    int rc_gpu = plugin.run(a, 0, 1, gpu, &e1);
+    int rc_gpu = check_run(a, 1, gpu, &e1);
     double t1 = now_s();
     int rc_cpu = kl_run_cpu(a, cpu, &e2);
     double t2 = now_s();
@@ -209,7 +209,7 @@ static void check_edges(void)
     a = km_args(&tu, &ti, 3, 30, 0, 0);
     kl_tensor out[4];
     kl_err err;
-    int rc = plugin.run(&a, 0, 1, out, &err);
+    int rc = check_run(&a, 1, out, &err);
     bool ok = rc == 0 && ((float *)out[0].data)[4] == 100 && ((float *)out[0].data)[5] == 100;
     for (int64_t i = 0; ok && i < 5000; i++)
         ok = ((int32_t *)out[1].data)[i] != 2;
@@ -220,7 +220,7 @@ static void check_edges(void)
 
     volatile int cancel = 1;
     a.cancel = &cancel;
-    rc = plugin.run(&a, 0, 1, out, &err);
+    rc = check_run(&a, 1, out, &err);
     ok = rc == KL_ECANCELED && out[0].data == NULL;
     printf("%s %-52s\n", ok ? "PASS" : "FAIL", "cancelled before launch");
     failures += !ok;
@@ -234,7 +234,7 @@ static double time_plugin(const kl_args *a, int reps, int *iterations_run)
         kl_tensor out[4];
         kl_err err;
         double t0 = now_s();
-        int rc = plugin.run(a, 0, 1, out, &err);
+        int rc = check_run(a, 1, out, &err);
         double t = now_s() - t0;
         if (rc < 0) {
             printf("FAIL plugin run for timing: %s\n", err.message);

@@ -156,7 +156,7 @@ static priced run(const option &o, bool gpu, volatile int *cancel = NULL)
     priced p;
     memset(&p, 0, sizeof p);
     double t0 = now_s();
-    p.rc = gpu ? plugin.run(&a, 0, 1, out, &err) : kl_run_cpu(&a, out, &err);
+    p.rc = gpu ? check_run(&a, 1, out, &err) : kl_run_cpu(&a, out, &err);
     p.seconds = now_s() - t0;
     snprintf(p.message, sizeof p.message, "%s", err.message);
     if (p.rc == 0) {

@@ -117,7 +117,7 @@ static void check_case(const char *label, const blobs &b, const hyper &h, int gp
     memset(&e2, 0, sizeof e2);
     kl_args ag = args_for(b, h, gpu_ranks), ac = args_for(b, h, cpu_ranks);
     double t0 = now_s();
-    int rc_gpu = plugin.run(&ag, 0, gpu_ranks, gpu, &e1);
+    int rc_gpu = check_run(&ag, gpu_ranks, gpu, &e1);
     double t1 = now_s();
     int rc_cpu = kl_run_cpu(&ac, cpu, &e2);
     double t2 = now_s();
@@ -158,7 +158,7 @@ static void check_labels_refused(void)
     kl_tensor out[KL_MAX_IO];
     kl_err err;
     memset(&err, 0, sizeof err);
-    int rc = plugin.run(&a, 0, 1, out, &err);
+    int rc = check_run(&a, 1, out, &err);
     bool ok = rc == KL_EINVAL && strcmp(err.field, "inputs.y") == 0 && out[0].data == NULL;
     printf("%s %-48s %s\n", ok ? "PASS" : "FAIL", "labels out of range refused (inputs.y)", err.message);
     failures += !ok;
@@ -174,7 +174,7 @@ static void check_cancel(void)
     a.cancel = &cancel;
     kl_tensor out[KL_MAX_IO];
     kl_err err;
-    int rc = plugin.run(&a, 0, 1, out, &err);
+    int rc = check_run(&a, 1, out, &err);
     bool ok = rc == KL_ECANCELED && out[0].data == NULL;
     printf("%s %-48s\n", ok ? "PASS" : "FAIL", "cancel raised before the run");
     failures += !ok;
@@ -184,7 +184,7 @@ static void check_cancel(void)
     pthread_t t;
     pthread_create(&t, NULL, raise_later, (void *)&cancel);
     double t0 = now_s();
-    rc = plugin.run(&a, 0, 1, out, &err);
+    rc = check_run(&a, 1, out, &err);
     double took = now_s() - t0;
     pthread_join(t, NULL);
     ok = rc == KL_ECANCELED && took < 0.1 + 0.4; /* start-up, then two windows of queued steps at most */
@@ -206,7 +206,7 @@ static void bench(const char *label, int64_t n, int64_t d, const hyper &h, int r
         kl_tensor out[KL_MAX_IO];
         kl_err err;
         double t0 = now_s();
-        int rc = plugin.run(&a, 0, ranks, out, &err);
+        int rc = check_run(&a, ranks, out, &err);
         double dt = now_s() - t0;
         if (rc < 0) {
             printf("FAIL train_mlp bench %s: %s\n", label, err.message);

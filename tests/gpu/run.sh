@@ -20,14 +20,17 @@ bdir=${KL_GPU_BUILD:-build/gpu}
 if ((build_only)); then arch=(-gencode arch=compute_80,code=sm_80); else arch=(-arch=native); fi
 
 rm -rf "$bdir" && mkdir -p "$bdir"
-cflags=(-std=c11 -D_GNU_SOURCE -DKL_NO_BLAS -O3 -march=native -Wall -Wextra -Werror -pthread -Ikernels)
-nvflags=(-O3 -std=c++17 "${arch[@]}" -Ikernels -Ikernels/cuda --compiler-options -Wall,-Wextra
+cflags=(-std=c11 -D_GNU_SOURCE -DKL_NO_BLAS -O3 -march=native -Wall -Wextra -Werror -pthread -Ikernels
+        -Ikernels/dist)
+nvflags=(-O3 -std=c++17 "${arch[@]}" -Ikernels -Ikernels/dist -Ikernels/cuda --compiler-options -Wall,-Wextra
          -Werror all-warnings)
 
 echo "== build ($NVCC, ${arch[*]})"
 t0=$SECONDS
 pids=()
-for f in kernels/*.c kernels/cpu/*.c; do
+# No Gloo here (the GPU host has no Debian packages): the CPU reference's
+# multi-node runs get kernels/dist/comm_none.c, which refuses them.
+for f in kernels/*.c kernels/cpu/*.c kernels/dist/comm_none.c; do
     "$CC" "${cflags[@]}" -c "$f" -o "$bdir/$(basename "${f%.c}").o" & pids+=($!)
 done
 for f in kernels/cuda/*.cu; do

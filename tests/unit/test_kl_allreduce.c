@@ -1,7 +1,9 @@
 /* test_kl_allreduce.c — the CPU all-reduce: exact results (wrong = 0) for 1,
  * 2, 3 and 8 ranks, every op and dtype; the expected values against a naive
  * fold written out here; nccl-tests' bandwidth figures; the limits, named by
- * field; and cancel. */
+ * field; and cancel. Across nodes (threads acting as nodes, Gloo over
+ * loopback): 2 and 3 nodes x 2 ranks exact, outputs from node 0 only, busbw
+ * with the world size; a cancel on one node ends every node's run. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +20,8 @@
 #include "kl.h"
 #include "kl_test_clock.h"
 #include "kl_allreduce.h"
+#include "kl_comm.h"
+#include "kl_test_store.h"
 
 static const char *const op_names[] = {"sum", "max", "min"};
 
@@ -276,6 +280,120 @@ static void cancel_between_iterations_stops_every_rank(void **state)
     assert_true(dt < 1.0);
 }
 
+/* Runs `nodes` nodes x `local` ranks; fills nodes[] (outputs included). */
+static void run_nodes(kl_test_node *nodes, kl_test_store *s, int count, int local, int op, int dtype,
+                      volatile int *cancel, int iters)
+{
+    for (int g = 0; g < count; g++) {
+        memset(&nodes[g], 0, sizeof nodes[g]);
+        nodes[g].args = args_for(10007, dtype, op, iters, local);
+        nodes[g].args.cancel = cancel;
+        nodes[g].dist = kl_test_dist(s, count, g, local, 20000);
+    }
+    kl_test_nodes_run(nodes, count);
+}
+
+static void across_2_and_3_nodes_of_2_ranks_every_op_is_exact(void **state)
+{
+    (void)state;
+    for (int count = 2; count <= 3; count++) {
+        for (int op = 0; op < 3; op++) {
+            kl_test_store s;
+            kl_test_store_init(&s);
+            kl_test_node nodes[3];
+            run_nodes(nodes, &s, count, 2, op, op == 1 ? 1 : 0, NULL, 3);
+            for (int g = 0; g < count; g++) {
+                if (nodes[g].rc)
+                    fprintf(stderr, "node %d: %s\n", g, nodes[g].err.message);
+                assert_int_equal(nodes[g].rc, 0);
+            }
+            /* Node 0 answers for the world; the others send nothing. */
+            assert_int_equal(scalar(&nodes[0].outs[3]), 0);
+            double t = scalar(&nodes[0].outs[0]) * 1e-6, algbw = scalar(&nodes[0].outs[1]);
+            assert_true(t > 0);
+            assert_true(fabs(algbw - 10007.0 * (op == 1 ? 8 : 4) / t / 1e9) <= 1e-9 * algbw + 1e-12);
+            assert_true(fabs(scalar(&nodes[0].outs[2]) - algbw * 2.0 * (count * 2 - 1) / (count * 2)) <=
+                        1e-12 + 1e-9 * algbw);
+            for (int g = 1; g < count; g++)
+                for (int i = 0; i < 4; i++)
+                    assert_null(nodes[g].outs[i].data);
+            for (int g = 0; g < count; g++)
+                free_outs(nodes[g].outs);
+            kl_test_store_free(&s);
+        }
+    }
+}
+
+static void a_cancel_across_nodes_stops_every_node(void **state)
+{
+    (void)state;
+    kl_test_store s;
+    kl_test_store_init(&s);
+    volatile int cancel = 0;
+    kl_test_raise raiser = {&cancel, 300};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, raise_later, &raiser), 0);
+    kl_test_node nodes[2];
+    /* Only node 1 is cancelled (its node got the cancel first); node 0
+     * must not wait for it until its timeout. */
+    for (int g = 0; g < 2; g++) {
+        memset(&nodes[g], 0, sizeof nodes[g]);
+        nodes[g].args = args_for(1 << 20, 0, 0, 1000, 2);
+        nodes[g].args.cancel = g == 1 ? &cancel : NULL;
+        nodes[g].dist = kl_test_dist(&s, 2, g, 2, 60000);
+    }
+    double t0 = now_s();
+    kl_test_nodes_run(nodes, 2);
+    pthread_join(t, NULL);
+    assert_true(now_s() - t0 < 30); /* not node 0's 60 s timeout */
+    assert_int_equal(nodes[1].rc, KL_ECANCELED);
+    assert_true(nodes[0].rc == KL_EBACKEND || nodes[0].rc == KL_ETIMEDOUT);
+    kl_test_store_free(&s);
+}
+
+static void without_gloo_a_node_of_a_multi_node_run_says_why(void **state)
+{
+    (void)state;
+    kl_test_store s;
+    kl_test_store_init(&s);
+    kl_test_node n;
+    memset(&n, 0, sizeof n);
+    n.args = args_for(64, 0, 0, 1, 2);
+    n.dist = kl_test_dist(&s, 2, 0, 2, 1000);
+    kl_test_nodes_run(&n, 1);
+    assert_int_equal(n.rc, KL_ENOTSUP);
+    assert_non_null(strstr(n.err.message, "without Gloo"));
+    assert_null(n.outs[0].data);
+    kl_test_store_free(&s);
+}
+
+static void the_world_is_bounded_naming_resources_nodes(void **state)
+{
+    (void)state;
+    kl_test_store s;
+    kl_test_store_init(&s);
+    kl_dist d = kl_test_dist(&s, 33, 0, 2, 1000);
+    kl_args a = args_for(16, 0, 0, 1, 2);
+    a.dist = &d;
+    kl_err err = {0};
+    assert_int_equal(kl_args_check(&a, &err), KL_EINVAL);
+    assert_string_equal(err.field, "resources.nodes");
+    /* A kernel that cannot span nodes says so, naming its limit. */
+    kl_args g;
+    memset(&g, 0, sizeof g);
+    g.kernel = kl_kernel_find("saxpy");
+    assert_int_equal(g.kernel->max_nodes <= 1, 1);
+    kl_args_defaults(&g);
+    d.nodes = 2;
+    d.local_ranks = 1;
+    g.dist = &d;
+    assert_int_equal(kl_args_check(&g, &err), KL_EINVAL);
+    assert_string_equal(err.field, "resources.nodes");
+    assert_non_null(strstr(err.message, "at most 1 node"));
+    assert_int_equal(kl_kernel_find("allreduce")->max_nodes, 64);
+    kl_test_store_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,6 +409,16 @@ int main(void)
         cmocka_unit_test(defaults_are_a_4_mib_float32_sum_timed_20_times),
         cmocka_unit_test(a_raised_cancel_stops_before_any_output),
         cmocka_unit_test(cancel_between_iterations_stops_every_rank),
+        cmocka_unit_test(the_world_is_bounded_naming_resources_nodes),
     };
+    const struct CMUnitTest dist[] = {
+        cmocka_unit_test(across_2_and_3_nodes_of_2_ranks_every_op_is_exact),
+        cmocka_unit_test(a_cancel_across_nodes_stops_every_node),
+    };
+    const struct CMUnitTest no_gloo[] = {
+        cmocka_unit_test(without_gloo_a_node_of_a_multi_node_run_says_why),
+    };
+    if (kl_comm_available() ? cmocka_run_group_tests(dist, NULL, NULL) : cmocka_run_group_tests(no_gloo, NULL, NULL))
+        return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

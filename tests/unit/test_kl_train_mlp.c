@@ -1,7 +1,9 @@
 /* test_kl_train_mlp.c — train_mlp on the CPU: against a naive trainer in
- * double (plain loops, the same init, order and update), on 1 and 3 ranks
- * with uneven and empty shards; > 95 % accuracy and a falling loss on three
- * Gaussian blobs; ranks 1 and 2 learning the same weights; the same bits
+ * double (plain loops, the same init, order and update, each rank walking
+ * its own shard), on 1, 3 and 16 ranks with uneven and spent shards; > 95 %
+ * accuracy and a falling loss on three Gaussian blobs; one node of 2 ranks
+ * and 2 nodes of 1 rank (and 2 x 2 against 4), each node given only its
+ * rows, learning the same weights and accuracy; the same bits
  * for the same seed; the seeded init; refused params and shapes naming the
  * field; labels out of range; cancel; and the plain-loop products that a
  * -DKL_NO_BLAS build (the GPU checker's CPU reference) uses in place of
@@ -19,7 +21,9 @@
 #include <time.h>
 
 #include "cpu/mlp_math.h"
+#include "kl_comm.h"
 #include "kl_test_clock.h"
+#include "kl_test_store.h"
 
 #define KL_TEST_SEED 0x853c49e6748fea9bull
 #include "kl_test_rand.h"
@@ -144,11 +148,22 @@ static naive naive_train(const set *s, const hyper *h)
         w[i] = w0[i];
     free(w0);
 
+    /* World W: rank r owns rows [r*n/W, (r+1)*n/W) and takes ceil(batch/W)
+     * of them per step; a step averages over all the rows taken. */
+    const int W = h->ranks > 0 ? h->ranks : 1;
+    const int64_t lb = (h->batch + W - 1) / W, big = (s->n + W - 1) / W;
     for (int e = 0; e < h->epochs; e++) {
-        for (int64_t b0 = 0; b0 < s->n; b0 += h->batch) {
-            int64_t bt = b0 + h->batch <= s->n ? h->batch : s->n - b0;
+        for (int64_t st = 0; st * lb < big; st++) {
+            int64_t bt = 0;
             memset(g, 0, sizeof(double) * (size_t)m.size);
-            for (int64_t i = b0; i < b0 + bt; i++) {
+            for (int64_t i = 0; i < s->n; i++) {
+                int owner = 0;
+                while (i >= s->n * (owner + 1) / W)
+                    owner++;
+                const int64_t off = i - s->n * owner / W;
+                if (off < st * lb || off >= (st + 1) * lb)
+                    continue;
+                bt++;
                 const float *x = s->x + i * D;
                 for (int64_t j = 0; j < H; j++) {
                     double z = w[m.b1 + j];
@@ -293,15 +308,50 @@ static void learns_separable_blobs(void **state)
     set_free(&s);
 }
 
-static void one_and_two_ranks_agree(int64_t n, int64_t d, hyper h1)
+/* Node g of `nodes` x `local` ranks gets only its rows of s, as the node
+ * fetches them, and trains with the others over Gloo on loopback. */
+static void train_across_nodes(const set *s, const hyper *h, int nodes, int local, kl_tensor *out)
+{
+    kl_test_store st;
+    kl_test_store_init(&st);
+    kl_test_node nd[4];
+    set part[4];
+    hyper hl = *h;
+    hl.ranks = local;
+    for (int g = 0; g < nodes; g++) {
+        int64_t lo, hi, unused;
+        kl_shard_rows(s->n, nodes * local, g * local, &lo, &unused);
+        kl_shard_rows(s->n, nodes * local, g * local + local - 1, &unused, &hi);
+        part[g] = (set){.n = hi - lo, .d = s->d, .x = s->x + lo * s->d, .y = s->y + lo};
+        set_tensors(&part[g]);
+        memset(&nd[g], 0, sizeof nd[g]);
+        nd[g].args = args_for(&part[g], &hl);
+        nd[g].dist = kl_test_dist(&st, nodes, g, local, 30000);
+        nd[g].dist.shard_lo = lo;
+        nd[g].dist.shard_total = s->n;
+    }
+    kl_test_nodes_run(nd, nodes);
+    for (int g = 0; g < nodes; g++) {
+        if (nd[g].rc)
+            print_error("node %d: %s: %s\n", g, nd[g].err.field, nd[g].err.message);
+        assert_int_equal(nd[g].rc, 0);
+    }
+    memcpy(out, nd[0].outs, sizeof(kl_tensor) * 6);
+    for (int g = 1; g < nodes; g++)
+        for (int i = 0; i < 6; i++)
+            assert_null(nd[g].outs[i].data); /* only node 0 answers */
+    kl_test_store_free(&st);
+}
+
+/* One node of nodes*local ranks against nodes x local, each node given only
+ * its rows: the same weights within float tolerance, the same accuracy. */
+static void one_node_and_many_agree(int64_t n, int64_t d, hyper h1, int nodes, int local)
 {
     set s = blobs(n, d, h1.classes, 4.0);
-    hyper h2 = h1;
-    h1.ranks = 1;
-    h2.ranks = 2;
+    h1.ranks = nodes * local;
     kl_tensor a[6], b[6];
     train(&s, &h1, a);
-    train(&s, &h2, b);
+    train_across_nodes(&s, &h1, nodes, local, b);
     static const char *names[] = {"w1", "b1", "w2", "b2", "loss"};
     for (int i = 0; i < 5; i++)
         assert_close_f(f32(&b[i]), f32(&a[i]), kl_tensor_elems(&a[i]), 1e-4, 1e-3, names[i]);
@@ -312,16 +362,45 @@ static void one_and_two_ranks_agree(int64_t n, int64_t d, hyper h1)
     set_free(&s);
 }
 
-static void ranks_one_and_two_learn_the_same_weights(void **state)
+static void two_nodes_learn_what_one_node_of_as_many_ranks_learns(void **state)
 {
     (void)state;
     hyper h = BLOBS;
     h.epochs = 5;
-    one_and_two_ranks_agree(600, 5, h); /* small products: a thread a rank */
+    one_node_and_many_agree(600, 5, h, 2, 1); /* small products: a thread a rank */
+    one_node_and_many_agree(601, 5, h, 2, 2); /* uneven shards, 2 local ranks a node */
     h.hidden = 256;
     h.batch = 128;
     h.epochs = 2;
-    one_and_two_ranks_agree(512, 64, h); /* 64 x 64 x 256 products: ranks in turn, OpenBLAS threads */
+    one_node_and_many_agree(512, 64, h, 2, 1); /* 64 x 64 x 256 products: ranks in turn, OpenBLAS threads */
+}
+
+static void a_node_given_the_wrong_rows_is_refused(void **state)
+{
+    (void)state;
+    set s = blobs(40, 2, 2, 3.0);
+    hyper h = {.hidden = 4, .classes = 2, .epochs = 1, .batch = 8, .lr = 0.1, .momentum = 0.5, .ranks = 1};
+    kl_test_store st;
+    kl_test_store_init(&st);
+    kl_dist d = kl_test_dist(&st, 2, 1, 1, 1000);
+    d.shard_total = 40;
+    d.shard_lo = 19; /* node 1 of 2 owns [20, 40) */
+    set part = {.n = 20, .d = 2, .x = s.x + 20 * 2, .y = s.y + 20};
+    set_tensors(&part);
+    kl_args a = args_for(&part, &h);
+    a.dist = &d;
+    kl_err err = {0};
+    assert_int_equal(kl_args_check(&a, &err), KL_EINVAL);
+    assert_string_equal(err.field, "inputs.x");
+    assert_non_null(strstr(err.message, "[20, 40)"));
+    d.shard_lo = 20;
+    assert_int_equal(kl_args_check(&a, &err), 0);
+    assert_int_equal(kl_kernel_find("train_mlp")->max_nodes, 64);
+    assert_int_equal(kl_kernel_find("train_mlp")->inputs[KL_MLP_X].shard, 1);
+    assert_int_equal(kl_kernel_find("train_mlp")->inputs[KL_MLP_Y].shard, 1);
+    assert_int_equal(st.sets, 0);
+    kl_test_store_free(&st);
+    set_free(&s);
 }
 
 static void same_seed_gives_the_same_bits(void **state)
@@ -644,7 +723,7 @@ int main(void)
         cmocka_unit_test(matches_naive_trainer_on_one_rank),
         cmocka_unit_test(matches_naive_trainer_on_three_ranks),
         cmocka_unit_test(learns_separable_blobs),
-        cmocka_unit_test(ranks_one_and_two_learn_the_same_weights),
+        cmocka_unit_test(a_node_given_the_wrong_rows_is_refused),
         cmocka_unit_test(same_seed_gives_the_same_bits),
         cmocka_unit_test(refuses_bad_params_and_shapes_naming_the_field),
         cmocka_unit_test(refuses_labels_out_of_range_at_run_time),
@@ -652,5 +731,10 @@ int main(void)
         cmocka_unit_test(reports_ranks_and_steps),
         cmocka_unit_test(reports_progress_each_epoch_then_the_accuracy),
     };
+    const struct CMUnitTest dist[] = {
+        cmocka_unit_test(two_nodes_learn_what_one_node_of_as_many_ranks_learns),
+    };
+    if (kl_comm_available() && cmocka_run_group_tests(dist, NULL, NULL))
+        return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

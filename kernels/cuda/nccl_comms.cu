@@ -1,0 +1,251 @@
+/* nccl_comms.cu — the NCCL communicators of the plugin's multi-GPU kernels:
+ * the whole world in this process (ncclCommInitAll), or, for one node's part
+ * of a multi-node run (args->dist), this node's ranks of the world: node_rank
+ * 0 makes the unique id and puts it in the run's store under "nccl_id", the
+ * other nodes wait for it there, and every local GPU joins with
+ * ncclCommInitRankConfig, non-blocking, inside one group. Non-blocking
+ * communicators can be aborted while they wait, so a rank that never comes,
+ * a peer that dies, a cancel or the timeout ends the run (ncclCommAbort)
+ * instead of hanging it. */
+#include "kl_cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NCCL_ID_KEY "nccl_id"
+/* A store wait is cut into slices this long to see a cancel promptly. */
+#define STORE_SLICE_MS 250
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void pause_100us(void)
+{
+    const struct timespec tick = {0, 100 * 1000};
+    nanosleep(&tick, NULL);
+}
+
+/* Node 0: makes the id every rank of the world joins with, and publishes it. */
+static int publish_id(const kl_args *args, ncclUniqueId *id, kl_err *err)
+{
+    kl_store *s = args->dist->store;
+    int rc = 0;
+    KL_NCCL_CHECK(ncclGetUniqueId(id));
+    if ((rc = s->set(s->ctx, NCCL_ID_KEY, id, sizeof *id)) < 0)
+        kl_err_set(err, NULL, "%s: cannot publish the NCCL id in the rendezvous", args->kernel->name);
+done:
+    return rc;
+}
+
+/* The id every rank of the world joins with: made here on node_rank 0 and
+ * published, else read from the store. */
+static int unique_id(const kl_args *args, ncclUniqueId *id, kl_err *err)
+{
+    const kl_dist *d = args->dist;
+    kl_store *s = d->store;
+    int rc = 0;
+    if (d->node_rank == 0)
+        return publish_id(args, id, err);
+    const double deadline = mono_ms() + d->timeout_ms;
+    for (;;) {
+        void *data = NULL;
+        size_t len = 0;
+        if (kl__cuda_canceled(args)) {
+            kl_err_set(err, NULL, "%s: cancelled during the rendezvous", args->kernel->name);
+            return KL_ECANCELED;
+        }
+        const double left = deadline - mono_ms();
+        if (left <= 0) {
+            kl_err_set(err, NULL, "%s: node 0's NCCL id never came (%d ms)", args->kernel->name, d->timeout_ms);
+            return KL_ETIMEDOUT;
+        }
+        rc = s->get(s->ctx, NCCL_ID_KEY, &data, &len, left < STORE_SLICE_MS ? (int)left + 1 : STORE_SLICE_MS);
+        if (rc == 0) {
+            const int ok = len == sizeof *id;
+            if (ok)
+                memcpy(id, data, sizeof *id);
+            free(data);
+            if (ok)
+                return 0;
+            kl_err_set(err, NULL, "%s: the NCCL id in the rendezvous has %zu bytes, not %zu", args->kernel->name,
+                       len, sizeof *id);
+            return KL_EBACKEND;
+        }
+        if (rc != KL_ETIMEDOUT) {
+            kl_err_set(err, NULL, "%s: the rendezvous failed while waiting for the NCCL id", args->kernel->name);
+            return rc;
+        }
+    }
+}
+
+/* Polls the communicators until none is in progress: 0, or the failure,
+ * the cancel or the timeout (deadline_ms, 0 for none) with err set. */
+static int settle(const kl_args *args, ncclComm_t *comms, int R, double deadline_ms, kl_err *err)
+{
+    for (;;) {
+        int busy = 0;
+        for (int r = 0; r < R; r++) {
+            ncclResult_t st = ncclSuccess;
+            ncclResult_t q = ncclCommGetAsyncError(comms[r], &st);
+            if (q != ncclSuccess)
+                st = q;
+            if (st == ncclInProgress) {
+                busy = 1;
+            } else if (st != ncclSuccess) {
+                kl_err_set(err, NULL, "%s: NCCL rank %d: %s (%s)", args->kernel->name, r, ncclGetErrorString(st),
+                           ncclGetLastError(comms[r]));
+                return st == ncclRemoteError || st == ncclSystemError ? KL_ETIMEDOUT : KL_EBACKEND;
+            }
+        }
+        if (!busy)
+            return 0;
+        if (kl__cuda_canceled(args)) {
+            kl_err_set(err, NULL, "%s: cancelled", args->kernel->name);
+            return KL_ECANCELED;
+        }
+        if (deadline_ms > 0 && mono_ms() > deadline_ms) {
+            kl_err_set(err, NULL, "%s: a peer did not answer within %d ms", args->kernel->name,
+                       args->dist->timeout_ms);
+            return KL_ETIMEDOUT;
+        }
+        pause_100us();
+    }
+}
+
+static double deadline_of(const kl_args *args)
+{
+    return args->dist ? mono_ms() + args->dist->timeout_ms : 0;
+}
+
+static int open_all(const int *devs, int R, ncclComm_t *comms, kl_err *err)
+{
+    int rc = 0;
+    KL_NCCL_CHECK(ncclCommInitAll(comms, R, devs));
+done:
+    return rc;
+}
+
+int kl__cuda_comms_open(const kl_args *args, const int *devs, int R, ncclComm_t *comms, kl_err *err)
+{
+    int rc = 0;
+    memset(comms, 0, sizeof *comms * (size_t)R);
+    if (!args->dist)
+        return open_all(devs, R, comms, err);
+    const kl_dist *d = args->dist;
+    ncclUniqueId id;
+    if ((rc = unique_id(args, &id, err)) < 0)
+        return rc;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    {
+        ncclResult_t first = ncclGroupStart();
+        for (int r = 0; r < R && (first == ncclSuccess || first == ncclInProgress); r++) {
+            if (cudaSetDevice(devs[r]) != cudaSuccess) {
+                first = ncclInvalidUsage;
+                break;
+            }
+            first = ncclCommInitRankConfig(&comms[r], d->nodes * R, id, d->node_rank * R + r, &cfg);
+        }
+        ncclResult_t end = ncclGroupEnd();
+        if (first != ncclSuccess && first != ncclInProgress) {
+            rc = kl__cuda_fail(err, __FILE__, __LINE__, "ncclCommInitRankConfig", ncclGetErrorString(first));
+            goto done;
+        }
+        if (end != ncclSuccess && end != ncclInProgress) {
+            rc = kl__cuda_fail(err, __FILE__, __LINE__, "ncclGroupEnd", ncclGetErrorString(end));
+            goto done;
+        }
+    }
+    rc = settle(args, comms, R, deadline_of(args), err);
+done:
+    if (rc < 0)
+        kl__cuda_comms_close(comms, R, 1);
+    return rc;
+}
+
+int kl__cuda_comms_settle(const kl_args *args, ncclComm_t *comms, int R, ncclResult_t enqueued, kl_err *err)
+{
+    int rc = 0;
+    if (enqueued != ncclInProgress)
+        KL_NCCL_CHECK(enqueued);
+    if (args->dist)
+        rc = settle(args, comms, R, deadline_of(args), err);
+done:
+    return rc;
+}
+
+/* Polls query() (a stream's or an event's) until it is done, failing on the
+ * communicators' async errors (a peer lost), a cancel or the deadline. */
+template <typename Q> static int wait_done(const kl_args *args, ncclComm_t *comms, int R, double deadline, Q query,
+                                            kl_err *err)
+{
+    for (;;) {
+        cudaError_t e = query();
+        if (e == cudaSuccess)
+            break;
+        if (e != cudaErrorNotReady)
+            return kl__cuda_fail(err, __FILE__, __LINE__, "cudaStreamQuery/cudaEventQuery", cudaGetErrorString(e));
+        int rc = settle(args, comms, R, deadline, err);
+        if (rc < 0)
+            return rc;
+        if (kl__cuda_canceled(args)) {
+            kl_err_set(err, NULL, "%s: cancelled", args->kernel->name);
+            return KL_ECANCELED;
+        }
+        if (mono_ms() > deadline) {
+            kl_err_set(err, NULL, "%s: a collective did not end within %d ms (a peer is gone)", args->kernel->name,
+                       args->dist->timeout_ms);
+            return KL_ETIMEDOUT;
+        }
+        pause_100us();
+    }
+    (void)cudaGetLastError(); /* no cudaErrorNotReady left behind */
+    return 0;
+}
+
+int kl__cuda_comms_wait(const kl_args *args, ncclComm_t *comms, const cudaStream_t *streams, const int *devs, int R,
+                        kl_err *err)
+{
+    const double deadline = deadline_of(args);
+    for (int r = 0; r < R; r++) {
+        int rc;
+        cudaSetDevice(devs[r]);
+        if (!args->dist)
+            rc = kl__cuda_wait(streams[r], args, err);
+        else
+            rc = wait_done(args, comms, R, deadline, [&] { return cudaStreamQuery(streams[r]); }, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int kl__cuda_comms_wait_event(const kl_args *args, ncclComm_t *comms, int R, cudaEvent_t ev, kl_err *err)
+{
+    int rc = 0;
+    if (!args->dist) {
+        KL_CUDA_CHECK(cudaEventSynchronize(ev));
+        return 0;
+    }
+    return wait_done(args, comms, R, deadline_of(args), [&] { return cudaEventQuery(ev); }, err);
+done:
+    return rc;
+}
+
+void kl__cuda_comms_close(ncclComm_t *comms, int R, int abort)
+{
+    for (int r = 0; r < R; r++) {
+        if (!comms[r])
+            continue;
+        if (abort)
+            ncclCommAbort(comms[r]);
+        else
+            ncclCommDestroy(comms[r]);
+        comms[r] = NULL;
+    }
+}

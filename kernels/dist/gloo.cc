@@ -1,0 +1,445 @@
+// gloo.cc — kl_comm (kl_comm.h) over Gloo: TCP transport, ranks meeting
+// through Gloo's rendezvous Store implemented on the run's kl_store. The
+// one C++ file of the kernels; no exception leaves it: every entry point
+// catches and returns a KL_ code with a kl_err message.
+#include "kl_comm.h"
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// A store wait is cut into slices of this length so that an abort (or the
+// run's cancel) is seen promptly while a rank waits for the others.
+constexpr int kStoreSliceMs = 250;
+// How often the watcher polls the run's cancel flag.
+constexpr int kCancelPollMs = 20;
+
+// An error of ours thrown through Gloo (from the Store) and caught at the
+// C boundary with its code.
+struct kl_error : std::exception {
+    int code;
+    std::string msg;
+    kl_error(int c, std::string m) : code(c), msg(std::move(m)) {}
+    const char *what() const noexcept override { return msg.c_str(); }
+};
+
+} // namespace
+
+// gloo::transport::tcp::Context::signalException(const std::string &) fails
+// every pair of a context, waking whatever waits on them and closing their
+// sockets: what Gloo does itself when a wait times out, so that all ranks
+// fail fast. It is how an abort from another thread reaches a rank blocked
+// in a collective (closing the sockets alone wakes the peers, not it). It
+// is protected, and Debian's libgloo-dev cannot even declare it (its
+// tcp/context.h includes gloo/common/memory.h, which the package lacks), so
+// it is called by its exported symbol: a non-virtual member function under
+// the Itanium C++ ABI takes `this` first and a reference as a pointer.
+static_assert(__GXX_ABI_VERSION >= 1002 && _GLIBCXX_USE_CXX11_ABI,
+              "the symbol below is the Itanium ABI's, with the C++11 std::string");
+extern "C" void kl__gloo_tcp_context_signal(void *tcp_context, const std::string *msg) __asm__(
+    "_ZN4gloo9transport3tcp7Context15signalExceptionERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE");
+
+namespace {
+
+// A rendezvous context whose transport another thread may fail. The
+// transport context of a tcp device is a tcp::Context, whose first base is
+// transport::Context: the same address.
+class comm_context : public gloo::rendezvous::Context {
+  public:
+    using gloo::rendezvous::Context::Context;
+    void fail_all(const std::string &why)
+    {
+        if (transportContext_)
+            kl__gloo_tcp_context_signal(transportContext_.get(), &why);
+    }
+};
+
+} // namespace
+
+struct kl_comm {
+    const kl_dist *dist;
+    std::string prefix;
+    int rank = 0, size = 0;
+    milliseconds timeout{0};
+    std::shared_ptr<gloo::transport::Device> dev;
+    std::shared_ptr<comm_context> ctx;
+    uint32_t tag = 0;
+    // What failed the communicator, 0 while it works: KL_ECANCELED once
+    // aborted; the first failure's code otherwise.
+    std::atomic<int> failed{0};
+    // Guards `connected` against abort: the transport exists only once
+    // connectFullMesh has returned.
+    std::mutex mu;
+    bool connected = false;
+    // The cancel watcher.
+    volatile int *cancel = nullptr;
+    std::thread watcher;
+    std::mutex wmu;
+    std::condition_variable wcv;
+    bool stopping = false;
+};
+
+namespace {
+
+// Gloo's rendezvous Store over a kl_store, with keys "<prefix>_<key>".
+// Values are kept once read: Gloo may ask for a key it waited for.
+class kl_gloo_store : public gloo::rendezvous::Store {
+  public:
+    explicit kl_gloo_store(kl_comm *c) : c_(c) {}
+
+    void set(const std::string &key, const std::vector<char> &data) override
+    {
+        kl_store *s = c_->dist->store;
+        int rc = s->set(s->ctx, name(key).c_str(), data.data(), data.size());
+        if (rc < 0)
+            throw kl_error(rc, "rendezvous: cannot set " + name(key));
+    }
+
+    std::vector<char> get(const std::string &key) override
+    {
+        wait({key}, c_->timeout);
+        return got_[key];
+    }
+
+    void wait(const std::vector<std::string> &keys) override { wait(keys, c_->timeout); }
+
+    void wait(const std::vector<std::string> &keys, const milliseconds &timeout) override
+    {
+        const auto deadline = Clock::now() + timeout;
+        for (const auto &key : keys)
+            fetch(key, deadline);
+    }
+
+  private:
+    std::string name(const std::string &key) const { return c_->prefix + "_" + key; }
+
+    void fetch(const std::string &key, Clock::time_point deadline)
+    {
+        kl_store *s = c_->dist->store;
+        while (!got_.count(key)) {
+            if (c_->failed.load())
+                throw kl_error(KL_ECANCELED, "rendezvous: aborted");
+            auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+            if (left <= 0)
+                throw kl_error(KL_ETIMEDOUT, "rendezvous: " + name(key) + " never came (a rank is missing)");
+            void *data = nullptr;
+            size_t len = 0;
+            int rc = s->get(s->ctx, name(key).c_str(), &data, &len,
+                            (int)std::min<long long>(left, kStoreSliceMs));
+            if (rc == 0) {
+                const char *p = static_cast<const char *>(data);
+                got_[key] = std::vector<char>(p, p + len);
+                free(data);
+            } else if (rc != KL_ETIMEDOUT) {
+                throw kl_error(rc, "rendezvous: cannot get " + name(key));
+            }
+        }
+    }
+
+    kl_comm *c_;
+    std::map<std::string, std::vector<char>> got_;
+};
+
+void err_set(kl_err *err, const char *msg)
+{
+    if (err)
+        kl_err_set(err, NULL, "%s", msg);
+}
+
+// Fails the transport (if any) so that a blocked collective returns and the
+// peers see their connections close.
+void comm_fail(kl_comm *c, int code, const char *why)
+{
+    int none = 0;
+    c->failed.compare_exchange_strong(none, code);
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->connected) {
+        try {
+            c->ctx->fail_all(why);
+        } catch (...) {
+            // The pairs failed already; nothing more to close.
+        }
+    }
+}
+
+// The KL_ code of an exception caught from Gloo during `what`, failing the
+// communicator (so the peers fail now, not at their timeout).
+int comm_caught(kl_comm *c, const char *what, const char *msg, int code, kl_err *err)
+{
+    if (c->failed.load() == KL_ECANCELED) {
+        code = KL_ECANCELED;
+    } else if (code == KL_EBACKEND && (strstr(msg, "imed out") || strstr(msg, "imeout"))) {
+        code = KL_ETIMEDOUT;
+    }
+    comm_fail(c, code, msg);
+    if (err) {
+        if (code == KL_ECANCELED)
+            kl_err_set(err, NULL, "%s: cancelled", what);
+        else
+            kl_err_set(err, NULL, "%s (rank %d of %d): %s", what, c->rank, c->size, msg);
+    }
+    return code;
+}
+
+// Gloo writes to sockets a dead peer may have reset: with SIGPIPE at its
+// default, that write would kill the process instead of failing the
+// collective. Blocked on every thread that calls in (a signal mask is per
+// thread), it is also blocked on the device's event-loop thread, which
+// kl_comm_open starts.
+void block_sigpipe()
+{
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+}
+
+// Runs fn, mapping what it throws to a KL_ code.
+template <typename F> int comm_call(kl_comm *c, const char *what, kl_err *err, F fn)
+{
+    block_sigpipe();
+    int f = c->failed.load();
+    if (f) {
+        if (err)
+            kl_err_set(err, NULL, "%s: the communicator %s", what,
+                       f == KL_ECANCELED ? "was cancelled" : "failed earlier");
+        return f;
+    }
+    try {
+        fn();
+        return 0;
+    } catch (const kl_error &e) {
+        return comm_caught(c, what, e.what(), e.code, err);
+    } catch (const std::bad_alloc &) {
+        return comm_caught(c, what, "out of memory", KL_ENOMEM, err);
+    } catch (const std::exception &e) {
+        return comm_caught(c, what, e.what(), KL_EBACKEND, err);
+    } catch (...) {
+        return comm_caught(c, what, "unknown error", KL_EBACKEND, err);
+    }
+}
+
+void watch_cancel(kl_comm *c)
+{
+    std::unique_lock<std::mutex> lock(c->wmu);
+    while (!c->stopping) {
+        if (__atomic_load_n(c->cancel, __ATOMIC_RELAXED)) {
+            lock.unlock();
+            kl_comm_abort(c);
+            return;
+        }
+        c->wcv.wait_for(lock, milliseconds(kCancelPollMs));
+    }
+}
+
+template <typename T> gloo::AllreduceOptions::Func reduce_fn(kl_allreduce_op op)
+{
+    using fn = void (*)(void *, const void *, const void *, size_t);
+    if (op == KL_ALLREDUCE_MAX)
+        return static_cast<fn>(&gloo::max<T>);
+    if (op == KL_ALLREDUCE_MIN)
+        return static_cast<fn>(&gloo::min<T>);
+    return static_cast<fn>(&gloo::sum<T>);
+}
+
+template <typename T> void allreduce_as(kl_comm *c, void *buf, int64_t count, kl_allreduce_op op)
+{
+    gloo::AllreduceOptions opts(c->ctx);
+    opts.setOutput<T>(static_cast<T *>(buf), (size_t)count);
+    opts.setReduceFunction(reduce_fn<T>(op));
+    opts.setTag(c->tag++);
+    opts.setTimeout(c->timeout);
+    gloo::allreduce(opts);
+}
+
+template <typename T> void broadcast_as(kl_comm *c, void *buf, int64_t count, int root)
+{
+    gloo::BroadcastOptions opts(c->ctx);
+    opts.setOutput<T>(static_cast<T *>(buf), (size_t)count);
+    opts.setRoot(root);
+    opts.setTag(c->tag++);
+    opts.setTimeout(c->timeout);
+    gloo::broadcast(opts);
+}
+
+int check_args(const kl_dist *dist, int rank, const char *prefix, kl_err *err)
+{
+    if (!dist || !dist->store || !dist->store->set || !dist->store->get || dist->nodes < 1 ||
+        dist->local_ranks < 1 || dist->timeout_ms <= 0) {
+        err_set(err, "kl_comm: a store, nodes >= 1, local_ranks >= 1 and timeout_ms > 0 are needed");
+        return KL_EINVAL;
+    }
+    if (rank < 0 || (int64_t)rank >= (int64_t)dist->nodes * dist->local_ranks) {
+        err_set(err, "kl_comm: rank out of the world");
+        return KL_EINVAL;
+    }
+    if (!prefix || !*prefix || strlen(prefix) > 32 ||
+        strspn(prefix, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") != strlen(prefix)) {
+        err_set(err, "kl_comm: the key prefix must be 1..32 characters of [A-Za-z0-9_.-]");
+        return KL_EINVAL;
+    }
+    return 0;
+}
+
+} // namespace
+
+extern "C" {
+
+int kl_comm_available(void)
+{
+    return 1;
+}
+
+int kl_comm_open(const kl_dist *dist, int rank, const char *prefix, volatile int *cancel, kl_comm **out,
+                 kl_err *err)
+{
+    *out = nullptr;
+    int rc = check_args(dist, rank, prefix, err);
+    if (rc < 0)
+        return rc;
+    kl_comm *c = new (std::nothrow) kl_comm;
+    if (!c) {
+        err_set(err, "kl_comm: out of memory");
+        return KL_ENOMEM;
+    }
+    c->dist = dist;
+    c->prefix = prefix;
+    c->rank = rank;
+    c->size = dist->nodes * dist->local_ranks;
+    c->timeout = milliseconds(dist->timeout_ms);
+    c->cancel = cancel;
+    rc = comm_call(c, "rendezvous", err, [c]() {
+        if (c->cancel)
+            c->watcher = std::thread(watch_cancel, c);
+        gloo::transport::tcp::attr attr(c->dist->host && *c->dist->host ? c->dist->host : "127.0.0.1");
+        c->dev = gloo::transport::tcp::CreateDevice(attr);
+        c->ctx = std::make_shared<comm_context>(c->rank, c->size);
+        c->ctx->setTimeout(c->timeout);
+        kl_gloo_store store(c);
+        c->ctx->connectFullMesh(store, c->dev);
+        {
+            std::lock_guard<std::mutex> lock(c->mu);
+            c->connected = true;
+        }
+        // An abort that came while connecting found nothing to fail yet.
+        if (c->failed.load())
+            throw kl_error(c->failed.load(), "aborted");
+    });
+    if (rc < 0) {
+        kl_comm_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int kl_comm_rank(const kl_comm *c)
+{
+    return c->rank;
+}
+
+int kl_comm_size(const kl_comm *c)
+{
+    return c->size;
+}
+
+int kl_comm_allreduce(kl_comm *c, void *buf, int64_t count, kl_dtype dtype, kl_allreduce_op op, kl_err *err)
+{
+    if (count < 0 || (count > 0 && !buf)) {
+        err_set(err, "kl_comm_allreduce: bad buffer");
+        return KL_EINVAL;
+    }
+    if (count == 0)
+        return 0;
+    return comm_call(c, "all-reduce", err, [&]() {
+        switch (dtype) {
+        case KL_F32: allreduce_as<float>(c, buf, count, op); break;
+        case KL_F64: allreduce_as<double>(c, buf, count, op); break;
+        case KL_I32: allreduce_as<int32_t>(c, buf, count, op); break;
+        }
+    });
+}
+
+int kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, kl_dtype dtype, int root, kl_err *err)
+{
+    if (count < 0 || (count > 0 && !buf) || root < 0 || root >= c->size) {
+        err_set(err, "kl_comm_broadcast: bad buffer or root");
+        return KL_EINVAL;
+    }
+    if (count == 0)
+        return 0;
+    return comm_call(c, "broadcast", err, [&]() {
+        switch (dtype) {
+        case KL_F32: broadcast_as<float>(c, buf, count, root); break;
+        case KL_F64: broadcast_as<double>(c, buf, count, root); break;
+        case KL_I32: broadcast_as<int32_t>(c, buf, count, root); break;
+        }
+    });
+}
+
+int kl_comm_barrier(kl_comm *c, kl_err *err)
+{
+    return comm_call(c, "barrier", err, [c]() {
+        gloo::BarrierOptions opts(c->ctx);
+        opts.setTag(c->tag++);
+        opts.setTimeout(c->timeout);
+        gloo::barrier(opts);
+    });
+}
+
+void kl_comm_abort(kl_comm *c)
+{
+    if (c)
+        comm_fail(c, KL_ECANCELED, "kl_comm: aborted");
+}
+
+void kl_comm_close(kl_comm *c)
+{
+    if (!c)
+        return;
+    {
+        std::lock_guard<std::mutex> lock(c->wmu);
+        c->stopping = true;
+    }
+    c->wcv.notify_all();
+    if (c->watcher.joinable())
+        c->watcher.join();
+    try {
+        // Resets the connections (SO_LINGER 0): a peer still waiting on this
+        // rank fails at once instead of at its timeout.
+        if (c->ctx && c->connected)
+            c->ctx->closeConnections();
+        c->ctx.reset();
+        c->dev.reset();
+    } catch (...) {
+        // Closing a failed transport may throw; it is going away anyway.
+    }
+    delete c;
+}
+
+} // extern "C"
