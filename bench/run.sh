@@ -507,7 +507,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = dist ]; then
     # a third node, for the 3-node rendezvous
     start_nodes 1 "$SLOTS" bench-dist DIST_PIDS 3
     python3 "$ROOT/bench/dist.py" --url "$GW_URL" --key "$KL_BENCH_KEY" \
-        --gloo "$TREE/bin/gloo_allreduce" --json "$RES/dist.json" || RESULT_RC=1
+        --gloo "$TREE/build/bench/gloo_allreduce" --json "$RES/dist.json" || RESULT_RC=1
     for p in "$GW_PID" "${NODE_PIDS[@]}" "${DIST_PIDS[@]}"; do
         kill -0 "$p" 2>/dev/null || { say "bench: a stack process (pid $p) died during the distributed phase"; RESULT_RC=1; }
     done
