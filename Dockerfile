@@ -22,6 +22,7 @@ RUN apt-get update \
         build-essential pkg-config \
         libmicrohttpd-dev libjansson-dev libpq-dev libhiredis-dev \
         libcurl4-openssl-dev libopenblas-dev libcmocka-dev libdouble-conversion-dev libssl-dev \
+        libgloo-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -45,7 +46,9 @@ LABEL org.opencontainers.image.title="kowloon" \
       org.opencontainers.image.description="Kowloon GPU job service: gateway and compute node"
 
 # Runtime halves of the build dependencies (Ubuntu 24.04 names), and curl for
-# the compose health checks. cudart, cuBLAS, cuRAND and NCCL (libnccl2) are
+# the compose health checks. Gloo (CPU collectives of multi-node jobs) comes
+# as libgloo-dev: its runtime library's package name is not the same in
+# every release, the dev package's is. cudart, cuBLAS, cuRAND and NCCL (libnccl2) are
 # in the CUDA runtime image; NCCL is installed from NVIDIA's apt repository
 # (configured in the image) should a runtime tag ever come without it.
 ENV DEBIAN_FRONTEND=noninteractive
@@ -53,6 +56,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         libmicrohttpd12t64 libjansson4 libpq5 libhiredis1.1.0 \
         libcurl4t64 libopenblas0 libdouble-conversion3 libssl3t64 curl ca-certificates \
+        libgloo-dev \
  && { ldconfig -p | grep -q 'libnccl\.so\.2' \
       || apt-get install -y --no-install-recommends libnccl2; } \
  && rm -rf /var/lib/apt/lists/*
@@ -64,9 +68,13 @@ COPY --from=build /opt/kowloon /opt/kowloon
 RUN missing="$(ldd /opt/kowloon/bin/* /opt/kowloon/lib/*.so | grep 'not found' || true)"; \
     if [ -n "$missing" ]; then echo "unresolved libraries:"; echo "$missing"; exit 1; fi
 
-RUN useradd --system --home-dir /opt/kowloon --no-create-home --shell /usr/sbin/nologin kowloon \
+# A fixed uid/gid: Kubernetes' runAsUser/fsGroup (deploy/k8s) name it, and
+# a numeric USER lets the kubelet check runAsNonRoot.
+RUN groupadd --system --gid 10001 kowloon \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /opt/kowloon --no-create-home \
+        --shell /usr/sbin/nologin kowloon \
  && install -d -o kowloon -g kowloon /var/lib/kowloon/blobs
-USER kowloon
+USER 10001:10001
 WORKDIR /opt/kowloon
 ENV PATH=/opt/kowloon/bin:${PATH}
 

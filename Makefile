@@ -128,7 +128,7 @@ test:
 	@scripts/install-deps.sh
 	@$(MAKE) --no-print-directory all
 	@scripts/test.sh
-bench: all
+bench: all $(if $(GLOO),$(B)/bench/gloo_allreduce,)
 	@bench/run.sh
 bench-kernels: all
 	@bench/kernels.sh

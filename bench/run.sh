@@ -44,7 +44,8 @@
 # [250] (slots per extra node of phase 6; as many nodes as the jobs need) and
 # KL_BENCH_IDLE_JOB_S [300] (how long each would sleep), KL_BENCH_PERF_S [5]
 # (phase 7), KL_BENCH_PHASES [1234567] (the control phases to run; 5 needs 3),
-# KL_BENCH_ONLY=data (only phase 9) or =control (no phase 9), KL_BENCH_OUT
+# KL_BENCH_ONLY=data (only phase 9), =dist (only phase 10) or =control (phases
+# 1-8), KL_BENCH_OUT
 # [var/bench/<UTC time>], KL_BENCH_KEEP=1 keeps the temp directory (logs)
 # after the run; it is also kept when the run fails. KL_BENCH_GW_ARGS adds
 # options to the gateway's command line (to try a setting). KOWLOON_TEST_ROOT=
@@ -114,7 +115,7 @@ fi
 STATE=$(mktemp -d /tmp/kowloon-bench.XXXXXX)
 RES=$OUT
 mkdir -p "$STATE/log" "$STATE/pids" "$RES"
-GW_PID= NODE_PIDS=() IDLE_PIDS=() BG_PIDS=() RESULT_RC=0
+GW_PID= NODE_PIDS=() IDLE_PIDS=() DIST_PIDS=() BG_PIDS=() RESULT_RC=0
 
 cleanup() {
     local rc=$?
@@ -124,7 +125,7 @@ cleanup() {
     say "bench: stopping the stack"
     # a load generator still running (interrupted run): stop it first
     for p in "${BG_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && kl_kill_wait "$p" 5; done
-    for p in "${IDLE_PIDS[@]}" "${NODE_PIDS[@]}"; do kl_kill_wait "$p" 10; done
+    for p in "${IDLE_PIDS[@]}" "${DIST_PIDS[@]}" "${NODE_PIDS[@]}"; do kl_kill_wait "$p" 10; done
     [ -n "$GW_PID" ] && kl_kill_wait "$GW_PID" 15
     wait 2>/dev/null
     kl_redis_stop "$STATE" >/dev/null
@@ -377,7 +378,7 @@ profile() {
 }
 
 ONLY=${KL_BENCH_ONLY:-all}
-if [ "$ONLY" != data ]; then
+if [ "$ONLY" = all ] || [ "$ONLY" = control ]; then
 say "   phases run in this order: the pgbench references (on the idle stack), 3, 5, 4, 1, 2, 7, 6; 8 sums up"
 # ---------------------------------------------------------------- pgbench
 # First, on an idle system, so that they measure PostgreSQL alone.
@@ -488,7 +489,7 @@ done
 fi
 
 # ---------------------------------------------------------------- 9. data path
-if [ "$ONLY" != control ]; then
+if [ "$ONLY" = all ] || [ "$ONLY" = data ]; then
     say ""
     mkdir -p "$STATE/data"
     python3 "$ROOT/bench/datapath.py" --url "$GW_URL" --key "$KL_BENCH_KEY" \
@@ -497,6 +498,18 @@ if [ "$ONLY" != control ]; then
         --json "$RES/datapath.json" || RESULT_RC=1
     for p in "$GW_PID" "${NODE_PIDS[@]}"; do
         kill -0 "$p" 2>/dev/null || { say "bench: a stack process (pid $p) died during the data path"; RESULT_RC=1; }
+    done
+fi
+
+# ---------------------------------------------------------------- 10. distributed
+if [ "$ONLY" = all ] || [ "$ONLY" = dist ]; then
+    say ""
+    # a third node, for the 3-node rendezvous
+    start_nodes 1 "$SLOTS" bench-dist DIST_PIDS 3
+    python3 "$ROOT/bench/dist.py" --url "$GW_URL" --key "$KL_BENCH_KEY" \
+        --gloo "$TREE/build/bench/gloo_allreduce" --json "$RES/dist.json" || RESULT_RC=1
+    for p in "$GW_PID" "${NODE_PIDS[@]}" "${DIST_PIDS[@]}"; do
+        kill -0 "$p" 2>/dev/null || { say "bench: a stack process (pid $p) died during the distributed phase"; RESULT_RC=1; }
     done
 fi
 exit "$RESULT_RC"

@@ -69,6 +69,21 @@ static int cn__healthz(svc_req *req)
     return svc_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/* Readiness, distinct from liveness: a node is ready once the gateway has
+ * it registered, and no longer once it drains, so a rolling restart (a
+ * Kubernetes DaemonSet) moves to the next host only when this one serves. */
+static int cn__readyz(svc_req *req)
+{
+    const cn_node *n = svc_req_app(req);
+    int ready = cn_node_ready(n);
+
+    if (!ready)
+        svc_reply_header(req, "Retry-After", "2");
+    return svc_reply_json(req, ready ? 200 : 503,
+                          json_pack("{s:s, s:b}", "status", ready ? "ready" : "unavailable",
+                                    "draining", cn_node_draining(n)));
+}
+
 static int cn__info(svc_req *req)
 {
     const cn_node *n = svc_req_app(req);
@@ -208,6 +223,7 @@ static int cn__run_release(svc_req *req)
 
 const svc_route cn_api_routes[] = {
     {.method = "GET", .pattern = "/healthz", .handler = cn__healthz},
+    {.method = "GET", .pattern = "/readyz", .handler = cn__readyz},
     {.method = "GET", .pattern = "/v1/info", .handler = cn__info, .access = 1},
     {.method = "GET", .pattern = "/metrics", .handler = cn__metrics, .access = CN_ACCESS_METRICS},
     {.method = "POST", .pattern = "/v1/runs", .handler = cn__run_create, .json_body = 1, .access = 1},

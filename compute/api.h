@@ -1,6 +1,7 @@
 /* api.h — the node's HTTP API: the run endpoints the gateway drives
- * (POST/GET/DELETE /v1/runs), GET /v1/info, GET /metrics and the open GET /healthz. The
- * server's app pointer must be the node's cn_node. */
+ * (POST/GET/DELETE /v1/runs), GET /v1/info, GET /metrics and the open GET /healthz
+ * (alive) and GET /readyz (registered, not draining). The server's app pointer
+ * must be the node's cn_node. */
 #ifndef CN_API_H
 #define CN_API_H
 
@@ -12,7 +13,7 @@
 enum { CN_ACCESS_TOKEN = 1, CN_ACCESS_METRICS = 2 };
 
 /* The route table, terminated by an entry with method NULL. Every route
- * but /healthz needs the cluster token, checked by cn_api_authorize from
+ * but /healthz and /readyz needs the cluster token, checked by cn_api_authorize from
  * the head before the body is read (GET /metrics: see above). */
 extern const svc_route cn_api_routes[];
 

@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "register.h"
 #include "runs.h"
+#include "slurm.h"
 #include "svc_client.h"
 #include "svc_config.h"
 #include "svc_http.h"
@@ -26,6 +27,9 @@
 
 /* After the grace period, cancelled kernels get this long to stop. */
 #define CN_CANCEL_WAIT_MS 5000
+/* ... and their reports this long to be recorded before the node
+ * deregisters, so that the gateway requeues them at once, saying why. */
+#define CN_GIVE_BACK_WAIT_MS 3000
 
 /* SIGTERM/SIGINT arrive on this pipe. Masks cannot steer them to main:
  * libraries start threads before main runs (OpenBLAS's pool does), and any
@@ -117,6 +121,10 @@ static svc_opt cn_opts[] = {
      .min = 1, .max = 3600,
      .help = "how long a multi-node run waits for its rendezvous, and for each collective, "
              "before it gives up (a peer is gone)"},
+    {.flag = "slurm", .env = "KOWLOON_SLURM", .type = SVC_OPT_BOOL, .def = "0",
+     .help = "started by srun inside a Slurm allocation: the name (<host>-slurm<job>), slots, "
+             "threads, GPUs and a free port on all interfaces come from the SLURM_* "
+             "environment, unless given (deploy/slurm/)"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
      .help = "debug|info|warn|error"},
     {.flag = NULL},
@@ -130,6 +138,47 @@ static const char *cn__opt(const char *flag)
 static long cn__num(const char *flag)
 {
     return svc_config_get(cn_opts, flag)->num;
+}
+
+static const char *cn__getenv(const char *name)
+{
+    return getenv(name);
+}
+
+/* --slurm: what the user did not set comes from the allocation, and CUDA
+ * sees the allocation's GPUs and no other (none when it has none). Call
+ * before the backend is chosen. 0, or -1 with err. */
+static int cn__slurm_apply(cn_slurm *s, char *err, size_t errlen)
+{
+    svc_opt *name = svc_config_get(cn_opts, "name"), *slots = svc_config_get(cn_opts, "slots");
+    svc_opt *threads = svc_config_get(cn_opts, "threads");
+    svc_opt *listen = svc_config_get(cn_opts, "listen");
+
+    if (cn_slurm_read(cn__getenv, s, err, errlen) < 0)
+        return -1;
+    if (!svc_config_given(name))
+        name->str = s->name;
+    if (!svc_config_given(slots))
+        slots->num = cn_slurm_slots(s);
+    if (!svc_config_given(threads))
+        threads->num = cn_slurm_threads(s, (int)slots->num);
+    /* Another allocation on this host may hold any fixed port; the gateway
+     * learns the one bound, at the host's name. */
+    if (!svc_config_given(listen))
+        listen->str = "0.0.0.0:0";
+    /* Slurm numbers GPUs as nvidia-smi does, by PCI bus; CUDA's own order
+     * (fastest first) may differ, and index 2 would be another job's GPU. */
+    if (((!s->gpus_from || strcmp(s->gpus_from, "CUDA_VISIBLE_DEVICES") != 0) &&
+         setenv("CUDA_VISIBLE_DEVICES", s->gpus, 1) < 0) ||
+        setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0) < 0) {
+        snprintf(err, errlen, "cannot set the CUDA environment: %s", strerror(errno));
+        return -1;
+    }
+    svc_info("slurm allocation job=%s host=%s name=%s cpus=%d gpus=%d cuda_visible_devices=\"%s\" "
+             "(from %s) cuda_device_order=%s slots=%ld threads=%ld", s->job_id, s->host,
+             name->str, s->cpus, s->ngpus, s->gpus, s->gpus_from ? s->gpus_from : "none set",
+             getenv("CUDA_DEVICE_ORDER"), slots->num, threads->num);
+    return 0;
 }
 
 /* Fills the default name (hostname:port) and advertised URL from the listen
@@ -176,9 +225,21 @@ static int cn__drain(cn_runs *runs, long grace_s)
         left = cn_runs_unsettled(runs);
     }
     int stuck = left > 0 ? cn_runs_cancel_all(runs, CN_CANCEL_WAIT_MS) : 0;
-    if (stuck > 0)
+    if (stuck > 0) {
         svc_warn("kernels ignore their cancel flag; exiting without them runs=%d", stuck);
-    return stuck;
+        return stuck;
+    }
+    /* The runs cut short are given back: their reports (the node shut
+     * down) make the gateway requeue each job at once as a new attempt,
+     * which fences out anything this node might still send. A report not
+     * recorded in time is covered by the deregistration: the gateway then
+     * requeues what still ran here as lost. */
+    int64_t give_back = svc_now_mono_ms() + CN_GIVE_BACK_WAIT_MS;
+    while (left > 0 && (left = cn_runs_unsettled(runs)) > 0 && svc_now_mono_ms() < give_back)
+        cn__signal_wait(50);
+    if (left > 0)
+        svc_warn("runs given back without a recorded report runs=%d", left);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -212,6 +273,11 @@ int main(int argc, char **argv)
         return 2;
     }
     svc_log_init("compute", level);
+    cn_slurm slurm;
+    if (cn__num("slurm") && cn__slurm_apply(&slurm, err, sizeof err) < 0) {
+        svc_error("--slurm: %s", err);
+        return 2;
+    }
     const char *token = cn__opt("cluster-token");
     if (!token || !token[0]) {
         svc_error("--cluster-token (KOWLOON_CLUSTER_TOKEN) is required");
@@ -330,6 +396,7 @@ int main(int argc, char **argv)
         svc_error("cannot start the registration thread: %s", strerror(-e));
         goto cleanup;
     }
+    __atomic_store_n(&node.reg, reg, __ATOMIC_RELEASE);
 
     if ((e = cn_lease_start(cn__opt("gateway"), &node, reg, &lease)) < 0) {
         svc_error("cannot start the lease threads: %s", strerror(-e));
@@ -348,9 +415,9 @@ cleanup:
     cn_register_stop(reg);      /* deregisters while the API still answers; the
                                    gateway then ends the lease poll at once */
     cn_lease_stop(lease);
-    cn_register_free(reg);
     cn_runs_shutdown(runs);     /* ends long polls so the server can stop */
     svc_server_stop(server);
+    cn_register_free(reg);      /* after the server: GET /readyz reads it */
     /* A kernel that ignores its cancel flag would block the join for ever,
      * and the plugin must stay loaded under it: leave both to the exit. */
     if (!stuck) {

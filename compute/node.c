@@ -2,10 +2,13 @@
  * GET /v1/info so the two can never disagree. */
 #include "node.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "nvml.h"
+#include "register.h"
 
 json_t *cn_node_describe(const cn_node *n)
 {
@@ -25,14 +28,46 @@ json_t *cn_node_describe(const cn_node *n)
                      n->slots, "kernels", kernels);
 }
 
+/* The NVML devices CUDA numbers 0, 1, ... in this process: with
+ * CUDA_VISIBLE_DEVICES, the ones it names (an NVML index, or a GPU-/MIG-
+ * UUID), in its order; without, all. NVML sees every device of the host
+ * whatever the variable says (Slurm and container runtimes set it). Fills
+ * map[cuda index] = NVML index; returns how many. */
+static int visible_devices(cn_nvml *nvml, int *map, int max)
+{
+    const char *env = getenv("CUDA_VISIBLE_DEVICES");
+    int count = cn_nvml_count(nvml), n = 0;
+    if (!env) {
+        for (int i = 0; i < count && n < max; i++)
+            map[n++] = i;
+        return n;
+    }
+    char list[1024];
+    snprintf(list, sizeof list, "%s", env);
+    char *save = NULL;
+    for (char *tok = strtok_r(list, ",", &save); tok && n < max; tok = strtok_r(NULL, ",", &save)) {
+        int found = -1;
+        for (int i = 0; i < count && found < 0; i++) {
+            cn_gpu_stats g;
+            if (cn_nvml_read(nvml, i, &g) == 0 && (strcmp(g.index, tok) == 0 || strcmp(g.uuid, tok) == 0))
+                found = i;
+        }
+        if (found < 0)
+            break;   /* CUDA stops at the first entry it cannot use */
+        map[n++] = found;
+    }
+    return n;
+}
+
 json_t *cn_node_state(const cn_node *n)
 {
     json_t *gpus = json_array();
-    for (int i = 0; gpus && i < cn_nvml_count(n->nvml) && i < 16; i++) {
+    int map[16], nvis = n->nvml ? visible_devices(n->nvml, map, 16) : 0;
+    for (int i = 0; gpus && i < nvis; i++) {
         cn_gpu_stats g;
-        if (cn_nvml_read(n->nvml, i, &g) != 0)
+        if (cn_nvml_read(n->nvml, map[i], &g) != 0)
             continue;
-        json_t *d = json_pack("{s:i}", "index", i);
+        json_t *d = json_pack("{s:i, s:s}", "index", i, "model", g.name);
         if (g.mem_total >= 0)
             json_object_set_new(d, "memory_total", json_integer((json_int_t)g.mem_total));
         if (g.mem_total >= 0 && g.mem_used >= 0)
@@ -52,4 +87,12 @@ json_t *cn_node_state(const cn_node *n)
 int cn_node_draining(const cn_node *n)
 {
     return __atomic_load_n(&n->draining, __ATOMIC_ACQUIRE);
+}
+
+int cn_node_ready(const cn_node *n)
+{
+    cn_register *reg = __atomic_load_n(&n->reg, __ATOMIC_ACQUIRE);
+    char id[64];
+
+    return reg && cn_register_node_id(reg, id) && !cn_node_draining(n);
 }

@@ -31,6 +31,8 @@ typedef struct cn_node {
     svc_metrics *metrics;       /* what GET /metrics serves; owned by main */
     int metrics_public;         /* --metrics-public: /metrics without the token */
     struct cn_nvml *nvml;       /* GPU figures (nvml.h); NULL without NVML */
+    struct cn_register *reg;    /* set once by main when registration starts; read
+                                   with __atomic (GET /readyz) */
 } cn_node;
 
 /* {"name","url","backend","backend_reason","gpus","slots","kernels"}: the
@@ -45,5 +47,9 @@ json_t *cn_node_state(const cn_node *n);
 
 /* 1 once main has begun draining. */
 int cn_node_draining(const cn_node *n);
+
+/* 1 while the gateway has this node registered and it is not draining:
+ * what GET /readyz answers 200 for. */
+int cn_node_ready(const cn_node *n);
 
 #endif

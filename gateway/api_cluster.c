@@ -251,7 +251,8 @@ static int node_state_check(const json_t *state)
             !number_in(json_object_get(d, "index"), 0, 15) ||
             !number_in(json_object_get(d, "memory_total"), 0, 1e15) ||
             !number_in(json_object_get(d, "memory_free"), 0, 1e15) ||
-            !number_in(json_object_get(d, "util"), 0, 100))
+            !number_in(json_object_get(d, "util"), 0, 100) ||
+            (json_object_get(d, "model") && !json_is_string(json_object_get(d, "model"))))
             return -1;
     if (cpu && (!number_in(json_object_get(cpu, "cores"), 0, 1e6) ||
                 !number_in(json_object_get(cpu, "load1"), 0, 1e6)))
@@ -284,8 +285,8 @@ int gw_api_node_heartbeat(svc_req *req)
     json_t *state = json_object_get(b, "state");
     if (state && node_state_check(state) != 0)
         return svc_reply_error(req, 400, "invalid_argument", "state", NULL,
-                               "state is {gpus: [{index: 0-15, memory_total, memory_free: bytes, "
-                               "util: 0-100}] (at most 16), cpu: {cores, load1}}");
+                               "state is {gpus: [{index: 0-15, model, memory_total, memory_free: "
+                               "bytes, util: 0-100}] (at most 16), cpu: {cores, load1}}");
     char *state_text = state ? json_dumps(state, JSON_COMPACT) : NULL;
     int rc = gw_store_node_heartbeat(app->store, id, (int)json_integer_value(running), state_text);
     free(state_text);

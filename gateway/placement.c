@@ -182,21 +182,19 @@ void gw_place_backfill_mask(int n, const uint8_t *reserved, int64_t start_ms, in
         allowed[i] = !reserved[i] || ends_in_time;
 }
 
-int gw_place_fair_pick(const double *usage, const double *weight, const double *head,
-                       const uint8_t *candidate, int k)
+int gw_place_fair_pick(const double *vtime, const double *head, const uint8_t *candidate, int k)
 {
     int best = -1;
-    double best_share = 0;
-    for (int i = 0; i < k; i++) {
-        if (!candidate[i])
-            continue;
-        double share = usage[i] / (weight[i] > 0 ? weight[i] : 1);
-        if (best < 0 || share < best_share || (share == best_share && head[i] < head[best])) {
+    for (int i = 0; i < k; i++)
+        if (candidate[i] && (best < 0 || vtime[i] < vtime[best] ||
+                             (vtime[i] == vtime[best] && head[i] < head[best])))
             best = i;
-            best_share = share;
-        }
-    }
     return best;
+}
+
+double gw_place_fair_charge(double units, double weight)
+{
+    return units / (weight > 0 ? weight : 1);
 }
 
 int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus)

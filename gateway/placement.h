@@ -72,12 +72,18 @@ int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *
 void gw_place_backfill_mask(int n, const uint8_t *reserved, int64_t start_ms, int64_t now,
                             int timeout_s, uint8_t *allowed);
 
-/* The tenant whose turn it is under weighted fair share: among the k
- * tenants those with candidate[i] set (something left to look at), the
- * least usage[i] / weight[i] (what it runs per unit of weight); a tie goes
- * to the more urgent next entry (smaller head[i], a gw_queue_score), then
- * the lower index. -1 when there is no candidate. */
-int gw_place_fair_pick(const double *usage, const double *weight, const double *head,
-                       const uint8_t *candidate, int k);
+/* Weighted fair share as stride scheduling: each tenant has a virtual
+ * time that every start advances by the job's units (nodes x gpus) over
+ * the tenant's weight; the tenant with the least virtual time goes next,
+ * so over a busy stretch tenants start units in proportion to their
+ * weights, whatever the length of their queues. A tenant that comes back
+ * from idle starts from the floor (the least virtual time of the busy
+ * ones), so idling banks no credit.
+ * gw_place_fair_pick: among the k tenants with candidate[i] set, the least
+ * vtime[i]; a tie goes to the more urgent next entry (smaller head[i], a
+ * gw_queue_score), then to the lower index. -1 when there is none. */
+int gw_place_fair_pick(const double *vtime, const double *head, const uint8_t *candidate, int k);
+/* What starting a job of units costs a tenant of weight (> 0; else 1). */
+double gw_place_fair_charge(double units, double weight);
 
 #endif

@@ -79,6 +79,12 @@ struct gw_sched {
     gw_tenant_run *tenants;
     int ntenants;
     gw_ready ready[SCAN_MAX]; /* what the last peek saw */
+    /* Fair share (placement.h): each tenant's virtual time, sorted by id,
+     * and the floor a tenant back from idle starts from. Only the
+     * scheduler thread uses them; a new leader starts them afresh. */
+    struct tenant_vt { int64_t tenant_id; double vt; } *vts;
+    int nvts, cap_vts;
+    double vfloor;
 };
 
 void gw_sched_wake(gw_sched *s)
@@ -401,11 +407,40 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
 }
 
 /* A tenant's entries in the peek: ready[start..end), pos the next to look
- * at; usage and weight for its fair share. */
+ * at. */
 typedef struct pass_tenant {
     int start, end, pos;
     gw_tenant_run *t;         /* NULL: not known since the last refresh */
+    double *vt;               /* its virtual time (fair share) */
 } pass_tenant;
+
+/* tenant_id's virtual time, made at the floor when it has none; NULL on
+ * ENOMEM. The array may move: pointers last until the next call. */
+static double *vt_of(gw_sched *s, int64_t tenant_id)
+{
+    int lo = 0, hi = s->nvts;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (s->vts[mid].tenant_id < tenant_id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < s->nvts && s->vts[lo].tenant_id == tenant_id)
+        return &s->vts[lo].vt;
+    if (s->nvts == s->cap_vts) {
+        int cap = s->cap_vts ? 2 * s->cap_vts : 64;
+        struct tenant_vt *v = realloc(s->vts, sizeof(*v) * (size_t)cap);
+        if (!v)
+            return NULL;
+        s->vts = v;
+        s->cap_vts = cap;
+    }
+    memmove(&s->vts[lo + 1], &s->vts[lo], sizeof(*s->vts) * (size_t)(s->nvts - lo));
+    s->nvts++;
+    s->vts[lo] = (struct tenant_vt){tenant_id, s->vfloor};
+    return &s->vts[lo].vt;
+}
 
 /* Counts a placement in the scheduler's view: a slot on each node, the
  * devices, the run's end. mu held. */
@@ -465,7 +500,7 @@ static int dispatch_pass(gw_sched *s, int64_t until)
 {
     static gw_place_node view[SCHED_MAX_NODES];
     static pass_tenant pt[SCAN_MAX];
-    static double usage[SCAN_MAX], weight[SCAN_MAX], head[SCAN_MAX];
+    static double vt[SCAN_MAX], head[SCAN_MAX];
     static uint8_t cand[SCAN_MAX], reserved[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];
     const char *members[PEEK_MAX];
@@ -481,23 +516,35 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     pthread_mutex_unlock(&s->mu);
     if (!free_slot || gw_queue_peek(s->app->queue, per_tenant, s->ready, SCAN_MAX, &n) != 0)
         return 0;
-    /* The peek holds each tenant's entries together. */
+    /* The peek holds each tenant's entries together. A tenant back from
+     * idle starts at the floor: the least virtual time of the tenants
+     * that were waiting at the last pass. */
     for (int i = 0; i < n; i++) {
         if (nt == 0 || s->ready[i].tenant_id != s->ready[pt[nt - 1].start].tenant_id) {
-            gw_tenant_run *t = tenant_of(s, s->ready[i].tenant_id);
-            pt[nt] = (pass_tenant){.start = i, .pos = i, .t = t};
-            usage[nt] = t ? t->units : 0;
-            weight[nt] = t && t->weight > 0 ? t->weight : 1;
+            pt[nt] = (pass_tenant){.start = i, .pos = i, .t = tenant_of(s, s->ready[i].tenant_id)};
             nt++;
         }
         pt[nt - 1].end = i + 1;
     }
+    for (int k = 0; k < nt; k++)
+        if (!vt_of(s, s->ready[pt[k].start].tenant_id))
+            return 0;
+    double floor = -1;
+    for (int k = 0; k < nt; k++) {
+        pt[k].vt = vt_of(s, s->ready[pt[k].start].tenant_id);   /* no more inserts: stable */
+        if (*pt[k].vt < s->vfloor)
+            *pt[k].vt = s->vfloor;
+        vt[k] = *pt[k].vt;
+        floor = floor < 0 || vt[k] < floor ? vt[k] : floor;
+    }
+    if (floor > s->vfloor)
+        s->vfloor = floor;
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
         for (int k = 0; k < nt; k++) {
             cand[k] = pt[k].pos < pt[k].end;
             head[k] = cand[k] ? s->ready[pt[k].pos].score : 0;
         }
-        int k = gw_place_fair_pick(usage, weight, head, cand, nt);
+        int k = gw_place_fair_pick(vt, head, cand, nt);
         if (k < 0)
             break;
         const gw_ready *e = &s->ready[pt[k].pos++];
@@ -527,11 +574,10 @@ static int dispatch_pass(gw_sched *s, int64_t until)
         if (!placed)
             continue;
         double units = (double)(e->nodes > 1 ? e->nodes : 1) * (e->gpus > 1 ? e->gpus : 1);
-        usage[k] += units;
-        if (pt[k].t) {
+        vt[k] += gw_place_fair_charge(units, pt[k].t ? pt[k].t->weight : 1);
+        *pt[k].vt = vt[k];
+        if (pt[k].t)
             pt[k].t->running++;   /* counted at placement; the next refresh corrects */
-            pt[k].t->units += units;
-        }
         members[nb++] = e->member;
         if (nb == PEEK_MAX) {
             int got = flush_batch(s, batch, members, &nb);
@@ -664,6 +710,7 @@ void gw_sched_stop(gw_sched *s)
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
     free(s->tenants);
+    free(s->vts);
     for (int k = 0; k < SCHED_MAX_NODES; k++)
         free(s->nodes[k].ends);
     pthread_cond_destroy(&s->cv);

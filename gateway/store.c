@@ -444,14 +444,11 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_JOBS_ENDED] = {
     "SELECT id::text FROM jobs WHERE id = ANY ($1::uuid[])"
     " AND state IN ('succeeded', 'failed', 'cancelled')", 1},
-/* Each tenant's running quota and count, its weight, and what it runs in
- * units of fair share: a job counts nodes x gpus (at least 1 per node). */
+/* Each tenant's running quota and count, and its fair-share weight. */
 [ST_TENANTS_RUNNING] = {
-    "SELECT t.id, coalesce(t.max_running, $1::int), coalesce(r.jobs, 0), t.weight, coalesce(r.units, 0)"
-    " FROM tenants t LEFT JOIN (SELECT tenant_id, count(*) AS jobs,"
-    "                                  sum(nodes * greatest(gpus, 1)) AS units"
-    "                           FROM jobs WHERE state = 'running' GROUP BY tenant_id) r"
-    "   ON r.tenant_id = t.id", 1},
+    "SELECT t.id, coalesce(t.max_running, $1::int),"
+    "       (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'running'), t.weight"
+    " FROM tenants t", 1},
 /* GET /v1/usage: the tenant ($1 by id, or $2 by name when given), jobs
  * that ended in [$3, $4) (epoch ms), their sums in all and per group
  * ($5: kernel, day (UTC) or label, whose key is $6). One pass: the

@@ -205,7 +205,6 @@ typedef struct gw_tenant_run {
     int64_t tenant_id;
     int limit, running;
     double weight;            /* its fair-share weight (> 0) */
-    double units;             /* what it runs: nodes x gpus of each job */
 } gw_tenant_run;
 int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n);
 /* A run on a node: a single-node job, or one node's part of a gang. */

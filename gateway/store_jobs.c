@@ -838,7 +838,6 @@ int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)
         (*out)[i].limit = atoi(PQgetvalue(r, i, 1));
         (*out)[i].running = atoi(PQgetvalue(r, i, 2));
         (*out)[i].weight = strtod(PQgetvalue(r, i, 3), NULL);
-        (*out)[i].units = strtod(PQgetvalue(r, i, 4), NULL);
         *n = i + 1;
     }
     PQclear(r);

@@ -72,6 +72,11 @@ svc_opt *svc_config_get(svc_opt *opts, const char *flag)
     return NULL;
 }
 
+int svc_config_given(const svc_opt *o)
+{
+    return o != NULL && o->given;
+}
+
 /* The flag-vs-environment precedence is resolved by remembering, for each
  * option, where its final text came from: flags are applied after env. */
 int svc_config_parse(svc_opt *opts, int argc, char **argv, int first,
@@ -88,11 +93,14 @@ int svc_config_parse(svc_opt *opts, int argc, char **argv, int first,
 
     for (svc_opt *o = opts; o->flag != NULL; o++) {
         o->str = o->def;
+        o->given = 0;
         const char *e = o->env != NULL ? getenv(o->env) : NULL;
         /* An empty variable counts as unset: `KOWLOON_X= cmd` and compose
          * files that pass an empty value should not override a default. */
-        if (e != NULL && e[0] != '\0')
+        if (e != NULL && e[0] != '\0') {
             o->str = e;
+            o->given = 1;
+        }
         if (opt_convert(o, o->str == o->def ? "default" : o->env, err, errlen) < 0)
             return -1;
     }
@@ -139,6 +147,7 @@ int svc_config_parse(svc_opt *opts, int argc, char **argv, int first,
             snprintf(err, errlen, "flag --%s needs a value", o->flag);
             return -1;
         }
+        o->given = 1;
         char from[80];
         snprintf(from, sizeof from, "--%s", o->flag);
         if (opt_convert(o, from, err, errlen) < 0)

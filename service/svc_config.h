@@ -18,6 +18,7 @@ typedef struct svc_opt {
     /* filled by svc_config_parse */
     const char *str;      /* points into argv, environ or def; may be NULL */
     long num;             /* INT value, or BOOL 0/1 */
+    int given;            /* 1: str came from the flag or the environment */
 } svc_opt;
 
 /* Parses argv[first..argc) as --flag value / --flag=value / --bool-flag.
@@ -30,6 +31,11 @@ int svc_config_parse(svc_opt *opts, int argc, char **argv, int first,
 void svc_config_usage(const svc_opt *opts, FILE *out);
 /* Finds an option by flag name; NULL if absent. */
 svc_opt *svc_config_get(svc_opt *opts, const char *flag);
+/* o->given: 1 when o's value came from its flag or its environment
+ * variable, 0 when it is the table's default (or there is none); lets a
+ * program fill a default of its own where the user said nothing. 0 for
+ * NULL. */
+int svc_config_given(const svc_opt *o);
 /* Directory of the running executable (from /proc/self/exe), in buf. */
 int svc_exe_dir(char *buf, size_t len);
 

@@ -306,6 +306,7 @@ typedef struct ard_rank {
     kl_err err;
     int64_t wrong;        /* over the world, once reduced */
     double seconds;       /* the timed loop */
+    double meet_s;        /* opening the communicator: the rendezvous */
     kl_cputime *acc;
     pthread_t tid;
 } ard_rank;
@@ -332,7 +333,9 @@ static int ard_steps(ard_rank *me)
     ard_run *run = me->run;
     const kl_args *args = me->args;
     kl_comm *c;
+    double t_meet = now_s();
     int rc = kl_comm_open(args->dist, me->global, "allreduce", args->cancel, &c, &me->err);
+    me->meet_s = now_s() - t_meet;
     if (rc < 0)
         return rc;
     __atomic_store_n(&me->comm, c, __ATOMIC_RELEASE);
@@ -442,6 +445,9 @@ static int allreduce_run_dist(const kl_args *args, kl_tensor *outs, kl_err *err)
             kl__allreduce_bw((double)run.count * (double)kl_dtype_size(run.dtype), run.world, t, algbw, busbw);
             *wrong = r0->wrong > INT32_MAX ? INT32_MAX : (int32_t)r0->wrong;
         }
+        /* How long global rank 0 took to meet the world: the store's
+         * exchange through the gateway, and the TCP mesh. */
+        kl_info_set(args->info, "rendezvous_ms", "%.1f", r0->meet_s * 1e3);
     }
     for (int l = 0; l < run.local; l++) {
         kl_comm_close(run.ranks[l].comm);

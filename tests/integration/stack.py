@@ -563,7 +563,7 @@ class Stack:
         return os.path.join(self.root, "blobs")
 
     def start_node(self, name, port=None, backend="auto", extra_args=(), proc_name=None,
-                   shared_blobs=True):
+                   shared_blobs=True, env_extra=None):
         """Starts (or restarts) a compute node; does not wait for it to register.
         With shared_blobs it gets the gateway's blob directory (it maps inputs
         from it and writes outputs to it); without, it moves every byte over
@@ -572,6 +572,7 @@ class Stack:
             port = self.node_ports[name]
         env = _clean_env()
         env.update({"KOWLOON_CLUSTER_TOKEN": self.cluster_token, "KOWLOON_LOG_LEVEL": "debug"})
+        env.update(env_extra or {})
         argv = [COMPUTE_BIN, "--slots", "1", "--backend", backend, "--name", name,
                 "--listen", f"127.0.0.1:{port}", "--gateway", self.base,
                 "--heartbeat-s", "1", "--blob-dir", self.blob_dir if shared_blobs else "none",

@@ -1,5 +1,7 @@
 """Checks of the deployment files and the public contract that need no
-running stack: docker-compose.yml as Compose renders it, and
+running stack: docker-compose.yml as Compose renders it (two CPU nodes, so
+a two-node job runs on one host; every KOWLOON_* variable an option of its
+daemon), and
 openapi/openapi.yaml as an OpenAPI 3.0 document that covers every route of
 the v1 contract and whose examples fit its own schemas."""
 
@@ -10,6 +12,7 @@ import subprocess
 
 import pytest
 import yaml
+from daemon_options import env_options
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
 from openapi_spec_validator import validate
 
@@ -37,6 +40,8 @@ CLUSTER_ROUTES = [
 ]
 UNAUTHENTICATED = {"/healthz", "/readyz", "/openapi.yaml"}
 KERNELS = ["saxpy", "reduce", "gemm", "sleep"]
+NODES = ("compute-gpu", "compute-cpu", "compute-cpu-2")
+CPU_NODES = ("compute-cpu", "compute-cpu-2")
 
 
 # ------------------------------------------------------------- compose ---
@@ -70,7 +75,7 @@ def compose():
 
 def test_compose_has_every_service(compose):
     services = set(compose["services"])
-    assert {"postgres", "redis", "gateway", "compute-gpu", "compute-cpu"} <= services
+    assert {"postgres", "redis", "gateway", *NODES} <= services
 
 
 def test_compose_datastores_are_pinned_persistent_and_health_checked(compose):
@@ -129,22 +134,72 @@ def test_compute_gpu_reserves_nvidia_gpus(compose):
     assert env["KOWLOON_LISTEN"] == "0.0.0.0:8081"
 
 
-def test_compute_cpu_runs_on_cpu_without_gpu_reservation(compose):
-    node = compose["services"]["compute-cpu"]
+@pytest.mark.parametrize("name", CPU_NODES)
+def test_compute_cpu_runs_on_cpu_without_gpu_reservation(compose, name):
+    node = compose["services"][name]
     assert node["environment"]["KOWLOON_BACKEND"] == "cpu"
-    assert node["environment"]["KOWLOON_ADVERTISE"] == "http://compute-cpu:8081"
+    assert node["environment"]["KOWLOON_ADVERTISE"] == f"http://{name}:8081"
+    assert node["environment"]["KOWLOON_LISTEN"] == "0.0.0.0:8081"
     assert "deploy" not in node or "devices" not in str(node["deploy"])
+
+
+def test_two_cpu_nodes_are_two_distinct_nodes_of_one_image(compose):
+    """A job with resources.nodes = 2 needs two registered CPU nodes: distinct
+    names (a name is a node's identity), each reached at its own service
+    name, both built from the gateway's image."""
+    s = compose["services"]
+    envs = [s[n]["environment"] for n in CPU_NODES]
+    assert len({e["KOWLOON_NODE_NAME"] for e in envs}) == 2
+    assert len({e["KOWLOON_ADVERTISE"] for e in envs}) == 2
+    assert {s[n]["image"] for n in CPU_NODES} == {s["gateway"]["image"]}
+    assert all(s[n]["command"] in (["kowloon-compute"], "kowloon-compute") for n in CPU_NODES)
 
 
 def test_nodes_share_the_gateways_cluster_token(compose):
     s = compose["services"]
     token = s["gateway"]["environment"]["KOWLOON_CLUSTER_TOKEN"]
-    for name in ("compute-gpu", "compute-cpu"):
+    for name in NODES:
         env = s[name]["environment"]
         assert env["KOWLOON_CLUSTER_TOKEN"] == token
         assert env["KOWLOON_GATEWAY"] == "http://gateway:8080"
         assert _depends(s[name]).get("gateway") == "service_healthy"
         assert "healthcheck" in s[name]
+
+
+def _daemon(service):
+    cmd = service.get("command", [])
+    cmd = cmd if isinstance(cmd, list) else cmd.split()
+    return cmd[0] if cmd and cmd[0].startswith("kowloon-") else None
+
+
+def test_every_kowloon_variable_is_an_option_of_its_daemon(compose):
+    checked = 0
+    for name, svc in compose["services"].items():
+        if _daemon(svc) is None:
+            continue
+        opts = env_options(_daemon(svc))
+        for var in svc.get("environment", {}):
+            if var.startswith("KOWLOON_"):
+                assert var in opts, f"{name}: {var} is not an option of {_daemon(svc)}"
+                checked += 1
+    assert checked >= 20
+
+
+def _seconds(duration):
+    m = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
+    return int(m.group(1) or 0) * 60 + int(m.group(2) or 0)
+
+
+@pytest.mark.parametrize("name", NODES)
+def test_nodes_are_ready_when_registered_and_stop_after_their_drain(compose, name):
+    """The health check is the node's /readyz (registered, not draining);
+    Compose waits longer than --drain-grace-s plus the cancel wait before
+    it kills."""
+    node = compose["services"][name]
+    assert "http://127.0.0.1:8081/readyz" in node["healthcheck"]["test"]
+    drain = int(node["environment"].get("KOWLOON_DRAIN_GRACE_S")
+                or env_options("kowloon-compute")["KOWLOON_DRAIN_GRACE_S"])
+    assert _seconds(node["stop_grace_period"]) > drain + 5
 
 
 def test_every_service_has_a_healthcheck(compose):

@@ -232,3 +232,34 @@ def test_gpu_figures_come_from_nvml_where_it_answers(stack):
         p.stop()
         stack.procs.pop(name, None)
         stack.node_ports.pop(name, None)
+
+
+def test_heartbeats_carry_the_visible_devices_state(stack):
+    """GET /v1/nodes shows what each node's last heartbeat said of its
+    devices (gpu_state, which placement reads): NVML's figures for the
+    devices CUDA_VISIBLE_DEVICES leaves the node, numbered as CUDA numbers
+    them, and the CPU's cores and load on every node."""
+    tmp = tempfile.mkdtemp(prefix="fake-nvml-", dir=stack.root)
+    src, lib = os.path.join(tmp, "nvml.c"), os.path.join(tmp, "libnvidia-ml.so.1")
+    with open(src, "w") as f:
+        f.write(FAKE_NVML)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, src], check=True, timeout=60)
+    name = "node-gpu-state"
+    stack.node_ports[name] = free_port()
+    p = stack.start_node(name, extra_args=("--nvml", lib),
+                         env_extra={"CUDA_VISIBLE_DEVICES": "GPU-fake-2"})
+    try:
+        def state():
+            n = stack.nodes_by_name().get(name)
+            return n and n.get("gpu_state")
+        wait_until(state, 20, 0.2, "the node's first heartbeat")
+        st = state()
+        assert st["gpus"] == [{"index": 0, "model": 'Fake "H200" 2', "memory_total": 141 << 30,
+                               "memory_free": 139 << 30, "util": 84}], st
+        assert st["cpu"]["cores"] >= 1 and st["cpu"]["load1"] >= 0, st
+        plain = stack.nodes_by_name()["node-a"]["gpu_state"]
+        assert plain["gpus"] == [] and plain["cpu"]["cores"] >= 1, plain
+    finally:
+        p.stop()
+        stack.procs.pop(name, None)
+        stack.node_ports.pop(name, None)

@@ -129,6 +129,11 @@ def test_sigterm_drains_a_node_its_run_finishes_there_and_is_collected(A, stack)
                 break
             time.sleep(0.05)
         assert info.get("draining") is True, info
+        # alive, but no longer ready: a DaemonSet rollout moves on only when
+        # the replacement registers
+        ready = requests.get(f"{url}/readyz", timeout=2)
+        assert ready.status_code == 503 and ready.json()["draining"] is True, ready.text
+        assert requests.get(f"{url}/healthz", timeout=2).status_code == 200
         r = requests.post(f"{url}/v1/runs", headers=hdr, timeout=5, json={
             "job_id": "00000000-0000-4000-8000-000000000001", "attempt": 1, "kernel": "sleep",
             "params": {"seconds": 0}, "inputs": {}, "timeout_s": 10, "backend": "any", "gpus": 1})

@@ -174,19 +174,33 @@ static void test_reservation_and_backfill(void **state)
     assert_true(gw_place_reserve(n, 4, &gang, now, reserved) == INT64_MAX);
 }
 
-/* Weighted fair share: the least usage per unit of weight goes next, a
- * tie to the more urgent head. */
+/* Stride fair share: the least virtual time goes next (a tie to the more
+ * urgent head); charging by weight gives starts in proportion to weights. */
 static void test_fair_pick(void **state)
 {
-    double usage[3] = {10, 2, 3}, weight[3] = {1, 1, 3}, head[3] = {5, 9, 7};
+    double vt[3] = {10, 2, 3}, head[3] = {5, 9, 7};
     uint8_t cand[3] = {1, 1, 1};
-    assert_int_equal(gw_place_fair_pick(usage, weight, head, cand, 3), 2);   /* 1 per weight */
-    usage[2] = 6;                                                             /* 2 per weight */
-    assert_int_equal(gw_place_fair_pick(usage, weight, head, cand, 3), 2);   /* ties: head 7 < 9 */
-    cand[2] = 0;
-    assert_int_equal(gw_place_fair_pick(usage, weight, head, cand, 3), 1);
-    cand[0] = cand[1] = 0;
-    assert_int_equal(gw_place_fair_pick(usage, weight, head, cand, 3), -1);
+    assert_int_equal(gw_place_fair_pick(vt, head, cand, 3), 1);
+    vt[2] = 2;
+    assert_int_equal(gw_place_fair_pick(vt, head, cand, 3), 2);   /* tie: head 7 < 9 */
+    cand[2] = cand[1] = 0;
+    assert_int_equal(gw_place_fair_pick(vt, head, cand, 3), 0);
+    cand[0] = 0;
+    assert_int_equal(gw_place_fair_pick(vt, head, cand, 3), -1);
+    /* weights 1 and 3, endless queues, one-unit jobs: 1 start in 4 is A's */
+    double v[2] = {0, 0}, w[2] = {1, 3}, h[2] = {0, 1};
+    uint8_t c[2] = {1, 1};
+    int starts[2] = {0, 0};
+    for (int i = 0; i < 400; i++) {
+        int k = gw_place_fair_pick(v, h, c, 2);
+        starts[k]++;
+        v[k] += gw_place_fair_charge(1, w[k]);
+    }
+    assert_int_equal(starts[0], 100);
+    assert_int_equal(starts[1], 300);
+    /* a 4-unit job costs four times as much */
+    assert_true(gw_place_fair_charge(4, 2) == 2.0);
+    assert_true(gw_place_fair_charge(1, 0) == 1.0);
 }
 
 int main(void)

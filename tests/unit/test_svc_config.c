@@ -186,6 +186,23 @@ static void test_exe_dir_is_the_test_binary_folder(void **state)
     assert_true(svc_exe_dir(tiny, sizeof tiny) < 0);
 }
 
+static void test_given_tells_flag_and_env_from_default(void **state)
+{
+    (void)state;
+    char *argv[] = {"prog", "--slots", "2", "--tenant", "t", NULL};
+    char *rest[4], err[256];
+    int nrest;
+    setenv("TKW_ADMIN", "false", 1);
+    assert_int_equal(parse(5, argv, rest, &nrest, err), 0);
+    /* the same value as the default still counts as said by the user */
+    assert_true(svc_config_given(svc_config_get(opts, "slots")));
+    assert_true(svc_config_given(svc_config_get(opts, "tenant")));
+    assert_true(svc_config_given(svc_config_get(opts, "admin")));
+    assert_false(svc_config_given(svc_config_get(opts, "listen")));
+    assert_false(svc_config_given(svc_config_get(opts, "offset")));
+    assert_false(svc_config_given(NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -198,6 +215,7 @@ int main(void)
         cmocka_unit_test_setup(test_errors_name_the_problem, reset_env),
         cmocka_unit_test(test_usage_lists_flags_env_and_defaults),
         cmocka_unit_test(test_exe_dir_is_the_test_binary_folder),
+        cmocka_unit_test_setup(test_given_tells_flag_and_env_from_default, reset_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
