@@ -24,7 +24,7 @@ def test_gang_starts_by_its_reservation_and_only_short_jobs_backfill(A, stack):
             (("first", first), ("gang", gang), ("short", short), ("long", long))}
     for k, j in done.items():
         assert j["state"] == "succeeded", (k, j)
-    start = {k: ts(j["started_at"]) for k, j in done.items()}
+    start = {k: ts(j["started_at"]).timestamp() for k, j in done.items()}
     reserved_at = start["first"] + 4   # the running job's started_at + timeout_s
     print(f"backfill: gang started {start['gang'] - start['first']:.2f} s after the first job "
           f"(reserved start +4 s); short job +{start['short'] - start['first']:.2f} s, "
