@@ -92,6 +92,9 @@ def test_allreduce_across_nodes_is_exact_and_reports_bandwidth(C, nodes):
     assert len({p["node"] for p in pl}) == nodes and all(p["gpus"] == [] for p in pl)
     assert pl[0]["node"] == j["node"] and j["attempts"] == 1
     assert j["resources"]["nodes"] == nodes
+    info = C.result(j["id"]).json().get("info", {})
+    print(f"allreduce {nodes} nodes x 2 ranks: rendezvous_ms={info.get('rendezvous_ms')} "
+          f"busbw_gbps={f['busbw_gbps']:.3f}")
 
 
 def blobs_of(client, arrs):
