@@ -606,14 +606,11 @@ static void arr_add_ids(arr *a, const int *ids, int n)
     arr_add(a, buf, 1);
 }
 
-/* The devices of a text "{0,1}" (NULL: none) into ids; their count. */
-static int ids_parse(PGresult *r, int row, int col, int *ids, int max)
+/* Parses a PostgreSQL int[] text ("{1,2}") into ids; returns how many. */
+static int int_array_parse(const char *text, int *ids, int max)
 {
-    if (PQgetisnull(r, row, col))
-        return 0;
-    const char *p = PQgetvalue(r, row, col);
     int n = 0;
-    while (*p && n < max) {
+    for (const char *p = text; p && *p && n < max;) {
         while (*p && (*p < '0' || *p > '9'))
             p++;
         if (!*p)
@@ -621,6 +618,12 @@ static int ids_parse(PGresult *r, int row, int col, int *ids, int max)
         ids[n++] = (int)strtol(p, (char **)&p, 10);
     }
     return n;
+}
+
+/* The devices of a text "{0,1}" (NULL: none) into ids; their count. */
+static int ids_parse(PGresult *r, int row, int col, int *ids, int max)
+{
+    return PQgetisnull(r, row, col) ? 0 : int_array_parse(PQgetvalue(r, row, col), ids, max);
 }
 
 enum { C_ID, C_NODE, C_GPUS, C_GJOB, C_GRANK, C_GNODE, C_GGPUS, C__COUNT };
@@ -752,20 +755,6 @@ int gw_store_runs_overdue(gw_store *s, int grace_s, gw_dispatch **out, int *n)
     snprintf(grace, sizeof(grace), "%d", grace_s);
     const char *v[1] = {grace};
     return load_running_p(s, ST_RUNS_OVERDUE, v, out, n);
-}
-
-/* Parses a PostgreSQL int[] text ("{1,2}") into ids; returns how many. */
-static int int_array_parse(const char *text, int *ids, int max)
-{
-    int n = 0;
-    for (const char *p = text; p && *p && n < max;) {
-        while (*p && (*p < '0' || *p > '9'))
-            p++;
-        if (!*p)
-            break;
-        ids[n++] = (int)strtol(p, (char **)&p, 10);
-    }
-    return n;
 }
 
 int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n)
