@@ -120,9 +120,9 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
     }
     out->name = name;
     const json_t *w = json_object_get(body, "weight");
-    if (w && (!json_is_number(w) || json_number_value(w) <= 0 || json_number_value(w) > 1000000)) {
+    if (w && (!json_is_number(w) || json_number_value(w) < 0.001 || json_number_value(w) > 1000000)) {
         snprintf(field, 32, "weight");
-        snprintf(msg, msglen, "weight must be a number above 0 and at most 1000000 (the default is 1)");
+        snprintf(msg, msglen, "weight must be a number from 0.001 to 1000000 (the default is 1)");
         return -1;
     }
     out->weight = w ? json_number_value(w) : 0;

@@ -49,7 +49,7 @@ static int rdv_args(svc_req *req, const char **job_id, int *attempt, const char 
         return -1;
     if (!a || !*a || *end || att < 1 || att > 1000000) {
         svc_reply_error(req, 400, "invalid_argument", "attempt", NULL,
-                        "attempt must be a positive integer");
+                        "attempt must be an integer from 1 to 1000000");
         return -1;
     }
     if (!*key || !key_valid(*key)) {
