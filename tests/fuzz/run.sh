@@ -30,7 +30,7 @@ SRC_b64="service/svc_util.c"
 SRC_json="service/svc_json.c service/svc_util.c"
 SRC_tensor="service/svc_tensor.c service/svc_json.c service/svc_util.c service/svc_sha256.c"
 SRC_job_req="gateway/request.c gateway/blob.c service/svc_kargs.c service/svc_tensor.c service/svc_json.c service/svc_util.c
-             service/svc_sha256.c kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ')"
+             service/svc_sha256.c kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ') kernels/dist/comm_none.c"
 SRC_tstream="service/svc_tstream.c service/svc_tensor.c service/svc_json.c service/svc_util.c service/svc_sha256.c
              service/svc_dtoa.cc"
 SRC_npy="service/svc_npy.c"
@@ -49,7 +49,7 @@ ALL="job_req tensor b64 json npy multipart tstream"
 
 CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -pthread -Wall -Wextra -Wno-unused-parameter
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-        -Iservice -Ikernels -Igateway"
+        -Iservice -Ikernels -Ikernels/dist -Igateway"
 
 # OpenBLAS starts a thread pool when it loads; the harnesses never run a
 # kernel, so one thread is all they need.
@@ -64,7 +64,7 @@ build() {
     local defs
     defs=$(eval echo "\${DEFS_$h:-}")
     # Rebuilt when a source, a header or this script is newer than the binary.
-    if [ -x "$bin" ] && [ -z "$(find $src service/*.h kernels/*.h kernels/cpu/*.h gateway/*.h \
+    if [ -x "$bin" ] && [ -z "$(find $src service/*.h kernels/*.h kernels/cpu/*.h kernels/dist/*.h gateway/*.h \
                                     tests/fuzz/run.sh -newer "$bin" 2>/dev/null | head -n 1)" ]; then
         return 0
     fi
