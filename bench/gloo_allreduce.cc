@@ -2,8 +2,9 @@
 // processes (default 2) on loopback TCP, meeting through Gloo's FileStore in
 // a temporary folder, sum float32 buffers of 1 KiB .. 256 MiB (powers of 4).
 // Rank 0 prints one line per size: bytes, the median time of several
-// all-reduces (after a warm-up, each after a barrier), and nccl-tests'
-// algbw/busbw (kl_allreduce.h). `make bench` puts these next to the same
+// all-reduces (after a warm-up, each after a barrier), nccl-tests'
+// algbw/busbw (kl_allreduce.h), and loop_us: the mean of as many run back to
+// back, the way Kowloon's allreduce kernel times them. `make bench` puts these next to the same
 // sizes run through Kowloon's allreduce across nodes.
 //   gloo_allreduce [processes] [max_bytes]
 #include "kl_allreduce.h"
@@ -68,10 +69,25 @@ int rank_main(int rank, int size, const char *dir, size_t max_bytes)
         }
         std::sort(times.begin(), times.end());
         const double t = times[times.size() / 2];
+        // Then as Kowloon's allreduce kernel times it: the same number
+        // back to back after one barrier, their mean.
+        gloo::BarrierOptions b(ctx);
+        b.setTag(tag++);
+        gloo::barrier(b);
+        const double l0 = now_s();
+        for (int it = 0; it < reps_for(bytes); it++) {
+            gloo::AllreduceOptions o(ctx);
+            o.setOutput(buf.data(), count);
+            o.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<float>));
+            o.setTag(tag++);
+            gloo::allreduce(o);
+        }
+        const double loop = (now_s() - l0) / reps_for(bytes);
         double algbw, busbw;
         kl__allreduce_bw((double)bytes, size, t, &algbw, &busbw);
         if (rank == 0)
-            std::printf("bytes=%zu time_us=%.1f algbw_gbps=%.3f busbw_gbps=%.3f\n", bytes, t * 1e6, algbw, busbw);
+            std::printf("bytes=%zu time_us=%.1f algbw_gbps=%.3f busbw_gbps=%.3f loop_us=%.1f\n", bytes, t * 1e6,
+                        algbw, busbw, loop * 1e6);
     }
     return 0;
 }
