@@ -242,7 +242,8 @@ static void nodes_refresh(gw_sched *s)
         node_add_end(sn, runs[k].end_ms);
     }
     for (int k = 0; k < s->nnodes; k++)
-        qsort(s->nodes[k].ends, (size_t)s->nodes[k].nends, sizeof(int64_t), i64_cmp);
+        if (s->nodes[k].nends > 1)   /* a node without runs has no array yet */
+            qsort(s->nodes[k].ends, (size_t)s->nodes[k].nends, sizeof(int64_t), i64_cmp);
     pthread_mutex_unlock(&s->mu);
     free(list);
     free(runs);
