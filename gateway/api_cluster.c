@@ -188,6 +188,7 @@ int gw_api_node_register(svc_req *req)
         return gw_reply_unavailable(req, "PostgreSQL");
     svc_info("node registered: %s at %s backend=%s slots=%d%s%s", name, url, backend,
              (int)json_integer_value(slots), reason && *reason ? " reason=" : "", reason ? reason : "");
+    gw_leases_forget(app->leases, id);
     gw_sched_nodes_changed(app->sched);
     /* A node on a host that sees the blob directory under this path, with
      * this identity, maps inputs from it and writes outputs to it. */

@@ -25,6 +25,10 @@
 #define LEASE_MAX_RUNS 256
 /* Nodes whose last report this gateway remembers. */
 #define LEASE_ROOMS 1024
+/* How long a node's last report speaks for it. A node's counts start again
+ * with each process: a report of a node that restarted (seen by another
+ * gateway, or lost) must not hold back the new process's polls. */
+#define LEASE_ROOM_TRUST_MS 10000
 
 typedef struct waiter {
     struct waiter *next;
@@ -356,7 +360,7 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
             if (strcmp(x->node_id, node_id) == 0)
                 x->end = 1;
         node_room *r = room_of(l, node_id, 0);
-        if (r && r->seq > seq)
+        if (r && r->seq > seq && svc_now_mono_ms() - r->at < LEASE_ROOM_TRUST_MS)
             w->max = r->free;
         /* Nothing was there at the last look and nothing came since: no
          * look now (a claim or cancel here wakes it; one made by another
@@ -418,7 +422,7 @@ void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint6
     pthread_mutex_lock(&l->mu);
     node_room *r = room_of(l, node_id, 1);
     int hit = 0;
-    if (seq >= r->seq) {
+    if (seq >= r->seq || svc_now_mono_ms() - r->at >= LEASE_ROOM_TRUST_MS) {
         r->seq = seq;
         r->free = free_slots < 0 ? 0 : free_slots;
         r->at = svc_now_mono_ms();
@@ -435,7 +439,19 @@ void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint6
     pthread_mutex_unlock(&l->mu);
 }
 
+void gw_leases_forget(gw_leases *l, const char *node_id)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    node_room *r = room_of(l, node_id, 0);
+    if (r)
+        memset(r, 0, sizeof(*r));
+    pthread_mutex_unlock(&l->mu);
+}
+
 void gw_leases_end(gw_leases *l, const char *node_id)
 {
+    gw_leases_forget(l, node_id);
     poke(l, node_id, 1);
 }

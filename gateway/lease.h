@@ -38,7 +38,11 @@ void gw_leases_wake(gw_leases *l, const char *node_id, int claimed);
  * held here, or the next one if sent before that, asks for that many from
  * now on (the newest report wins). */
 void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint64_t seq);
-/* node_id left: its poll held here is answered at once. */
+/* node_id left: its poll held here is answered at once, and its last
+ * report forgotten. */
 void gw_leases_end(gw_leases *l, const char *node_id);
+/* node_id (re)registered: what its last report said is forgotten (a new
+ * process counts its ended runs from 0 again). NULL l is a no-op. */
+void gw_leases_forget(gw_leases *l, const char *node_id);
 
 #endif
