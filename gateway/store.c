@@ -662,6 +662,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " p AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS p(id uuid, attempt int, progress jsonb))"
     " UPDATE jobs j SET progress = p.progress FROM p, cfg"
     " WHERE j.id = p.id AND j.attempts = p.attempt AND (j.state || '') = 'running'"
+    /* a report sent again brings the same progress: no write, no event */
+    "   AND j.progress IS DISTINCT FROM p.progress"
     " RETURNING 0, j.tenant_id, j.id::text, j.state, j.kernel,"
     "           jsonb_build_object('job_id', j.id, 'state', j.state, 'attempt', j.attempts,"
     "             'node', j.node_name, 'kernel', j.kernel, 'labels', j.labels,"
