@@ -173,12 +173,6 @@ static int running_allowed(gw_sched *s, const gw_ready *e)
     return gw_limits_running_allowed(s->app, e->job_id);
 }
 
-static int i64_cmp(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Adds a run ending at end_ms to sn's ends (kept ascending). mu held. */
 static void node_add_end(sched_node *sn, int64_t end_ms)
 {
@@ -241,9 +235,6 @@ static void nodes_refresh(gw_sched *s)
                 sn->gpu_load[runs[k].gpu_ids[g]]++;
         node_add_end(sn, runs[k].end_ms);
     }
-    for (int k = 0; k < s->nnodes; k++)
-        if (s->nodes[k].nends > 1)   /* a node without runs has no array yet */
-            qsort(s->nodes[k].ends, (size_t)s->nodes[k].nends, sizeof(int64_t), i64_cmp);
     pthread_mutex_unlock(&s->mu);
     free(list);
     free(runs);
