@@ -40,18 +40,21 @@ GW_OBJ   := $(GW_SRC:%.c=$(B)/%.o)
 CN_OBJ   := $(CN_SRC:%.c=$(B)/%.o)
 CU_OBJ   := $(CU_SRC:%.cu=$(B)/%.o)
 UT_BIN   := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
+# Stand-ins for the CUDA plugin (tests/plugins/fake_cuda.c): the node's
+# tests load them with --plugin on machines without a GPU.
+FAKE_PLUGINS := $(B)/tests/kl_fake_cuda.so $(B)/tests/kl_fake_cuda_abi4.so $(B)/tests/kl_fake_cuda_noabi.so
 
-SVC_LIBS := -lmicrohttpd -ljansson -lcurl -lcrypto -ldouble-conversion -lstdc++
+SVC_LIBS := -lmicrohttpd -lgnutls -ljansson -lcurl -lcrypto -ldouble-conversion -lstdc++
 KL_LIBS  := -lopenblas -lm $(if $(GLOO),-lgloo -lstdc++,)
-GW_LIBS  := -lpq -lhiredis
+GW_LIBS  := -lpq -lhiredis -lcares
 CN_LIBS  := -ldl
-CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand -lnccl -lcudart
+CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lnccl -lcudart
 
 PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
 .DELETE_ON_ERROR:
 .PHONY: all clean run stop test test-unit test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
-all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN)
+all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN) $(FAKE_PLUGINS)
 	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))  $(if $(GLOO),✓ Gloo (multi-node CPU runs),✗ Gloo (no libgloo-dev: multi-node CPU runs refused))"
 
 $(B)/%.o: %.c
@@ -110,6 +113,21 @@ $(B)/tests/test_gw_%: tests/unit/test_gw_%.c $(filter-out %/main.o,$(GW_OBJ)) $(
 $(B)/tests/test_cn_%: tests/unit/test_cn_%.c $(filter-out %/main.o,$(CN_OBJ)) $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(UT_CC) $(SVC_LIBS) $(KL_LIBS) $(CN_LIBS)
+
+# The fake plugins carry the kernel library, as the real one does.
+FAKE_CC = $(CC) $(CPPFLAGS) $(CFLAGS) -shared $(LDFLAGS) -o $@ $< $(B)/libkl.a $(KL_LIBS)
+$(B)/tests/kl_fake_cuda.so: tests/plugins/fake_cuda.c $(B)/libkl.a
+	@mkdir -p $(dir $@)
+	$(Q)$(FAKE_CC)
+$(B)/tests/kl_fake_cuda_abi4.so: tests/plugins/fake_cuda.c $(B)/libkl.a
+	@mkdir -p $(dir $@)
+	$(Q)$(FAKE_CC) -DFAKE_ABI=4
+$(B)/tests/kl_fake_cuda_noabi.so: tests/plugins/fake_cuda.c $(B)/libkl.a
+	@mkdir -p $(dir $@)
+	$(Q)$(FAKE_CC) -DFAKE_NO_ABI_SYMBOL
+# test_cn_backend and test_cn_runs load them.
+$(B)/tests/test_cn_backend $(B)/tests/test_cn_runs: $(FAKE_PLUGINS)
+$(B)/tests/test_cn_backend $(B)/tests/test_cn_runs: CPPFLAGS += -DKL_FAKE_PLUGIN_DIR='"$(B)/tests"'
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 

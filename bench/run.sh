@@ -155,6 +155,9 @@ PG_PORT=$(kl_free_port)
 REDIS_PORT=$(kl_free_port)
 GW_PORT=$(kl_free_port)
 GW_URL=http://127.0.0.1:$GW_PORT
+# the gateway's cluster listener, which the nodes call
+GW_CLUSTER_PORT=$(kl_free_port)
+GW_CLUSTER_URL=http://127.0.0.1:$GW_CLUSTER_PORT
 DB_URL=postgresql://kowloon@127.0.0.1:$PG_PORT/kowloon
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 KOWLOON_CLUSTER_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -201,7 +204,8 @@ gw_limit conn-timeout-s 600 "idle connections kept 10 min"
 gw_limit blob-quota-mb 0 "no blob quota"
 LIMITS_LINE=$(IFS=,; echo "${LIMITS_SET[*]}" | sed 's/,/, /g')
 read -r -a GW_EXTRA <<<"${KL_BENCH_GW_ARGS:-}"
-"$GATEWAY" serve --listen "127.0.0.1:$GW_PORT" --database-url "$DB_URL" --redis-url "$REDIS_URL" \
+"$GATEWAY" serve --listen "127.0.0.1:$GW_PORT" --cluster-listen "127.0.0.1:$GW_CLUSTER_PORT" \
+    --database-url "$DB_URL" --redis-url "$REDIS_URL" \
     "${GW_LIMITS[@]}" --blob-dir "$STATE/blobs" --max-output-mb 4096 "${GW_EXTRA[@]}" \
     >>"$STATE/log/gateway.log" 2>&1 </dev/null &
 GW_PID=$!
@@ -230,8 +234,9 @@ start_nodes() {
     local -n pids=$var
     for ((k = 1; k <= count; k++)); do
         port=$(kl_free_port)
-        "$COMPUTE" --gateway "$GW_URL" --listen "127.0.0.1:$port" --slots "$slots" --backend auto \
-            --name "$prefix-$k" >>"$STATE/log/$prefix-$k.log" 2>&1 </dev/null &
+        "$COMPUTE" --gateway "$GW_CLUSTER_URL" --listen "127.0.0.1:$port" --slots "$slots" \
+            --backend auto --name "$prefix-$k" --state-dir "$STATE/node-state" \
+            >>"$STATE/log/$prefix-$k.log" 2>&1 </dev/null &
         pids+=($!)
         NODE_URLS+=("http://127.0.0.1:$port")
     done

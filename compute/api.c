@@ -95,6 +95,8 @@ static int cn__info(svc_req *req)
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     json_object_set_new(j, "running", json_integer(active));
     json_object_set_new(j, "draining", json_boolean(cn_node_draining(n)));
+    json_object_set_new(j, "fault", cn_node_fault(n) ? json_string(cn_node_fault(n)) : json_null());
+    json_object_set_new(j, "backend_info", json_string(cn_backend_info(n->backend)));
     json_object_set_new(j, "version", json_string(CN_VERSION));
     if (n->cache) {
         cn_blobcache_stats s;
@@ -222,8 +224,8 @@ static int cn__run_release(svc_req *req)
 }
 
 const svc_route cn_api_routes[] = {
-    {.method = "GET", .pattern = "/healthz", .handler = cn__healthz},
-    {.method = "GET", .pattern = "/readyz", .handler = cn__readyz},
+    {.method = "GET", .pattern = "/healthz", .handler = cn__healthz, .access = SVC_ACCESS_PUBLIC},
+    {.method = "GET", .pattern = "/readyz", .handler = cn__readyz, .access = SVC_ACCESS_PUBLIC},
     {.method = "GET", .pattern = "/v1/info", .handler = cn__info, .access = 1},
     {.method = "GET", .pattern = "/metrics", .handler = cn__metrics, .access = CN_ACCESS_METRICS},
     {.method = "POST", .pattern = "/v1/runs", .handler = cn__run_create, .json_body = 1, .access = 1},

@@ -4,6 +4,7 @@
 #include "args.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Job ids become part of run ids and URL paths: keep them URL-safe. */
@@ -73,8 +74,9 @@ int cn_run_req_ident(const json_t *body, cn_run_req *req, int *status, kl_err *e
 }
 
 /* "dist" (a part of a multi-node job) and "gpu_ids", both optional. 0, or
- * -1 with status and err. */
-static int cn__placement(const json_t *body, cn_run_req *req, int *status, kl_err *err)
+ * -1 with status and err. A task's parts are one process tree per node
+ * whatever its GPUs, so its "world" is not checked against them. */
+static int cn__placement(const json_t *body, cn_run_req *req, int task, int *status, kl_err *err)
 {
     const json_t *d = json_object_get(body, "dist");
     const json_t *ids = json_object_get(body, "gpu_ids");
@@ -106,18 +108,18 @@ static int cn__placement(const json_t *body, cn_run_req *req, int *status, kl_er
         return -1;
     }
     if (!json_object_get(d, "nodes") || !json_object_get(d, "node_rank") ||
-        !json_object_get(d, "world")) {
+        (!task && !json_object_get(d, "world"))) {
         *status = 400;
         kl_err_set(err, "dist", "dist needs nodes (2-64), node_rank and world");
         return -1;
     }
     if (cn__int_member(d, "nodes", 0, 2, 64, &nodes, status, err) < 0 ||
         cn__int_member(d, "node_rank", -1, 0, nodes - 1, &rank, status, err) < 0 ||
-        cn__int_member(d, "world", 0, nodes, 64 * 16, &world, status, err) < 0 ||
+        cn__int_member(d, "world", nodes, task ? 0 : nodes, 64 * 16, &world, status, err) < 0 ||
         cn__int_member(d, "shard_lo", 0, 0, KL_MAX_ELEMS, &lo, status, err) < 0 ||
         cn__int_member(d, "shard_hi", 0, lo, KL_MAX_ELEMS, &hi, status, err) < 0)
         return -1;
-    if (world != nodes * req->gpus) {
+    if (!task && world != nodes * req->gpus) {
         *status = 422;
         kl_err_set(err, "dist", "dist.world must be nodes x gpus (%ld x %d)", nodes, req->gpus);
         return -1;
@@ -139,7 +141,13 @@ int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *
 
     *status = 400;
     const json_t *jk = json_object_get(body, "kernel");
-    if (!json_is_string(jk)) {
+    const json_t *jt = json_object_get(body, "task");
+    int task = jt && !json_is_null(jt);
+    if (task && jk && !json_is_null(jk)) {
+        kl_err_set(err, "task", "a run has a kernel or a task, not both");
+        goto cleanup;
+    }
+    if (!task && !json_is_string(jk)) {
         kl_err_set(err, "kernel", "kernel must be a string");
         goto cleanup;
     }
@@ -157,8 +165,9 @@ int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *
         kl_err_set(err, "backend", "backend must be any, cpu or cuda");
         goto cleanup;
     }
-    if (cn__int_member(body, "timeout_s", 3600, 1, 86400, &timeout_s, status, err) < 0 ||
-        cn__int_member(body, "gpus", 1, 1, 16, &gpus, status, err) < 0)
+    /* a task may have no GPU at all; a kernel has at least its rank */
+    if (cn__int_member(body, "timeout_s", 3600, 1, 86400 * 7, &timeout_s, status, err) < 0 ||
+        cn__int_member(body, "gpus", task ? 0 : 1, task ? 0 : 1, 16, &gpus, status, err) < 0)
         goto cleanup;
     req->timeout_s = (int)timeout_s;
     req->gpus = (int)gpus;
@@ -172,8 +181,19 @@ int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *
     if (cn__int_member(body, "output_blob_min", 0, 0, 1L << 40, &ob_min, status, err) < 0)
         goto cleanup;
     req->output_blob_min = (size_t)ob_min;
-    if (cn__placement(body, req, status, err) < 0)
+    if (cn__placement(body, req, task, status, err) < 0)
         goto cleanup;
+    if (task) {
+        if (!(req->task = calloc(1, sizeof *req->task))) {
+            *status = 422;
+            kl_err_set(err, "task", "out of memory");
+            goto cleanup;
+        }
+        if (cn_task_spec_decode(jt, req->task, status, err) < 0)
+            goto cleanup;
+        rc = 0;
+        goto cleanup;
+    }
     *status = 400;
     const json_t *params = json_object_get(body, "params");
     const json_t *inputs = json_object_get(body, "inputs");
@@ -211,5 +231,7 @@ void cn_run_req_clear(cn_run_req *req)
     if (!req)
         return;
     svc_kargs_free(&req->ka);
+    cn_task_spec_free(req->task);
+    free(req->task);
     memset(req, 0, sizeof *req);
 }

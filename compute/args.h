@@ -9,6 +9,7 @@
 
 #include "kl.h"
 #include "svc_kargs.h"
+#include "task_spec.h"
 
 #define CN_JOB_ID_MAX 64
 #define CN_RUN_ID_MAX (CN_JOB_ID_MAX + 16)
@@ -36,6 +37,9 @@ typedef struct cn_run_req {
     int node_rank, nodes;
     int64_t shard_lo, shard_hi;
     int ngpu_ids, gpu_ids[16];      /* "gpu_ids": the scheduler's devices; 0: choose */
+    /* A task ("task" instead of "kernel"): the user's program in a
+     * container (task.h); ka is then empty. Owned. */
+    cn_task_spec *task;
 } cn_run_req;
 
 /* Reads only job_id and attempt and writes the run id, so a repeated POST
@@ -46,7 +50,9 @@ int cn_run_req_ident(const json_t *body, cn_run_req *req, int *status, kl_err *e
 /* Decodes and checks the whole request (kl_args_check included). On 0 req
  * owns decoded inputs; on -1 *status is 400 (wrong type, missing field) or
  * 422 (unknown kernel, param, input; a value out of range; a shape or dtype
- * the kernel refuses), err names the field, and req holds nothing. */
+ * the kernel refuses), err names the field, and req holds nothing. A
+ * request with "task" (contract §2 of docs/tasks_contract.md) decodes into
+ * req->task instead of the kernel's arguments. */
 int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *err);
 
 /* Frees decoded inputs and clears req; NULL is a no-op. */

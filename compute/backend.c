@@ -45,9 +45,26 @@ static int cn__backend_load(cn_backend *b, const char *path)
         cn__backend_cpu(b, "plugin %s: %s", path, e ? e : "dlopen failed");
         goto cleanup;
     }
+    /* The version first, before anything of the plugin runs: a table of
+     * another layout would be filled past the end of ours. POSIX allows
+     * converting a dlsym result to a function pointer; the memcpy keeps
+     * -Wpedantic quiet about object-to-function casts. */
     dlerror();
-    /* POSIX allows converting a dlsym result to a function pointer; the
-     * memcpy keeps -Wpedantic quiet about object-to-function casts. */
+    void *abi_sym = dlsym(dl, KL_PLUGIN_ABI_SYMBOL);
+    if (!abi_sym) {
+        cn__backend_cpu(b, "plugin %s: unusable: it has no %s (built for ABI 4 or older); this node needs ABI %d",
+                        path, KL_PLUGIN_ABI_SYMBOL, KL_PLUGIN_ABI);
+        goto cleanup;
+    }
+    kl_plugin_abi_fn abi_fn;
+    memcpy(&abi_fn, &abi_sym, sizeof abi_fn);
+    int abi = abi_fn();
+    if (abi != KL_PLUGIN_ABI) {
+        cn__backend_cpu(b, "plugin %s: unusable: it is built for ABI %d; this node needs ABI %d", path, abi,
+                        KL_PLUGIN_ABI);
+        goto cleanup;
+    }
+    dlerror();
     void *sym = dlsym(dl, KL_PLUGIN_SYMBOL);
     if (!sym) {
         const char *e = dlerror();
@@ -67,7 +84,7 @@ static int cn__backend_load(cn_backend *b, const char *path)
         if (p.close)
             p.close();
         kl_host_allocator_set(NULL, NULL); /* in case the plugin set ours */
-        snprintf(why, sizeof why, "ABI %d with %d GPU(s), node expects ABI %d and at least one GPU",
+        snprintf(why, sizeof why, "its table says ABI %d with %d GPU(s); the node needs ABI %d and a GPU",
                  p.abi, p.ngpus, KL_PLUGIN_ABI);
         cn__backend_cpu(b, "plugin %s: unusable: %s", path, why);
         goto cleanup;
@@ -85,6 +102,8 @@ static int cn__backend_load(cn_backend *b, const char *path)
     dl = NULL;  /* owned by b now */
     snprintf(b->reason, sizeof b->reason, "plugin %s: %d GPU(s), first %.*s", path, p.ngpus,
              (int)sizeof p.gpus[0].name, p.gpus[0].name);
+    /* the plugin's own text: make sure it ends */
+    b->plugin.info[sizeof b->plugin.info - 1] = '\0';
     rc = 0;
 cleanup:
     if (dl)
@@ -123,6 +142,11 @@ void cn_backend_close(cn_backend *b)
     b->dl = NULL;
     memset(&b->plugin, 0, sizeof b->plugin);
     b->kind = CN_BACKEND_CPU;
+}
+
+const char *cn_backend_info(const cn_backend *b)
+{
+    return b->kind == CN_BACKEND_CUDA ? b->plugin.info : "";
 }
 
 const char *cn_backend_name(const cn_backend *b)

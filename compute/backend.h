@@ -29,6 +29,10 @@ int cn_backend_open(cn_backend *b, const char *mode, const char *plugin_path);
 /* Calls the plugin's close and unloads it; a CPU backend or NULL is a no-op. */
 void cn_backend_close(cn_backend *b);
 
+/* What the plugin found and set when it opened (kl_plugin.info); "" on
+ * the CPU. */
+const char *cn_backend_info(const cn_backend *b);
+
 /* "cpu" or "cuda". */
 const char *cn_backend_name(const cn_backend *b);
 

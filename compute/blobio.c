@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cred.h"
 #include "svc_log.h"
 #include "svc_sha256.h"
 #include "svc_tensor.h"
@@ -74,8 +75,11 @@ static int cn__gw_fetch(void *cls, const char *id, void *buf, size_t size, svc_c
     *got = 0;
     snprintf(path, sizeof path, "/v1/cluster/blobs/%s", id);
     cn__url(url, sizeof url, g->url, path);
-    int rc = svc_http_get_into(url, g->token, buf, size, on_chunk, chunk_cls, cn__stall(g), cancel,
+    char cred[CN_CRED_SIZE];
+    cn_cred_get(g->cred, cred);
+    int rc = svc_http_get_into(url, cred, buf, size, on_chunk, chunk_cls, cn__stall(g), cancel,
                                &r);
+    memset(cred, 0, sizeof cred);
     if (rc == SVC_XFER_TOOBIG) {
         *got = r.length;
         ret = CN_BLOBIO_ESIZE;
@@ -108,7 +112,10 @@ static int cn__gw_fetch_range(void *cls, const char *id, uint64_t off, void *buf
 
     snprintf(path, sizeof path, "/v1/cluster/blobs/%s", id);
     cn__url(url, sizeof url, g->url, path);
-    int rc = svc_http_get_range_into(url, g->token, off, buf, size, cn__stall(g), cancel, &r);
+    char cred[CN_CRED_SIZE];
+    cn_cred_get(g->cred, cred);
+    int rc = svc_http_get_range_into(url, cred, off, buf, size, cn__stall(g), cancel, &r);
+    memset(cred, 0, sizeof cred);
     if (rc == SVC_XFER_ABORTED && cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE))
         ret = CN_BLOBIO_ECANCELED;
     else if (rc < 0)
@@ -124,17 +131,22 @@ static int cn__gw_fetch_range(void *cls, const char *id, uint64_t off, void *buf
     return ret;
 }
 
-static int cn__gw_push(void *cls, const void *data, size_t n, const volatile int *cancel,
-                       char id[CN_BLOB_ID_SIZE], char *msg, size_t msglen)
+static int cn__gw_push(void *cls, const char *job_id, int attempt, const void *data, size_t n,
+                       const volatile int *cancel, char id[CN_BLOB_ID_SIZE], char *msg,
+                       size_t msglen)
 {
     const cn_blobio_gateway *g = cls;
-    char url[1024];
+    char url[1024], path[160], cred[CN_CRED_SIZE];
     svc_response r;
     int ret = CN_BLOBIO_EFAIL;
 
-    cn__url(url, sizeof url, g->url, "/v1/cluster/blobs");
-    int rc = svc_http_post_raw(url, g->token, "application/octet-stream", data, n, cn__stall(g),
+    /* the gateway takes it as an output of this run only */
+    snprintf(path, sizeof path, "/v1/cluster/blobs?job_id=%.40s&attempt=%d", job_id, attempt);
+    cn__url(url, sizeof url, g->url, path);
+    cn_cred_get(g->cred, cred);
+    int rc = svc_http_post_raw(url, cred, "application/octet-stream", data, n, cn__stall(g),
                                cancel, &r);
+    memset(cred, 0, sizeof cred);
     const char *got = json_string_value(json_object_get(r.json, "id"));
     json_int_t size = json_integer_value(json_object_get(r.json, "size"));
     if (rc == SVC_XFER_ABORTED) {
@@ -156,17 +168,21 @@ static int cn__gw_push(void *cls, const void *data, size_t n, const volatile int
     return ret;
 }
 
-static int cn__gw_adopt(void *cls, const char *id, uint64_t size, char *msg, size_t msglen)
+static int cn__gw_adopt(void *cls, const char *job_id, int attempt, const char *id, uint64_t size,
+                        char *msg, size_t msglen)
 {
     const cn_blobio_gateway *g = cls;
-    char url[1024], path[128];
+    char url[1024], path[240], cred[CN_CRED_SIZE];
     svc_response r;
     int ret = CN_BLOBIO_EFAIL;
 
-    snprintf(path, sizeof path, "/v1/cluster/blobs/%s", id);
+    snprintf(path, sizeof path, "/v1/cluster/blobs/%s?job_id=%.40s&attempt=%d", id, job_id,
+             attempt);
     cn__url(url, sizeof url, g->url, path);
     json_t *body = json_pack("{s:I}", "size", (json_int_t)size);
-    int rc = body ? svc_http_call("PUT", url, g->token, body, CN_ADOPT_TIMEOUT_MS, &r) : -1;
+    cn_cred_get(g->cred, cred);
+    int rc = body ? svc_http_call("PUT", url, cred, body, CN_ADOPT_TIMEOUT_MS, &r) : -1;
+    memset(cred, 0, sizeof cred);
     json_decref(body);
     if (!body) {
         snprintf(msg, msglen, "out of memory");
@@ -193,6 +209,11 @@ static int cn__gw_adopt(void *cls, const char *id, uint64_t size, char *msg, siz
 static svc_bstore *cn__shared(const cn_blobio *io)
 {
     return io ? __atomic_load_n(&io->shared, __ATOMIC_ACQUIRE) : NULL;
+}
+
+svc_bstore *cn_blobio_shared(const cn_blobio *io)
+{
+    return cn__shared(io);
 }
 
 const char *cn_blobio_shared_dir(const cn_blobio *io)
@@ -654,8 +675,12 @@ int cn_blobio_fetch_inputs_rows(const cn_blobio *io, cn_blobcache *cache, svc_ka
 
 typedef struct cn__push_task {
     const cn_blobio *io;
+    const char *job_id;   /* the run the output is of */
+    int attempt;
     const char *name;
-    kl_tensor *out;
+    kl_tensor *out;       /* only out->data is read: nbytes from it */
+    size_t nbytes;
+    int borrowed;         /* the caller's buffer: not freed once pushed */
     char *id;             /* CN_BLOB_ID_SIZE bytes */
     kl_err err;
 } cn__push_task;
@@ -683,7 +708,7 @@ static int cn__write_one(cn__push_task *pt, svc_bstore *store, const volatile in
 {
     const cn_blobio *io = pt->io;
     const char *p = pt->out->data;
-    size_t n = kl_tensor_bytes(pt->out);
+    size_t n = pt->nbytes;
     char id[SVC_BLOB_ID_LEN];
     uint64_t size = 0;
     int rc;
@@ -712,7 +737,8 @@ static int cn__write_one(cn__push_task *pt, svc_bstore *store, const volatile in
                  strerror(-rc));
         return CN_BLOBIO_EFAIL;
     }
-    rc = io->adopt ? io->adopt(io->cls, id, size, msg, msglen) : CN_BLOBIO_ENOTSHARED;
+    rc = io->adopt ? io->adopt(io->cls, pt->job_id, pt->attempt, id, size, msg, msglen)
+                   : CN_BLOBIO_ENOTSHARED;
     if (rc != 0) {
         svc_bwriter_abort(w);  /* the bytes stay under their name; nobody records them */
         return rc;
@@ -734,7 +760,7 @@ static int cn__push_one(void *arg, const volatile int *stop)
     char msg[256] = "";
     int64_t backoff = CN_PUSH_BACKOFF_MS;
     svc_bstore *shared = cn__shared(pt->io);
-    size_t n = kl_tensor_bytes(pt->out);
+    size_t n = pt->nbytes;
 
     if (!pt->io || !pt->io->push) {
         kl_err_set(&pt->err, NULL, "this node has no gateway to push outputs to");
@@ -748,7 +774,8 @@ static int cn__push_one(void *arg, const volatile int *stop)
                 /* the gateway does not see this directory: push instead */
                 svc_warn("output %s: %s; pushing it over HTTP", pt->name, msg);
                 shared = NULL;
-                rc = pt->io->push(pt->io->cls, pt->out->data, n, stop, pt->id, msg, sizeof msg);
+                rc = pt->io->push(pt->io->cls, pt->job_id, pt->attempt, pt->out->data, n, stop,
+                                  pt->id, msg, sizeof msg);
                 if (rc == 0 && pt->io->stats) {
                     cn__count(&pt->io->stats->pushed_outputs, 1);
                     cn__count(&pt->io->stats->pushed_bytes, n);
@@ -758,15 +785,18 @@ static int cn__push_one(void *arg, const volatile int *stop)
                 cn__count(&pt->io->stats->written_bytes, n);
             }
         } else {
-            rc = pt->io->push(pt->io->cls, pt->out->data, n, stop, pt->id, msg, sizeof msg);
+            rc = pt->io->push(pt->io->cls, pt->job_id, pt->attempt, pt->out->data, n, stop, pt->id,
+                              msg, sizeof msg);
             if (rc == 0 && pt->io->stats) {
                 cn__count(&pt->io->stats->pushed_outputs, 1);
                 cn__count(&pt->io->stats->pushed_bytes, n);
             }
         }
         if (rc == 0) {
-            kl_host_free(pt->out->data);
-            pt->out->data = NULL;
+            if (!pt->borrowed) {
+                kl_host_free(pt->out->data);
+                pt->out->data = NULL;
+            }
             return 0;
         }
         if (rc == CN_BLOBIO_ECANCELED)
@@ -782,9 +812,9 @@ static int cn__push_one(void *arg, const volatile int *stop)
     }
 }
 
-int cn_blobio_push_outputs(const cn_blobio *io, const kl_kernel *k, kl_tensor *outs,
-                           char ids[][CN_BLOB_ID_SIZE], size_t min_bytes,
-                           const volatile int *cancel, kl_err *err)
+int cn_blobio_push_outputs(const cn_blobio *io, const char *job_id, int attempt,
+                           const kl_kernel *k, kl_tensor *outs, char ids[][CN_BLOB_ID_SIZE],
+                           size_t min_bytes, const volatile int *cancel, kl_err *err)
 {
     cn__push_task pts[KL_MAX_IO];
     void *tasks[KL_MAX_IO];
@@ -793,8 +823,9 @@ int cn_blobio_push_outputs(const cn_blobio *io, const kl_kernel *k, kl_tensor *o
     for (int i = 0; i < KL_MAX_IO && i < k->noutputs; i++) {
         if (kl_tensor_bytes(&outs[i]) < min_bytes)
             continue;
-        pts[n] = (cn__push_task){.io = io, .name = k->outputs[i].name, .out = &outs[i],
-                                 .id = ids[i]};
+        pts[n] = (cn__push_task){.io = io, .job_id = job_id, .attempt = attempt,
+                                 .name = k->outputs[i].name, .out = &outs[i],
+                                 .nbytes = kl_tensor_bytes(&outs[i]), .id = ids[i]};
         tasks[n] = &pts[n];
         n++;
     }
@@ -805,4 +836,33 @@ int cn_blobio_push_outputs(const cn_blobio *io, const kl_kernel *k, kl_tensor *o
     for (int i = 0; i < n; i++)
         errs[i] = pts[i].err;
     return cn__group_result(rcs, errs, n, cancel, err);
+}
+
+int cn_blobio_push_buffers(const cn_blobio *io, int n, const char *const *names,
+                           const void *const *data, const size_t *sizes,
+                           char ids[][CN_BLOB_ID_SIZE], const volatile int *cancel, kl_err *err)
+{
+    /* at most KL_MAX_IO at a time: cn__run_all's slots */
+    for (int base = 0; base < n; base += KL_MAX_IO) {
+        cn__push_task pts[KL_MAX_IO];
+        kl_tensor views[KL_MAX_IO];
+        void *tasks[KL_MAX_IO];
+        kl_err errs[KL_MAX_IO];
+        int rcs[KL_MAX_IO], k = n - base < KL_MAX_IO ? n - base : KL_MAX_IO;
+        for (int i = 0; i < k; i++) {
+            /* an empty buffer still needs an address for the transfer */
+            views[i] = (kl_tensor){.data = sizes[base + i] ? (void *)data[base + i] : (void *)""};
+            pts[i] = (cn__push_task){.io = io, .name = names[base + i], .out = &views[i],
+                                     .nbytes = sizes[base + i], .borrowed = 1,
+                                     .id = ids[base + i]};
+            tasks[i] = &pts[i];
+        }
+        cn__run_all(cn__push_one, tasks, k, rcs, cancel);
+        for (int i = 0; i < k; i++)
+            errs[i] = pts[i].err;
+        int rc = cn__group_result(rcs, errs, k, cancel, err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
 }

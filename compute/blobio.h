@@ -50,16 +50,19 @@ typedef struct cn_blobio {
      * transport fetches whole blobs only. */
     int (*fetch_range)(void *cls, const char *id, uint64_t off, void *buf, size_t size,
                        const volatile int *cancel, char *msg, size_t msglen);
-    /* Uploads the n bytes at data (borrowed, read in place). Returns 0 with
-     * the blob's id written to id, CN_BLOBIO_ECANCELED, or CN_BLOBIO_EFAIL
-     * with msg. */
-    int (*push)(void *cls, const void *data, size_t n, const volatile int *cancel,
-                char id[CN_BLOB_ID_SIZE], char *msg, size_t msglen);
+    /* Uploads the n bytes at data (borrowed, read in place) as an output of
+     * attempt of job_id (the gateway takes it for that run only). Returns 0
+     * with the blob's id written to id, CN_BLOBIO_ECANCELED, or
+     * CN_BLOBIO_EFAIL with msg. */
+    int (*push)(void *cls, const char *job_id, int attempt, const void *data, size_t n,
+                const volatile int *cancel, char id[CN_BLOB_ID_SIZE], char *msg, size_t msglen);
     /* Asks the gateway to record blob id, which this node wrote into the
-     * shared directory, size bytes long. 0; CN_BLOBIO_ENOTSHARED when the
-     * gateway has no such file (or one of another size); CN_BLOBIO_EFAIL
-     * with msg. */
-    int (*adopt)(void *cls, const char *id, uint64_t size, char *msg, size_t msglen);
+     * shared directory, size bytes long, as an output of attempt of job_id.
+     * 0; CN_BLOBIO_ENOTSHARED when the gateway has no such file (or one of
+     * another size, or bytes that do not hash to id); CN_BLOBIO_EFAIL with
+     * msg. */
+    int (*adopt)(void *cls, const char *job_id, int attempt, const char *id, uint64_t size,
+                 char *msg, size_t msglen);
     void *cls;
     /* The gateway's blob directory when this node shares it, or NULL: set
      * by cn_blobio_share_*, read atomically by runs. */
@@ -88,6 +91,8 @@ int cn_blobio_share_path(cn_blobio *io, const char *dir, char *err, size_t errle
 void cn_blobio_share_gateway(cn_blobio *io, cn_share_mode mode, const char *dir, const char *id);
 /* The shared directory now, or NULL. */
 const char *cn_blobio_shared_dir(const cn_blobio *io);
+/* The shared store now, or NULL (a task mounts its inputs from it). */
+svc_bstore *cn_blobio_shared(const cn_blobio *io);
 /* Closes what cn_blobio_share_* opened; no run may be using io. */
 void cn_blobio_share_close(cn_blobio *io);
 
@@ -97,10 +102,11 @@ void cn_blobio_set_pinning(int (*pin)(void *p, size_t n), void (*unpin)(void *p)
 
 /* The gateway the node registers with, as a blob transport:
  * GET {url}/v1/cluster/blobs/{id}, POST {url}/v1/cluster/blobs and
- * PUT {url}/v1/cluster/blobs/{id} with the cluster token. */
+ * PUT {url}/v1/cluster/blobs/{id} (?job_id=&attempt= of the run whose
+ * output it is) with the node's credential. */
 typedef struct cn_blobio_gateway {
-    const char *url;    /* borrowed: the gateway's base URL */
-    const char *token;  /* borrowed: the cluster token */
+    const char *url;    /* borrowed: the gateway's cluster listener */
+    const struct cn_cred *cred; /* borrowed: the node's credential (cred.h) */
     long stall_ms;      /* a transfer silent this long fails; <= 0: 30 s */
 } cn_blobio_gateway;
 
@@ -141,8 +147,16 @@ int cn_blobio_fetch_inputs_rows(const cn_blobio *io, cn_blobcache *cache, svc_ka
  * io->adopt; when the gateway does not see the file, it is pushed. Returns
  * 0, KL_EBACKEND with err, or KL_ECANCELED; on failure outputs not pushed
  * yet keep their data. */
-int cn_blobio_push_outputs(const cn_blobio *io, const kl_kernel *k, kl_tensor *outs,
-                           char ids[][CN_BLOB_ID_SIZE], size_t min_bytes,
-                           const volatile int *cancel, kl_err *err);
+int cn_blobio_push_outputs(const cn_blobio *io, const char *job_id, int attempt,
+                           const kl_kernel *k, kl_tensor *outs, char ids[][CN_BLOB_ID_SIZE],
+                           size_t min_bytes, const volatile int *cancel, kl_err *err);
+
+/* Pushes n buffers of the caller's (borrowed: read in place, never freed;
+ * a task's output files, mapped) as cn_blobio_push_outputs pushes
+ * outputs, and writes their ids to ids[i]. names[i] names each in errors
+ * ("outputs.<name>"). 0, KL_EBACKEND with err, or KL_ECANCELED. */
+int cn_blobio_push_buffers(const cn_blobio *io, int n, const char *const *names,
+                           const void *const *data, const size_t *sizes,
+                           char ids[][CN_BLOB_ID_SIZE], const volatile int *cancel, kl_err *err);
 
 #endif

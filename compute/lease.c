@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "cred.h"
 #include "svc_client.h"
 #include "svc_log.h"
 #include "svc_util.h"
@@ -210,7 +211,10 @@ static void *cn__poller_main(void *arg)
                                  CN_LEASE_WAIT_MS, "seq", (json_int_t)seq);
         snprintf(url, sizeof url, "%s/v1/cluster/nodes/%s/lease", l->gateway, id);
         svc_response resp;
-        svc_http_call("POST", url, l->node->token, body, CN_LEASE_TIMEOUT_MS, &resp);
+        char cred[CN_CRED_SIZE];
+        cn_cred_get(l->node->cred, cred);
+        svc_http_call("POST", url, cred, body, CN_LEASE_TIMEOUT_MS, &resp);
+        memset(cred, 0, sizeof cred);
         json_decref(body);
         if (resp.status == 200) {
             if (problem[0])
@@ -317,7 +321,10 @@ static void *cn__reporter_main(void *arg)
         snprintf(url, sizeof url, "%s/v1/cluster/nodes/%s/results", l->gateway, id);
         svc_response resp;
         last_sent = svc_now_mono_ms();
-        svc_http_call("POST", url, l->node->token, body, CN_REPORT_TIMEOUT_MS, &resp);
+        char cred[CN_CRED_SIZE];
+        cn_cred_get(l->node->cred, cred);
+        svc_http_call("POST", url, cred, body, CN_REPORT_TIMEOUT_MS, &resp);
+        memset(cred, 0, sizeof cred);
         json_decref(body);
         int settled = resp.status == 200
                           ? cn__settle(l, pending, json_object_get(resp.json, "recorded"))

@@ -22,10 +22,12 @@ json_t *cn_node_describe(const cn_node *n)
             kernels = NULL;
         }
     /* json_pack's "o" steals even on failure, so nothing leaks here. */
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:i, s:o}", "name", n->name, "url", n->url,
+    json_t *tasks = n->tasks ? cn_task_cfg_describe(n->tasks)
+                             : json_pack("{s:s, s:s}", "engine", "none", "reason", "not set up");
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:i, s:o, s:o}", "name", n->name, "url", n->url,
                      "backend", cn_backend_name(n->backend), "backend_reason",
                      n->backend->reason, "gpus", cn_backend_gpus_json(n->backend), "slots",
-                     n->slots, "kernels", kernels);
+                     n->slots, "kernels", kernels, "tasks", tasks ? tasks : json_null());
 }
 
 /* The NVML devices CUDA numbers 0, 1, ... in this process: with
@@ -81,12 +83,29 @@ json_t *cn_node_state(const cn_node *n)
     json_t *cpu = json_pack("{s:I}", "cores", (json_int_t)(cores > 0 ? cores : 1));
     if (cpu && getloadavg(load, 1) == 1)
         json_object_set_new(cpu, "load1", json_real(load[0]));
-    return json_pack("{s:o, s:o}", "gpus", gpus ? gpus : json_array(), "cpu", cpu ? cpu : json_object());
+    json_t *st = json_pack("{s:o, s:o}", "gpus", gpus ? gpus : json_array(), "cpu", cpu ? cpu : json_object());
+    if (st && cn_node_fault(n))
+        json_object_set_new(st, "fault", json_string(cn_node_fault(n)));
+    return st;
 }
 
 int cn_node_draining(const cn_node *n)
 {
     return __atomic_load_n(&n->draining, __ATOMIC_ACQUIRE);
+}
+
+int cn_node_fault_set(cn_node *n, const char *why)
+{
+    if (__atomic_exchange_n(&n->fault_claimed, 1, __ATOMIC_ACQ_REL))
+        return 0;
+    snprintf(n->fault, sizeof n->fault, "%s", why);
+    __atomic_store_n(&n->faulted, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+const char *cn_node_fault(const cn_node *n)
+{
+    return __atomic_load_n(&n->faulted, __ATOMIC_ACQUIRE) ? n->fault : NULL;
 }
 
 int cn_node_ready(const cn_node *n)

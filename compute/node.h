@@ -18,7 +18,9 @@
 typedef struct cn_node {
     const char *name;           /* borrowed: owned by main for the process' life */
     const char *url;            /* advertised URL the gateway calls */
-    const char *token;          /* cluster token, both directions */
+    const char *token;          /* cluster token: registration, and the node API's callers */
+    struct cn_cred *cred;       /* the node's own credential (cred.h): every other call
+                                   to the gateway */
     int slots;
     const cn_backend *backend;
     cn_runs *runs;
@@ -33,20 +35,36 @@ typedef struct cn_node {
     struct cn_nvml *nvml;       /* GPU figures (nvml.h); NULL without NVML */
     struct cn_register *reg;    /* set once by main when registration starts; read
                                    with __atomic (GET /readyz) */
+    /* Why the node is out of service for good (its GPU was lost): written
+     * once (cn_node_fault_set), then read by anyone. */
+    char fault[320];
+    int fault_claimed;          /* __atomic: a writer has begun */
+    int faulted;                /* __atomic: fault is written */
+    cn_task_cfg *tasks;         /* the task engine; NULL until main has opened it */
 } cn_node;
 
-/* {"name","url","backend","backend_reason","gpus","slots","kernels"}: the
- * registration body, which /v1/info extends. New reference, NULL on ENOMEM. */
+/* {"name","url","backend","backend_reason","gpus","slots","kernels",
+ * "tasks"}: the registration body, which /v1/info extends. "tasks" is
+ * {"engine","version","images","gang_network"} (contract §7), or
+ * {"engine":"none","reason"}. New reference, NULL on ENOMEM. */
 json_t *cn_node_describe(const cn_node *n);
 
 /* What the heartbeat says of the host's devices, for placement:
  * {"gpus": [{index, memory_total, memory_free, util}] (where NVML answers;
  * index as CUDA numbers devices when CUDA_DEVICE_ORDER=PCI_BUS_ID),
- * "cpu": {cores, load1}}. New reference, NULL on ENOMEM. */
+ * "cpu": {cores, load1}}, and "fault" once the node lost its GPU (the
+ * gateway then places nothing here). New reference, NULL on ENOMEM. */
 json_t *cn_node_state(const cn_node *n);
 
 /* 1 once main has begun draining. */
 int cn_node_draining(const cn_node *n);
+
+/* Records why the node is out of service (the first call only: later ones
+ * return 0 and change nothing); 1 when this call set it. Quick and
+ * lock-free, for a callback that runs under another module's lock. */
+int cn_node_fault_set(cn_node *n, const char *why);
+/* The fault recorded, or NULL while there is none. */
+const char *cn_node_fault(const cn_node *n);
 
 /* 1 while the gateway has this node registered and it is not draining:
  * what GET /readyz answers 200 for. */

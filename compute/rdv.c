@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cred.h"
 #include "svc_client.h"
 #include "svc_log.h"
 #include "svc_url.h"
@@ -72,8 +73,11 @@ static int rdv_set(void *ctx, const char *key, const void *data, size_t len)
     int64_t deadline = svc_now_mono_ms() + r->cfg->timeout_ms, nap = 2;
     for (;;) {
         svc_response resp;
-        int rc = svc_http_send_raw("PUT", url, r->cfg->token, "application/octet-stream", data, len,
+        char cred[CN_CRED_SIZE];
+        cn_cred_get(r->cfg->cred, cred);
+        int rc = svc_http_send_raw("PUT", url, cred, "application/octet-stream", data, len,
                                    CN_RDV_STALL_MS, r->cancel, &resp);
+        memset(cred, 0, sizeof cred);
         int status = resp.status;
         svc_response_clear(&resp);
         if (rc == 0 && status == 200)
@@ -107,7 +111,9 @@ static int rdv_get(void *ctx, const char *key, void **data, size_t *len, int tim
     int ret;
     for (;;) {
         svc_response resp;
-        int rc = svc_http_get_into(url, r->cfg->token, buf, CN_RDV_VALUE_MAX, NULL, NULL,
+        char cred[CN_CRED_SIZE];
+        cn_cred_get(r->cfg->cred, cred);
+        int rc = svc_http_get_into(url, cred, buf, CN_RDV_VALUE_MAX, NULL, NULL,
                                    CN_RDV_STALL_MS, r->cancel, &resp);
         int status = resp.status;
         int64_t got = resp.length;

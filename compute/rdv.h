@@ -12,7 +12,7 @@
 /* What every multi-node run of this node shares; main fills it. */
 typedef struct cn_dist_cfg {
     const char *gateway;      /* borrowed: the gateway's base URL */
-    const char *token;        /* borrowed: the cluster token */
+    const struct cn_cred *cred; /* borrowed: the node's credential (cred.h) */
     char host[256];           /* the address other nodes reach this one on */
     int timeout_ms;           /* rendezvous and each collective (--dist-timeout-s) */
 } cn_dist_cfg;

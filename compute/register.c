@@ -1,6 +1,9 @@
 /* register.c — registration and heartbeat thread. A gateway that is down or
  * restarting is normal: the thread keeps trying, logging a problem once when
- * it starts or changes and once when it clears, never once per attempt. */
+ * it starts or changes and once when it clears, never once per attempt.
+ * Registration takes the cluster token and gives the node its credential
+ * (cred.h), which every later call carries; a node that registers again
+ * presents the one it holds, which proves the name is its own. */
 #include "register.h"
 
 #include <errno.h>
@@ -9,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cred.h"
 #include "svc_client.h"
 #include "svc_log.h"
 #include "svc_util.h"
@@ -25,12 +29,15 @@ struct cn_register {
     pthread_mutex_t mu;
     pthread_cond_t cond;         /* wakes the thread early to stop */
     int stop;
+    int kick;                    /* beat now (cn_register_beat_now) */
+    uint64_t beats;              /* heartbeats the gateway took */
     pthread_t thread;
     /* Written by the thread under mu (read by cn_register_node_id), owned
      * by cn_register_stop after the thread ends. */
     int registered;
     char node_id[64];
     char problem[320];           /* key of the last problem logged; "" when all is well */
+    unsigned tasks_gen;          /* the task images the gateway was last told of */
 };
 
 /* Sleeps ms or until stop is asked. Returns 1 when stopping. */
@@ -41,8 +48,9 @@ static int cn__sleep(cn_register *r, int64_t ms)
     int stop;
 
     pthread_mutex_lock(&r->mu);
-    while (!r->stop && svc_now_mono_ms() < deadline)
+    while (!r->stop && !r->kick && svc_now_mono_ms() < deadline)
         pthread_cond_timedwait(&r->cond, &r->mu, &ts);
+    r->kick = 0;
     stop = r->stop;
     pthread_mutex_unlock(&r->mu);
     return stop;
@@ -99,33 +107,52 @@ static int cn__id_ok(const char *s)
                                          "0123456789-_") == n;
 }
 
-/* POST /v1/nodes/register. Returns 0 when registered. */
+/* POST /v1/cluster/nodes/register with the cluster token, presenting the
+ * credential the node holds (if any). Returns 0 when registered. */
 static int cn__register_once(cn_register *r)
 {
-    char url[600], what[320], text[448], key[320];
+    char url[700], what[320], text[448], key[320], cred[CN_CRED_SIZE];
     svc_response resp;
     int rc = -1;
+    unsigned gen = r->node->tasks ? cn_task_cfg_images_gen(r->node->tasks) : 0;
     json_t *body = cn_node_describe(r->node);
+    int presented = cn_cred_get(r->node->cred, cred) == 0;
 
     memset(&resp, 0, sizeof resp);
-    if (!body) {
+    if (!body || (presented && json_object_set_new(body, "credential", json_string(cred)) != 0)) {
         cn__problem(r, "register ENOMEM", "register: out of memory");
         goto cleanup;
     }
-    snprintf(url, sizeof url, "%s/v1/nodes/register", r->gateway);
+    snprintf(url, sizeof url, "%s/v1/cluster/nodes/register", r->gateway);
     svc_http_call("POST", url, r->node->token, body, CN_REGISTER_TIMEOUT_MS, &resp);
     const char *id = json_string_value(json_object_get(resp.json, "id"));
-    if (resp.status != 200 || !cn__id_ok(id)) {
+    const char *given = json_string_value(json_object_get(resp.json, "credential"));
+    if (resp.status != 200 || !cn__id_ok(id) || (!given && !presented)) {
         cn__describe(&resp, what, sizeof what);
         snprintf(text, sizeof text, "register with %.200s failed: %.140s%s", url, what,
-                 resp.status == 200 ? " (no usable id in the reply)" : "");
+                 resp.status != 200 ? ""
+                 : !cn__id_ok(id)   ? " (no usable id in the reply)"
+                                    : " (no credential in the reply)");
         cn__problem_key("register", &resp, key, sizeof key);
         cn__problem(r, key, text);
         goto cleanup;
     }
+    /* A new credential replaces the one presented (the name was free: the
+     * gateway forgot it, or it was this node's earlier life's); none in
+     * the reply: the one presented proved the name is this node's. */
+    int wrc = given ? cn_cred_set(r->node->cred, given) : 0;
+    if (wrc == -EINVAL) {
+        cn__problem(r, "register bad credential", "register: the gateway's credential is malformed");
+        goto cleanup;
+    }
+    if (wrc < 0)
+        svc_warn("cannot keep the node credential in %s: %s; it is kept in memory, and a "
+                 "restart of this node will wait out the gateway's node timeout",
+                 cn_cred_path(r->node->cred), strerror(-wrc));
     pthread_mutex_lock(&r->mu);
     snprintf(r->node_id, sizeof r->node_id, "%s", id);
     r->registered = 1;
+    r->tasks_gen = gen;
     pthread_mutex_unlock(&r->mu);
     if (r->node->blobio) {
         const json_t *bs = json_object_get(resp.json, "blob_store");
@@ -138,22 +165,25 @@ static int cn__register_once(cn_register *r)
     if (hb > 0 && hb * 1000 < r->interval_ms)
         r->interval_ms = hb * 1000;
     cn__problem_clear(r);
-    svc_info("registered node=%s id=%s gateway=%s backend=%s heartbeat_ms=%lld", r->node->name,
-             r->node_id, r->gateway, cn_backend_name(r->node->backend),
-             (long long)r->interval_ms);
+    svc_info("registered node=%s id=%s gateway=%s backend=%s heartbeat_ms=%lld credential=%s",
+             r->node->name, r->node_id, r->gateway, cn_backend_name(r->node->backend),
+             (long long)r->interval_ms, given ? "new" : "kept");
     rc = 0;
 cleanup:
+    memset(cred, 0, sizeof cred);
     json_decref(body);
     svc_response_clear(&resp);
     return rc;
 }
 
-/* POST /v1/nodes/{id}/heartbeat. A 404 means the gateway has forgotten the
- * node (it restarted without its registry, or declared us down and dropped
- * us): register again. Other failures are retried at the next beat. */
+/* POST /v1/cluster/nodes/{id}/heartbeat. A 404 means the gateway has
+ * forgotten the node (it restarted without its registry), a 401 that the
+ * credential no longer holds the name (the node was silent and another
+ * process took it, or it was deregistered): register again. Other failures
+ * are retried at the next beat. */
 static void cn__heartbeat(cn_register *r)
 {
-    char url[600], what[320], text[448], key[320];
+    char url[700], what[320], text[448], key[320], cred[CN_CRED_SIZE];
     svc_response resp;
     int active;
     json_t *runs = json_array();
@@ -167,14 +197,27 @@ static void cn__heartbeat(cn_register *r)
         cn__problem(r, "heartbeat ENOMEM", "heartbeat: out of memory");
         goto cleanup;
     }
-    snprintf(url, sizeof url, "%s/v1/nodes/%s/heartbeat", r->gateway, r->node_id);
-    svc_http_call("POST", url, r->node->token, body, CN_HEARTBEAT_TIMEOUT_MS, &resp);
+    /* the task images again when they changed (listed at most once a minute) */
+    unsigned gen = r->node->tasks ? cn_task_cfg_images_gen(r->node->tasks) : 0;
+    if (gen != r->tasks_gen)
+        json_object_set_new(body, "tasks", cn_task_cfg_describe(r->node->tasks));
+    snprintf(url, sizeof url, "%s/v1/cluster/nodes/%s/heartbeat", r->gateway, r->node_id);
+    cn_cred_get(r->node->cred, cred);
+    svc_http_call("POST", url, cred, body, CN_HEARTBEAT_TIMEOUT_MS, &resp);
+    memset(cred, 0, sizeof cred);
     if (resp.status == 200) {
+        r->tasks_gen = gen;
         cn__problem_clear(r);
+        pthread_mutex_lock(&r->mu);
+        r->beats++;
+        pthread_cond_broadcast(&r->cond); /* cn_register_beat_now */
+        pthread_mutex_unlock(&r->mu);
         goto cleanup;
     }
-    if (resp.status == 404) {
-        svc_warn("gateway does not know node id=%s; registering again", r->node_id);
+    if (resp.status == 404 || resp.status == 401) {
+        svc_warn("gateway %s node id=%s; registering again",
+                 resp.status == 404 ? "does not know" : "no longer takes the credential of",
+                 r->node_id);
         pthread_mutex_lock(&r->mu);
         r->registered = 0;
         pthread_mutex_unlock(&r->mu);
@@ -259,24 +302,54 @@ int cn_register_start(const char *gateway, int heartbeat_s, const cn_node *node,
     return 0;
 }
 
+int cn_register_beat_now(cn_register *r, int64_t wait_ms)
+{
+    int64_t deadline = svc_now_mono_ms() + wait_ms;
+    struct timespec ts = {.tv_sec = deadline / 1000, .tv_nsec = (long)(deadline % 1000) * 1000000L};
+    int took;
+
+    if (!r)
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    /* the beat under way may have read the state before the change */
+    uint64_t want = r->beats + 2;
+    r->kick = 1;
+    pthread_cond_broadcast(&r->cond);
+    while (!r->stop && r->beats < want && svc_now_mono_ms() < deadline) {
+        if (r->beats == want - 1 && !r->kick) {
+            r->kick = 1; /* the second beat: at once too */
+            pthread_cond_broadcast(&r->cond);
+        }
+        pthread_cond_timedwait(&r->cond, &r->mu, &ts);
+    }
+    took = r->beats >= want;
+    pthread_mutex_unlock(&r->mu);
+    return took;
+}
+
 void cn_register_stop(cn_register *r)
 {
-    char url[600], what[320];
+    char url[700], what[320];
     svc_response resp;
 
     if (!r)
         return;
     pthread_mutex_lock(&r->mu);
     r->stop = 1;
-    pthread_cond_signal(&r->cond);
+    pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->mu);
     pthread_join(r->thread, NULL);
 
     if (r->registered) {
+        char cred[CN_CRED_SIZE];
         memset(&resp, 0, sizeof resp);
-        snprintf(url, sizeof url, "%s/v1/nodes/%s", r->gateway, r->node_id);
-        svc_http_call("DELETE", url, r->node->token, NULL, CN_HEARTBEAT_TIMEOUT_MS, &resp);
-        if (resp.status == 200 || resp.status == 204 || resp.status == 404) {
+        snprintf(url, sizeof url, "%s/v1/cluster/nodes/%s", r->gateway, r->node_id);
+        cn_cred_get(r->node->cred, cred);
+        svc_http_call("DELETE", url, cred, NULL, CN_HEARTBEAT_TIMEOUT_MS, &resp);
+        memset(cred, 0, sizeof cred);
+        if (resp.status == 200 || resp.status == 204 || resp.status == 404 || resp.status == 401) {
+            /* the name is free now: the credential is worth nothing */
+            cn_cred_clear(r->node->cred);
             svc_info("deregistered id=%s", r->node_id);
         } else {
             cn__describe(&resp, what, sizeof what);

@@ -63,10 +63,11 @@ typedef struct cn_run {
     int released;              /* the gateway has recorded it: free it soon */
     int64_t released_mono;
     int watched;               /* draining waits for it */
+    int lost_device;           /* the first run to see the device lost (KL_EDEVICE) */
     int64_t created_wall, started_wall, finished_wall;
     int64_t started_mono, deadline_mono, finished_mono;
     char err_code[32];
-    char err_message[256];
+    char err_message[1024];    /* a task's says the end of its stderr */
     char err_field[64];
     kl_tensor outs[KL_MAX_IO]; /* owned; valid when state == CN_SUCCEEDED; with
                                   output_blobs only dtype and shape are left */
@@ -83,6 +84,8 @@ typedef struct cn_run {
     kl_dist dist;              /* ... and what the kernel is told (req.ka.args.dist) */
     const char *gpu_model;     /* the first GPU's name when it ran on CUDA; borrowed
                                   from the backend, which outlives every run */
+    cn_task_result tres;       /* a task's end (req.task): set by the worker */
+    json_t *tprogress;         /* a task's latest progress object (mu) */
     int refs;                  /* callers using it without the lock */
     struct cn_run *hnext;      /* hash chain */
     struct cn_run *prev, *next;/* every run, oldest first */
@@ -113,8 +116,12 @@ struct cn_runs {
     const cn_blobio *blobio;
     cn_blobcache *cache;
     const cn_dist_cfg *dist;
+    cn_task_cfg *tasks;
     int64_t keep_ms, release_grace_ms;
     int draining, closing;
+    int device_lost;           /* a run answered KL_EDEVICE: the GPU is gone */
+    void (*on_device_lost)(void *ctx, const char *why);
+    void *device_ctx;
     int progress_new;          /* a run has a report not taken yet */
     unsigned rr;               /* round robin over GPUs */
     pthread_t *workers;
@@ -198,10 +205,18 @@ static void cn__queue_remove(cn_runs *m, cn_run *r)
     r->qnext = NULL;
 }
 
+/* What a run is called in logs and metrics: its kernel, or "task". */
+static const char *cn__what(const cn_run *r)
+{
+    return r->kernel ? r->kernel->name : "task";
+}
+
 static void cn__run_free(cn_run *r)
 {
     if (!r)
         return;
+    cn_task_result_clear(&r->tres);
+    json_decref(r->tprogress);
     for (int i = 0; i < KL_MAX_IO; i++)
         kl_tensor_free(&r->outs[i]);
     cn_run_req_clear(&r->req);
@@ -244,7 +259,11 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
         for (int i = 0; i < KL_MAX_IO; i++)
             kl_tensor_free(&r->outs[i]);
         r->state = CN_FAILED;
+        if (rc == CN_TASK_EFAILED)
+            cn__set_error(r, r->tres.code, NULL, r->tres.message);
         switch (rc) {
+        case CN_TASK_EFAILED:
+            break;
         case KL_EINVAL:
             cn__set_error(r, "invalid_argument", field, msg ? msg : "invalid argument");
             break;
@@ -267,6 +286,19 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
         case KL_EBACKEND:
             cn__set_error(r, "backend_error", field, msg ? msg : "backend failure");
             break;
+        case KL_EDEVICE:
+            /* The first run to see the device lost fails for good: its
+             * own kernel most likely faulted, and would again elsewhere.
+             * Any other was only there, and is given back (retryable). */
+            if (r->lost_device) {
+                cn__set_error(r, "device_error", field, msg ? msg : "the GPU was lost in this run");
+            } else {
+                char t[256];
+                snprintf(t, sizeof t, "this node's GPU was lost while the run used it: %.200s",
+                         msg ? msg : "a sticky device error");
+                cn__set_error(r, "backend_error", field, t);
+            }
+            break;
         case KL_ETIMEDOUT:
             /* the gateway requeues the whole job on this code */
             cn__set_error(r, "peer_lost", field,
@@ -283,9 +315,9 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
         m->running--;
     m->active--;
     m->ended_total++;
-    svc_counter_add(svc_metric_with(m->m_runs, r->kernel->name, cn__state_names[r->state]), 1);
+    svc_counter_add(svc_metric_with(m->m_runs, cn__what(r), cn__state_names[r->state]), 1);
     if (r->started_mono)
-        svc_histogram_observe(svc_metric_with(m->m_run_s, r->kernel->name),
+        svc_histogram_observe(svc_metric_with(m->m_run_s, cn__what(r)),
                               (double)(r->finished_mono - r->started_mono) / 1000.0);
     /* To be reported, unless nobody will ask (superseded). */
     if (!r->collected) {
@@ -299,11 +331,11 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
     pthread_cond_broadcast(&m->done);
     if (r->state == CN_SUCCEEDED)
         svc_info("run succeeded run=%s kernel=%s backend=%s elapsed_ms=%lld", r->id,
-                 r->kernel->name, r->use_cuda ? "cuda" : "cpu",
+                 cn__what(r), r->use_cuda ? "cuda" : "cpu",
                  (long long)(r->finished_mono - r->started_mono));
     else
         svc_info("run %s run=%s kernel=%s code=%s message=\"%s\"", cn__state_names[r->state],
-                 r->id, r->kernel->name, r->err_code, r->err_message);
+                 r->id, cn__what(r), r->err_code, r->err_message);
 }
 
 /* Cancels r (lock held): a queued run ends now, a running one is flagged.
@@ -389,7 +421,8 @@ static json_t *cn__run_json(const cn_run *r)
     }
     json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:o}",
                           "run_id", r->id, "job_id", r->req.job_id, "attempt", r->req.attempt,
-                          "kernel", r->kernel->name, "state", cn__state_names[r->state],
+                          r->kernel ? "kernel" : "kind", cn__what(r),
+                          "state", cn__state_names[r->state],
                           "backend", r->use_cuda ? "cuda" : "cpu",
                           "created_at", cn__time_json(r->created_wall),
                           "started_at", cn__time_json(r->started_wall),
@@ -409,6 +442,14 @@ static json_t *cn__run_json(const cn_run *r)
         json_object_set_new(j, "node_rank", json_integer(r->req.node_rank));
     if (j && r->has_progress)
         json_object_set_new(j, "progress", cn__progress_json(&r->progress));
+    if (j && r->tprogress)
+        json_object_set_new(j, "progress", json_deep_copy(r->tprogress));
+    if (j && r->req.task && cn__terminal(r) && r->started_mono) {
+        /* contract §5: how the program ended, and its log */
+        json_object_set_new(j, "exit_code", r->tres.exit_code >= 0
+                                                ? json_integer(r->tres.exit_code) : json_null());
+        json_object_set_new(j, "logs", r->tres.logs ? json_deep_copy(r->tres.logs) : json_null());
+    }
     if (j && r->cancel_requested && !cn__terminal(r))
         json_object_set_new(j, "cancel_requested", json_true());
     if (j && r->released)
@@ -428,6 +469,8 @@ static json_t *cn__run_json(const cn_run *r)
 static json_t *cn__outputs_json(const cn_run *r)
 {
     const kl_kernel *k = r->kernel;
+    if (!k)   /* a task: {name: {"blob", "bytes"[, "npy"]}} as the runner made them */
+        return r->tres.outputs ? json_deep_copy(r->tres.outputs) : json_object();
     json_t *o = json_object();
 
     /* a multi-node job's outputs come from node_rank 0 alone */
@@ -511,6 +554,44 @@ static size_t cn__blob_input_bytes(const cn_run *r)
     return n;
 }
 
+/* A task's progress object (a reference the run takes), from the task
+ * runner on the worker's thread. */
+static void cn__task_progress(void *cls, json_t *progress)
+{
+    cn_run *r = cls;
+    cn_runs *m = r->mgr;
+    pthread_mutex_lock(&m->mu);
+    json_decref(r->tprogress);
+    r->tprogress = progress;
+    r->progress_new = 1;
+    m->progress_new = 1;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Runs a task's part on the worker thread (lock not held on entry; held
+ * on return, as the kernel path leaves it): the runner does the inputs,
+ * the program and the outputs, then the run ends as it says. */
+static void cn__run_task(cn_runs *m, cn_run *r)
+{
+    cn_task_run run = {.cfg = m->tasks, .req = &r->req, .gpu_ids = r->gpu_ids,
+                       .ngpu = r->use_cuda ? r->ngpu : 0, .cancel = &r->cancel,
+                       .blobio = m->blobio, .rdv = r->req.node_rank >= 0 ? &r->rdv.store : NULL,
+                       .dist_host = m->dist ? m->dist->host : "127.0.0.1",
+                       .rdv_timeout_ms = m->dist ? m->dist->timeout_ms : 30000,
+                       .on_progress = cn__task_progress, .cls = r, .phase = &r->phase};
+    cn_task_result res;
+    cn_task_execute(&run, &res);
+    /* the files and inputs are not needed any more (the run stays a task) */
+    cn_task_spec_free(r->req.task);
+    pthread_mutex_lock(&m->mu);
+    r->tres = res;
+    if (r->use_cuda && r->gpu_ids[0] < m->backend->plugin.ngpus)
+        r->gpu_model = m->backend->plugin.gpus[r->gpu_ids[0]].name;
+    memcpy(r->phase_ms, res.phase_ms, sizeof r->phase_ms);
+    cn__finish(m, r, res.rc, NULL);
+    r->refs--;
+}
+
 static void *cn__worker(void *arg)
 {
     cn_runs *m = arg;
@@ -534,9 +615,13 @@ static void *cn__worker(void *arg)
         m->running++;
         if (r->deadline_mono < m->watch_next)
             pthread_cond_signal(&m->tick);
-        svc_info("run started run=%s kernel=%s backend=%s", r->id, r->kernel->name,
+        svc_info("run started run=%s kernel=%s backend=%s", r->id, cn__what(r),
                  r->use_cuda ? "cuda" : "cpu");
         pthread_mutex_unlock(&m->mu);
+        if (r->req.task) {
+            cn__run_task(m, r);
+            continue;
+        }
 
         /* Inputs by reference arrive first, then the kernel, then (when
          * asked) the outputs leave as blobs; the cancel flag and the
@@ -564,13 +649,17 @@ static void *cn__worker(void *arg)
         t2 = svc_now_mono_ms();
         __atomic_store_n(&r->phase, CN_PHASE_OUTPUTS, __ATOMIC_RELEASE);
         if (rc == 0 && r->req.output_blobs && r->req.node_rank <= 0)
-            rc = cn_blobio_push_outputs(m->blobio, r->kernel, r->outs, r->out_blobs,
-                                        r->req.output_blob_min, &r->cancel, &err);
+            rc = cn_blobio_push_outputs(m->blobio, r->req.job_id, r->req.attempt, r->kernel,
+                                        r->outs, r->out_blobs, r->req.output_blob_min,
+                                        &r->cancel, &err);
         t3 = svc_now_mono_ms();
         if (rc == 0 && r->req.output_blobs)
             svc_info("outputs stored run=%s ms=%lld", r->id, (long long)(t3 - t2));
 
         pthread_mutex_lock(&m->mu);
+        const int first_loss = rc == KL_EDEVICE && !m->device_lost;
+        if (first_loss)
+            m->device_lost = r->lost_device = 1;
         r->use_cuda = ran_cuda;
         r->cpu_ns = cpu_ns;
         if (ran_cuda && r->gpu_ids[0] < m->backend->plugin.ngpus)
@@ -579,6 +668,11 @@ static void *cn__worker(void *arg)
         r->phase_ms[1] = t2 - t1;
         r->phase_ms[2] = t3 - t2;
         cn__finish(m, r, rc, &err);
+        if (first_loss) {
+            svc_error("device lost run=%s kernel=%s why=\"%s\"", r->id, r->kernel->name, err.message);
+            if (m->on_device_lost)
+                m->on_device_lost(m->device_ctx, err.message);
+        }
         r->refs--;
     }
     pthread_mutex_unlock(&m->mu);
@@ -607,7 +701,7 @@ static void *cn__watchdog(void *arg)
                     } else if (!r->timeout_logged && now >= r->deadline_mono + 10000) {
                         r->timeout_logged = 1;
                         svc_warn("run ignores its cancel flag run=%s kernel=%s", r->id,
-                                 r->kernel->name);
+                                 cn__what(r));
                     }
                 } else if (r->deadline_mono < next) {
                     next = r->deadline_mono;
@@ -657,6 +751,9 @@ int cn_runs_create(const cn_runs_opts *opts, cn_runs **out)
     m->blobio = opts->blobio;
     m->cache = opts->cache;
     m->dist = opts->dist;
+    m->on_device_lost = opts->on_device_lost;
+    m->device_ctx = opts->device_ctx;
+    m->tasks = opts->tasks;
     m->m_runs = svc_metric_counter(opts->metrics, "kowloon_node_runs_total",
                                    "runs this node ended, by kernel and state",
                                    (const char *[]){"kernel", "state", NULL});
@@ -734,7 +831,7 @@ void cn_runs_destroy(cn_runs *m)
  * or a negative code; see cn_runs_submit. */
 static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
 {
-    const char *kname = req->ka.args.kernel->name;
+    const char *kname = req->task ? "task" : req->ka.args.kernel->name;
     cn_run *r;
 
     if (m->draining)
@@ -743,7 +840,11 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
         kl_err_set(err, "backend", "this node has no CUDA backend: %s", m->backend->reason);
         return CN_ENOTSUP;
     }
-    int use_cuda = req->target != CN_TARGET_CPU && cn_backend_supports(m->backend, kname);
+    /* A task gets GPUs when it asks for some and the node has them; what
+     * runs in its container is its own business. */
+    int use_cuda = req->target != CN_TARGET_CPU &&
+                   (req->task ? req->gpus > 0 && m->backend->kind == CN_BACKEND_CUDA
+                              : cn_backend_supports(m->backend, kname));
     int ngpus = cn_backend_ngpus(m->backend);
     if (use_cuda && req->gpus > ngpus) {
         kl_err_set(err, "gpus", "gpus=%d but this node has %d", req->gpus, ngpus);
@@ -760,7 +861,14 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
             cn__cancel(m, o, CN_CANCEL_SUPERSEDED);
         }
     }
-    if (req->node_rank >= 0 && (!m->dist || req->ka.args.kernel->max_nodes < req->nodes)) {
+    if (req->task && cn_task_admit(m->tasks, req, err) < 0)
+        return CN_ENOTSUP;
+    if (req->task && req->node_rank >= 0 && !m->dist) {
+        kl_err_set(err, "dist", "this node takes no part in multi-node jobs");
+        return CN_ENOTSUP;
+    }
+    if (!req->task && req->node_rank >= 0 &&
+        (!m->dist || req->ka.args.kernel->max_nodes < req->nodes)) {
         kl_err_set(err, "dist", m->dist ? "kernel %s runs on at most %d node(s)"
                                         : "this node takes no part in multi-node jobs",
                    kname, req->ka.args.kernel->max_nodes);
@@ -934,7 +1042,7 @@ int cn_runs_take_progress(cn_runs *m, json_t *out)
         if (!r->progress_new)
             continue;
         r->progress_new = 0;
-        json_t *p = cn__progress_json(&r->progress);
+        json_t *p = r->tprogress ? json_deep_copy(r->tprogress) : cn__progress_json(&r->progress);
         if (p && json_array_append_new(out, json_pack("{s:s, s:i, s:o}", "job_id", r->req.job_id,
                                                       "attempt", r->req.attempt, "progress", p)) == 0)
             n++;

@@ -15,6 +15,7 @@
 #include "blobio.h"
 #include "rdv.h"
 #include "svc_metrics.h"
+#include "task.h"
 
 typedef struct cn_runs cn_runs;
 
@@ -34,6 +35,15 @@ typedef struct cn_runs_opts {
                                    jobs are refused): the rendezvous, the address
                                    and timeout of multi-node runs, read when one
                                    starts */
+    /* May be NULL. Called once, on a worker thread with the manager's lock
+     * held (so it must only note and wake), when the first run answers
+     * KL_EDEVICE: the plugin has lost the GPU for the rest of the process.
+     * That run ends device_error (final); runs that answer KL_EDEVICE after
+     * it end backend_error (retryable: not theirs). why is the plugin's. */
+    void (*on_device_lost)(void *ctx, const char *why);
+    void *device_ctx;
+    cn_task_cfg *tasks;         /* borrowed, may be NULL (then tasks are refused):
+                                   the engine and everything tasks share */
 } cn_runs_opts;
 
 enum {

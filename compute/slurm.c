@@ -107,6 +107,10 @@ int cn_slurm_read(cn_getenv_fn get, cn_slurm *out, char *err, size_t errlen)
     snprintf(out->job_id, sizeof out->job_id, "%s", job);
     snprintf(out->host, sizeof out->host, "%s", host);
     snprintf(out->name, sizeof out->name, "%s-slurm%s", host, job);
+    const char *tmp = get("TMPDIR");
+    if (!tmp || tmp[0] != '/' || strlen(tmp) > 160 || strstr(tmp, "/.."))
+        tmp = "/tmp";
+    snprintf(out->state_dir, sizeof out->state_dir, "%s/kowloon-node-%s", tmp, job);
 
     /* A task's own CPUs when srun was given --cpus-per-task, else every
      * CPU the allocation holds on this host (one task per host). */

@@ -24,6 +24,11 @@ typedef struct cn_slurm {
                                GPU); the variable itself when Slurm set it, else
                                SLURM_STEP_GPUS, else SLURM_JOB_GPUS */
     const char *gpus_from;  /* which variable gpus came from; NULL: none was set */
+    char state_dir[256];    /* where the node keeps its credential (--state-dir):
+                               "<TMPDIR>/kowloon-node-<job_id>" on the host's own
+                               disk ($TMPDIR when it is an absolute path, else
+                               /tmp), so that a node restarted within the
+                               allocation gets its name back at once */
 } cn_slurm;
 
 /* Reads the allocation from get. 0, or -1 with err saying which variable is

@@ -16,8 +16,15 @@ typedef struct gw_reqctx {
     gw_caller who;
     int authenticated;
     struct gw_bwriter *upload;  /* POST /v1/blobs: the bytes so far */
-    int upload_err;             /* -errno of the first failed write */
+    int upload_err;             /* -errno of the first failed write; -EDQUOT: past the quota */
+    int quota_read;             /* used and room below were read at the head */
+    uint64_t used, room;        /* the tenant's blob bytes then, and what it may add (quota.h) */
     gw_mpart *mpart;            /* a multipart POST /v1/jobs (freed with the request) */
+    char node_id[37];           /* cluster listener: the node the credential names */
+    char node_name[128];
+    char *rdv;                  /* PUT rendezvous: the value so far (freed with the request) */
+    size_t rdv_len;
+    char job_id[37];            /* the path's {id}, lower-cased (gw_job_id_param) */
 } gw_reqctx;
 /* The request's context, created zeroed on first use; NULL on ENOMEM. */
 gw_reqctx *gw_reqctx_of(svc_req *req);
@@ -28,10 +35,22 @@ gw_reqctx *gw_reqctx_of(svc_req *req);
  * API's writes) adds GW_ACCESS_WRITE: its requests take their token from
  * the key's write bucket, every other one from its read bucket (limits.h),
  * so that polling never starves the same key's submits. */
-enum { GW_ACCESS_PUBLIC = 0, GW_ACCESS_TENANT, GW_ACCESS_ADMIN, GW_ACCESS_CLUSTER,
-       GW_ACCESS_METRICS /* the cluster token or an admin key; anyone with --metrics-public */ };
+enum { GW_ACCESS_TENANT = 1, GW_ACCESS_ADMIN,
+       GW_ACCESS_CLUSTER /* the cluster token: node registration only (cluster listener) */,
+       GW_ACCESS_METRICS /* an admin key (public listener) or the cluster token (cluster
+                            listener); anyone with --metrics-public */,
+       GW_ACCESS_NODE    /* a node's own credential (cluster listener) */ };
+/* Anyone (health, the spec, the dashboard's files). Every route says which
+ * it is: one that says nothing does not start (svc_http.h), and a role
+ * gw_authorize does not know is refused. */
+#define GW_ACCESS_PUBLIC SVC_ACCESS_PUBLIC
 #define GW_ACCESS_WRITE 0x100
-#define GW_ACCESS_ROLE(access) ((access) & 0xff)
+/* GW_ACCESS_NODE routes: the query's job_id and attempt must name a run the
+ * node holds (RUN), or the path's {id} and {attempt} a multi-node job's
+ * attempt of which it holds a part (GANG); checked from the head too. */
+#define GW_ACCESS_RUN 0x200
+#define GW_ACCESS_GANG 0x400
+#define GW_ACCESS_ROLE(access) ((access) == GW_ACCESS_PUBLIC ? GW_ACCESS_PUBLIC : (access) & 0xff)
 /* svc_authorize_fn of the gateway: 0, or -1 after replying 401 (with
  * WWW-Authenticate), 403, 429 or 503. */
 int gw_authorize(svc_req *req, int access);
@@ -53,9 +72,16 @@ int gw_tenant_arg(svc_req *req, const gw_caller *who, const char *what, const ch
  * is authorized from its head first, with its own bucket, so handlers'
  * calls are answered from the request). */
 int gw_auth_tenant_bucket(svc_req *req, gw_caller *who, int bucket);
-/* Checks the cluster token; on failure replies 401 (429 after too many
- * failed attempts from the address) and returns -1. */
-int gw_auth_cluster(svc_req *req);
+/* auth_cluster.c: the svc_authorize_fn of the cluster listener. The
+ * cluster token opens registration (GW_ACCESS_CLUSTER) and the cluster
+ * listener's /metrics; a GW_ACCESS_NODE route needs the credential the
+ * node got at registration, whose node must be the path's {node} where
+ * there is one (403 otherwise), plus what GW_ACCESS_RUN / GW_ACCESS_GANG
+ * ask. 0, or -1 after replying 400, 401, 403, 404, 409, 429 or 503. */
+int gw_authorize_cluster(svc_req *req, int access);
+/* The node a GW_ACCESS_NODE request was authorized for: its id, or NULL
+ * (no node). */
+const char *gw_req_node(svc_req *req);
 
 /* Failed authentications per client address, in this process: burst at
  * once, rps a second after that (burst 0: no limit). NULL on ENOMEM. */
@@ -78,6 +104,9 @@ int gw_api_jobs_get(svc_req *req);
 int gw_api_jobs_list(svc_req *req);
 int gw_api_jobs_result(svc_req *req);
 int gw_api_jobs_cancel(svc_req *req);
+/* api_jobs_delete.c: DELETE /v1/jobs/{id}, an ended job of the caller's
+ * tenant and everything of it but its usage (store_retention.c). */
+int gw_api_jobs_delete(svc_req *req);
 /* api_webhooks.c: GET /v1/jobs/{id}/deliveries, and the tenant's signing
  * secret: GET /v1/webhook-secret (made on first use), POST to rotate it. */
 int gw_api_jobs_deliveries(svc_req *req);
@@ -94,19 +123,24 @@ json_t *gw_mpart_job(svc_req *req);
 int gw_api_jobs_output(svc_req *req);
 
 /* api_blobs.c: POST /v1/blobs streams the body (gw_api_blobs_body) into the
- * blob store; GET/HEAD/DELETE /v1/blobs/{id}. */
+ * blob store, within the room of the tenant's quota read at the head
+ * (gw_api_blobs_head: a Content-Length past it is refused before a byte is
+ * read, a chunked body cut off once past it); GET/HEAD/DELETE
+ * /v1/blobs/{id}. */
+int gw_api_blobs_head(svc_req *req);
 int gw_api_blobs_body(svc_req *req, const char *data, size_t n);
 int gw_api_blobs_upload(svc_req *req);
 int gw_api_blobs_get(svc_req *req);
 int gw_api_blobs_delete(svc_req *req);
-/* The nodes' side (cluster token): POST /v1/cluster/blobs takes a run's
- * output (no tenant owns it until its job is recorded), GET
- * /v1/cluster/blobs/{id} serves a run's input to its node. */
+/* The nodes' side (a node's credential): POST /v1/cluster/blobs?job_id=
+ * &attempt= takes an output of that run (no tenant owns it until its job
+ * is recorded), GET /v1/cluster/blobs/{id} serves an input of a run the
+ * node holds. */
 int gw_api_cluster_blobs_upload(svc_req *req);
 int gw_api_cluster_blobs_get(svc_req *req);
-/* PUT /v1/cluster/blobs/{id} {"size": n}: a node that shares the blob
- * directory wrote the blob itself; recorded once its file is there with
- * that size. */
+/* PUT /v1/cluster/blobs/{id}?job_id=&attempt= {"size": n}: a node that
+ * shares the blob directory wrote the blob itself; recorded once its file
+ * is there with that size and its bytes hash to its name. */
 int gw_api_cluster_blobs_adopt(svc_req *req);
 /* api_runs.c: POST /v1/cluster/nodes/{id}/lease ({"max", "wait_ms"}) holds
  * the node's poll until runs or cancels are there for it; POST
@@ -114,7 +148,8 @@ int gw_api_cluster_blobs_adopt(svc_req *req);
  * runs that ended and answers {"recorded": [run ids]}. */
 int gw_api_node_lease(svc_req *req);
 int gw_api_node_results(svc_req *req);
-/* Sets the body limit of POST /v1/blobs (the route table's one runtime value). */
+/* Sets the body limit of blob uploads, a tenant's and a node's (the route
+ * tables' one runtime value). */
 void gw_routes_set_blob_limit(size_t bytes);
 
 /* api_events.c: Server-Sent Events of job state changes (events.h). */
@@ -123,6 +158,8 @@ int gw_api_job_events(svc_req *req);
 
 int gw_api_kernels(svc_req *req);
 int gw_api_nodes_list(svc_req *req);
+/* api_nodes.c: a node registers (cluster token; its name is not taken from
+ * a live holder), beats and leaves (its credential). */
 int gw_api_node_register(svc_req *req);
 int gw_api_node_heartbeat(svc_req *req);
 int gw_api_node_remove(svc_req *req);
@@ -159,11 +196,15 @@ int gw_ui_etag_match(const char *if_none_match, const char *etag);
 int gw_api_tenants_put(svc_req *req);
 int gw_api_tenants_list(svc_req *req);
 int gw_api_keys_create(svc_req *req);
+int gw_api_keys_list(svc_req *req);
 int gw_api_keys_revoke(svc_req *req);
 int gw_api_node_drain(svc_req *req);
 int gw_api_node_undrain(svc_req *req);
 
-/* The route table of the gateway, terminated by a NULL method. */
+/* The route table of the public listener (tenants, admins, health, metrics,
+ * the dashboard), terminated by a NULL method. */
 extern svc_route gw_routes[];
+/* The route table of the cluster listener (api_nodes.c): what nodes call. */
+extern svc_route gw_cluster_routes[];
 
 #endif

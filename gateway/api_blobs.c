@@ -1,9 +1,11 @@
 /* api_blobs.c — the blob API: raw bytes in (streamed to the blob store while
- * they are hashed, never held whole), raw bytes out (sendfile, with Range),
- * and a tenant's references. A tenant reads only blobs it uploaded: the
- * same bytes from two tenants are stored once, but knowing a hash is not
- * access — another tenant's blob answers 404 like one that does not
- * exist. */
+ * they are hashed, never held whole, within the tenant's quota), raw bytes
+ * out (sendfile, with Range), and a tenant's references. A tenant reads
+ * only blobs it uploaded: the same bytes from two tenants are stored once,
+ * but knowing a hash is not access — another tenant's blob answers 404
+ * like one that does not exist. Likewise a node reads only the inputs of
+ * runs it holds, and what it stores counts as an output of the one run it
+ * names. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,8 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "adopt.h"
 #include "api.h"
 #include "blobstore.h"
+#include "quota.h"
 #include "svc_sha256.h"
 #include "svc_log.h"
 
@@ -34,6 +38,24 @@ static int upload_begin(svc_req *req, gw_reqctx *ctx)
     return 0;
 }
 
+int gw_api_blobs_head(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    gw_reqctx *ctx = gw_reqctx_of(req);
+    if (ctx == NULL)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory"), -1;
+    /* authenticated from the head already: answered from the request */
+    if (gw_auth_tenant(req, &ctx->who) != 0 ||
+        gw_quota_read(req, ctx->who.tenant_id, &ctx->used, &ctx->room) != 0)
+        return -1;
+    ctx->quota_read = 1;
+    const char *cl = svc_req_header(req, "Content-Length");
+    unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+    if (ctx->room != GW_QUOTA_NONE && n > ctx->room)
+        return gw_reply_quota(req, app, ctx->used, "the upload has %llu bytes", n), -1;
+    return 0;
+}
+
 int gw_api_blobs_body(svc_req *req, const char *data, size_t n)
 {
     gw_reqctx *ctx = gw_reqctx_of(req);
@@ -41,6 +63,16 @@ int gw_api_blobs_body(svc_req *req, const char *data, size_t n)
         return -1;
     if (ctx->upload == NULL && (ctx->upload_err = upload_begin(req, ctx)) != 0)
         return -1;
+    /* Past the room the head found (a chunked body, or one the quota
+     * shrank under meanwhile): nothing more is written, what was is
+     * dropped, and the rest of the body is not read. */
+    if (ctx->quota_read && ctx->room != GW_QUOTA_NONE &&
+        n > ctx->room - gw_bwriter_size(ctx->upload)) {
+        upload_abort(ctx);
+        ctx->upload_err = -EDQUOT;
+        svc_req_cut_body(req);
+        return -1;
+    }
     ctx->upload_err = gw_bwriter_append(ctx->upload, data, n);
     return ctx->upload_err;
 }
@@ -103,10 +135,13 @@ int gw_api_cluster_blobs_upload(svc_req *req)
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     if (upload_commit(req, ctx, id, &size) != 0)
         return 0;
-    /* A run's output: recorded with no tenant reference; the fenced step
-     * that marks its job succeeded gives the job and its tenant theirs,
-     * and an output of an attempt that lost the race is swept. */
-    int rc = gw_store_blob_record(app->store, 0, id, size, 0, &(int){0});
+    /* An output of the run the query names, which the node holds (checked
+     * from the head), hashed as it streamed in: recorded with no tenant
+     * reference; the fenced step that marks its job succeeded gives the job
+     * and its tenant theirs, and an output of an attempt that lost the race
+     * is swept. */
+    int rc = gw_store_run_output(app->store, svc_req_query(req, "job_id"),
+                                 atoi(svc_req_query(req, "attempt")), id, size, gw_req_node(req));
     if (rc != 0)
         return reply_store_failure(req, rc);
     if (upload_close(req, ctx, id) != 0)
@@ -125,10 +160,8 @@ int gw_api_cluster_blobs_adopt(svc_req *req)
     if (!json_is_integer(jsize) || json_integer_value(jsize) < 0)
         return svc_reply_error(req, 400, "invalid_argument", "size", NULL,
                                "the body is {\"size\": bytes of the blob}");
-    /* A file under a real name is complete and holds the bytes its name
-     * says (written to a temporary name, hashed, fsynced, linked): what is
-     * left to check is that this gateway sees it, with the size the node
-     * wrote. The bytes are not hashed again. */
+    /* The file is there, with the size the node wrote? A cheap answer
+     * first: a node whose mount is not this gateway's pushes instead. */
     int rc = gw_bstore_stat(app->blobs, id, &size);
     if (rc == -ENOENT)
         return svc_reply_error(req, 404, "not_found", NULL, NULL,
@@ -141,11 +174,15 @@ int gw_api_cluster_blobs_adopt(svc_req *req)
         return svc_reply_error(req, 422, "invalid_argument", "size", NULL,
                                "the blob store's %s has %" PRIu64 " bytes, not %" PRIu64, id, size,
                                (uint64_t)json_integer_value(jsize));
-    /* recorded like a pushed output: no tenant yet (api_cluster_blobs_upload) */
-    rc = gw_store_blob_record(app->store, 0, id, size, 0, &(int){0});
-    if (rc != 0)
-        return reply_store_failure(req, rc);
-    return svc_reply_json(req, 201, json_pack("{s:s, s:I}", "id", id, "size", (json_int_t)size));
+    /* Whoever can write the directory can put any bytes under any name: the
+     * file is hashed before it is recorded, off the HTTP threads. */
+    if (gw_adopter_submit(app->adopter, req, id, size, svc_req_query(req, "job_id"),
+                          atoi(svc_req_query(req, "attempt")), gw_req_node(req)) != 0) {
+        svc_reply_header(req, "Retry-After", "1");
+        return svc_reply_error(req, 503, "unavailable", NULL, NULL,
+                               "too many blobs are being hashed; try again");
+    }
+    return 0;
 }
 
 static int reply_blob(svc_req *req, const char *id, int fd, uint64_t size);
@@ -158,7 +195,15 @@ int gw_api_cluster_blobs_get(svc_req *req)
     uint64_t size;
     if (!id)
         return 0;
-    int rc = gw_bstore_open_read(app->blobs, id, &fd, &size);
+    /* only an input of a run this node holds now: a node is not a key to
+     * every tenant's blobs */
+    int rc = gw_store_node_blob_get(app->store, gw_req_node(req), id, &size);
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL,
+                               "no such blob among the inputs of the runs this node holds");
+    if (rc != 0)
+        return reply_store_failure(req, rc);
+    rc = gw_bstore_open_read(app->blobs, id, &fd, &size);
     if (rc == -ENOENT)
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such blob");
     if (rc != 0)
@@ -176,15 +221,18 @@ int gw_api_blobs_upload(svc_req *req)
     int created = 0, rc;
     if (ctx == NULL)
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    if (ctx->upload_err == -EDQUOT)
+        return gw_reply_quota(req, app, ctx->used, "the upload passed the tenant's quota and was "
+                              "cut off; nothing of it was stored");
     if (upload_commit(req, ctx, id, &size) != 0)
         return 0;
-    rc = gw_store_blob_record(app->store, ctx->who.tenant_id, id, size,
-                              (uint64_t)app->cfg.blob_quota_mb << 20, &created);
+    rc = gw_store_blob_record(app->store, ctx->who.tenant_id, id, size, gw_quota_bytes(app),
+                              &created);
+    uint64_t used = 0;
+    if (rc == -EDQUOT && gw_store_tenant_blob_bytes(app->store, ctx->who.tenant_id, &used) == 0)
+        return gw_reply_quota(req, app, used, "the blob has %llu bytes", (unsigned long long)size);
     if (rc == -EDQUOT)
-        return svc_reply_error(req, 413, "quota_exceeded", NULL,
-                               json_pack("{s:I}", "quota_bytes", (json_int_t)app->cfg.blob_quota_mb << 20),
-                               "the tenant's blobs would take more than its quota of %d MiB; "
-                               "DELETE blobs it no longer needs", app->cfg.blob_quota_mb);
+        rc = -EIO;
     if (rc != 0)
         return reply_store_failure(req, rc);
     if (upload_close(req, ctx, id) != 0)

@@ -62,7 +62,7 @@ int gw_api_events(svc_req *req)
     /* Not resuming: from the next event on, after every id drawn so far. */
     if (after < 0 && gw_store_events_last(app->store, &after) != 0)
         return gw_reply_unavailable(req, "PostgreSQL");
-    gw_events_open(app->events, req, who.tenant_id, NULL, &f, after, duration_s);
+    gw_events_open(app->events, req, who.tenant_id, who.key_id, NULL, &f, after, duration_s);
     return 0;
 }
 
@@ -101,6 +101,6 @@ int gw_api_job_events(svc_req *req)
         }
         return 0;
     }
-    gw_events_open(app->events, req, who.tenant_id, id, NULL, after, duration_s);
+    gw_events_open(app->events, req, who.tenant_id, who.key_id, id, NULL, after, duration_s);
     return 0;
 }

@@ -2,6 +2,7 @@
  * A job exists once its row is committed; only then is its id returned.
  * Every query is scoped by the caller's tenant, so another tenant's job
  * answers exactly like one that does not exist. */
+#include <ctype.h>
 #include <errno.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -20,14 +21,17 @@
 #include "lease.h"
 #include "limits.h"
 #include "metrics.h"
+#include "quota.h"
 #include "waits.h"
 #include "request.h"
+#include "resolver.h"
 #include "webhook_net.h"
 #include "scheduler.h"
 #include "svc_client.h"
 #include "svc_json.h"
 #include "svc_log.h"
 #include "svc_npy.h"
+#include "svc_sha256.h"
 #include "svc_tstream.h"
 #include "svc_util.h"
 
@@ -65,10 +69,12 @@ typedef struct submit {
     uint64_t blob_sizes[KL_MAX_IO];
     char *params_s, *labels_s, *meta_s;
     char *webhook;                 /* NULL: none */
+    char webhook_host[256];        /* its host when a name: resolved before the commit */
     char webhook_events[64];
     char backend[8];
     json_t *job;                   /* the job object up to "info"; the rest once committed */
     int wait_s;                    /* Prefer: wait=N: answer when the job ends (or N s) */
+    int64_t key_id;                /* the caller's API key: a wait ends (401) once it is revoked */
     char idem_key[GW_IDEM_KEY_MAX + 1]; /* Idempotency-Key; "" when none */
     char idem_hash[65];
 } submit;
@@ -110,6 +116,48 @@ static void submit_blob_ref(submit *s, const char *id, uint64_t size)
     s->blob_sizes[k] = size;
 }
 
+/* The inline inputs of a submit that become blobs (larger than
+ * GW_INLINE_INPUT_MAX) count toward the tenant's blob quota: those it
+ * does not hold already (by their hash) must fit in what it has left,
+ * checked before a byte is written. 0, or -1 after replying (413
+ * quota_exceeded, 503). */
+static int inputs_fit_quota(svc_req *req, int64_t tenant_id, const gw_job_req *jr)
+{
+    gw_app *app = svc_req_app(req);
+    char idbuf[KL_MAX_IO][GW_BLOB_ID_LEN];
+    const char *ids[KL_MAX_IO];
+    uint64_t sizes[KL_MAX_IO], need = 0, used = 0;
+    int n = 0;
+    if (gw_quota_bytes(app) == 0)
+        return 0;
+    for (int i = 0; i < jr->kernel->ninputs; i++) {
+        const svc_tensor *t = &jr->ka.tensors[i];
+        char hex[65];
+        svc_sha256 *h;
+        if (!jr->ka.args.inputs[i] || t->blob[0] != '\0' || t->nbytes <= GW_INLINE_INPUT_MAX)
+            continue;
+        int bad = !(h = svc_sha256_new()) || svc_sha256_update(h, t->data, t->nbytes) != 0;
+        if (bad)
+            svc_sha256_free(h);
+        else
+            bad = svc_sha256_final_hex(h, hex) != 0; /* frees h */
+        if (bad)
+            return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot hash an input"), -1;
+        snprintf(idbuf[n], sizeof idbuf[n], "sha256:%s", hex);
+        ids[n] = idbuf[n];
+        sizes[n++] = t->nbytes;
+    }
+    if (n == 0)
+        return 0;
+    if (gw_store_blobs_need(app->store, tenant_id, NULL, ids, sizes, n, &need, &used) != 0)
+        return gw_reply_unavailable(req, "PostgreSQL"), -1;
+    if (need > gw_quota_room(app, used))
+        return gw_reply_quota(req, app, used, "the job's inline inputs over %d KiB are stored as "
+                              "blobs and need %llu bytes more", GW_INLINE_INPUT_MAX >> 10,
+                              (unsigned long long)need), -1;
+    return 0;
+}
+
 /* The inputs of a submit: an inline tensor (data, b64) of at most
  * GW_INLINE_INPUT_MAX bytes is packed into s->b for the job's row; a larger
  * one is written to the blob store, its writer kept open until the job that
@@ -119,6 +167,8 @@ static void submit_blob_ref(submit *s, const char *id, uint64_t size)
 static int inputs_prepare(svc_req *req, int64_t tenant_id, const gw_job_req *jr, submit *s)
 {
     gw_app *app = svc_req_app(req);
+    if (inputs_fit_quota(req, tenant_id, jr) != 0)
+        return -1;
     for (int i = 0; i < jr->kernel->ninputs; i++) {
         const svc_tensor *t = &jr->ka.tensors[i];
         const char *name = jr->kernel->inputs[i].name;
@@ -301,13 +351,18 @@ static void submit_replay(submit *s)
     svc_req *req = s->req;
     const char *id = s->row.idem_job;
     svc_reply_header(req, "Idempotent-Replayed", "true");
-    if (s->wait_s > 0) {
-        gw_waits_add(s->app->waits, req, 1, s->row.tenant_id, id, s->wait_s, 202);
-        return;
-    }
     json_t *job;
     int rc = gw_store_job_get(s->app->store, s->row.tenant_id, id, &job);
-    if (rc != 0) {
+    if (rc == 0 && s->wait_s > 0) {
+        json_decref(job);
+        gw_waits_add(s->app->waits, req, 1, s->row.tenant_id, s->key_id, id, s->wait_s, 202);
+        return;
+    }
+    if (rc == -ENOENT) {
+        svc_reply_error(req, 409, "conflict", "Idempotency-Key", json_pack("{s:s}", "job_id", id),
+                        "the job this Idempotency-Key made (%s) was deleted; send a new key for a "
+                        "new job", id);
+    } else if (rc != 0) {
         reply_store_error(req, rc);
     } else {
         const char *st = json_string_value(json_object_get(job, "state"));
@@ -349,7 +404,8 @@ static void submit_done(void *arg, gw_commit_item *it)
     if (it->rc == 0 && s->wait_s > 0) {
         /* Prefer: wait=N: the request, still suspended, waits for the job's
          * end (or N seconds: then this 202, as it would have been). */
-        gw_waits_add(s->app->waits, req, 1, s->row.tenant_id, s->row.id, s->wait_s, 202);
+        gw_waits_add(s->app->waits, req, 1, s->row.tenant_id, s->key_id, s->row.id, s->wait_s,
+                     202);
         submit_free(s);
         return;
     }
@@ -438,8 +494,44 @@ static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr)
     return rc;
 }
 
+/* gw_resolve's answer for a suspended submit whose webhook names a host:
+ * every address allowed hands it to the committer, anything else answers
+ * 422 naming the webhook (503 when the gateway stops) and drops what the
+ * submit wrote. Runs on the resolver's thread; owns s. */
+static void submit_resolved(void *arg, int rc, const struct sockaddr *const *addrs, int n)
+{
+    submit *s = arg;
+    svc_req *req = s->req;
+    const char *host = s->webhook_host;
+    char msg[400];
+    if (rc == 0 && gw_whnet_addrs_check(s->app->whnet, host, addrs, n, msg, sizeof msg) == 0) {
+        if (gw_committer_add(s->app->committer, &s->item) == 0)
+            return; /* the committer's now */
+        gw_reply_unavailable(req, "this gateway (shutting down)");
+    } else if (rc == 0) {
+        svc_reply_error(req, 422, "invalid_argument", "webhook", NULL, "%s", msg);
+    } else if (rc == -ENOENT) {
+        svc_reply_error(req, 422, "invalid_argument", "webhook", NULL,
+                        "webhook host %.100s does not resolve", host);
+    } else if (rc == -ETIMEDOUT) {
+        svc_reply_error(req, 422, "invalid_argument", "webhook", NULL,
+                        "webhook host %.100s did not resolve within %d ms", host,
+                        s->app->cfg.webhook_dns_timeout_ms);
+    } else if (rc == -ESHUTDOWN) {
+        gw_reply_unavailable(req, "this gateway (shutting down)");
+    } else {
+        svc_reply_error(req, 422, "invalid_argument", "webhook", NULL,
+                        "webhook host %.100s could not be resolved (name server error)", host);
+    }
+    svc_req_resume(req);
+    submit_blobs_end(s, 0);
+    submit_free(s);
+}
+
 /* POST /v1/jobs: validates, prepares the row and its inputs, suspends the
- * request and hands it to the committer, which answers it (submit_done).
+ * request and hands it to the committer, which answers it (submit_done);
+ * a webhook host that is a name is resolved first (submit_resolved),
+ * while the request stays suspended: no lookup ever waits on this thread.
  * Whatever fails before the hand-over is answered here. */
 int gw_api_jobs_submit(svc_req *req)
 {
@@ -468,8 +560,12 @@ int gw_api_jobs_submit(svc_req *req)
         gw_job_req_free(&jr);
         return svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
     }
-    /* Resolves the webhook's host: only jobs that name one pay for it. */
-    if (jr.webhook && gw_whnet_url_check(app->whnet, jr.webhook, ve.message, sizeof ve.message)) {
+    /* The webhook's form, and its address when an IP literal; a name is
+     * resolved below, off this thread. */
+    char host[256] = "";
+    int resolve = jr.webhook ? gw_whnet_url_check(app->whnet, jr.webhook, host, sizeof host,
+                                                  ve.message, sizeof ve.message) : 0;
+    if (resolve < 0) {
         gw_job_req_free(&jr);
         return svc_reply_error(req, 422, "invalid_argument", "webhook", NULL, "%s", ve.message);
     }
@@ -479,6 +575,7 @@ int gw_api_jobs_submit(svc_req *req)
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
     }
     s->app = app;
+    s->key_id = who.key_id;
     s->wait_s = gw_waits_prefer(svc_req_header(req, "Prefer"));
     memcpy(s->idem_key, idem_key, sizeof idem_key);
     int rc = inputs_prepare(req, who.tenant_id, &jr, s);
@@ -495,9 +592,28 @@ int gw_api_jobs_submit(svc_req *req)
     }
     if (rc == 0) {
         s->req = req;
-        if (gw_committer_add(app->committer, &s->item) == 0)
+        if (resolve) {
+            snprintf(s->webhook_host, sizeof s->webhook_host, "%s", host);
+            rc = gw_resolve(app->resolver, host, who.tenant_id, submit_resolved, s);
+            if (rc == 0)
+                return 0; /* req and s are submit_resolved's now */
+            if (rc == -EINVAL)
+                svc_reply_error(req, 422, "invalid_argument", "webhook", NULL,
+                                "webhook host must be at most 253 characters");
+            else if (rc == -EDQUOT)
+                gw_reply_too_many(req, "rate_limited", 1,
+                                  "this tenant has %d webhook host lookups in flight, the most it "
+                                  "may; retry once they end (each within %d ms)",
+                                  GW_RESOLVE_PER_TENANT, app->cfg.webhook_dns_timeout_ms);
+            else if (rc == -EAGAIN)
+                gw_reply_unavailable(req, "webhook host lookup (too many at once)");
+            else
+                gw_reply_unavailable(req, "this gateway (shutting down)");
+        } else if (gw_committer_add(app->committer, &s->item) == 0) {
             return 0; /* req and s are the committer's now */
-        gw_reply_unavailable(req, "this gateway (shutting down)");
+        } else {
+            gw_reply_unavailable(req, "this gateway (shutting down)");
+        }
         svc_req_resume(req);
     }
     submit_blobs_end(s, 0);
@@ -505,14 +621,26 @@ int gw_api_jobs_submit(svc_req *req)
     return 0;
 }
 
-/* The {id} of the path when it is a UUID; NULL after replying 404. */
+/* The {id} of the path when it is a UUID, lower-cased as PostgreSQL
+ * writes a uuid (so the stream of a job named in capitals matches its
+ * events, and its cache entry is the one of any other spelling); NULL
+ * after replying 404 (or 500 on ENOMEM). */
 const char *gw_job_id_param(svc_req *req)
 {
     const char *id = svc_req_param(req, "id");
-    if (id && svc_uuid_valid(id))
-        return id;
-    svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
-    return NULL;
+    if (!id || !svc_uuid_valid(id)) {
+        svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
+        return NULL;
+    }
+    gw_reqctx *ctx = gw_reqctx_of(req);
+    if (!ctx) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < 36; i++)
+        ctx->job_id[i] = (char)tolower((unsigned char)id[i]);
+    ctx->job_id[36] = '\0';
+    return ctx->job_id;
 }
 
 /* job (stolen) with "queue" (stolen; NULL: none) right after its
@@ -546,7 +674,7 @@ int gw_api_jobs_get(svc_req *req)
     /* Prefer: wait=N holds the answer (suspended) until the job ends. */
     int wait_s = gw_waits_prefer(svc_req_header(req, "Prefer"));
     size_t len;
-    char *text = gw_jobcache_get(app->jobs, who.tenant_id, id, &len);
+    char *text = gw_jobcache_get(app->jobs, who.tenant_id, who.jobs_deleted, id, &len);
     json_t *job = NULL;
     if (!text) {
         int rc = gw_store_job_get(app->store, who.tenant_id, id, &job);
@@ -555,14 +683,14 @@ int gw_api_jobs_get(svc_req *req)
         const char *st = json_string_value(json_object_get(job, "state"));
         if (wait_s > 0 && st && (strcmp(st, "queued") == 0 || strcmp(st, "running") == 0)) {
             json_decref(job);
-            gw_waits_add(app->waits, req, 0, who.tenant_id, id, wait_s, 200);
+            gw_waits_add(app->waits, req, 0, who.tenant_id, who.key_id, id, wait_s, 200);
             return 0;
         }
         /* An ended job no longer changes: its answer is kept (jobcache.h). */
         if (st && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0 &&
             (text = svc_json_dump(job, NULL))) {
             len = strlen(text);
-            gw_jobcache_put(app->jobs, who.tenant_id, id, text, len);
+            gw_jobcache_put(app->jobs, who.tenant_id, who.jobs_deleted, id, text, len);
         }
     }
     if (wait_s >= 0) {
@@ -727,10 +855,13 @@ static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
     return rc ? rc : svc_tstream_text(s, "}", 1);
 }
 
-/* For ?encoding=blob: every output kept inline in the result row (a small
- * one) is written to the blob store and recorded as the tenant's, and its
- * entry in meta names the blob from then on. 0, or -errno (-EDQUOT past the
- * tenant's blob quota, -EIO, -ENOSPC). */
+/* For ?encoding=blob: every output becomes one of the tenant's own blobs,
+ * which it may GET or name in later jobs and which outlives the job (until
+ * DELETE /v1/blobs): an output in the blob store is recorded as the
+ * tenant's (it holds those bytes through the job already: they cost no
+ * quota); one kept inline in the result row (a small one) is written to
+ * the blob store first, and its entry in meta names the blob from then on.
+ * 0, or -errno (-EDQUOT past the tenant's blob quota, -EIO, -ENOSPC). */
 static int inline_outputs_to_blobs(gw_app *app, int64_t tenant_id, json_t *meta,
                                    const unsigned char *data, size_t len)
 {
@@ -739,20 +870,25 @@ static int inline_outputs_to_blobs(gw_app *app, int64_t tenant_id, json_t *meta,
     json_array_foreach(meta, i, m) {
         svc_tensor t;
         const char *name;
+        int created = 0, rc;
         if (gw_blob_view(m, data, len, &t, &name) != 0)
             return -EINVAL;
-        if (t.blob[0] != '\0')
+        if (t.blob[0] != '\0') {
+            rc = gw_store_blob_record(app->store, tenant_id, t.blob, t.nbytes, gw_quota_bytes(app),
+                                      &created);
+            if (rc)
+                return rc;
             continue;
+        }
         char id[GW_BLOB_ID_LEN];
         uint64_t size = 0;
-        int created = 0;
         gw_bwriter *w = gw_bstore_write_begin(app->blobs);
-        int rc = w ? gw_bwriter_append(w, t.data, t.nbytes) : -errno;
+        rc = w ? gw_bwriter_append(w, t.data, t.nbytes) : -errno;
         if (rc == 0)
             rc = gw_bwriter_commit(w, id, &size);
         if (rc == 0)
-            rc = gw_store_blob_record(app->store, tenant_id, id, size,
-                                      (uint64_t)app->cfg.blob_quota_mb << 20, &created);
+            rc = gw_store_blob_record(app->store, tenant_id, id, size, gw_quota_bytes(app),
+                                      &created);
         if (rc == 0 && gw_bwriter_close(w) != 0)
             rc = -EIO;
         else if (rc != 0 && w)
@@ -793,9 +929,12 @@ int gw_api_jobs_result(svc_req *req)
         json_decref(meta);
         json_decref(info);
         free(data);
+        uint64_t used = 0;
+        if (rc == -EDQUOT && gw_store_tenant_blob_bytes(app->store, who.tenant_id, &used) == 0)
+            return gw_reply_quota(req, app, used,
+                                  "the outputs as blobs would take the tenant past its blob quota");
         if (rc == -EDQUOT)
-            return svc_reply_error(req, 413, "quota_exceeded", NULL, NULL,
-                                   "the outputs as blobs would take the tenant past its blob quota");
+            rc = -EIO;
         if (rc == -EIO)
             return gw_reply_unavailable(req, "PostgreSQL");
         return svc_reply_error(req, rc == -ENOSPC ? 507 : 500,
@@ -927,8 +1066,9 @@ int gw_api_jobs_output(svc_req *req)
         svc_reply_header(req, "X-Kowloon-Dtype", svc_dtype_name(t.dtype));
         shape_header(&t, hdr, sizeof hdr);
         svc_reply_header(req, "X-Kowloon-Shape", hdr);
-        snprintf(hdr, sizeof hdr, "attachment; filename=\"%s.%s\"", want, npy ? "npy" : "bin");
-        svc_reply_header(req, "Content-Disposition", hdr);
+        char file[160];
+        snprintf(file, sizeof file, "%s.%s", want, npy ? "npy" : "bin");
+        svc_reply_header(req, "Content-Disposition", svc_content_disposition(file, hdr, sizeof hdr));
     }
     if (bad) {
         rc = svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");

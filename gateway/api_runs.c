@@ -1,6 +1,7 @@
-/* api_runs.c — the nodes' side of a run's travel (cluster token): the
- * lease poll that hands runs and cancels to a node, and the report of runs
- * that ended, many per exchange both ways. */
+/* api_runs.c — the nodes' side of a run's travel (each node with its own
+ * credential, for its own runs): the lease poll that hands runs and
+ * cancels to a node, and the report of runs that ended, many per exchange
+ * both ways. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +20,14 @@
 /* Most runs a poll may ask for, and most reports one exchange may carry. */
 #define LEASE_RUNS_MAX 1024
 
-/* The {id} of the path when it is a UUID; NULL after replying 404. */
+/* The node the request's credential names (the path's {node}, checked
+ * from the head); NULL after replying 500. */
 static const char *node_param(svc_req *req)
 {
-    const char *id = svc_req_param(req, "id");
-    if (id && svc_uuid_valid(id))
+    const char *id = gw_req_node(req);
+    if (id)
         return id;
-    svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
+    svc_reply_error(req, 500, "internal", NULL, NULL, "the request has no authenticated node");
     return NULL;
 }
 
@@ -70,7 +72,7 @@ int gw_api_node_lease(svc_req *req)
     gw_app *app = svc_req_app(req);
     const char *id;
     int max, wait_ms;
-    if (gw_auth_cluster(req) != 0 || !(id = node_param(req)))
+    if (!(id = node_param(req)))
         return 0;
     const json_t *b = svc_req_json(req);
     uint64_t seq;
@@ -87,7 +89,7 @@ int gw_api_node_results(svc_req *req)
     gw_app *app = svc_req_app(req);
     const char *id;
     int free_slots;
-    if (gw_auth_cluster(req) != 0 || !(id = node_param(req)))
+    if (!(id = node_param(req)))
         return 0;
     const json_t *b = svc_req_json(req);
     json_t *results = json_object_get(b, "results");
@@ -124,7 +126,7 @@ int gw_api_node_results(svc_req *req)
     }
     /* Before the results: a run's last progress comes with its end, and
      * is kept only while the job is still running. */
-    gw_progress_record(app, progress, results);
+    gw_progress_record(app, id, progress, results);
     int *rcs = calloc(json_array_size(results) + 1, sizeof(*rcs));
     if (!rcs)
         return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");

@@ -1,10 +1,14 @@
 /* auth.c — who is calling: tenants with API keys (only their SHA-256 is in
  * PostgreSQL, and PostgreSQL's answers are kept a moment in keycache.c;
- * each key's requests pass its rate limit), nodes with the cluster token
- * (compared in constant time). The server asks gw_authorize from the
+ * each key's requests pass its rate limit); nodes are authenticated on the
+ * cluster listener (auth_cluster.c). The server asks gw_authorize from the
  * request head, before the body is read; the caller it finds is kept on the
  * request, so handlers that ask again cost nothing. Failed attempts are
- * counted per client address and, past a burst, refused before any lookup. */
+ * counted per client address (an IPv6 /64; behind --trusted-proxies the
+ * address X-Forwarded-For names) and, past a burst, refused before any
+ * lookup of a key this gateway does not know; a key it has seen valid is
+ * always looked up, so that one client's failures never lock out another's
+ * valid key on the same address. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -14,6 +18,7 @@
 #include "keycache.h"
 #include "limits.h"
 #include "reply.h"
+#include "svc_addr.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -25,7 +30,7 @@
 #define AUTHFAIL_LOG_MS 10000
 
 typedef struct authfail_slot {
-    char ip[48];
+    char ip[SVC_ADDR_TEXT]; /* the address's limit key (svc_addr_key_of) */
     double tokens;
     int64_t at_ms;     /* last refill */
     int64_t logged_ms; /* last log line for this address */
@@ -56,10 +61,12 @@ void gw_authfail_free(gw_authfail *f)
     free(f);
 }
 
-/* The slot of ip, refilled to now; a new one (full bucket) when ip has
- * none. Called with f->mu held. */
-static authfail_slot *authfail_slot_of(gw_authfail *f, const char *ip, int64_t now_ms)
+/* The slot of ip's limit key (an IPv6 /64 is one client), refilled to now;
+ * a new one (full bucket) when it has none. Called with f->mu held. */
+static authfail_slot *authfail_slot_of(gw_authfail *f, const char *addr, int64_t now_ms)
 {
+    char ip[SVC_ADDR_TEXT];
+    svc_addr_key_of(addr, ip, sizeof ip);
     size_t h = svc_fnv1a(ip);
     authfail_slot *oldest = NULL;
     for (int probe = 0; probe < 8; probe++) {
@@ -100,12 +107,16 @@ void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms)
     authfail_slot *s = authfail_slot_of(f, ip, now_ms);
     s->tokens -= 1.0;
     int log_now = s->tokens < 1.0 && now_ms - s->logged_ms >= AUTHFAIL_LOG_MS;
-    if (log_now)
+    char key[SVC_ADDR_TEXT];
+    if (log_now) {
         s->logged_ms = now_ms;
+        memcpy(key, s->ip, sizeof key);
+    }
     pthread_mutex_unlock(&f->mu);
     if (log_now)
-        svc_warn("auth: more than %.0f failed authentications from %s; its requests get 429 "
-                 "until it slows to %.0f a second", f->burst, ip, f->rps);
+        svc_warn("auth: more than %.0f failed authentications from %s; its requests with a key "
+                 "this gateway does not know get 429 until it slows to %.0f a second", f->burst,
+                 key, f->rps);
 }
 
 gw_reqctx *gw_reqctx_of(svc_req *req)
@@ -127,18 +138,34 @@ static int refuse_failing_address(svc_req *req)
     return -1;
 }
 
-/* What key says of its caller: from the cache, else from PostgreSQL (and
- * then kept). 0, -ENOENT for an unknown or revoked key, -EIO. */
-static int key_lookup(gw_app *app, const char *key, gw_key_auth *ka)
+/* What PostgreSQL says of key (then kept in the cache). 0, -ENOENT for an
+ * unknown or revoked key, -EIO. */
+static int key_lookup_db(gw_app *app, const char *key, gw_key_auth *ka)
 {
     int64_t asked = svc_now_mono_ms();
-    int known = gw_keycache_get(app->keys, key, asked, ka);
-    if (known >= 0)
-        return known ? 0 : -ENOENT;
     int rc = gw_store_auth_key(app->store, key, ka);
     if (rc == 0 || rc == -ENOENT)
         gw_keycache_put(app->keys, key, rc == 0 ? ka : NULL, asked);
     return rc;
+}
+
+/* What key says of its caller, and whether the failure limiter may refuse
+ * it first. A key the cache answers for costs nothing; one it remembers as
+ * valid is looked up whatever its address did (a valid key is never
+ * refused by the limiter); any other key, or none, is looked up only when
+ * the address is not over its failures. 0, -ENOENT (unknown, revoked or
+ * none), -EIO, or -EAGAIN after replying 429. */
+static int key_check(svc_req *req, const char *key, gw_key_auth *ka)
+{
+    gw_app *app = svc_req_app(req);
+    int cached = key != NULL ? gw_keycache_get(app->keys, key, svc_now_mono_ms(), ka) : -ENOENT;
+    if (cached == 1)
+        return 0;
+    if (cached == -ENOENT && key != NULL && gw_keycache_was_valid(app->keys, key))
+        return key_lookup_db(app, key, ka);
+    if (refuse_failing_address(req) != 0)
+        return -EAGAIN;
+    return cached == 0 || key == NULL ? -ENOENT : key_lookup_db(app, key, ka);
 }
 
 /* 401 with the challenge RFC 6750 asks for, and the failure counted. */
@@ -158,20 +185,21 @@ int gw_auth_tenant(svc_req *req, gw_caller *who)
 
 int gw_auth_tenant_bucket(svc_req *req, gw_caller *who, int bucket)
 {
-    gw_app *app = svc_req_app(req);
     gw_reqctx *ctx = svc_req_user(req);
     if (ctx != NULL && ctx->authenticated) {
         *who = ctx->who;
         return 0;
     }
     memset(who, 0, sizeof(*who));
-    if (refuse_failing_address(req) != 0)
-        return -1;
     const char *key = svc_req_bearer(req);
-    if (!key || !*key)
-        return reply_unauthenticated(req, "send an API key as 'Authorization: Bearer <key>'");
+    if (key != NULL && (!*key || strlen(key) > 200))
+        key = NULL; /* no key: nothing to look up */
     gw_key_auth ka;
-    int rc = strlen(key) > 200 ? -ENOENT : key_lookup(app, key, &ka);
+    int rc = key_check(req, key, &ka);
+    if (rc == -EAGAIN)
+        return -1;
+    if (rc == -ENOENT && svc_req_bearer(req) == NULL)
+        return reply_unauthenticated(req, "send an API key as 'Authorization: Bearer <key>'");
     if (rc == -EIO) {
         gw_reply_unavailable(req, "PostgreSQL");
         return -1;
@@ -180,7 +208,7 @@ int gw_auth_tenant_bucket(svc_req *req, gw_caller *who, int bucket)
         return reply_unauthenticated(req, "the API key is not valid or was revoked");
     *who = (gw_caller){.tenant_id = ka.tenant_id, .admin = ka.admin, .key_id = ka.key_id,
                        .rate_rps = ka.rate_rps, .rate_burst = ka.rate_burst,
-                       .max_queued = ka.max_queued};
+                       .max_queued = ka.max_queued, .jobs_deleted = ka.jobs_deleted};
     if (gw_limits_rate(req, who, bucket) != 0)
         return -1;
     if ((ctx = gw_reqctx_of(req)) != NULL) {
@@ -190,26 +218,6 @@ int gw_auth_tenant_bucket(svc_req *req, gw_caller *who, int bucket)
     return 0;
 }
 
-int gw_auth_cluster(svc_req *req)
-{
-    gw_app *app = svc_req_app(req);
-    if (refuse_failing_address(req) != 0)
-        return -1;
-    const char *token = svc_req_bearer(req);
-    if (token && svc_secure_equal(token, app->cfg.cluster_token))
-        return 0;
-    return reply_unauthenticated(req, "a valid cluster token is required");
-}
-
-/* 1 when the request carries the cluster token (nothing is counted when it
- * does not: the caller may still be an admin). */
-static int has_cluster_token(svc_req *req)
-{
-    gw_app *app = svc_req_app(req);
-    const char *token = svc_req_bearer(req);
-    return token && svc_secure_equal(token, app->cfg.cluster_token);
-}
-
 int gw_authorize(svc_req *req, int access)
 {
     gw_app *app = svc_req_app(req);
@@ -217,12 +225,17 @@ int gw_authorize(svc_req *req, int access)
     int bucket = access & GW_ACCESS_WRITE ? GW_RATE_WRITE : GW_RATE_READ;
     switch (GW_ACCESS_ROLE(access)) {
     case GW_ACCESS_CLUSTER:
-        return gw_auth_cluster(req);
+    case GW_ACCESS_NODE:
+        /* the cluster token and nodes' credentials are never taken here:
+         * nodes have a listener of their own (auth_cluster.c) */
+        svc_reply_error(req, 404, "not_found", NULL, NULL, "no such resource on this listener");
+        return -1;
     case GW_ACCESS_TENANT:
         return gw_auth_tenant_bucket(req, &who, bucket);
     case GW_ACCESS_METRICS:
-        /* Prometheus is given the cluster token, or an operator's admin key. */
-        if (app->cfg.metrics_public || has_cluster_token(req))
+        /* an operator's admin key here; Prometheus scrapes the cluster
+         * listener with the cluster token */
+        if (app->cfg.metrics_public)
             return 0;
         /* fall through */
     case GW_ACCESS_ADMIN:
@@ -233,7 +246,10 @@ int gw_authorize(svc_req *req, int access)
         svc_reply_error(req, 403, "forbidden", NULL, NULL, "this operation needs an admin key");
         return -1;
     }
-    return 0;
+    /* A role nobody wrote a check for: closed, not open. */
+    svc_error("auth: route access %#x is no role this gateway knows", (unsigned)access);
+    svc_reply_error(req, 403, "forbidden", NULL, NULL, "this operation is not open to anyone");
+    return -1;
 }
 
 int gw_tenant_arg(svc_req *req, const gw_caller *who, const char *what, const char **tenant)

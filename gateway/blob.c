@@ -1,9 +1,11 @@
 /* blob.c — packing named tensors into one buffer and back. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "blob.h"
+#include "kl.h"
 #include "svc_sha256.h"
 
 int gw_blob_add(gw_blob *b, const char *name, const svc_tensor *t)
@@ -116,4 +118,50 @@ void gw_blob_free(gw_blob *b)
     json_decref(b->meta);
     free(b->data);
     memset(b, 0, sizeof(*b));
+}
+
+int gw_blob_check_outputs(const json_t *meta, const char *kernel, char *msg, size_t msglen)
+{
+    const kl_kernel *k = kernel ? kl_kernel_find(kernel) : NULL;
+    if (k == NULL) {
+        snprintf(msg, msglen, "the report names no kernel of the catalog (%.64s)",
+                 kernel ? kernel : "none");
+        return -EINVAL;
+    }
+    int seen[KL_MAX_IO] = {0};
+    size_t i;
+    const json_t *m;
+    json_array_foreach(meta, i, m) {
+        const char *name = json_string_value(json_object_get(m, "name"));
+        const char *dtype = json_string_value(json_object_get(m, "dtype"));
+        size_t ndim = json_array_size(json_object_get(m, "shape"));
+        int o = 0;
+        while (o < k->noutputs && o < KL_MAX_IO && strcmp(k->outputs[o].name, name ? name : "") != 0)
+            o++;
+        if (o == k->noutputs || o == KL_MAX_IO) {
+            snprintf(msg, msglen, "outputs.%.64s is not an output of %s", name ? name : "?", k->name);
+            return -EINVAL;
+        }
+        const kl_io_spec *spec = &k->outputs[o];
+        if (seen[o]++) {
+            snprintf(msg, msglen, "outputs.%s comes twice", spec->name);
+            return -EINVAL;
+        }
+        if (!dtype || strcmp(dtype, kl_dtype_name(spec->dtype)) != 0) {
+            snprintf(msg, msglen, "outputs.%s has dtype %.16s; %s makes %s", spec->name,
+                     dtype ? dtype : "none", k->name, kl_dtype_name(spec->dtype));
+            return -EINVAL;
+        }
+        if ((int)ndim < spec->ndim_min || (int)ndim > spec->ndim_max) {
+            snprintf(msg, msglen, "outputs.%s has rank %zu; %s makes rank %d to %d", spec->name,
+                     ndim, k->name, spec->ndim_min, spec->ndim_max);
+            return -EINVAL;
+        }
+    }
+    for (int o = 0; o < k->noutputs && o < KL_MAX_IO; o++)
+        if (!seen[o]) {
+            snprintf(msg, msglen, "outputs.%s is missing (%s makes it)", k->outputs[o].name, k->name);
+            return -EINVAL;
+        }
+    return 0;
 }

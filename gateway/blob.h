@@ -36,6 +36,12 @@ json_t *gw_blob_to_json(const json_t *meta, const unsigned char *data, size_t le
  * -1 when the entry does not fit data (a corrupt row). */
 int gw_blob_view(const json_t *m, const unsigned char *data, size_t len, svc_tensor *t,
                  const char **name);
+/* Checks a run's outputs (meta, as gw_blob_from_json made it) against the
+ * catalog spec of kernel: each of its outputs exactly once, with its dtype
+ * and a rank it allows, and nothing else. 0, or -EINVAL with msg naming
+ * the first output that is not right (a node cannot store a tenant
+ * outputs its kernel never makes). */
+int gw_blob_check_outputs(const json_t *meta, const char *kernel, char *msg, size_t msglen);
 void gw_blob_free(gw_blob *b);
 
 #endif

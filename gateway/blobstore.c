@@ -103,6 +103,11 @@ int gw_bstore_stat(gw_bstore *s, const char *id, uint64_t *size)
     return svc_bstore_stat(s->dir, id, size);
 }
 
+int gw_bstore_verify(gw_bstore *s, const char *id, uint64_t max, uint64_t *size)
+{
+    return svc_bstore_verify(s->dir, id, max, size);
+}
+
 int gw_bstore_remove(gw_bstore *s, const char *id)
 {
     return svc_bstore_remove(s->dir, id);

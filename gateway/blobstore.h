@@ -55,6 +55,10 @@ void gw_bwriter_abort(gw_bwriter *w);
 int gw_bstore_open_read(gw_bstore *s, const char *id, int *fd, uint64_t *size);
 /* The size of a blob's bytes without reading them: 0, -ENOENT or -errno. */
 int gw_bstore_stat(gw_bstore *s, const char *id, uint64_t *size);
+/* Hashes the file of blob id again (svc_bstore_verify): 0 with *size when
+ * its bytes are what its name says, -EBADMSG when not, -EFBIG past max
+ * bytes, -ENOENT, -errno. */
+int gw_bstore_verify(gw_bstore *s, const char *id, uint64_t max, uint64_t *size);
 /* Removes a blob's bytes; 0 or -errno (-ENOENT when it was not there). */
 int gw_bstore_remove(gw_bstore *s, const char *id);
 

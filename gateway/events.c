@@ -1,8 +1,10 @@
 /* events.c — Server-Sent Events of job state changes (events.h).
  *
- * One thread reads the job_events log and hands events to streams; a
- * second holds a Redis SUBSCRIBE and wakes the first when any gateway
- * recorded events. Streams are handed events only up to the "settled"
+ * One thread (the hub) reads the job_events log and hands events to
+ * streams; a second holds a Redis SUBSCRIBE and wakes the first when any
+ * gateway recorded events; a third catches up tenant streams that resume
+ * far behind the log (events_catchup.c), so that the hub never makes a
+ * long read. Both stream threads re-check their streams' API keys. Streams are handed events only up to the "settled"
  * id, below which no event can still appear: bigserial ids are drawn
  * before commit, so id 7 may be visible while id 6 is still in flight,
  * and a stream that sent 7 and resumed after it would never see 6. Each
@@ -29,14 +31,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "redis.h"
+#include "events_int.h"
 #include "reply.h"
+#include "svc_json.h"
 #include "svc_log.h"
-#include "svc_sse.h"
 #include "svc_util.h"
 
-/* Events read from the log per query. */
-#define EV_BATCH 500
 /* How soon an unsettled horizon is looked at again. */
 #define EV_RETRY_MS 10
 /* While Redis carries wakes, the log is still read every this many poll
@@ -45,8 +45,6 @@
 /* Wakes of other gateways go out at most this often (one PUBLISH carries
  * every event and progress report recorded here meanwhile). */
 #define EV_PUBLISH_EVERY_MS 5
-/* Longest sleep of the thread: heartbeats are due at this granularity. */
-#define EV_TICK_MS 250
 
 static const char *const ev_states[] = {"queued", "running", "succeeded", "failed", "cancelled",
                                         NULL};
@@ -160,47 +158,6 @@ int gw_event_id_parse(const char *text, int64_t *id)
 
 /* ---- streams and the thread ------------------------------------------- */
 
-typedef struct ev_stream {
-    struct ev_stream *next;
-    svc_sse *sse;
-    int64_t tenant_id;
-    char job_id[37];           /* "": the tenant's stream */
-    gw_event_filter f;
-    int64_t cursor;            /* events up to this id are behind it */
-    int backlog;               /* reads the log up to settled before live events */
-    int64_t last_write_ms;     /* for heartbeats */
-    int64_t end_ms;            /* the stream ends then (monotonic); 0: never */
-} ev_stream;
-
-typedef struct ev_count {
-    int64_t tenant_id;
-    int n;
-} ev_count;
-
-struct gw_events {
-    gw_app *app;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    /* guarded by mu */
-    ev_stream *incoming;       /* opened, not yet taken by the thread */
-    int stop, woken, publish;
-    ev_count *counts;          /* open streams per tenant */
-    int ncounts;
-    json_t *progress;          /* [{"tenant_id", "data"}] to hand to streams */
-    json_t *progress_out;      /* those of them recorded here, to publish */
-    /* the thread's own */
-    int64_t settled;           /* every event id <= this is final and handed out */
-    ev_stream *streams;
-    gw_event_horizon horizon;
-    /* Redis */
-    gw_redis *redis;           /* PUBLISH */
-    atomic_int sub_up;         /* the subscriber holds its SUBSCRIBE */
-    char self[17];             /* this gateway's wakes carry it: its own are ignored */
-    int threads;               /* 0, 1 (hub) or 2 (hub and subscriber) started */
-    pthread_t thread, sub_thread;
-    int heartbeat_ms, poll_ms, max_per_tenant;
-};
-
 /* The open-stream count of tenant_id, made when absent; mu held. NULL on
  * ENOMEM. */
 static ev_count *ev_count_of(gw_events *ev, int64_t tenant_id)
@@ -216,7 +173,7 @@ static ev_count *ev_count_of(gw_events *ev, int64_t tenant_id)
     return &c[ev->ncounts++];
 }
 
-static void ev_stream_free(gw_events *ev, ev_stream *s)
+void ev__stream_free(gw_events *ev, ev_stream *s)
 {
     pthread_mutex_lock(&ev->mu);
     ev_count *c = ev_count_of(ev, s->tenant_id);
@@ -253,7 +210,7 @@ static void ev_send_progress(gw_events *ev, const json_t *item, int64_t now)
     for (ev_stream *s = ev->streams; s; s = s->next) {
         if (s->backlog || !ev_wants(s, tenant_id, job_id, kernel, d, "running"))
             continue;
-        if (!text && !(text = json_dumps(d, JSON_COMPACT)))
+        if (!text && !(text = svc_json_dump(d, NULL)))
             return;
         svc_sse_send(s->sse, NULL, "progress", text);
         s->last_write_ms = now;
@@ -261,8 +218,7 @@ static void ev_send_progress(gw_events *ev, const json_t *item, int64_t now)
     free(text);
 }
 
-/* Hands e to s when s wants it. */
-static void ev_send(ev_stream *s, const gw_event_row *e, int64_t now)
+void ev__send(ev_stream *s, const gw_event_row *e, int64_t now)
 {
     if (e->id <= s->cursor)
         return;
@@ -271,7 +227,7 @@ static void ev_send(ev_stream *s, const gw_event_row *e, int64_t now)
     s->cursor = e->id;
     char id[24];
     snprintf(id, sizeof(id), "%" PRId64, e->id);
-    char *text = json_dumps(e->data, JSON_COMPACT);
+    char *text = svc_json_dump(e->data, NULL);
     if (text)
         svc_sse_send(s->sse, id, "state", text);
     free(text);
@@ -304,29 +260,82 @@ int64_t gw_event_horizon_step(gw_event_horizon *h, int64_t settled, int64_t last
 }
 
 /* Brings a stream that resumes from an older id up to settled from the
- * log, a batch at a time. Returns 1 when it has more to read. */
+ * log, a batch at a time; a tenant's stream reads at most EV_HUB_SPAN ids
+ * a time (a job's stream reads its job's events by their index). Returns 1
+ * when it has more to read. */
 static int ev_catch_up(gw_events *ev, ev_stream *s, int64_t settled, int64_t now)
 {
     if (s->cursor >= settled) {
         s->backlog = 0;
         return 0;
     }
+    int64_t upto = s->job_id[0] || settled - s->cursor <= EV_HUB_SPAN ? settled
+                                                                      : s->cursor + EV_HUB_SPAN;
     gw_event_row *rows;
     int n;
-    if (gw_store_events_read(ev->app->store, s->cursor, settled, s->job_id[0] ? 0 : s->tenant_id,
+    if (gw_store_events_read(ev->app->store, s->cursor, upto, s->job_id[0] ? 0 : s->tenant_id,
                              s->job_id[0] ? s->job_id : NULL, EV_BATCH, &rows, &n) != 0)
         return 0; /* the next round tries again */
     for (int i = 0; i < n && !svc_sse_closed(s->sse); i++)
-        ev_send(s, &rows[i], now);
-    int more = n == EV_BATCH;
-    if (!more) {
-        s->cursor = settled;
-        s->backlog = 0;
-    } else if (n > 0 && rows[n - 1].id > s->cursor) {
+        ev__send(s, &rows[i], now);
+    int more = n == EV_BATCH || upto < settled;
+    if (n == EV_BATCH && rows[n - 1].id > s->cursor)
         s->cursor = rows[n - 1].id;
-    }
+    else if (n < EV_BATCH)
+        s->cursor = upto;
+    if (s->cursor >= settled)
+        s->backlog = 0;
     gw_event_rows_free(rows, n);
     return more;
+}
+
+void ev__to_catchup(gw_events *ev, ev_stream *s)
+{
+    pthread_mutex_lock(&ev->mu);
+    s->next = ev->cu_incoming;
+    ev->cu_incoming = s;
+    pthread_cond_signal(&ev->cu_cv);
+    pthread_mutex_unlock(&ev->mu);
+}
+
+void ev__to_hub(gw_events *ev, ev_stream *s)
+{
+    pthread_mutex_lock(&ev->mu);
+    s->next = ev->incoming;
+    ev->incoming = s;
+    pthread_cond_signal(&ev->cv);
+    pthread_mutex_unlock(&ev->mu);
+}
+
+void ev__keys_check(gw_events *ev, ev_stream *list)
+{
+    int n = 0;
+    for (ev_stream *s = list; s; s = s->next)
+        n += s->key_id > 0;
+    if (n == 0)
+        return;
+    int64_t *ids = calloc((size_t)n, sizeof *ids);
+    int *active = calloc((size_t)n, sizeof *active);
+    int k = 0;
+    for (ev_stream *s = list; ids && s; s = s->next)
+        if (s->key_id > 0)
+            ids[k++] = s->key_id;
+    /* PostgreSQL unreachable: the streams go on until it answers (as
+     * their keys would be accepted from the cache meanwhile) */
+    if (ids && active && gw_store_keys_active(ev->app->store, ids, n, active) == 0) {
+        k = 0;
+        for (ev_stream *s = list; s; s = s->next) {
+            if (s->key_id <= 0 || active[k++])
+                continue;
+            svc_sse_send(s->sse, NULL, "error",
+                         "{\"error\":{\"code\":\"unauthenticated\",\"message\":\"the API key of "
+                         "this stream was revoked\"}}");
+            svc_sse_end(s->sse);
+            s->key_id = 0;
+        }
+    }
+    free(ids);
+    free(active);
 }
 
 /* Hands every progress report queued so far to the live streams. */
@@ -369,14 +378,25 @@ static int ev_round(gw_events *ev)
         for (int i = 0; i < n; i++)
             for (ev_stream *s = ev->streams; s; s = s->next)
                 if (!s->backlog)
-                    ev_send(s, &rows[i], now);
+                    ev__send(s, &rows[i], now);
         settled = n == EV_BATCH ? rows[n - 1].id : target;
         gw_event_rows_free(rows, n);
     }
     ev->settled = settled;
-    for (ev_stream *s = ev->streams; s; s = s->next)
+    atomic_store(&ev->settled_pub, settled);
+    for (ev_stream **p = &ev->streams; *p;) {
+        ev_stream *s = *p;
+        if (s->backlog && !svc_sse_closed(s->sse) && !s->job_id[0] &&
+            settled - s->cursor > EV_HUB_SPAN) {
+            /* far behind: read by the catch-up thread, never here */
+            *p = s->next;
+            ev__to_catchup(ev, s);
+            continue;
+        }
         if (s->backlog && !svc_sse_closed(s->sse))
             more |= ev_catch_up(ev, s, settled, now);
+        p = &s->next;
+    }
     return more ? 1 : ev->horizon.ncand > 0 ? 2 : 0;
 }
 
@@ -394,7 +414,7 @@ static void ev_tend(gw_events *ev)
         }
         if (svc_sse_closed(s->sse)) {
             *p = s->next;
-            ev_stream_free(ev, s);
+            ev__stream_free(ev, s);
         } else {
             p = &s->next;
         }
@@ -441,6 +461,7 @@ static void *ev_main(void *arg)
     gw_events *ev = arg;
     ev_clock k = {0};
     int round, publish;
+    int64_t next_keys = svc_now_mono_ms() + ev->key_check_ms;
     pthread_mutex_lock(&ev->mu);
     while (!ev->stop) {
         int64_t now = svc_now_mono_ms();
@@ -477,6 +498,10 @@ static void *ev_main(void *arg)
             pthread_mutex_lock(&ev->mu);
         }
         pthread_mutex_unlock(&ev->mu);
+        if (svc_now_mono_ms() >= next_keys) {
+            ev__keys_check(ev, ev->streams);
+            next_keys = svc_now_mono_ms() + ev->key_check_ms;
+        }
         ev_tend(ev);
         pthread_mutex_lock(&ev->mu);
         now = svc_now_mono_ms();
@@ -489,6 +514,8 @@ static void *ev_main(void *arg)
             until = k.retry_at;
         if ((ev->publish || json_array_size(ev->progress_out) > 0) && k.next_publish < until)
             until = k.next_publish;
+        if (ev->streams && next_keys < until)
+            until = next_keys;
         struct timespec ts = {.tv_sec = until / 1000, .tv_nsec = (long)(until % 1000) * 1000000L};
         pthread_cond_timedwait(&ev->cv, &ev->mu, &ts);
     }
@@ -601,7 +628,11 @@ gw_events *gw_events_start(gw_app *app)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&ev->cv, &ca);
+    pthread_cond_init(&ev->cu_cv, &ca);
     pthread_condattr_destroy(&ca);
+    /* a key revoked on any gateway is refused within the key cache's
+     * period: streams and held waits opened with it end within it too */
+    ev->key_check_ms = app->cfg.key_cache_ms > 0 ? app->cfg.key_cache_ms : 250;
     svc_random_hex(ev->self, 8);
     char err[256];
     gw_redis_opts ro = {.name = "events", .size = 1, .timeout_ms = 1000, .backoff_ms = 1000};
@@ -615,6 +646,7 @@ gw_events *gw_events_start(gw_app *app)
     uint64_t xmin, next;
     if (gw_store_events_horizon(app->store, &last, &xmin, &next) == 0)
         ev->settled = gw_event_horizon_step(&ev->horizon, 0, last, xmin, next);
+    atomic_store(&ev->settled_pub, ev->settled);
     if (pthread_create(&ev->thread, NULL, ev_main, ev) != 0) {
         gw_events_free(ev);
         return NULL;
@@ -625,6 +657,11 @@ gw_events *gw_events_start(gw_app *app)
         return NULL;
     }
     ev->threads = 2;
+    if (pthread_create(&ev->cu_thread, NULL, ev__catchup_main, ev) != 0) {
+        gw_events_free(ev);
+        return NULL;
+    }
+    ev->threads = 3;
     return ev;
 }
 
@@ -636,6 +673,7 @@ void gw_events_stop(gw_events *ev)
     int was = ev->stop;
     ev->stop = 1;
     pthread_cond_broadcast(&ev->cv);
+    pthread_cond_broadcast(&ev->cu_cv);
     pthread_mutex_unlock(&ev->mu);
     if (was)
         return;
@@ -643,19 +681,18 @@ void gw_events_stop(gw_events *ev)
         pthread_join(ev->thread, NULL);
     if (ev->threads >= 2)
         pthread_join(ev->sub_thread, NULL);
-    for (int pass = 0; pass < 2; pass++) {
-        ev_stream *list;
+    if (ev->threads >= 3)
+        pthread_join(ev->cu_thread, NULL);
+    for (int pass = 0; pass < 4; pass++) {
+        ev_stream **from[4] = {&ev->streams, &ev->incoming, &ev->cu_streams, &ev->cu_incoming};
         pthread_mutex_lock(&ev->mu);
-        list = pass ? ev->incoming : ev->streams;
-        if (pass)
-            ev->incoming = NULL;
-        else
-            ev->streams = NULL;
+        ev_stream *list = *from[pass];
+        *from[pass] = NULL;
         pthread_mutex_unlock(&ev->mu);
         while (list) {
             ev_stream *s = list;
             list = s->next;
-            ev_stream_free(ev, s);
+            ev__stream_free(ev, s);
         }
     }
 }
@@ -670,6 +707,7 @@ void gw_events_free(gw_events *ev)
     json_decref(ev->progress);
     json_decref(ev->progress_out);
     pthread_cond_destroy(&ev->cv);
+    pthread_cond_destroy(&ev->cu_cv);
     pthread_mutex_destroy(&ev->mu);
     free(ev);
 }
@@ -699,8 +737,8 @@ void gw_events_written(gw_events *ev)
         ev_wake(ev, 1);
 }
 
-void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *job_id,
-                    const gw_event_filter *f, int64_t after, int duration_s)
+void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, int64_t key_id,
+                    const char *job_id, const gw_event_filter *f, int64_t after, int duration_s)
 {
     ev_stream *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -724,6 +762,7 @@ void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *
         return;
     }
     s->tenant_id = tenant_id;
+    s->key_id = key_id;
     if (job_id)
         snprintf(s->job_id, sizeof(s->job_id), "%s", job_id);
     if (f)

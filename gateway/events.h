@@ -1,7 +1,8 @@
 /* events.h — Server-Sent Events of job state changes (GET /v1/events, GET
  * /v1/jobs/{id}/events). One thread per gateway reads the job_events log
- * in PostgreSQL and hands each event to the streams it matches; streams
- * are suspended connections (svc_sse) and cost no thread. A gateway that
+ * in PostgreSQL and hands each event to the streams it matches (a second
+ * catches up the tenant streams that resume far back, events_catchup.c);
+ * streams are suspended connections (svc_sse) and cost no thread. A gateway that
  * records events publishes a wake on Redis (one PUBLISH per round, however
  * many jobs changed), so streams on every gateway see them at once; the
  * log itself fills any gap, and while Redis is away the thread polls it. */
@@ -88,9 +89,13 @@ void gw_events_progress(gw_events *ev, gw_event_row *rows, int n);
  * (job_id NULL), or of job job_id alone, which ends after the job's
  * terminal event. after: resume after this event id (-1: from the first,
  * for a job's stream). duration_s > 0 ends the stream after that long (the
- * client resumes with Last-Event-ID). 429 rate_limited over the tenant's
- * stream limit. */
-void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, const char *job_id,
-                    const gw_event_filter *f, int64_t after, int duration_s);
+ * client resumes with Last-Event-ID). key_id: the API key of the request;
+ * once it is revoked the stream ends with an `error` event (within the
+ * key cache's period, --key-cache-ms). 429 rate_limited over the tenant's
+ * stream limit. A tenant's stream far behind the log is caught up off the
+ * thread that hands out live events, a bounded read at a time, at the pace
+ * its client reads. */
+void gw_events_open(gw_events *ev, svc_req *req, int64_t tenant_id, int64_t key_id,
+                    const char *job_id, const gw_event_filter *f, int64_t after, int duration_s);
 
 #endif

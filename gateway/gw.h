@@ -24,15 +24,20 @@ typedef struct gw_stats gw_stats;
 typedef struct gw_metrics gw_metrics;
 typedef struct gw_whnet gw_whnet;
 typedef struct gw_webhooks gw_webhooks;
+typedef struct gw_resolver gw_resolver;
 typedef struct gw_events gw_events;
+typedef struct gw_nodecreds gw_nodecreds;
+typedef struct gw_adopter gw_adopter;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
 typedef struct gw_config {
-    const char *listen;
+    const char *listen;          /* the public listener: tenants, admins, health, metrics, UI */
+    const char *cluster_listen;  /* the cluster listener: what nodes call */
     const char *database_url;
     const char *redis_url;
-    const char *cluster_token;
+    const char *cluster_token;   /* --cluster-token, or read from --cluster-token-file */
+    const char *cluster_token_file;
     const char *migrations;  /* directory of NNN_name.sql (default beside the binary) */
     const char *openapi;     /* the spec to serve (default beside the binary) */
     const char *ui_dir;      /* the dashboard's files (default beside the binary) */
@@ -42,6 +47,10 @@ typedef struct gw_config {
     int http_threads;       /* threads of the HTTP server's pool */
     int auth_fail_burst, auth_fail_rps;
     int max_body_mb;
+    int max_json_body_mb;   /* a JSON body (and a multipart submit's job part) */
+    int body_timeout_s, body_min_rate_kb; /* a body's windows and the bytes each brings */
+    const char *trusted_proxies; /* CIDRs whose X-Forwarded-For names the client */
+    const char *tls_cert, *tls_key; /* HTTPS when both are given; reread on SIGHUP */
     int max_output_mb;      /* outputs of one job, all tensors together */
     int node_timeout_s;
     int reconcile_interval_s;
@@ -58,7 +67,8 @@ typedef struct gw_config {
     int max_blob_mb;        /* largest upload */
     int blob_quota_mb;      /* blob bytes a tenant may reference; 0: none */
     int blob_retention_s;   /* unreferenced blobs live this long */
-    int blob_sweep_s;       /* how often retention runs */
+    int blob_sweep_s;       /* how often retention runs (jobs, then blobs) */
+    int job_retention_days; /* ended jobs are deleted this long after; 0: kept */
     int metrics_public;     /* GET /metrics without the cluster token or an admin key */
     int metrics_refresh_s;  /* how old the job and node figures of /metrics may be */
     const char *prices;     /* the price table (usage.h, gw_prices_parse) */
@@ -68,6 +78,11 @@ typedef struct gw_config {
     int webhook_retry_base_ms;      /* first back-off of a failed delivery; doubles */
     int webhook_max_age_s;          /* a delivery is retried this long, then failed */
     int webhook_timeout_s;          /* one attempt, connection included */
+    const char *webhook_dns_servers;/* name servers of webhook lookups; NULL: resolv.conf's */
+    int webhook_dns_timeout_ms;     /* a webhook host's lookup at submit, at most */
+    int webhook_max_inflight;       /* deliveries in flight on one gateway */
+    int webhook_tenant_inflight;    /* of them, one tenant's at most */
+    int webhook_retention_s;        /* ended deliveries are kept this long */
     int sse_heartbeat_s;    /* a quiet event stream gets a comment this often */
     int events_poll_ms;     /* the event log is read this often while Redis carries no wakes */
     int max_streams_per_tenant; /* open event streams on one gateway; 0: no limit */
@@ -83,6 +98,8 @@ typedef struct gw_app {
     gw_limits *limits;      /* rate limits and quotas (limits.h) */
     gw_authfail *authfail;  /* failed authentications per address (auth.c) */
     gw_keycache *keys;      /* PostgreSQL's answers on API keys, for a moment (keycache.h) */
+    gw_nodecreds *nodecreds; /* which node a credential names, for a moment (nodecred.h) */
+    gw_adopter *adopter;    /* nodes' outputs in the shared directory, hashed (adopt.h) */
     gw_jobcache *jobs;      /* ended jobs as GET answers them (jobcache.h) */
     gw_bstore *blobs;       /* where blob bytes live (blobstore.h) */
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
@@ -94,6 +111,7 @@ typedef struct gw_app {
     json_t *prices;         /* the parsed price table: {"currency", "rates"} */
     gw_whnet *whnet;        /* where webhooks may go (webhook_net.h) */
     gw_webhooks *webhooks;  /* the delivery worker (webhooks.h) */
+    gw_resolver *resolver;  /* webhook hosts' lookups, off the HTTP threads (resolver.h) */
     gw_events *events;      /* Server-Sent Events of job state changes (events.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
@@ -107,6 +125,7 @@ typedef struct gw_caller {
     int64_t key_id;         /* api_keys.id: the rate-limit bucket */
     int rate_rps, rate_burst;   /* the tenant's overrides, -1 when not set */
     int max_queued;             /* the tenant's queued quota, -1 when not set */
+    int64_t jobs_deleted;       /* the tenant's deleted jobs so far (jobcache.h) */
 } gw_caller;
 
 #endif

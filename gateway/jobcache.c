@@ -14,7 +14,7 @@
 
 typedef struct jc_entry {
     char id[37];          /* "": empty */
-    int64_t tenant;
+    int64_t tenant, gen;
     char *json;
     size_t len;
     uint64_t used;        /* the set's clock when last read or written */
@@ -82,7 +82,7 @@ static void drop(jc_set *s, jc_entry *e)
     memset(e, 0, sizeof(*e));
 }
 
-char *gw_jobcache_get(gw_jobcache *c, int64_t tenant, const char *id, size_t *len)
+char *gw_jobcache_get(gw_jobcache *c, int64_t tenant, int64_t gen, const char *id, size_t *len)
 {
     jc_set *s = set_of(c, id);
     char *copy = NULL;
@@ -90,7 +90,9 @@ char *gw_jobcache_get(gw_jobcache *c, int64_t tenant, const char *id, size_t *le
         return NULL;
     pthread_mutex_lock(&s->mu);
     jc_entry *e = find(s, id);
-    if (e && e->tenant == tenant && (copy = malloc(e->len ? e->len : 1))) {
+    if (e && e->tenant == tenant && e->gen < gen)
+        drop(s, e); /* a job of the tenant was deleted since: read again */
+    else if (e && e->tenant == tenant && e->gen == gen && (copy = malloc(e->len ? e->len : 1))) {
         e->used = ++s->clock;
         memcpy(copy, e->json, e->len);
         *len = e->len;
@@ -99,7 +101,8 @@ char *gw_jobcache_get(gw_jobcache *c, int64_t tenant, const char *id, size_t *le
     return copy;
 }
 
-void gw_jobcache_put(gw_jobcache *c, int64_t tenant, const char *id, const char *json, size_t len)
+void gw_jobcache_put(gw_jobcache *c, int64_t tenant, int64_t gen, const char *id, const char *json,
+                     size_t len)
 {
     jc_set *s = set_of(c, id);
     if (!s || len > c->set_max || !id[0] || strlen(id) >= sizeof(s->way[0].id))
@@ -130,9 +133,22 @@ void gw_jobcache_put(gw_jobcache *c, int64_t tenant, const char *id, const char 
     }
     memcpy(e->id, id, strlen(id) + 1);
     e->tenant = tenant;
+    e->gen = gen;
     e->json = copy;
     e->len = len;
     e->used = ++s->clock;
     s->bytes += len;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void gw_jobcache_drop(gw_jobcache *c, const char *id)
+{
+    jc_set *s = set_of(c, id);
+    if (!s || !id[0])
+        return;
+    pthread_mutex_lock(&s->mu);
+    jc_entry *e = find(s, id);
+    if (e)
+        drop(s, e);
     pthread_mutex_unlock(&s->mu);
 }

@@ -90,38 +90,58 @@ int gw_keycache_get(gw_keycache *c, const char *key, int64_t now_ms, gw_key_auth
 }
 
 /* The way an answer goes to, or NULL when an unknown key would take the
- * place of a live valid one. In order: the key's own entry, an empty or
- * expired one, the unknown key that expires first, and (for a valid key
- * only) the valid key that expires first. */
+ * place of a valid one (live or expired). In order: the key's own entry,
+ * an empty one, an expired unknown one, the unknown key that expires
+ * first, and for a valid key only the valid key that expired or expires
+ * first. */
 static kc_entry *way_for(kc_set *s, const unsigned char digest[32], int valid, int64_t now_ms)
 {
-    kc_entry *free_way = NULL, *old_unknown = NULL, *old_valid = NULL;
+    kc_entry *empty = NULL, *old_unknown = NULL, *old_valid = NULL;
     for (int i = 0; i < WAYS; i++) {
         kc_entry *e = &s->way[i];
         if (e->expires_ms != 0 && memcmp(e->digest, digest, 32) == 0)
             return e;
-        if (e->expires_ms <= now_ms) {
-            if (free_way == NULL)
-                free_way = e;
+        if (e->expires_ms == 0) {
+            if (empty == NULL)
+                empty = e;
         } else if (!e->valid) {
+            /* expired ones first, then the one that expires first */
             if (old_unknown == NULL || e->expires_ms < old_unknown->expires_ms)
                 old_unknown = e;
         } else if (old_valid == NULL || e->expires_ms < old_valid->expires_ms) {
             old_valid = e;
         }
     }
-    if (free_way != NULL)
-        return free_way;
+    (void)now_ms;
+    if (empty != NULL)
+        return empty;
     if (old_unknown != NULL)
         return old_unknown;
     return valid ? old_valid : NULL;
+}
+
+int gw_keycache_was_valid(gw_keycache *c, const char *key)
+{
+    unsigned char digest[32];
+    kc_set *s;
+    if (c == NULL || (s = set_of(c, key, digest)) == NULL)
+        return 0;
+    int was = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < WAYS && !was; i++)
+        was = s->way[i].expires_ms != 0 && s->way[i].valid &&
+              memcmp(s->way[i].digest, digest, 32) == 0;
+    pthread_mutex_unlock(&s->mu);
+    return was;
 }
 
 void gw_keycache_put(gw_keycache *c, const char *key, const gw_key_auth *ka, int64_t asked_ms)
 {
     unsigned char digest[32];
     kc_set *s;
-    if (c == NULL || c->ttl_ms == 0 || (s = set_of(c, key, digest)) == NULL)
+    /* with a TTL of 0 an answer is kept too, expired at once: only the
+     * memory of a valid key (gw_keycache_was_valid) is of use */
+    if (c == NULL || (s = set_of(c, key, digest)) == NULL)
         return;
     pthread_mutex_lock(&s->mu);
     kc_entry *e = way_for(s, digest, ka != NULL, asked_ms);
@@ -130,7 +150,8 @@ void gw_keycache_put(gw_keycache *c, const char *key, const gw_key_auth *ka, int
         e = NULL;
     if (e != NULL) {
         memcpy(e->digest, digest, 32);
-        e->expires_ms = asked_ms + c->ttl_ms;
+        /* never 0, which marks an empty way */
+        e->expires_ms = asked_ms + c->ttl_ms > 0 ? asked_ms + c->ttl_ms : 1;
         e->valid = ka != NULL;
         if (ka != NULL)
             e->ka = *ka;

@@ -14,8 +14,11 @@
  *
  * Unknown keys are remembered too (a client retrying a wrong key costs one
  * lookup per TTL), but the table has a fixed size and an unknown key never
- * takes the place of a valid one: keys made up by an attacker can neither
- * grow the memory nor push out the keys of real tenants. */
+ * takes the place of a valid one, not even an expired one: keys made up by
+ * an attacker can neither grow the memory nor push out the keys of real
+ * tenants. An expired valid answer is kept as a memory that the key was
+ * valid (gw_keycache_was_valid): the failed-authentication limiter never
+ * throttles such a key, only keys it does not know. */
 #ifndef GW_KEYCACHE_H
 #define GW_KEYCACHE_H
 
@@ -35,6 +38,11 @@ void gw_keycache_free(gw_keycache *c);
  * for a valid key, 0 for a key known to be unknown or revoked, -ENOENT
  * when it has no answer (never asked, or expired). */
 int gw_keycache_get(gw_keycache *c, const char *key, int64_t now_ms, gw_key_auth *out);
+
+/* 1 if an answer for key, fresh or expired, says it was valid: it is worth
+ * a lookup whatever its client's address did; 0 otherwise. Works with a
+ * TTL of 0 too (answers are then kept only as this memory). */
+int gw_keycache_was_valid(gw_keycache *c, const char *key);
 
 /* Keeps PostgreSQL's answer for key: ka for a valid key, NULL for an
  * unknown or revoked one. asked_ms is when the lookup was sent, not when

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "adopt.h"
 #include "api.h"
 #include "blob_gc.h"
 #include "blobstore.h"
@@ -18,7 +19,9 @@
 #include "keycache.h"
 #include "lease.h"
 #include "limits.h"
+#include "resolver.h"
 #include "metrics.h"
+#include "nodecred.h"
 #include "scheduler.h"
 #include "usage.h"
 #include "waits.h"
@@ -27,11 +30,16 @@
 #include "svc_client.h"
 #include "svc_config.h"
 #include "svc_log.h"
+#include "svc_secret.h"
 #include "svc_util.h"
 
 static svc_opt opts[] = {
     {.flag = "listen", .env = "KOWLOON_LISTEN", .type = SVC_OPT_STRING, .def = "127.0.0.1:8080",
-     .help = "address to serve the API on"},
+     .help = "address of the public listener: tenants, admins, health, metrics, the dashboard"},
+    {.flag = "cluster-listen", .env = "KOWLOON_CLUSTER_LISTEN", .type = SVC_OPT_STRING,
+     .def = "127.0.0.1:8081",
+     .help = "address of the cluster listener, the only one nodes call (registration, "
+             "heartbeats, leases, results, blobs, rendezvous); keep it on the cluster's network"},
     {.flag = "database-url", .env = "KOWLOON_DATABASE_URL", .type = SVC_OPT_STRING,
      .def = "postgresql://kowloon@127.0.0.1:5432/kowloon",
      .help = "PostgreSQL connection (URI or key=value conninfo)"},
@@ -39,10 +47,31 @@ static svc_opt opts[] = {
      .def = "redis://127.0.0.1:6379/0",
      .help = "Redis server"},
     {.flag = "cluster-token", .env = "KOWLOON_CLUSTER_TOKEN", .type = SVC_OPT_STRING,
-     .help = "shared secret of gateway and compute nodes (required for serve)"},
+     .help = "secret a node registers with (required for serve, here or in --cluster-token-file): "
+             "at least 32 random characters; each node then gets a credential of its own"},
+    {.flag = "cluster-token-file", .env = "KOWLOON_CLUSTER_TOKEN_FILE", .type = SVC_OPT_STRING,
+     .help = "file holding the cluster token (not readable by others), when --cluster-token is "
+             "not given"},
     {.flag = "max-body-mb", .env = "KOWLOON_MAX_BODY_MB", .type = SVC_OPT_INT, .def = "64",
      .min = 1, .max = 4096,
      .help = "largest request body, MiB"},
+    {.flag = "max-json-body-mb", .env = "KOWLOON_MAX_JSON_BODY_MB", .type = SVC_OPT_INT,
+     .def = "4", .min = 1, .max = 4096,
+     .help = "largest JSON body (and multipart job part), MiB; send large tensors as blobs"},
+    {.flag = "body-timeout-s", .env = "KOWLOON_BODY_TIMEOUT_S", .type = SVC_OPT_INT, .def = "30",
+     .min = 1, .max = 3600,
+     .help = "a request body must come in windows of this long, each bringing "
+             "--body-min-rate-kb KiB a second (or the body's end), however it trickles"},
+    {.flag = "body-min-rate-kb", .env = "KOWLOON_BODY_MIN_RATE_KB", .type = SVC_OPT_INT,
+     .def = "16", .min = 1, .max = 1048576,
+     .help = "KiB a second a request body must bring in each --body-timeout-s window"},
+    {.flag = "trusted-proxies", .env = "KOWLOON_TRUSTED_PROXIES", .type = SVC_OPT_STRING,
+     .help = "CIDR blocks of proxies (load balancer, Ingress) whose X-Forwarded-For names the "
+             "client, for per-address limits and logs (e.g. 10.0.0.0/8)"},
+    {.flag = "tls-cert", .env = "KOWLOON_TLS_CERT", .type = SVC_OPT_STRING,
+     .help = "PEM certificate (chain) to serve HTTPS with; with --tls-key; reread on SIGHUP"},
+    {.flag = "tls-key", .env = "KOWLOON_TLS_KEY", .type = SVC_OPT_STRING,
+     .help = "PEM private key of --tls-cert"},
     {.flag = "max-output-mb", .env = "KOWLOON_MAX_OUTPUT_MB", .type = SVC_OPT_INT, .def = "256",
      .min = 1, .max = 65536,
      .help = "largest output of one job (all its tensors), MiB; a submit whose shapes exceed it "
@@ -142,7 +171,11 @@ static svc_opt opts[] = {
      .help = "seconds a blob nobody references is kept before its bytes are removed"},
     {.flag = "blob-sweep-s", .env = "KOWLOON_BLOB_SWEEP_S", .type = SVC_OPT_INT, .def = "60",
      .min = 1, .max = 86400,
-     .help = "how often the retention sweep runs"},
+     .help = "how often the retention pass runs (expired jobs, then unreferenced blobs)"},
+    {.flag = "job-retention-days", .env = "KOWLOON_JOB_RETENTION_DAYS", .type = SVC_OPT_INT,
+     .def = "30", .min = 0, .max = 36500,
+     .help = "days an ended job is kept (with its events, results and blob references) before "
+             "the retention pass deletes it; its usage stays in GET /v1/usage (0: kept for ever)"},
     {.flag = "max-queued-per-tenant", .env = "KOWLOON_MAX_QUEUED_PER_TENANT", .type = SVC_OPT_INT,
      .def = "10000", .min = 0, .max = 100000000,
      .help = "queued jobs a tenant may have; a submit over it gets 429 quota_queued (0: no quota)"},
@@ -178,6 +211,23 @@ static svc_opt opts[] = {
     {.flag = "webhook-timeout-s", .env = "KOWLOON_WEBHOOK_TIMEOUT_S", .type = SVC_OPT_INT,
      .def = "10", .min = 1, .max = 300,
      .help = "longest webhook attempt, connecting included"},
+    {.flag = "webhook-dns-servers", .env = "KOWLOON_WEBHOOK_DNS_SERVERS", .type = SVC_OPT_STRING,
+     .help = "name servers that resolve webhook hosts at submit, IP[:port] comma-separated "
+             "(IPv6 as [IP]:port) (default: those of /etc/resolv.conf)"},
+    {.flag = "webhook-dns-timeout-ms", .env = "KOWLOON_WEBHOOK_DNS_TIMEOUT_MS", .type = SVC_OPT_INT,
+     .def = "2000", .min = 50, .max = 30000,
+     .help = "a submit whose webhook host has not resolved this long after it arrived gets 422 "
+             "(the lookup never holds an HTTP thread)"},
+    {.flag = "webhook-max-inflight", .env = "KOWLOON_WEBHOOK_MAX_INFLIGHT", .type = SVC_OPT_INT,
+     .def = "64", .min = 1, .max = 4096,
+     .help = "webhook deliveries one gateway makes at once; a new one starts as soon as one ends"},
+    {.flag = "webhook-tenant-inflight", .env = "KOWLOON_WEBHOOK_TENANT_INFLIGHT",
+     .type = SVC_OPT_INT, .def = "8", .min = 1, .max = 4096,
+     .help = "of them, one tenant's at most: a tenant whose receivers hang fills only its own share"},
+    {.flag = "webhook-retention-s", .env = "KOWLOON_WEBHOOK_RETENTION_S", .type = SVC_OPT_INT,
+     .def = "604800", .min = 60, .max = 315360000,
+     .help = "delivered and failed webhook deliveries (with their attempts) are deleted this long "
+             "after they ended"},
     {.flag = "sse-heartbeat-s", .env = "KOWLOON_SSE_HEARTBEAT_S", .type = SVC_OPT_INT, .def = "15",
      .min = 1, .max = 3600,
      .help = "an event stream with nothing to say gets a comment line (: ping) this often"},
@@ -234,9 +284,11 @@ static void config_load(gw_config *c)
     static char migrations[1024], openapi[1024], blob_dir[1024], ui_dir[1024];
     *c = (gw_config){
         .listen = opt_str("listen"),
+        .cluster_listen = opt_str("cluster-listen"),
         .database_url = opt_str("database-url"),
         .redis_url = opt_str("redis-url"),
         .cluster_token = opt_str("cluster-token"),
+        .cluster_token_file = opt_str("cluster-token-file"),
         .migrations = beside_exe(opt_str("migrations"), "sql", migrations, sizeof(migrations)),
         .openapi = beside_exe(opt_str("openapi"), "openapi/openapi.yaml", openapi, sizeof(openapi)),
         .ui_dir = beside_exe(opt_str("ui-dir"), "ui", ui_dir, sizeof(ui_dir)),
@@ -250,6 +302,12 @@ static void config_load(gw_config *c)
         .auth_fail_burst = opt_int("auth-fail-burst"),
         .auth_fail_rps = opt_int("auth-fail-rps"),
         .max_body_mb = opt_int("max-body-mb"),
+        .max_json_body_mb = opt_int("max-json-body-mb"),
+        .body_timeout_s = opt_int("body-timeout-s"),
+        .body_min_rate_kb = opt_int("body-min-rate-kb"),
+        .trusted_proxies = opt_str("trusted-proxies"),
+        .tls_cert = opt_str("tls-cert"),
+        .tls_key = opt_str("tls-key"),
         .max_output_mb = opt_int("max-output-mb"),
         .node_timeout_s = opt_int("node-timeout-s"),
         .reconcile_interval_s = opt_int("reconcile-interval-s"),
@@ -271,6 +329,7 @@ static void config_load(gw_config *c)
         .blob_quota_mb = opt_int("blob-quota-mb"),
         .blob_retention_s = opt_int("blob-retention-s"),
         .blob_sweep_s = opt_int("blob-sweep-s"),
+        .job_retention_days = opt_int("job-retention-days"),
         .metrics_public = opt_int("metrics-public"),
         .metrics_refresh_s = opt_int("metrics-refresh-s"),
         .prices = opt_str("prices"),
@@ -280,6 +339,11 @@ static void config_load(gw_config *c)
         .webhook_retry_base_ms = opt_int("webhook-retry-base-ms"),
         .webhook_max_age_s = opt_int("webhook-max-age-s"),
         .webhook_timeout_s = opt_int("webhook-timeout-s"),
+        .webhook_dns_servers = opt_str("webhook-dns-servers"),
+        .webhook_dns_timeout_ms = opt_int("webhook-dns-timeout-ms"),
+        .webhook_max_inflight = opt_int("webhook-max-inflight"),
+        .webhook_tenant_inflight = opt_int("webhook-tenant-inflight"),
+        .webhook_retention_s = opt_int("webhook-retention-s"),
         .sse_heartbeat_s = opt_int("sse-heartbeat-s"),
         .events_poll_ms = opt_int("events-poll-ms"),
         .max_streams_per_tenant = opt_int("max-streams-per-tenant"),
@@ -288,18 +352,23 @@ static void config_load(gw_config *c)
     };
 }
 
-static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t stop_signal, reload_signal;
 
 static void on_signal(int sig)
 {
-    stop_signal = sig;
+    if (sig == SIGHUP)
+        reload_signal = 1;
+    else
+        stop_signal = sig;
 }
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: kowloon-gateway [serve|migrate] [options]\n"
                  "       kowloon-gateway keys create --tenant NAME [--admin]\n"
-                 "       kowloon-gateway keys revoke KEY\n\noptions:\n");
+                 "       kowloon-gateway keys revoke ID|PREFIX\n"
+                 "       kowloon-gateway keys revoke - <<<\"$KEY\"   (the whole key, on stdin)\n"
+                 "\noptions:\n");
     svc_config_usage(opts, out);
 }
 
@@ -328,6 +397,54 @@ static char *file_slurp(const char *path, size_t *len)
     return buf;
 }
 
+/* keys revoke ID | PREFIX | -: by id, by prefix (only when one active key
+ * has it), or the whole key read from stdin ("-"). A whole key is refused
+ * as an argument: the process list shows arguments to every user of the
+ * host. */
+static int cmd_keys_revoke(gw_store *store, const char *what)
+{
+    char line[256], prefix[16] = "";
+    int64_t id = 0;
+    int rc;
+    size_t len = strlen(what);
+    if (strcmp(what, "-") == 0) {
+        if (!fgets(line, sizeof line, stdin)) {
+            fprintf(stderr, "keys revoke -: no key on stdin\n");
+            return 2;
+        }
+        line[strcspn(line, "\r\n")] = '\0';
+        rc = gw_store_key_revoke(store, line);
+        snprintf(prefix, sizeof prefix, "%.11s", line);
+        memset(line, 0, sizeof line);
+    } else if (len >= 1 && len <= 18 && strspn(what, "0123456789") == len) {
+        id = strtoll(what, NULL, 10);
+        rc = gw_store_key_revoke_id(store, id, prefix);
+    } else if (len > 11) {
+        fprintf(stderr, "keys revoke: a whole key on the command line is visible to every user "
+                        "of this host (ps); give its id or its 11-character prefix, or the key "
+                        "on stdin: keys revoke - <<<\"$KEY\"\n");
+        return 2;
+    } else {
+        rc = gw_store_key_revoke_prefix(store, what, &id);
+        snprintf(prefix, sizeof prefix, "%s", what);
+    }
+    if (rc == -ENOENT) {
+        fprintf(stderr, "keys revoke: no such active key\n");
+        return 1;
+    }
+    if (rc == -EEXIST) {
+        fprintf(stderr, "keys revoke: several active keys have prefix %s; none was revoked "
+                        "(revoke by id: GET /v1/keys lists them)\n", what);
+        return 1;
+    }
+    if (rc) {
+        fprintf(stderr, "keys revoke: cannot write to PostgreSQL\n");
+        return 1;
+    }
+    fprintf(stderr, "key %s revoked\n", prefix);
+    return 0;
+}
+
 static int cmd_keys(const gw_config *cfg, gw_store *store, char **rest, int nrest)
 {
     if (nrest >= 2 && strcmp(rest[1], "create") == 0) {
@@ -347,31 +464,40 @@ static int cmd_keys(const gw_config *cfg, gw_store *store, char **rest, int nres
         printf("%s\n", key);
         return 0;
     }
-    if (nrest >= 3 && strcmp(rest[1], "revoke") == 0) {
-        int rc = gw_store_key_revoke(store, rest[2]);
-        if (rc == -ENOENT) {
-            fprintf(stderr, "keys revoke: no such active key\n");
-            return 1;
-        }
-        if (rc) {
-            fprintf(stderr, "keys revoke: cannot write to PostgreSQL\n");
-            return 1;
-        }
-        fprintf(stderr, "key revoked\n");
-        return 0;
-    }
+    if (nrest >= 3 && strcmp(rest[1], "revoke") == 0)
+        return cmd_keys_revoke(store, rest[2]);
     usage(stderr);
     return 2;
 }
 
 
+/* The cluster token from --cluster-token, else --cluster-token-file, and
+ * strong enough to guard the cluster; 0, or -1 after logging why not. */
+static int cluster_token_load(gw_config *cfg)
+{
+    static char from_file[512];
+    char why[256];
+    if ((!cfg->cluster_token || !*cfg->cluster_token) && cfg->cluster_token_file &&
+        *cfg->cluster_token_file) {
+        if (svc_secret_read(cfg->cluster_token_file, from_file, sizeof from_file, why,
+                            sizeof why) != 0) {
+            svc_error("--cluster-token-file: %s", why);
+            return -1;
+        }
+        cfg->cluster_token = from_file;
+    }
+    if (gw_cluster_token_check(cfg->cluster_token, why, sizeof why) != 0) {
+        svc_error("serve refuses to start: %s. Give --cluster-token (KOWLOON_CLUSTER_TOKEN) or "
+                  "--cluster-token-file (KOWLOON_CLUSTER_TOKEN_FILE); the nodes register with it",
+                  why);
+        return -1;
+    }
+    return 0;
+}
+
 static int cmd_serve(gw_app *app)
 {
     char err[256];
-    if (!app->cfg.cluster_token || strlen(app->cfg.cluster_token) < 16) {
-        svc_error("serve needs --cluster-token (or KOWLOON_CLUSTER_TOKEN) of at least 16 characters");
-        return 2;
-    }
     char *prices;
     if (gw_prices_parse(app->cfg.prices, app->cfg.currency, &prices, err, sizeof(err)) != 0) {
         svc_error("--prices/--currency: %s", err);
@@ -392,13 +518,34 @@ static int cmd_serve(gw_app *app)
     }
     svc_info("blob store in %s (uploads up to %d MiB, %d MiB a tenant, unreferenced kept %d s)",
              app->cfg.blob_dir, app->cfg.max_blob_mb, app->cfg.blob_quota_mb, app->cfg.blob_retention_s);
+    if (app->cfg.job_retention_days > 0)
+        svc_info("ended jobs kept %d day%s", app->cfg.job_retention_days,
+                 app->cfg.job_retention_days == 1 ? "" : "s");
+    else
+        svc_info("ended jobs kept for ever (--job-retention-days 0)");
     gw_routes_set_blob_limit((size_t)app->cfg.max_blob_mb << 20);
+    /* at most 1024 lookups at once (beyond that, submits with a webhook
+     * host get 503 until some end: a lookup lasts the deadline at most),
+     * GW_RESOLVE_PER_TENANT of them one tenant's (beyond that, 429) */
+    if (!(app->resolver = gw_resolver_start(app->cfg.webhook_dns_servers,
+                                            app->cfg.webhook_dns_timeout_ms, 1024,
+                                            GW_RESOLVE_PER_TENANT, err, sizeof(err)))) {
+        svc_error("--webhook-dns-servers: %s", err);
+        return 1;
+    }
 
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    svc_tls *tls = NULL;
+    if (((app->cfg.tls_cert && *app->cfg.tls_cert) || (app->cfg.tls_key && *app->cfg.tls_key)) &&
+        !(tls = svc_tls_new(app->cfg.tls_cert, app->cfg.tls_key, err, sizeof(err)))) {
+        svc_error("--tls-cert/--tls-key: %s", err);
+        return 2;
+    }
 
     app->sched = gw_sched_start(app);
     app->leases = gw_leases_start(app);
@@ -412,14 +559,22 @@ static int cmd_serve(gw_app *app)
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
         gw_sched_stop(app->sched);
+        svc_tls_free(tls);
+        gw_resolver_free(app->resolver);
         return 1;
     }
     gw_blob_gc *gc = gw_blob_gc_start(app);
     app->webhooks = gw_webhooks_start(app);
+    app->adopter = gw_adopter_start(app);
     svc_server_opts so = {
         .listen = app->cfg.listen,
         .routes = gw_routes,
         .max_body = (size_t)app->cfg.max_body_mb << 20,
+        .max_json_body = (size_t)app->cfg.max_json_body_mb << 20,
+        .body_timeout_s = (unsigned)app->cfg.body_timeout_s,
+        .body_min_rate = (size_t)app->cfg.body_min_rate_kb << 10,
+        .trusted_proxies = app->cfg.trusted_proxies,
+        .tls = tls,
         .conn_timeout_s = (unsigned)app->cfg.conn_timeout_s,
         .per_ip_limit = (unsigned)app->cfg.max_conns_per_ip,
         .max_connections = (unsigned)app->cfg.max_connections,
@@ -430,8 +585,23 @@ static int cmd_serve(gw_app *app)
         .metrics = gw_metrics_registry(app->metrics),
     };
     svc_server *srv = svc_server_start(&so, err, sizeof(err));
-    if (!srv) {
+    if (!srv)
         svc_error("cannot serve on %s: %s", app->cfg.listen, err);
+    /* Nodes have a listener of their own, with its own routes and
+     * authorization: the cluster token and nodes' credentials are never
+     * taken on the public one. */
+    svc_server_opts co = so;
+    co.listen = app->cfg.cluster_listen;
+    co.routes = gw_cluster_routes;
+    co.authorize = gw_authorize_cluster;
+    svc_server *csrv = srv && app->adopter ? svc_server_start(&co, err, sizeof(err)) : NULL;
+    if (!app->adopter)
+        svc_error("cannot start the threads that hash nodes' outputs");
+    if (srv && app->adopter && !csrv)
+        svc_error("cannot serve the cluster listener on %s: %s", app->cfg.cluster_listen, err);
+    if (!csrv) {
+        svc_server_stop(srv);
+        gw_adopter_stop(app->adopter);
         gw_webhooks_stop(app->webhooks);
         gw_blob_gc_stop(gc);
         gw_api_jobs_stop(app);
@@ -439,12 +609,26 @@ static int cmd_serve(gw_app *app)
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
         gw_sched_stop(app->sched);
+        svc_tls_free(tls);
+        gw_resolver_free(app->resolver);
         return 1;
     }
-    svc_info("kowloon-gateway serving on %s (max body %d MiB)", app->cfg.listen, app->cfg.max_body_mb);
+    svc_info("kowloon-gateway serving tenants on %s and nodes on %s, %s (max body %d MiB, "
+             "JSON %d MiB)", app->cfg.listen, app->cfg.cluster_listen, tls ? "HTTPS" : "HTTP",
+             app->cfg.max_body_mb, app->cfg.max_json_body_mb);
     gw_sched_serving(app->sched);
-    while (!stop_signal)
+    while (!stop_signal) {
         pause();
+        if (reload_signal) {
+            /* SIGHUP: new handshakes get the files' certificate; open
+             * connections keep theirs */
+            reload_signal = 0;
+            if (tls && svc_tls_reload(tls, err, sizeof(err)) != 0)
+                svc_error("SIGHUP: keeping the certificate in use: %s", err);
+            else if (tls)
+                svc_info("SIGHUP: certificate reread from %s", app->cfg.tls_cert);
+        }
+    }
     svc_info("signal %d: draining for %d s (readyz and submits answer 503), then finishing requests in flight",
              (int)stop_signal, app->cfg.drain_s);
     app->draining = 1;
@@ -456,7 +640,10 @@ static int cmd_serve(gw_app *app)
     gw_leases_stop(app->leases);
     gw_waits_stop(app->waits);
     gw_events_stop(app->events); /* streams end cleanly; clients resume elsewhere */
+    svc_server_stop(csrv);
+    gw_resolver_stop(app->resolver); /* submits waiting on a lookup get 503 */
     svc_server_stop(srv);
+    gw_adopter_stop(app->adopter);
     gw_api_jobs_stop(app);
     gw_events_free(app->events);
     gw_leases_free(app->leases);
@@ -464,6 +651,8 @@ static int cmd_serve(gw_app *app)
     gw_webhooks_stop(app->webhooks);
     gw_blob_gc_stop(gc);
     gw_sched_stop(app->sched);
+    svc_tls_free(tls);
+    gw_resolver_free(app->resolver);
     svc_info("kowloon-gateway stopped");
     return 0;
 }
@@ -489,6 +678,9 @@ int main(int argc, char **argv)
     int level = svc_log_level_parse(app.cfg.log_level);
     svc_log_init("gateway", level < 0 ? SVC_LOG_INFO : level);
     svc_client_global_init();
+    /* before anything is opened: a weak token stops serve at once */
+    if (strcmp(cmd, "serve") == 0 && cluster_token_load(&app.cfg) != 0)
+        return 2;
 
     app.store = gw_store_open(app.cfg.database_url, app.cfg.db_pool);
     if (!app.store)
@@ -521,6 +713,8 @@ int main(int argc, char **argv)
     app.authfail = gw_authfail_new(app.cfg.auth_fail_burst, app.cfg.auth_fail_rps);
     /* 4096 keys: a few hundred KB, more keys than a gateway sees in a TTL */
     app.keys = gw_keycache_new(4096, app.cfg.key_cache_ms);
+    /* node credentials: as many ways as nodes a gateway serves, and more */
+    app.nodecreds = gw_nodecreds_new(4096, app.cfg.key_cache_ms);
     app.jobs = gw_jobcache_new((size_t)app.cfg.job_cache_mb << 20);
     app.eta = gw_eta_new(5000);
     /* 64 (tenant, window) answers of 5 s: a dashboard polls every 10 s */
@@ -530,7 +724,8 @@ int main(int argc, char **argv)
                              sizeof(err));
     if (!app.whnet)
         svc_error("%s", err);
-    rc = app.limits && app.authfail && app.keys && app.jobs && app.eta && app.stats && app.metrics && app.whnet
+    rc = app.limits && app.authfail && app.keys && app.nodecreds && app.jobs && app.eta && app.stats &&
+                 app.metrics && app.whnet
              ? cmd_serve(&app)
              : 1;
     gw_whnet_free(app.whnet);
@@ -538,6 +733,7 @@ int main(int argc, char **argv)
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
     gw_keycache_free(app.keys);
+    gw_nodecreds_free(app.nodecreds);
     gw_jobcache_free(app.jobs);
     gw_eta_free(app.eta);
     gw_stats_free(app.stats);

@@ -10,6 +10,7 @@
 #include "events.h"
 #include "lease.h"
 #include "metrics.h"
+#include "quota.h"
 #include "rendezvous.h"
 #include "scheduler.h"
 #include "svc_json.h"
@@ -36,8 +37,8 @@ static void gang_ended(gw_app *app, const char *job_id, int attempt)
 /* gw_outcome_requeue with what the node reported of the run (backend and
  * usage_json, NULL when no node did), recorded if the job ends; min_wait_ms
  * (0: none) is the least back-off before it is placed again. */
-static int requeue_after(gw_app *app, const char *job_id, int attempt, int uncounted,
-                         const char *code, const char *message, const char *backend,
+static int requeue_after(gw_app *app, const char *node_id, const char *job_id, int attempt,
+                         int uncounted, const char *code, const char *message, const char *backend,
                          const char *usage_json, int min_wait_ms)
 {
     gw_backoff bo = {app->cfg.retry_base_ms, app->cfg.retry_max_s};
@@ -48,7 +49,7 @@ static int requeue_after(gw_app *app, const char *job_id, int attempt, int uncou
         bo.max_s = (bo.base_ms + 999) / 1000;
     gw_requeued out;
     int rc = gw_store_job_requeue(app->store, job_id, attempt, uncounted, code, message, &bo,
-                                  backend, usage_json, &out);
+                                  backend, usage_json, node_id, &out);
     if (rc == 0)
         gw_events_written(app->events);
     /* a multi-node job ends the attempt on every node, requeued as a whole */
@@ -63,16 +64,18 @@ static int requeue_after(gw_app *app, const char *job_id, int attempt, int uncou
     return rc;
 }
 
-static int requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
-                   const char *message, const char *backend, const char *usage_json)
+static int requeue(gw_app *app, const char *node_id, const char *job_id, int attempt,
+                   int uncounted, const char *code, const char *message, const char *backend,
+                   const char *usage_json)
 {
-    return requeue_after(app, job_id, attempt, uncounted, code, message, backend, usage_json, 0);
+    return requeue_after(app, node_id, job_id, attempt, uncounted, code, message, backend,
+                         usage_json, 0);
 }
 
 int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
                     const char *message)
 {
-    return requeue(app, job_id, attempt, uncounted, code, message, NULL, NULL);
+    return requeue(app, NULL, job_id, attempt, uncounted, code, message, NULL, NULL);
 }
 
 /* The outputs of a succeeded run into b: each either a reference to a
@@ -87,29 +90,82 @@ static int outputs_from_run(gw_blob *b, const json_t *outputs, char *msg, size_t
     return gw_blob_from_json(b, outputs, msg, msglen);
 }
 
-/* A succeeded run: its outputs and info recorded with the job's success. */
-static int record_success(gw_app *app, const char *job_id, int attempt, const json_t *run,
-                          const char *backend, const char *usage)
+/* The outputs in the blob store of a succeeded run belong to its job, and
+ * so count toward its tenant's blob quota: 0 when those the tenant does
+ * not hold already fit in what it has left (or there is no quota), -EDQUOT
+ * with why saying how far they are over, -EIO. */
+static int outputs_fit_quota(gw_app *app, const char *job_id, const json_t *meta, char *why,
+                             size_t whylen)
+{
+    size_t cap = json_array_size(meta), i;
+    uint64_t need = 0, used = 0;
+    int n = 0, rc = 0;
+    json_t *m;
+    if (gw_quota_bytes(app) == 0 || cap == 0)
+        return 0;
+    const char **ids = calloc(cap, sizeof *ids);
+    uint64_t *sizes = calloc(cap, sizeof *sizes);
+    json_array_foreach(ids && sizes ? meta : NULL, i, m) {
+        const char *id = json_string_value(json_object_get(m, "blob"));
+        if (id) {
+            ids[n] = id;
+            sizes[n++] = (uint64_t)json_integer_value(json_object_get(m, "nbytes"));
+        }
+    }
+    if (!ids || !sizes)
+        rc = -EIO; /* reported again by the node */
+    else if (n > 0)
+        rc = gw_store_blobs_need(app->store, 0, job_id, ids, sizes, n, &need, &used);
+    free(ids);
+    free(sizes);
+    if (rc != 0)
+        return -EIO;
+    if (need <= gw_quota_room(app, used))
+        return 0;
+    snprintf(why, whylen, "the outputs need %llu bytes of blob storage and the tenant has %llu "
+             "left of its quota of %d MiB: no output was kept (DELETE blobs and ended jobs it no "
+             "longer needs, then run the job again)", (unsigned long long)need,
+             (unsigned long long)gw_quota_room(app, used), app->cfg.blob_quota_mb);
+    return -EDQUOT;
+}
+
+/* A succeeded run of node_id: its outputs, checked against the catalog
+ * spec of the kernel the report names (the job must run that kernel), and
+ * its info recorded with the job's success; or the job fails
+ * quota_exceeded when its outputs would take its tenant past its blob
+ * quota (nothing of them is recorded, and the blobs the node stored are
+ * swept as nobody's). */
+static int record_success(gw_app *app, const char *node_id, const char *job_id, int attempt,
+                          const json_t *run, const char *backend, const char *usage)
 {
     gw_blob b = {0};
     char why[256] = "out of memory";
+    const char *kernel = json_string_value(json_object_get(run, "kernel"));
     int rc;
-    if (outputs_from_run(&b, json_object_get(run, "outputs"), why, sizeof(why)) != 0) {
+    if (outputs_from_run(&b, json_object_get(run, "outputs"), why, sizeof(why)) != 0 ||
+        gw_blob_check_outputs(b.meta, kernel, why, sizeof(why)) != 0) {
         rc = gw_store_job_fail(app->store, job_id, attempt, "failed", "bad_result", why, backend,
-                               usage);
+                               usage, node_id);
+    } else if ((rc = outputs_fit_quota(app, job_id, b.meta, why, sizeof why)) != 0) {
+        if (rc == -EDQUOT)
+            rc = gw_store_job_fail(app->store, job_id, attempt, "failed", "quota_exceeded", why,
+                                   backend, usage, node_id);
     } else {
         char *meta = json_dumps(b.meta, JSON_COMPACT);
         json_t *info = json_object_get(run, "info");
         char *info_s = json_is_object(info) ? json_dumps(info, JSON_COMPACT) : NULL;
-        rc = meta ? gw_store_job_succeed(app->store, job_id, attempt, backend ? backend : "cpu",
-                                         info_s ? info_s : "{}", meta, b.data, b.len, usage)
+        rc = meta ? gw_store_job_succeed(app->store, job_id, attempt, node_id, kernel,
+                                         backend ? backend : "cpu", info_s ? info_s : "{}", meta,
+                                         b.data, b.len, usage)
                   : -EIO;
         /* PostgreSQL refused the result itself (too large for one value,
-         * say): trying again would not help, the job fails. */
+         * say, or a blob output the node never stored for this run):
+         * trying again would not help, the job fails. */
         if (rc == -EPROTO)
             rc = gw_store_job_fail(app->store, job_id, attempt, "failed", "bad_result",
-                                   "PostgreSQL refused to store the result (see the gateway log)",
-                                   backend, usage);
+                                   "the result was refused: an output blob this node did not "
+                                   "store for this run, or a value PostgreSQL cannot keep (see "
+                                   "the gateway log)", backend, usage, node_id);
         free(meta);
         free(info_s);
     }
@@ -130,7 +186,10 @@ static int recorded(gw_app *app, const char *node_name, const json_t *report, co
                             state, json_is_integer(ms) ? (double)json_integer_value(ms) / 1000.0 : -1);
     }
     if (rc == -EAGAIN)
-        svc_info("job %s attempt %d: late report from %s ignored (attempt no longer current)",
+        svc_info("job %s attempt %d: report from node %s ignored (attempt no longer current, "
+                 "or not on that node)", job_id, attempt, node_name);
+    else if (rc == -EPERM)
+        svc_warn("job %s attempt %d: report from node %s refused: it does not hold that part",
                  job_id, attempt, node_name);
     else if (rc == 0)
         svc_debug("job %s attempt %d: %s on %s", job_id, attempt, state, node_name);
@@ -140,7 +199,7 @@ static int recorded(gw_app *app, const char *node_name, const json_t *report, co
     else
         svc_warn("job %s attempt %d: the report from %s could not be recorded now (%s); the "
                  "node sends it again", job_id, attempt, node_name, strerror(-rc));
-    return rc == 0 || rc == -EAGAIN || rc == -EPROTO;
+    return rc == 0 || rc == -EAGAIN || rc == -EPROTO || rc == -EPERM;
 }
 
 /* The report of node_rank's part of a multi-node job. Node_rank 0's
@@ -148,9 +207,9 @@ static int recorded(gw_app *app, const char *node_name, const json_t *report, co
  * its part. Any part that fails ends the attempt everywhere: the job is
  * requeued as a whole through the one requeue path (fencing, back-off,
  * attempts), or fails as a single-node job would. */
-static int gang_record(gw_app *app, const json_t *report, const char *job_id, int attempt,
-                       int node_rank, const char *state, const char *code, const char *msg,
-                       const char *backend, const char *usage)
+static int gang_record(gw_app *app, const char *node_id, const json_t *report, const char *job_id,
+                       int attempt, int node_rank, const char *state, const char *code,
+                       const char *msg, const char *backend, const char *usage)
 {
     int ok = strcmp(state, "succeeded") == 0;
     const char *part = ok ? "succeeded"
@@ -158,15 +217,17 @@ static int gang_record(gw_app *app, const json_t *report, const char *job_id, in
                                                                                          : "failed";
     char (*others)[37];
     int n, rc;
-    if ((rc = gw_store_gang_rank_end(app->store, job_id, attempt, node_rank, part, &others, &n)) != 0)
+    if ((rc = gw_store_gang_rank_end(app->store, job_id, attempt, node_rank, node_id, part, &others,
+                                     &n)) != 0)
         return rc;
     free(others);
     if (ok && node_rank > 0)
         return gw_store_gang_attempt(app->store, job_id, attempt) == 1 ? 0 : -EAGAIN;
     if (ok) {
-        rc = record_success(app, job_id, attempt, report, backend, usage);
+        rc = record_success(app, node_id, job_id, attempt, report, backend, usage);
     } else if (strcmp(state, "refused") == 0 && strcmp(code, "invalid_argument") == 0) {
-        rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage);
+        rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage,
+                               node_id);
     } else {
         char why[300];
         snprintf(why, sizeof why, "node_rank %d: %s", node_rank, msg);
@@ -175,7 +236,7 @@ static int gang_record(gw_app *app, const json_t *report, const char *job_id, in
          * twice the node timeout (the reaper's pass comes on top of one),
          * so that a dead node is known down by then and not chosen again. */
         int cancelled = strcmp(state, "cancelled") == 0, refused = strcmp(state, "refused") == 0;
-        return requeue_after(app, job_id, attempt,
+        return requeue_after(app, node_id, job_id, attempt,
                              refused && json_is_true(json_object_get(report, "retry")),
                              cancelled ? "cancelled" : code, why, backend, usage,
                              cancelled || refused ? 0 : 2 * app->cfg.node_timeout_s * 1000);
@@ -185,7 +246,7 @@ static int gang_record(gw_app *app, const json_t *report, const char *job_id, in
     return rc;
 }
 
-int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
+int gw_outcome_record(gw_app *app, const char *node_id, const json_t *report)
 {
     const char *job_id = json_string_value(json_object_get(report, "job_id"));
     json_t *att = json_object_get(report, "attempt");
@@ -204,30 +265,33 @@ int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report)
     int rc;
     json_t *rank = json_object_get(report, "node_rank");
     if (json_is_integer(rank) && json_integer_value(rank) >= 0 && json_integer_value(rank) < 64) {
-        rc = gang_record(app, report, job_id, attempt, (int)json_integer_value(rank), state, code,
-                         msg, backend, usage);
+        rc = gang_record(app, node_id, report, job_id, attempt, (int)json_integer_value(rank), state,
+                         code, msg, backend, usage);
     } else if (strcmp(state, "succeeded") == 0) {
-        rc = record_success(app, job_id, attempt, report, backend, usage);
+        rc = record_success(app, node_id, job_id, attempt, report, backend, usage);
     } else if (strcmp(state, "refused") == 0) {
         /* The node did not take the run. Full or draining: the attempt is
          * given back and the job placed again. Arguments the node refuses
          * fail the job; any other refusal (a node that cannot host it)
          * counts, so a job no node takes ends failed instead of bouncing. */
         if (strcmp(code, "invalid_argument") == 0)
-            rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage);
+            rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage,
+                                   node_id);
         else
-            rc = requeue(app, job_id, attempt, json_is_true(json_object_get(report, "retry")),
-                         "dispatch_failed", msg, backend, usage);
+            rc = requeue(app, node_id, job_id, attempt,
+                         json_is_true(json_object_get(report, "retry")), "dispatch_failed", msg,
+                         backend, usage);
     } else if (strcmp(state, "cancelled") == 0 && strcmp(code, "timeout") != 0) {
-        rc = requeue(app, job_id, attempt, 0, "cancelled", "the node cancelled the run", backend,
-                     usage);
+        rc = requeue(app, node_id, job_id, attempt, 0, "cancelled", "the node cancelled the run",
+                     backend, usage);
     } else if (strcmp(code, "backend_error") == 0 || strcmp(code, "peer_lost") == 0) {
-        rc = requeue(app, job_id, attempt, 0, code, msg, backend, usage);
+        rc = requeue(app, node_id, job_id, attempt, 0, code, msg, backend, usage);
     } else {
-        rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage);
+        rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage,
+                               node_id);
     }
     free(usage);
-    return recorded(app, node_name, report, job_id, attempt, state, rc);
+    return recorded(app, node_id, report, job_id, attempt, state, rc);
 }
 
 /* One report that goes into the batch: its decoded outputs, and the JSON
@@ -251,14 +315,16 @@ static int batch_entry(const gw_app *app, const json_t *rep, batched *e, gw_succ
     if (!job_id || !svc_uuid_valid(job_id) || !json_is_integer(att) || !state ||
         strcmp(state, "succeeded") != 0 || json_object_get(rep, "node_rank"))
         return -1;
+    const char *kernel = json_string_value(json_object_get(rep, "kernel"));
     if (outputs_from_run(&e->b, json_object_get(rep, "outputs"), why, sizeof(why)) == 0 &&
+        gw_blob_check_outputs(e->b.meta, kernel, why, sizeof(why)) == 0 &&
         (e->meta = svc_json_dump(e->b.meta, NULL)) && !strstr(e->meta, "\"blob\"") &&
         (!json_is_object(info) || (e->info = svc_json_dump(info, NULL)))) {
         e->usage = gw_usage_from_report(rep);
         gw_usage_fragments(rep, backend, e->b.len, app->prices, &e->u1, &e->u2);
         *row = (gw_success){job_id, (int)json_integer_value(att), backend ? backend : "cpu",
                             e->info ? e->info : "{}", e->meta, e->usage, e->u1, e->u2,
-                            e->b.data, e->b.len, 0};
+                            e->b.data, e->b.len, 0, kernel};
         return 0;
     }
     gw_blob_free(&e->b);
@@ -268,7 +334,7 @@ static int batch_entry(const gw_app *app, const json_t *rep, batched *e, gw_succ
     return -1;
 }
 
-void gw_outcome_record_all(gw_app *app, const char *node_name, const json_t *reports, int *out)
+void gw_outcome_record_all(gw_app *app, const char *node_id, const json_t *reports, int *out)
 {
     size_t n = json_array_size(reports);
     gw_success *rows = calloc(n ? n : 1, sizeof(*rows));
@@ -282,16 +348,16 @@ void gw_outcome_record_all(gw_app *app, const char *node_name, const json_t *rep
         if (rows && es && batch_entry(app, rep, &es[nb], &rows[nb]) == 0)
             es[nb++].i = i;
         else
-            out[i] = gw_outcome_record(app, node_name, rep);
+            out[i] = gw_outcome_record(app, node_id, rep);
     }
-    int rc = nb ? gw_store_jobs_succeed_inline(app->store, rows, nb) : 0;
+    int rc = nb ? gw_store_jobs_succeed_inline(app->store, node_id, rows, nb) : 0;
     for (int k = 0; k < nb; k++) {
         /* PostgreSQL refused the batch (one result too large for a value,
          * say): each on its own, so that only that one fails. */
         if (rc == -EPROTO)
-            out[es[k].i] = gw_outcome_record(app, node_name, json_array_get(reports, es[k].i));
+            out[es[k].i] = gw_outcome_record(app, node_id, json_array_get(reports, es[k].i));
         else
-            out[es[k].i] = recorded(app, node_name, json_array_get(reports, es[k].i), rows[k].job_id,
+            out[es[k].i] = recorded(app, node_id, json_array_get(reports, es[k].i), rows[k].job_id,
                                     rows[k].attempt, "succeeded",
                                     rc ? rc : rows[k].recorded ? 0 : -EAGAIN);
         gw_blob_free(&es[k].b);

@@ -18,17 +18,19 @@
 int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncounted, const char *code,
                     const char *message);
 
-/* Records one report of node_name ({"job_id", "attempt", "state",
- * "outputs", "info", "error", "backend"}; state "refused" with "retry" for
- * a run the node did not take). Returns 1 when PostgreSQL has the outcome or
- * has moved on from this attempt, or refused the outcome for good (the node
- * may forget the run), 0 when it could not be recorded now (the node
+/* Records one report of node node_id ({"job_id", "attempt", "state",
+ * "kernel", "outputs", "info", "error", "backend"}; state "refused" with
+ * "retry" for a run the node did not take): only for a run that node holds
+ * (else it is ignored), and a success only with the outputs the catalog
+ * spec of the job's kernel names. Returns 1 when PostgreSQL has the outcome
+ * or has moved on from this attempt, or refused the outcome for good (the
+ * node may forget the run), 0 when it could not be recorded now (the node
  * reports it again), -1 when the report is not one (no job_id or attempt). */
-int gw_outcome_record(gw_app *app, const char *node_name, const json_t *report);
+int gw_outcome_record(gw_app *app, const char *node_id, const json_t *report);
 
 /* Records an exchange's array of reports, out[i] being what
  * gw_outcome_record would answer for the i-th; the succeeded runs with
  * small outputs go to PostgreSQL together, in one statement. */
-void gw_outcome_record_all(gw_app *app, const char *node_name, const json_t *reports, int *out);
+void gw_outcome_record_all(gw_app *app, const char *node_id, const json_t *reports, int *out);
 
 #endif

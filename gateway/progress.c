@@ -71,7 +71,8 @@ static void progress_add(json_t *by_job, const json_t *r)
                                                "progress", p));
 }
 
-void gw_progress_record(gw_app *app, const json_t *progress, const json_t *results)
+void gw_progress_record(gw_app *app, const char *node_id, const json_t *progress,
+                        const json_t *results)
 {
     json_t *by_job = json_object();
     size_t i;
@@ -95,7 +96,7 @@ void gw_progress_record(gw_app *app, const json_t *progress, const json_t *resul
     json_decref(by_job);
     gw_event_row *rows = NULL;
     int n = 0;
-    int rc = text ? gw_store_jobs_progress(app->store, text, &rows, &n) : -ENOMEM;
+    int rc = text ? gw_store_jobs_progress(app->store, node_id, text, &rows, &n) : -ENOMEM;
     free(text);
     if (rc != 0) {
         svc_warn("progress: %zu report(s) not recorded (%d)", n_reports, rc);

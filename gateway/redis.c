@@ -38,12 +38,30 @@ struct gw_redis {
     _Atomic uint64_t errors, waits, wait_ns;   /* gw_redis_stats */
 };
 
+/* url as it may be shown (logs, errors): the userinfo before '@', which
+ * holds the password, replaced by "***" (the user's name too: a URL that
+ * does not parse may have the password where the user belongs). */
+static void url_redacted(const char *url, char *out, size_t outlen)
+{
+    const char *auth = strstr(url, "://");
+    auth = auth ? auth + 3 : url;
+    size_t hostpart = strcspn(auth, "/?#");
+    const char *at = memrchr(auth, '@', hostpart);
+    if (!at) {
+        snprintf(out, outlen, "%.200s", url);
+        return;
+    }
+    snprintf(out, outlen, "%.*s***%.200s", (int)(auth - url), url, at);
+}
+
 /* Fills host, port, credentials and db of r from url. */
 static int url_read(gw_redis *r, const char *url, char *err, size_t errlen)
 {
     svc_url u;
+    char shown[300];
+    url_redacted(url, shown, sizeof shown);
     if (svc_url_parse(url, "redis", &u) != 0 || strcmp(u.scheme, "redis") != 0) {
-        snprintf(err, errlen, "bad Redis URL %s (want redis://host:port/db)", url);
+        snprintf(err, errlen, "bad Redis URL %s (want redis://host:port/db)", shown);
         return -EINVAL;
     }
     /* hiredis wants an IPv6 literal without its brackets. */
@@ -58,7 +76,7 @@ static int url_read(gw_redis *r, const char *url, char *err, size_t errlen)
     char *end;
     long db = strtol(u.path + 1, &end, 10);
     if (u.path[1] != '\0' && (*end != '\0' || db < 0 || db > 1000000)) {
-        snprintf(err, errlen, "bad Redis URL %s: the path must be a database number", url);
+        snprintf(err, errlen, "bad Redis URL %s: the path must be a database number", shown);
         return -EINVAL;
     }
     r->db = (int)db;

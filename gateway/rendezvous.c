@@ -36,55 +36,63 @@ static void hash_name(char *out, size_t n, const char *job_id, int attempt)
     snprintf(out, n, "kowloon:rdv:%s:%d", job_id, attempt);
 }
 
-/* The path's job, attempt and key checked, and the attempt the running
- * one; 0, or -1 after replying (400, 404, 409, 503). */
+/* The path's job, attempt and key. That the attempt is the running one of
+ * a multi-node job, and that the calling node holds a part of it, was
+ * checked from the head (auth_cluster.c, GW_ACCESS_GANG). 0, or -1 after
+ * replying 400. */
 static int rdv_args(svc_req *req, const char **job_id, int *attempt, const char **key)
 {
-    gw_app *app = svc_req_app(req);
-    const char *a = svc_req_param(req, "attempt");
-    char *end = NULL;
-    long att = a ? strtol(a, &end, 10) : 0;
+    *job_id = svc_req_param(req, "id");
+    *attempt = atoi(svc_req_param(req, "attempt"));
     *key = svc_req_param(req, "key");
-    if (gw_auth_cluster(req) != 0 || !(*job_id = gw_job_id_param(req)))
-        return -1;
-    if (!a || !*a || *end || att < 1 || att > 1000000) {
-        svc_reply_error(req, 400, "invalid_argument", "attempt", NULL,
-                        "attempt must be an integer from 1 to 1000000");
-        return -1;
-    }
     if (!*key || !key_valid(*key)) {
         svc_reply_error(req, 400, "invalid_argument", "key", NULL,
                         "key must be 1-200 characters of A-Z a-z 0-9 _ . - ~");
         return -1;
     }
-    *attempt = (int)att;
-    int cur = gw_store_gang_attempt(app->store, *job_id, *attempt);
-    if (cur == -ENOENT) {
-        svc_reply_error(req, 404, "not_found", NULL, NULL, "no multi-node job %s", *job_id);
+    return 0;
+}
+
+static void rdv_value_free(void *arg)
+{
+    gw_reqctx *ctx = arg;
+    free(ctx->rdv);
+    ctx->rdv = NULL;
+}
+
+/* What rdv_len says of a value the request could not keep (no memory). */
+#define RDV_LOST ((size_t)-1)
+
+int gw_rdv_body(svc_req *req, const char *data, size_t n)
+{
+    gw_reqctx *ctx = gw_reqctx_of(req);
+    if (ctx == NULL)
         return -1;
+    /* the route's max_body keeps the whole value within GW_RDV_VALUE_MAX */
+    if (ctx->rdv == NULL) {
+        if ((ctx->rdv = malloc(GW_RDV_VALUE_MAX)) == NULL) {
+            ctx->rdv_len = RDV_LOST;
+            return -1;
+        }
+        svc_req_on_free(req, rdv_value_free, ctx);
     }
-    if (cur < 0) {
-        gw_reply_unavailable(req, "PostgreSQL");
+    if (n > GW_RDV_VALUE_MAX - ctx->rdv_len)
         return -1;
-    }
-    if (cur == 0) {
-        svc_reply_error(req, 409, "attempt_stale", "attempt", NULL,
-                        "attempt %d of job %s is not the running attempt", *attempt, *job_id);
-        return -1;
-    }
+    memcpy(ctx->rdv + ctx->rdv_len, data, n);
+    ctx->rdv_len += n;
     return 0;
 }
 
 int gw_api_rendezvous_put(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
+    gw_reqctx *ctx = svc_req_user(req);
     const char *job_id, *key;
     int attempt;
-    size_t len = 0;
-    const char *body = svc_req_body(req, &len);
-    if (len > GW_RDV_VALUE_MAX)
-        return svc_reply_error(req, 413, "payload_too_large", NULL, NULL,
-                               "a rendezvous value is at most %d bytes", GW_RDV_VALUE_MAX);
+    if (ctx && ctx->rdv_len == RDV_LOST)
+        return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
+    size_t len = ctx ? ctx->rdv_len : 0;
+    const char *body = ctx ? ctx->rdv : NULL;
     if (rdv_args(req, &job_id, &attempt, &key) != 0)
         return 0;
     char hash[96], ttl[16];

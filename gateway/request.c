@@ -192,11 +192,13 @@ static int nodes_check(const gw_job_req *r, gw_verr *e)
                 max == 1 ? "" : "s");
 }
 
+const char *const gw_job_fields[] = {"kernel", "params", "inputs", "priority", "timeout_s",
+                                     "max_attempts", "resources", "labels", "webhook",
+                                     "webhook_events", NULL};
+
 int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
 {
-    static const char *const known[] = {"kernel", "params", "inputs", "priority", "timeout_s",
-                                        "max_attempts", "resources", "labels", "webhook",
-                                        "webhook_events", NULL};
+    const char *const *known = gw_job_fields;
     memset(r, 0, sizeof(*r));
     memset(e, 0, sizeof(*e));
     const char *k;

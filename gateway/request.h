@@ -34,6 +34,11 @@ typedef struct gw_verr {
 #define GW_MAX_NODES 64
 #define GW_WEBHOOK_URL_MAX 2048
 
+/* The members a job request may have, NULL-terminated: the route's
+ * json_fields (a body with another is refused before its value is parsed)
+ * and gw_job_req_parse's own check. */
+extern const char *const gw_job_fields[];
+
 /* Parses and validates body. 0 with *req filled (release with
  * gw_job_req_free), or -1 with *err. */
 int gw_job_req_parse(const json_t *body, gw_job_req *req, gw_verr *err);

@@ -275,7 +275,7 @@ static void reap(gw_sched *s)
         for (int i = 0; i < n; i++)
             if (gw_store_job_fail(s->app->store, list[i].job_id, list[i].attempt, "failed",
                                   "timeout", "no result from the node within timeout_s plus grace",
-                                  NULL, NULL) == 0) {
+                                  NULL, NULL, NULL) == 0) {
                 gw_waits_job_changed(s->app->waits, list[i].job_id);
                 gw_events_written(s->app->events);
             }

@@ -23,6 +23,12 @@
  * statistics were gathered while few ran) instead of the primary key, and
  * the cost of a result would grow with the number of running jobs. */
 #define RUNNING_BY_ID "(state || '') = 'running'"
+/* The jobs row t is held by node n (a uuid parameter): its run, or a part
+ * of its current attempt (a multi-node job), is on that node. What a node
+ * reports is recorded only for runs it holds. */
+#define HELD_BY(t, n)                                                                            \
+    "(" t ".node_id = " n "::uuid OR EXISTS (SELECT 1 FROM job_ranks hr WHERE hr.job_id = " t    \
+    ".id AND hr.attempt = " t ".attempts AND hr.node_id = " n "::uuid))"
 #define ASYNC_COMMIT "cfg AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
 /* An Idempotency-Key names its job for 24 hours (the draft's suggestion,
  * and what Stripe keeps); past that, a submit may take the key over and
@@ -33,6 +39,30 @@
  * statements that end one take the node's measurements, where it ran and
  * the price table as their last parameters. */
 #define USAGE_SUCCEED "usage = kowloon_usage(jobs, clock_timestamp(), $7::jsonb, $3, $4::jsonb, $8::jsonb)"
+
+/* The blob bytes tenant t is charged for (021_quota_retention.sql). */
+#define TENANT_BLOB_BYTES(t) \
+    "coalesce((SELECT blob_bytes FROM tenant_totals WHERE tenant_id = " t "), 0)"
+/* Deletes the ended jobs listed in CTE x (id) and everything of theirs:
+ * their usage moves to usage_records (GET /v1/usage keeps counting it),
+ * their blob references go first, explicitly, so that the triggers of
+ * 021_quota_retention.sql uncount them in one pass (the cascade would run
+ * once per job, taking tenants' locks out of order); events, inputs,
+ * results, webhook deliveries and gang parts go with the job (ON DELETE
+ * CASCADE); each tenant's jobs_deleted row grows by its count, which tells
+ * every gateway's job cache (jobcache.h). dj lists the jobs deleted. An
+ * Idempotency-Key naming a deleted job stays until its 24 hours are
+ * over: a retry then answers 409 (api_jobs.c). */
+#define JOBS_DELETE                                                                              \
+    " ua AS (INSERT INTO usage_records (job_id, tenant_id, kernel, labels, finished_at, usage)"  \
+    "        SELECT j.id, j.tenant_id, j.kernel, j.labels, j.finished_at, j.usage FROM jobs j, x"  \
+    "        WHERE j.id = x.id AND j.usage IS NOT NULL ON CONFLICT DO NOTHING),"                  \
+    " rb AS (DELETE FROM job_blob_refs r USING x WHERE r.job_id = x.id),"                        \
+    " dj AS (DELETE FROM jobs j USING x WHERE j.id = x.id RETURNING j.id, j.tenant_id),"         \
+    " tc AS (INSERT INTO jobs_deleted AS t (tenant_id, jobs)"                                    \
+    "        SELECT tenant_id, count(*) FROM dj GROUP BY tenant_id ORDER BY tenant_id"           \
+    "        ON CONFLICT (tenant_id) DO UPDATE SET jobs = t.jobs + EXCLUDED.jobs)"
+#define ENDED_STATES "('succeeded', 'failed', 'cancelled')"
 
 /* gw_gpu_mem_mb (store.h) of a jobs row's gpu_memory_gb */
 #define GPU_MEM_MB_SQL "coalesce(ceil(gpu_memory_gb::float8 * 1024), 0)::int"
@@ -110,7 +140,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     /* sorted, so that two batches touching the same blobs lock them in one order */
     " bl AS (INSERT INTO blobs (id, size) SELECT DISTINCT ON (blob_id) blob_id, size FROM rb"
     "        ORDER BY blob_id ON CONFLICT (id) DO UPDATE SET last_used_at = now()),"
-    " br AS (INSERT INTO job_blob_refs (job_id, blob_id) SELECT DISTINCT job_id, blob_id FROM rb),"
+    " br AS (INSERT INTO job_blob_refs (job_id, blob_id, tenant_id)"
+    "        SELECT DISTINCT rb.job_id, rb.blob_id, f.tenant_id FROM rb JOIN f ON f.id = rb.job_id),"
     " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM f ORDER BY n)"
     " SELECT rk.n, j.seq, floor(extract(epoch FROM j.created_at) * 1000)::bigint, rk.job_id::text,"
     "        rk.same::int"
@@ -142,28 +173,36 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = $3,"
     "             info = $6::jsonb, " USAGE_SUCCEED
+    /* only from the node the run is on ($9; node_rank 0's of a
+     * multi-node job), for the kernel the job runs ($10, whose catalog
+     * spec the outputs were checked against) */
     "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
+    "             AND node_id = $9::uuid AND kernel = $10"
     "           RETURNING id, attempts, node_name, tenant_id),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, $4::jsonb, $5::bytea FROM j),"
     /* the outputs' blobs (pushed or adopted by the node, owned by nobody so
-     * far) now belong to the job and to its tenant, who may download them.
-     * An output naming a blob that is not recorded with the size its shape
-     * needs gets a NULL reference, which the NOT NULL of job_blob_refs
-     * refuses: the statement fails, the job fails bad_result, nothing
-     * commits. */
+     * far) now belong to the job: they count toward its tenant's quota and
+     * live as long as the job (021_quota_retention.sql); the tenant makes
+     * one its own blob with ?encoding=blob. An output naming a blob that
+     * is not recorded with the size its shape needs, or that the node did
+     * not store for this attempt (run_outputs: a blob it never had, another
+     * tenant's say), gets a NULL reference,
+     * which the NOT NULL of job_blob_refs refuses: the statement fails, the
+     * job fails bad_result, nothing commits. */
     " ob AS (SELECT DISTINCT m->>'blob' AS id, (m->>'nbytes')::bigint AS nbytes"
     "        FROM jsonb_array_elements($4::jsonb) m, j WHERE m ? 'blob'),"
     " ot AS (UPDATE blobs SET last_used_at = now() WHERE id IN (SELECT id FROM ob)),"
-    " oj AS (INSERT INTO job_blob_refs (job_id, blob_id)"
-    "        SELECT j.id, CASE WHEN b.size = ob.nbytes THEN ob.id END"
+    " oj AS (INSERT INTO job_blob_refs (job_id, blob_id, tenant_id)"
+    "        SELECT j.id, CASE WHEN b.size = ob.nbytes AND EXISTS (SELECT 1 FROM run_outputs o"
+    "                            WHERE o.job_id = j.id AND o.attempt = j.attempts AND o.blob_id = ob.id)"
+    "                          THEN ob.id END, j.tenant_id"
     "        FROM j, ob LEFT JOIN blobs b ON b.id = ob.id"
     "        ON CONFLICT DO NOTHING),"
-    " tr AS (INSERT INTO blob_refs (tenant_id, blob_id) SELECT j.tenant_id, ob.id FROM j, ob"
-    "        ON CONFLICT DO NOTHING),"
+    " ro AS (DELETE FROM run_outputs WHERE job_id IN (SELECT id FROM j)),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
-    " SELECT id FROM j", 8},
+    " SELECT id FROM j", 10},
 /* ST_JOB_SUCCEED for many results whose outputs are all inline (small):
  * no blob to hand over, so none of the blob CTEs, and one statement for a
  * node's whole report. The bytes of every result are one parameter ($6),
@@ -171,8 +210,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_JOBS_SUCCEED_INLINE] = {
     "WITH " ASYNC_COMMIT ","
     " x AS (SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[],"
-    "         $7::int[], $8::int[], $9::text[], $11::text[], $12::text[])"
-    "       AS x(id, attempt, backend, info, meta, off, len, usage, u1, u2)),"
+    "         $7::int[], $8::int[], $9::text[], $11::text[], $12::text[], $14::text[])"
+    "       AS x(id, attempt, backend, info, meta, off, len, usage, u1, u2, kernel)),"
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = x.backend,"
     "             info = x.info::jsonb,"
     /* the gateway wrote the usage around queue_s and bytes_in (u1, u2:
@@ -187,22 +226,26 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                     || ',' || x.u2 || '}')::json END"
     "           FROM x, cfg WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id"
     "             AND jobs.attempts = x.attempt AND " RUNNING_BY_ID
+    /* from the node the run is on ($13), of the kernel its outputs were checked for */
+    "             AND jobs.node_id = $13::uuid AND jobs.kernel = x.kernel"
     "           RETURNING jobs.id, jobs.attempts, jobs.node_name, x.meta, x.off, x.len),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, meta::jsonb, substring($6::bytea FROM off + 1 FOR len) FROM j),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
-    " SELECT id::text FROM j", 12},
+    " SELECT id::text FROM j", 14},
 [ST_JOB_FAIL] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"
     "             error_code = $4, error_message = $5,"
     "             usage = kowloon_usage(jobs, clock_timestamp(), $6::jsonb, $7, NULL, $8::jsonb)"
     "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
+    /* a node's report ($9) counts only for a run it holds; NULL: the gateway's own decision */
+    "             AND ($9::uuid IS NULL OR " HELD_BY("jobs", "$9") ")"
     "           RETURNING id, attempts, node_name, state),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, coalesce($4, 'cancel requested') FROM j)"
-    " SELECT id FROM j", 8},
+    " SELECT id FROM j", 9},
 [ST_JOB_REQUEUE] = {
     /* A counted retry waits min(base * 2^(attempts-1), max) scaled by a
      * random factor in [0.5, 1) ("equal jitter"); an attempt given back
@@ -214,6 +257,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                         ELSE clock_timestamp() + make_interval(secs => least($6::float8 * 2 ^ (attempts - 1),"
     "                              $7::float8) * (0.5 + random() / 2) / 1000) END AS not_before"
     "             FROM jobs WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
+    /* a node's report ($11) counts only for a run it holds; NULL: the gateway's own decision */
+    "               AND ($11::uuid IS NULL OR " HELD_BY("jobs", "$11") ")"
     "             FOR UPDATE),"
     " j AS (UPDATE jobs SET state = cur.next, attempts = attempts - $3::int,"
     "         not_before = CASE WHEN cur.next = 'queued' THEN cur.not_before END,"
@@ -233,23 +278,35 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j)"
     " SELECT state, seq, priority, backend_req, gpus,"
     "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id,"
-    "        nodes, " GPU_MEM_MB_SQL ", timeout_s FROM j", 10},
+    "        nodes, " GPU_MEM_MB_SQL ", timeout_s FROM j", 11},
 [ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus,"
                     "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id,"
                     "       nodes, " GPU_MEM_MB_SQL ", timeout_s"
                     " FROM jobs WHERE state = 'queued' AND seq > $1 ORDER BY seq LIMIT $2", 2},
+/* $8: the SHA-256 (hex) of the credential the node presents (NULL: none),
+ * $9 of a new one. A name whose holder lives (up, heartbeats within $10 s)
+ * is taken only by that holder, which keeps its credential; any other
+ * registration of it changes nothing and returns no row (409). A name free
+ * (new, down, silent, deregistered) gets the new credential. */
 [ST_NODE_REGISTER] = {
-    "INSERT INTO nodes (name, url, backend, backend_reason, gpus, slots, kernels)"
-    " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb)"
+    "INSERT INTO nodes AS n (name, url, backend, backend_reason, gpus, slots, kernels,"
+    "                        credential_hash)"
+    " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb, decode($9, 'hex'))"
     " ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, backend = EXCLUDED.backend,"
     "   backend_reason = EXCLUDED.backend_reason, gpus = EXCLUDED.gpus, slots = EXCLUDED.slots,"
     "   kernels = EXCLUDED.kernels, state = 'up', running = 0, registered_at = now(),"
-    "   last_heartbeat = now()"
-    " RETURNING id::text", 7},
+    "   last_heartbeat = now(),"
+    "   credential_hash = CASE WHEN n.credential_hash = decode($8, 'hex') THEN n.credential_hash"
+    "                          ELSE EXCLUDED.credential_hash END"
+    " WHERE n.credential_hash IS NULL OR n.credential_hash = decode($8, 'hex') OR n.state = 'down'"
+    "    OR n.last_heartbeat < now() - make_interval(secs => $10::int)"
+    " RETURNING id::text, (credential_hash = decode($9, 'hex'))::int", 10},
 [ST_NODE_HEARTBEAT] = {"UPDATE nodes SET last_heartbeat = now(), running = $2, state = 'up',"
                        " gpu_state = coalesce($3::jsonb, gpu_state)"
                        " WHERE id = $1::uuid RETURNING id", 3},
-[ST_NODE_REMOVE] = {"UPDATE nodes SET state = 'down', running = 0 WHERE id = $1::uuid RETURNING id", 1},
+/* a node that left frees its name at once: its credential stops working */
+[ST_NODE_REMOVE] = {"UPDATE nodes SET state = 'down', running = 0, credential_hash = NULL"
+                    " WHERE id = $1::uuid RETURNING id", 1},
 [ST_NODES_JSON] = {
     "SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'name', name, 'url', url,"
     "  'backend', backend, 'backend_reason', backend_reason, 'gpus', gpus, 'slots', slots,"
@@ -257,9 +314,48 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "  'gpu_state', gpu_state,"
     "  'registered_at', kowloon_ts(registered_at), 'last_heartbeat', kowloon_ts(last_heartbeat))"
     "  ORDER BY name), '[]')::text FROM nodes", 0},
+/* What a tenant sees of the cluster (GET /v1/nodes): per GPU model, the
+ * GPUs of the nodes up and not draining and how many no run holds; per
+ * CPU-only backend, the slots and how many are free. A run holds the
+ * devices the scheduler gave it (gpu_ids), or, where the node chose them,
+ * its count of GPUs, taken from the node's lowest free indices. No node
+ * is named and no device's live load shown: those are other tenants'
+ * activity. */
+[ST_CAPACITY] = {
+    "WITH n AS (SELECT id, backend, gpus, slots, running FROM nodes"
+    "           WHERE state = 'up' AND NOT draining),"
+    " runs AS (SELECT node_id, gpu_ids, gpus AS k FROM jobs"
+    "          WHERE state = 'running' AND node_id IS NOT NULL AND nodes = 1"
+    "          UNION ALL"
+    "          SELECT r.node_id, r.gpu_ids, cardinality(r.gpu_ids) FROM job_ranks r"
+    "          JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
+    "          WHERE r.ended_at IS NULL AND j.state = 'running'),"
+    " dev AS (SELECT n.id, d.ord::int - 1 AS idx, coalesce(d.v->>'name', 'GPU') AS model,"
+    "                (d.v->>'memory_bytes')::bigint AS mem"
+    "         FROM n CROSS JOIN LATERAL jsonb_array_elements(n.gpus) WITH ORDINALITY d(v, ord)"
+    "         WHERE n.backend = 'cuda'),"
+    " pinned AS (SELECT DISTINCT node_id, unnest(gpu_ids) AS idx FROM runs WHERE gpu_ids IS NOT NULL),"
+    " unpinned AS (SELECT node_id, sum(k) AS k FROM runs WHERE gpu_ids IS NULL GROUP BY node_id),"
+    " unheld AS (SELECT d.id, d.model, row_number() OVER (PARTITION BY d.id ORDER BY d.idx) AS rn"
+    "            FROM dev d WHERE NOT EXISTS (SELECT 1 FROM pinned p"
+    "                                         WHERE p.node_id = d.id AND p.idx = d.idx)),"
+    " free AS (SELECT f.model FROM unheld f LEFT JOIN unpinned u ON u.node_id = f.id"
+    "          WHERE f.rn > coalesce(u.k, 0)),"
+    " c AS (SELECT 'cuda' AS backend, d.model AS gpu_model, max(d.mem) AS gpu_memory_bytes,"
+    "              count(DISTINCT d.id) AS nodes, count(*) AS gpus,"
+    "              (SELECT count(*) FROM free f WHERE f.model = d.model) AS free_gpus,"
+    "              NULL::bigint AS slots, NULL::bigint AS free_slots"
+    "       FROM dev d GROUP BY d.model"
+    "       UNION ALL"
+    "       SELECT backend, NULL, NULL, count(*), NULL, NULL, sum(slots),"
+    "              sum(greatest(slots - running, 0))"
+    "       FROM n WHERE backend = 'cpu' GROUP BY backend)"
+    " SELECT coalesce(json_agg(json_strip_nulls(row_to_json(c)) ORDER BY c.backend, c.gpu_model),"
+    "                 '[]')::text FROM c", 0},
 [ST_NODES_LOAD] = {
     "SELECT id::text, name, url, backend, slots, jsonb_array_length(gpus), (state = 'up')::int,"
-    "       draining::int, gpus::text, coalesce(gpu_state, 'null')::text FROM nodes"
+    "       (draining OR coalesce(gpu_state ? 'fault', false))::int, gpus::text,"
+    "       coalesce(gpu_state, 'null')::text FROM nodes"
     /* Only nodes that are up matter to placement and to trackers (a node
      * missing from the table counts as down); the freshest first. */
     " WHERE state = 'up' ORDER BY last_heartbeat DESC", 0},
@@ -281,8 +377,9 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_PING] = {"SELECT 1", 0},
 [ST_AUTH_KEY] = {
     "SELECT k.tenant_id, k.admin, k.id, coalesce(t.rate_rps, -1), coalesce(t.rate_burst, -1),"
-    "       coalesce(t.max_queued, -1)"
+    "       coalesce(t.max_queued, -1), coalesce(d.jobs, 0)"
     " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"
+    " LEFT JOIN jobs_deleted d ON d.tenant_id = k.tenant_id"
     " WHERE k.key_hash = sha256(convert_to($1, 'UTF8')) AND k.revoked_at IS NULL", 1},
 /* Quota counts stop at the limit, so a long queue costs no more than the
  * quota's worth of index entries (jobs_tenant_active). */
@@ -309,29 +406,53 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_KEY_ISSUE] = {
     "INSERT INTO api_keys (tenant_id, key_hash, key_prefix, admin)"
     " SELECT id, sha256(convert_to($2, 'UTF8')), left($2, 11), $3::boolean FROM tenants"
-    " WHERE name = $1 RETURNING key_prefix, kowloon_ts(created_at)", 3},
+    " WHERE name = $1 RETURNING key_prefix, kowloon_ts(created_at), id", 3},
 /* Revokes only when the prefix names exactly one active key. */
 [ST_KEY_REVOKE_PREFIX] = {
     "WITH m AS (SELECT id FROM api_keys WHERE key_prefix = $1 AND revoked_at IS NULL FOR UPDATE),"
     " u AS (UPDATE api_keys SET revoked_at = now() WHERE id IN (SELECT id FROM m)"
     "       AND (SELECT count(*) FROM m) = 1 RETURNING id)"
-    " SELECT (SELECT count(*) FROM m), (SELECT count(*) FROM u)", 1},
+    " SELECT (SELECT count(*) FROM m), (SELECT count(*) FROM u), (SELECT min(id) FROM u)", 1},
+[ST_KEY_REVOKE_ID] = {"UPDATE api_keys SET revoked_at = now() WHERE id = $1::bigint"
+                     " AND revoked_at IS NULL RETURNING key_prefix", 1},
+/* Keys as the admin API lists them ($1: one tenant's; NULL: all). */
+[ST_KEYS_LIST] = {
+    "SELECT coalesce(json_agg(json_build_object('id', k.id, 'prefix', k.key_prefix,"
+    "  'tenant', t.name, 'admin', k.admin, 'created_at', kowloon_ts(k.created_at),"
+    "  'revoked_at', kowloon_ts(k.revoked_at)) ORDER BY k.id), '[]')::text"
+    " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE $1::text IS NULL OR t.name = $1", 1},
+/* Which of the keys $1 (ids) are still active: what held streams and
+ * waits re-check (events.c, waits.c). */
+[ST_KEYS_ACTIVE] = {"SELECT id FROM api_keys WHERE id = ANY ($1::bigint[]) AND revoked_at IS NULL", 1},
 [ST_NODE_DRAIN] = {
     "UPDATE nodes SET draining = $2::boolean WHERE id = $1::uuid"
     " RETURNING jsonb_build_object('id', id, 'name', name, 'state', state,"
     "                              'draining', draining)::text", 2},
 [ST_BLOB_RECORD] = {
     /* The tenant's reference is added only within its byte quota ($4, 0:
-     * none); had says whether the tenant already had the blob. */
+     * none): free when it holds the blob already (through a job, say);
+     * had says whether it had its own reference. The quota is checked
+     * against the committed count, so uploads of one tenant at the same
+     * instant may pass it together by what they add. */
     "WITH had AS (SELECT EXISTS (SELECT 1 FROM blob_refs WHERE tenant_id = $1 AND blob_id = $2) AS v),"
+    " held AS (SELECT EXISTS (SELECT 1 FROM blob_usage WHERE tenant_id = $1 AND blob_id = $2) AS v),"
     " b AS (INSERT INTO blobs (id, size) VALUES ($2, $3) ON CONFLICT (id)"
     "       DO UPDATE SET last_used_at = now() RETURNING id),"
-    " used AS (SELECT coalesce(sum(x.size), 0) AS v FROM blob_refs r JOIN blobs x ON x.id = r.blob_id"
-    "          WHERE r.tenant_id = $1),"
-    " r AS (INSERT INTO blob_refs (tenant_id, blob_id) SELECT $1, b.id FROM b, used, had"
-    "       WHERE $1 <> 0 AND NOT had.v AND ($4::bigint = 0 OR used.v + $3 <= $4::bigint)"
+    " used AS (SELECT " TENANT_BLOB_BYTES("$1") " AS v),"
+    " r AS (INSERT INTO blob_refs (tenant_id, blob_id) SELECT $1, b.id FROM b, used, had, held"
+    "       WHERE $1 <> 0 AND NOT had.v AND ($4::bigint = 0 OR held.v OR used.v + $3 <= $4::bigint)"
     "       ON CONFLICT DO NOTHING RETURNING blob_id)"
     " SELECT had.v::int, (SELECT count(*) FROM r), used.v FROM had, used", 4},
+[ST_TENANT_BLOB_BYTES] = {"SELECT " TENANT_BLOB_BYTES("$1"), 1},
+/* Bytes the blobs $3 ([{"i": id, "n": size}]) would add to the tenant's
+ * (by id $1, else the tenant of job $2): those of the ones it does not
+ * hold yet, each once; and what it holds now. */
+[ST_BLOBS_NEED] = {
+    "WITH t AS (SELECT coalesce($1::bigint, (SELECT tenant_id FROM jobs WHERE id = $2::uuid)) AS id),"
+    " x AS (SELECT DISTINCT ON (i) i, n FROM jsonb_to_recordset($3::jsonb) AS x(i text, n bigint))"
+    " SELECT coalesce((SELECT sum(x.n) FROM x WHERE NOT EXISTS (SELECT 1 FROM blob_usage u"
+    "                   WHERE u.tenant_id = t.id AND u.blob_id = x.i)), 0),"
+    "        " TENANT_BLOB_BYTES("t.id") " FROM t", 3},
 [ST_BLOB_GET] = {"UPDATE blobs b SET last_used_at = now() FROM blob_refs r"
                  " WHERE r.tenant_id = $1 AND r.blob_id = $2 AND b.id = r.blob_id RETURNING b.size", 2},
 [ST_BLOB_UNREF] = {"DELETE FROM blob_refs WHERE tenant_id = $1 AND blob_id = $2", 2},
@@ -341,6 +462,22 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "    AND NOT EXISTS (SELECT 1 FROM blob_refs r WHERE r.blob_id = b.id)"
     "    AND NOT EXISTS (SELECT 1 FROM job_blob_refs r WHERE r.blob_id = b.id)"
     "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id", 2},
+/* DELETE /v1/jobs/{id}: job $1 of tenant $2 when it has ended; its state
+ * either way (no row: no such job of this tenant), and whether it went. */
+[ST_JOB_DELETE] = {
+    "WITH j AS (SELECT id, state FROM jobs WHERE id = $1::uuid AND tenant_id = $2 FOR UPDATE),"
+    " x AS (SELECT id FROM j WHERE state IN " ENDED_STATES "),"
+    JOBS_DELETE
+    " SELECT j.state, (SELECT count(*) FROM dj) FROM j", 2},
+/* The retention pass: up to $2 jobs that ended more than $1 days ago,
+ * oldest first (jobs_ended); jobs another gateway is deleting are
+ * skipped. The tenants whose jobs went, for the log. */
+[ST_JOBS_EXPIRE] = {
+    "WITH x AS (SELECT id FROM jobs WHERE state IN " ENDED_STATES
+    "             AND finished_at < now() - make_interval(days => $1::int)"
+    "           ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED),"
+    JOBS_DELETE
+    " SELECT count(*), count(DISTINCT tenant_id) FROM dj", 2},
 /* Idempotency-Keys past their TTL, a batch at a time (retention pass). */
 [ST_IDEM_SWEEP] = {
     "DELETE FROM job_idempotency x WHERE (tenant_id, key) IN (SELECT tenant_id, key"
@@ -456,12 +593,17 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_USAGE] = {
     "WITH t AS (SELECT id, name FROM tenants"
     "           WHERE CASE WHEN $2::text IS NULL THEN id = $1::bigint ELSE name = $2 END),"
-    " u AS (SELECT CASE $5::text WHEN 'kernel' THEN j.kernel"
-    "                WHEN 'day' THEN to_char(j.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
-    "                WHEN 'label' THEN j.labels->>$6::text END AS key, j.usage AS u"
-    "       FROM jobs j JOIN t ON j.tenant_id = t.id"
+    /* the jobs there are, and those deleted since (usage_records) */
+    " e AS (SELECT j.kernel, j.labels, j.finished_at, j.usage FROM jobs j JOIN t ON j.tenant_id = t.id"
     "       WHERE j.usage IS NOT NULL AND j.finished_at >= to_timestamp($3::float8 / 1000)"
-    "         AND j.finished_at < to_timestamp($4::float8 / 1000)),"
+    "         AND j.finished_at < to_timestamp($4::float8 / 1000)"
+    "       UNION ALL"
+    "       SELECT d.kernel, d.labels, d.finished_at, d.usage FROM usage_records d JOIN t ON d.tenant_id = t.id"
+    "       WHERE d.finished_at >= to_timestamp($3::float8 / 1000)"
+    "         AND d.finished_at < to_timestamp($4::float8 / 1000)),"
+    " u AS (SELECT CASE $5::text WHEN 'kernel' THEN e.kernel"
+    "                WHEN 'day' THEN to_char(e.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+    "                WHEN 'label' THEN e.labels->>$6::text END AS key, e.usage AS u FROM e),"
     " g AS (SELECT GROUPING(key) AS total, key, count(*) AS jobs,"
     "         coalesce(round(sum((u->>'queue_s')::numeric), 3), 0) AS queue_s,"
     "         coalesce(round(sum((u->>'run_s')::numeric), 3), 0) AS run_s,"
@@ -475,7 +617,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "   (SELECT json_build_object(" USAGE_SUMS ") FROM g WHERE total = 1)::text,"
     "   (SELECT coalesce(json_agg(json_build_object('key', key, " USAGE_SUMS ")"
     "                             ORDER BY key NULLS LAST), '[]') FROM g"
-    "    WHERE total = 0 AND $5 IS NOT NULL)::text"
+    "    WHERE total = 0 AND $5 IS NOT NULL)::text,"
+    "   " TENANT_BLOB_BYTES("t.id")
     " FROM t", 6},
 /* The first minute of GET /v1/stats/history's window of $3 minutes. Written
  * out where it is used (not a CTE) so that the statement's custom plans
@@ -548,13 +691,38 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * the attempt ($2 s), so other gateways skip them while this one delivers
  * and take them over if it dies; the lock is held only by the claim. */
 [ST_WH_CLAIM] = {
-    "WITH c AS (SELECT id FROM webhook_deliveries WHERE state = 'pending'"
-    "             AND next_at <= clock_timestamp() ORDER BY next_at LIMIT $1"
-    "             FOR UPDATE SKIP LOCKED),"
+    /* The tenants with pending deliveries, one index probe each (a skip
+     * scan of webhook_deliveries_tenant_due, sql/022), however long one
+     * tenant's backlog; then each tenant's oldest due ones up to its room
+     * under the cap $3 ($4/$5: the tenants this gateway has deliveries in
+     * flight for, and how many), ranked by their place in their tenant's
+     * turn: the $1 claimed take every tenant's first before anyone's
+     * second. */
+    "WITH RECURSIVE t AS ("
+    "   (SELECT tenant_id FROM webhook_deliveries WHERE state = 'pending'"
+    "    ORDER BY tenant_id LIMIT 1)"
+    "   UNION ALL"
+    "   SELECT (SELECT w.tenant_id FROM webhook_deliveries w WHERE w.state = 'pending'"
+    "             AND w.tenant_id > t.tenant_id ORDER BY w.tenant_id LIMIT 1)"
+    "   FROM t WHERE t.tenant_id IS NOT NULL),"
+    " busy AS (SELECT * FROM unnest($4::bigint[], $5::int[]) AS b(tenant_id, n)),"
+    " cand AS (SELECT x.id, x.next_at, x.k + coalesce(b.n, 0) AS k"
+    "          FROM t LEFT JOIN busy b ON b.tenant_id = t.tenant_id"
+    "          CROSS JOIN LATERAL (SELECT w.id, w.next_at,"
+    "                 row_number() OVER (ORDER BY w.next_at, w.id) AS k"
+    "               FROM webhook_deliveries w WHERE w.tenant_id = t.tenant_id"
+    "                 AND w.state = 'pending' AND w.next_at <= clock_timestamp()"
+    "               ORDER BY w.next_at, w.id"
+    "               LIMIT greatest($3::int - coalesce(b.n, 0), 0)) x"
+    "          WHERE t.tenant_id IS NOT NULL),"
+    " c AS (SELECT w.id FROM webhook_deliveries w"
+    "       WHERE w.id IN (SELECT id FROM cand ORDER BY k, next_at LIMIT $1)"
+    "         AND w.state = 'pending' AND w.next_at <= clock_timestamp()"
+    "       FOR UPDATE SKIP LOCKED),"
     " d AS (UPDATE webhook_deliveries w SET next_at = clock_timestamp() + make_interval(secs => $2::float8)"
     "       FROM c WHERE w.id = c.id RETURNING w.id, w.tenant_id, w.attempts, w.url, w.payload)"
     " SELECT d.id, d.tenant_id, d.attempts, d.url, d.payload, s.secret"
-    " FROM d LEFT JOIN webhook_secrets s ON s.tenant_id = d.tenant_id", 2},
+    " FROM d LEFT JOIN webhook_secrets s ON s.tenant_id = d.tenant_id", 5},
 /* One attempt: its row, and the delivery delivered, retried $5 s later, or
  * failed when that retry would come after its $6 s of life. */
 [ST_WH_RECORD] = {
@@ -583,6 +751,15 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "INSERT INTO webhook_secrets (tenant_id, secret) VALUES ($1, $2)"
     " ON CONFLICT (tenant_id) DO UPDATE SET secret = EXCLUDED.secret, created_at = now()"
     " RETURNING secret, kowloon_ts(created_at)", 2},
+/* Claims given back unused (a gateway stopping): due again at once. */
+[ST_WH_RELEASE] = {"UPDATE webhook_deliveries SET next_at = clock_timestamp()"
+                   " WHERE id = ANY ($1::bigint[]) AND state = 'pending'", 1},
+/* Ended deliveries (delivered, or failed for good) older than $1 s go,
+ * with their attempts, $2 at most a statement. */
+[ST_WH_TRIM] = {
+    "DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries"
+    " WHERE state <> 'pending' AND finished_at < clock_timestamp() - make_interval(secs => $1::float8)"
+    " ORDER BY finished_at LIMIT $2)", 2},
 [ST_WH_LIST] = {
     "SELECT json_build_object('job_id', j.id, 'webhook', j.webhook,"
     "  'webhook_events', to_json(j.webhook_events),"
@@ -637,15 +814,21 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * $1 is the one running: no row for a job that is not multi-node. */
 [ST_GANG_ATTEMPT] = {"SELECT (attempts = $2::int AND (state || '') = 'running')::int FROM jobs"
                      " WHERE id = $1::uuid AND nodes > 1", 2},
-/* node_rank $3 of attempt $2 ended ($4: its state); the nodes of the
- * attempt's other parts still open (to wake their polls). */
+/* node_rank $3 of attempt $2 ended ($4: its state), as node $5, which must
+ * hold it, reports; the nodes of the attempt's other parts still open (to
+ * wake their polls). One row at least: whether $5 holds the part, then a
+ * node per row (NULL: none open). */
 [ST_GANG_RANK_END] = {
     "WITH " ASYNC_COMMIT ","
+    " h AS (SELECT EXISTS (SELECT 1 FROM job_ranks WHERE job_id = $1::uuid AND attempt = $2::int"
+    "         AND node_rank = $3::int AND node_id = $5::uuid)::int AS held),"
     " u AS (UPDATE job_ranks SET ended_at = clock_timestamp(), state = $4 FROM cfg"
     "       WHERE job_id = $1::uuid AND attempt = $2::int AND node_rank = $3::int"
-    "         AND ended_at IS NULL RETURNING node_rank)"
-    " SELECT DISTINCT node_id::text FROM job_ranks WHERE job_id = $1::uuid AND attempt = $2::int"
-    "   AND node_rank <> $3::int AND ended_at IS NULL", 4},
+    "         AND node_id = $5::uuid AND ended_at IS NULL RETURNING node_rank),"
+    " o AS (SELECT DISTINCT node_id::text AS node FROM job_ranks, h WHERE h.held = 1"
+    "         AND job_id = $1::uuid AND attempt = $2::int AND node_rank <> $3::int"
+    "         AND ended_at IS NULL)"
+    " SELECT h.held, o.node FROM h LEFT JOIN o ON true", 5},
 /* The nodes of attempt $2's parts still open; the parts on nodes that are
  * down are closed (failed) instead: nobody will report them. */
 [ST_GANG_NODES] = {
@@ -662,12 +845,51 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " p AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS p(id uuid, attempt int, progress jsonb))"
     " UPDATE jobs j SET progress = p.progress FROM p, cfg"
     " WHERE j.id = p.id AND j.attempts = p.attempt AND (j.state || '') = 'running'"
+    /* only of runs the reporting node ($2) holds */
+    "   AND " HELD_BY("j", "$2")
     /* a report sent again brings the same progress: no write, no event */
     "   AND j.progress IS DISTINCT FROM p.progress"
     " RETURNING 0, j.tenant_id, j.id::text, j.state, j.kernel,"
     "           jsonb_build_object('job_id', j.id, 'state', j.state, 'attempt', j.attempts,"
     "             'node', j.node_name, 'kernel', j.kernel, 'labels', j.labels,"
-    "             'progress', j.progress)", 1},
+    "             'progress', j.progress)", 2},
+/* What a node may touch (store_nodes.c). The node a credential names: its
+ * SHA-256 in hex. */
+[ST_NODE_BY_CREDENTIAL] = {"SELECT id::text, name FROM nodes WHERE credential_hash = decode($1, 'hex')", 1},
+/* A row when attempt $3 of job $2 is running and node $1 holds it. */
+[ST_NODE_RUN_HELD] = {
+    "SELECT 1 FROM jobs WHERE id = $2::uuid AND attempts = $3::int AND " RUNNING_BY_ID
+    "   AND " HELD_BY("jobs", "$1"), 3},
+/* Multi-node job $1: whether attempt $2 is its running one and node $3
+ * holds a part of it, and whether $3 ever held a part of the job; no row
+ * for a job that is not multi-node. */
+[ST_NODE_GANG_MEMBER] = {
+    "SELECT (attempts = $2::int AND (state || '') = 'running' AND EXISTS (SELECT 1 FROM job_ranks r"
+    "          WHERE r.job_id = $1::uuid AND r.attempt = $2::int AND r.node_id = $3::uuid))::int,"
+    "       EXISTS (SELECT 1 FROM job_ranks r WHERE r.job_id = $1::uuid"
+    "               AND r.node_id = $3::uuid)::int"
+    " FROM jobs WHERE id = $1::uuid AND nodes > 1", 3},
+/* The size of blob $2 when it is an input of a run node $1 holds now (the
+ * job running, its run or a part of its current attempt there), touching
+ * its last use. Read from the node's few running jobs, never from every job
+ * that ever referenced the blob. */
+[ST_NODE_BLOB_GET] = {
+    "WITH mine AS (SELECT id FROM jobs WHERE node_id = $1::uuid AND state = 'running'"
+    "              UNION SELECT r.job_id FROM job_ranks r JOIN jobs j ON j.id = r.job_id"
+    "                AND j.attempts = r.attempt AND (j.state || '') = 'running'"
+    "              WHERE r.node_id = $1::uuid AND r.ended_at IS NULL)"
+    " UPDATE blobs b SET last_used_at = now() WHERE b.id = $2 AND EXISTS (SELECT 1"
+    "   FROM job_blob_refs x JOIN mine ON mine.id = x.job_id WHERE x.blob_id = $2)"
+    " RETURNING b.size", 2},
+/* Node $5 stored blob $3 ($4 bytes, hashed by the gateway) as an output of
+ * attempt $2 of job $1, which it holds (checked from the request head):
+ * the blob is recorded, owned by nobody until the job succeeds. */
+[ST_RUN_OUTPUT] = {
+    "WITH b AS (INSERT INTO blobs (id, size) VALUES ($3, $4::bigint) ON CONFLICT (id)"
+    "           DO UPDATE SET last_used_at = now() RETURNING id)"
+    " INSERT INTO run_outputs (job_id, attempt, blob_id, node_id)"
+    " SELECT $1::uuid, $2::int, b.id, $5::uuid FROM b"
+    " ON CONFLICT (job_id, attempt, blob_id) DO UPDATE SET stored_at = now()", 5},
 };
 
 int gw_store_set_prices(gw_store *s, const char *prices_json)
@@ -738,6 +960,9 @@ static void conn_drop(store__conn *c)
     memset(c->prepared, 0, sizeof(c->prepared));
 }
 
+/* Seconds a new connection may take, unless the URL says otherwise. */
+#define STORE_CONNECT_TIMEOUT_S "5"
+
 store__conn *store__acquire(gw_store *s)
 {
     store__conn *c = NULL;
@@ -773,7 +998,14 @@ store__conn *store__acquire(gw_store *s)
             s->last_failure_ms = svc_now_mono_ms();
         }
     if (!c->pg) {
-        c->pg = PQconnectdb(s->conninfo);
+        /* A connect that never completes (a server or network that swallows
+         * packets) must not hold the thread that asked: the HTTP workers
+         * reach PostgreSQL through this pool. STORE_CONNECT_TIMEOUT_S comes
+         * first, so a connect_timeout in the URL wins (later keywords of
+         * PQconnectdbParams override earlier ones). */
+        static const char *const kw[] = {"connect_timeout", "dbname", NULL};
+        const char *const val[] = {STORE_CONNECT_TIMEOUT_S, s->conninfo, NULL};
+        c->pg = PQconnectdbParams(kw, val, 1);
         if (PQstatus(c->pg) != CONNECTION_OK) {
             svc_warn("postgres: cannot connect: %s", PQerrorMessage(c->pg));
             atomic_fetch_add_explicit(&s->connect_errors, 1, memory_order_relaxed);
@@ -1106,20 +1338,23 @@ int gw_store_key_revoke(gw_store *s, const char *key)
     return exec_simple(s, ST_KEY_REVOKE, v, 1);
 }
 
-int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,
-                           const char *reason, const char *gpus_json, int slots,
-                           const char *kernels_json, char id_out[37])
+int gw_store_node_register(gw_store *s, const gw_node_reg *reg, char id_out[37], int *issued)
 {
-    char slots_s[16];
-    snprintf(slots_s, sizeof(slots_s), "%d", slots);
-    const char *v[7] = {name, url, backend, reason, gpus_json, slots_s, kernels_json};
+    char slots_s[16], timeout_s[16];
+    snprintf(slots_s, sizeof(slots_s), "%d", reg->slots);
+    snprintf(timeout_s, sizeof(timeout_s), "%d", reg->timeout_s);
+    const char *v[10] = {reg->name, reg->url, reg->backend, reg->reason, reg->gpus_json, slots_s,
+                         reg->kernels_json, reg->presented_hash, reg->new_hash, timeout_s};
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
     PGresult *r = store__exec(c, ST_NODE_REGISTER, v, NULL, NULL, 0);
-    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
-    if (!rc)
+    /* no row: the name's holder lives and this is not it */
+    int rc = !r ? -EIO : PQntuples(r) == 1 ? 0 : -EEXIST;
+    if (!rc) {
         store__copy(r, 0, 0, id_out, 37);
+        *issued = strcmp(PQgetvalue(r, 0, 1), "1") == 0;
+    }
     PQclear(r);
     store__release(s, c);
     return rc;
@@ -1155,6 +1390,11 @@ static int exec_json(gw_store *s, int id, const char *const *vals, json_t **out)
 int gw_store_nodes_json(gw_store *s, json_t **nodes)
 {
     return exec_json(s, ST_NODES_JSON, NULL, nodes);
+}
+
+int gw_store_capacity_json(gw_store *s, json_t **capacity)
+{
+    return exec_json(s, ST_CAPACITY, NULL, capacity);
 }
 
 int gw_store_backends_up(gw_store *s, json_t **backends)

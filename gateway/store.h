@@ -222,8 +222,13 @@ int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n);
  * what the node measured ({"run_s", "cpu_s", "gpus", "gpu_model"}, checked
  * by gw_usage_from_report) or NULL when no node reported; backend where the
  * run happened, NULL when not known. */
-int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
-                         const char *info_json, const char *meta_json, const void *data, size_t len,
+/* Only from node_id, the node the run is on, and for the kernel the job
+ * runs (the outputs were checked against its spec); a blob output must be
+ * one node_id stored for this attempt (gw_store_run_output), else
+ * -EPROTO (nothing recorded). */
+int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *node_id,
+                         const char *kernel, const char *backend, const char *info_json,
+                         const char *meta_json, const void *data, size_t len,
                          const char *usage_json);
 /* One succeeded run whose outputs are all inline, for
  * gw_store_jobs_succeed_inline. */
@@ -237,13 +242,17 @@ typedef struct gw_success {
     const void *data;
     size_t len;
     int recorded;   /* out: 1 when this attempt was current and is now succeeded */
+    const char *kernel; /* the report's kernel: the job must run it */
 } gw_success;
-/* Records n such runs in one statement, each fenced by its own attempt:
- * 0 (then recorded says which were current), or -EIO / -EPROTO for all. */
-int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n);
+/* Records n such runs reported by node_id in one statement, each fenced
+ * by its own attempt and by its run being on node_id: 0 (then recorded
+ * says which were current), or -EIO / -EPROTO for all. */
+int gw_store_jobs_succeed_inline(gw_store *s, const char *node_id, gw_success *rows, int n);
+/* node_id: the node whose report this is, which must hold the run (else
+ * -EAGAIN); NULL for the gateway's own decisions (a timeout). */
 int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
                       const char *code, const char *message, const char *backend,
-                      const char *usage_json);
+                      const char *usage_json, const char *node_id);
 /* A queued job as the ready queue needs it; not_before_ms (epoch ms, 0 =
  * none) is the end of its retry back-off. */
 typedef struct gw_queued {
@@ -273,11 +282,12 @@ static inline int gw_gpu_mem_mb(double gb)
  * -ENOENT when there is no such multi-node job, -EIO. */
 int gw_store_gang_attempt(gw_store *s, const char *job_id, int attempt);
 /* Records the end of node_rank's part of attempt (state: succeeded,
- * failed, cancelled; once: a second report changes nothing) and gives the
- * nodes of the attempt's parts still open, *others malloc'd (the caller
- * frees). 0, -EIO, -ENOMEM. */
+ * failed, cancelled; once: a second report changes nothing), reported by
+ * node_id, and gives the nodes of the attempt's parts still open, *others
+ * malloc'd (the caller frees). 0, -EPERM when node_id does not hold that
+ * part (nothing changes), -EIO, -ENOMEM. */
 int gw_store_gang_rank_end(gw_store *s, const char *job_id, int attempt, int node_rank,
-                           const char *state, char (**others)[37], int *n);
+                           const char *node_id, const char *state, char (**others)[37], int *n);
 /* The nodes of attempt's parts still open, *nodes malloc'd; its parts on
  * nodes that are down are closed (failed). 0, -EIO, -ENOMEM. */
 int gw_store_gang_nodes(gw_store *s, const char *job_id, int attempt, char (**nodes)[37], int *n);
@@ -289,19 +299,22 @@ typedef struct gw_requeued { int requeued; gw_queued q; } gw_requeued;
  * attempt is given back, for runs that never started, and the job is
  * placed again at once); failed with code when attempts are spent;
  * cancelled when a cancel was asked for. out->requeued says which. */
+/* node_id: as gw_store_job_fail. */
 int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
                          const char *code, const char *message, const gw_backoff *bo,
-                         const char *backend, const char *usage_json, gw_requeued *out);
+                         const char *backend, const char *usage_json, const char *node_id,
+                         gw_requeued *out);
 
 /* GET /v1/usage: the usage of the jobs of a tenant (tenant_name when not
- * NULL, else tenant_id) that ended in [from_ms, to_ms), summed in all
- * (*totals) and per group (*groups, an array of objects with "key"):
- * group is "kernel", "day", "label" (by label_key) or NULL (no groups).
- * *tenant gets the tenant's name. New references. -ENOENT for no such
+ * NULL, else tenant_id) that ended in [from_ms, to_ms), deleted ones
+ * included, summed in all (*totals) and per group (*groups, an array of
+ * objects with "key"): group is "kernel", "day", "label" (by label_key) or
+ * NULL (no groups). *tenant gets the tenant's name, *blob_bytes the blob
+ * bytes it is charged for now. New references. -ENOENT for no such
  * tenant, -EIO. */
 int gw_store_usage(gw_store *s, int64_t tenant_id, const char *tenant_name, int64_t from_ms,
                    int64_t to_ms, const char *group, const char *label_key, char tenant[129],
-                   json_t **totals, json_t **groups);
+                   json_t **totals, json_t **groups, uint64_t *blob_bytes);
 /* GET /v1/stats/history: the tenant's (tenant_name when not NULL, else
  * tenant_id) last minutes one-minute buckets, oldest first, in *buckets
  * (an array of {"t", "submitted", "started", "finished", "queued",
@@ -318,18 +331,61 @@ int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **
 typedef struct gw_node {
     char id[37], name[128], url[512], backend[8];
     int slots, ngpus, up;
-    int draining;             /* an admin drained it: place nothing new here */
+    int draining;             /* an admin drained it, or the node lost its GPU (its
+                                 heartbeat's state has a fault): place nothing here */
     int gpu_mem_mb[16];       /* each device's memory (registration) */
     int gpu_util[16];         /* each device's utilisation % (heartbeat; -1: unknown) */
 } gw_node;
-int gw_store_node_register(gw_store *s, const char *name, const char *url, const char *backend,
-                           const char *reason, const char *gpus_json, int slots,
-                           const char *kernels_json, char id_out[37]);
+/* A registration: what the node says of itself, and the credentials
+ * (SHA-256, hex) it presents (NULL: none) and that it gets if it takes the
+ * name anew. */
+typedef struct gw_node_reg {
+    const char *name, *url, *backend, *reason, *gpus_json, *kernels_json;
+    int slots;
+    const char *presented_hash, *new_hash;
+    int timeout_s;            /* a holder silent this long no longer holds the name */
+} gw_node_reg;
+/* Registers (or registers again) the node named reg->name: *id_out its id
+ * (kept by the name across registrations), *issued 1 when the new
+ * credential is now the node's, 0 when the node proved itself with the
+ * one it presented and keeps it. -EEXIST (nothing written) when the name's
+ * holder lives (up, heartbeats within timeout_s) and the presented
+ * credential is not its; -EIO. */
+int gw_store_node_register(gw_store *s, const gw_node_reg *reg, char id_out[37], int *issued);
 /* Records a heartbeat: runs on the node, and its device state (JSON text,
  * NULL keeps the last). */
 int gw_store_node_heartbeat(gw_store *s, const char *id, int running, const char *gpu_state);
+/* The node left: down, and its credential no longer valid (its name is
+ * free). -ENOENT for an unknown node. */
 int gw_store_node_remove(gw_store *s, const char *id);
+
+/* What a node may touch (store_nodes.c). */
+/* The node whose credential has this SHA-256 (hex): id and name (>= 128
+ * bytes). -ENOENT when none has, -EIO. */
+int gw_store_node_by_credential(gw_store *s, const char *hash_hex, char id[37], char *name,
+                                size_t namelen);
+/* 1 when attempt of job_id is running and node_id holds it (its run, or a
+ * part of a multi-node job's attempt), 0 when not, -EIO. */
+int gw_store_node_run_held(gw_store *s, const char *node_id, const char *job_id, int attempt);
+/* For a rendezvous of multi-node job job_id's attempt: 1 when it is the
+ * running attempt and node_id holds a part of it, 0 when the node held a
+ * part of the job but this is not its running attempt of it (stale),
+ * -EPERM when the node never held a part of the job, -ENOENT when there is
+ * no such multi-node job, -EIO. */
+int gw_store_node_gang_member(gw_store *s, const char *node_id, const char *job_id, int attempt);
+/* The size of blob id when it is an input of a run node_id holds now;
+ * -ENOENT when it is not, -EIO. */
+int gw_store_node_blob_get(gw_store *s, const char *node_id, const char *id, uint64_t *size);
+/* Records blob id (size bytes, hashed) as an output node_id stored for
+ * attempt of job_id: only such blobs may be that attempt's outputs. 0,
+ * -EIO. */
+int gw_store_run_output(gw_store *s, const char *job_id, int attempt, const char *id,
+                        uint64_t size, const char *node_id);
 int gw_store_nodes_json(gw_store *s, json_t **nodes);
+/* [{backend, gpu_model?, gpu_memory_bytes?, nodes, gpus?, free_gpus?,
+ * slots?, free_slots?}]: free capacity per GPU model (and CPU slots), of
+ * the nodes up and not draining; new reference. 0 or -EIO. */
+int gw_store_capacity_json(gw_store *s, json_t **capacity);
 int gw_store_nodes_load(gw_store *s, gw_node **out, int *n);
 /* Marks down every node silent for more than timeout_s; returns how many
  * were marked in *marked. */
@@ -347,6 +403,7 @@ typedef struct gw_key_auth {
     int admin;
     int rate_rps, rate_burst;
     int max_queued;
+    int64_t jobs_deleted;     /* the tenant's deleted jobs so far (jobcache.h) */
 } gw_key_auth;
 /* -ENOENT for an unknown or revoked key. */
 int gw_store_auth_key(gw_store *s, const char *key, gw_key_auth *out);
@@ -365,12 +422,22 @@ int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit l
 /* Every tenant object, by name (new reference). */
 int gw_store_tenants_json(gw_store *s, json_t **tenants);
 /* Stores a new key of an existing tenant: prefix (the key's first 11
- * characters) and created_at filled. -ENOENT when there is no such tenant. */
+ * characters), created_at and the key's id filled. -ENOENT when there is no
+ * such tenant. */
 int gw_store_key_issue(gw_store *s, const char *tenant, int admin, const char *key,
-                       char prefix[16], char created_at[32]);
-/* Revokes the one active key with this prefix. -ENOENT when none has it,
- * -EEXIST when several do (nothing is revoked). */
-int gw_store_key_revoke_prefix(gw_store *s, const char *prefix);
+                       char prefix[16], char created_at[32], int64_t *id);
+/* Revokes the active key with this id (its prefix into prefix). -ENOENT
+ * when no active key has it. */
+int gw_store_key_revoke_id(gw_store *s, int64_t id, char prefix[16]);
+/* [{id, prefix, tenant, admin, created_at, revoked_at}] of tenant's keys
+ * (NULL: every tenant's), new reference. 0 or -EIO. */
+int gw_store_keys_list(gw_store *s, const char *tenant, json_t **keys);
+/* active[i] = 1 when key ids[i] is still active (not revoked), for the n
+ * keys. 0, -EIO or -ENOMEM. */
+int gw_store_keys_active(gw_store *s, const int64_t *ids, int n, int *active);
+/* Revokes the one active key with this prefix (its id into *id). -ENOENT
+ * when none has it, -EEXIST when several do (nothing is revoked). */
+int gw_store_key_revoke_prefix(gw_store *s, const char *prefix, int64_t *id);
 /* Sets or clears a node's draining flag; *node is {id, name, state,
  * draining} (new reference). -ENOENT for an unknown node. */
 int gw_store_node_drain(gw_store *s, const char *id, int draining, json_t **node);
@@ -378,8 +445,9 @@ int gw_store_node_drain(gw_store *s, const char *id, int draining, json_t **node
 /* Blobs (store_blobs.c). Records that tenant_id may read blob id of size
  * bytes, creating the blob's record or touching its last use. *created is 1
  * when the tenant had no reference before. -EDQUOT when the reference would
- * take the tenant's blob bytes past quota (0: none); -EIO. tenant_id 0
- * records the blob alone (a run's output, owned by nobody yet). */
+ * take the tenant's blob bytes past quota (0: none; a blob the tenant holds
+ * already, through a job, costs nothing); -EIO. tenant_id 0 records the
+ * blob alone (a run's output, owned by nobody yet). */
 int gw_store_blob_record(gw_store *s, int64_t tenant_id, const char *id, uint64_t size,
                          uint64_t quota, int *created);
 /* The size of a blob the tenant may read, touching its last use; -ENOENT
@@ -387,6 +455,28 @@ int gw_store_blob_record(gw_store *s, int64_t tenant_id, const char *id, uint64_
 int gw_store_blob_get(gw_store *s, int64_t tenant_id, const char *id, uint64_t *size);
 /* Drops the tenant's reference; -ENOENT when it had none, -EIO. */
 int gw_store_blob_unref(gw_store *s, int64_t tenant_id, const char *id);
+/* The blob bytes the tenant is charged for: every blob it holds, through
+ * its own reference or a job's, counted once (021_quota_retention.sql).
+ * 0 or -EIO. */
+int gw_store_tenant_blob_bytes(gw_store *s, int64_t tenant_id, uint64_t *bytes);
+/* What n blobs (ids, sizes) would add to a tenant's bytes (*need: the
+ * sizes of those it does not hold yet, each once) and what it holds now
+ * (*used). The tenant is tenant_id, or with tenant_id 0 the tenant of job
+ * job_id. 0 or -EIO. */
+int gw_store_blobs_need(gw_store *s, int64_t tenant_id, const char *job_id,
+                        const char *const *ids, const uint64_t *sizes, int n, uint64_t *need,
+                        uint64_t *used);
+
+/* Deleting ended jobs (store_retention.c): the job, its events, inputs,
+ * results, webhook deliveries and blob references; its usage is kept for
+ * GET /v1/usage (usage_records). Deletes job id of tenant_id when it has
+ * ended: 0, -EAGAIN with was its state when it has not, -ENOENT when the
+ * tenant has no such job, -EIO. */
+int gw_store_job_delete(gw_store *s, int64_t tenant_id, const char *id, char was[16]);
+/* Deletes up to limit jobs that ended more than days ago, the oldest
+ * first; *deleted counts them, *tenants the tenants they were of. 0 or
+ * -EIO. */
+int gw_store_jobs_expire(gw_store *s, int days, int limit, int *deleted, int *tenants);
 /* Removes up to limit blobs that nobody references and that were last used
  * more than retention_s ago: in one transaction, their rows are deleted and
  * remove(id, arg) is called for each (it deletes the bytes: 0 or -ENOENT,
@@ -411,9 +501,20 @@ typedef struct gw_wh_delivery {
 } gw_wh_delivery;
 
 /* Claims up to max deliveries that are due, hiding them from every claim
- * for lease_s seconds (the attempt must end by then). *out is a calloc'd
- * array of *n (caller frees with gw_wh_deliveries_free); 0 or -EIO. */
-int gw_store_wh_claim(gw_store *s, int max, int lease_s, gw_wh_delivery **out, int *n);
+ * for lease_s seconds (the attempt must end by then). Fair between
+ * tenants: no tenant gets more than tenant_cap in flight, counting the
+ * busy_n[i] deliveries of tenant busy_ids[i] the caller has in flight
+ * already (nbusy of them), and every tenant's oldest due delivery comes
+ * before any tenant's next one. *out is a calloc'd array of *n (caller
+ * frees with gw_wh_deliveries_free); 0, -EIO or -ENOMEM. */
+int gw_store_wh_claim(gw_store *s, int max, int lease_s, int tenant_cap, const int64_t *busy_ids,
+                      const int *busy_n, int nbusy, gw_wh_delivery **out, int *n);
+/* Gives claims back unused: the n deliveries are due again at once (for
+ * any gateway). 0 or -EIO. */
+int gw_store_wh_release(gw_store *s, const int64_t *ids, int n);
+/* Deletes up to max deliveries that ended (delivered or failed) more than
+ * retention_s ago, with their attempts; *deleted says how many. 0 or -EIO. */
+int gw_store_wh_trim(gw_store *s, int retention_s, int max, int *deleted);
 void gw_wh_deliveries_free(gw_wh_delivery *d, int n);
 /* Records attempt of delivery id: status the HTTP status (0: none came),
  * error NULL or what went wrong, delivered when it counts as delivered.
@@ -454,11 +555,13 @@ int gw_store_events_last(gw_store *s, int64_t *last);
 int gw_store_events_read(gw_store *s, int64_t after, int64_t upto, int64_t tenant_id,
                          const char *job_id, int limit, gw_event_row **rows, int *n);
 void gw_event_rows_free(gw_event_row *rows, int n);
-/* Records nodes' progress reports, reports a JSON array of {id, attempt,
- * progress}, in one statement: those of attempts still running. *rows (the
+/* Records a node's progress reports, reports a JSON array of {id, attempt,
+ * progress}, in one statement: those of attempts still running on node_id
+ * (a part of a multi-node job's included). *rows (the
  * caller's, gw_event_rows_free) are the jobs changed, id 0, data {job_id,
  * state, attempt, node, kernel, labels, progress}. 0, -EIO or -ENOMEM. */
-int gw_store_jobs_progress(gw_store *s, const char *reports, gw_event_row **rows, int *n);
+int gw_store_jobs_progress(gw_store *s, const char *node_id, const char *reports,
+                           gw_event_row **rows, int *n);
 /* The id of job_id's last event (0: none). 0 or -EIO. */
 int gw_store_job_last_event(gw_store *s, const char *job_id, int64_t *id);
 

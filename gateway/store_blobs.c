@@ -1,6 +1,7 @@
 /* store_blobs.c — blob records in PostgreSQL: which blobs exist, which
- * tenant may read which, and the retention sweep of blobs nobody
- * references. The bytes are the blob store's (blobstore.h). */
+ * tenant may read which, what each tenant is charged for (its quota), and
+ * the retention sweep of blobs nobody references. The bytes are the blob
+ * store's (blobstore.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -104,5 +105,51 @@ int gw_store_blob_sweep(gw_store *s, int retention_s, int limit,
     if (rc)
         *removed = 0;
     store__release(s, c);
+    return rc;
+}
+
+int gw_store_tenant_blob_bytes(gw_store *s, int64_t tenant_id, uint64_t *bytes)
+{
+    char tenant[24];
+    snprintf(tenant, sizeof tenant, "%" PRId64, tenant_id);
+    const char *v[1] = {tenant};
+    PGresult *r = NULL;
+    int rc = store__run(s, ST_TENANT_BLOB_BYTES, v, &r);
+    if (rc == 0 && PQntuples(r) != 1)
+        rc = -EIO;
+    if (rc == 0)
+        *bytes = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return rc;
+}
+
+int gw_store_blobs_need(gw_store *s, int64_t tenant_id, const char *job_id,
+                        const char *const *ids, const uint64_t *sizes, int n, uint64_t *need,
+                        uint64_t *used)
+{
+    char tenant[24];
+    json_t *list = json_array();
+    for (int i = 0; list && i < n; i++)
+        if (json_array_append_new(list, json_pack("{s:s, s:I}", "i", ids[i], "n",
+                                                  (json_int_t)sizes[i])) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    char *text = list ? json_dumps(list, JSON_COMPACT) : NULL;
+    json_decref(list);
+    if (!text)
+        return -ENOMEM;
+    snprintf(tenant, sizeof tenant, "%" PRId64, tenant_id);
+    const char *v[3] = {tenant_id ? tenant : NULL, tenant_id ? NULL : job_id, text};
+    PGresult *r = NULL;
+    int rc = store__run(s, ST_BLOBS_NEED, v, &r);
+    if (rc == 0 && PQntuples(r) != 1)
+        rc = -EIO;
+    if (rc == 0) {
+        *need = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+        *used = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+    }
+    PQclear(r);
+    free(text);
     return rc;
 }

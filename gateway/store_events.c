@@ -96,9 +96,10 @@ static int query_rows(gw_store *s, int st, const char *const *v, gw_event_row **
     return rc;
 }
 
-int gw_store_jobs_progress(gw_store *s, const char *reports, gw_event_row **rows, int *n)
+int gw_store_jobs_progress(gw_store *s, const char *node_id, const char *reports,
+                           gw_event_row **rows, int *n)
 {
-    const char *v[1] = {reports};
+    const char *v[2] = {reports, node_id};
     return query_rows(s, ST_JOBS_PROGRESS, v, rows, n);
 }
 

@@ -21,8 +21,9 @@ int gw_store_gang_attempt(gw_store *s, const char *job_id, int attempt)
     return rc;
 }
 
-/* The node ids of r's first column into *nodes (malloc'd) and *n. */
-static int node_list(PGresult *r, char (**nodes)[37], int *n)
+/* The node ids of r's column col into *nodes (malloc'd) and *n; NULLs
+ * are skipped. */
+static int node_list(PGresult *r, int col, char (**nodes)[37], int *n)
 {
     int rows = PQntuples(r);
     *nodes = NULL;
@@ -32,24 +33,25 @@ static int node_list(PGresult *r, char (**nodes)[37], int *n)
     if (!(*nodes = calloc((size_t)rows, sizeof(**nodes))))
         return -ENOMEM;
     for (int i = 0; i < rows; i++)
-        store__copy(r, i, 0, (*nodes)[i], sizeof((*nodes)[i]));
-    *n = rows;
+        if (!PQgetisnull(r, i, col))
+            store__copy(r, i, col, (*nodes)[(*n)++], sizeof((*nodes)[0]));
     return 0;
 }
 
 int gw_store_gang_rank_end(gw_store *s, const char *job_id, int attempt, int node_rank,
-                           const char *state, char (**others)[37], int *n)
+                           const char *node_id, const char *state, char (**others)[37], int *n)
 {
     char att[16], rank[16];
     snprintf(att, sizeof att, "%d", attempt);
     snprintf(rank, sizeof rank, "%d", node_rank);
-    const char *v[4] = {job_id, att, rank, state};
+    const char *v[5] = {job_id, att, rank, state, node_id};
     PGresult *r;
     *others = NULL;
     *n = 0;
     if (store__run(s, ST_GANG_RANK_END, v, &r) != 0)
         return -EIO;
-    int rc = node_list(r, others, n);
+    int rc = PQntuples(r) > 0 && strcmp(PQgetvalue(r, 0, 0), "1") == 0 ? node_list(r, 1, others, n)
+                                                                         : -EPERM;
     PQclear(r);
     return rc;
 }
@@ -64,7 +66,7 @@ int gw_store_gang_nodes(gw_store *s, const char *job_id, int attempt, char (**no
     *n = 0;
     if (store__run(s, ST_GANG_NODES, v, &r) != 0)
         return -EIO;
-    int rc = node_list(r, nodes, n);
+    int rc = node_list(r, 0, nodes, n);
     PQclear(r);
     return rc;
 }

@@ -389,24 +389,25 @@ int gw_store_jobs_on_down_nodes(gw_store *s, gw_dispatch **out, int *n)
     return load_running_p(s, ST_JOBS_ON_DOWN, NULL, out, n);
 }
 
-int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *backend,
-                         const char *info_json, const char *meta_json, const void *data, size_t len,
+int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const char *node_id,
+                         const char *kernel, const char *backend, const char *info_json,
+                         const char *meta_json, const void *data, size_t len,
                          const char *usage_json)
 {
     /* Entries naming a blob carry "blob" (as a key): without one, the
      * lighter statement does. */
     if (!strstr(meta_json, "\"blob\"")) {
         gw_success one = {job_id, attempt, backend, info_json, meta_json, usage_json, NULL, NULL,
-                          data, len, 0};
-        int rc = gw_store_jobs_succeed_inline(s, &one, 1);
+                          data, len, 0, kernel};
+        int rc = gw_store_jobs_succeed_inline(s, node_id, &one, 1);
         return rc ? rc : one.recorded ? 0 : -EAGAIN;
     }
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
-    const char *v[8] = {job_id, att, backend, meta_json, len ? (const char *)data : "", info_json,
-                        usage_json, s->prices};
-    int lens[8] = {0, 0, 0, 0, (int)len, 0, 0, 0};
-    int fmts[8] = {0, 0, 0, 0, 1, 0, 0, 0};
+    const char *v[10] = {job_id, att, backend, meta_json, len ? (const char *)data : "", info_json,
+                         usage_json, s->prices, node_id, kernel};
+    int lens[10] = {0, 0, 0, 0, (int)len, 0, 0, 0, 0, 0};
+    int fmts[10] = {0, 0, 0, 0, 1, 0, 0, 0, 0, 0};
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
@@ -417,12 +418,12 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
     return rc;
 }
 
-/* ST_JOBS_SUCCEED_INLINE's parameters: arrays but $6 (the bytes) and $10
- * (the price table). */
+/* ST_JOBS_SUCCEED_INLINE's parameters: arrays but $6 (the bytes), $10
+ * (the price table) and $13 (the reporting node). */
 enum { S_ID, S_ATT, S_BACKEND, S_INFO, S_META, S_DATA, S_OFF, S_LEN, S_USAGE, S_PRICES, S_U1, S_U2,
-       S__COUNT };
+       S_NODE, S_KERNEL, S__COUNT };
 
-int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
+int gw_store_jobs_succeed_inline(gw_store *s, const char *node_id, gw_success *rows, int n)
 {
     arr a[S__COUNT] = {{0}};
     size_t total = 0;
@@ -445,6 +446,7 @@ int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
         arr_add(&a[S_USAGE], g->usage_json ? g->usage_json : "NULL", g->usage_json != NULL);
         arr_add(&a[S_U1], g->usage_u1 && g->usage_u2 ? g->usage_u1 : "NULL", g->usage_u1 && g->usage_u2);
         arr_add(&a[S_U2], g->usage_u1 && g->usage_u2 ? g->usage_u2 : "NULL", g->usage_u1 && g->usage_u2);
+        arr_add(&a[S_KERNEL], g->kernel ? g->kernel : "", 1);
         if (g->len)
             memcpy(data + off, g->data, g->len);
         off += g->len;
@@ -453,9 +455,10 @@ int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
     int lens[S__COUNT] = {0}, fmts[S__COUNT] = {0};
     int rc = data ? 0 : -ENOMEM;
     for (int i = 0; i < S__COUNT && !rc; i++)
-        if (i != S_DATA && i != S_PRICES && !(v[i] = arr_end(&a[i])))
+        if (i != S_DATA && i != S_PRICES && i != S_NODE && !(v[i] = arr_end(&a[i])))
             rc = -ENOMEM;
     v[S_PRICES] = s->prices;
+    v[S_NODE] = node_id;
     if (total > INT32_MAX)
         rc = -EPROTO;
     v[S_DATA] = (const char *)data;
@@ -485,11 +488,11 @@ int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
 
 int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,
                       const char *code, const char *message, const char *backend,
-                      const char *usage_json)
+                      const char *usage_json, const char *node_id)
 {
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
-    const char *v[8] = {job_id, att, state, code, message, usage_json, backend, s->prices};
+    const char *v[9] = {job_id, att, state, code, message, usage_json, backend, s->prices, node_id};
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
@@ -510,14 +513,15 @@ static void queued_resources(PGresult *r, int row, int col, gw_queued *q)
 
 int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
                          const char *code, const char *message, const gw_backoff *bo,
-                         const char *backend, const char *usage_json, gw_requeued *out)
+                         const char *backend, const char *usage_json, const char *node_id,
+                         gw_requeued *out)
 {
     char att[16], base[24], max[24];
     snprintf(att, sizeof(att), "%d", attempt);
     snprintf(base, sizeof(base), "%d", bo->base_ms);
     snprintf(max, sizeof(max), "%lld", (long long)bo->max_s * 1000);
-    const char *v[10] = {job_id, att, uncounted ? "1" : "0", code, message, base, max,
-                         usage_json, backend, s->prices};
+    const char *v[11] = {job_id, att, uncounted ? "1" : "0", code, message, base, max,
+                         usage_json, backend, s->prices, node_id};
     memset(out, 0, sizeof(*out));
     store__conn *c = store__acquire(s);
     if (!c)
@@ -836,7 +840,7 @@ int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)
 
 int gw_store_usage(gw_store *s, int64_t tenant_id, const char *tenant_name, int64_t from_ms,
                    int64_t to_ms, const char *group, const char *label_key, char tenant[129],
-                   json_t **totals, json_t **groups)
+                   json_t **totals, json_t **groups, uint64_t *blob_bytes)
 {
     char id[24], from[24], to[24];
     snprintf(id, sizeof(id), "%lld", (long long)tenant_id);
@@ -854,6 +858,7 @@ int gw_store_usage(gw_store *s, int64_t tenant_id, const char *tenant_name, int6
         store__copy(r, 0, 0, tenant, 129);
         *totals = store__json(r, 0, 1);
         *groups = store__json(r, 0, 2);
+        *blob_bytes = strtoull(PQgetvalue(r, 0, 3), NULL, 10);
         if (!*totals || !*groups)
             rc = -EIO;
     }

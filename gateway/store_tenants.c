@@ -35,6 +35,7 @@ int gw_store_auth_key(gw_store *s, const char *key, gw_key_auth *out)
         out->rate_rps = atoi(PQgetvalue(r, 0, 3));
         out->rate_burst = atoi(PQgetvalue(r, 0, 4));
         out->max_queued = atoi(PQgetvalue(r, 0, 5));
+        out->jobs_deleted = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
     }
     PQclear(r);
     return rc;
@@ -112,7 +113,7 @@ int gw_store_tenants_json(gw_store *s, json_t **tenants)
 }
 
 int gw_store_key_issue(gw_store *s, const char *tenant, int admin, const char *key,
-                       char prefix[16], char created_at[32])
+                       char prefix[16], char created_at[32], int64_t *id)
 {
     const char *v[3] = {tenant, key, admin ? "true" : "false"};
     PGresult *r;
@@ -123,12 +124,70 @@ int gw_store_key_issue(gw_store *s, const char *tenant, int admin, const char *k
     if (rc == 0) {
         store__copy(r, 0, 0, prefix, 16);
         store__copy(r, 0, 1, created_at, 32);
+        *id = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
     }
     PQclear(r);
     return rc;
 }
 
-int gw_store_key_revoke_prefix(gw_store *s, const char *prefix)
+int gw_store_key_revoke_id(gw_store *s, int64_t id, char prefix[16])
+{
+    char i[24];
+    snprintf(i, sizeof i, "%lld", (long long)id);
+    const char *v[1] = {i};
+    PGresult *r;
+    int rc = store__run(s, ST_KEY_REVOKE_ID, v, &r);
+    if (rc)
+        return rc;
+    rc = PQntuples(r) == 1 ? 0 : -ENOENT;
+    if (rc == 0)
+        store__copy(r, 0, 0, prefix, 16);
+    PQclear(r);
+    return rc;
+}
+
+int gw_store_keys_list(gw_store *s, const char *tenant, json_t **keys)
+{
+    const char *v[1] = {tenant};
+    PGresult *r;
+    *keys = NULL;
+    int rc = store__run(s, ST_KEYS_LIST, v, &r);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1)
+        *keys = store__json(r, 0, 0);
+    PQclear(r);
+    return *keys ? 0 : -EIO;
+}
+
+int gw_store_keys_active(gw_store *s, const int64_t *ids, int n, int *active)
+{
+    char *a = malloc((size_t)n * 21 + 3), *p = a;
+    if (!a)
+        return -ENOMEM;
+    *p++ = '{';
+    for (int i = 0; i < n; i++)
+        p += sprintf(p, "%s%lld", i ? "," : "", (long long)ids[i]);
+    strcpy(p, "}");
+    const char *v[1] = {a};
+    PGresult *r;
+    int rc = store__run(s, ST_KEYS_ACTIVE, v, &r);
+    free(a);
+    if (rc)
+        return rc;
+    for (int i = 0; i < n; i++)
+        active[i] = 0;
+    for (int row = 0; row < PQntuples(r); row++) {
+        int64_t id = strtoll(PQgetvalue(r, row, 0), NULL, 10);
+        for (int i = 0; i < n; i++)
+            if (ids[i] == id)
+                active[i] = 1;
+    }
+    PQclear(r);
+    return 0;
+}
+
+int gw_store_key_revoke_prefix(gw_store *s, const char *prefix, int64_t *id)
 {
     if (!printable_ascii(prefix))
         return -ENOENT;
@@ -139,6 +198,8 @@ int gw_store_key_revoke_prefix(gw_store *s, const char *prefix)
         return rc;
     long matched = PQntuples(r) == 1 ? atol(PQgetvalue(r, 0, 0)) : 0;
     long revoked = PQntuples(r) == 1 ? atol(PQgetvalue(r, 0, 1)) : 0;
+    if (revoked == 1)
+        *id = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
     PQclear(r);
     return revoked == 1 ? 0 : matched > 1 ? -EEXIST : -ENOENT;
 }

@@ -1,5 +1,6 @@
-/* store_webhooks.c — webhooks in PostgreSQL: claiming due deliveries,
- * recording attempts, tenants' secrets and a job's delivery log. The outbox
+/* store_webhooks.c — webhooks in PostgreSQL: claiming due deliveries
+ * (fairly between tenants), recording attempts, trimming ended ones,
+ * tenants' secrets and a job's delivery log. The outbox
  * itself is filled by a trigger (sql/013_webhooks.sql); the SQL is in
  * store.c's table. */
 #include <errno.h>
@@ -19,16 +20,35 @@ void gw_wh_deliveries_free(gw_wh_delivery *d, int n)
     free(d);
 }
 
-int gw_store_wh_claim(gw_store *s, int max, int lease_s, gw_wh_delivery **out, int *n)
+/* ids as a PostgreSQL array literal ("{1,2}") into a malloc'd string. */
+static char *int_array(const int64_t *ids, const int *ns, int n)
 {
-    char m[16], l[16];
+    char *out = malloc((size_t)n * 21 + 3), *p = out;
+    if (!out)
+        return NULL;
+    *p++ = '{';
+    for (int i = 0; i < n; i++)
+        p += sprintf(p, "%s%lld", i ? "," : "", ids ? (long long)ids[i] : (long long)ns[i]);
+    *p++ = '}';
+    *p = '\0';
+    return out;
+}
+
+int gw_store_wh_claim(gw_store *s, int max, int lease_s, int tenant_cap, const int64_t *busy_ids,
+                      const int *busy_n, int nbusy, gw_wh_delivery **out, int *n)
+{
+    char m[16], l[16], cap[16];
     snprintf(m, sizeof m, "%d", max);
     snprintf(l, sizeof l, "%d", lease_s);
-    const char *v[2] = {m, l};
-    PGresult *r;
+    snprintf(cap, sizeof cap, "%d", tenant_cap);
+    char *tids = int_array(busy_ids, NULL, nbusy), *tns = int_array(NULL, busy_n, nbusy);
+    const char *v[5] = {m, l, cap, tids, tns};
+    PGresult *r = NULL;
     *out = NULL;
     *n = 0;
-    int rc = store__run(s, ST_WH_CLAIM, v, &r);
+    int rc = tids && tns ? store__run(s, ST_WH_CLAIM, v, &r) : -ENOMEM;
+    free(tids);
+    free(tns);
     if (rc)
         return rc;
     int rows = PQntuples(r);
@@ -53,6 +73,36 @@ int gw_store_wh_claim(gw_store *s, int max, int lease_s, gw_wh_delivery **out, i
     }
     *out = d;
     *n = rows;
+    return 0;
+}
+
+int gw_store_wh_release(gw_store *s, const int64_t *ids, int n)
+{
+    if (n <= 0)
+        return 0;
+    char *a = int_array(ids, NULL, n);
+    const char *v[1] = {a};
+    PGresult *r;
+    int rc = a ? store__run(s, ST_WH_RELEASE, v, &r) : -ENOMEM;
+    free(a);
+    if (rc == 0)
+        PQclear(r);
+    return rc;
+}
+
+int gw_store_wh_trim(gw_store *s, int retention_s, int max, int *deleted)
+{
+    char age[16], m[16];
+    snprintf(age, sizeof age, "%d", retention_s);
+    snprintf(m, sizeof m, "%d", max);
+    const char *v[2] = {age, m};
+    PGresult *r;
+    *deleted = 0;
+    int rc = store__run(s, ST_WH_TRIM, v, &r);
+    if (rc)
+        return rc;
+    *deleted = atoi(PQcmdTuples(r));
+    PQclear(r);
     return 0;
 }
 

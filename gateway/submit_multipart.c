@@ -4,7 +4,9 @@
  * streamed to the blob store as it arrives and recorded as one of the
  * tenant's blobs, and an input names its part: {"dtype","shape","part":"x"}.
  * The body is never held whole: only the job part is buffered (up to the
- * JSON body limit). */
+ * JSON body limit). Tensor parts count toward the tenant's blob quota as
+ * they stream: past the room it had when the first one began, the body is
+ * cut off and nothing of the part is kept. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +16,8 @@
 
 #include "api.h"
 #include "blobstore.h"
+#include "quota.h"
+#include "request.h"
 #include "svc_json.h"
 #include "svc_log.h"
 #include "svc_multipart.h"
@@ -37,6 +41,9 @@ struct gw_mpart {
     gw_bwriter *w;           /* the current tensor part */
     mp_part part[MP_MAX_PARTS];
     int nparts;
+    int room_read;           /* used and room were read (the first tensor part) */
+    uint64_t used, room;     /* the tenant's blob bytes then, and what it may add */
+    uint64_t streamed;       /* tensor bytes so far */
     int status;              /* the first failure: its reply */
     char code[32], err[256];
 };
@@ -87,6 +94,15 @@ static int on_begin(void *cls, const char *name, const char *filename, const cha
     if (m->nparts == MP_MAX_PARTS - 1)
         return mp_fail(m, 400, "invalid_argument", "at most %d tensor parts", MP_MAX_PARTS - 1);
     snprintf(m->part[m->nparts].name, sizeof m->part[0].name, "%s", name);
+    if (!m->room_read) {
+        gw_reqctx *ctx = svc_req_user(m->req);
+        m->used = 0;
+        if (gw_quota_bytes(app) != 0 &&
+            gw_store_tenant_blob_bytes(app->store, ctx->who.tenant_id, &m->used) != 0)
+            return mp_fail(m, 503, "unavailable", "PostgreSQL is unavailable; retry shortly");
+        m->room = gw_quota_room(app, m->used);
+        m->room_read = 1;
+    }
     if ((m->w = gw_bstore_write_begin(app->blobs)) == NULL)
         return mp_fail(m, 500, "internal", "the blob store cannot take part %s: %s", name,
                        strerror(errno));
@@ -108,6 +124,14 @@ static int on_data(void *cls, const char *data, size_t n)
         m->json_len += n;
         return 0;
     }
+    if (m->room != GW_QUOTA_NONE && n > m->room - m->streamed) {
+        gw_bwriter_abort(m->w);
+        m->w = NULL;
+        svc_req_cut_body(m->req);
+        return mp_fail(m, 413, "quota_exceeded", "part %s passed the tenant's blob quota and was "
+                       "cut off", m->part[m->nparts].name);
+    }
+    m->streamed += n;
     int rc = gw_bwriter_append(m->w, data, n);
     return rc == 0 ? 0 : mp_fail(m, rc == -ENOSPC ? 507 : 500, rc == -ENOSPC ? "insufficient_storage" : "internal",
                                  "the blob store cannot take part %s: %s", m->part[m->nparts].name,
@@ -131,11 +155,11 @@ static int on_end(void *cls)
     if (rc != 0)
         return mp_fail(m, rc == -ENOSPC ? 507 : 500, rc == -ENOSPC ? "insufficient_storage" : "internal",
                        "the blob store cannot take part %s: %s", p->name, strerror(-rc));
-    rc = gw_store_blob_record(app->store, ctx->who.tenant_id, p->id, size,
-                              (uint64_t)app->cfg.blob_quota_mb << 20, &created);
-    if (rc == -EDQUOT)
-        return mp_fail(m, 413, "quota_exceeded", "part %s would take the tenant's blobs past its quota "
-                       "of %d MiB", p->name, app->cfg.blob_quota_mb);
+    rc = gw_store_blob_record(app->store, ctx->who.tenant_id, p->id, size, gw_quota_bytes(app),
+                              &created);
+    if (rc == -EDQUOT && gw_store_tenant_blob_bytes(app->store, ctx->who.tenant_id, &m->used) == 0)
+        return mp_fail(m, 413, "quota_exceeded", "part %s has %llu bytes", p->name,
+                       (unsigned long long)size);
     if (rc != 0)
         return mp_fail(m, 503, "unavailable", "PostgreSQL is unavailable; retry shortly");
     rc = gw_bwriter_close(m->w);
@@ -160,7 +184,7 @@ int gw_mpart_body(svc_req *req, const char *data, size_t n)
             return -1;
         svc_req_on_free(req, mp_free, m);
         m->req = req;
-        m->json_max = (size_t)app->cfg.max_body_mb << 20;
+        m->json_max = (size_t)app->cfg.max_json_body_mb << 20;
         m->mp = svc_multipart_new(svc_req_header(req, "Content-Type"), &cb, m, MP_MAX_PARTS, 0, &why);
         if (m->mp == NULL)
             return mp_fail(m, 400, "invalid_argument", "%s", why ? why : "not a multipart body");
@@ -219,15 +243,37 @@ json_t *gw_mpart_job(svc_req *req)
     if (m->status != 0) {
         if (m->status == 503)
             svc_reply_header(req, "Retry-After", "2");
-        svc_reply_error(req, m->status, m->code, NULL, NULL, "%s", m->err);
+        if (strcmp(m->code, "quota_exceeded") == 0)
+            gw_reply_quota(req, svc_req_app(req), m->used, "%s", m->err);
+        else
+            svc_reply_error(req, m->status, m->code, NULL, NULL, "%s", m->err);
         return NULL;
     }
+    /* The job part is held to what a JSON body is held to (svc_http.h),
+     * before any value of it is built; an array is no job. */
+    const char *text = m->json ? m->json : "";
+    size_t lead = 0;
+    while (lead < m->json_len && strchr(" \t\r\n", text[lead]) != NULL)
+        lead++;
     json_error_t jerr;
-    json_t *job = svc_json_parse(m->json ? m->json : "", m->json_len, &jerr);
+    svc_json_limits lim = {.fields = gw_job_fields};
+    svc_json_over over = SVC_JSON_WITHIN;
+    int array = lead < m->json_len && text[lead] == '[';
+    json_t *job = array ? NULL : svc_json_parse_limits(text, m->json_len, &lim, &jerr, &over);
+    if (over == SVC_JSON_OVER_FIELD) {
+        svc_reply_error(req, 400, "invalid_argument", jerr.source, NULL, "the \"job\" part: %s",
+                        jerr.text);
+        return NULL;
+    }
+    if (over != SVC_JSON_WITHIN) {
+        svc_reply_error(req, 413, "payload_too_large", NULL, NULL, "the \"job\" part: %s",
+                        jerr.text);
+        return NULL;
+    }
     if (job == NULL || !json_is_object(job)) {
         json_decref(job);
         svc_reply_error(req, 400, "invalid_json", NULL, NULL, "the \"job\" part: %s",
-                        job ? "must be a JSON object" : jerr.text);
+                        job != NULL || array ? "must be a JSON object" : jerr.text);
         return NULL;
     }
     if (resolve_parts(req, m, job) != 0) {

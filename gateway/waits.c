@@ -25,6 +25,8 @@ typedef struct waiter {
     struct waiter *next;
     svc_req *req;
     int64_t tenant_id;
+    int64_t key_id;                /* the request's API key: re-checked every key_check_ms */
+    int revoked;                   /* it was revoked: answered 401 */
     char job_id[37];
     int wait_s, pending_status;
     int64_t deadline;              /* monotonic ms */
@@ -38,6 +40,7 @@ struct gw_waits {
     waiter *list;
     int stop;
     pthread_t thread;
+    int key_check_ms;              /* waiters' keys are re-checked this often */
 };
 
 int gw_waits_prefer(const char *prefer)
@@ -96,13 +99,50 @@ static void reply_job(svc_req *req, const char *job_id, int wait_s, int pending_
     svc_reply_json(req, status, job);
 }
 
-/* Answers w's request with job (stolen, may be NULL), resumes it and
- * frees w. Not under mu. */
+/* Answers w's request with job (stolen, may be NULL), or 401 when its key
+ * was revoked while it waited, resumes it and frees w. Not under mu. */
 static void answer(waiter *w, json_t *job)
 {
-    reply_job(w->req, w->job_id, w->wait_s, w->pending_status, job);
+    if (w->revoked) {
+        json_decref(job);
+        svc_reply_header(w->req, "WWW-Authenticate", "Bearer realm=\"kowloon\"");
+        svc_reply_error(w->req, 401, "unauthenticated", NULL, NULL,
+                        "the API key was revoked while the request waited");
+    } else {
+        reply_job(w->req, w->job_id, w->wait_s, w->pending_status, job);
+    }
     svc_req_resume(w->req);
     free(w);
+}
+
+/* Marks the waiters whose key was revoked, to be answered 401 at once.
+ * One query for all; mu held on entry and exit (dropped around it). */
+static void keys_check(gw_waits *ws)
+{
+    int n = 0;
+    for (waiter *w = ws->list; w; w = w->next)
+        n += w->key_id > 0;
+    if (n == 0)
+        return;
+    int64_t *ids = calloc((size_t)n, sizeof *ids);
+    int *active = calloc((size_t)n, sizeof *active);
+    int k = 0;
+    for (waiter *w = ws->list; ids && w && k < n; w = w->next)
+        if (w->key_id > 0)
+            ids[k++] = w->key_id;
+    pthread_mutex_unlock(&ws->mu);
+    int rc = ids && active ? gw_store_keys_active(ws->app->store, ids, k, active) : -ENOMEM;
+    pthread_mutex_lock(&ws->mu);
+    /* the list may have changed meanwhile: waiters are matched by key id */
+    for (int i = 0; rc == 0 && i < k; i++) {
+        if (active[i])
+            continue;
+        for (waiter *w = ws->list; w; w = w->next)
+            if (w->key_id == ids[i])
+                w->revoked = w->look = 1;
+    }
+    free(ids);
+    free(active);
 }
 
 /* The job as it is now, for a request that cannot wait. */
@@ -127,11 +167,16 @@ static int collect_ids(gw_waits *ws, char (*ids)[37], int max)
 static void *waits_main(void *arg)
 {
     gw_waits *ws = arg;
-    int64_t next_recheck = 0;
+    int64_t next_recheck = 0, next_keys = 0;
     static char ids[WAITS_BATCH * 4][37];
     pthread_mutex_lock(&ws->mu);
     while (!ws->stop || ws->list) {
         int64_t now = svc_now_mono_ms();
+        if (ws->list && now >= next_keys && !ws->stop) {
+            keys_check(ws);
+            now = svc_now_mono_ms();
+            next_keys = now + ws->key_check_ms;
+        }
         if (ws->list && now >= next_recheck && !ws->stop) {
             /* Ends recorded elsewhere: one query for the waiters' jobs. */
             int n = collect_ids(ws, ids, WAITS_BATCH * 4);
@@ -149,7 +194,7 @@ static void *waits_main(void *arg)
         }
         waiter *due[WAITS_BATCH];
         int nd = 0;
-        int64_t next = ws->list ? next_recheck : now + 1000;
+        int64_t next = ws->list ? (next_recheck < next_keys ? next_recheck : next_keys) : now + 1000;
         for (waiter **pp = &ws->list; *pp && nd < WAITS_BATCH;) {
             waiter *w = *pp;
             if (w->look || w->deadline <= now || ws->stop) {
@@ -170,11 +215,22 @@ static void *waits_main(void *arg)
         pthread_mutex_unlock(&ws->mu);
         for (int i = 0; i < nd; i++) {
             waiter *w = due[i];
+            if (w->revoked) {
+                answer(w, NULL);
+                continue;
+            }
             json_t *job = NULL;
             int rc = gw_store_job_get(ws->app->store, w->tenant_id, w->job_id, &job);
             int out_of_time = svc_now_mono_ms() >= w->deadline || stopping;
             if ((rc == 0 && terminal(job)) || out_of_time) {
                 answer(w, rc == 0 ? job : NULL);
+                continue;
+            }
+            if (rc == -ENOENT) {
+                /* ended and deleted (DELETE /v1/jobs/{id}) before we looked */
+                svc_reply_error(w->req, 404, "not_found", NULL, NULL, "no such job");
+                svc_req_resume(w->req);
+                free(w);
                 continue;
             }
             /* Woken by a change that was not its end (a re-queue), or
@@ -198,6 +254,7 @@ gw_waits *gw_waits_start(gw_app *app)
     if (!ws)
         return NULL;
     ws->app = app;
+    ws->key_check_ms = app->cfg.key_cache_ms > 0 ? app->cfg.key_cache_ms : 250;
     pthread_mutex_init(&ws->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -236,8 +293,8 @@ void gw_waits_free(gw_waits *ws)
     free(ws);
 }
 
-void gw_waits_add(gw_waits *ws, svc_req *req, int suspended, int64_t tenant_id, const char *job_id,
-                  int wait_s, int pending_status)
+void gw_waits_add(gw_waits *ws, svc_req *req, int suspended, int64_t tenant_id, int64_t key_id,
+                  const char *job_id, int wait_s, int pending_status)
 {
     if (!suspended && svc_req_suspend(req) != 0) {
         /* The server stops: the job as it is, now. */
@@ -252,6 +309,7 @@ void gw_waits_add(gw_waits *ws, svc_req *req, int suspended, int64_t tenant_id, 
     }
     w->req = req;
     w->tenant_id = tenant_id;
+    w->key_id = key_id;
     snprintf(w->job_id, sizeof(w->job_id), "%s", job_id);
     w->wait_s = wait_s;
     w->pending_status = pending_status;

@@ -32,11 +32,13 @@ int gw_waits_prefer(const char *prefer);
 /* Takes over req to answer it with job_id (of tenant_id) once the job has
  * ended or wait_s passed: 200 with the job, or, when pending_status is not
  * 200, that status while the job has not ended (a submit's 202, with its
- * Location). suspended: req is suspended already (its owner hands it on);
- * else it is suspended here, and when that cannot be (the server stops)
- * it is answered at once. */
-void gw_waits_add(gw_waits *w, svc_req *req, int suspended, int64_t tenant_id, const char *job_id,
-                  int wait_s, int pending_status);
+ * Location). key_id: the request's API key, re-checked while it waits
+ * (every --key-cache-ms): once revoked, the request gets 401
+ * unauthenticated. suspended: req is suspended already (its owner hands
+ * it on); else it is suspended here, and when that cannot be (the server
+ * stops) it is answered at once. */
+void gw_waits_add(gw_waits *w, svc_req *req, int suspended, int64_t tenant_id, int64_t key_id,
+                  const char *job_id, int wait_s, int pending_status);
 
 /* job_id changed state on this gateway: its waiters look now. */
 void gw_waits_job_changed(gw_waits *w, const char *job_id);

@@ -4,12 +4,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "svc_log.h"
 #include "svc_url.h"
 
 typedef struct net {
@@ -23,7 +23,7 @@ struct gw_whnet {
     int allow_private;
     net *allow;
     int nallow;
-    net deny[24];
+    net deny[32];
     int ndeny;
 };
 
@@ -46,6 +46,10 @@ static const struct { const char *cidr, *what; } denied[] = {
     {"::ffff:0:0/96", "an IPv4-mapped address"},
     {"::/96", "an IPv4-compatible address"},
     {"64:ff9b::/96", "a NAT64 address"},
+    {"64:ff9b:1::/48", "a local-use NAT64 address"},
+    {"100::/64", "a discard-only address"},
+    {"2001::/32", "a Teredo address"},
+    {"2002::/16", "a 6to4 address"},
     {"fc00::/7", "a unique local address"},
     {"fe80::/10", "a link-local address"},
     {"fec0::/10", "a site-local address"},
@@ -168,7 +172,8 @@ int gw_whnet_addr_ok(const gw_whnet *p, const struct sockaddr *sa, char *why, si
     return 1;
 }
 
-int gw_whnet_url_check(const gw_whnet *p, const char *url, char *msg, size_t msglen)
+int gw_whnet_url_check(const gw_whnet *p, const char *url, char *host, size_t hostlen, char *msg,
+                       size_t msglen)
 {
     svc_url u;
     if (svc_url_parse(url, NULL, &u) != 0 || !u.host[0]) {
@@ -179,27 +184,39 @@ int gw_whnet_url_check(const gw_whnet *p, const char *url, char *msg, size_t msg
         snprintf(msg, msglen, "webhook must be an http or https URL, not %s", u.scheme);
         return -1;
     }
-    char host[256];
     size_t hl = strlen(u.host);
     if (u.host[0] == '[' && hl >= 2 && u.host[hl - 1] == ']')
-        snprintf(host, sizeof host, "%.*s", (int)(hl - 2), u.host + 1);
+        snprintf(host, hostlen, "%.*s", (int)(hl - 2), u.host + 1);
     else
-        snprintf(host, sizeof host, "%s", u.host);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    int e = getaddrinfo(host, NULL, &hints, &res);
-    if (e != 0) {
-        snprintf(msg, msglen, "webhook host %.200s does not resolve (%s)", host, gai_strerror(e));
-        return -1;
-    }
-    int rc = 0;
-    for (struct addrinfo *ai = res; ai && rc == 0; ai = ai->ai_next) {
+        snprintf(host, hostlen, "%s", u.host);
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1)
+        s4->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1)
+        s6->sin6_family = AF_INET6;
+    else
+        return 1; /* a name: its addresses are checked once resolved */
+    const struct sockaddr *sa = (const struct sockaddr *)&ss;
+    return gw_whnet_addrs_check(p, host, &sa, 1, msg, msglen);
+}
+
+int gw_whnet_addrs_check(const gw_whnet *p, const char *host, const struct sockaddr *const *addrs,
+                         int n, char *msg, size_t msglen)
+{
+    for (int i = 0; i < n; i++) {
         char why[128];
-        if (!gw_whnet_addr_ok(p, ai->ai_addr, why, sizeof why)) {
-            snprintf(msg, msglen, "webhook host %.100s resolves to %s; this gateway does not "
-                     "deliver there (--webhook-allow-nets, --webhook-allow-private)", host, why);
-            rc = -1;
+        if (!gw_whnet_addr_ok(p, addrs[i], why, sizeof why)) {
+            /* The client learns only that the address is refused: which
+             * address a name has inside the gateway's network, and what
+             * kind, is the operator's to know (the log's). */
+            svc_info("webhooks: host %.100s refused at submit: %s", host, why);
+            snprintf(msg, msglen, "webhook host %.100s has an address that is not allowed; this "
+                     "gateway does not deliver there", host);
+            return -1;
         }
     }
-    freeaddrinfo(res);
-    return rc;
+    return 0;
 }

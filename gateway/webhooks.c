@@ -1,9 +1,14 @@
 /* webhooks.c — the delivery worker (webhooks.h). One thread per gateway;
- * it never touches the HTTP server's threads. A batch is claimed, sent at
- * once (svc_poster: curl multi), and every attempt recorded, whatever its
- * outcome, before the next claim. */
+ * it never touches the HTTP server's threads. Deliveries run side by side
+ * on one curl multi handle (svc_poster) with no batch to wait for: each
+ * attempt is recorded as it ends and its slot claims the next due
+ * delivery at once. Claims are fair between tenants (gw_store_wh_claim):
+ * a tenant holds at most --webhook-tenant-inflight of the
+ * --webhook-max-inflight slots, so receivers that hang (each attempt
+ * lasting its whole --webhook-timeout-s) slow only their own tenant. */
 #include "webhooks.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,17 +21,34 @@
 #include "svc_util.h"
 #include "webhook_net.h"
 
-/* Deliveries claimed and sent at once by one gateway. */
-#define WH_BATCH 16
-/* How often an idle worker looks for due deliveries. */
+/* How often a worker with free slots looks for due deliveries. */
 #define WH_POLL_MS 250
 #define WH_BACKOFF_MAX_MS (3600 * 1000LL)
+/* Ended deliveries are trimmed this often, at most this many a statement
+ * (one statement a round: a large backlog goes over several rounds). */
+#define WH_TRIM_EVERY_MS 60000
+#define WH_TRIM_BATCH 10000
+/* At a stop, attempts in flight get this long to end; the rest are given
+ * back unrecorded, due again at once for any gateway. */
+#define WH_STOP_GRACE_MS 1000
+
+/* The tenants this worker has deliveries in flight for. */
+typedef struct wh_tenant {
+    int64_t id;
+    int n;
+} wh_tenant;
 
 struct gw_webhooks {
     gw_app *app;
     svc_poster *poster;
     pthread_t thread;
     volatile int stopping;
+    /* the thread's own */
+    int inflight;
+    wh_tenant *tenants;
+    int ntenants, cap_tenants;
+    int64_t *released;             /* ids given back at a stop */
+    int nreleased;
 };
 
 int gw_webhook_sign(const char *secret, const char *msg_id, int64_t timestamp, const char *body,
@@ -67,9 +89,17 @@ int64_t gw_webhook_backoff_ms(int base_ms, int n, uint32_t rnd)
     return d / 2 + (int64_t)((double)(d / 2) * ((double)rnd / 4294967296.0));
 }
 
+/* The attempt's error, which the tenant reads (GET .../deliveries), says
+ * only that the address was refused: the address and its kind, a DNS
+ * answer inside the gateway's network, go to the log. */
 static int addr_ok(const void *cls, const struct sockaddr *sa, char *why, size_t whylen)
 {
-    return gw_whnet_addr_ok(cls, sa, why, whylen);
+    char detail[128];
+    if (gw_whnet_addr_ok(cls, sa, detail, sizeof detail))
+        return 1;
+    svc_info("webhooks: a delivery's connection refused: %s", detail);
+    snprintf(why, whylen, "the address is not allowed");
+    return 0;
 }
 
 /* The headers of one message; hdr points into the other fields. */
@@ -130,48 +160,166 @@ static void record(gw_app *app, const gw_wh_delivery *d, const svc_post *p)
                   d->attempts + 1, err, retry);
 }
 
-/* Sends one claimed batch and records every attempt made. */
-static void deliver(gw_webhooks *w, gw_wh_delivery *d, int n)
+/* One delivery in flight: the claim, its signed headers, its transfer. */
+typedef struct wh_xfer {
+    gw_wh_delivery d;              /* owns url and payload */
+    wh_msg m;
+    svc_post post;                 /* post.user is this */
+} wh_xfer;
+
+static void wh_xfer_free(wh_xfer *x)
+{
+    free(x->d.url);
+    free(x->d.payload);
+    free(x);
+}
+
+/* Counts one more (+1) or one fewer (-1) in flight for tenant id; 0 or
+ * -ENOMEM. */
+static int tenant_add(gw_webhooks *w, int64_t id, int delta)
+{
+    for (int i = 0; i < w->ntenants; i++) {
+        if (w->tenants[i].id != id)
+            continue;
+        w->tenants[i].n += delta;
+        if (w->tenants[i].n <= 0)
+            w->tenants[i] = w->tenants[--w->ntenants];
+        return 0;
+    }
+    if (delta < 0)
+        return 0;
+    if (w->ntenants == w->cap_tenants) {
+        int cap = w->cap_tenants ? 2 * w->cap_tenants : 16;
+        wh_tenant *t = realloc(w->tenants, (size_t)cap * sizeof *t);
+        if (!t)
+            return -ENOMEM;
+        w->tenants = t;
+        w->cap_tenants = cap;
+    }
+    w->tenants[w->ntenants++] = (wh_tenant){id, delta};
+    return 0;
+}
+
+/* svc_poster's hand-back: the attempt is recorded and its slot freed. */
+static void on_done(void *ctx, svc_post *post)
+{
+    gw_webhooks *w = ctx;
+    wh_xfer *x = post->user;
+    record(w->app, &x->d, post);
+    tenant_add(w, x->d.tenant_id, -1);
+    w->inflight--;
+    wh_xfer_free(x);
+}
+
+/* A stop's hand-back of what did not end in time: no attempt recorded,
+ * the claim given back. */
+static void on_abort(void *ctx, svc_post *post)
+{
+    gw_webhooks *w = ctx;
+    wh_xfer *x = post->user;
+    if (w->released)
+        w->released[w->nreleased++] = x->d.id;
+    tenant_add(w, x->d.tenant_id, -1);
+    w->inflight--;
+    wh_xfer_free(x);
+}
+
+/* Claims up to room due deliveries and starts them; returns how many were
+ * claimed, -1 when PostgreSQL did not answer. */
+static int claim(gw_webhooks *w, int room)
 {
     gw_app *app = w->app;
-    svc_post posts[WH_BATCH];
-    wh_msg msgs[WH_BATCH];
-    int of[WH_BATCH], k = 0;
-    for (int i = 0; i < n && i < WH_BATCH; i++) {
-        if (msg_build(app, &d[i], &msgs[k]) != 0) {
+    /* a claim hides its delivery until its attempt has ended, with room
+     * for recording it */
+    int lease_s = app->cfg.webhook_timeout_s + 30;
+    int64_t ids[w->ntenants + 1];
+    int ns[w->ntenants + 1];
+    for (int i = 0; i < w->ntenants; i++) {
+        ids[i] = w->tenants[i].id;
+        ns[i] = w->tenants[i].n;
+    }
+    gw_wh_delivery *d = NULL;
+    int n = 0;
+    if (gw_store_wh_claim(app->store, room, lease_s, app->cfg.webhook_tenant_inflight, ids, ns,
+                          w->ntenants, &d, &n) != 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        wh_xfer *x = calloc(1, sizeof *x);
+        if (!x || msg_build(app, &d[i], &x->m) != 0 || tenant_add(w, d[i].tenant_id, 1) != 0) {
             /* no attempt: the claim lapses and it comes due again */
-            svc_warn("webhooks: msg_%" PRId64 " not sent: its tenant's secret is unavailable",
-                     d[i].id);
+            svc_warn("webhooks: msg_%" PRId64 " not sent: %s", d[i].id,
+                     x ? "its tenant's secret is unavailable" : "out of memory");
+            free(x);
             continue;
         }
-        posts[k] = (svc_post){.url = d[i].url, .body = d[i].payload,
-                              .len = strlen(d[i].payload), .headers = msgs[k].hdr};
-        of[k++] = i;
+        x->d = d[i];
+        d[i].url = d[i].payload = NULL;
+        x->post = (svc_post){.url = x->d.url, .body = x->d.payload, .len = strlen(x->d.payload),
+                             .headers = x->m.hdr, .user = x};
+        if (svc_poster_add(w->poster, &x->post, (long)app->cfg.webhook_timeout_s * 1000, addr_ok,
+                           app->whnet) != 0) {
+            svc_warn("webhooks: msg_%" PRId64 " not sent: out of memory", x->d.id);
+            tenant_add(w, x->d.tenant_id, -1);
+            wh_xfer_free(x);
+            continue;
+        }
+        w->inflight++;
     }
-    if (k == 0)
-        return;
-    svc_poster_post(w->poster, posts, k, (long)app->cfg.webhook_timeout_s * 1000, addr_ok, app->whnet);
-    for (int j = 0; j < k; j++)
-        record(app, &d[of[j]], &posts[j]);
+    gw_wh_deliveries_free(d, n);
+    return n;
+}
+
+/* Deletes what --webhook-retention-s no longer keeps. */
+static void trim(gw_webhooks *w)
+{
+    int deleted = 0;
+    if (gw_store_wh_trim(w->app->store, w->app->cfg.webhook_retention_s, WH_TRIM_BATCH, &deleted) == 0 &&
+        deleted > 0)
+        svc_info("webhooks: %d ended deliveries older than %d s deleted", deleted,
+                 w->app->cfg.webhook_retention_s);
 }
 
 static void *wh_main(void *arg)
 {
     gw_webhooks *w = arg;
     gw_app *app = w->app;
-    /* a claim hides its deliveries until every attempt of the batch has
-     * ended, with room for recording them */
-    int lease_s = app->cfg.webhook_timeout_s + 30;
+    int max = app->cfg.webhook_max_inflight > 0 ? app->cfg.webhook_max_inflight : 64;
+    int64_t next_claim = 0, next_trim = svc_now_mono_ms() + WH_POLL_MS;
     while (!w->stopping) {
-        gw_wh_delivery *d = NULL;
-        int n = 0;
-        int rc = gw_store_wh_claim(app->store, WH_BATCH, lease_s, &d, &n);
-        if (rc == 0 && n > 0)
-            deliver(w, d, n);
-        gw_wh_deliveries_free(d, n);
-        if (rc != 0 || n < WH_BATCH)
-            for (int t = 0; t < WH_POLL_MS && !w->stopping; t += 50)
-                svc_sleep_ms(50);
+        int64_t now = svc_now_mono_ms();
+        if (w->inflight < max && now >= next_claim) {
+            int room = max - w->inflight;
+            int got = claim(w, room);
+            /* all it asked for: more may be due at once */
+            next_claim = got == room ? now : now + WH_POLL_MS;
+        }
+        if (now >= next_trim) {
+            trim(w);
+            next_trim = now + WH_TRIM_EVERY_MS;
+        }
+        int wait = next_claim > now ? (int)(next_claim - now) : 0;
+        if (w->inflight == 0) {
+            for (int t = 0; t < wait && !w->stopping; t += 50)
+                svc_sleep_ms(wait - t < 50 ? wait - t : 50);
+            continue;
+        }
+        int before = w->inflight;
+        svc_poster_run(w->poster, wait > 50 ? 50 : wait, on_done, w);
+        if (w->inflight < before)
+            next_claim = 0; /* a slot is free: the next delivery starts now */
+    }
+    /* a stop: what is in flight ends within the grace, or is given back */
+    int64_t until = svc_now_mono_ms() + WH_STOP_GRACE_MS;
+    while (w->inflight > 0 && svc_now_mono_ms() < until)
+        svc_poster_run(w->poster, 50, on_done, w);
+    if (w->inflight > 0) {
+        w->released = calloc((size_t)w->inflight, sizeof *w->released);
+        svc_poster_abort(w->poster, on_abort, w);
+        if (gw_store_wh_release(app->store, w->released, w->nreleased) != 0)
+            svc_warn("webhooks: %d deliveries in flight at the stop come due again when their "
+                     "claims lapse (PostgreSQL)", w->nreleased);
+        free(w->released);
+        w->released = NULL;
     }
     return NULL;
 }
@@ -202,5 +350,6 @@ void gw_webhooks_stop(gw_webhooks *w)
     w->stopping = 1;
     pthread_join(w->thread, NULL);
     svc_poster_free(w->poster);
+    free(w->tenants);
     free(w);
 }

@@ -3,7 +3,10 @@
  * when a job's state changes), POSTs them signed the Standard Webhooks way,
  * and records each attempt; a delivery that fails is tried again with
  * exponential back-off and jitter until --webhook-max-age-s, then failed.
- * Gateways share the work through FOR UPDATE SKIP LOCKED claims. */
+ * Gateways share the work through FOR UPDATE SKIP LOCKED claims; each
+ * runs up to --webhook-max-inflight deliveries at once, at most
+ * --webhook-tenant-inflight of one tenant's, and deletes ended ones after
+ * --webhook-retention-s. */
 #ifndef GW_WEBHOOKS_H
 #define GW_WEBHOOKS_H
 
@@ -14,8 +17,9 @@
 
 /* Starts the thread; NULL (logged) when it cannot. */
 gw_webhooks *gw_webhooks_start(gw_app *app);
-/* Stops it after the attempts in flight end (each within
- * --webhook-timeout-s) and joins it; NULL is a no-op. */
+/* Stops it and joins it: attempts in flight get a second to end (and are
+ * recorded); those still running then are given back unrecorded, due
+ * again at once for any gateway. NULL is a no-op. */
 void gw_webhooks_stop(gw_webhooks *w);
 
 /* The webhook-signature header's value for a message: "v1," and the base64

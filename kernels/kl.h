@@ -28,6 +28,10 @@ enum {
     KL_ENOTSUP = -5,    /* kernel or option not offered by this backend */
     KL_ETIMEDOUT = -6,  /* a rendezvous or collective of a multi-node run
                            timed out: a peer is gone or never came */
+    KL_EDEVICE = -7,    /* the device is unusable for the rest of this
+                           process: a sticky CUDA error (illegal address,
+                           ECC, ...) poisoned its context, so every later
+                           run here would fail too */
 };
 
 typedef enum { KL_F32 = 0, KL_F64 = 1, KL_I32 = 2 } kl_dtype;

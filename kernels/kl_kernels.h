@@ -59,6 +59,48 @@ static inline KL_HD float kl__maxf_nan(float a, float b)
     return a != a ? a : (b != b ? b : (b > a ? b : a));
 }
 
+/* Arithmetic rounded once per operation on both backends. nvcc contracts
+ * a*b + c into one fused multiply-add (one rounding instead of two) unless
+ * told not to; gcc does not in ISO C mode (-std=c11: -ffp-contract=off).
+ * Code shared by the two backends that must give the CPU's bits writes its
+ * sums and products with these; the intrinsics are never fused. */
+#if defined(__CUDA_ARCH__)
+#define KL_FADD(a, b) __fadd_rn((a), (b))
+#define KL_FSUB(a, b) __fsub_rn((a), (b))
+#define KL_FMUL(a, b) __fmul_rn((a), (b))
+#define KL_DADD(a, b) __dadd_rn((a), (b))
+#define KL_DSUB(a, b) __dsub_rn((a), (b))
+#define KL_DMUL(a, b) __dmul_rn((a), (b))
+#else
+#define KL_FADD(a, b) ((a) + (b))
+#define KL_FSUB(a, b) ((a) - (b))
+#define KL_FMUL(a, b) ((a) * (b))
+#define KL_DADD(a, b) ((a) + (b))
+#define KL_DSUB(a, b) ((a) - (b))
+#define KL_DMUL(a, b) ((a) * (b))
+#endif
+
+/* montecarlo_option's path arithmetic, one copy for both backends. An
+ * asian step moves the log-price of a path and of its antithetic twin by
+ * drift +- vol*z; a european path ends at drift_t +- vol*zsum. */
+static inline KL_HD void kl__mc_step(float drift, float vol, float z, float *lp, float *lm)
+{
+    const float dz = KL_FMUL(vol, z);
+    *lp = KL_FADD(*lp, KL_FADD(drift, dz));
+    *lm = KL_FADD(*lm, KL_FSUB(drift, dz));
+}
+static inline KL_HD void kl__mc_end(float drift_t, float vol, float zsum, float *xp, float *xm)
+{
+    const float dz = KL_FMUL(vol, zsum);
+    *xp = KL_FADD(drift_t, dz);
+    *xm = KL_FSUB(drift_t, dz);
+}
+/* A pair's sample: the discounted mean of its two payoffs, less shift. */
+static inline KL_HD double kl__mc_value(double disc, double pay_p, double pay_m, double shift)
+{
+    return KL_DSUB(KL_DMUL(KL_DMUL(disc, 0.5), KL_DADD(pay_p, pay_m)), shift);
+}
+
 extern const kl_kernel kl__saxpy;
 extern const kl_kernel kl__reduce;
 extern const kl_kernel kl__gemm;

@@ -13,9 +13,17 @@ extern "C" {
 #endif
 
 /* 3: kl_args carries progress; 4: run takes the devices by index, and
- * kl_args carries dist (a multi-node run's place) */
-#define KL_PLUGIN_ABI 4
+ * kl_args carries dist (a multi-node run's place); 5: the version is its
+ * own symbol, read before anything else, run may answer KL_EDEVICE, and
+ * the table carries what opening found (info) */
+#define KL_PLUGIN_ABI 5
 #define KL_PLUGIN_SYMBOL "kl_cuda_plugin_open"
+/* int (void): the plugin's KL_PLUGIN_ABI. The node reads it first and
+ * calls nothing else of a plugin whose version is not its own: a table of
+ * another layout would be filled past its end. A plugin without it is of
+ * ABI 4 or older. */
+#define KL_PLUGIN_ABI_SYMBOL "kl_cuda_plugin_abi"
+typedef int (*kl_plugin_abi_fn)(void);
 
 typedef struct kl_gpu_info {
     char name[128];
@@ -30,8 +38,14 @@ typedef struct kl_plugin {
     /* 1 when the plugin implements `kernel` on CUDA. */
     int (*supports)(const char *kernel);
     /* Runs on the GPUs gpu_ids[0..ngpus) (distinct device indices; rank r
-     * on gpu_ids[r]). Same contract as kl_kernel.run_cpu. */
+     * on gpu_ids[r]). Same contract as kl_kernel.run_cpu, plus KL_EDEVICE:
+     * a sticky device error (err says which); from then on every run
+     * answers KL_EDEVICE at once, and only a new process gets the device
+     * back. */
     int (*run)(const kl_args *args, const int *gpu_ids, int ngpus, kl_tensor *outs, kl_err *err);
+    /* Waits for the device work the plugin still holds (cancelled runs'
+     * streams), then frees what it caches (cuBLAS handles, pinned buffers).
+     * No run may be in progress. */
     void (*close)(void);
     /* Page-locked host memory (cudaHostAlloc), which copies to and from the
      * device run from at full speed and asynchronously: the node takes the
@@ -48,6 +62,11 @@ typedef struct kl_plugin {
      * the mapping goes. */
     int (*host_register)(void *p, size_t bytes);
     void (*host_unregister)(void *p);
+    /* What opening found and set, one line for the node's log and
+     * /v1/info: module loading, the time each device's context took to
+     * create, the memory pool's release threshold, the pinned pool's
+     * bounds ("GPU 0 context 412 ms, modules eager; ..."). */
+    char info[512];
 } kl_plugin;
 
 /* Exported by the plugin. Returns 0 and fills *p when at least one device

@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-    libmicrohttpd-dev libjansson-dev libpq-dev libhiredis-dev libcurl4-openssl-dev
+    libmicrohttpd-dev libgnutls28-dev libjansson-dev libpq-dev libhiredis-dev libcurl4-openssl-dev libc-ares-dev
     libopenblas-dev libcmocka-dev libdouble-conversion-dev libssl-dev postgresql postgresql-contrib redis-server
     docker-compose g++ clang libclang-rt-14-dev wrk pkg-config curl
+    openssl  # test_tls.py makes its certificates
     prometheus  # promtool, which checks /metrics in tests/integration/test_metrics.py
     # the dashboard: Chart.js it serves, and what tests/integration/test_ui.py
     # drives it with (headless Chromium through selenium) and runs its
@@ -18,6 +19,12 @@ PACKAGES=(
     # multi-node jobs on CPU nodes (Gloo's TCP collectives), and the Slurm
     # the tests start to run deploy/slurm/ for real
     libgloo-dev slurm-wlm
+    # tasks (the user's programs in containers): the engine and the runtime
+    # that works where crun does not (hybrid cgroups), the init that passes
+    # SIGTERM on (podman --init), what scripts/task-image.sh builds the
+    # test image with, and the firewall that keeps gang parts off the
+    # cluster's services
+    podman runc catatonit uidmap mmdebstrap iptables
 )
 REQUIREMENTS=tests/requirements.txt
 

@@ -172,6 +172,9 @@ kl_pg_running() {
 
 # Starts (initialising on first use) a private PostgreSQL for STATE on
 # 127.0.0.1:PORT with a trusted superuser `kowloon` and a database `kowloon`.
+# Trusted means no password: any user of this host may connect on 127.0.0.1,
+# so it listens there only (never on another address), and its Unix socket
+# is its own user's alone. A development stack; README says so.
 # Its log is STATE/log/postgres.log. Returns 0 when it is up (or already was).
 kl_pg_start() {
     local state port=$2
@@ -219,7 +222,8 @@ kl_pg_start() {
     [ $(( ${#sockdir} + 20 )) -gt 100 ] && sockdir=
     kl_info "postgres: starting on 127.0.0.1:$port"
     if ! kl__pg_as "$bindir/pg_ctl" -D "$home/data" -l "$log" -w -t 60 \
-            -o "-p $port -k '$sockdir' -c listen_addresses=127.0.0.1 -c fsync=on" start >/dev/null; then
+            -o "-p $port -k '$sockdir' -c listen_addresses=127.0.0.1 -c unix_socket_permissions=0700 -c fsync=on" \
+            start >/dev/null; then
         kl_log_tail "$log"
         return 1
     fi
@@ -247,7 +251,8 @@ kl_pg_stop() {
 # ---------------------------------------------------------------- Redis
 
 # Starts a private, non-persistent Redis for STATE on 127.0.0.1:PORT
-# (pid STATE/pids/redis.pid, log STATE/log/redis.log). Returns 0 when up.
+# (pid STATE/pids/redis.pid, log STATE/log/redis.log). It has no password:
+# it listens on 127.0.0.1 only, in protected mode. Returns 0 when up.
 kl_redis_start() {
     local state port=$2
     state=$(kl__abs "$1")
@@ -265,7 +270,7 @@ kl_redis_start() {
     rm -f "$pidfile"
     kl_log_rotate "$log"
     kl_info "redis: starting on 127.0.0.1:$port"
-    redis-server --port "$port" --bind 127.0.0.1 --dir "$state/redis" \
+    redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes --dir "$state/redis" \
         --daemonize yes --pidfile "$pidfile" --logfile "$log" \
         --save "" --appendonly no </dev/null >>"$log" 2>&1 \
         || { kl_log_tail "$log"; return 1; }

@@ -13,6 +13,9 @@ PG_PORT=${KOWLOON_RUN_PG_PORT:-55432}
 REDIS_PORT=${KOWLOON_RUN_REDIS_PORT:-56379}
 GW_ADDR=127.0.0.1:${KOWLOON_RUN_GATEWAY_PORT:-8080}
 GW_URL=http://$GW_ADDR
+# the gateway's cluster listener: what the nodes call
+GW_CLUSTER_ADDR=127.0.0.1:${KOWLOON_RUN_CLUSTER_PORT:-8081}
+GW_CLUSTER_URL=http://$GW_CLUSTER_ADDR
 NODES=("node-1 127.0.0.1:8091" "node-2 127.0.0.1:8092")
 GATEWAY=$ROOT/bin/kowloon-gateway
 COMPUTE=$ROOT/bin/kowloon-compute
@@ -57,7 +60,7 @@ print(sum(1 for n in nodes if n.get("name") in names and n.get("state") == "up")
 print_usage() {
     cat <<EOF
 
-Kowloon is running: gateway $GW_URL, nodes $(printf '%s, ' "${NODES[@]}" | sed 's/, $//') (logs in .run/log/).
+Kowloon is running: gateway $GW_URL (nodes call it on $GW_CLUSTER_URL), nodes $(printf '%s, ' "${NODES[@]}" | sed 's/, $//') (logs in .run/log/).
 Dev API key (tenant "dev", admin): $(cat "$STATE/dev-key")
 Dashboard: $GW_URL/ui/ (sign in with that key)
 
@@ -88,7 +91,8 @@ for b in "$GATEWAY" "$COMPUTE"; do
 done
 mkdir -p "$STATE/log" "$STATE/pids"
 
-# The cluster token is made once and kept: nodes and gateway share it.
+# The cluster token is made once and kept: nodes register with it (each then
+# holds a credential of its own, in .run/node-state, mode 0600).
 if [ ! -s "$STATE/cluster-token" ]; then
     (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$STATE/cluster-token")
 fi
@@ -108,9 +112,11 @@ else
     "$GATEWAY" migrate --database-url "$DB_URL" >>"$STATE/log/gateway.log" 2>&1 </dev/null \
         || fail "kowloon-gateway migrate failed" "$STATE/log/gateway.log"
     kl_port_open 127.0.0.1 "${GW_ADDR#*:}" && fail "port ${GW_ADDR#*:} is taken by another process"
-    kl_info "gateway: starting on $GW_ADDR"
-    nohup "$GATEWAY" serve --listen "$GW_ADDR" --database-url "$DB_URL" --redis-url "$REDIS_URL" \
-        --blob-dir "$STATE/blobs" \
+    kl_port_open 127.0.0.1 "${GW_CLUSTER_ADDR#*:}" &&
+        fail "port ${GW_CLUSTER_ADDR#*:} (the cluster listener) is taken by another process"
+    kl_info "gateway: starting on $GW_ADDR, cluster listener on $GW_CLUSTER_ADDR"
+    nohup "$GATEWAY" serve --listen "$GW_ADDR" --cluster-listen "$GW_CLUSTER_ADDR" \
+        --database-url "$DB_URL" --redis-url "$REDIS_URL" --blob-dir "$STATE/blobs" \
         >>"$STATE/log/gateway.log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$STATE/pids/gateway.pid"
@@ -133,6 +139,19 @@ if [ ! -s "$STATE/dev-key" ]; then
     mv "$STATE/dev-key.new" "$STATE/dev-key"
 fi
 
+# ---------------------------------------------------------------- tasks
+# The engine set-up and the small python+numpy image tasks run here, made
+# once and cached (scripts/task-image.sh: ~40 s the first time); without
+# podman the nodes run kernels only.
+TASK_ARGS=(--task-engine none)
+if command -v podman >/dev/null 2>&1; then
+    if conf=$(scripts/task-image.sh 2>>"$STATE/log/task-image.log" | tail -n 1) && [ -n "$conf" ]; then
+        TASK_ARGS=(--task-containers-conf "$conf" --task-scratch "$STATE/tasks")
+    else
+        kl_warn "the task image could not be built (see $STATE/log/task-image.log): nodes run kernels only"
+    fi
+fi
+
 # ---------------------------------------------------------------- nodes
 for n in "${NODES[@]}"; do
     name=${n%% *} addr=${n#* }
@@ -145,8 +164,9 @@ for n in "${NODES[@]}"; do
     kl_info "$name: starting on $addr"
     # one host: the nodes share the gateway's blob directory (inputs mapped,
     # outputs written there, not sent over HTTP)
-    nohup "$COMPUTE" --gateway "$GW_URL" --listen "$addr" --slots 2 --backend auto --name "$name" \
-        --blob-dir "$STATE/blobs" >>"$STATE/log/$name.log" 2>&1 </dev/null &
+    nohup "$COMPUTE" --gateway "$GW_CLUSTER_URL" --listen "$addr" --slots 2 --backend auto \
+        --name "$name" --blob-dir "$STATE/blobs" --state-dir "$STATE/node-state" "${TASK_ARGS[@]}" \
+        >>"$STATE/log/$name.log" 2>&1 </dev/null &
     echo $! >"$STATE/pids/$name.pid"
 done
 

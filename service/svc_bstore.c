@@ -442,18 +442,65 @@ int svc_bwriter_append_buffer(svc_bwriter *w, const void *data, size_t n,
     return rc ? rc : __atomic_load_n(&j.rc, __ATOMIC_ACQUIRE);
 }
 
-/* Links the written file under its content address (an existing one holds
- * the same bytes and stays) and makes the entry durable; 0 or -errno. */
+/* 1 when the file at path holds exactly the size bytes of fd, 0 when it
+ * does not (another size, other bytes, gone), -errno when they cannot be
+ * read. */
+static int same_bytes(int fd, uint64_t size, const char *path)
+{
+    struct stat st;
+    int other = open(path, O_RDONLY | O_CLOEXEC);
+    if (other < 0)
+        return errno == ENOENT ? 0 : -errno;
+    int rc = fstat(other, &st) == 0 ? (uint64_t)st.st_size == size : -errno;
+    char *a = rc == 1 ? malloc(2 * (size_t)PIECE) : NULL;
+    if (rc == 1 && a == NULL)
+        rc = -ENOMEM;
+    for (uint64_t off = 0; rc == 1 && off < size;) {
+        size_t want = size - off < PIECE ? (size_t)(size - off) : PIECE;
+        ssize_t x = pread(fd, a, want, (off_t)off), y = pread(other, a + PIECE, want, (off_t)off);
+        if (x < 0 || y < 0)
+            rc = -errno;
+        else if (x != (ssize_t)want || y != (ssize_t)want || memcmp(a, a + PIECE, want) != 0)
+            rc = 0;
+        off += want;
+    }
+    free(a);
+    close(other);
+    return rc;
+}
+
+/* Links the written file under its content address and makes the entry
+ * durable; 0 or -errno. A file already there is kept only when it holds
+ * these very bytes: a name whose bytes are not what it says (planted by
+ * whoever can write the directory, or torn by a crash of a filesystem that
+ * does not order writes) is replaced, atomically, by this one. */
 static int publish(svc_bwriter *w)
 {
-    char dir[PATH_MAX], path[PATH_MAX];
+    char dir[PATH_MAX], path[PATH_MAX], fresh[PATH_MAX + 8];
     int rc;
     blob_path(w->store, w->id, path, sizeof path);
     snprintf(dir, sizeof dir, "%s/sha256/%.2s", w->store->dir, w->id + 7);
     if ((rc = ensure_dir(dir)) != 0)
         return rc;
-    if (link(w->tmp, path) != 0 && errno != EEXIST)
-        return -errno;
+    if (link(w->tmp, path) != 0) {
+        if (errno != EEXIST)
+            return -errno;
+        if ((rc = same_bytes(w->fd, w->size, path)) < 0)
+            return rc;
+        if (rc == 0) {
+            svc_warn("blob store: %s held other bytes than its name says; replaced by the %llu "
+                     "bytes just written", w->id, (unsigned long long)w->size);
+            snprintf(fresh, sizeof fresh, "%s.fresh", w->tmp);
+            unlink(fresh);
+            if (link(w->tmp, fresh) != 0)
+                return -errno;
+            if (rename(fresh, path) != 0) {
+                rc = -errno;
+                unlink(fresh);
+                return rc;
+            }
+        }
+    }
     return fsync_dir(dir);
 }
 
@@ -537,6 +584,66 @@ int svc_bstore_stat(svc_bstore *s, const char *id, uint64_t *size)
         return -errno;
     if (!S_ISREG(st.st_mode))
         return -ENOENT;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int svc_bstore_verify(svc_bstore *s, const char *id, uint64_t max, uint64_t *size)
+{
+    char path[PATH_MAX], hex[65];
+    struct stat st;
+    if (!svc_blob_id_valid(id))
+        return -ENOENT;
+    blob_path(s, id, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fstat(fd, &st) != 0 ? -errno : !S_ISREG(st.st_mode) ? -ENOENT : 0;
+    if (rc == 0 && (uint64_t)st.st_size > max)
+        rc = -EFBIG;
+    svc_sha256 *h = rc == 0 ? svc_sha256_new() : NULL;
+    char *buf = h ? malloc(PIECE) : NULL;
+    if (rc == 0 && buf == NULL)
+        rc = -ENOMEM;
+    uint64_t n = 0;
+    while (rc == 0) {
+        ssize_t got = read(fd, buf, PIECE);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = -errno;
+        else if (got == 0)
+            break;
+        else if (svc_sha256_update(h, buf, (size_t)got) != 0)
+            rc = -EIO;
+        n += got > 0 ? (uint64_t)got : 0;
+    }
+    if (rc == 0) {
+        rc = svc_sha256_final_hex(h, hex) != 0 ? -EIO : strcmp(hex, id + 7) != 0 ? -EBADMSG : 0;
+        h = NULL;
+    }
+    svc_sha256_free(h);
+    free(buf);
+    close(fd);
+    if (rc == 0)
+        *size = n;
+    return rc;
+}
+
+int svc_bstore_path(svc_bstore *s, const char *id, char *out, size_t len, uint64_t *size)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if (!svc_blob_id_valid(id))
+        return -ENOENT;
+    blob_path(s, id, path, sizeof path);
+    if (stat(path, &st) != 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode))
+        return -ENOENT;
+    if (strlen(path) >= len)
+        return -ENAMETOOLONG;
+    snprintf(out, len, "%s", path);
     *size = (uint64_t)st.st_size;
     return 0;
 }

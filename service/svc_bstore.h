@@ -5,7 +5,9 @@
  * the bytes its name says. Several gateways may share the directory (NFS,
  * Lustre), and so may compute nodes on the same filesystem: they map inputs
  * from it and write outputs into it (compute/blobio.c). Names are content
- * addresses, so a link onto an existing blob only meets identical bytes.
+ * addresses: a writer that finds its name taken compares the bytes there
+ * with its own and replaces them when they differ (planted or torn), and a
+ * file someone else wrote can be hashed again (svc_bstore_verify).
  * The gateway puts its own small interface in front (gateway/blobstore.h);
  * PostgreSQL records which blobs exist, the store knows only bytes. */
 #ifndef SVC_BSTORE_H
@@ -75,6 +77,15 @@ void svc_bwriter_abort(svc_bwriter *w);
 int svc_bstore_open_read(svc_bstore *s, const char *id, int *fd, uint64_t *size);
 /* The size of a blob's file without opening it; 0, -ENOENT or -errno. */
 int svc_bstore_stat(svc_bstore *s, const char *id, uint64_t *size);
+/* Reads the file of blob id through and hashes it: 0 with *size when its
+ * bytes hash to id, -EBADMSG when they do not (whoever can write the
+ * directory put other bytes there), -EFBIG when it is larger than max
+ * bytes (not read), -ENOENT, or -errno. For a file someone else says they
+ * wrote: the store's own writers never leave such a file. */
+int svc_bstore_verify(svc_bstore *s, const char *id, uint64_t max, uint64_t *size);
+/* The path of a blob's file (for a container engine to mount it read-only
+ * in place) and its size; 0, -ENOENT, -ENAMETOOLONG or -errno. */
+int svc_bstore_path(svc_bstore *s, const char *id, char *out, size_t len, uint64_t *size);
 /* Removes a blob's bytes; 0 or -errno (-ENOENT when it was not there). */
 int svc_bstore_remove(svc_bstore *s, const char *id);
 

@@ -32,6 +32,12 @@ static void curl_key_create(void)
 }
 
 static CURLSH *curl_share;
+static const char *ca_file; /* svc_client_set_ca_file */
+
+void svc_client_set_ca_file(const char *path)
+{
+    ca_file = path != NULL && *path != '\0' ? path : NULL;
+}
 static pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
 
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *arg)
@@ -189,6 +195,12 @@ static CURL *handle_prepare(const char *url, struct curl_slist *hdrs, char *errb
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    /* Straight to the server: a proxy named by the environment would see
+     * the cluster token and every byte of the cluster's traffic. */
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+    if (ca_file != NULL)
+        curl_easy_setopt(h, CURLOPT_CAINFO, ca_file);
     return h;
 }
 
@@ -499,12 +511,9 @@ void svc_response_clear(svc_response *resp)
 
 /* ---- many POSTs at once (svc_poster) ---- */
 
-struct svc_poster {
-    CURLM *multi;
-};
-
-/* One transfer of a batch: what its callbacks need. */
+/* One transfer: what its callbacks need. */
 typedef struct poster_xfer {
+    struct poster_xfer *prev, *next;   /* the poster's list of transfers in flight */
     svc_post *post;
     CURL *h;
     struct curl_slist *hdr;
@@ -515,6 +524,12 @@ typedef struct poster_xfer {
     int64_t t0;
 } poster_xfer;
 
+struct svc_poster {
+    CURLM *multi;
+    int running;             /* transfers added and not yet handed back */
+    poster_xfer *xfers;      /* those transfers */
+};
+
 svc_poster *svc_poster_new(void)
 {
     svc_poster *p = calloc(1, sizeof *p);
@@ -523,14 +538,6 @@ svc_poster *svc_poster_new(void)
         p = NULL;
     }
     return p;
-}
-
-void svc_poster_free(svc_poster *p)
-{
-    if (!p)
-        return;
-    curl_multi_cleanup(p->multi);
-    free(p);
 }
 
 /* Every connection's socket comes from here: the resolved address is
@@ -590,6 +597,23 @@ static int poster_setup(poster_xfer *x, long timeout_ms)
     return 0;
 }
 
+/* Takes x off p's list (when on it) and frees it. */
+static void poster_xfer_free(svc_poster *p, poster_xfer *x)
+{
+    if (x->prev)
+        x->prev->next = x->next;
+    else if (p->xfers == x)
+        p->xfers = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    if (x->h) {
+        curl_multi_remove_handle(p->multi, x->h);
+        curl_easy_cleanup(x->h);
+    }
+    curl_slist_free_all(x->hdr);
+    free(x);
+}
+
 /* Fills x's post from how its transfer ended. */
 static void poster_done(poster_xfer *x, CURLcode res)
 {
@@ -607,42 +631,85 @@ static void poster_done(poster_xfer *x, CURLcode res)
         snprintf(p->error, sizeof p->error, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
 }
 
-int svc_poster_post(svc_poster *p, svc_post *posts, int n, long timeout_ms, svc_addr_ok_fn addr_ok,
-                    const void *cls)
+int svc_poster_add(svc_poster *p, svc_post *post, long timeout_ms, svc_addr_ok_fn addr_ok,
+                   const void *cls)
 {
-    poster_xfer *x = calloc((size_t)(n > 0 ? n : 1), sizeof *x);
-    int rc = x ? 0 : -1;
-    int added = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
-        x[i] = (poster_xfer){.post = &posts[i], .addr_ok = addr_ok, .cls = cls, .t0 = mono_ms()};
-        posts[i].status = 0;
-        snprintf(posts[i].error, sizeof posts[i].error, "not sent (out of memory)");
-        if (poster_setup(&x[i], timeout_ms) != 0 || curl_multi_add_handle(p->multi, x[i].h) != CURLM_OK)
-            rc = -1;
-        else
-            added = i + 1;
+    poster_xfer *x = calloc(1, sizeof *x);
+    if (!x)
+        return -1;
+    *x = (poster_xfer){.post = post, .addr_ok = addr_ok, .cls = cls, .t0 = mono_ms()};
+    post->status = 0;
+    post->error[0] = '\0';
+    post->duration_ms = 0;
+    if (poster_setup(x, timeout_ms) != 0 || curl_multi_add_handle(p->multi, x->h) != CURLM_OK) {
+        if (x->h)
+            curl_easy_cleanup(x->h);
+        x->h = NULL;
+        poster_xfer_free(p, x);
+        return -1;
     }
-    int running = added;
-    while (rc == 0 && running > 0) {
-        if (curl_multi_perform(p->multi, &running) != CURLM_OK ||
-            (running > 0 && curl_multi_poll(p->multi, NULL, 0, 200, NULL) != CURLM_OK))
-            rc = -1;
-        CURLMsg *m;
-        int left;
-        while ((m = curl_multi_info_read(p->multi, &left)) != NULL) {
-            poster_xfer *done = NULL;
-            if (m->msg == CURLMSG_DONE &&
-                curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&done) == CURLE_OK && done)
-                poster_done(done, m->data.result);
-        }
+    x->next = p->xfers;
+    if (x->next)
+        x->next->prev = x;
+    p->xfers = x;
+    p->running++;
+    return 0;
+}
+
+/* Hands back every transfer curl says has ended. */
+static void poster_collect(svc_poster *p, void (*done)(void *ctx, svc_post *post), void *ctx)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(p->multi, &left)) != NULL) {
+        poster_xfer *x = NULL;
+        if (m->msg != CURLMSG_DONE ||
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x) != CURLE_OK || !x)
+            continue;
+        poster_done(x, m->data.result);
+        svc_post *post = x->post;
+        poster_xfer_free(p, x);
+        p->running--;
+        done(ctx, post);
     }
-    for (int i = 0; x && i < n; i++) {
-        if (x[i].h) {
-            curl_multi_remove_handle(p->multi, x[i].h);
-            curl_easy_cleanup(x[i].h);
-        }
-        curl_slist_free_all(x[i].hdr);
+}
+
+int svc_poster_run(svc_poster *p, int wait_ms, void (*done)(void *ctx, svc_post *post), void *ctx)
+{
+    int64_t until = mono_ms() + (wait_ms > 0 ? wait_ms : 0);
+    int before = p->running;
+    for (;;) {
+        int active = 0;
+        curl_multi_perform(p->multi, &active);
+        poster_collect(p, done, ctx);
+        int64_t left = until - mono_ms();
+        if (p->running < before || p->running == 0 || left <= 0)
+            break;
+        curl_multi_poll(p->multi, NULL, 0, (int)(left < 1000 ? left : 1000), NULL);
     }
-    free(x);
-    return rc;
+    return p->running;
+}
+
+void svc_poster_abort(svc_poster *p, void (*done)(void *ctx, svc_post *post), void *ctx)
+{
+    while (p->xfers) {
+        poster_xfer *x = p->xfers;
+        svc_post *post = x->post;
+        post->status = 0;
+        post->duration_ms = (int)(mono_ms() - x->t0);
+        snprintf(post->error, sizeof post->error, "aborted");
+        poster_xfer_free(p, x);
+        p->running--;
+        done(ctx, post);
+    }
+}
+
+void svc_poster_free(svc_poster *p)
+{
+    if (!p)
+        return;
+    while (p->xfers)
+        poster_xfer_free(p, p->xfers);
+    curl_multi_cleanup(p->multi);
+    free(p);
 }

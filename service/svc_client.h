@@ -12,6 +12,12 @@
 
 /* Call once in main before threads start (curl_global_init). */
 int svc_client_global_init(void);
+/* Servers' certificates are checked against the CA certificates of this
+ * PEM file (a cluster's own CA, or the gateway's self-signed certificate)
+ * instead of the system's: call in main before threads start. NULL or "":
+ * the system's. No call ever goes through a proxy (*_proxy variables are
+ * not read): cluster traffic goes straight to its gateway. */
+void svc_client_set_ca_file(const char *path);
 
 typedef struct svc_response {
     int status;       /* HTTP status; 0 when no response arrived */
@@ -76,8 +82,11 @@ int svc_http_send_raw(const char *method, const char *url, const char *bearer, c
                       const void *data, size_t len, long stall_ms, const volatile int *cancel,
                       svc_response *resp);
 
-/* Many POSTs at once over one curl multi handle, whose connections are kept
- * for the next batch (webhook deliveries). */
+/* POSTs over one curl multi handle, as many at once as the caller adds:
+ * transfers run side by side and each ends on its own (a new one may be
+ * added at any time, so a slow receiver never holds the others back), and
+ * connections are kept for later POSTs (webhook deliveries). One thread
+ * uses a poster at a time. */
 typedef struct svc_poster svc_poster;
 
 /* Decides whether a connection to sa may be opened: 1 yes, 0 no with why
@@ -89,7 +98,8 @@ typedef struct svc_post {
     const char *body;               /* borrowed; len bytes */
     size_t len;
     const char *const *headers;     /* "Name: value", NULL-terminated; borrowed */
-    /* filled by svc_poster_post */
+    void *user;                     /* the caller's, untouched */
+    /* filled when the post ends */
     int status;                     /* HTTP status; 0 when no response came */
     char error[256];                /* why no response came ("" when one did) */
     int duration_ms;
@@ -97,15 +107,24 @@ typedef struct svc_post {
 
 /* NULL on ENOMEM. */
 svc_poster *svc_poster_new(void);
+/* Aborts what is still in flight (without calling anyone) and frees. */
 void svc_poster_free(svc_poster *p);
-/* Sends the n POSTs concurrently and returns when all have ended, each
- * within timeout_ms (connecting included). Redirects are not followed, no
- * proxy is used, only http and https are spoken, and every socket is
- * opened only when addr_ok (may be NULL) accepts the address it connects
- * to: the address actually connected, not the one a name resolved to at
- * some other time. The response bodies are discarded. 0, or -1 when the
- * batch could not be started at all (then every post's error says so). */
-int svc_poster_post(svc_poster *p, svc_post *posts, int n, long timeout_ms, svc_addr_ok_fn addr_ok,
-                    const void *cls);
+/* Starts post, which (with all it points to) stays borrowed until
+ * svc_poster_run hands it back. It ends within timeout_ms (connecting
+ * included). Redirects are not followed, no proxy is used, only http and
+ * https are spoken, and every socket is opened only when addr_ok (may be
+ * NULL) accepts the address it connects to: the address actually
+ * connected, not the one a name resolved to at some other time. The
+ * response body is discarded. 0, or -1 (ENOMEM: post was not started and
+ * is not handed back). */
+int svc_poster_add(svc_poster *p, svc_post *post, long timeout_ms, svc_addr_ok_fn addr_ok,
+                   const void *cls);
+/* Drives the transfers for at most wait_ms, returning early once one has
+ * ended; every post that ended is handed back through done(ctx, post) with
+ * its status, error and duration. Returns how many are still in flight. */
+int svc_poster_run(svc_poster *p, int wait_ms, void (*done)(void *ctx, svc_post *post), void *ctx);
+/* Hands back every post still in flight through done, each with error
+ * "aborted" and status 0, and stops them. */
+void svc_poster_abort(svc_poster *p, void (*done)(void *ctx, svc_post *post), void *ctx);
 
 #endif

@@ -2,16 +2,20 @@
  * lives in one svc_req from the access handler's first call to MHD's
  * completion callback, which frees it whatever happened in between (reply,
  * early error, client gone). Bodies are read raw into our own buffer, never
- * through MHD's post processor (CVE-2023-27371), and capped at max_body.
- * Each TCP connection has an svc_conn from MHD's connection-start to its
- * connection-close notice; a watchdog thread cuts off connections that spend
- * longer than the timeout between requests, which MHD's own idle timeout
- * misses when the client sends a byte now and then (slowloris). */
+ * through MHD's post processor (CVE-2023-27371), and capped at max_body
+ * (max_json_body for JSON). Each TCP connection has an svc_conn
+ * (svc_conns.c) from MHD's connection-start to its connection-close notice:
+ * it decides whether the connection is taken and holds its head and body
+ * to deadlines that MHD's own idle timeout misses when the client sends a
+ * byte now and then (slowloris). The client's address is the peer's, or
+ * behind a trusted proxy the one X-Forwarded-For names (svc_addr.c). */
 #include "svc_http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <malloc.h>
+#include <gnutls/abstract.h>
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -27,8 +31,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "svc_addr.h"
+#include "svc_conns.h"
+#include "svc_head.h"
 #include "svc_json.h"
 #include "svc_log.h"
+#include "svc_tls.h"
 #include "svc_util.h"
 
 #define MAX_PARAMS 8
@@ -50,8 +58,12 @@
 /* How long a connection over the per-IP limit may take to send its request
  * head (a health check or a node's call; others get 503). */
 #define OVER_HEAD_MS 2000
-/* How often the watchdog looks for connections past their deadline. */
-#define WATCHDOG_MS 250
+/* Connections an address may open past the per-IP limit for reserved
+ * routes (a node's lease poll, heartbeat, reports and fetches), and the
+ * share of max_connections such connections may take in all (at least two
+ * addresses' allowance: no one address takes it whole). */
+#define RESERVED_PER_IP 8
+#define RESERVED_SHARE_DIV 8
 /* After a request whose body buffer reached this size, free memory is
  * handed back to the system (malloc_trim): see on_completed. */
 #define TRIM_BODY_BYTES ((size_t)1 << 20)
@@ -59,37 +71,20 @@
  * suspended requests. */
 #define SUSPEND_DRAIN_MS 5000
 
-/* One TCP connection, as the watchdog sees it. Fields after the links are
- * guarded by svc_server.conns_mu. */
-typedef struct svc_conn {
-    struct svc_conn *prev, *next;
-    int fd;          /* MHD's socket; MHD closes it only after the
-                        connection-close notice has unlinked this */
-    int busy;        /* a request is with the application: no deadline */
-    int over;        /* opened while its address held per_ip_limit others */
-    int cut;         /* already shut down by the watchdog */
-    int64_t since;   /* opened, or its last request completed (mono ms) */
-    char ip[INET6_ADDRSTRLEN];
-} svc_conn;
-
 struct svc_server {
     struct MHD_Daemon *mhd;
     const svc_route *routes;
-    size_t max_body;
+    size_t max_body, max_json_body;
+    svc_json_limits json;    /* depth and values; fields come from the route */
     size_t max_header;       /* 0: no check of our own */
     unsigned per_ip_limit;   /* 0: none */
     svc_authorize_fn authorize;
-    int64_t head_timeout_ms; /* deadline between requests */
     void *app;
     atomic_int starting;  /* MHD's log lines go to start_err while set */
     char start_err[256];
-    pthread_mutex_t conns_mu;
-    pthread_cond_t conns_cv; /* wakes the watchdog to stop */
-    svc_conn *conns;
-    unsigned nconns, max_conns;
-    int stopping;
-    int watchdog_started;
-    pthread_t watchdog;
+    svc_conns *conns;        /* connections, their caps and deadlines */
+    svc_cidrs *trusted;      /* proxies whose X-Forwarded-For names the client */
+    svc_tls *tls;            /* NULL: plain HTTP */
     /* Suspended requests (svc_req_suspend) the application has not resumed
      * yet; the fields of svc_req that the suspension shares between threads
      * are guarded by susp_mu. */
@@ -121,6 +116,8 @@ struct svc_req {
     char *pval[MAX_PARAMS];        /* own copies */
     char *body;                    /* NUL-terminated, own */
     size_t body_len, body_cap;
+    size_t body_want;              /* bytes the Content-Length says (0: unknown):
+                                      the buffer grows to it as they come */
     json_t *json;                  /* own reference */
     reply_header *headers;         /* queued by svc_reply_header */
     void *user;
@@ -135,6 +132,7 @@ struct svc_req {
     int over_limit;                /* body exceeded max_body; rest discarded */
     int streamed;                  /* the body goes to route->body, unbuffered */
     int body_stopped;              /* the route's body callback said stop */
+    int body_cut;                  /* ... and the rest is drained, not read (svc_req_cut_body) */
     void (*on_free)(void *);       /* svc_req_on_free */
     void *on_free_arg;
     size_t drained;                /* bytes discarded since */
@@ -147,7 +145,8 @@ struct svc_req {
     svc_req *dprev, *dnext;        /* in srv->deferred */
     int64_t t0;
     struct timespec t0_ts;         /* t0 to the nanosecond, for the latency histogram */
-    char ip[INET6_ADDRSTRLEN];
+    svc_conn *sc;                  /* the connection's record (may be NULL) */
+    char ip[INET6_ADDRSTRLEN];     /* the client: the peer, or whom a trusted proxy names */
 };
 
 /* ---- request state ---------------------------------------------------- */
@@ -194,78 +193,24 @@ static void req_unref(svc_req *r)
         req_free(r);
 }
 
-static void client_ip(struct MHD_Connection *conn, char *out, size_t len)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    snprintf(out, len, "unknown");
-    if (ci == NULL || ci->client_addr == NULL)
-        return;
-    const struct sockaddr *sa = ci->client_addr;
-    if (sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len);
-    else if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
-}
-
-/* ---- connections and the header deadline ------------------------------ */
+/* ---- connections ------------------------------------------------------ */
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
     svc_server *s = cls;
-    svc_conn *c = *socket_context;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (ci == NULL || (c = calloc(1, sizeof *c)) == NULL)
-            return; /* this connection just goes without a deadline */
-        c->fd = ci->connect_fd;
-        c->since = svc_now_mono_ms();
-        client_ip(conn, c->ip, sizeof c->ip);
-        pthread_mutex_lock(&s->conns_mu);
-        if (s->nconns >= s->max_conns) {
-            /* Full: closed at once. MHD's own limit is set higher, as a
-             * pool thread at its share of it would stop accepting and
-             * leave new connections waiting in the backlog instead. */
-            shutdown(c->fd, SHUT_RDWR);
-            c->cut = 1;
-        }
-        s->nconns++;
+        char peer[INET6_ADDRSTRLEN];
+        svc_head_peer(conn, peer, sizeof peer);
+        /* without a record the connection goes without deadlines */
+        *socket_context = ci != NULL ? svc_conns_open(s->conns, ci->connect_fd, peer) : NULL;
         svc_gauge_add(s->m_conns, 1);
-        if (s->per_ip_limit > 0) {
-            /* Up to per_ip_limit more are taken, for a reserved route or a
-             * 503 within OVER_HEAD_MS; past twice the limit the connection
-             * is shut at once, so that one address cannot hold the
-             * server's threads. */
-            unsigned same = 0;
-            for (const svc_conn *o = s->conns; o != NULL && same < 2 * s->per_ip_limit; o = o->next)
-                same += strcmp(o->ip, c->ip) == 0 && !o->cut;
-            c->over = same >= s->per_ip_limit;
-            if (same >= 2 * s->per_ip_limit) {
-                shutdown(c->fd, SHUT_RDWR);
-                c->cut = 1;
-            }
-        }
-        c->next = s->conns;
-        if (s->conns != NULL)
-            s->conns->prev = c;
-        s->conns = c;
-        pthread_mutex_unlock(&s->conns_mu);
-        *socket_context = c;
-    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && c != NULL) {
-        pthread_mutex_lock(&s->conns_mu);
-        if (c->prev != NULL)
-            c->prev->next = c->next;
-        else
-            s->conns = c->next;
-        if (c->next != NULL)
-            c->next->prev = c->prev;
-        s->nconns--;
-        svc_gauge_add(s->m_conns, -1);
-        pthread_mutex_unlock(&s->conns_mu);
-        free(c);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        svc_conns_close(s->conns, *socket_context);
         *socket_context = NULL;
+        svc_gauge_add(s->m_conns, -1);
     }
 }
 
@@ -276,71 +221,6 @@ static svc_conn *conn_of(struct MHD_Connection *conn)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci != NULL ? ci->socket_context : NULL;
-}
-
-/* 1 if the request's connection opened while its address already held
- * per_ip_limit others. */
-static int conn_over_limit(svc_server *s, struct MHD_Connection *conn)
-{
-    svc_conn *c = conn_of(conn);
-    if (c == NULL)
-        return 0;
-    pthread_mutex_lock(&s->conns_mu);
-    int over = c->over;
-    pthread_mutex_unlock(&s->conns_mu);
-    return over;
-}
-
-/* Marks the connection's request as with the application (busy: its
- * headers are complete) or as completed (its deadline starts again). */
-static void conn_set_busy(svc_server *s, struct MHD_Connection *conn, int busy)
-{
-    svc_conn *c = conn_of(conn);
-    if (c == NULL)
-        return;
-    pthread_mutex_lock(&s->conns_mu);
-    c->busy = busy;
-    if (!busy)
-        c->since = svc_now_mono_ms();
-    pthread_mutex_unlock(&s->conns_mu);
-}
-
-/* Shuts down (never closes: the descriptor stays MHD's) every connection
- * that has gone without a complete request head for longer than the
- * timeout; MHD's thread for it then sees the end of the stream and closes
- * it. The lock keeps MHD from closing the descriptor in between. */
-static void *watchdog_main(void *arg)
-{
-    svc_server *s = arg;
-    pthread_mutex_lock(&s->conns_mu);
-    while (!s->stopping) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += WATCHDOG_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        int rc = 0;
-        while (!s->stopping && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&s->conns_cv, &s->conns_mu, &ts);
-        int64_t now = svc_now_mono_ms();
-        int cut = 0;
-        char ip[INET6_ADDRSTRLEN] = "";
-        for (svc_conn *c = s->conns; c != NULL && !s->stopping; c = c->next) {
-            if (c->busy || c->cut ||
-                now - c->since <= (c->over ? OVER_HEAD_MS : s->head_timeout_ms))
-                continue;
-            shutdown(c->fd, SHUT_RDWR);
-            c->cut = 1;
-            if (cut++ == 0)
-                memcpy(ip, c->ip, sizeof ip);
-        }
-        if (cut > 0)
-            svc_info("http: closed %d connection%s (first from %s) that sent no complete "
-                     "request head in %lld s", cut, cut == 1 ? "" : "s", ip,
-                     (long long)(s->head_timeout_ms / 1000));
-    }
-    pthread_mutex_unlock(&s->conns_mu);
-    return NULL;
 }
 
 /* ---- routing ---------------------------------------------------------- */
@@ -433,8 +313,15 @@ static int queue_response(svc_req *r, int status, const char *ctype, struct MHD_
 {
     r->status = status;
     int ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
-    for (reply_header *h = r->headers; h != NULL; h = h->next)
+    int sniff = 0;
+    for (reply_header *h = r->headers; h != NULL; h = h->next) {
         ok &= MHD_add_response_header(resp, h->name, h->value) == MHD_YES;
+        sniff |= strcasecmp(h->name, "X-Content-Type-Options") == 0;
+    }
+    /* Every answer means its Content-Type: a browser must not read JSON or
+     * a tenant's bytes as HTML or script. */
+    if (!sniff)
+        ok &= MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff") == MHD_YES;
     if (r->deferred) {
         /* A suspended connection takes no reply: it is held until the
          * connection's thread sees the resume (flush_pending). */
@@ -775,10 +662,21 @@ static int is_json_content_type(const char *ct)
     return c == '\0' || c == ';' || c == ' ' || c == '\t';
 }
 
-/* The body limit of the request's route (the server's unless it sets one). */
+/* The body limit of the request's route: a JSON body's is max_json_body
+ * (max_body on a bulk route), a streamed or raw body's the route's own or
+ * max_body. */
 static size_t req_max_body(const svc_req *r)
 {
-    return r->streamed && r->route->max_body > 0 ? r->route->max_body : r->srv->max_body;
+    const svc_route *rt = r->route;
+    if (rt->json_body && !r->streamed)
+        return rt->json_bulk ? r->srv->max_body : r->srv->max_json_body;
+    return rt->max_body > 0 ? rt->max_body : r->srv->max_body;
+}
+
+/* 1 if the route takes a body of some kind. */
+static int route_takes_body(const svc_route *rt)
+{
+    return rt->json_body || rt->body != NULL || rt->raw_body;
 }
 
 static int too_large(svc_req *r)
@@ -788,208 +686,22 @@ static int too_large(svc_req *r)
                            "request body exceeds the limit of %zu bytes", req_max_body(r));
 }
 
-typedef struct {
-    const char *name;
-    int n;
-} header_count;
-
-static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                    const char *value)
-{
-    (void)kind;
-    (void)value;
-    header_count *hc = cls;
-    if (key != NULL && strcasecmp(key, hc->name) == 0)
-        hc->n++;
-    return MHD_YES;
-}
-
-static int header_times(svc_req *r, const char *name)
-{
-    header_count hc = {name, 0};
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, &hc);
-    return hc.n;
-}
-
-/* Refuses a request head that is too large or whose body length is
- * ambiguous: two Content-Lengths (MHD reads the first), Content-Length
- * beside Transfer-Encoding (MHD follows the latter), or a transfer coding
- * other than chunked (MHD would read the body until the connection
- * closes). MHD itself answers a malformed Content-Length with 400 and one
- * over 2^64 with 413. Returns 1 when it has replied. */
-static int req_refuse_head(svc_req *r)
-{
-    if (r->too_many_args) {
-        svc_reply_error(r, 414, "uri_too_long", NULL, NULL,
-                        "the request target has more than %d query parameters", MAX_QUERY_ARGS);
-        return 1;
-    }
-    if (r->srv->max_header > 0 && r->raw_len > r->srv->max_header) {
-        svc_reply_error(r, 414, "uri_too_long", NULL, NULL,
-                        "the request target takes %zu bytes, over the limit of %zu",
-                        r->raw_len, r->srv->max_header);
-        return 1;
-    }
-    if (r->srv->max_header > 0) {
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
-        if (ci != NULL && ci->header_size > r->srv->max_header) {
-            svc_reply_error(r, 431, "headers_too_large", NULL, NULL,
-                            "the request line and headers take %zu bytes, over the limit of %zu",
-                            ci->header_size, r->srv->max_header);
-            return 1;
-        }
-    }
-    int ncl = header_times(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    int nte = header_times(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    const char *te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    const char *why = NULL;
-    if (ncl > 1)
-        why = "more than one Content-Length header";
-    else if (nte > 0 && ncl > 0)
-        why = "both Content-Length and Transfer-Encoding";
-    else if (nte > 1 || (te != NULL && strcasecmp(te, "chunked") != 0))
-        why = "a transfer coding other than chunked";
-    if (why == NULL)
-        return 0;
-    svc_reply_error(r, 400, "bad_request", NULL, NULL, "the request has %s", why);
-    return 1;
-}
-
-/* 1 if s is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
- * nothing above U+10FFFF), as jansson and PostgreSQL require. */
-static int utf8_valid(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p != '\0') {
-        unsigned c = *p++;
-        int more;
-        unsigned min;
-        if (c < 0x80)
-            continue;
-        if (c >= 0xc2 && c <= 0xdf)
-            more = 1, min = 0x80, c &= 0x1f;
-        else if (c >= 0xe0 && c <= 0xef)
-            more = 2, min = 0x800, c &= 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4)
-            more = 3, min = 0x10000, c &= 0x07;
-        else
-            return 0;
-        for (; more > 0; more--, p++) {
-            if ((*p & 0xc0) != 0x80)
-                return 0;
-            c = (c << 6) | (*p & 0x3f);
-        }
-        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-            return 0;
-    }
-    return 1;
-}
-
-/* 1 if name is an RFC 9110 token (what a header field name must be). */
-static int is_token(const char *name)
-{
-    static const char tchar[] = "!#$%&'*+-.^_`|~0123456789"
-                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    return name[0] != '\0' && strspn(name, tchar) == strlen(name);
-}
-
-/* 1 if name is longer than one of the headers that frame a request but
- * starts with it: libmicrohttpd 0.9.75 appends an obsolete line folding
- * ("Transfer-Encoding: identity\r\n chunked") to the header's name, so a
- * folded framing header would silently vanish here while a proxy in front
- * reads it. */
-static int is_folded_framing(const char *name)
-{
-    static const char *const framing[] = {"Transfer-Encoding", "Content-Length", "Host", NULL};
-    for (int i = 0; framing[i] != NULL; i++) {
-        size_t n = strlen(framing[i]);
-        if (strlen(name) > n && strncasecmp(name, framing[i], n) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-static enum MHD_Result find_bad_name(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value)
-{
-    (void)kind;
-    (void)value;
-    const char **bad = cls;
-    if (key != NULL && is_token(key) && !is_folded_framing(key))
-        return MHD_YES;
-    *bad = key != NULL ? key : "";
-    return MHD_NO;
-}
-
-/* Refuses what a proxy in front could read differently from us (request
- * smuggling) and what would silently change meaning: an HTTP/1.1 request
- * without exactly one Host (RFC 9112 3.2), a header name that is not a
- * token (libmicrohttpd keeps "Transfer-Encoding " with its space, so the
- * header would be ignored here and obeyed elsewhere), and a NUL (%00) in
- * the target, which decoding would turn into a silent truncation of the
- * path or of a query value. Returns 1 when it has replied. */
-static int req_refuse_syntax(svc_req *r)
-{
-    const char *bad = NULL;
-    int hosts = header_times(r, MHD_HTTP_HEADER_HOST);
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, find_bad_name, &bad);
-    if (bad != NULL)
-        svc_reply_error(r, 400, "bad_request", NULL, NULL,
-                        "header name '%.64s' is not a token, or a header was folded over "
-                        "lines (no spaces before the colon, no line folding)", bad);
-    else if (hosts > 1 || (r->http11 && hosts == 0))
-        svc_reply_error(r, 400, "bad_request", NULL, NULL,
-                        "an HTTP/1.1 request needs exactly one Host header");
-    else if (r->raw_nul)
-        svc_reply_error(r, 400, "bad_request", NULL, NULL,
-                        "the request target contains a NUL character (%%00)");
-    return r->status != 0;
-}
-
-typedef struct {
-    const char *bad; /* name of the first query parameter that is not UTF-8 */
-} query_check;
-
-static enum MHD_Result check_query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
-                                       const char *value)
-{
-    (void)kind;
-    query_check *qc = cls;
-    if ((key != NULL && !utf8_valid(key)) || (value != NULL && !utf8_valid(value))) {
-        qc->bad = key != NULL && utf8_valid(key) ? key : "";
-        return MHD_NO;
-    }
-    return MHD_YES;
-}
-
-/* Handlers get text that is UTF-8 throughout, so that no path or query
- * value can fail later in jansson or PostgreSQL (a 5xx, or a filter
- * silently dropped). Returns 1 when it has replied. */
-static int req_refuse_non_utf8(svc_req *r)
-{
-    if (!utf8_valid(r->path)) {
-        svc_reply_error(r, 404, "not_found", NULL, NULL, "no such resource (path not UTF-8)");
-        return 1;
-    }
-    query_check qc = {NULL};
-    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, check_query_arg, &qc);
-    if (qc.bad == NULL)
-        return 0;
-    svc_reply_error(r, 400, "invalid_argument", qc.bad[0] ? qc.bad : NULL, NULL,
-                    "query parameter %s is not valid UTF-8", qc.bad[0] ? qc.bad : "(name)");
-    return 1;
-}
-
 /* First call: headers only. Everything that can be refused without the
  * body is refused here, so a refused body is never buffered (after a reply
  * to a POST or PUT, MHD closes the connection rather than read it). */
 static void req_begin(svc_req *r)
 {
     char allow[64];
-    if (req_refuse_head(r) || req_refuse_syntax(r) || req_refuse_non_utf8(r))
+    svc_head_refusal no;
+    svc_head_facts facts = {.http11 = r->http11, .raw_nul = r->raw_nul,
+                            .too_many_args = r->too_many_args, .max_args = MAX_QUERY_ARGS,
+                            .raw_len = r->raw_len, .max_header = r->srv->max_header,
+                            .path = r->path};
+    if (svc_head_refuse(r->conn, &facts, &no)) {
+        svc_reply_error(r, no.status, no.code, no.field[0] ? no.field : NULL, NULL, "%s",
+                        no.message);
         return;
+    }
     r->route = route_find(r, allow, sizeof allow);
     if (r->route == NULL) {
         if (allow[0] != '\0') {
@@ -1002,7 +714,7 @@ static void req_begin(svc_req *r)
         }
         return;
     }
-    if (!r->route->reserved && conn_over_limit(r->srv, r->conn)) {
+    if (!r->route->reserved && svc_conns_over(r->srv->conns, r->sc)) {
         svc_info("http: %s %s from %s refused: over %u connections from that address",
                  r->method, r->path, r->ip, r->srv->per_ip_limit);
         svc_reply_header(r, "Retry-After", "1");
@@ -1012,10 +724,29 @@ static void req_begin(svc_req *r)
                         r->ip, r->srv->per_ip_limit);
         return;
     }
+    /* A route that takes no body refuses one before a byte of it is read:
+     * nothing holds a connection, or memory, by sending one. */
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    int has_te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                             MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
+    if (!route_takes_body(r->route) && (has_te || (cl != NULL && strtoull(cl, NULL, 10) > 0))) {
+        svc_reply_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+        svc_reply_error(r, 413, "payload_too_large", NULL, NULL, "%s %s takes no request body",
+                        r->method, r->route->pattern);
+        return;
+    }
     /* Who may call is decided from the head: a caller that may not gets its
-     * answer before a byte of the body is read or parsed. */
-    if (r->route->access != 0 && r->srv->authorize != NULL &&
-        r->srv->authorize(r, r->route->access) != 0) {
+     * answer before a byte of the body is read or parsed. Access 0 never
+     * gets here (svc_server_start refuses such a table); an access the
+     * server cannot check is refused. */
+    if (r->route->access != SVC_ACCESS_PUBLIC &&
+        (r->srv->authorize == NULL || r->route->access == 0)) {
+        svc_reply_error(r, 403, "forbidden", NULL, NULL, "%s %s is not open to anyone",
+                        r->method, r->route->pattern);
+        return;
+    }
+    if (r->route->access != SVC_ACCESS_PUBLIC && r->srv->authorize(r, r->route->access) != 0) {
         if (r->status == 0)
             svc_reply_error(r, 500, "internal", NULL, NULL, "the access check did not reply");
         return;
@@ -1035,18 +766,18 @@ static void req_begin(svc_req *r)
                         r->route->body_type ? r->route->body_type : "");
         return;
     }
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL) {
-        /* MHD has already refused a malformed Content-Length. */
+        /* MHD has already refused a malformed Content-Length. No memory is
+         * taken for what it announces: the buffer grows as bytes come. */
         unsigned long long n = strtoull(cl, NULL, 10);
         if (n > req_max_body(r)) {
             too_large(r);
             return;
         }
-        if (n > 0 && !r->streamed && (r->body = malloc((size_t)n + 1)) != NULL)
-            r->body_cap = (size_t)n + 1;
+        r->body_want = (size_t)n;
     }
+    if (r->route->head != NULL && r->route->head(r) != 0 && r->status == 0)
+        svc_reply_error(r, 500, "internal", NULL, NULL, "the head check did not reply");
 }
 
 /* Appends a piece of the body: 0, 1 when the total passed max_body (the
@@ -1064,6 +795,8 @@ static int req_body_append(svc_req *r, const char *data, size_t n)
         size_t cap = r->body_cap ? r->body_cap : 4096;
         while (cap < r->body_len + n + 1)
             cap *= 2;
+        if (r->body_want > 0 && cap > r->body_want + 1 && r->body_len + n <= r->body_want)
+            cap = r->body_want + 1; /* the last growth: exactly what was announced */
         if (cap > req_max_body(r) + 1)
             cap = req_max_body(r) + 1;
         char *p = realloc(r->body, cap);
@@ -1092,8 +825,27 @@ static void req_finish(svc_req *r)
                             "the request body is empty; a JSON object is expected");
             return;
         }
+        /* An array is no request: refused before a value of it is built. */
+        size_t lead = strspn(r->body, " \t\r\n");
+        if (lead < r->body_len && r->body[lead] == '[') {
+            svc_reply_error(r, 400, "invalid_json", NULL, NULL,
+                            "the request body must be a JSON object");
+            return;
+        }
         json_error_t jerr;
-        r->json = svc_json_parse(r->body, r->body_len, &jerr);
+        svc_json_limits lim = r->srv->json;
+        lim.fields = r->route->json_fields;
+        svc_json_over over;
+        r->json = svc_json_parse_limits(r->body, r->body_len, &lim, &jerr, &over);
+        if (r->json == NULL && over == SVC_JSON_OVER_FIELD) {
+            svc_reply_error(r, 400, "invalid_argument", jerr.source, NULL, "%s", jerr.text);
+            return;
+        }
+        if (r->json == NULL && over != SVC_JSON_WITHIN) {
+            svc_reply_error(r, 413, "payload_too_large", NULL, NULL, "%s (byte %d)", jerr.text,
+                            jerr.position);
+            return;
+        }
         if (r->json == NULL) {
             svc_reply_error(r, 400, "invalid_json", NULL, NULL,
                             "invalid JSON: %s (line %d, column %d, byte %d)", jerr.text,
@@ -1161,17 +913,19 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         r->path = strdup(url);
         if (r->method == NULL || r->path == NULL)
             return MHD_NO;
-        client_ip(conn, r->ip, sizeof r->ip);
-        conn_set_busy(r->srv, conn, 1);
+        r->sc = conn_of(conn);
+        svc_head_client(conn, r->srv->trusted, r->ip, sizeof r->ip);
+        svc_conns_head(r->srv->conns, r->sc);
         req_begin(r);
         return r->status == 0 || r->queued ? MHD_YES : MHD_NO;
     }
     if (*upload_size > 0) {
         size_t n = *upload_size;
         *upload_size = 0;
+        svc_conns_body(r->srv->conns, r->sc, n);
         if (r->status != 0)
             return MHD_YES; /* refused from the headers; MHD drops the rest */
-        if (!r->over_limit && r->streamed) {
+        if (!r->over_limit && r->streamed && !r->body_cut) {
             /* A streamed body goes to the route piece by piece. */
             if (n > req_max_body(r) - r->body_len) {
                 r->over_limit = 1;
@@ -1182,7 +936,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                 return MHD_YES;
             }
         }
-        if (!r->over_limit) {
+        if (!r->over_limit && !r->body_cut) {
             int rc = req_body_append(r, upload_data, n);
             if (rc < 0) {
                 svc_error("http: out of memory reading the body of %s %s", r->method, r->path);
@@ -1193,18 +947,25 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             n = 0;
         }
         /* Past the limit (only a chunked body gets here: a Content-Length
-         * was checked first). libmicrohttpd 0.9.75 takes no reply in the
-         * middle of a body, so the next bytes are discarded unbuffered and
-         * the 413 goes out at the last call; a body that keeps coming
-         * beyond DRAIN_MAX gets its connection closed instead. */
+         * was checked first), or cut by its route. libmicrohttpd 0.9.75
+         * takes no reply in the middle of a body, so the next bytes are
+         * discarded unbuffered and the answer goes out at the last call; a
+         * body that keeps coming beyond DRAIN_MAX gets its connection
+         * closed instead. */
         r->drained += n;
         if (r->drained > DRAIN_MAX) {
-            svc_info("http: closing %s %s from %s: body over %zu bytes", r->method, r->path,
-                     r->ip, req_max_body(r));
+            if (r->body_cut)
+                svc_info("http: closing %s %s from %s: the rest of its body was refused",
+                         r->method, r->path, r->ip);
+            else
+                svc_info("http: closing %s %s from %s: body over %zu bytes", r->method, r->path,
+                         r->ip, req_max_body(r));
             return MHD_NO;
         }
         return MHD_YES;
     }
+    if (!r->deferred)
+        svc_conns_app(r->srv->conns, r->sc); /* the body is in: no deadline */
     if (r->status == 0 && !r->deferred)
         req_finish(r);
     if (r->deferred)
@@ -1296,7 +1057,8 @@ static void metrics_register(svc_server *s, svc_metrics *m)
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    conn_set_busy(cls, conn, 0);
+    svc_server *s = cls;
+    svc_conns_idle(s->conns, conn_of(conn));
     svc_req *r = *con_cls;
     if (r == NULL)
         return;
@@ -1379,6 +1141,11 @@ json_t *svc_req_json(svc_req *req) { return req->json; }
 int svc_req_streamed(svc_req *req) { return req->streamed; }
 const char *svc_req_client_ip(svc_req *req) { return req->ip; }
 void *svc_req_user(svc_req *req) { return req->user; }
+
+void svc_req_cut_body(svc_req *req)
+{
+    req->body_cut = 1;
+}
 
 void svc_req_on_free(svc_req *req, void (*fn)(void *), void *arg)
 {
@@ -1474,6 +1241,38 @@ static int listen_parse(const char *s, char *host, size_t hlen, char *port, size
     return 0;
 }
 
+/* GnuTLS's certificate callback: the pair of the server the handshake's
+ * connection belongs to (libmicrohttpd sets the session's pointer to the
+ * connection, whose socket context is its svc_conn). */
+static int tls_retrieve(gnutls_session_t session, const gnutls_datum_t *req_ca_dn, int nreqs,
+                        const gnutls_pk_algorithm_t *pk_algos, int pk_algos_length,
+                        gnutls_pcert_st **pcert, unsigned int *pcert_length, gnutls_privkey_t *pkey)
+{
+    (void)req_ca_dn, (void)nreqs, (void)pk_algos, (void)pk_algos_length;
+    struct MHD_Connection *conn = gnutls_session_get_ptr(session);
+    svc_server *s = conn != NULL ? svc_conns_owner(conn_of(conn)) : NULL;
+    return s != NULL && svc_tls_current(s->tls, pcert, pcert_length, pkey) == 0 ? 0 : -1;
+}
+
+/* 0 when every route declares who may call it (access fails closed: a
+ * route left at 0 is a mistake, not a public route); -1 with err. */
+static int routes_check(const svc_server_opts *o, char *err, size_t errlen)
+{
+    for (const svc_route *rt = o->routes; rt->method != NULL; rt++) {
+        if (rt->access == 0) {
+            snprintf(err, errlen, "route %s %s declares no access (SVC_ACCESS_PUBLIC or a role)",
+                     rt->method, rt->pattern);
+            return -1;
+        }
+        if (rt->access != SVC_ACCESS_PUBLIC && o->authorize == NULL) {
+            snprintf(err, errlen, "route %s %s needs an authorize callback", rt->method,
+                     rt->pattern);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errlen)
 {
     char dummy[1];
@@ -1486,6 +1285,14 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
         listen_parse(opts->listen, host, sizeof host, port, sizeof port) < 0) {
         snprintf(err, errlen, "bad listen address '%s' (want HOST:PORT)",
                  opts && opts->listen ? opts->listen : "");
+        return NULL;
+    }
+    if (routes_check(opts, err, errlen) != 0)
+        return NULL;
+    char perr[160];
+    svc_cidrs *trusted = svc_cidrs_parse(opts->trusted_proxies, perr, sizeof perr);
+    if (trusted == NULL) {
+        snprintf(err, errlen, "trusted proxies: %s", perr);
         return NULL;
     }
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -1507,27 +1314,46 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
     svc_server *s = calloc(1, sizeof *s);
     if (s == NULL) {
         freeaddrinfo(ai);
+        svc_cidrs_free(trusted);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     s->routes = opts->routes;
     s->max_body = opts->max_body;
+    s->max_json_body = opts->max_json_body > 0 && opts->max_json_body < opts->max_body
+                           ? opts->max_json_body : opts->max_body;
+    s->json = (svc_json_limits){.max_depth = opts->json_max_depth,
+                                .max_values = opts->json_max_values};
     s->max_header = opts->max_header;
     s->per_ip_limit = opts->per_ip_limit;
     s->authorize = opts->authorize;
+    s->trusted = trusted;
+    s->tls = opts->tls;
     unsigned timeout_s = opts->conn_timeout_s ? opts->conn_timeout_s : 30u;
     unsigned max_conns = opts->max_connections ? opts->max_connections : 1024u;
-    s->head_timeout_ms = (int64_t)timeout_s * 1000;
-    s->max_conns = max_conns;
     s->app = opts->app;
+    svc_conns_opts co = {
+        .max_conns = max_conns,
+        .per_ip = opts->per_ip_limit,
+        .over_per_ip = RESERVED_PER_IP,
+        .over_share = max_conns / RESERVED_SHARE_DIV > 2 * RESERVED_PER_IP
+                          ? max_conns / RESERVED_SHARE_DIV : 2 * RESERVED_PER_IP,
+        .head_ms = (int64_t)timeout_s * 1000,
+        .over_head_ms = OVER_HEAD_MS,
+        .body_ms = (int64_t)(opts->body_timeout_s ? opts->body_timeout_s : 30u) * 1000,
+        .body_min_rate = opts->body_min_rate ? opts->body_min_rate : (size_t)16 << 10,
+        .uncounted = trusted,
+        .owner = s,
+    };
+    if ((s->conns = svc_conns_new(&co, err, errlen)) == NULL) {
+        freeaddrinfo(ai);
+        svc_cidrs_free(trusted);
+        free(s);
+        return NULL;
+    }
     metrics_register(s, opts->metrics);
     atomic_store(&s->starting, 1);
     pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->conns_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&s->conns_mu, NULL);
     pthread_mutex_init(&s->susp_mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1567,6 +1393,8 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
         flags |= MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
     if (pick->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    if (s->tls != NULL)
+        flags |= MHD_USE_TLS;
     /* MHD binds the address itself (SO_REUSEADDR, and the listen socket is
      * unambiguously its own to close); the port argument only names it in
      * MHD's messages. */
@@ -1581,29 +1409,23 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_THREAD_POOL_SIZE, pool_threads,
+        /* the certificate comes from the callback, so that a reload
+         * (svc_tls_reload) reaches new handshakes without a restart */
+        s->tls != NULL ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, tls_retrieve,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     atomic_store(&s->starting, 0);
     if (s->mhd == NULL) {
         snprintf(err, errlen, "cannot listen on %s%s%s", opts->listen,
                  s->start_err[0] ? ": " : "", s->start_err);
-        goto fail;
+        svc_conns_free(s->conns);
+        svc_cidrs_free(s->trusted);
+        pthread_cond_destroy(&s->susp_cv);
+        pthread_mutex_destroy(&s->susp_mu);
+        free(s);
+        return NULL;
     }
-    int e = pthread_create(&s->watchdog, NULL, watchdog_main, s);
-    if (e != 0) {
-        snprintf(err, errlen, "cannot start the connection watchdog: %s", strerror(e));
-        MHD_stop_daemon(s->mhd);
-        goto fail;
-    }
-    s->watchdog_started = 1;
     return s;
-fail:
-    pthread_cond_destroy(&s->conns_cv);
-    pthread_mutex_destroy(&s->conns_mu);
-    pthread_cond_destroy(&s->susp_cv);
-    pthread_mutex_destroy(&s->susp_mu);
-    free(s);
-    return NULL;
 }
 
 int svc_server_port(const svc_server *s)
@@ -1618,13 +1440,6 @@ void svc_server_stop(svc_server *s)
 {
     if (s == NULL)
         return;
-    if (s->watchdog_started) {
-        pthread_mutex_lock(&s->conns_mu);
-        s->stopping = 1;
-        pthread_cond_signal(&s->conns_cv);
-        pthread_mutex_unlock(&s->conns_mu);
-        pthread_join(s->watchdog, NULL);
-    }
     /* Suspended requests get SUSPEND_DRAIN_MS for the application to answer
      * them; the connections of those it did not are closed, as MHD can stop
      * only with none suspended. */
@@ -1644,9 +1459,11 @@ void svc_server_stop(svc_server *s)
     while (s->deferred != NULL)
         deferred_unlink(s, s->deferred);
     pthread_mutex_unlock(&s->susp_mu);
-    MHD_stop_daemon(s->mhd); /* joins every connection thread */
-    pthread_cond_destroy(&s->conns_cv);
-    pthread_mutex_destroy(&s->conns_mu);
+    MHD_stop_daemon(s->mhd); /* joins every connection thread, closes every connection */
+    svc_conns_free(s->conns);
+    s->conns = NULL;
+    svc_cidrs_free(s->trusted);
+    s->trusted = NULL;
     /* Requests closed that way are still the application's until it calls
      * svc_req_resume, which takes susp_mu: the server stays (a leak at a
      * stop that is about to end the process) rather than be freed under

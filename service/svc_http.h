@@ -1,11 +1,16 @@
 /* svc_http.h — the HTTP server both daemons are built on (libmicrohttpd):
  * one route table, JSON bodies read raw and parsed once centrally, one reply
  * helper and one error helper so every answer has the same shape, a body
- * limit enforced before the body is read, and the limits that keep hostile
- * clients from holding the server: a deadline for request headers (a client
- * that trickles them is cut off), connection limits per client IP and in
- * all, a header size limit, and framing checks (one Content-Length, no
- * Content-Length beside chunked, no other transfer coding).
+ * limit enforced before the body is read (a JSON body has its own, and
+ * limits of depth, values and top-level names checked before any value is
+ * built: svc_json.h), no body at all on a route that takes none, and the
+ * limits that keep hostile clients from holding the server: deadlines for
+ * the request head and body (a client that trickles them is cut off),
+ * connection limits per client address (an IPv6 /64) and in all, a header
+ * size limit, and framing checks (one Content-Length, no Content-Length
+ * beside chunked, no other transfer coding). Every route declares who may
+ * call it: a route that does not keeps the server from starting.
+ * TLS when a certificate is given (svc_tls.h).
  * Handlers run either on a thread per connection, where they may block, or
  * on a fixed pool of threads polling every connection (epoll), where a
  * request that waits is suspended (svc_req_suspend) and costs no thread.
@@ -21,7 +26,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "svc_json.h"
 #include "svc_metrics.h"
+#include "svc_tls.h"
 
 typedef struct svc_server svc_server;
 typedef struct svc_req svc_req;
@@ -32,9 +39,19 @@ typedef int (*svc_handler)(svc_req *req);
 
 /* Takes one piece of a streamed body (svc_route.body), in order, after the
  * head's checks and the access check passed. Returns 0 to go on, or non-zero
- * to stop: the rest of the body is read and dropped, and the handler still
- * runs at the end and answers (it knows from its own state what failed). */
+ * to stop: the rest of the body is read and dropped (see svc_req_cut_body
+ * for a body not worth reading on), and the handler still runs at the end
+ * and answers (it knows from its own state what failed). */
 typedef int (*svc_body_fn)(svc_req *req, const char *data, size_t n);
+
+/* Looks at a request's head once every check of the server passed (the
+ * access check and the body limit included), before a byte of its body is
+ * read: 0 to go on, or -1 after replying, and the body is never read. */
+typedef int (*svc_head_fn)(svc_req *req);
+
+/* svc_route.access of a route anyone may call. 0 is no declaration: a
+ * route table with one does not start (access fails closed). */
+#define SVC_ACCESS_PUBLIC (-1)
 
 typedef struct svc_route {
     const char *method;   /* "GET", "POST", "DELETE" */
@@ -42,18 +59,31 @@ typedef struct svc_route {
     svc_handler handler;
     int json_body;        /* 1: the body must be application/json and parse to
                              an object, else 415/400 before the handler runs */
-    int access;           /* who may call it, in the application's terms; when
-                             not 0 the server's authorize callback decides from
-                             the request head, before a byte of the body is read */
+    int access;           /* who may call it: SVC_ACCESS_PUBLIC, or a value in
+                             the application's terms for which the server's
+                             authorize callback decides from the request head,
+                             before a byte of the body is read */
     int reserved;         /* 1: served even on a connection over the per-IP
                              limit (health checks, cluster traffic), so that
-                             clients on the same address cannot crowd it out */
+                             clients on the same address cannot crowd it out
+                             (within a small allowance per address) */
     svc_body_fn body;     /* set: the body is streamed to it, never buffered
                              (on a json_body route: only a body of body_type;
                              svc_req_streamed says which came) */
     const char *body_type;/* the Content-Type a streamed body must have (415) */
-    size_t max_body;      /* bytes of a streamed body; 0: the server's max_body
-                             (a JSON body always has the server's) */
+    size_t max_body;      /* bytes of a streamed or raw body; 0: the server's
+                             max_body (a JSON body has max_json_body, or
+                             max_body when json_bulk) */
+    svc_head_fn head;     /* set: decides from the head (a limit of the
+                             caller's own, say) before the body is read */
+    int raw_body;         /* 1: the body is buffered as it is (svc_req_body).
+                             A route with none of json_body, body and raw_body
+                             takes no body: one is refused (413) at the head */
+    const char *const *json_fields; /* NULL-terminated names the top-level
+                             object may have; another is a 400 naming it,
+                             before its value is parsed. NULL: any */
+    int json_bulk;        /* 1: a JSON body may take max_body (a node's
+                             batched report), not only max_json_body */
 } svc_route;
 
 /* Decides from the head whether the caller may use a route whose access is
@@ -65,15 +95,32 @@ typedef struct svc_server_opts {
     const char *listen;          /* "127.0.0.1:8080"; port 0 picks a free one */
     const svc_route *routes;     /* terminated by a route with method NULL */
     size_t max_body;             /* bytes; larger bodies get 413 unread */
+    size_t max_json_body;        /* bytes of a JSON body; 0 => max_body */
+    unsigned json_max_depth;     /* svc_json_limits; 0 => SVC_JSON_MAX_DEPTH */
+    size_t json_max_values;      /* 0 => SVC_JSON_MAX_VALUES */
     unsigned conn_timeout_s;     /* a connection idle this long is closed, and
                                     so is one whose request line and headers
                                     are not complete this long after it opened
                                     or after its previous request ended, however
                                     steadily they trickle in; 0 => 30 */
-    unsigned per_ip_limit;       /* max connections per client IP; a request on
-                                    one more gets 503 with Retry-After and the
-                                    connection is closed, unless its route is
-                                    reserved; 0 => none */
+    unsigned body_timeout_s;     /* a request body must come in windows of this
+                                    long, each bringing body_min_rate bytes a
+                                    second (or the body's end), else the
+                                    connection is closed; 0 => 30 */
+    size_t body_min_rate;        /* bytes a second; 0 => 16 KiB */
+    unsigned per_ip_limit;       /* max connections per client address (an
+                                    IPv6 /64); a request on one more gets 503
+                                    with Retry-After and the connection is
+                                    closed, unless its route is reserved (a
+                                    few more per address, a bounded share in
+                                    all); 0 => none */
+    const char *trusted_proxies; /* "CIDR[,CIDR...]": peers whose
+                                    X-Forwarded-For names the client
+                                    (svc_req_client_ip, limits, logs); their
+                                    connections are not capped per address.
+                                    NULL or "": none */
+    svc_tls *tls;                /* NULL: plain HTTP; else HTTPS with its
+                                    certificate (borrowed: outlives the server) */
     unsigned max_connections;    /* 0 => 1024; more are closed at once */
     size_t max_header;           /* bytes of request line + headers; larger
                                     get 431 (JSON); 0 => only libmicrohttpd's
@@ -111,10 +158,17 @@ int svc_req_streamed(svc_req *req);       /* 1: the body went to route->body */
 const char *svc_req_body(svc_req *req, size_t *len);
 /* "Bearer X" from Authorization: returns X, or NULL. */
 const char *svc_req_bearer(svc_req *req);
+/* The client's address: the peer's, or behind a trusted proxy the one its
+ * X-Forwarded-For names. Per-address limits count by svc_addr_key_of it. */
 const char *svc_req_client_ip(svc_req *req);
 /* Per-request slot for the application (e.g. the authenticated tenant),
  * made by svc_req_user_alloc. */
 void *svc_req_user(svc_req *req);
+/* From a body callback that stops (svc_body_fn): the rest of the body is
+ * not worth reading either. What still comes is dropped, at most 1 MiB of
+ * it, so that a sender that stops soon still gets the handler's answer;
+ * past that the connection is closed. */
+void svc_req_cut_body(svc_req *req);
 /* Calls fn(arg) when the request ends, whatever happened (reply sent,
  * client gone mid-body): where a streamed body's partial state is dropped.
  * One per request; a second call replaces the first. */

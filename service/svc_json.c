@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "svc_dtoa.h"
 #include "svc_util.h"
 
 /* Tag of a compact array: [TAG, count, "elements text"]. The NUL byte is
@@ -27,9 +28,14 @@ static const char TAG[] = "\0kowloon.numbers";
 #define TAG_LEN (sizeof TAG - 1)
 
 #define NONCE_HEX 32
-/* Deeper than jansson's JSON_PARSER_MAX_DEPTH: past it jansson refuses the
- * document anyway, so the scan stops following containers. */
-#define SCAN_MAX_DEPTH 4096
+/* Containers the scan keeps a frame for (keys, indices: paths in messages,
+ * keys told from values). The frames are a fixed array, so that the scan
+ * allocates nothing per level however deep a text nests; deeper levels are
+ * only counted (a parse with limits never gets there: SVC_JSON_DEPTH_CAP). */
+#define SCAN_TRACK SVC_JSON_DEPTH_CAP
+/* Longest raw member name unescaped to be checked against the known fields;
+ * a longer one names none of them. */
+#define FIELD_RAW_MAX 1024
 
 enum { NUM_OK = 0, NUM_OVERFLOW = 1, NUM_UNDERFLOW = 2 };
 
@@ -50,12 +56,18 @@ typedef struct scan {
     size_t len;
     span *spans;
     size_t nspans, cap;
-    frame *stack;
-    size_t depth, stack_cap;
+    frame stack[SCAN_TRACK];
+    size_t depth;            /* containers open; frames for the first SCAN_TRACK */
     int plain;               /* compact nothing (the text holds a NUL byte) */
     int under;               /* a literal reads as 0 though not zero */
     size_t under_end;        /* byte just after it */
     char under_msg[JSON_ERROR_TEXT_LENGTH];
+    /* limits (svc_json_parse_limits); 0 / NULL: none */
+    size_t max_depth, max_values, values;
+    const char *const *fields;
+    svc_json_over over;      /* the limit the scan stopped at */
+    size_t over_at;          /* byte where it stopped */
+    char over_field[64];     /* SVC_JSON_OVER_FIELD: the name */
 } scan;
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -170,7 +182,7 @@ static void path_text(const scan *sc, long long idx, char *buf, size_t len)
 {
     size_t off = 0;
     buf[0] = '\0';
-    for (size_t k = 0; k < sc->depth && off < len; k++) {
+    for (size_t k = 0; k < sc->depth && k < SCAN_TRACK && off < len; k++) {
         const frame *f = &sc->stack[k];
         if (f->obj)
             off += (size_t)snprintf(buf + off, len - off, "%s%.*s", off ? "." : "",
@@ -236,18 +248,113 @@ static int numeric_array(scan *sc, size_t at, size_t *end, size_t *count)
     return 1;
 }
 
-static int push(scan *sc, int obj)
+/* Stops the scan at byte at for limit what. Returns 1 (scan_text's "over"). */
+static int over(scan *sc, svc_json_over what, size_t at)
 {
-    if (sc->depth == sc->stack_cap) {
-        size_t cap = sc->stack_cap ? 2 * sc->stack_cap : 32;
-        frame *f = realloc(sc->stack, cap * sizeof *f);
-        if (f == NULL)
-            return -1;
-        sc->stack = f;
-        sc->stack_cap = cap;
-    }
-    sc->stack[sc->depth++] = (frame){.obj = (unsigned char)obj, .expect_key = (unsigned char)obj};
+    sc->over = what;
+    sc->over_at = at;
+    return 1;
+}
+
+/* Counts one value starting at byte at: 0, or 1 past max_values. */
+static int value(scan *sc, size_t at)
+{
+    if (sc->max_values > 0 && ++sc->values > sc->max_values)
+        return over(sc, SVC_JSON_OVER_VALUES, at);
     return 0;
+}
+
+/* Opens a container at byte at: 0, or 1 past a limit. */
+static int push(scan *sc, int obj, size_t at)
+{
+    if (value(sc, at))
+        return 1;
+    if (sc->max_depth > 0 && sc->depth >= sc->max_depth)
+        return over(sc, SVC_JSON_OVER_DEPTH, at);
+    if (sc->depth < SCAN_TRACK)
+        sc->stack[sc->depth] = (frame){.obj = (unsigned char)obj, .expect_key = (unsigned char)obj};
+    sc->depth++;
+    return 0;
+}
+
+/* 1 if p[0..n) is UTF-8 (RFC 3629) without control characters: what
+ * jansson takes in a string. */
+static int text_ok(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i++], more, min;
+        if (c < 0x20)
+            return 0;
+        if (c < 0x80)
+            continue;
+        if (c >= 0xc2 && c <= 0xdf)
+            more = 1, min = 0x80, c &= 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+            more = 2, min = 0x800, c &= 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+            more = 3, min = 0x10000, c &= 0x07;
+        else
+            return 0;
+        for (; more > 0; more--, i++) {
+            if (i >= n || (p[i] & 0xc0) != 0x80)
+                return 0;
+            c = (c << 6) | (p[i] & 0x3f);
+        }
+        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+            return 0;
+    }
+    return 1;
+}
+
+/* 1 if the raw member name t[0..n) (between its quotes) is one of
+ * sc->fields once unescaped; 0 if not, with its text in sc->over_field. A
+ * name jansson would refuse (not UTF-8, a control character, an escape it
+ * cannot read, \u0000) counts as known: jansson refuses the text at that
+ * name, saying why, and nothing after it is built. */
+static int field_known(scan *sc, const char *t, size_t n, int escaped)
+{
+    char small[128], *raw = small, *name = small;
+    size_t len = n;
+    json_t *dec = NULL;
+    int known = 0;
+    if (!text_ok((const unsigned char *)t, n))
+        return 1;
+    if (n > FIELD_RAW_MAX)
+        goto unknown;
+    if (escaped) {
+        if (n + 3 > sizeof small && (raw = malloc(n + 3)) == NULL)
+            return 1; /* out of memory: jansson will judge it */
+        raw[0] = '"';
+        memcpy(raw + 1, t, n);
+        raw[n + 1] = '"';
+        dec = json_loadb(raw, n + 2, JSON_DECODE_ANY, NULL);
+        if (raw != small)
+            free(raw);
+        if (!json_is_string(dec)) {
+            json_decref(dec);
+            return 1;
+        }
+        name = (char *)json_string_value(dec);
+        len = json_string_length(dec);
+    } else {
+        name = (char *)t;
+    }
+    for (size_t k = 0; sc->fields[k] != NULL && !known; k++)
+        known = strlen(sc->fields[k]) == len && memcmp(sc->fields[k], name, len) == 0;
+unknown:
+    if (!known) {
+        /* at most 60 bytes, cut before a UTF-8 sequence rather than in it,
+         * control characters (a NUL too) shown as '?' */
+        const char *src = n > FIELD_RAW_MAX ? t : name;
+        size_t cut = len > 60 ? 60 : len;
+        for (int back = 0; back < 3 && cut < len && ((unsigned char)src[cut] & 0xc0) == 0x80; back++)
+            cut--;
+        for (size_t k = 0; k < cut; k++)
+            sc->over_field[k] = (unsigned char)src[k] < 0x20 ? '?' : src[k];
+        sc->over_field[cut] = '\0';
+    }
+    json_decref(dec);
+    return known;
 }
 
 static int span_add(scan *sc, size_t off, size_t len, size_t count, int str)
@@ -307,16 +414,18 @@ static int plain_ascii(const char *p, size_t n)
 }
 
 /* The scan: containers followed for paths, strings skipped (long plain
- * ones recorded), numeric arrays recorded, every other literal checked. It need not judge the grammar:
- * where the text is not JSON, jansson refuses it at or before the place
- * this scan could be misled. 0, or -1 on ENOMEM. */
+ * ones recorded), numeric arrays recorded, every other literal checked,
+ * values counted and member names of the top level checked against the
+ * limits. It need not judge the grammar: where the text is not JSON,
+ * jansson refuses it at or before the place this scan could be misled.
+ * 0, 1 when a limit stopped it (sc->over), or -1 on ENOMEM. */
 static int scan_text(scan *sc)
 {
     const char *t = sc->text;
     size_t i = 0, n = sc->len;
     while (i < n) {
         char c = t[i];
-        frame *top = sc->depth > 0 && sc->depth <= SCAN_MAX_DEPTH ? &sc->stack[sc->depth - 1] : NULL;
+        frame *top = sc->depth > 0 && sc->depth <= SCAN_TRACK ? &sc->stack[sc->depth - 1] : NULL;
         if (c == '"') {
             size_t s = ++i;
             int escaped;
@@ -325,9 +434,14 @@ static int scan_text(scan *sc)
                 top->key_off = s;
                 top->key_len = i - s;
                 top->expect_key = 0;
-            } else if (!sc->plain && !escaped && i < n && i - s >= SVC_JSON_STRING_MIN &&
-                       sc->depth <= SCAN_MAX_DEPTH && plain_ascii(t + s, i - s)) {
-                if (span_add(sc, s - 1, i - s + 2, 0, 1) < 0)
+                if (sc->fields != NULL && sc->depth == 1 && !field_known(sc, t + s, i - s, escaped))
+                    return over(sc, SVC_JSON_OVER_FIELD, s - 1);
+            } else {
+                if (value(sc, s - 1))
+                    return 1;
+                if (!sc->plain && !escaped && i < n && i - s >= SVC_JSON_STRING_MIN &&
+                    sc->depth <= SCAN_TRACK && plain_ascii(t + s, i - s) &&
+                    span_add(sc, s - 1, i - s + 2, 0, 1) < 0)
                     return -1;
             }
             i++;
@@ -335,18 +449,29 @@ static int scan_text(scan *sc)
             size_t end, count;
             if (!sc->plain && numeric_array(sc, i, &end, &count) &&
                 count >= SVC_JSON_COMPACT_MIN) {
+                /* a level like any array, though it holds only numbers */
+                if (value(sc, i))
+                    return 1;
+                if (sc->max_depth > 0 && sc->depth >= sc->max_depth)
+                    return over(sc, SVC_JSON_OVER_DEPTH, i);
                 if (span_add(sc, i, end - i, count, 0) < 0)
                     return -1;
                 i = end;
                 continue;
             }
-            if (push(sc, 0) < 0)
-                return -1;
+            if (push(sc, 0, i))
+                return 1;
             i++;
         } else if (c == '{') {
-            if (push(sc, 1) < 0)
-                return -1;
+            if (push(sc, 1, i))
+                return 1;
             i++;
+        } else if (c == 't' || c == 'f' || c == 'n') {
+            /* true, false, null: one value, whatever letters follow */
+            if (value(sc, i))
+                return 1;
+            while (i < n && t[i] >= 'a' && t[i] <= 'z')
+                i++;
         } else if (c == ']' || c == '}') {
             if (sc->depth > 0)
                 sc->depth--;
@@ -364,6 +489,8 @@ static int scan_text(scan *sc)
                 i++;
                 continue;
             }
+            if (value(sc, i))
+                return 1;
             if (st == NUM_UNDERFLOW)
                 under_note(sc, t + i, len, -1);
             i += len;
@@ -555,56 +682,101 @@ static void error_back(const scan *sc, const char *nonce, const char *rw, json_e
     e->position = (int)(pos + delta);
 }
 
+/* The message and position of a limit the scan stopped at. */
+static void over_fill(json_error_t *err, const scan *sc)
+{
+    char msg[JSON_ERROR_TEXT_LENGTH];
+    enum json_error_code code = json_error_invalid_syntax;
+    if (sc->over == SVC_JSON_OVER_DEPTH) {
+        snprintf(msg, sizeof msg, "the JSON nests arrays and objects deeper than %zu levels",
+                 sc->max_depth);
+        code = json_error_stack_overflow;
+    } else if (sc->over == SVC_JSON_OVER_VALUES) {
+        snprintf(msg, sizeof msg, "the JSON holds more than %zu values", sc->max_values);
+    } else {
+        snprintf(msg, sizeof msg, "%s is not a field of this request", sc->over_field);
+        code = json_error_item_not_found;
+    }
+    error_fill(err, sc->text, sc->over_at, code, msg);
+    if (err != NULL && sc->over == SVC_JSON_OVER_FIELD)
+        snprintf(err->source, sizeof err->source, "%s", sc->over_field);
+}
+
 json_t *svc_json_parse(const char *text, size_t len, json_error_t *err)
+{
+    return svc_json_parse_limits(text, len, NULL, err, NULL);
+}
+
+json_t *svc_json_parse_limits(const char *text, size_t len, const svc_json_limits *lim,
+                              json_error_t *err, svc_json_over *over_out)
 {
     const size_t flags = JSON_DECODE_ANY | JSON_REJECT_DUPLICATES;
     /* jansson skips some NUL bytes without counting them in positions: a
-     * text with one is left to jansson whole, so its errors stay exact. */
-    scan sc = {.text = text, .len = len, .plain = text != NULL && memchr(text, '\0', len) != NULL};
+     * text with one is left to jansson whole, so its errors stay exact. The
+     * scan lives on the heap: its frames are a fixed array. */
+    scan *sc = calloc(1, sizeof *sc);
     char nonce[NONCE_HEX + 1];
     char *rw = NULL;
     json_t *root = NULL;
     json_error_t jerr;
-    if (text == NULL) {
-        error_fill(err, "", 0, json_error_invalid_argument, "wrong arguments");
+    if (over_out != NULL)
+        *over_out = SVC_JSON_WITHIN;
+    if (text == NULL || sc == NULL) {
+        error_fill(err, "", 0, sc ? json_error_invalid_argument : json_error_out_of_memory,
+                   sc ? "wrong arguments" : "out of memory");
+        free(sc);
         return NULL;
     }
-    if (scan_text(&sc) < 0 || (sc.nspans > 0 && svc_random_hex(nonce, NONCE_HEX / 2) < 0)) {
+    *sc = (scan){.text = text, .len = len, .plain = memchr(text, '\0', len) != NULL};
+    if (lim != NULL) {
+        sc->max_depth = lim->max_depth == 0 ? SVC_JSON_MAX_DEPTH
+                        : lim->max_depth > SVC_JSON_DEPTH_CAP ? SVC_JSON_DEPTH_CAP : lim->max_depth;
+        sc->max_values = lim->max_values == 0 ? SVC_JSON_MAX_VALUES : lim->max_values;
+        sc->fields = lim->fields;
+    }
+    int rc = scan_text(sc);
+    if (rc > 0) {
+        over_fill(err, sc);
+        if (over_out != NULL)
+            *over_out = sc->over;
+        goto done;
+    }
+    if (rc < 0 || (sc->nspans > 0 && svc_random_hex(nonce, NONCE_HEX / 2) < 0)) {
         error_fill(err, "", 0, json_error_out_of_memory, "out of memory");
         goto done;
     }
     size_t rlen = len;
-    if (sc.nspans > 0 && (rw = rewrite(&sc, nonce, &rlen)) == NULL) {
+    if (sc->nspans > 0 && (rw = rewrite(sc, nonce, &rlen)) == NULL) {
         error_fill(err, "", 0, json_error_out_of_memory, "out of memory");
         goto done;
     }
     root = json_loadb(rw != NULL ? rw : text, rlen, flags, &jerr);
     if (root == NULL) {
         if (rw != NULL)
-            error_back(&sc, nonce, rw, &jerr);
-        if (sc.under && sc.under_end < (size_t)jerr.position)
-            error_fill(err, text, sc.under_end, json_error_numeric_overflow, sc.under_msg);
+            error_back(sc, nonce, rw, &jerr);
+        if (sc->under && sc->under_end < (size_t)jerr.position)
+            error_fill(err, text, sc->under_end, json_error_numeric_overflow, sc->under_msg);
         else if (err != NULL)
             *err = jerr;
         goto done;
     }
-    if (sc.under) {
-        error_fill(err, text, sc.under_end, json_error_numeric_overflow, sc.under_msg);
+    if (sc->under) {
+        error_fill(err, text, sc->under_end, json_error_numeric_overflow, sc->under_msg);
         json_decref(root);
         root = NULL;
         goto done;
     }
-    if (sc.nspans > 0) {
-        swap w = {.sc = &sc, .nonce = nonce};
+    if (sc->nspans > 0) {
+        swap w = {.sc = sc, .nonce = nonce};
         long long k = placeholder(&w, root);
         if (k >= 0) {
             json_decref(root);
-            root = compact_new(&sc, (size_t)k);
+            root = compact_new(sc, (size_t)k);
             w.done = root != NULL;
         } else if (swap_in(&w, root) < 0) {
             w.done = 0;
         }
-        if (w.done != sc.nspans) {
+        if (w.done != sc->nspans) {
             json_decref(root);
             root = NULL;
             error_fill(err, "", 0, json_error_out_of_memory, "out of memory");
@@ -612,8 +784,8 @@ json_t *svc_json_parse(const char *text, size_t len, json_error_t *err)
     }
 done:
     free(rw);
-    free(sc.spans);
-    free(sc.stack);
+    free(sc->spans);
+    free(sc);
     return root;
 }
 
@@ -729,31 +901,13 @@ static void put_string(obuf *b, const char *s, size_t n)
     put(b, "\"", 1);
 }
 
-/* A real as jansson writes it: 17 significant digits, a ".0" when the text
- * would read back as an integer, no '+' or leading zeros in the exponent. */
+/* A real in its shortest form that reads back as exactly the same double
+ * (svc_dtoa: 0.006, not jansson's 17 digits 0.0060000000000000001), with
+ * ".0" on integral values so that it still reads as a real. */
 static void put_real(obuf *b, double d)
 {
-    char t[40];
-    int n = snprintf(t, sizeof t - 2, "%.17g", d);
-    if (n < 0 || n >= (int)sizeof t - 2)
-        n = 0;
-    if (!strchr(t, '.') && !strchr(t, 'e')) {
-        memcpy(t + n, ".0", 3);
-        n += 2;
-    }
-    char *e = strchr(t, 'e');
-    if (e) {
-        char *start = e + 1, *end;
-        if (*start == '-')
-            start++;
-        for (end = start; *end == '+' || *end == '0'; end++)
-            ;
-        if (*end == '\0')   /* an exponent of only zeros keeps one */
-            end--;
-        memmove(start, end, strlen(end) + 1);
-        n = (int)strlen(t);
-    }
-    put(b, t, (size_t)n);
+    char t[SVC_DTOA_MAX];
+    put(b, t, svc_dtoa_f64(d, t));
 }
 
 static int dump_value(obuf *b, const json_t *j, int depth)

@@ -37,6 +37,46 @@
  * text need not be NUL-terminated and is not referenced afterwards. */
 json_t *svc_json_parse(const char *text, size_t len, json_error_t *err);
 
+/* What a request body may hold, checked by svc_json_parse_limits in its
+ * one pass over the text, before jansson builds any value: memory for a
+ * body of B bytes is then about 2·B plus at most max_values jansson values
+ * (up to ~250 bytes each for an empty object), whatever its shape. */
+#define SVC_JSON_MAX_DEPTH 32       /* default max_depth */
+#define SVC_JSON_MAX_VALUES 100000  /* default max_values */
+#define SVC_JSON_DEPTH_CAP 128      /* the most max_depth may be */
+
+typedef struct svc_json_limits {
+    unsigned max_depth;         /* arrays and objects inside one another (the
+                                   top-level one is 1); 0: SVC_JSON_MAX_DEPTH,
+                                   more than SVC_JSON_DEPTH_CAP: the cap */
+    size_t max_values;          /* values of the document: every object, array,
+                                   string, number, true, false and null, a
+                                   compact array counting as one; 0:
+                                   SVC_JSON_MAX_VALUES */
+    const char *const *fields;  /* NULL-terminated: the only member names the
+                                   top-level object may have (compared after
+                                   unescaping); NULL: any */
+} svc_json_limits;
+
+/* Which limit svc_json_parse_limits refused the text for. */
+typedef enum svc_json_over {
+    SVC_JSON_WITHIN = 0,
+    SVC_JSON_OVER_DEPTH,
+    SVC_JSON_OVER_VALUES,
+    SVC_JSON_OVER_FIELD,        /* a top-level member not in fields */
+} svc_json_over;
+
+/* svc_json_parse within lim (NULL: no limit, exactly svc_json_parse). The
+ * scan stops at the first value past a limit and jansson never runs: then
+ * NULL, *over says which (over may be NULL), err->text the message, its
+ * position the byte where the scan stopped, and for SVC_JSON_OVER_FIELD
+ * err->source the member's name (unescaped, cut at 60 bytes). A text that
+ * is not JSON may be refused for a limit rather than for its syntax when
+ * the limit comes first. Any other failure is svc_json_parse's, with *over
+ * SVC_JSON_WITHIN. The scan's memory does not grow with the nesting. */
+json_t *svc_json_parse_limits(const char *text, size_t len, const svc_json_limits *lim,
+                              json_error_t *err, svc_json_over *over);
+
 /* 1 if j is a compact array made by svc_json_parse, with *text and *len
  * set to its elements' text (commas and whitespace between them; borrowed
  * from j) and *count to the number of elements; 0 for anything else. A
@@ -60,9 +100,11 @@ typedef struct svc_json_num {
 int svc_json_numbers_next(const char *text, size_t len, size_t *pos, svc_json_num *out);
 
 /* The text json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) gives, byte for
- * byte, but long strings with nothing to escape (base64 tensors) go in one
- * copy where jansson's dump steps through every byte (a fifth of a node's
- * CPU on small jobs). Returns a malloc'd NUL-terminated text (*len bytes
+ * byte, except that reals take their shortest form that reads back
+ * exactly (0.006, where jansson writes 17 digits: 0.0060000000000000001);
+ * and long strings with nothing to escape (base64 tensors) go in one copy
+ * where jansson's dump steps through every byte (a fifth of a node's CPU
+ * on small jobs). Returns a malloc'd NUL-terminated text (*len bytes
  * when len is not NULL), or NULL on ENOMEM or a tree deeper than 2048. */
 char *svc_json_dump(const json_t *j, size_t *len);
 

@@ -58,8 +58,13 @@ size_t svc__npy_wrap(const char *dict, size_t dict_len, char *out, size_t cap)
 
 size_t svc_npy_header(svc_dtype dtype, int ndim, const int64_t *shape, char *out, size_t cap)
 {
-    const char *descr = npy_descr(dtype);
-    if (descr == NULL || ndim < 0 || ndim > SVC_TENSOR_MAX_DIMS || (ndim > 0 && shape == NULL))
+    return svc_npy_header_descr(npy_descr(dtype), ndim, shape, out, cap);
+}
+
+size_t svc_npy_header_descr(const char *descr, int ndim, const int64_t *shape, char *out,
+                            size_t cap)
+{
+    if (descr == NULL || strlen(descr) > 8 || ndim < 0 || ndim > SVC_TENSOR_MAX_DIMS || (ndim > 0 && shape == NULL))
         return 0;
     /* Python's repr of the tuple: "()", "(n,)", "(m, n)". */
     char tuple[SVC_TENSOR_MAX_DIMS * 24 + 4];

@@ -38,6 +38,11 @@ enum {
  * follow the header unchanged. */
 size_t svc_npy_header(svc_dtype dtype, int ndim, const int64_t *shape, char *out, size_t cap);
 
+/* svc_npy_header for any NumPy descr ("<u1", "|b1", "<f2"): what a task's
+ * input of another dtype is shown as. Same return. */
+size_t svc_npy_header_descr(const char *descr, int ndim, const int64_t *shape, char *out,
+                            size_t cap);
+
 /* Reads the header at the start of buf[0..len). On success returns 0 and
  * sets *dtype, *ndim, shape[0..*ndim) and *header_len (where the data
  * starts); the data must then hold elems x dtype size bytes, which the

@@ -209,6 +209,14 @@ void svc_sse_end(svc_sse *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+size_t svc_sse_queued(svc_sse *c)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->len - c->off;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
 int svc_sse_closed(svc_sse *c)
 {
     pthread_mutex_lock(&c->mu);

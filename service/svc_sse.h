@@ -28,6 +28,10 @@ void svc_sse_end(svc_sse *c);
 /* 1 once nothing more can be sent (client gone, ended, cut off, server
  * stopping). */
 int svc_sse_closed(svc_sse *c);
+/* Bytes queued and not yet taken by the connection: a producer that can
+ * wait (a catch-up from a log) waits while this is high, rather than be
+ * cut off at max_queued. */
+size_t svc_sse_queued(svc_sse *c);
 /* Drops the caller's hold; NULL is a no-op. */
 void svc_sse_release(svc_sse *c);
 

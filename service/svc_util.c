@@ -3,6 +3,7 @@
  * base64 results the caller owns. */
 #include "svc_util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,36 @@ size_t svc_utf8_chars(const char *s)
     for (; *s; s++)
         n += ((unsigned char)*s & 0xC0) != 0x80;
     return n;
+}
+
+char *svc_content_disposition(const char *filename, char *out, size_t len)
+{
+    static const char attr[] = "!#$&+-.^_`|~"; /* RFC 8187 attr-char besides ALNUM */
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(filename), room = len > 64 ? (len - 64) / 4 : 0;
+    if (n > room) {
+        n = room;
+        while (n > 0 && ((unsigned char)filename[n] & 0xc0) == 0x80)
+            n--; /* not inside a UTF-8 sequence */
+    }
+    size_t o = (size_t)snprintf(out, len, "attachment; filename=\"");
+    for (size_t i = 0; i < n && o + 1 < len; i++) {
+        unsigned char c = (unsigned char)filename[i];
+        out[o++] = isalnum(c) || c == '.' || c == '_' || c == '-' ? (char)c : '_';
+    }
+    o += (size_t)snprintf(out + o, len - o, "\"; filename*=UTF-8''");
+    for (size_t i = 0; i < n && o + 4 < len; i++) {
+        unsigned char c = (unsigned char)filename[i];
+        if (c < 0x80 && (isalnum(c) || strchr(attr, c) != NULL)) {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    out[o < len ? o : len - 1] = '\0';
+    return out;
 }
 
 uint32_t svc_fnv1a(const char *s)

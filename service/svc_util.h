@@ -33,6 +33,14 @@ int svc_secure_equal(const char *a, const char *b);
  * the HTTP server check that before handlers see it). */
 size_t svc_utf8_chars(const char *s);
 
+/* A Content-Disposition value for a download named filename (any bytes:
+ * a name may come from a URL path): "attachment; filename=\"<safe>\";
+ * filename*=UTF-8''<percent-encoded>" (RFC 6266, RFC 8187). The quoted
+ * form keeps only [A-Za-z0-9._-] (others become '_') for clients that know
+ * no other; the extended form carries the exact bytes. A name too long for
+ * out is cut (whole characters only). Returns out. */
+char *svc_content_disposition(const char *filename, char *out, size_t len);
+
 /* FNV-1a, 32 bits, of a NUL-terminated string: for spreading keys over
  * slots of a table, never for anything an attacker must not predict. */
 uint32_t svc_fnv1a(const char *s);

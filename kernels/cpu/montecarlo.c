@@ -169,9 +169,7 @@ static double mc_pair(const mc_model *m, uint64_t p)
             continue;
         }
         for (int l = 0; l < n; l++) {
-            float dz = m->vol * z[l];
-            lp += m->drift + dz;
-            lm += m->drift - dz;
+            kl__mc_step(m->drift, m->vol, z[l], &lp, &lm);
             ap += expf(lp);
             am += expf(lm);
         }
@@ -181,11 +179,12 @@ static double mc_pair(const mc_model *m, uint64_t p)
         sp = m->s0 * ap / m->steps;
         sm = m->s0 * am / m->steps;
     } else {
-        float dz = m->vol * zsum;
-        sp = m->s0 * expf(m->drift_t + dz);
-        sm = m->s0 * expf(m->drift_t - dz);
+        float xp, xm;
+        kl__mc_end(m->drift_t, m->vol, zsum, &xp, &xm);
+        sp = m->s0 * expf(xp);
+        sm = m->s0 * expf(xm);
     }
-    return m->disc * 0.5 * (payoff(m, sp) + payoff(m, sm)) - m->shift;
+    return kl__mc_value(m->disc, payoff(m, sp), payoff(m, sm), m->shift);
 }
 
 typedef struct mc_job {

@@ -210,9 +210,9 @@ int kl__cuda_allreduce(const kl_args *args, const int *gpu_ids, kl_tensor *outs,
             kl_tensor_free(&outs[o]);
 
 done:
-    /* A failed multi-node run may have collectives stuck on a lost peer:
-     * aborting the communicators is what lets its streams drain. */
-    if (have_comms && rc < 0 && dist) {
+    /* A failed run may have collectives stuck on a lost peer or a stopped
+     * GPU: aborting the communicators is what lets its streams drain. */
+    if (have_comms && rc < 0) {
         kl__cuda_comms_close(comms, n, 1);
         have_comms = false;
     }
@@ -234,8 +234,7 @@ done:
             cudaFree(recv[r]);
         if (dbad[r])
             cudaFree(dbad[r]);
-        if (streams[r])
-            cudaStreamDestroy(streams[r]);
+        kl__cuda_stream_close(streams[r], devs[r]);
     }
     cudaSetDevice(gpu_ids[0]);
     for (int d = 0; d < AR_DEPTH; d++)

@@ -108,9 +108,9 @@ int kl__cuda_gemm(const kl_args *args, const int *devs, kl_tensor *outs, kl_err 
     __nv_bfloat16 *hA = NULL, *hB = NULL;
     cudaStream_t s = NULL;
     cublasHandle_t h = NULL;
+    void *ws = NULL;
     int rc = 0;
 
-    (void)dev;
     /* Empty products are beta*c or nothing: no GPU work, and cuBLAS would
      * reject the zero leading dimensions. The CPU's info (fp32) is true. */
     if (batch == 0 || m == 0 || n == 0 || k == 0)
@@ -121,8 +121,8 @@ int kl__cuda_gemm(const kl_args *args, const int *devs, kl_tensor *outs, kl_err 
         return KL_ENOMEM;
     }
     KL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    KL_CUBLAS_CHECK(cublasCreate(&h));
-    KL_CUBLAS_CHECK(cublasSetStream(h, s));
+    if ((rc = kl__cuda_blas_begin(dev, s, &h, &ws, err)) < 0)
+        goto done;
     KL_CUDA_CHECK(cudaMallocAsync((void **)&dA, na * sizeof(float), s));
     KL_CUDA_CHECK(cudaMallocAsync((void **)&dB, nb * sizeof(float), s));
     KL_CUDA_CHECK(cudaMallocAsync((void **)&dC, nc * sizeof(float), s));
@@ -163,9 +163,9 @@ done:
         kl__cuda_free(dB, s);
         kl__cuda_free(dC, s);
     }
-    if (h)
-        cublasDestroy(h);
-    if (s)
-        cudaStreamDestroy(s);
+    if (s) {
+        kl__cuda_blas_end(ws, s);
+        kl__cuda_stream_close(s, dev);
+    }
     return rc;
 }

@@ -97,7 +97,7 @@ int wait_event(cudaEvent_t ev, volatile int *cancel, kl_err *err)
         if (e == cudaSuccess)
             return 0;
         if (e != cudaErrorNotReady)
-            return kl__cuda_fail(err, __FILE__, __LINE__, "cudaEventQuery", cudaGetErrorString(e));
+            return kl__cuda_fail_rt(err, __FILE__, __LINE__, "cudaEventQuery", e);
         (void)cudaGetLastError(); /* leave no cudaErrorNotReady behind */
         if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
             kl_err_set(err, NULL, "heat2d: cancelled");
@@ -178,7 +178,6 @@ int kl__cuda_heat2d(const kl_args *args, const int *devs, kl_tensor *outs, kl_er
     cudaStream_t s = NULL;
     int rc = 0;
 
-    (void)dev; /* the caller made it current */
     if (kl__cuda_canceled(args)) { /* before copying in a grid for nothing */
         kl_err_set(err, NULL, "heat2d: cancelled");
         return KL_ECANCELED;
@@ -204,7 +203,7 @@ done:
     if (s) {
         kl__cuda_free(buf[0], s);
         kl__cuda_free(buf[1], s);
-        cudaStreamDestroy(s);
+        kl__cuda_stream_close(s, dev);
     }
     return rc;
 }

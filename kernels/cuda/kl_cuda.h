@@ -18,7 +18,7 @@
     do {                                                                                       \
         cudaError_t e_ = (call);                                                               \
         if (e_ != cudaSuccess) {                                                               \
-            rc = kl__cuda_fail(err, __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
+            rc = kl__cuda_fail_rt(err, __FILE__, __LINE__, #call, e_);                         \
             goto done;                                                                         \
         }                                                                                      \
     } while (0)
@@ -45,6 +45,58 @@
 /* Fills err with "file:line: call: reason" and returns KL_EBACKEND. */
 int kl__cuda_fail(kl_err *err, const char *file, int line, const char *call, const char *reason);
 
+/* ---- sticky errors (fault.cu) ---- */
+
+/* 1 for the runtime errors after which the context is lost for the rest
+ * of the process (illegal address, ECC, ...: "the process must be
+ * terminated and relaunched"). */
+int kl__cuda_sticky(cudaError_t e);
+/* kl__cuda_fail for a runtime error: KL_EDEVICE (and the plugin is dead
+ * from now on) when e is sticky, else KL_EBACKEND; err says which. */
+int kl__cuda_fail_rt(kl_err *err, const char *file, int line, const char *call, cudaError_t e);
+/* After a run failed through another library (cuBLAS, NCCL), which may
+ * hide a sticky error behind its own status: asks the runtime. KL_EDEVICE
+ * with err rewritten when the context is lost, else rc unchanged. */
+int kl__cuda_probe(int rc, kl_err *err);
+/* 1 once a sticky error was seen, with its description in why. */
+int kl__cuda_dead(char *why, size_t len);
+
+/* ---- streams, fences and host memory (hostmem.cu) ---- */
+
+/* A run's scope, on the thread that runs it: streams closed with work
+ * still queued (a cancel, a failure) leave a fence here, which end puts on
+ * the run's host buffers (inputs and outputs) so that none is reused,
+ * released or unregistered before that work is done. */
+void kl__cuda_scope_begin(void);
+void kl__cuda_scope_end(const kl_args *args, const kl_tensor *outs, int nouts);
+/* Destroys a stream of device dev, fencing its unfinished work into the
+ * run's scope. NULL is a no-op. */
+void kl__cuda_stream_close(cudaStream_t s, int dev);
+/* The pinned pool (kl_pinpool.h) behind the plugin's host_alloc: created
+ * at open, freed at close. */
+int kl__cuda_hostmem_open(char *note, size_t len);
+void kl__cuda_hostmem_close(void);
+void *kl__cuda_host_alloc(size_t bytes);
+void kl__cuda_host_free(void *p);
+int kl__cuda_host_register(void *p, size_t bytes);
+void kl__cuda_host_unregister(void *p);
+struct kl_pinpool_stats;
+void kl__cuda_hostmem_stats(struct kl_pinpool_stats *s);
+
+/* ---- cuBLAS (blas.cu) ---- */
+
+/* The calling thread's cuBLAS handle for device dev (kept until close:
+ * cublasCreate costs and cublasDestroy synchronises the device), set to
+ * stream s with a workspace of its own allocated on s, so that work a
+ * cancelled run left on its stream never shares memory with the next
+ * run's. end frees the workspace, stream-ordered. 0 or KL_EBACKEND. */
+int kl__cuda_blas_begin(int dev, cudaStream_t s, cublasHandle_t *h, void **ws, kl_err *err);
+void kl__cuda_blas_end(void *ws, cudaStream_t s);
+int kl__cuda_blas_open(void);
+void kl__cuda_blas_close(void);
+/* Handles cached (for the checkers' memory figures). */
+size_t kl__cuda_blas_handles(void);
+
 static inline int kl__cuda_canceled(const kl_args *args)
 {
     return args->cancel && __atomic_load_n(args->cancel, __ATOMIC_RELAXED);
@@ -69,24 +121,25 @@ static inline void kl__cuda_free(void *p, cudaStream_t s)
 int kl__cuda_nccl_turn_take(const kl_args *args, kl_err *err);
 void kl__cuda_nccl_turn_give(void);
 
-/* The communicators of R local ranks on devs[0..R) (nccl_comms.cu): the
- * whole world here, or with args->dist this node's ranks of the world
- * (global rank node_rank * R + r), met through args->dist->store. 0, or
- * KL_ETIMEDOUT (a rank never came), KL_ECANCELED, KL_EBACKEND with err set
+/* The communicators of R local ranks on devs[0..R) (nccl_comms.cu),
+ * non-blocking: the whole world here, or with args->dist this node's ranks
+ * of the world (global rank node_rank * R + r), met through
+ * args->dist->store. 0, or KL_ETIMEDOUT (a rank never came: the dist
+ * timeout, or 120 s on one node), KL_ECANCELED, KL_EBACKEND with err set
  * and nothing left open. */
 int kl__cuda_comms_open(const kl_args *args, const int *devs, int R, ncclComm_t *comms, kl_err *err);
 /* After a group of calls whose ncclGroupEnd returned `enqueued`: 0 once
- * NCCL has taken them (non-blocking communicators of a multi-node run may
- * answer ncclInProgress first), else the failure with err set. */
+ * NCCL has taken them (non-blocking communicators may answer
+ * ncclInProgress first), else the failure with err set. */
 int kl__cuda_comms_settle(const kl_args *args, ncclComm_t *comms, int R, ncclResult_t enqueued, kl_err *err);
-/* Waits for every stream like kl__cuda_wait; in a multi-node run also fails
- * on the communicators' async errors (a peer lost) and after
- * dist->timeout_ms. The caller then closes the communicators with abort
- * set, which is what frees streams stuck in a collective. */
+/* Waits for every stream like kl__cuda_wait, and also fails on the
+ * communicators' async errors (a peer lost) and after the timeout (see
+ * kl__cuda_comms_open; comms[r] may be NULL for a run of one rank). The
+ * caller then closes the communicators with abort set, which is what frees
+ * streams stuck in a collective. */
 int kl__cuda_comms_wait(const kl_args *args, ncclComm_t *comms, const cudaStream_t *streams, const int *devs, int R,
                         kl_err *err);
-/* The same for one event (of the current device): cudaEventSynchronize in
- * a single-node run. */
+/* The same for one event (of the current device). */
 int kl__cuda_comms_wait_event(const kl_args *args, ncclComm_t *comms, int R, cudaEvent_t ev, kl_err *err);
 /* Destroys (or, abort set, aborts) the non-NULL comms and clears them. */
 void kl__cuda_comms_close(ncclComm_t *comms, int R, int abort);

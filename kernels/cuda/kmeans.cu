@@ -378,7 +378,7 @@ int kl__cuda_kmeans(const kl_args *args, const int *devs, kl_tensor *outs, kl_er
         for (int b = it; b < it + KM_BATCH && b <= iterations; b++) {
             cudaError_t e = enqueue_iteration(m, b, iterations, tol);
             if (e != cudaSuccess) {
-                rc = kl__cuda_fail(err, __FILE__, __LINE__, "enqueue_iteration", cudaGetErrorString(e));
+                rc = kl__cuda_fail_rt(err, __FILE__, __LINE__, "enqueue_iteration", e);
                 goto done;
             }
         }
@@ -393,7 +393,7 @@ int kl__cuda_kmeans(const kl_args *args, const int *devs, kl_tensor *outs, kl_er
     if (hs.final_pass) { /* the last update moved the centroids: labels for them */
         cudaError_t e = launch_assign(m, false, hs.final_buf);
         if (e != cudaSuccess) {
-            rc = kl__cuda_fail(err, __FILE__, __LINE__, "launch_assign", cudaGetErrorString(e));
+            rc = kl__cuda_fail_rt(err, __FILE__, __LINE__, "launch_assign", e);
             goto done;
         }
     }
@@ -419,7 +419,7 @@ done:
         kl__cuda_free(m.sums, m.s);
         kl__cuda_free(m.counts, m.s);
         kl__cuda_free(m.st, m.s);
-        cudaStreamDestroy(m.s);
+        kl__cuda_stream_close(m.s, m.dev);
     }
     return rc; /* on failure the plugin frees outs */
 }

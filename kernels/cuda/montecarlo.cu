@@ -4,9 +4,12 @@
  *   params: type, style, s0, strike, rate, sigma, maturity, paths, steps, seed
  *   outputs: price (1) float32, std_error (1) float32
  * One thread per antithetic pair of paths, a grid-stride loop over the
- * pairs of a batch; the same Philox words as the CPU (kl_philox.h), the
- * same float32 path arithmetic and double payoffs, so the two agree to the
- * ulps of CUDA's logf/sincosf/expf against glibc's. Each block adds its
+ * pairs of a batch; the same Philox words as the CPU (kl_philox.h), and
+ * the same float32 path arithmetic and double payoffs (kl__mc_step and its
+ * neighbours in kl_kernels.h, every operation rounded on its own: nvcc
+ * would otherwise fuse drift + vol*z into an FMA, which the CPU never
+ * does), so the two agree to the ulps of CUDA's logf/sincosf/expf against
+ * glibc's and no further. Each block adds its
  * threads' sums in a fixed order (warp shuffles, then the warps in turn)
  * into its own slot, and the host adds the slots in a fixed order: a seed
  * gives the same bits on every run on a given device model.
@@ -79,26 +82,25 @@ template <bool ASIAN> __device__ __forceinline__ double mc_pair(const mc_model &
             if (l >= n)
                 break;
             if (!ASIAN) {
-                zsum += z[l];
+                zsum = KL_FADD(zsum, z[l]);
             } else {
-                float dz = m.vol * z[l];
-                lp += m.drift + dz;
-                lm += m.drift - dz;
-                ap += expf(lp);
-                am += expf(lm);
+                kl__mc_step(m.drift, m.vol, z[l], &lp, &lm);
+                ap = KL_DADD(ap, (double)expf(lp));
+                am = KL_DADD(am, (double)expf(lm));
             }
         }
     }
     double sp, sm;
     if (ASIAN) {
-        sp = m.s0 * ap / m.steps;
-        sm = m.s0 * am / m.steps;
+        sp = KL_DMUL(m.s0, ap) / m.steps;
+        sm = KL_DMUL(m.s0, am) / m.steps;
     } else {
-        float dz = m.vol * zsum;
-        sp = m.s0 * expf(m.drift_t + dz);
-        sm = m.s0 * expf(m.drift_t - dz);
+        float xp, xm;
+        kl__mc_end(m.drift_t, m.vol, zsum, &xp, &xm);
+        sp = KL_DMUL(m.s0, (double)expf(xp));
+        sm = KL_DMUL(m.s0, (double)expf(xm));
     }
-    return m.disc * 0.5 * (payoff(m, sp) + payoff(m, sm)) - m.shift;
+    return kl__mc_value(m.disc, payoff(m, sp), payoff(m, sm), m.shift);
 }
 
 /* Pairs [lo, hi); sums[b] += (sum of Y - shift, sum of (Y - shift)^2) over
@@ -110,8 +112,8 @@ __global__ void __launch_bounds__(THREADS) mc_kernel(mc_model m, int64_t lo, int
     const int64_t stride = (int64_t)gridDim.x * THREADS;
     for (int64_t p = lo + (int64_t)blockIdx.x * THREADS + threadIdx.x; p < hi; p += stride) {
         double y = mc_pair<ASIAN>(m, (uint64_t)p);
-        s1 += y;
-        s2 += y * y;
+        s1 = KL_DADD(s1, y);
+        s2 = KL_DADD(s2, KL_DMUL(y, y));
     }
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) {
@@ -208,7 +210,7 @@ int kl__cuda_montecarlo_option(const kl_args *args, const int *devs, kl_tensor *
 done:
     if (s) {
         kl__cuda_free(dsums, s);
-        cudaStreamDestroy(s);
+        kl__cuda_stream_close(s, dev);
     }
     free(sums);
     return rc;

@@ -1,12 +1,12 @@
 /* nccl_comms.cu — the NCCL communicators of the plugin's multi-GPU kernels:
- * the whole world in this process (ncclCommInitAll), or, for one node's part
- * of a multi-node run (args->dist), this node's ranks of the world: node_rank
- * 0 makes the unique id and puts it in the run's store under "nccl_id", the
- * other nodes wait for it there, and every local GPU joins with
+ * the whole world in this process, or, for one node's part of a multi-node
+ * run (args->dist), this node's ranks of the world: node_rank 0 makes the
+ * unique id and puts it in the run's store under "nccl_id", the other nodes
+ * wait for it there. Either way every local GPU joins with
  * ncclCommInitRankConfig, non-blocking, inside one group. Non-blocking
  * communicators can be aborted while they wait, so a rank that never comes,
- * a peer that dies, a cancel or the timeout ends the run (ncclCommAbort)
- * instead of hanging it. */
+ * a peer that dies, a device that stops, a cancel or the timeout ends the
+ * run (ncclCommAbort) instead of hanging it: on one node as across nodes. */
 #include "kl_cuda.h"
 
 #include <stdlib.h>
@@ -16,6 +16,15 @@
 #define NCCL_ID_KEY "nccl_id"
 /* A store wait is cut into slices this long to see a cancel promptly. */
 #define STORE_SLICE_MS 250
+/* A world on one node: how long it may take to form, and each wait on its
+ * collectives. No peer can be lost there, so only a device that stopped
+ * answering makes either long; a multi-node run uses --dist-timeout-s. */
+#define LOCAL_TIMEOUT_MS 120000
+
+static int timeout_ms(const kl_args *args)
+{
+    return args->dist ? args->dist->timeout_ms : LOCAL_TIMEOUT_MS;
+}
 
 static double mono_ms(void)
 {
@@ -91,6 +100,8 @@ static int settle(const kl_args *args, ncclComm_t *comms, int R, double deadline
         int busy = 0;
         for (int r = 0; r < R; r++) {
             ncclResult_t st = ncclSuccess;
+            if (!comms[r]) /* one rank: no communicator */
+                continue;
             ncclResult_t q = ncclCommGetAsyncError(comms[r], &st);
             if (q != ncclSuccess)
                 st = q;
@@ -109,8 +120,8 @@ static int settle(const kl_args *args, ncclComm_t *comms, int R, double deadline
             return KL_ECANCELED;
         }
         if (deadline_ms > 0 && mono_ms() > deadline_ms) {
-            kl_err_set(err, NULL, "%s: a peer did not answer within %d ms", args->kernel->name,
-                       args->dist->timeout_ms);
+            kl_err_set(err, NULL, "%s: %s did not answer within %d ms", args->kernel->name,
+                       args->dist ? "a peer" : "a GPU of this node", timeout_ms(args));
             return KL_ETIMEDOUT;
         }
         pause_100us();
@@ -119,28 +130,21 @@ static int settle(const kl_args *args, ncclComm_t *comms, int R, double deadline
 
 static double deadline_of(const kl_args *args)
 {
-    return args->dist ? mono_ms() + args->dist->timeout_ms : 0;
-}
-
-static int open_all(const int *devs, int R, ncclComm_t *comms, kl_err *err)
-{
-    int rc = 0;
-    KL_NCCL_CHECK(ncclCommInitAll(comms, R, devs));
-done:
-    return rc;
+    return mono_ms() + timeout_ms(args);
 }
 
 int kl__cuda_comms_open(const kl_args *args, const int *devs, int R, ncclComm_t *comms, kl_err *err)
 {
     int rc = 0;
     memset(comms, 0, sizeof *comms * (size_t)R);
-    if (!args->dist)
-        return open_all(devs, R, comms, err);
     const kl_dist *d = args->dist;
+    const int world = d ? d->nodes * R : R, base = d ? d->node_rank * R : 0;
     ncclUniqueId id;
-    if ((rc = unique_id(args, &id, err)) < 0)
-        return rc;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    if (d && (rc = unique_id(args, &id, err)) < 0)
+        return rc;
+    if (!d) /* what ncclCommInitAll does, without its blocking wait */
+        KL_NCCL_CHECK(ncclGetUniqueId(&id));
     cfg.blocking = 0;
     {
         ncclResult_t first = ncclGroupStart();
@@ -149,7 +153,7 @@ int kl__cuda_comms_open(const kl_args *args, const int *devs, int R, ncclComm_t 
                 first = ncclInvalidUsage;
                 break;
             }
-            first = ncclCommInitRankConfig(&comms[r], d->nodes * R, id, d->node_rank * R + r, &cfg);
+            first = ncclCommInitRankConfig(&comms[r], world, id, base + r, &cfg);
         }
         ncclResult_t end = ncclGroupEnd();
         if (first != ncclSuccess && first != ncclInProgress) {
@@ -173,8 +177,7 @@ int kl__cuda_comms_settle(const kl_args *args, ncclComm_t *comms, int R, ncclRes
     int rc = 0;
     if (enqueued != ncclInProgress)
         KL_NCCL_CHECK(enqueued);
-    if (args->dist)
-        rc = settle(args, comms, R, deadline_of(args), err);
+    rc = settle(args, comms, R, deadline_of(args), err);
 done:
     return rc;
 }
@@ -189,7 +192,7 @@ template <typename Q> static int wait_done(const kl_args *args, ncclComm_t *comm
         if (e == cudaSuccess)
             break;
         if (e != cudaErrorNotReady)
-            return kl__cuda_fail(err, __FILE__, __LINE__, "cudaStreamQuery/cudaEventQuery", cudaGetErrorString(e));
+            return kl__cuda_fail_rt(err, __FILE__, __LINE__, "cudaStreamQuery/cudaEventQuery", e);
         int rc = settle(args, comms, R, deadline, err);
         if (rc < 0)
             return rc;
@@ -198,8 +201,8 @@ template <typename Q> static int wait_done(const kl_args *args, ncclComm_t *comm
             return KL_ECANCELED;
         }
         if (mono_ms() > deadline) {
-            kl_err_set(err, NULL, "%s: a collective did not end within %d ms (a peer is gone)", args->kernel->name,
-                       args->dist->timeout_ms);
+            kl_err_set(err, NULL, "%s: a collective did not end within %d ms (%s)", args->kernel->name,
+                       timeout_ms(args), args->dist ? "a peer is gone" : "a GPU of this node stopped");
             return KL_ETIMEDOUT;
         }
         pause_100us();
@@ -213,12 +216,14 @@ int kl__cuda_comms_wait(const kl_args *args, ncclComm_t *comms, const cudaStream
 {
     const double deadline = deadline_of(args);
     for (int r = 0; r < R; r++) {
-        int rc;
         cudaSetDevice(devs[r]);
-        if (!args->dist)
-            rc = kl__cuda_wait(streams[r], args, err);
-        else
-            rc = wait_done(args, comms, R, deadline, [&] { return cudaStreamQuery(streams[r]); }, err);
+        if (!comms[r]) { /* no NCCL in a run of one rank: nothing to time out */
+            int rc = kl__cuda_wait(streams[r], args, err);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        int rc = wait_done(args, comms, R, deadline, [&] { return cudaStreamQuery(streams[r]); }, err);
         if (rc < 0)
             return rc;
     }
@@ -227,14 +232,7 @@ int kl__cuda_comms_wait(const kl_args *args, ncclComm_t *comms, const cudaStream
 
 int kl__cuda_comms_wait_event(const kl_args *args, ncclComm_t *comms, int R, cudaEvent_t ev, kl_err *err)
 {
-    int rc = 0;
-    if (!args->dist) {
-        KL_CUDA_CHECK(cudaEventSynchronize(ev));
-        return 0;
-    }
     return wait_done(args, comms, R, deadline_of(args), [&] { return cudaEventQuery(ev); }, err);
-done:
-    return rc;
 }
 
 void kl__cuda_comms_close(ncclComm_t *comms, int R, int abort)

@@ -1,11 +1,16 @@
 /* plugin.cu — the entry point of lib/kowloon-cuda.so: finds the devices,
- * fills the kl_plugin table, and dispatches runs to the per-kernel files.
- * On a host without a driver or a device, kl_cuda_plugin_open fails with a
- * reason and touches nothing else, so the node falls back to the CPU. */
+ * sets them up (eager module loading, a context per device, memory pools
+ * that keep memory between runs, cached cuBLAS handles and pinned host
+ * buffers), fills the kl_plugin table, and dispatches runs to the
+ * per-kernel files. On a host without a driver or a device,
+ * kl_cuda_plugin_open fails with a reason and fills nothing, so the node
+ * falls back to the CPU. */
 #include "kl_cuda.h"
+#include "kl_mempool.h"
 #include "kl_plugin.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +80,7 @@ int kl__cuda_wait(cudaStream_t s, const kl_args *args, kl_err *err)
             return 0;
         }
         if (e != cudaErrorNotReady)
-            return kl__cuda_fail(err, __FILE__, __LINE__, "cudaStreamQuery", cudaGetErrorString(e));
+            return kl__cuda_fail_rt(err, __FILE__, __LINE__, "cudaStreamQuery", e);
         if (kl__cuda_canceled(args)) {
             kl_err_set(err, NULL, "%s: cancelled", args->kernel->name);
             return KL_ECANCELED;
@@ -102,6 +107,11 @@ static int plugin_supports(const char *kernel)
  * kl_run_cpu does. */
 static int plugin_run(const kl_args *args, const int *gpu_ids, int gpus, kl_tensor *outs, kl_err *err)
 {
+    char why[sizeof err->message];
+    if (kl__cuda_dead(why, sizeof why)) {
+        kl_err_set(err, NULL, "%s", why);
+        return KL_EDEVICE;
+    }
     int rc = kl__args_ready(args, err);
     if (rc < 0)
         return rc;
@@ -128,72 +138,85 @@ static int plugin_run(const kl_args *args, const int *gpu_ids, int gpus, kl_tens
     memset(outs, 0, sizeof *outs * (size_t)args->kernel->noutputs);
     cudaError_t e = cudaSetDevice(gpu_ids[0]);
     if (e != cudaSuccess)
-        return kl__cuda_fail(err, __FILE__, __LINE__, "cudaSetDevice", cudaGetErrorString(e));
+        return kl__cuda_fail_rt(err, __FILE__, __LINE__, "cudaSetDevice", e);
     /* Start clean: CUB and the launch checks read the thread's last error,
      * which an earlier run on this worker thread may have left set. */
     (void)cudaGetLastError();
-    rc = run(args, gpu_ids, outs, err);
+    kl__cuda_scope_begin();
+    rc = kl__cuda_probe(run(args, gpu_ids, outs, err), err);
+    /* Before the outputs go: a copy may still be on its way into them. */
+    kl__cuda_scope_end(args, outs, args->kernel->noutputs);
     if (rc < 0)
         for (int i = 0; i < args->kernel->noutputs; i++)
             kl_tensor_free(&outs[i]);
     return rc;
 }
 
-/* Below this, pinning costs more than the faster copy gains. */
-#define PIN_MIN ((size_t)1 << 20)
-
-static void *plugin_host_alloc(size_t bytes)
+static void plugin_close(void)
 {
-    void *p = NULL;
-    if (bytes >= PIN_MIN && cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess)
-        return p;
-    (void)cudaGetLastError(); /* a refused pin is no error of the next run's */
-    return malloc(bytes ? bytes : 1);
+    /* Destroying the handles synchronises each device, and freeing the
+     * pool waits for the fences left by cancelled runs: whatever is still
+     * in flight ends before its memory goes. No device reset: it would
+     * break any other user of the CUDA context in this process. */
+    kl__cuda_blas_close();
+    kl__cuda_hostmem_close();
 }
 
-static void plugin_host_free(void *p)
+static double now_ms(void)
 {
-    cudaPointerAttributes a;
-    if (!p)
-        return;
-    if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost &&
-        a.hostPointer == p) {
-        cudaFreeHost(p);
-        return;
-    }
-    (void)cudaGetLastError();
-    free(p);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static int plugin_host_register(void *p, size_t bytes)
+static int pool_supported(void *ctx, int dev)
 {
-    if (!p || bytes < PIN_MIN)
-        return KL_EINVAL;
-    /* Read-only: the mapping is private and writable, and a pin for writing
-     * would copy every page of the file first. */
-    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-    if (e != cudaSuccess) {
+    (void)ctx;
+    int v = 0;
+    return cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, dev) == cudaSuccess ? v != 0 : -1;
+}
+
+static uint64_t pool_total(void *ctx, int dev)
+{
+    const kl_plugin *p = (const kl_plugin *)ctx;
+    return p->gpus[dev].memory_bytes;
+}
+
+static int pool_set_threshold(void *ctx, int dev, uint64_t bytes)
+{
+    (void)ctx;
+    cudaMemPool_t mp;
+    uint64_t v = bytes; /* the attribute is a cuuint64_t */
+    if (cudaDeviceGetDefaultMemPool(&mp, dev) != cudaSuccess ||
+        cudaMemPoolSetAttribute(mp, cudaMemPoolAttrReleaseThreshold, &v) != cudaSuccess) {
         (void)cudaGetLastError();
         return KL_EBACKEND;
     }
     return 0;
 }
 
-static void plugin_host_unregister(void *p)
+/* Appends to the table's info line. */
+static void info_add(kl_plugin *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void info_add(kl_plugin *p, const char *fmt, ...)
 {
-    if (p && cudaHostUnregister(p) != cudaSuccess)
-        (void)cudaGetLastError();
+    size_t used = strlen(p->info);
+    va_list ap;
+    va_start(ap, fmt);
+    if (used < sizeof p->info)
+        vsnprintf(p->info + used, sizeof p->info - used, fmt, ap);
+    va_end(ap);
 }
 
-static void plugin_close(void)
+extern "C" __attribute__((visibility("default"))) int kl_cuda_plugin_abi(void)
 {
-    /* Nothing is cached between runs; a device reset here would break any
-     * other user of the CUDA context in this process. */
+    return KL_PLUGIN_ABI;
 }
 
 extern "C" __attribute__((visibility("default"))) int kl_cuda_plugin_open(kl_plugin *p, char *why,
                                                                          size_t why_len)
 {
+    char note[256];
+    kl_plugin t;
     int n = 0;
     if (why && why_len)
         why[0] = '\0';
@@ -202,6 +225,16 @@ extern "C" __attribute__((visibility("default"))) int kl_cuda_plugin_open(kl_plu
             snprintf(why, why_len, "kl_cuda_plugin_open: no plugin table given");
         return KL_EINVAL;
     }
+    /* Lazy loading (CUDA's default) loads a kernel at its first launch,
+     * which may wait for the work already on the device: next to NCCL
+     * kernels that spin until their peers arrive, a deadlock. Loaded
+     * eagerly, every module is in place once the context exists. The
+     * driver reads the variable when it initialises, so before the first
+     * runtime call; an operator's own setting is kept. */
+    const char *loading = getenv("CUDA_MODULE_LOADING");
+    const int ours = loading == NULL;
+    if (ours)
+        setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     /* The first runtime call: it is where a missing libcuda.so or an old
      * driver shows, as an error code rather than a crash. */
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -215,8 +248,10 @@ extern "C" __attribute__((visibility("default"))) int kl_cuda_plugin_open(kl_plu
             snprintf(why, why_len, "cudaGetDeviceCount: no CUDA-capable device is detected");
         return KL_EBACKEND;
     }
-    memset(p, 0, sizeof *p);
-    const int cap = (int)(sizeof p->gpus / sizeof p->gpus[0]);
+    memset(&t, 0, sizeof t);
+    const int cap = (int)(sizeof t.gpus / sizeof t.gpus[0]);
+    info_add(&t, "modules %s (CUDA_MODULE_LOADING=%s, %s)", ours || strcmp(loading, "EAGER") == 0 ? "eager" : "lazy",
+             ours ? "EAGER" : loading, ours ? "set by the plugin" : "from the environment");
     for (int i = 0; i < n && i < cap; i++) {
         cudaDeviceProp prop;
         e = cudaGetDeviceProperties(&prop, i);
@@ -226,27 +261,57 @@ extern "C" __attribute__((visibility("default"))) int kl_cuda_plugin_open(kl_plu
             return KL_EBACKEND;
         }
         /* Device names are far shorter than the table's 128 bytes. */
-        memcpy(p->gpus[i].name, prop.name, sizeof p->gpus[i].name - 1);
-        p->gpus[i].memory_bytes = prop.totalGlobalMem;
-        p->gpus[i].cc_major = prop.major;
-        p->gpus[i].cc_minor = prop.minor;
+        memcpy(t.gpus[i].name, prop.name, sizeof t.gpus[i].name - 1);
+        t.gpus[i].memory_bytes = prop.totalGlobalMem;
+        t.gpus[i].cc_major = prop.major;
+        t.gpus[i].cc_minor = prop.minor;
+        /* Each context now, and timed, rather than inside a first run. */
+        const double t0 = now_ms();
+        size_t free_b = 0, total_b = 0;
+        if ((e = cudaSetDevice(i)) != cudaSuccess || (e = cudaFree(0)) != cudaSuccess ||
+            (e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) {
+            if (why)
+                snprintf(why, why_len, "GPU %d: creating its context: %s", i, cudaGetErrorString(e));
+            return KL_EBACKEND;
+        }
+        info_add(&t, "; GPU %d context %.0f ms, %.1f of %.1f GiB free", i, now_ms() - t0,
+                 (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
     }
-    ngpus = n < cap ? n : cap;
-    p->abi = KL_PLUGIN_ABI;
-    p->ngpus = ngpus;
-    p->supports = plugin_supports;
-    p->run = plugin_run;
-    p->close = plugin_close;
-    p->host_alloc = plugin_host_alloc;
-    p->host_free = plugin_host_free;
-    p->host_register = plugin_host_register;
-    p->host_unregister = plugin_host_unregister;
+    t.ngpus = n < cap ? n : cap;
+    cudaSetDevice(0);
+    kl_mempool_ops mo = {pool_supported, pool_total, pool_set_threshold, &t};
+    int rc = kl_mempool_setup(t.ngpus, &mo, note, sizeof note);
+    if (rc < 0) {
+        if (why)
+            snprintf(why, why_len, "%s", note);
+        return rc;
+    }
+    info_add(&t, "; %s", note);
+    if (kl__cuda_blas_open() < 0 || kl__cuda_hostmem_open(note, sizeof note) < 0) {
+        kl__cuda_blas_close();
+        if (why)
+            snprintf(why, why_len, "out of memory setting up the plugin");
+        return KL_ENOMEM;
+    }
+    info_add(&t, "; %s", note);
+    ngpus = t.ngpus;
+    t.abi = KL_PLUGIN_ABI;
+    t.supports = plugin_supports;
+    t.run = plugin_run;
+    t.close = plugin_close;
+    t.host_alloc = kl__cuda_host_alloc;
+    t.host_free = kl__cuda_host_free;
+    t.host_register = kl__cuda_host_register;
+    t.host_unregister = kl__cuda_host_unregister;
+    *p = t;
     /* This library's own copy of the kernel library allocates outputs with
      * the same allocator as the node's (which sets its copy from the table) */
-    kl_host_allocator_set(plugin_host_alloc, plugin_host_free);
+    kl_host_allocator_set(kl__cuda_host_alloc, kl__cuda_host_free);
     return 0;
 }
 
 /* The node casts the dlsym result to this type: keep the two in step. */
 static_assert(std::is_same<decltype(&kl_cuda_plugin_open), kl_plugin_open_fn>::value,
               "kl_cuda_plugin_open must have the type kl_plugin_open_fn");
+static_assert(std::is_same<decltype(&kl_cuda_plugin_abi), kl_plugin_abi_fn>::value,
+              "kl_cuda_plugin_abi must have the type kl_plugin_abi_fn");

@@ -74,7 +74,6 @@ int kl__cuda_reduce(const kl_args *args, const int *devs, kl_tensor *outs, kl_er
     double r = 0;
     int rc = 0;
 
-    (void)dev; /* the caller made it current */
     if (kl_tensor_alloc(&outs[0], KL_F32, 1, &one) < 0) {
         kl_err_set(err, NULL, "reduce: out of memory");
         return KL_ENOMEM;
@@ -90,7 +89,7 @@ int kl__cuda_reduce(const kl_args *args, const int *devs, kl_tensor *outs, kl_er
 done:
     if (s) {
         kl__cuda_free(dx, s);
-        cudaStreamDestroy(s);
+        kl__cuda_stream_close(s, dev);
     }
     return rc;
 }

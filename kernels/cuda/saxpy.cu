@@ -57,7 +57,7 @@ done:
     if (s) {
         kl__cuda_free(dx, s);
         kl__cuda_free(dy, s);
-        cudaStreamDestroy(s);
+        kl__cuda_stream_close(s, dev);
     }
     return rc;
 }

@@ -172,7 +172,8 @@ static cublasStatus_t column_sums(cublasHandle_t h, const float *a, int64_t rows
 typedef struct rank_state {
     int dev;
     cudaStream_t s;
-    cublasHandle_t h;
+    cublasHandle_t h;     /* the thread's, cached by the plugin (blas.cu) */
+    void *ws;             /* h's workspace for this run, on s */
     ncclComm_t comm;
     cudaEvent_t ev[2];
     int64_t nr;           /* rows this rank sees per epoch */
@@ -198,7 +199,7 @@ static int wait_event(cudaEvent_t ev, const kl_args *args, kl_err *err)
             return 0;
         }
         if (e != cudaErrorNotReady)
-            return kl__cuda_fail(err, __FILE__, __LINE__, "cudaEventQuery", cudaGetErrorString(e));
+            return kl__cuda_fail_rt(err, __FILE__, __LINE__, "cudaEventQuery", e);
         if (kl__cuda_canceled(args)) {
             kl_err_set(err, NULL, "train_mlp: cancelled");
             return KL_ECANCELED;
@@ -403,8 +404,8 @@ int kl__cuda_train_mlp(const kl_args *args, const int *gpu_ids, kl_tensor *outs,
         KL_CUDA_CHECK(cudaStreamCreateWithFlags(&k->s, cudaStreamNonBlocking));
         KL_CUDA_CHECK(cudaEventCreateWithFlags(&k->ev[0], cudaEventDisableTiming));
         KL_CUDA_CHECK(cudaEventCreateWithFlags(&k->ev[1], cudaEventDisableTiming));
-        KL_CUBLAS_CHECK(cublasCreate(&k->h));
-        KL_CUBLAS_CHECK(cublasSetStream(k->h, k->s));
+        if ((rc = kl__cuda_blas_begin(k->dev, k->s, &k->h, &k->ws, err)) < 0)
+            goto done;
         KL_CUDA_CHECK(cudaMallocAsync((void **)&k->x, sizeof(float) * nr * (size_t)m.d, k->s));
         KL_CUDA_CHECK(cudaMallocAsync((void **)&k->y, sizeof(int32_t) * nr, k->s));
         KL_CUDA_CHECK(cudaMallocAsync((void **)&k->loss, sizeof(float) * nr, k->s));
@@ -460,8 +461,8 @@ int kl__cuda_train_mlp(const kl_args *args, const int *gpu_ids, kl_tensor *outs,
                 for (int r = 0; r < R; r++) {
                     KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
                     if (t >= 2 * WINDOW &&
-                        (rc = dist ? kl__cuda_comms_wait_event(args, comms, R, ranks[r].ev[slot], err)
-                                   : wait_event(ranks[r].ev[slot], args, err)) < 0)
+                        (rc = pl.W > 1 ? kl__cuda_comms_wait_event(args, comms, R, ranks[r].ev[slot], err)
+                                       : wait_event(ranks[r].ev[slot], args, err)) < 0)
                         goto done;
                     KL_CUDA_CHECK(cudaEventRecord(ranks[r].ev[slot], ranks[r].s));
                 }
@@ -546,9 +547,9 @@ nomem:
                (long long)held);
     rc = KL_ENOMEM;
 done:
-    /* A failed multi-node run may have collectives stuck on a lost peer:
-     * aborting the communicators is what lets the streams drain. */
-    if (rc < 0 && dist)
+    /* A failed run may have collectives stuck on a lost peer or a stopped
+     * GPU: aborting the communicators is what lets the streams drain. */
+    if (rc < 0)
         kl__cuda_comms_close(comms, R, 1);
     for (int r = 0; r < R; r++) {
         rank_state *k = &ranks[r];
@@ -571,19 +572,18 @@ done:
         kl__cuda_free(k->ones, k->s);
         kl__cuda_free(k->right, k->s);
         kl__cuda_free(k->part, k->s);
+        kl__cuda_blas_end(k->ws, k->s);
     }
     kl__cuda_comms_close(comms, R, 0);
     for (int r = 0; r < R; r++) {
         rank_state *k = &ranks[r];
         if (k->s) {
             cudaSetDevice(k->dev);
-            if (k->h)
-                cublasDestroy(k->h);
             if (k->ev[0])
                 cudaEventDestroy(k->ev[0]);
             if (k->ev[1])
                 cudaEventDestroy(k->ev[1]);
-            cudaStreamDestroy(k->s);
+            kl__cuda_stream_close(k->s, k->dev);
         }
         free(k->rows);
         free(k->hx);

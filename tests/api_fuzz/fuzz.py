@@ -4,15 +4,20 @@
 Starts a throwaway stack (PostgreSQL, Redis, one gateway, one compute node
 used only to seed jobs, all on free loopback ports; see
 tests/integration/stack.py), then runs `schemathesis run` over every
-operation of the spec in rounds, one per credential:
+operation of the spec in rounds, one per credential and listener (the
+cluster operations, tag `cluster`, on the gateway's cluster listener; the
+rest on its public one):
 
-  cluster    the cluster operations (tag `cluster`) with the cluster token
+  cluster    node registration with the cluster token, then every other
+             cluster operation with the credential of a node the fuzz
+             registered (hooks.py points a path's node id at that node)
   tenant     every other operation with a valid tenant key (the admin
              operations must refuse it: no 2xx there)
   anonymous  every operation without an Authorization header (no 2xx but
              on /healthz, /readyz, /openapi.yaml and the dashboard's files)
   crossed    tenant operations with the cluster token, cluster operations
-             with a tenant key (each must refuse the other's credential)
+             with a tenant key, cluster operations but registration with
+             the cluster token (each must refuse the other's credential)
   admin      the admin operations (tag `admin`) with an admin key; last,
              as it may change any tenant's limits and revoke keys
 
@@ -84,8 +89,9 @@ MODES = {
     "short": {"max_examples": 25, "max_time": {}, "cluster_passes": 1, "timeout": 300,
               "workers": 1, "min_requests": 1000, "seed": 20261202},
     "full": {"max_examples": 200, "cluster_passes": 3, "timeout": 600, "workers": 1,
-             "max_time": {"cluster": 40, "tenant": 300, "anonymous": 90, "crossed-tenant": 45,
-                          "crossed-cluster": 30, "admin": 90},
+             "max_time": {"cluster": 40, "tenant": 300, "tenant-delete": 30, "anonymous": 90, "crossed-tenant": 45,
+                          "anonymous-cluster": 30, "crossed-cluster": 30, "crossed-token": 30,
+                          "admin": 90},
              "min_requests": 10000, "seed": None},
 }
 
@@ -159,9 +165,11 @@ def closed_port():
 OPEN_PATHS = ("/healthz", "/readyz", "/openapi.yaml", "/", "/ui")
 # the dashboard's static files (tag dashboard): public, they hold no data
 OPEN_PREFIX = "/ui/"
-# what a tenant key must not pass: the admin operations, and /metrics (the
-# cluster token or an admin key)
+# what a tenant key must not pass: the admin operations, and /metrics (an
+# admin key on the public listener)
 ADMIN_PATH = re.compile(r"^/v1/(tenants|keys)(/|$)|^/v1/nodes/[^/]+/drain$|^/metrics$")
+REGISTER = "/v1/cluster/nodes/register"
+FUZZ_NODE = "fuzz-node"
 
 
 CHILDREN = []  # the schemathesis process running now, for SIGTERM
@@ -171,10 +179,10 @@ def all_but_open(path):
     return path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX)
 
 
-def all_but_token_paths(path):
-    """What the cluster token must not pass outside the cluster endpoints:
-    all but the open paths and /metrics, which Prometheus scrapes with it."""
-    return all_but_open(path) and path != "/metrics"
+def all_but_register(path):
+    """What the cluster token must not pass on the cluster listener: all but
+    registration and the open paths."""
+    return all_but_open(path) and path != REGISTER
 
 
 def kill_group(p):
@@ -188,13 +196,14 @@ def kill_group(p):
         pass
 
 
-def run_round(name, s, workdir, mode, seed, auth, filters, rate=None, refused=None):
-    """One `schemathesis run`; returns its figures. refused(path): true for
-    the paths the credential must not pass, where a 2xx is a failure (an
-    authentication or authorization bypass)."""
+def run_round(name, s, workdir, mode, seed, auth, filters, rate=None, refused=None, url=None):
+    """One `schemathesis run` against url (the public listener by default);
+    returns its figures. refused(path): true for the paths the credential
+    must not pass, where a 2xx is a failure (an authentication or
+    authorization bypass)."""
     rdir = os.path.join(workdir, name)
     os.makedirs(rdir, exist_ok=True)
-    argv = ["schemathesis", "--config-file", CONFIG, "run", SPEC, "--url", s.base,
+    argv = ["schemathesis", "--config-file", CONFIG, "run", SPEC, "--url", url or s.base,
             "--checks", "all", "--max-examples", str(mode["max_examples"]),
             "--seed", str(seed), "--workers", str(mode["workers"]),
             "--report", "har,json", "--report-dir", rdir,
@@ -284,21 +293,29 @@ def check_gateway(s, after):
         raise FuzzError(f"/readyz after {after}: {r.status_code} {r.text[:300]}")
 
 
-def remove_fuzzed_nodes(s):
-    """Removes the nodes a round registered: deregistered through the API
-    first (the scheduler drops them from its view at once), then deleted
-    from PostgreSQL. Returns how many there were."""
-    up = s.psql(f"SELECT id FROM nodes WHERE state = 'up' AND name <> '{SEED_NODE}'")
-    http = stk.requests.Session()
-    for (node_id,) in up:
-        r = http.delete(f"{s.base}/v1/nodes/{node_id}", timeout=15,
-                        headers={"Authorization": f"Bearer {s.cluster_token}"})
-        if r.status_code not in (200, 404):
-            raise FuzzError(f"deregistering fuzzed node {node_id}: {r.status_code} {r.text[:200]}")
-    n = int(s.psql_value(f"SELECT count(*) FROM nodes WHERE name <> '{SEED_NODE}'"))
-    s.psql(f"DELETE FROM nodes WHERE name <> '{SEED_NODE}'")
-    up = s.psql_value("SELECT count(*) FROM nodes WHERE state = 'up'")
-    if up != "0":
+def register_fuzz_node(s, node=None):
+    """The node whose credential the cluster round fuzzes with: (id,
+    credential), registered again with the credential it holds (node) when
+    it has one. Drained: nothing is placed on it."""
+    r = s.register_node(FUZZ_NODE, backend="cuda", gpus=[{"name": "Fuzz GPU", "memory_bytes": 1}],
+                        credential=node[1] if node else None)
+    if r.status_code != 200:
+        raise FuzzError(f"registering the fuzz node: {r.status_code} {r.text[:300]}")
+    return r.json()["id"], r.json().get("credential") or node[1]
+
+
+def remove_fuzzed_nodes(s, keep=()):
+    """Removes the nodes a round registered (but keep): marked down and
+    deleted from PostgreSQL (the fuzz has none of their credentials to
+    deregister them with; no job is queued while they exist, and the
+    scheduler rereads the nodes every second). Returns how many there
+    were."""
+    names = ", ".join(f"'{n}'" for n in (SEED_NODE, *keep))
+    n = int(s.psql_value(f"SELECT count(*) FROM nodes WHERE name NOT IN ({names})"))
+    s.psql(f"UPDATE nodes SET state = 'down', credential_hash = NULL WHERE name NOT IN ({names});"
+           f" DELETE FROM nodes WHERE name NOT IN ({names})")
+    up = int(s.psql_value(f"SELECT count(*) FROM nodes WHERE state = 'up' AND name NOT IN ({names})"))
+    if up:
         raise FuzzError(f"{up} node(s) still up after removing the fuzzed ones")
     return n
 
@@ -308,11 +325,12 @@ def remove_fuzzed_nodes(s):
 class Pinned:
     """Requests with chosen data, validated like the fuzzed ones."""
 
-    def __init__(self, s):
+    def __init__(self, s, node=None):
         import schemathesis
         from schemathesis.checks import not_a_server_error
         from schemathesis.specs.openapi import checks as oc
         self.s = s
+        self.node = node   # (id, credential) of the fuzz node
         self.schema = schemathesis.openapi.from_path(SPEC)
         self.checks = [not_a_server_error, oc.status_code_conformance, oc.content_type_conformance,
                        oc.response_headers_conformance, oc.response_schema_conformance]
@@ -328,8 +346,9 @@ class Pinned:
             kw["media_type"] = "application/json"
         case = op.Case(**kw)
         what = f"{method} {path} {path_parameters or ''} {query or ''}".strip()
+        base = self.s.cluster_base if path.startswith("/v1/cluster/") else self.s.base
         try:
-            resp = case.call(base_url=self.s.base, timeout=15)
+            resp = case.call(base_url=base, timeout=15)
         except Exception as e:  # noqa: BLE001 — a failed call is a finding
             self.failures.append(f"{what}: {e!r}")
             return None
@@ -342,17 +361,19 @@ class Pinned:
             self.failures.append(f"{what} -> {resp.status_code}, expected {expect}: {resp.text[:300]}")
         return resp
 
-    def raw(self, path, method, url, key, expect, headers=None, data=None):
+    def raw(self, path, method, url, key, expect, headers=None, data=None, base=None):
         """A request that schemathesis cannot build (bytes that are not
-        UTF-8, a method the spec does not list), sent as is; its response
-        is validated against the spec's responses of path/method."""
+        UTF-8, a method the spec does not list), sent as is to base (the
+        listener the path is served on by default); its response is
+        validated against the spec's responses of path/method."""
+        base = base or (self.s.cluster_base if url.startswith("/v1/cluster/") else self.s.base)
         h = {"Authorization": f"Bearer {key}"} if isinstance(key, str) else {}
         if isinstance(key, bytes):
             h = {"Authorization": b"Bearer " + key}
         h.update(headers or {})
         what = f"{method} {url} (raw)"
         try:
-            resp = stk.requests.request(method, self.s.base + url, headers=h, data=data,
+            resp = stk.requests.request(method, base + url, headers=h, data=data,
                                         timeout=15, allow_redirects=False)
         except stk.requests.RequestException as e:
             self.failures.append(f"{what}: {e!r}")
@@ -385,18 +406,18 @@ class Pinned:
                   "cursor=0", "limit=%2B5", "limit=%205", "state=%ff"):
             self.raw("/v1/jobs", "GET", f"/v1/jobs?{q}", key, 400)
         self.raw("/v1/jobs", "GET", "/v1/jobs", b"kl_\xff\xfe", 401)
-        self.raw("/v1/nodes/register", "POST", "/v1/nodes/register", b"\xff" * 20, 401,
+        self.raw(REGISTER, "POST", REGISTER, b"\xff" * 20, 401,
                  headers={"Content-Type": "application/json"}, data=b"{}")
-        r = self.raw("/v1/nodes/register", "DELETE", "/v1/nodes/register", token, 405)
+        r = self.raw(REGISTER, "DELETE", REGISTER, token, 405)
         if r is not None and r.headers.get("Allow") != "POST":
-            self.failures.append(f"DELETE /v1/nodes/register: Allow is {r.headers.get('Allow')!r}")
+            self.failures.append(f"DELETE {REGISTER}: Allow is {r.headers.get('Allow')!r}")
         bad_nodes = [{"gpus": [{"name": 1, "memory_bytes": 1}]}, {"gpus": [{"name": "g"}]},
                      {"kernels": [1]}, {"kernels": None}, {"backend_reason": 5},
                      {"url": "httpx://x"}, {"slots": 1025}, {"name": "n" * 121}]
         for bad in bad_nodes:
             body = {"name": "fuzz-bad", "url": "http://127.0.0.1:9/", "backend": "cpu",
                     "slots": 1, "kernels": [], **bad}
-            self.raw("/v1/nodes/register", "POST", "/v1/nodes/register", token, 400,
+            self.raw(REGISTER, "POST", REGISTER, token, 400,
                      headers={"Content-Type": "application/json"}, data=json.dumps(body))
         # label values: at most 256 characters, however many bytes
         job = {"kernel": "saxpy", "params": {"a": 1.0},
@@ -405,12 +426,25 @@ class Pinned:
         self.call("/v1/jobs", "POST", key, 400, body={**job, "labels": {"l": "\u00e9" * 257}})
         self.call("/v1/jobs", "GET", key, 200, query={"label": "l:" + "\u00e9" * 256})
         self.call("/v1/jobs", "GET", key, 400, query={"label": "l:" + "\u00e9" * 257})
-        nid = str(uuid.uuid4())
+        nid, cred = self.node
+        hb = "/v1/cluster/nodes/{node}/heartbeat"
         for bad in ({"running": 1, "slots": 1}, {"running": -1, "slots": 1, "runs": []},
                     {"running": 1, "slots": 1, "runs": [1]},
                     {"running": 1, "slots": 1, "runs": [], "draining": "yes"}):
-            self.raw("/v1/nodes/{id}/heartbeat", "POST", f"/v1/nodes/{nid}/heartbeat", token, 400,
+            self.raw(hb, "POST", f"/v1/cluster/nodes/{nid}/heartbeat", cred, 400,
                      headers={"Content-Type": "application/json"}, data=json.dumps(bad))
+        # the node's credential acts for no other node; the token for none
+        ok = {"running": 0, "slots": 1, "runs": []}
+        self.raw(hb, "POST", f"/v1/cluster/nodes/{uuid.uuid4()}/heartbeat", cred, 403,
+                 headers={"Content-Type": "application/json"}, data=json.dumps(ok))
+        self.raw(hb, "POST", f"/v1/cluster/nodes/{nid}/heartbeat", token, 401,
+                 headers={"Content-Type": "application/json"}, data=json.dumps(ok))
+        # no cluster route on the public listener
+        r = stk.requests.post(self.s.base + REGISTER, json={}, timeout=15,
+                              headers={"Authorization": f"Bearer {token}"})
+        self.statuses[r.status_code] += 1
+        if r.status_code != 404:
+            self.failures.append(f"POST {REGISTER} on the public listener -> {r.status_code}")
 
     def rate_limited(self, key, most=600):
         """Spends key's token bucket until a 429 comes; validates that one."""
@@ -461,18 +495,28 @@ class Pinned:
         # U+0000 in a string or key: refused (400 invalid_json)
         self.call("/v1/jobs", "POST", key, 400, body={"kernel": "sa\u0000xpy"})
         self.call("/v1/jobs", "POST", key, 400, body={"kernel": "saxpy", "labels": {"a\u0000": "b"}})
-        self.call("/v1/nodes/register", "POST", self.s.cluster_token, 400,
+        self.call(REGISTER, "POST", self.s.cluster_token, 400,
                   body={"name": "n\u0000", "url": "http://127.0.0.1:9/", "backend": "cpu",
+                        "slots": 1, "kernels": []})
+        # the fuzz node's name is held: another registration is refused
+        self.call(REGISTER, "POST", self.s.cluster_token, 409,
+                  body={"name": FUZZ_NODE, "url": "http://127.0.0.1:9/", "backend": "cpu",
                         "slots": 1, "kernels": []})
         self.hostile()
         self.rate_limited(self.s.keys["B"])
         self.call("/healthz", "GET", None, 200)
         self.call("/readyz", "GET", None, 200)
         self.call("/openapi.yaml", "GET", None, 200)
-        self.call("/metrics", "GET", self.s.cluster_token, 200)
+        # the cluster token is for the cluster listener's /metrics only
+        self.call("/metrics", "GET", self.s.cluster_token, 401)
+        self.raw("/metrics", "GET", "/metrics", self.s.cluster_token, 200, base=self.s.cluster_base)
         self.call("/metrics", "GET", self.s.keys["admin"], 200)
         self.call("/metrics", "GET", key, 403)
         self.call("/metrics", "GET", None, 401)
+        # last: the fuzz node leaves; its credential is then worth nothing
+        nid, cred = self.node
+        self.call("/v1/cluster/nodes/{node}", "DELETE", cred, 200, {"node": nid})
+        self.call("/v1/cluster/nodes/{node}", "DELETE", cred, 401, {"node": nid})
 
 
 def failure_text(e):
@@ -527,32 +571,59 @@ def main():
             f"seed node stopped (nodes up: 0)")
         work = os.path.join(s.root, "api_fuzz")
         A, token = s.keys["A"], s.cluster_token
+        node = register_fuzz_node(s)
+        os.environ["KOWLOON_FUZZ_NODE_ID"] = node[0]
+        cluster = s.cluster_base
 
-        pinned = Pinned(s)
+        pinned = Pinned(s, node)
         for i in range(mode["cluster_passes"]):
             name = "cluster" if mode["cluster_passes"] == 1 else f"cluster.{i + 1}"
-            figs.append(run_round(name, s, work, mode, seed + i, token, ["--include-tag", "cluster"]))
+            # alone: its links lead to operations of the other round
+            figs.append(run_round(name + "-register", s, work, mode, seed + i, token,
+                                  ["--include-operation-id", "registerNode",
+                                   "--phases", "examples,coverage,fuzzing"], url=cluster))
+            # its deregistration is the pinned requests' (it would end the round's credential)
+            node = register_fuzz_node(s, node)
+            figs.append(run_round(name, s, work, mode, seed + i, node[1],
+                                  ["--include-tag", "cluster", "--exclude-operation-id",
+                                   "registerNode", "--exclude-operation-id", "deregisterNode"],
+                                  url=cluster))
             check_gateway(s, f"the {name} round")
             pinned.call("/v1/nodes", "GET", A, 200)  # every fuzzed registration lists per spec
-            log(f"  removed {remove_fuzzed_nodes(s)} fuzzed node registrations")
+            log(f"  removed {remove_fuzzed_nodes(s, keep=(FUZZ_NODE,))} fuzzed node registrations")
 
-        figs.append(run_round("tenant", s, work, mode, seed, A, ["--exclude-tag", "cluster"],
+        # deleteJob waits for the end: it would take the seeded jobs the
+        # pinned requests read
+        figs.append(run_round("tenant", s, work, mode, seed, A,
+                              ["--exclude-tag", "cluster", "--exclude-operation-id", "deleteJob"],
                               rate=CLIENT_RATE, refused=ADMIN_PATH.search))
         check_gateway(s, "the tenant round")
-        figs.append(run_round("anonymous", s, work, mode, seed, None, [], refused=all_but_open))
-        check_gateway(s, "the anonymous round")
+        figs.append(run_round("anonymous", s, work, mode, seed, None, ["--exclude-tag", "cluster"],
+                              refused=all_but_open))
+        figs.append(run_round("anonymous-cluster", s, work, mode, seed, None,
+                              ["--include-tag", "cluster"], refused=all_but_open, url=cluster))
+        check_gateway(s, "the anonymous rounds")
         figs.append(run_round("crossed-tenant", s, work, mode, seed, token,
-                              ["--exclude-tag", "cluster"], refused=all_but_token_paths))
+                              ["--exclude-tag", "cluster"], refused=all_but_open))
         figs.append(run_round("crossed-cluster", s, work, mode, seed, A,
-                              ["--include-tag", "cluster"], refused=all_but_open))
+                              ["--include-tag", "cluster"], refused=all_but_open, url=cluster))
+        figs.append(run_round("crossed-token", s, work, mode, seed, token,
+                              ["--include-tag", "cluster", "--exclude-operation-id",
+                               "registerNode"], refused=all_but_register, url=cluster))
         check_gateway(s, "the crossed rounds")
-        n = remove_fuzzed_nodes(s)
+        n = remove_fuzzed_nodes(s, keep=(FUZZ_NODE,))
         if n:
             raise FuzzError(f"{n} node(s) registered without the cluster token")
 
         seeded["queued"].append(queued_job(s))
+        pinned.node = register_fuzz_node(s, node)
         pinned.run(seeded)
         check_gateway(s, "the pinned requests")
+        figs.append(run_round("tenant-delete", s, work, mode, seed, A,
+                              ["--include-operation-id", "deleteJob", "--include-operation-id",
+                               "createJob", "--include-operation-id", "listJobs"],
+                              rate=CLIENT_RATE, refused=ADMIN_PATH.search))
+        check_gateway(s, "the tenant-delete round")
         # Last: it may change any tenant's limits (tenants A and B included)
         # and revoke keys.
         figs.append(run_round("admin", s, work, mode, seed, s.keys["admin"],

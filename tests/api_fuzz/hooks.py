@@ -11,11 +11,15 @@ every phase (examples, coverage, fuzzing, stateful):
   (a tenant's) or the job ends (a job's): each case would hold the fuzz's
   request timeout. An invalid one is left alone, so the 400 cases are
   still sent.
-- POST /v1/cluster/nodes/{id}/lease: a valid wait_ms above 50 (or none)
+- POST /v1/cluster/nodes/{node}/lease: a valid wait_ms above 50 (or none)
   becomes 50 ms (a poll with nothing to hand out is held that long; up to a
   minute would make the fuzz crawl). An invalid one (wrong type, out of
   range) is left alone, so the 400 cases are still sent.
-- POST /v1/nodes/register: a URL the gateway would accept is replaced by
+- A cluster path's {node} that is a UUID becomes KOWLOON_FUZZ_NODE_ID, the
+  node whose credential the round sends: a random id is only ever a 403,
+  and the handlers behind it would go untested. A {node} that is not a
+  UUID is left alone (the 403 case stays covered).
+- POST /v1/cluster/nodes/register: a URL the gateway would accept is replaced by
   KOWLOON_FUZZ_NODE_URL, a loopback address where nothing listens. The
   gateway never calls a node's URL today (runs travel by lease), but a
   fuzzed URL must never be one that could lead it off this machine.
@@ -70,6 +74,7 @@ def _clean_labels(labels):
 
 
 _WAIT = re.compile(r"(?i)wait\s*=\s*\"?\d+")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _STREAMS = ("/v1/events", "/v1/jobs/{id}/events")
 
 
@@ -89,18 +94,23 @@ def before_call(ctx, case, kwargs):
         if d is None or (isinstance(d, (int, str)) and str(d).isdigit() and 1 < int(d) <= 86400):
             query["duration_s"] = 1
             case.query = query
+    node = os.environ.get("KOWLOON_FUZZ_NODE_ID")
+    params = case.path_parameters if isinstance(case.path_parameters, dict) else {}
+    if node and op is not None and "{node}" in op.path and _UUID.match(str(params.get("node", ""))):
+        params["node"] = node
+        case.path_parameters = params
     if isinstance(case.body, (dict, list, int)):
         case.body = _clamp_ints(case.body)
     if op is None or not isinstance(case.body, dict):
         return
-    if op.method.upper() == "POST" and op.path == "/v1/cluster/nodes/{id}/lease":
+    if op.method.upper() == "POST" and op.path == "/v1/cluster/nodes/{node}/lease":
         # a poll is held up to wait_ms: keep the fuzz quick
         w = case.body.get("wait_ms")
         if "wait_ms" not in case.body:
             case.body["wait_ms"] = 50
         elif isinstance(w, int) and not isinstance(w, bool) and 50 < w <= 60000:
             case.body["wait_ms"] = 50
-    elif op.method.upper() == "POST" and op.path == "/v1/nodes/register":
+    elif op.method.upper() == "POST" and op.path == "/v1/cluster/nodes/register":
         url = case.body.get("url")
         if isinstance(url, str) and url.lower().startswith("http"):
             case.body["url"] = os.environ.get("KOWLOON_FUZZ_NODE_URL", "http://127.0.0.1:9/")

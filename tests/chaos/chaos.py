@@ -77,9 +77,11 @@ class ChaosStack(stk.Stack):
             port = self.node_ports[name]
         env = stk._clean_env()
         env.update({"KOWLOON_CLUSTER_TOKEN": self.cluster_token, "KOWLOON_LOG_LEVEL": "debug"})
+        # the gateway's cluster listener; the credential kept in the stack's
+        # state directory, so that a node killed and restarted is known at once
         argv = [stk.COMPUTE_BIN, "--slots", "2", "--threads", "1", "--backend", "cpu",
-                "--name", name, "--listen", f"127.0.0.1:{port}", "--gateway", self.base,
-                "--heartbeat-s", "1", *extra_args]
+                "--name", name, "--listen", f"127.0.0.1:{port}", "--gateway", self.cluster_base,
+                "--state-dir", self.state_dir, "--heartbeat-s", "1", *extra_args]
         return self._proc(proc_name or name, argv, env)
 
     def restart_gateway(self):

@@ -10,7 +10,12 @@
  * accepts the document or fails only later in it. Long plain strings,
  * which svc_json_parse copies without jansson's lexer, are plain jansson
  * strings and compare as such (run.sh lowers SVC_JSON_STRING_MIN so that
- * fuzzed inputs have them). */
+ * fuzzed inputs have them).
+ *
+ * The same input is parsed again within small limits (svc_json_parse_limits:
+ * depth, values, the top level's known names). Within them it must give
+ * the same tree or the same error as without; refused for a limit, the
+ * document must break that limit, or not be JSON at all. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -89,6 +94,105 @@ static int same(const json_t *a, const json_t *b)
     }
 }
 
+/* Levels of arrays and objects in t (a compact array is one, like any). */
+static size_t depth_of(const json_t *t)
+{
+    if (svc_json_numbers(t, NULL, NULL, NULL))
+        return 1;
+    size_t d = 0;
+    if (json_is_object(t)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)t, key, v) {
+            size_t c = depth_of(v);
+            d = c > d ? c : d;
+        }
+        return d + 1;
+    }
+    if (json_is_array(t)) {
+        for (size_t k = 0; k < json_array_size(t); k++) {
+            size_t c = depth_of(json_array_get(t, k));
+            d = c > d ? c : d;
+        }
+        return d + 1;
+    }
+    return 0;
+}
+
+/* Values in t as the scan counts them: a compact array is one. */
+static size_t values_of(const json_t *t)
+{
+    size_t n = 1;
+    if (svc_json_numbers(t, NULL, NULL, NULL))
+        return 1;
+    if (json_is_object(t)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)t, key, v)
+            n += values_of(v);
+    } else if (json_is_array(t)) {
+        for (size_t k = 0; k < json_array_size(t); k++)
+            n += values_of(json_array_get(t, k));
+    }
+    return n;
+}
+
+static const char *const FIELDS[] = {"a", "data", "kernel", "", NULL};
+#define LIM_DEPTH 4
+#define LIM_VALUES 40
+
+/* 1 if the top level is an object with a name outside FIELDS. */
+static int unknown_field(const json_t *t)
+{
+    const char *key;
+    json_t *v;
+    if (!json_is_object(t))
+        return 0;
+    json_object_foreach((json_t *)t, key, v) {
+        int known = 0;
+        for (int k = 0; FIELDS[k] != NULL; k++)
+            known |= strcmp(key, FIELDS[k]) == 0;
+        if (!known)
+            return 1;
+    }
+    return 0;
+}
+
+/* The parse within limits against the one without (a, ea) and jansson's
+ * tree b. */
+static void check_limits(const uint8_t *data, size_t size, const json_t *a, const json_error_t *ea,
+                         const json_t *b)
+{
+    svc_json_limits lim = {.max_depth = LIM_DEPTH, .max_values = LIM_VALUES, .fields = FIELDS};
+    json_error_t el;
+    svc_json_over over;
+    json_t *l = svc_json_parse_limits((const char *)data, size, &lim, &el, &over);
+    if (l != NULL) {
+        check(over == SVC_JSON_WITHIN, "a tree, yet a limit reported");
+        check(a != NULL && same(l, b), "within limits, not the tree of the plain parse");
+        check(depth_of(l) <= LIM_DEPTH && values_of(l) <= LIM_VALUES && !unknown_field(l),
+              "a tree past the limits");
+    } else if (over == SVC_JSON_WITHIN) {
+        check(a == NULL && strcmp(el.text, ea->text) == 0 && el.position == ea->position &&
+              el.line == ea->line && el.column == ea->column,
+              "refused within limits, unlike the plain parse");
+    } else {
+        check(el.position >= 0 && (size_t)el.position < size, "a limit reported outside the text");
+        if (a != NULL)
+            check(over == SVC_JSON_OVER_DEPTH    ? depth_of(a) > LIM_DEPTH
+                  : over == SVC_JSON_OVER_VALUES ? values_of(a) > LIM_VALUES
+                                                 : unknown_field(a),
+                  "refused for a limit the document keeps");
+        if (over == SVC_JSON_OVER_FIELD) {
+            int known = 0;
+            for (int k = 0; FIELDS[k] != NULL; k++)
+                known |= strcmp(el.source, FIELDS[k]) == 0;
+            check(!known || strlen(el.source) >= 57, "a known name reported unknown");
+        }
+    }
+    json_decref(l);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     json_error_t ea, eb;
@@ -107,6 +211,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(b != NULL, "accepts what jansson refuses");
         check(same(a, b), "values differ from jansson's");
     }
+    check_limits(data, size, a, &ea, b);
     json_decref(a);
     json_decref(b);
     return 0;

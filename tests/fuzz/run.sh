@@ -27,18 +27,19 @@ case $SECONDS_EACH in ''|*[!0-9]*) echo "fuzz: FUZZ_SECONDS must be a number of 
 
 # The harness links only what it exercises, compiled here from the sources.
 SRC_b64="service/svc_util.c"
-SRC_json="service/svc_json.c service/svc_util.c"
-SRC_tensor="service/svc_tensor.c service/svc_json.c service/svc_util.c service/svc_sha256.c"
+SRC_json="service/svc_json.c service/svc_util.c service/svc_dtoa.cc"
+SRC_tensor="service/svc_tensor.c service/svc_json.c service/svc_util.c service/svc_sha256.c
+            service/svc_dtoa.cc"
 SRC_job_req="gateway/request.c gateway/blob.c service/svc_kargs.c service/svc_tensor.c service/svc_json.c service/svc_util.c
-             service/svc_sha256.c kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ') kernels/dist/comm_none.c"
+             service/svc_sha256.c service/svc_dtoa.cc kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ') kernels/dist/comm_none.c"
 SRC_tstream="service/svc_tstream.c service/svc_tensor.c service/svc_json.c service/svc_util.c service/svc_sha256.c
              service/svc_dtoa.cc"
 SRC_npy="service/svc_npy.c"
 SRC_multipart="service/svc_multipart.c"
 LIBS_b64=""
-LIBS_json="-ljansson -lm"
-LIBS_tensor="-ljansson -lm -lcrypto"
-LIBS_job_req="-ljansson -lopenblas -lm -lpthread -lcrypto"
+LIBS_json="-ljansson -lm -ldouble-conversion -lstdc++"
+LIBS_tensor="-ljansson -lm -lcrypto -ldouble-conversion -lstdc++"
+LIBS_job_req="-ljansson -lopenblas -lm -lpthread -lcrypto -ldouble-conversion -lstdc++"
 LIBS_tstream="-ljansson -lm -lcrypto -ldouble-conversion -lstdc++"
 LIBS_npy=""
 # Long plain strings are kept from jansson's lexer only from 4096 bytes on;

@@ -1,21 +1,37 @@
-/* check_common.h — what every GPU checker (tests/gpu/check_*.cu) shares: the
- * plugin table it runs kernels through (opened by open_plugin, which also
- * lists the GPUs), the failure count its exit status comes from, a CUDA call
- * check for the checker's own device work, a monotonic clock and a median
- * for the figures, a thread body that cancels a run later, and (with KL_CHECK_SEED
- * defined before the include) a seeded splitmix64 source of floats in
- * [-1, 1) (frand) and doubles in [0, 1) (urand). Each checker is its own
- * program, so these are per-program statics. */
+/* check_common.h — what every GPU checker (tests/gpu/check_*.cu) shares:
+ * its start and end (check_begin, check_end: the contract with run.sh
+ * below), the plugin table it runs kernels through (opened by open_plugin,
+ * which also lists the GPUs and the plugin's info line), the failure count
+ * its exit status comes from, a CUDA call check for the checker's own device
+ * work, a monotonic clock and a median for the figures, a thread body that
+ * cancels a run later, and (with KL_CHECK_SEED defined before the include) a
+ * seeded splitmix64 source of floats in [-1, 1) (frand) and doubles in
+ * [0, 1) (urand). Each checker is its own program, so these are
+ * per-program statics.
+ *
+ * The contract with tests/gpu/run.sh: stdout is line-buffered from the
+ * first line, so a checker killed at its timeout leaves every line it
+ * printed; the last line is "SUMMARY <name>: PASS", "SUMMARY <name>: FAIL
+ * (<n> failures)" or "SUMMARY <name>: SKIPPED: <why>", and the exit status
+ * 0, 1 or 77 says the same. --small (or KL_CHECK_SMALL=1) keeps only the
+ * small correctness cases (run.sh runs those under compute-sanitizer);
+ * KL_CHECK_STALL_S=<s> makes the checker sleep that long after its first
+ * line, which is how run.sh's timeout path is tested on a machine without
+ * a GPU (tests/gpu/test_run_sh.sh). */
 #ifndef KL_CHECK_COMMON_H
 #define KL_CHECK_COMMON_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
+
+#include <cuda_runtime.h>
 
 #include "kl_plugin.h"
 
@@ -23,6 +39,46 @@ extern "C" int kl_cuda_plugin_open(kl_plugin *p, char *why, size_t why_len);
 
 static kl_plugin plugin;
 static int failures;
+static int check_small;          /* --small: the small correctness cases only */
+static const char *check_name = "check";
+
+/* The first call of every checker's main. */
+static void check_begin(const char *name, int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    check_name = name;
+    const char *small = getenv("KL_CHECK_SMALL");
+    check_small = small && strcmp(small, "1") == 0;
+    for (int i = 1; i < argc; i++)
+        check_small |= strcmp(argv[i], "--small") == 0;
+    printf("== %s: start (pid %d%s)\n", name, (int)getpid(), check_small ? ", small cases only" : "");
+    const char *stall = getenv("KL_CHECK_STALL_S");
+    if (stall && atoi(stall) > 0) {
+        printf("%s: stalling %d s (KL_CHECK_STALL_S)\n", name, atoi(stall));
+        sleep((unsigned)atoi(stall));
+    }
+}
+
+/* The last word of a checker: its summary line and exit status. The
+ * plugin is closed first, so that compute-sanitizer's leak check sees
+ * everything it cached (cuBLAS handles, pinned buffers) given back. */
+static int check_end(void)
+{
+    if (plugin.close)
+        plugin.close();
+    if (failures)
+        printf("SUMMARY %s: FAIL (%d failure%s)\n", check_name, failures, failures == 1 ? "" : "s");
+    else
+        printf("SUMMARY %s: PASS\n", check_name);
+    return failures ? 1 : 0;
+}
+
+/* A checker that cannot run here says why and exits 77. */
+static int check_skip(const char *why)
+{
+    printf("SUMMARY %s: SKIPPED: %s\n", check_name, why);
+    return 77;
+}
 
 /* plugin.run with rank r on GPU r, for n ranks (at most 16). */
 static inline int check_run(const kl_args *a, int n, kl_tensor *out, kl_err *err)
@@ -43,17 +99,27 @@ static inline int check_run(const kl_args *a, int n, kl_tensor *out, kl_err *err
         }                                                                                      \
     } while (0)
 
-/* Opens the CUDA plugin and prints its GPUs; -1 after printing why not. */
+/* Opens the CUDA plugin and prints its GPUs and what opening found: 0, or
+ * the exit status for main to return, after the summary line (SKIPPED
+ * where no device answers, FAIL where one does and the plugin still will
+ * not open). */
 static int open_plugin(void)
 {
-    char why[256];
+    char why[256], line[300];
+    int devices = 0;
     if (kl_cuda_plugin_open(&plugin, why, sizeof why) < 0) {
-        printf("FAIL plugin open: %s\n", why);
-        return -1;
+        printf("plugin open: %s\n", why);
+        if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+            snprintf(line, sizeof line, "no CUDA device (%s)", why);
+            return check_skip(line);
+        }
+        failures++;
+        return check_end();
     }
     for (int i = 0; i < plugin.ngpus; i++)
         printf("gpu %d: %s, %.1f GiB, sm_%d%d\n", i, plugin.gpus[i].name,
                plugin.gpus[i].memory_bytes / 1073741824.0, plugin.gpus[i].cc_major, plugin.gpus[i].cc_minor);
+    printf("plugin: %s\n", plugin.info);
     return 0;
 }
 

@@ -10,7 +10,7 @@
  * iteration is the difference between plugin runs of 1 and 1+m iterations
  * from the same init (tol 0 on uniform points, which keep moving), so host
  * transfers and the start cancel out; plus end to end through the plugin.
- * Built and run by tests/gpu/run.sh; exits 1 if any case fails. */
+ * Built and run by tests/gpu/run.sh (check_common.h: the summary line and exit status). */
 #include "kl_cuda.h"
 #include "kl_plugin.h"
 
@@ -272,27 +272,36 @@ static void bench(int64_t n, int64_t d, int k, int m)
            (ts - t1) * 1e3);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    if (open_plugin() != 0)
-        return 1;
+    check_begin("check_kmeans", argc, argv);
+    int rc = open_plugin();
+    if (rc != 0)
+        return rc;
 
-    check_blobs(100000, 8, 16, 7);
-    check_blobs(50000, 2, 5, 1);
-    check_blobs(20000, 100, 10, 3); /* d > 64: the generic assignment */
-    check_blobs(30000, 32, 200, 4);
-    check_uniform(200000, 3, 32, 1);
-    check_uniform(50000, 1, 16, 2);
-    check_uniform(50000, 5, 100, 1);
-    check_uniform(20000, 64, 64, 1);
-    check_uniform(20000, 16, 1024, 1); /* centroids past 48 KiB: global memory */
-    check_uniform(20000, 200, 50, 1);
+    if (check_small) {
+        check_blobs(2000, 8, 16, 7);
+        check_uniform(2000, 3, 32, 1);
+    } else {
+        check_blobs(100000, 8, 16, 7);
+        check_blobs(50000, 2, 5, 1);
+        check_blobs(20000, 100, 10, 3); /* d > 64: the generic assignment */
+        check_blobs(30000, 32, 200, 4);
+        check_uniform(200000, 3, 32, 1);
+        check_uniform(50000, 1, 16, 2);
+        check_uniform(50000, 5, 100, 1);
+        check_uniform(20000, 64, 64, 1);
+        check_uniform(20000, 16, 1024, 1); /* centroids past 48 KiB: global memory */
+        check_uniform(20000, 200, 50, 1);
+    }
     check_edges();
     printf("%s: %d failure(s)\n\n", failures ? "FAIL" : "PASS", failures);
+    if (check_small)
+        return check_end();
 
     bench(4000000, 2, 8, 100);
     bench(4000000, 16, 64, 50);
     bench(1000000, 64, 256, 20);
     bench(1000000, 32, 1024, 10);
-    return failures ? 1 : 0;
+    return check_end();
 }

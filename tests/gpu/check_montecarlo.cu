@@ -2,15 +2,17 @@
  * then figures. First the generator: kl_philox.h run on the device against
  * the Random123 known answers and against the host on a million counters
  * (bit for bit), and its Box–Muller normals (to the ulps of CUDA's logf and
- * sincosf). Then the same options through plugin.run and kl_run_cpu:
- * price and std_error compared with |got - ref| <= atol + rtol*|ref| (the
- * same draws; float32 path arithmetic differs by libm ulps only), the GPU
- * run repeated for bit-identical output, the GPU price within 3 standard
- * errors of Black–Scholes on 1e8 pairs, and a cancel. Figures: path-steps
+ * sincosf), and the path arithmetic (kl__mc_step and its neighbours) on
+ * the same normals, bit for bit: nothing fused into an FMA. Then the same
+ * options through plugin.run and kl_run_cpu: price and std_error within a
+ * few float32 ulps of s0 (see check_case: what is left is libm's ulps),
+ * the GPU run repeated for bit-identical output, the GPU price within 3
+ * standard errors of Black–Scholes on 1e8 pairs, and a cancel. Figures: path-steps
  * per second through the plugin (host in and out, medians of 3 runs after a
  * warm-up); a path-step is one antithetic pair advanced by one time step.
- * Built and run by tests/gpu/run.sh; exits 1 on any FAIL or without a GPU. */
+ * Built and run by tests/gpu/run.sh (check_common.h: the summary line and exit status). */
 #include "kl_cuda.h"
+#include "kl_kernels.h"
 #include "kl_philox.h"
 #include "kl_plugin.h"
 
@@ -23,6 +25,7 @@
 #include <time.h>
 #include <vector>
 
+#define KL_CHECK_SEED 0xa4093822299f31d0ull
 #include "check_common.h"
 
 static void report(bool ok, const char *label)
@@ -47,7 +50,7 @@ __global__ void philox_kernel(const kl_philox4x32 *ctr, const kl_philox_key *key
 
 static void check_philox(void)
 {
-    const int n = 1 << 20;
+    const int n = check_small ? 1 << 12 : 1 << 20;
     std::vector<kl_philox4x32> ctr(n), got(n);
     std::vector<kl_philox_key> key(n);
     std::vector<float> z(4 * (size_t)n);
@@ -119,6 +122,84 @@ static void check_philox(void)
     report(zerr <= 4e-6, label);
 }
 
+/* ---- the path arithmetic: the same normals in, the same bits out ---- */
+
+/* Path t: `steps` asian steps from normals z[t*steps ..], then its log-
+ * prices and a european end and a pair's value, each as the kernel does
+ * them (kl__mc_step and its neighbours). */
+__global__ void path_kernel(const float *z, const float *drift, const float *vol, int steps, int n, float *lp,
+                            float *lm, float *xp, float *xm, double *val)
+{
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n)
+        return;
+    float p = 0, m = 0, zsum = 0;
+    for (int k = 0; k < steps; k++) {
+        kl__mc_step(drift[t], vol[t], z[(size_t)t * steps + k], &p, &m);
+        zsum = KL_FADD(zsum, z[(size_t)t * steps + k]);
+    }
+    lp[t] = p;
+    lm[t] = m;
+    kl__mc_end(drift[t], vol[t], zsum, &xp[t], &xm[t]);
+    val[t] = kl__mc_value(0.95, (double)p * 3.0, (double)m * 5.0, 0.25);
+}
+
+/* nvcc fuses drift + vol*z into one FMA unless every operation is its own
+ * (kl_kernels.h); this is the check that none is fused: on identical
+ * normals, device and host must agree bit for bit. */
+static void check_path_arithmetic(void)
+{
+    const int n = 1 << 14, steps = 64;
+    std::vector<float> z((size_t)n * steps), drift(n), vol(n), lp(n), lm(n), xp(n), xm(n);
+    std::vector<double> val(n);
+    for (size_t i = 0; i < z.size(); i++)
+        z[i] = 3.0f * frand();
+    for (int t = 0; t < n; t++) {
+        drift[t] = 1e-3f * frand();
+        vol[t] = 0.3f * (frand() + 1.0f);
+    }
+    float *dz, *dd, *dv, *dp, *dm, *dxp, *dxm;
+    double *dval;
+    CHECK_CUDA(cudaMalloc(&dz, sizeof(float) * z.size()));
+    CHECK_CUDA(cudaMalloc(&dd, sizeof(float) * n));
+    CHECK_CUDA(cudaMalloc(&dv, sizeof(float) * n));
+    CHECK_CUDA(cudaMalloc(&dp, sizeof(float) * n));
+    CHECK_CUDA(cudaMalloc(&dm, sizeof(float) * n));
+    CHECK_CUDA(cudaMalloc(&dxp, sizeof(float) * n));
+    CHECK_CUDA(cudaMalloc(&dxm, sizeof(float) * n));
+    CHECK_CUDA(cudaMalloc(&dval, sizeof(double) * n));
+    CHECK_CUDA(cudaMemcpy(dz, z.data(), sizeof(float) * z.size(), cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dd, drift.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dv, vol.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+    path_kernel<<<(n + 255) / 256, 256>>>(dz, dd, dv, steps, n, dp, dm, dxp, dxm, dval);
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaMemcpy(lp.data(), dp, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(lm.data(), dm, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(xp.data(), dxp, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(xm.data(), dxm, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(val.data(), dval, sizeof(double) * n, cudaMemcpyDeviceToHost));
+    for (float *d : {dz, dd, dv, dp, dm, dxp, dxm})
+        cudaFree(d);
+    cudaFree(dval);
+    int differ = 0;
+    for (int t = 0; t < n; t++) {
+        float p = 0, m = 0, zsum = 0, hxp, hxm;
+        for (int k = 0; k < steps; k++) {
+            kl__mc_step(drift[t], vol[t], z[(size_t)t * steps + k], &p, &m);
+            zsum = KL_FADD(zsum, z[(size_t)t * steps + k]);
+        }
+        kl__mc_end(drift[t], vol[t], zsum, &hxp, &hxm);
+        const double hv = kl__mc_value(0.95, (double)p * 3.0, (double)m * 5.0, 0.25);
+        differ += memcmp(&p, &lp[t], sizeof p) != 0 || memcmp(&m, &lm[t], sizeof m) != 0 ||
+                  memcmp(&hxp, &xp[t], sizeof hxp) != 0 || memcmp(&hxm, &xm[t], sizeof hxm) != 0 ||
+                  memcmp(&hv, &val[t], sizeof hv) != 0;
+    }
+    char label[160];
+    snprintf(label, sizeof label, "path arithmetic device == host, bit for bit, on %d paths x %d steps (%d differ)",
+             n, steps, differ);
+    report(differ == 0, label);
+}
+
 /* ---- the kernel ---- */
 
 struct option {
@@ -175,13 +256,20 @@ static const char *describe(const option &o, char *buf, size_t len)
     return buf;
 }
 
-static bool close_to(double got, double ref, double atol, double rtol)
+/* The spacing of float32 numbers at |x|: one unit in the last place. */
+static double ulp_f(double x)
 {
-    return isfinite(got) && fabs(got - ref) <= atol + rtol * fabs(ref);
+    const float f = fabsf((float)x);
+    return (double)nextafterf(f, INFINITY) - (double)f;
 }
 
-/* Same draws on both: the price agrees to float roundings of the paths,
- * orders of magnitude inside std_error. */
+/* Same draws and the same path arithmetic on both (check_path_arithmetic):
+ * what is left between the two prices are the ulps of CUDA's logf, sincosf
+ * and expf against glibc's in each path's price, a few ulps of s0 at most
+ * (averaged over the pairs: fewer), and the rounding of the sums. So the
+ * price must agree within 8 ulps of s0 (plus 2 of its own), std_error
+ * within 8 ulps of s0 / sqrt(paths) (plus 2 of its own): near bit for bit,
+ * some hundred times tighter than the paths' own spread. */
 static void check_case(const option &o)
 {
     char what[128];
@@ -190,12 +278,14 @@ static void check_case(const option &o)
     bool ok = g.rc == 0 && c.rc == 0 && g2.rc == 0;
     if (!ok)
         printf("    cuda rc %d (%s)  cpu rc %d (%s)\n", g.rc, g.message, c.rc, c.message);
-    const double atol = 1e-6 * o.s0;
-    ok = ok && close_to(g.price, c.price, atol, 1e-5) && close_to(g.std_error, c.std_error, atol / 10, 1e-4);
-    printf("%s %-55s cuda %.7f ± %.3g  cpu %.7f ± %.3g  (|dprice| %.2g = %.2g std_error)  "
-           "cuda %7.1f ms  cpu %7.1f ms\n",
-           ok ? "PASS" : "FAIL", what, g.price, g.std_error, c.price, c.std_error, fabs(g.price - c.price),
-           c.std_error > 0 ? fabs(g.price - c.price) / c.std_error : 0.0, g.seconds * 1e3, c.seconds * 1e3);
+    const double tol_p = 8 * ulp_f(o.s0) + 2 * ulp_f(c.price);
+    const double tol_e = 8 * ulp_f(o.s0) / sqrt(o.paths) + 2 * ulp_f(c.std_error);
+    const double dp = fabs((double)g.price - c.price), de = fabs((double)g.std_error - c.std_error);
+    ok = ok && isfinite(g.price) && isfinite(g.std_error) && dp <= tol_p && de <= tol_e;
+    printf("%s %-55s cuda %.7f ± %.3g  cpu %.7f ± %.3g  (|dprice| %.2g = %.1f ulp(s0), |dse| %.2g = %.1f ulp(se); "
+           "tolerances %.2g, %.2g)  cuda %7.1f ms  cpu %7.1f ms\n",
+           ok ? "PASS" : "FAIL", what, g.price, g.std_error, c.price, c.std_error, dp, dp / ulp_f(o.s0), de,
+           de / ulp_f(c.std_error > 0 ? c.std_error : 1), tol_p, tol_e, g.seconds * 1e3, c.seconds * 1e3);
     failures += !ok;
     bool same = g.rc == 0 && g2.rc == 0 && g.price == g2.price && g.std_error == g2.std_error;
     printf("%s %-55s\n", same ? "PASS" : "FAIL", "  cuda run twice: the same bits");
@@ -260,33 +350,43 @@ static void figure(const option &o)
            describe(o, what, sizeof what), t * 1e3, path_steps / t, 2 * path_steps / t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    if (open_plugin() != 0)
-        return 1;
+    check_begin("check_montecarlo", argc, argv);
+    int rc = open_plugin();
+    if (rc != 0)
+        return rc;
 
     check_philox();
+    check_path_arithmetic();
     const option cases[] = {
         {"call", "european", 100, 100, 0.05, 0.2, 1, 2, 1, 0},
+        {"put", "asian", 100, 105, 0.03, 0.3, 2, 1001, 5, 12},
         {"call", "european", 100, 100, 0.05, 0.2, 1, 1000001, 1, 7},
         {"put", "european", 100, 100, 0.05, 0.2, 1, 1000000, 7, 7},
         {"put", "european", 50, 40, -0.01, 0.35, 2.5, 300000, 3, 0x123456789ull},
         {"call", "asian", 100, 100, 0.05, 0.2, 1, 100000, 64, 11},
-        {"put", "asian", 100, 105, 0.03, 0.3, 2, 1001, 5, 12},
         {"put", "asian", 100, 100, 0.05, 0.2, 1, 20000, 1000, 13},
         {"call", "asian", 1e6, 9e5, 0.0, 0.8, 10, 20000, 365, 14},
     };
-    for (const option &o : cases)
+    for (const option &o : cases) {
+        if (check_small && o.paths * o.steps > 1e4)
+            continue; /* under compute-sanitizer: the two small ones */
         check_case(o);
-    check_black_scholes({"call", "european", 100, 100, 0.05, 0.2, 1, 1e8, 1, 21});
-    check_black_scholes({"put", "european", 100, 110, 0.05, 0.25, 0.5, 1e8, 1, 22});
-    check_black_scholes({"call", "european", 100, 90, 0.02, 0.3, 3, 1e7, 50, 23});
-    check_cancel();
+    }
+    if (!check_small) {
+        check_black_scholes({"call", "european", 100, 100, 0.05, 0.2, 1, 1e8, 1, 21});
+        check_black_scholes({"put", "european", 100, 110, 0.05, 0.25, 0.5, 1e8, 1, 22});
+        check_black_scholes({"call", "european", 100, 90, 0.02, 0.3, 3, 1e7, 50, 23});
+        check_cancel();
+    }
     printf("%s: %d failure(s)\n\n", failures ? "FAIL" : "PASS", failures);
+    if (check_small)
+        return check_end();
 
     figure({"call", "european", 100, 100, 0.05, 0.2, 1, 1e9, 1, 1});
     figure({"call", "european", 100, 100, 0.05, 0.2, 1, 1 << 26, 256, 1});
     figure({"call", "asian", 100, 100, 0.05, 0.2, 1, 1 << 26, 256, 1});
     figure({"call", "asian", 100, 100, 0.05, 0.2, 1, 1 << 22, 4096, 1});
-    return failures ? 1 : 0;
+    return check_end();
 }

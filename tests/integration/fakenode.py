@@ -1,9 +1,11 @@
 """A scripted compute node for the integration tests: it registers with the
-gateway, sends heartbeats, takes runs and cancels through the lease poll
+gateway's cluster listener (the cluster token, which gives it a credential
+of its own), sends heartbeats, takes runs and cancels through the lease poll
 (POST /v1/cluster/nodes/{id}/lease) and reports how they ended (POST
-/v1/cluster/nodes/{id}/results) the way a test asks, so that a test can hold
-a run at a chosen moment (a run that takes seconds to start, a run that never
-ends) and see exactly what the gateway handed out.
+/v1/cluster/nodes/{id}/results), all with its credential, the way a test
+asks, so that a test can hold a run at a chosen moment (a run that takes
+seconds to start, a run that never ends) and see exactly what the gateway
+handed out.
 
 Events: ("POST", run id, 202) when the node took a run, ("DELETE", run id,
 200 or 404) when a cancel came for a run it had (running) or not."""
@@ -16,11 +18,16 @@ import requests
 
 class FakeNode:
     def __init__(self, gateway, cluster_token, name, backend="cuda", kernels=("sleep",),
-                 accept_delay_s=0.0, run_s=3.0, outputs=None, usage=None):
+                 accept_delay_s=0.0, run_s=3.0, outputs=None, usage=None, gpu_name="Fake GPU"):
+        """gateway: the cluster listener's base URL (stack.cluster_base)."""
         self.gateway, self.token, self.name = gateway, cluster_token, name
-        self.outputs = outputs or {}   # what a succeeded run reports
+        self.credential = None         # the node's own, from its registration
+        # what a succeeded run reports: sleep's output unless a test says
+        self.outputs = outputs if outputs is not None else {
+            "slept": {"dtype": "float32", "shape": [1], "data": [float(run_s)]}}
         self.usage = usage             # the "usage" its reports carry (None: none)
         self.backend, self.kernels = backend, list(kernels)
+        self.gpu_name = gpu_name
         self.accept_delay_s, self.run_s = accept_delay_s, run_s
         self.mu = threading.Lock()
         self.runs = {}           # run id -> {"state", "t0", "job_id", "attempt"}
@@ -30,17 +37,20 @@ class FakeNode:
         self.stop_ev = threading.Event()
         self.id = None
         self.url = "http://127.0.0.1:9"    # never called: runs travel by lease
+        self.state = None        # the heartbeat's "state" (device figures, fault), when set
 
     def _headers(self):
-        return {"Authorization": f"Bearer {self.token}"}
+        return {"Authorization": f"Bearer {self.credential}"}
 
     def start(self):
-        r = requests.post(f"{self.gateway}/v1/nodes/register", headers=self._headers(), timeout=5,
+        r = requests.post(f"{self.gateway}/v1/cluster/nodes/register", timeout=5,
+                          headers={"Authorization": f"Bearer {self.token}"},
                           json={"name": self.name, "url": self.url, "backend": self.backend,
                                 "slots": 1, "kernels": self.kernels,
-                                "gpus": [{"name": "Fake GPU", "memory_bytes": 1 << 30}]})
+                                "gpus": [{"name": self.gpu_name, "memory_bytes": 1 << 30}]})
         r.raise_for_status()
         self.id = r.json()["id"]
+        self.credential = r.json()["credential"]
         for loop in (self._heartbeats, self._poll, self._report):
             threading.Thread(target=loop, daemon=True).start()
         return self
@@ -54,9 +64,11 @@ class FakeNode:
             with self.mu:
                 held = list(self.runs)
                 live = [k for k, v in self.runs.items() if v["state"] == "running"]
+            beat = {"running": len(live), "slots": 1, "runs": held}
+            if self.state is not None:
+                beat["state"] = self.state
             try:
-                self._post(f"/v1/nodes/{self.id}/heartbeat",
-                           {"running": len(live), "slots": 1, "runs": held}, 5)
+                self._post(f"/v1/cluster/nodes/{self.id}/heartbeat", beat, 5)
             except requests.RequestException:
                 pass
 
@@ -80,6 +92,7 @@ class FakeNode:
                 with self.mu:
                     self.runs.setdefault(rid, {"state": "running", "t0": time.monotonic(),
                                                "job_id": run["job_id"], "attempt": run["attempt"],
+                                               "kernel": run.get("kernel"),
                                                "node_rank": (run.get("dist") or {}).get("node_rank")})
                     self.taken.append(run)
                     self.events.append((time.monotonic(), "POST", rid, 202))
@@ -101,7 +114,7 @@ class FakeNode:
                     if run["state"] == "running":
                         continue
                     rep = {"run_id": rid, "job_id": run["job_id"], "attempt": run["attempt"],
-                           "state": run["state"]}
+                           "kernel": run["kernel"], "state": run["state"]}
                     if run.get("node_rank") is not None:
                         rep["node_rank"] = run["node_rank"]
                     if run["state"] == "succeeded":
@@ -126,7 +139,8 @@ class FakeNode:
     def close(self):
         self.stop_ev.set()
         try:
-            requests.delete(f"{self.gateway}/v1/nodes/{self.id}", headers=self._headers(), timeout=5)
+            requests.delete(f"{self.gateway}/v1/cluster/nodes/{self.id}", headers=self._headers(),
+                            timeout=5)
         except requests.RequestException:
             pass
 

@@ -338,7 +338,7 @@ class Stack:
         self.node_ports = {}
         self.node_timeout_s = node_timeout_s
         self.cluster_token = uuid.uuid4().hex + uuid.uuid4().hex
-        self.pg_port = self.redis_port = self.gw_port = None
+        self.pg_port = self.redis_port = self.gw_port = self.gw_cluster_port = None
         self.tracker = []  # (client, job_id) of every job submitted
         self.keys = {}
         self.is_root = os.geteuid() == 0
@@ -348,8 +348,11 @@ class Stack:
         self.start_postgres()
         self.start_redis()
         self.gw_port = free_port()
+        # the listener nodes call; the public one (base) serves tenants only
+        self.gw_cluster_port = free_port()
         self.gateway = self.start_gateway("gateway", self.gw_port)
         self.base = f"http://127.0.0.1:{self.gw_port}"
+        self.cluster_base = f"http://127.0.0.1:{self.gw_cluster_port}"
         self.keys["A"] = self.create_key("A")
         self.keys["B"] = self.create_key("B")
         self.keys["admin"] = self.create_key("ops", admin=True)
@@ -505,9 +508,15 @@ class Stack:
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def start_gateway(self, name, port, **extra_env):
-        """Starts a gateway (serve) and waits for /readyz; returns its Proc."""
-        env = self.gateway_env(KOWLOON_LISTEN=f"127.0.0.1:{port}", **extra_env)
+    def start_gateway(self, name, port, cluster_port=None, **extra_env):
+        """Starts a gateway (serve) and waits for /readyz; returns its Proc.
+        Its cluster listener is the stack's own for "gateway" (nodes keep
+        calling it across restarts), cluster_port or a free one for others
+        (Proc.cluster_base says where)."""
+        if cluster_port is None:
+            cluster_port = self.gw_cluster_port if name == "gateway" else free_port()
+        env = self.gateway_env(KOWLOON_LISTEN=f"127.0.0.1:{port}",
+                               KOWLOON_CLUSTER_LISTEN=f"127.0.0.1:{cluster_port}", **extra_env)
         p = self._proc(name, [GATEWAY_BIN, "serve"], env)
         url = f"http://127.0.0.1:{port}/readyz"
 
@@ -518,6 +527,7 @@ class Stack:
             wait_until(ready, 30, 0.1, f"{name} /readyz")
         except StackError as e:
             raise StackError(f"{e}\n{tail(p.log_path)}")
+        p.cluster_base = f"http://127.0.0.1:{cluster_port}"
         return p
 
     @contextlib.contextmanager
@@ -533,9 +543,9 @@ class Stack:
             proc.stop()
             self.procs.pop(name, None)
 
-    def gateway_cli(self, *args, timeout=30):
+    def gateway_cli(self, *args, timeout=30, input=None):
         return subprocess.run([GATEWAY_BIN, *args], env=self.gateway_env(), capture_output=True,
-                              text=True, timeout=timeout, cwd=REPO)
+                              text=True, timeout=timeout, cwd=REPO, input=input)
 
     def create_key(self, tenant, admin=False):
         args = ["keys", "create", "--tenant", tenant] + (["--admin"] if admin else [])
@@ -548,7 +558,9 @@ class Stack:
         return lines[0].strip()
 
     def revoke_key(self, key):
-        return self.gateway_cli("keys", "revoke", key)
+        """Revokes a whole key the way scripts should: on stdin, never in
+        the process's arguments."""
+        return self.gateway_cli("keys", "revoke", "-", input=key + "\n")
 
     def client(self, who=None, key=None, base=None):
         """A Client for a named key ("A", "B", "admin"), an explicit key, or none."""
@@ -562,22 +574,59 @@ class Stack:
         """The gateway's blob store, which the nodes share (one host)."""
         return os.path.join(self.root, "blobs")
 
+    @property
+    def state_dir(self):
+        """Where the stack's nodes keep their credentials (--state-dir)."""
+        return os.path.join(self.root, "node-state")
+
     def start_node(self, name, port=None, backend="auto", extra_args=(), proc_name=None,
                    shared_blobs=True, env_extra=None):
         """Starts (or restarts) a compute node; does not wait for it to register.
         With shared_blobs it gets the gateway's blob directory (it maps inputs
         from it and writes outputs to it); without, it moves every byte over
-        HTTP (--blob-dir none)."""
+        HTTP (--blob-dir none). It calls the gateway's cluster listener and
+        keeps its credential in the stack's state directory, so that a
+        restart under the same name is known at once."""
         if port is None:
             port = self.node_ports[name]
         env = _clean_env()
         env.update({"KOWLOON_CLUSTER_TOKEN": self.cluster_token, "KOWLOON_LOG_LEVEL": "debug"})
         env.update(env_extra or {})
         argv = [COMPUTE_BIN, "--slots", "1", "--backend", backend, "--name", name,
-                "--listen", f"127.0.0.1:{port}", "--gateway", self.base,
+                "--listen", f"127.0.0.1:{port}", "--gateway", self.cluster_base,
+                "--state-dir", self.state_dir,
                 "--heartbeat-s", "1", "--blob-dir", self.blob_dir if shared_blobs else "none",
                 *extra_args]
         return self._proc(proc_name or name, argv, env)
+
+    def node_credential(self, name):
+        """The credential a real node of the stack keeps in its state file."""
+        path = os.path.join(self.state_dir, name + ".credential")
+        with open(path) as f:
+            return f.read().strip()
+
+    def node_client(self, name):
+        """A Client on the cluster listener acting as the stack's node name
+        (its own credential)."""
+        return Client(self.cluster_base, self.node_credential(name))
+
+    def register_node(self, name, backend="cpu", kernels=("sleep",), slots=1, credential=None,
+                      token=None, gpus=None, drain=True):
+        """Registers a node by hand on the cluster listener (what a
+        scripted node does); returns the response. Drained at once unless
+        drain is False: a node that never runs anything must not be given
+        the other tests' jobs while it counts as up."""
+        body = {"name": name, "url": "http://127.0.0.1:9", "backend": backend, "slots": slots,
+                "kernels": list(kernels), "gpus": gpus or []}
+        if credential:
+            body["credential"] = credential
+        r = requests.post(self.cluster_base + "/v1/cluster/nodes/register", json=body,
+                          headers={"Authorization": f"Bearer {token or self.cluster_token}"},
+                          timeout=HTTP_TIMEOUT)
+        if r.status_code == 200 and drain:
+            d = self.admin.post(f"/v1/nodes/{r.json()['id']}/drain")
+            assert d.status_code == 200, d.text
+        return r
 
     def node_url(self, name):
         return f"http://127.0.0.1:{self.node_ports[name]}"

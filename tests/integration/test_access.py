@@ -174,6 +174,7 @@ ADMIN_CALLS = [
     ("GET", "/v1/tenants", None),
     ("POST", "/v1/keys", {"tenant": "A"}),
     ("DELETE", "/v1/keys/kl_00000000", None),
+    ("GET", "/v1/keys", None),
     ("POST", "/v1/nodes/{node}/drain", None),
     ("DELETE", "/v1/nodes/{node}/drain", None),
 ]
@@ -240,8 +241,10 @@ def test_key_issued_once_works_and_revokes_by_prefix(admin, stack):
     # PostgreSQL holds its hash and prefix only
     assert stack.psql_value(f"SELECT count(*) FROM api_keys WHERE key_hash = sha256('{key}'::bytea)"
                             f" AND key_prefix = '{body['prefix']}'") == "1"
+    assert isinstance(body["id"], int), body
     r = admin.request("DELETE", f"/v1/keys/{body['prefix']}")
-    assert r.status_code == 200 and r.json() == {"prefix": body["prefix"], "revoked": True}, r.text
+    assert r.status_code == 200 and r.json() == {"id": body["id"], "prefix": body["prefix"],
+                                                 "revoked": True}, r.text
     r = c.get("/v1/jobs")
     assert r.status_code == 401 and error_code(r) == "unauthenticated", r.text
     r = admin.request("DELETE", f"/v1/keys/{body['prefix']}")
@@ -301,7 +304,22 @@ def test_ambiguous_prefix_revokes_nothing(admin, stack):
                f" FROM api_keys WHERE key_prefix = '{prefix}'")
     r = admin.request("DELETE", f"/v1/keys/{prefix}")
     assert r.status_code == 409 and error_code(r) == "conflict", r.text
+    assert "by id" in r.json()["error"]["message"]
     assert stack.client(key=key).get("/v1/jobs").status_code == 200
+    # the id names one key for sure: the twin stays active
+    keys = admin.get("/v1/keys", params={"tenant": tenant}).json()["keys"]
+    assert [k["prefix"] for k in keys] == [prefix, prefix], keys
+    assert all(set(k) == {"id", "prefix", "tenant", "admin", "created_at", "revoked_at"}
+               for k in keys), keys
+    mine = int(stack.psql_value(f"SELECT id FROM api_keys WHERE key_hash = sha256('{key}'::bytea)"))
+    r = admin.request("DELETE", f"/v1/keys/{mine}")
+    assert r.status_code == 200 and r.json() == {"id": mine, "prefix": prefix, "revoked": True}, r.text
+    assert stack.client(key=key).get("/v1/jobs").status_code == 401
+    keys = {k["id"]: k for k in admin.get("/v1/keys", params={"tenant": tenant}).json()["keys"]}
+    assert keys[mine]["revoked_at"] is not None
+    assert [k["revoked_at"] for i, k in keys.items() if i != mine] == [None]
+    r = admin.request("DELETE", f"/v1/keys/{mine}")
+    assert r.status_code == 404 and error_code(r) == "not_found", r.text
 
 
 @pytest.mark.timeout(60)
@@ -432,10 +450,11 @@ def test_node_endpoints_refuse_tenant_and_admin_keys(stack, A, admin):
     name = f"intruder-{uuid.uuid4().hex[:6]}"
     reg = {"name": name, "url": "http://127.0.0.1:9", "backend": "cpu", "slots": 4,
            "gpus": [], "kernels": ["sleep"]}
-    for c in (A, admin, Client(stack.base), Client(stack.base, stack.cluster_token[:-1])):
-        for method, path, body in (("POST", "/v1/nodes/register", reg),
-                                   ("POST", f"/v1/nodes/{node_id}/heartbeat", {"running": 0}),
-                                   ("DELETE", f"/v1/nodes/{node_id}", None)):
+    for key in (A.key, admin.key, None, stack.cluster_token[:-1]):
+        c = Client(stack.cluster_base, key)
+        for method, path, body in (("POST", "/v1/cluster/nodes/register", reg),
+                                   ("POST", f"/v1/cluster/nodes/{node_id}/heartbeat", {"running": 0}),
+                                   ("DELETE", f"/v1/cluster/nodes/{node_id}", None)):
             r = c.request(method, path, json=body)
             assert r.status_code == 401, (c.key, method, path, r.status_code, r.text)
             assert error_code(r) == "unauthenticated", r.text
@@ -473,7 +492,7 @@ def test_gateway_refuses_node_registration_with_a_wrong_token(stack):
     name = f"rogue-{uuid.uuid4().hex[:6]}"
     reg = {"name": name, "url": "http://127.0.0.1:9", "backend": "cpu", "slots": 1}
     for tok in near_misses(stack.cluster_token):
-        r = Client(stack.base, tok or None).post("/v1/nodes/register", json=reg)
+        r = Client(stack.cluster_base, tok or None).post("/v1/cluster/nodes/register", json=reg)
         assert r.status_code == 401, (tok, r.text)
     assert stack.psql_value(f"SELECT count(*) FROM nodes WHERE name = '{name}'") == "0"
 

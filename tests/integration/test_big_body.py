@@ -4,12 +4,13 @@
 underflows to 0 is refused rather than read as 0. Asserts on memory only."""
 
 import os
+import socket
 import time
 
 import pytest
 import requests
 
-from stack import reset_peak
+from stack import free_port, reset_peak
 
 # AddressSanitizer keeps freed memory in quarantine and pads every block:
 # the memory bounds hold for the normal build, which `make test` runs.
@@ -62,10 +63,33 @@ def check(r, base, peak, after, size):
 
 @ASAN
 def test_gateway_parses_a_60mb_data_array_in_about_twice_its_size(stack):
+    # JSON bodies are 4 MiB by default (--max-json-body-mb); an operator who
+    # raises the limit gets the same 2x bound
     body = big_body(b"{")
-    pid = stack.procs["gateway"].pid
-    for _ in range(2):             # a second connection thread, a second arena
-        check(*post_and_measure(pid, stack.base + "/v1/jobs", stack.keys["A"], body), len(body))
+    port = free_port()
+    proc = stack.start_gateway("gateway-bigjson", port, KOWLOON_MAX_JSON_BODY_MB=64)
+    try:
+        for _ in range(2):             # a second connection thread, a second arena
+            check(*post_and_measure(proc.pid, f"http://127.0.0.1:{port}/v1/jobs", stack.keys["A"],
+                                    body), len(body))
+    finally:
+        proc.stop()
+
+
+def test_default_gateway_refuses_a_60mb_json_body_from_its_head(stack):
+    # only the head is sent: the answer must come before the body
+    with socket.create_connection(("127.0.0.1", stack.gw_port), timeout=10) as s:
+        s.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer " + stack.keys["A"].encode() + b"\r\n"
+                  b"Content-Length: 60000000\r\n\r\n")
+        reply = b""
+        while b"}}" not in reply:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:300]
+    assert b'"payload_too_large"' in reply and b"4194304" in reply, reply[:400]
 
 
 @ASAN

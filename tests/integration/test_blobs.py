@@ -163,13 +163,24 @@ def test_quota_refuses_past_the_tenants_bytes(stack, small_gw):
     third = os.urandom(900_000)
     r = requests.post(small_gw + "/v1/blobs", data=third, headers=h, timeout=30)
     assert r.status_code == 413 and r.json()["error"]["code"] == "quota_exceeded", r.text
+    assert r.json()["remaining_bytes"] == (2 << 20) - 1_800_000, r.text
     assert requests.get(small_gw + "/v1/blobs/" + blob_id(third), headers=h, timeout=10).status_code == 404
-    # a blob the tenant already has costs nothing more
+    # an upload is judged by its Content-Length, before its bytes are
+    # known: bytes the tenant holds already are refused too when they do
+    # not fit what is left (HEAD tells which to send)
+    assert requests.head(small_gw + "/v1/blobs/" + blob_id(datas[1]), headers=h,
+                         timeout=10).status_code == 200
     again = requests.post(small_gw + "/v1/blobs", data=datas[1], headers=h, timeout=30)
-    assert again.status_code == 200, again.text
+    assert again.status_code == 413 and again.json()["error"]["code"] == "quota_exceeded", again.text
     # deleting makes room
     requests.delete(small_gw + "/v1/blobs/" + ids[0].json()["id"], headers=h, timeout=10)
     assert requests.post(small_gw + "/v1/blobs", data=third, headers=h, timeout=30).status_code == 201
+    requests.delete(small_gw + "/v1/blobs/" + blob_id(third), headers=h, timeout=10)
+    # where it fits, a blob the tenant already has costs nothing more
+    again = requests.post(small_gw + "/v1/blobs", data=datas[1], headers=h, timeout=30)
+    assert again.status_code == 200, again.text
+    usage = requests.get(small_gw + "/v1/usage", headers=h, timeout=10).json()
+    assert usage["storage"] == {"blob_bytes": 900_000, "quota_bytes": 2 << 20}, usage
 
 
 def test_retention_removes_only_unreferenced_blobs(stack, small_gw):

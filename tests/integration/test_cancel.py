@@ -81,7 +81,7 @@ def test_cancel_while_the_node_is_still_accepting_the_run_stops_it(A, stack):
     the node has started the run. The node's next lease poll carries the
     cancel, which stops the run; the job ends cancelled, not succeeded."""
     from fakenode import FakeNode
-    node = FakeNode(stack.base, stack.cluster_token, "fake-slow-accept",
+    node = FakeNode(stack.cluster_base, stack.cluster_token, "fake-slow-accept",
                     accept_delay_s=2.0, run_s=4.0).start()
     try:
         j = A.submit("sleep", {"seconds": 1}, resources={"backend": "cuda", "gpus": 1})

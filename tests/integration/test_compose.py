@@ -34,9 +34,16 @@ PUBLIC_ROUTES = [
     ("get", "/openapi.yaml"),
 ]
 CLUSTER_ROUTES = [
-    ("post", "/v1/nodes/register"),
-    ("post", "/v1/nodes/{id}/heartbeat"),
-    ("delete", "/v1/nodes/{id}"),
+    ("post", "/v1/cluster/nodes/register"),
+    ("post", "/v1/cluster/nodes/{node}/heartbeat"),
+    ("delete", "/v1/cluster/nodes/{node}"),
+    ("post", "/v1/cluster/nodes/{node}/lease"),
+    ("post", "/v1/cluster/nodes/{node}/results"),
+    ("post", "/v1/cluster/blobs"),
+    ("get", "/v1/cluster/blobs/{id}"),
+    ("put", "/v1/cluster/blobs/{id}"),
+    ("put", "/v1/cluster/rendezvous/{id}/{attempt}/{key}"),
+    ("get", "/v1/cluster/rendezvous/{id}/{attempt}/{key}"),
 ]
 UNAUTHENTICATED = {"/healthz", "/readyz", "/openapi.yaml"}
 KERNELS = ["saxpy", "reduce", "gemm", "sleep"]
@@ -102,7 +109,8 @@ def _depends(service):
 
 def test_gateway_waits_for_healthy_postgres_and_redis(compose):
     gw = compose["services"]["gateway"]
-    assert _depends(gw) == {"postgres": "service_healthy", "redis": "service_healthy"}
+    assert _depends(gw) == {"postgres": "service_healthy", "redis": "service_healthy",
+                            "cluster-token": "service_completed_successfully"}
     assert gw["command"] in (["kowloon-gateway", "serve"], "kowloon-gateway serve")
     assert "healthcheck" in gw
 
@@ -111,13 +119,46 @@ def test_gateway_environment_and_port(compose):
     gw = compose["services"]["gateway"]
     env = gw["environment"]
     assert env["KOWLOON_LISTEN"] == "0.0.0.0:8080"
+    assert env["KOWLOON_CLUSTER_LISTEN"] == "0.0.0.0:8081"
     assert env["KOWLOON_DATABASE_URL"].startswith("postgresql://")
     assert "@postgres:5432/" in env["KOWLOON_DATABASE_URL"]
     assert env["KOWLOON_REDIS_URL"].startswith("redis://redis:6379")
-    assert env["KOWLOON_CLUSTER_TOKEN"], "the cluster token needs a default"
-    ports = gw["ports"]
-    assert any((isinstance(p, dict) and int(p["target"]) == 8080 and int(p["published"]) == 8080)
-               or str(p) == "8080:8080" for p in ports)
+    ports = [_port(p) for p in gw["ports"]]
+    # the public API only, on loopback unless KOWLOON_BIND says otherwise
+    assert ports == [("127.0.0.1", 8080, 8080)], ports
+
+
+def _port(p):
+    """(host ip or None, published, target) of a ports entry in either form
+    Compose renders ("127.0.0.1:8080:8080/tcp", or a mapping)."""
+    if isinstance(p, dict):
+        return p.get("host_ip"), int(p["published"]), int(p["target"])
+    parts = str(p).split("/")[0].split(":")
+    ip = parts[0] if len(parts) == 3 else None
+    return ip, int(parts[-2]), int(parts[-1])
+
+
+def test_the_cluster_listener_and_the_nodes_are_never_published(compose):
+    for name, svc in compose["services"].items():
+        for p in svc.get("ports", []):
+            assert _port(p)[2] != 8081, (name, p)
+
+
+def test_the_cluster_token_is_generated_not_a_default(compose):
+    """No token is written in the file: a one-shot service makes a random
+    one (as scripts/run.sh does) into a volume the daemons read it from."""
+    with open(COMPOSE, encoding="utf-8") as f:
+        text = f.read()
+    assert "kowloon-dev-cluster-token" not in text
+    s = compose["services"]
+    maker = s["cluster-token"]
+    script = " ".join(maker["command"]) if isinstance(maker["command"], list) else maker["command"]
+    assert "/dev/urandom" in script and "umask 077" in script, script
+    assert maker.get("restart") == "no"
+    gw = s["gateway"]
+    assert _depends(gw).get("cluster-token") == "service_completed_successfully"
+    assert gw["environment"]["KOWLOON_CLUSTER_TOKEN"] == ""   # unless the user sets one
+    assert gw["environment"]["KOWLOON_CLUSTER_TOKEN_FILE"] == "/var/lib/kowloon/secrets/cluster-token"
 
 
 def test_compute_gpu_reserves_nvidia_gpus(compose):
@@ -155,15 +196,34 @@ def test_two_cpu_nodes_are_two_distinct_nodes_of_one_image(compose):
     assert all(s[n]["command"] in (["kowloon-compute"], "kowloon-compute") for n in CPU_NODES)
 
 
+def _volume_of(service, target):
+    for v in service.get("volumes", []):
+        if isinstance(v, dict) and v.get("target") == target:
+            return v.get("source")
+        if isinstance(v, str) and v.split(":")[1] == target:
+            return v.split(":")[0]
+    return None
+
+
 def test_nodes_share_the_gateways_cluster_token(compose):
     s = compose["services"]
-    token = s["gateway"]["environment"]["KOWLOON_CLUSTER_TOKEN"]
+    env_gw = s["gateway"]["environment"]
+    secrets = _volume_of(s["gateway"], "/var/lib/kowloon/secrets")
+    assert secrets, "the gateway reads the token from the cluster-secrets volume"
+    states = set()
     for name in NODES:
         env = s[name]["environment"]
-        assert env["KOWLOON_CLUSTER_TOKEN"] == token
-        assert env["KOWLOON_GATEWAY"] == "http://gateway:8080"
+        assert env["KOWLOON_CLUSTER_TOKEN"] == env_gw["KOWLOON_CLUSTER_TOKEN"]
+        assert env["KOWLOON_CLUSTER_TOKEN_FILE"] == env_gw["KOWLOON_CLUSTER_TOKEN_FILE"]
+        assert _volume_of(s[name], "/var/lib/kowloon/secrets") == secrets
+        # the gateway's cluster listener, not its public port
+        assert env["KOWLOON_GATEWAY"] == "http://gateway:8081"
         assert _depends(s[name]).get("gateway") == "service_healthy"
         assert "healthcheck" in s[name]
+        # its credential in a volume of its own: a restarted container is the same node
+        assert env["KOWLOON_STATE_DIR"] == "/var/lib/kowloon/node"
+        states.add(_volume_of(s[name], "/var/lib/kowloon/node"))
+    assert len(states - {None}) == len(NODES), states
 
 
 def _daemon(service):
@@ -183,6 +243,46 @@ def test_every_kowloon_variable_is_an_option_of_its_daemon(compose):
                 assert var in opts, f"{name}: {var} is not an option of {_daemon(svc)}"
                 checked += 1
     assert checked >= 20
+
+
+@pytest.fixture(scope="module")
+def compose_tls():
+    """docker-compose.yml with docker-compose.tls.yml over it, rendered."""
+    cmd = _compose_cmd()
+    if cmd is None:
+        pytest.skip("neither docker-compose nor `docker compose` is installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KOWLOON_")}
+    out = subprocess.run(cmd + ["-f", COMPOSE, "-f", os.path.join(ROOT, "docker-compose.tls.yml"),
+                                "config"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return yaml.safe_load(out.stdout)
+
+
+def test_the_tls_override_puts_every_node_on_https_with_the_gateways_certificate(compose_tls):
+    s = compose_tls["services"]
+    gw = s["gateway"]
+    cert, key = gw["environment"]["KOWLOON_TLS_CERT"], gw["environment"]["KOWLOON_TLS_KEY"]
+
+    def mounted(svc, path):
+        """path lies in one of svc's volumes (long or short syntax)."""
+        targets = [v.get("target", "") if isinstance(v, dict) else v.split(":")[1]
+                   for v in svc.get("volumes", [])]
+        return any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets)
+    assert mounted(gw, cert) and mounted(gw, key)
+    assert "https://localhost:8080/readyz" in gw["healthcheck"]["test"]
+    for name in NODES:
+        env = s[name]["environment"]
+        assert env["KOWLOON_GATEWAY"] == "https://gateway:8081", name
+        assert mounted(s[name], env["KOWLOON_TLS_CA"]), name
+        # the nodes get the certificate, never the key
+        assert not any("tls.key" in str(v) for v in s[name].get("volumes", [])), name
+    for name, svc in s.items():
+        if _daemon(svc) is None:
+            continue
+        opts = env_options(_daemon(svc))
+        for var in svc.get("environment", {}):
+            assert not var.startswith("KOWLOON_") or var in opts, (name, var)
 
 
 def _seconds(duration):
@@ -247,9 +347,16 @@ def test_openapi_security_is_bearer_except_health_and_spec(spec):
             assert "401" in op["responses"], f"{method.upper()} {path} lacks 401"
 
 
-def test_openapi_cluster_routes_are_tagged_cluster(spec):
+def test_openapi_cluster_routes_are_tagged_cluster_and_on_the_cluster_listener(spec):
+    cluster_paths = {p for _, p in CLUSTER_ROUTES}
     for method, path in CLUSTER_ROUTES:
         assert "cluster" in spec["paths"][path][method]["tags"]
+        assert [s["url"] for s in spec["paths"][path]["servers"]] == ["http://localhost:8081"]
+    # and every route tagged cluster is one of them: none is on the public listener
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            if isinstance(op, dict) and "cluster" in op.get("tags", []):
+                assert path in cluster_paths and path.startswith("/v1/cluster/"), (method, path)
 
 
 def test_openapi_create_job_documents_every_error_status(spec):
@@ -311,7 +418,7 @@ def _walk_examples(spec):
 
     for path, item in spec["paths"].items():
         for method, op in item.items():
-            if method == "parameters":
+            if method in ("parameters", "servers"):
                 continue
             body = op.get("requestBody", {})
             for ctype, m in body.get("content", {}).items():

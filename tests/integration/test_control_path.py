@@ -117,32 +117,46 @@ def test_waiting_requests_hold_no_threads(A, stack):
     assert results == [(200, "succeeded")] * 40, results
 
 
-def cluster(stack, method, path, **kw):
-    return requests.request(method, stack.base + path, timeout=10,
-                            headers={"Authorization": f"Bearer {stack.cluster_token}"}, **kw)
+def cluster(stack, method, path, cred=None, **kw):
+    """A call on the cluster listener with a node's credential (cred), or
+    the cluster token."""
+    return requests.request(method, stack.cluster_base + path, timeout=10,
+                            headers={"Authorization": f"Bearer {cred or stack.cluster_token}"}, **kw)
+
+
+def hand_node(stack, name, **kw):
+    """A node registered by hand: (id, credential)."""
+    r = stack.register_node(name, **kw)
+    assert r.status_code == 200, r.text
+    return r.json()["id"], r.json()["credential"]
 
 
 def test_lease_and_results_refuse_bad_input(stack):
-    node = str(uuid.uuid4())
-    assert requests.post(f"{stack.base}/v1/cluster/nodes/{node}/lease", json={},
+    node, cred = hand_node(stack, "bad-input-node")
+    assert requests.post(f"{stack.cluster_base}/v1/cluster/nodes/{node}/lease", json={},
                          timeout=5).status_code == 401
-    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", json={"max": -1})
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", cred, json={"max": -1})
     assert r.status_code == 400 and r.json()["error"]["field"] == "max", r.text
-    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", json={"wait_ms": 10 ** 7})
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", cred, json={"wait_ms": 10 ** 7})
     assert r.status_code == 400 and r.json()["error"]["field"] == "wait_ms", r.text
-    r = cluster(stack, "POST", "/v1/cluster/nodes/not-a-node/lease", json={})
-    assert r.status_code == 404, r.text
-    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/results", json={"results": {}})
+    # a node acts only as itself
+    for other in ("not-a-node", str(uuid.uuid4())):
+        r = cluster(stack, "POST", f"/v1/cluster/nodes/{other}/lease", cred, json={})
+        assert r.status_code == 403 and r.json()["error"]["field"] == "node", r.text
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/results", cred, json={"results": {}})
     assert r.status_code == 400 and r.json()["error"]["field"] == "results", r.text
+    cluster(stack, "DELETE", f"/v1/cluster/nodes/{node}", cred)
 
 
 def test_a_poll_of_an_idle_node_is_answered_empty_when_its_wait_ends(stack):
-    node = str(uuid.uuid4())
+    node, cred = hand_node(stack, "idle-node")
     t0 = time.monotonic()
-    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", json={"max": 4, "wait_ms": 500})
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", cred,
+                json={"max": 4, "wait_ms": 500})
     assert r.status_code == 200, r.text
     assert r.json() == {"runs": [], "cancel": []}
     assert 0.4 <= time.monotonic() - t0 < 5
+    cluster(stack, "DELETE", f"/v1/cluster/nodes/{node}", cred)
 
 
 def test_a_late_report_for_an_old_attempt_is_acknowledged_and_changes_nothing(A, stack):
@@ -152,7 +166,8 @@ def test_a_late_report_for_an_old_attempt_is_acknowledged_and_changes_nothing(A,
     rid = f"{j['id']}.1"
     late = {"run_id": rid, "job_id": j["id"], "attempt": 1, "state": "failed",
             "error": {"code": "kernel_error", "message": "late"}}
-    r = cluster(stack, "POST", f"/v1/cluster/nodes/{uuid.uuid4()}/results",
+    node, cred = hand_node(stack, "late-reporter")
+    r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/results", cred,
                 json={"free": 0, "results": [late, {"no": "job"}]})
     assert r.status_code == 200, r.text
     assert r.json()["recorded"] == [rid]
@@ -185,21 +200,17 @@ def test_one_report_records_many_runs_each_fenced_by_its_attempt(A, stack):
     ones with small outputs in one statement), each still fenced by its own
     attempt: a stale attempt in the same report changes nothing, a failure
     beside the successes is recorded as one."""
-    r = cluster(stack, "POST", "/v1/nodes/register",
-                json={"name": "batch-reporter", "url": "http://127.0.0.1:9", "backend": "cuda",
-                      "slots": 4, "kernels": ["saxpy"],
-                      "gpus": [{"name": "Fake GPU", "memory_bytes": 1 << 30}]})
-    assert r.status_code == 200, r.text
-    node = r.json()["id"]
+    node, cred = hand_node(stack, "batch-reporter", backend="cuda", slots=4, kernels=["saxpy"],
+                           gpus=[{"name": "Fake GPU", "memory_bytes": 1 << 30}], drain=False)
     try:
         x = {"dtype": "float32", "shape": [2], "data": [1, 2]}
         ids = [A.submit("saxpy", {"a": float(k)}, {"x": x, "y": x},
                         resources={"backend": "cuda", "gpus": 1})["id"] for k in range(3)]
         runs, deadline = [], time.monotonic() + 10
         while len(runs) < 3 and time.monotonic() < deadline:
-            cluster(stack, "POST", f"/v1/nodes/{node}/heartbeat",
+            cluster(stack, "POST", f"/v1/cluster/nodes/{node}/heartbeat", cred,
                     json={"running": len(runs), "slots": 4, "runs": [f"{x['job_id']}.{x['attempt']}" for x in runs]})
-            r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease",
+            r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/lease", cred,
                         json={"max": 4 - len(runs), "wait_ms": 500})
             assert r.status_code == 200, r.text
             runs += r.json()["runs"]
@@ -210,15 +221,15 @@ def test_one_report_records_many_runs_each_fenced_by_its_attempt(A, stack):
             return {"y": {"dtype": "float32", "shape": [2], "data": v}}
         reports = [
             {"run_id": f"{ids[0]}.1", "job_id": ids[0], "attempt": by_id[ids[0]]["attempt"],
-             "state": "succeeded", "backend": "cuda", "outputs": out([1, 2])},
+             "kernel": "saxpy", "state": "succeeded", "backend": "cuda", "outputs": out([1, 2])},
             {"run_id": f"{ids[1]}.1", "job_id": ids[1], "attempt": by_id[ids[1]]["attempt"],
-             "state": "succeeded", "backend": "cuda", "outputs": out([3, 4])},
+             "kernel": "saxpy", "state": "succeeded", "backend": "cuda", "outputs": out([3, 4])},
             {"run_id": f"{ids[1]}.7", "job_id": ids[1], "attempt": 7,
-             "state": "succeeded", "backend": "cuda", "outputs": out([9, 9])},
+             "kernel": "saxpy", "state": "succeeded", "backend": "cuda", "outputs": out([9, 9])},
             {"run_id": f"{ids[2]}.1", "job_id": ids[2], "attempt": by_id[ids[2]]["attempt"],
              "state": "failed", "error": {"code": "kernel_error", "message": "boom"}},
         ]
-        r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/results",
+        r = cluster(stack, "POST", f"/v1/cluster/nodes/{node}/results", cred,
                     json={"free": 4, "results": reports})
         assert r.status_code == 200, r.text
         assert sorted(r.json()["recorded"]) == sorted(x["run_id"] for x in reports)
@@ -232,7 +243,7 @@ def test_one_report_records_many_runs_each_fenced_by_its_attempt(A, stack):
                                  " AND state = 'succeeded'")
             assert n == "1", n
     finally:
-        cluster(stack, "DELETE", f"/v1/nodes/{node}")
+        cluster(stack, "DELETE", f"/v1/cluster/nodes/{node}", cred)
 
 
 def test_an_ended_job_is_read_from_the_gateways_memory_after_the_first_read(A, B, stack):

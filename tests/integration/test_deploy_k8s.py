@@ -412,17 +412,72 @@ def problems_gateway_pods(objs):
             out.append(f"PDB minAvailable {m} with {replicas} replicas")
     c = gw["spec"]["template"]["spec"]["containers"][0]
     svcs = find(objs, "Service")
-    if len(svcs) != 1:
-        out.append(f"{len(svcs)} Services, expected the gateway's")
+    if len(svcs) != 2:
+        out.append(f"{len(svcs)} Services, expected the gateway's public and cluster ones")
+    # the public Service reaches --listen only, the cluster one --cluster-listen only
+    want = {"kowloon-gateway": "KOWLOON_LISTEN", "kowloon-gateway-cluster": "KOWLOON_CLUSTER_LISTEN"}
     for svc in svcs:
+        name = svc["metadata"]["name"]
         if not selects(svc["spec"].get("selector", {}), labels) or \
                 any(selects(svc["spec"]["selector"], o) for o in others):
-            out.append(f"Service {svc['metadata']['name']} does not select the gateway alone")
-        listen = int(option(c, objs, "KOWLOON_LISTEN").rsplit(":", 1)[1])
+            out.append(f"Service {name} does not select the gateway alone")
+        if name not in want:
+            out.append(f"Service {name} is not one of {sorted(want)}")
+            continue
+        listen = int(option(c, objs, want[name]).rsplit(":", 1)[1])
         for p in svc["spec"]["ports"]:
             if container_port(c, p.get("targetPort", p["port"])) != listen:
-                out.append(f"Service port {p['port']} does not reach the gateway's {listen}")
+                out.append(f"Service {name} port {p['port']} does not reach the gateway's {listen}")
     return out
+
+
+def problems_cluster_port(objs):
+    """The gateway's cluster port is closed to every pod but Kowloon's
+    compute pods (a NetworkPolicy); its public port stays open."""
+    out = []
+    gw = by_component(objs, "gateway")
+    labels = template_labels(gw)
+    c = gw["spec"]["template"]["spec"]["containers"][0]
+    cluster = int(option(c, objs, "KOWLOON_CLUSTER_LISTEN").rsplit(":", 1)[1])
+    public = int(option(c, objs, "KOWLOON_LISTEN").rsplit(":", 1)[1])
+    pols = [p for p in find(objs, "NetworkPolicy")
+            if selects(p["spec"]["podSelector"].get("matchLabels", {}), labels)]
+    if not pols:
+        return ["no NetworkPolicy on the gateway's pods: any pod reaches the cluster listener"]
+    nodes = [template_labels(by_component(objs, k)) for k in ("compute-gpu", "compute-cpu")]
+    for pol in pols:
+        if "Ingress" not in pol["spec"].get("policyTypes", []):
+            out.append(f"NetworkPolicy {pol['metadata']['name']} does not restrict ingress")
+        for rule in pol["spec"].get("ingress", []):
+            ports = {container_port(c, p["port"]) for p in rule.get("ports", [])}
+            if not rule.get("ports") or cluster in ports:
+                sources = rule.get("from")
+                if not sources:
+                    out.append("the cluster port is open to every pod")
+                    continue
+                for src in sources:
+                    sel = src.get("podSelector")
+                    if sel is None or "namespaceSelector" in src or "ipBlock" in src:
+                        out.append(f"the cluster port is open to {src}")
+                    elif not all(_matches(sel, n) for n in nodes):
+                        out.append("a compute pod cannot reach the cluster port")
+                    elif _matches(sel, labels):
+                        out.append("the cluster port is open to the gateway's own pods")
+        if not any(public in {container_port(c, p["port"]) for p in r.get("ports", [])}
+                   and not r.get("from") for r in pol["spec"].get("ingress", [])):
+            out.append("the public port is not open")
+    return out
+
+
+def _matches(selector, labels):
+    """A label selector (matchLabels, matchExpressions with In) against
+    labels; an empty one selects everything, as Kubernetes reads it."""
+    if not all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        if e["operator"] != "In" or labels.get(e["key"]) not in e["values"]:
+            return False
+    return True
 
 
 def problems_nodes(objs):
@@ -439,17 +494,25 @@ def problems_nodes(objs):
     pvc = find(objs, "PersistentVolumeClaim", claim.get("claimName"))
     if not pvc or pvc[0]["spec"]["accessModes"] != ["ReadWriteMany"]:
         out.append(f"gateway: {blob_dir} is not a ReadWriteMany claim every replica shares")
-    svc = find(objs, "Service")[0] if find(objs, "Service") else None
+    svc = next((s for s in find(objs, "Service")
+                if s["metadata"]["name"] == "kowloon-gateway-cluster"), None)
     for component in ("compute-gpu", "compute-cpu"):
         w = by_component(objs, component)
         spec = w["spec"]["template"]["spec"]
         c = spec["containers"][0]
         env = container_env(c, objs)
         gateway = option(c, objs, "KOWLOON_GATEWAY")
-        m = re.match(r"http://([^:/]+):(\d+)$", gateway)
+        m = re.match(r"https?://([^:/]+):(\d+)$", gateway)
         if not svc or not m or m.group(1).split(".")[0] != svc["metadata"]["name"] or \
                 int(m.group(2)) not in [p["port"] for p in svc["spec"]["ports"]]:
-            out.append(f"{component}: KOWLOON_GATEWAY {gateway} is not the gateway's Service")
+            out.append(f"{component}: KOWLOON_GATEWAY {gateway} is not the gateway's cluster "
+                       "Service")
+        # its credential survives a restart of the container in its pod
+        state = option(c, objs, "KOWLOON_STATE_DIR")
+        smounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+        svol = {v["name"]: v for v in spec.get("volumes", [])}.get(smounts.get(state), {})
+        if not state or "emptyDir" not in svol:
+            out.append(f"{component}: KOWLOON_STATE_DIR {state} is not a pod volume")
         port = option(c, objs, "KOWLOON_LISTEN").rsplit(":", 1)[1]
         ip_vars = [k for k, v in env.items() if v == "<fieldRef:status.podIP>"]
         if not ip_vars or env.get("KOWLOON_ADVERTISE") not in [f"http://$({v}):{port}"
@@ -463,6 +526,46 @@ def problems_nodes(objs):
         vols = {v["name"]: v for v in spec.get("volumes", [])}
         if vols.get(mounts.get(blob_dir), {}).get("persistentVolumeClaim") != claim:
             out.append(f"{component}: does not mount the blob volume at {blob_dir}")
+    return out
+
+
+def problems_tls(objs):
+    """HTTPS end to end: the gateway's certificate and key are files of a
+    mounted Secret and its probes speak HTTPS; every node reaches it at an
+    https:// URL and checks it against a CA file of a mounted Secret that
+    does not carry the gateway's private key."""
+    out = []
+
+    def mounted_secret(spec, c, path):
+        """The Secret volume a file path lies in, or None."""
+        vols = {v["name"]: v for v in spec.get("volumes", [])}
+        for m in c.get("volumeMounts", []):
+            if path and path.startswith(m["mountPath"].rstrip("/") + "/"):
+                return vols.get(m["name"], {}).get("secret")
+        return None
+
+    gw = by_component(objs, "gateway")
+    spec = gw["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    env = container_env(c, objs)
+    for var in ("KOWLOON_TLS_CERT", "KOWLOON_TLS_KEY"):
+        if mounted_secret(spec, c, env.get(var)) is None:
+            out.append(f"gateway: {var} {env.get(var)} is not a file of a mounted Secret")
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        if probe in c and c[probe].get("httpGet", {}).get("scheme") != "HTTPS":
+            out.append(f"gateway: {probe} does not speak HTTPS")
+    for component in ("compute-gpu", "compute-cpu"):
+        w = by_component(objs, component)
+        spec = w["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        if not option(c, objs, "KOWLOON_GATEWAY").startswith("https://"):
+            out.append(f"{component}: reaches the gateway without TLS")
+        ca = option(c, objs, "KOWLOON_TLS_CA")
+        secret = mounted_secret(spec, c, ca)
+        if secret is None:
+            out.append(f"{component}: KOWLOON_TLS_CA {ca} is not a file of a mounted Secret")
+        elif [i["key"] for i in secret.get("items", [])] != ["tls.crt"]:
+            out.append(f"{component}: mounts more of the TLS Secret than its certificate")
     return out
 
 
@@ -533,8 +636,9 @@ def test_every_manifest_file_is_valid_in_strict_mode(version):
 def test_every_rendered_object_is_valid_in_strict_mode(objs, version):
     kinds = sorted(o["kind"] for o in objs)
     assert kinds == sorted(["Namespace", "PersistentVolumeClaim", "Deployment", "Service",
-                            "PodDisruptionBudget", "DaemonSet", "DaemonSet", "ConfigMap",
-                            "ConfigMap", "ConfigMap", "Secret", "Secret"])
+                            "Service", "NetworkPolicy", "PodDisruptionBudget", "DaemonSet",
+                            "DaemonSet", "ConfigMap", "ConfigMap", "ConfigMap", "Secret",
+                            "Secret"])
     assert problems_schema(objs, version) == []
     assert all(o["metadata"].get("namespace") == "kowloon" for o in objs
                if o["kind"] != "Namespace")
@@ -584,8 +688,16 @@ def test_gateway_replicas_service_and_disruption_budget(objs):
     assert problems_gateway_pods(objs) == []
 
 
+def test_only_compute_pods_reach_the_gateways_cluster_listener(objs):
+    assert problems_cluster_port(objs) == []
+
+
 def test_nodes_reach_the_gateway_advertise_their_pod_and_share_the_blob_volume(objs):
     assert problems_nodes(objs) == []
+
+
+def test_https_between_nodes_and_gateway_with_the_key_on_the_gateway_only(objs):
+    assert problems_tls(objs) == []
 
 
 def test_pods_meet_the_restricted_security_standard_as_the_images_user(objs):
@@ -602,7 +714,7 @@ def test_datastores_are_external_and_given_by_url(objs):
     env = container_env(gc, objs)
     assert env["KOWLOON_DATABASE_URL"].startswith("postgresql://")
     assert env["KOWLOON_REDIS_URL"].startswith("redis://")
-    assert len(env["KOWLOON_CLUSTER_TOKEN"]) >= 16  # the gateway refuses shorter
+    assert len(env["KOWLOON_CLUSTER_TOKEN"]) >= 32  # the gateway refuses shorter
 
 
 # ----------------------------------------------- the checks can fail ---
@@ -672,12 +784,26 @@ BREAKAGES = {
         minAvailable=2), problems_gateway_pods),
     "Service on the wrong port": (lambda o: find(o, "Service")[0]["spec"]["ports"][0].update(
         targetPort=8081), problems_gateway_pods),
+    "nodes call the public Service": (lambda o: _set_config(o, "compute-cpu", "KOWLOON_GATEWAY",
+                                                            "http://kowloon-gateway:8080"),
+                                      problems_nodes),
+    "credential not on a volume": (lambda o: _set_config(o, "compute-gpu", "KOWLOON_STATE_DIR",
+                                                         "/opt/kowloon/var/node"), problems_nodes),
+    "cluster port open to all": (lambda o: find(o, "NetworkPolicy")[0]["spec"]["ingress"][1]
+                                 .pop("from"), problems_cluster_port),
+    "no network policy": (lambda o: o.remove(find(o, "NetworkPolicy")[0]), problems_cluster_port),
     "node advertises localhost": (lambda o: _env(o, "compute-cpu", "KOWLOON_ADVERTISE").update(
         value="http://127.0.0.1:8081"), problems_nodes),
     "blob volume not shared": (lambda o: _volume(o, "compute-gpu", "blobs").update(
         persistentVolumeClaim={"claimName": "other"}), problems_nodes),
     "runs as root": (lambda o: _workload(o, "gateway")["securityContext"].update(runAsUser=0),
                      problems_security),
+    "node without TLS": (lambda o: _set_config(o, "compute-cpu", "KOWLOON_GATEWAY",
+                                               "http://kowloon-gateway:8080"), problems_tls),
+    "node gets the key": (lambda o: _volume(o, "compute-gpu", "tls-ca")["secret"].pop("items"),
+                          problems_tls),
+    "probe over plain HTTP": (lambda o: _container(o, "gateway")["readinessProbe"]["httpGet"]
+                              .pop("scheme"), problems_tls),
 }
 
 

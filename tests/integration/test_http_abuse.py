@@ -21,7 +21,10 @@ import pytest
 from stack import free_port
 
 TIMEOUT_S = 3       # --conn-timeout-s of the abuse gateway
+BODY_TIMEOUT_S = 2  # --body-timeout-s
 PER_IP = 6          # --max-conns-per-ip
+RESERVED_PER_IP = 8 # connections an address may open past PER_IP for health checks and nodes
+RESERVED_SHARE = 16 # such connections in all: an eighth of MAX_CONNS, at least 2 addresses' worth
 MAX_CONNS = 30      # --max-connections
 MAX_HEADER_KB = 8   # --max-header-kb
 MAX_BODY_MB = 1     # --max-body-mb
@@ -47,7 +50,8 @@ def gw(stack):
                                KOWLOON_MAX_CONNS_PER_IP=PER_IP,
                                KOWLOON_MAX_CONNECTIONS=MAX_CONNS,
                                KOWLOON_MAX_HEADER_KB=MAX_HEADER_KB,
-                               KOWLOON_MAX_BODY_MB=MAX_BODY_MB)
+                               KOWLOON_MAX_BODY_MB=MAX_BODY_MB,
+                               KOWLOON_BODY_TIMEOUT_S=BODY_TIMEOUT_S)
     yield Gateway(stack, port, proc)
     proc.stop()
 
@@ -295,21 +299,85 @@ def test_per_ip_limit_answers_503_on_the_extra_connections_but_serves_health(gw)
         time.sleep(0.1)
 
 
-def test_connections_past_twice_the_per_ip_limit_are_closed_at_once(gw):
-    socks = open_many(gw, "127.0.0.6", 2 * PER_IP + 2)
+def test_past_the_per_ip_limit_an_address_gets_a_small_allowance_then_nothing(gw):
+    socks = open_many(gw, "127.0.0.6", PER_IP + RESERVED_PER_IP + 3)
     try:
-        time.sleep(0.5)
-        # the last two were shut at once: EOF without a byte
-        for s in socks[-2:]:
-            r = Reply(*read_all(s, 2))
-            assert r.raw == b"" and r.how in ("eof", "reset"), r
-        # the ones over the limit that send nothing are cut within ~2 s
+        # past the allowance: shut at once, without a byte; the allowance kept
+        shut = shut_now(socks, expect=3)
+        assert set(shut) == set(socks[PER_IP + RESERVED_PER_IP:]), \
+            sorted(socks.index(x) for x in shut)
+        # the allowance serves health checks ...
+        s = socks[PER_IP]
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = Reply(*read_all(s, 1))
+        assert r.status == 200, r
+        # ... and the ones over the limit that send nothing are cut within ~2 s
         t0 = time.monotonic()
-        r = Reply(*read_all(socks[PER_IP], 6))
+        r = Reply(*read_all(socks[PER_IP + 1], 6))
         assert r.raw == b"" and r.how in ("eof", "reset"), r
         assert time.monotonic() - t0 < 2 + SLACK_S
     finally:
         for s in socks:
+            s.close()
+
+
+def shut_now(socks, within=1.5, expect=None):
+    """The sockets among socks that the server has shut (end of stream):
+    polled until expect of them are (or within seconds pass), then those."""
+    deadline = time.monotonic() + within
+    while True:
+        readable, _, _ = select.select(socks, [], [], 0.05)
+        shut = []
+        for s in readable:
+            try:
+                if s.recv(1, socket.MSG_PEEK) == b"":
+                    shut.append(s)
+            except OSError:
+                shut.append(s)
+        if (expect is not None and len(shut) >= expect) or time.monotonic() > deadline:
+            return shut
+
+
+def ask_health(socks):
+    """Each sends a health check and keeps its connection (a served request
+    starts its 2 s over-the-limit deadline again)."""
+    for s in socks:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+
+
+@pytest.fixture
+def roomy_gw(stack):
+    """A gateway with room for three addresses at their limits and over it."""
+    port = free_port()
+    proc = stack.start_gateway("gateway-share", port, KOWLOON_MAX_CONNS_PER_IP=PER_IP,
+                               KOWLOON_MAX_CONNECTIONS=64)
+    yield Gateway(stack, port, proc)
+    proc.stop()
+
+
+def test_one_address_cannot_take_the_reserved_share(roomy_gw):
+    """Connections over their address's limit (for reserved routes) are a
+    bounded share of all (an eighth of --max-connections, at least two
+    addresses' allowance: 16 here): one address takes its allowance and no
+    more, another still gets its own, and a third finds the share taken."""
+    g = roomy_gw
+    a = open_many(g, "127.0.3.1", PER_IP + RESERVED_SHARE)
+    b, c = [], []
+    try:
+        over = a[PER_IP:]
+        shut = shut_now(over, expect=len(over) - RESERVED_PER_IP)
+        assert len(over) - len(shut) == RESERVED_PER_IP, len(shut)
+        ask_health([s for s in over if s not in shut])
+        b = open_many(g, "127.0.3.2", PER_IP + RESERVED_PER_IP)
+        ask_health(b[PER_IP:])
+        c = open_many(g, "127.0.3.3", PER_IP + 1)
+        assert shut_now(c, expect=1) == [c[-1]], "a connection past the reserved share was kept"
+        assert shut_now(b, within=0.2) == [], "a second address lost its allowance to the first"
+        # what the allowance keeps was served
+        r = Reply(*read_all(b[-1], 1))
+        assert r.status == 200, r
+    finally:
+        for s in a + b + c:
             s.close()
 
 
@@ -331,6 +399,67 @@ def test_connection_limit_holds_until_slow_clients_are_cut_off(gw):
     finally:
         t.close()
     healthz_until_ok(gw, SLACK_S)
+
+
+# ---------------------------------------------------------------- slow bodies
+
+def test_a_route_that_takes_no_body_refuses_one_from_the_head(gw):
+    """The measured attack: GET /healthz declaring a 10 MB body, to be
+    trickled. Refused (JSON 413) before a byte of it, and closed."""
+    for head in (b"GET /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 10000000\r\n\r\n",
+                 b"GET /readyz HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n",
+                 b"GET /openapi.yaml HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n",
+                 b"GET /v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n{auth}\r\n"):
+        t0 = time.monotonic()
+        r = exchange(gw, head.replace(b"{auth}", gw.auth), timeout=5)
+        assert r.status == 413 and r.json()["error"]["code"] == "payload_too_large", r
+        assert "takes no request body" in r.json()["error"]["message"], r
+        assert r.how in ("eof", "reset") and time.monotonic() - t0 < 2, r
+
+
+class BodyTrickler(Trickler):
+    """Connections that send a whole head announcing a body, then one byte
+    of it each tick."""
+
+    def __init__(self, socks, head, **kw):
+        super().__init__(socks, **kw)
+        self.HEAD = head
+
+
+def test_trickled_bodies_from_many_addresses_are_cut_and_others_served(gw, stack):
+    """Tenants (a valid key) trickle job bodies a byte at a time from four
+    addresses, each to its limit, and anonymous clients send health checks
+    with bodies: the bodies are cut at --body-timeout-s however the bytes
+    come, and a fifth address is served all along."""
+    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            + gw.auth + b"Content-Length: 10000\r\n\r\n")
+    srcs = [f"127.0.4.{k}" for k in range(1, 5)]
+    jobs = stack.count_jobs()
+    t = BodyTrickler([s for src in srcs for s in open_many(gw, src, PER_IP)], head)
+    t.start()
+    try:
+        time.sleep(0.3)
+        served = 0
+        for src in srcs:
+            r = exchange(gw, b"GET /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 10000000\r\n\r\n",
+                         src=src, timeout=5)
+            assert r.status == 413 or (r.status is None and r.how in ("eof", "reset")), r
+        for _ in range(5):
+            r = healthz(gw, timeout=5)
+            served += r.status == 200
+        assert served == 5, served
+        client = stack.client("A", base=gw.base)
+        assert client.post_job(json.loads(JOB)).status_code == 202
+        t.join(BODY_TIMEOUT_S + SLACK_S + 2)
+        assert len(t.closed) == len(t.socks), \
+            f"{len(t.socks) - len(t.closed)} trickled bodies still open after " \
+            f"{time.monotonic() - t.t0:.1f}s (--body-timeout-s {BODY_TIMEOUT_S})"
+        closed = sorted(t.closed.values())
+        assert BODY_TIMEOUT_S - 0.5 <= closed[0] and closed[-1] <= BODY_TIMEOUT_S + SLACK_S, closed
+        assert not t.answered, t.answered
+        assert stack.count_jobs() == jobs + 1  # the one submit, none of the trickled
+    finally:
+        t.close()
 
 
 # ---------------------------------------------------------------- oversized heads

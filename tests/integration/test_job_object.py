@@ -2,6 +2,8 @@
 one — id, state, kernel, params, labels, the envelope, where and how it ran,
 the timestamps, and error last — not in jsonb's order of key lengths."""
 
+import json
+import re
 import uuid
 
 import pytest
@@ -47,3 +49,44 @@ def test_a_failed_job_ends_with_its_error(A):
     done = A.wait(r.json()["id"], timeout=30)
     assert done["state"] == "failed" and done["error"]["code"], done
     assert keys(done) == ORDER and list(done["error"]) == ["code", "message"]
+
+
+def long_reals(text):
+    """The numbers of a JSON text written with 16 or more significant
+    digits: what a double printed with 17 digits looks like (0.006 came
+    out as 0.0060000000000000001)."""
+    out = []
+    for m in re.finditer(r'(?<![\w."])-?\d+\.\d+(?:[eE][-+]?\d+)?', text):
+        digits = m.group().lstrip("-").split("e")[0].split("E")[0].replace(".", "").lstrip("0")
+        if len(digits) >= 16:
+            out.append(m.group())
+    return out
+
+
+def test_job_objects_write_numbers_in_their_shortest_exact_form(A, stack):
+    """usage's queue_s, cpu_s and cost, and gpu_memory_gb, read back as
+    the very numbers PostgreSQL holds, in their shortest form: on GET, the
+    list, Prefer: wait and the job's event stream alike."""
+    parked = A.post_job({**PARKED, "resources": {"backend": "cuda", "gpus": 16,
+                                                 "gpu_memory_gb": 0.1}})
+    assert parked.status_code == 202, parked.text
+    for t in (parked.text, A.get(f"/v1/jobs/{parked.json()['id']}").text):
+        assert long_reals(t) == [] and '"gpu_memory_gb":0.1' in t, t
+    A.cancel(parked.json()["id"])
+    r = A.post_job({"kernel": "saxpy", "params": {"a": 1.0},
+                    "inputs": {"x": {"dtype": "float32", "shape": [4], "data": [1, 2, 3, 4]},
+                               "y": {"dtype": "float32", "shape": [4], "data": [1, 1, 1, 1]}}})
+    assert r.status_code == 202, r.text
+    job = A.wait(r.json()["id"])
+    texts = [A.get(f"/v1/jobs/{job['id']}").text,
+             A.get(f"/v1/jobs/{job['id']}", headers={"Prefer": "wait=1"}).text,
+             A.get("/v1/jobs", params={"limit": 5}).text]
+    usage = json.loads(texts[0])["usage"]
+    assert usage and "queue_s" in usage and "cpu_s" in usage, usage
+    pg = stack.psql(f"SELECT (usage->>'queue_s')::text, (usage->>'cpu_s')::text"
+                    f" FROM jobs WHERE id = '{job['id']}'")[0]
+    assert usage["queue_s"] == float(pg[0]) and usage["cpu_s"] == float(pg[1]), (usage, pg)
+    for t in texts:
+        assert long_reals(t) == [], t[:400]
+    # the unit fixes the form: 0.006, never 0.0060000000000000001
+    assert long_reals('{"queue_s":0.0060000000000000001}') == ["0.0060000000000000001"]

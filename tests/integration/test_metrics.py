@@ -64,7 +64,7 @@ def promtool_check(text):
 
 
 def test_gateway_and_node_expositions_pass_promtool(stack):
-    gw = scrape(stack.base, stack.cluster_token)
+    gw = scrape(stack.cluster_base, stack.cluster_token)
     promtool_check(gw)
     s = parse(gw)
     for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
@@ -86,7 +86,8 @@ def test_gateway_and_node_expositions_pass_promtool(stack):
         assert not any(k.startswith("kowloon_gpu_") for k, _ in n)
 
 
-def test_metrics_need_the_cluster_token_or_an_admin_key(stack, A, admin, anon):
+def test_metrics_need_an_admin_key_or_on_the_cluster_listener_the_cluster_token(stack, A, admin,
+                                                                                anon):
     assert anon.get("/metrics").status_code == 401
     r = A.get("/metrics")
     assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
@@ -94,6 +95,14 @@ def test_metrics_need_the_cluster_token_or_an_admin_key(stack, A, admin, anon):
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthenticated"
     r = admin.get("/metrics")
     assert r.status_code == 200 and "kowloon_http_requests_total" in r.text
+    # the cluster token is never taken on the public listener
+    r = requests.get(stack.base + "/metrics", timeout=10,
+                     headers={"Authorization": "Bearer " + stack.cluster_token})
+    assert r.status_code == 401, r.text
+    # Prometheus scrapes the cluster listener with it, as it scrapes the nodes
+    assert requests.get(stack.cluster_base + "/metrics", timeout=10).status_code == 401
+    assert requests.get(stack.cluster_base + "/metrics", timeout=10,
+                        headers={"Authorization": "Bearer " + stack.keys["admin"]}).status_code == 401
     node = stack.node_url("node-a")
     assert requests.get(node + "/metrics", timeout=10).status_code == 401
     assert requests.get(node + "/metrics", headers={"Authorization": "Bearer " + stack.keys["admin"]},
@@ -102,7 +111,7 @@ def test_metrics_need_the_cluster_token_or_an_admin_key(stack, A, admin, anon):
 
 def test_counters_move_as_jobs_run(stack, A):
     def both():
-        gw = parse(scrape(stack.base, stack.cluster_token))
+        gw = parse(scrape(stack.cluster_base, stack.cluster_token))
         nodes = [parse(scrape(stack.node_url(n), stack.cluster_token)) for n in stack.node_names]
         return gw, nodes
 
@@ -143,7 +152,7 @@ def test_counters_move_as_jobs_run(stack, A):
     # the sum carries every earlier run of the process: compare with slack
     assert d("kowloon_job_run_seconds_sum", kernel="sleep") >= 3 * 0.05 - 1e-6
     assert d("kowloon_http_requests_total", method="GET", route="/v1/jobs/{id}", status="200") >= 3
-    text = scrape(stack.base, stack.cluster_token)
+    text = scrape(stack.cluster_base, stack.cluster_token)
     for j in jobs:
         assert j["id"] not in text, "a raw path reached a label: routes must be patterns"
 
@@ -156,7 +165,7 @@ def test_jobs_and_queue_depth_are_counted_from_postgresql(stack, A):
     try:
         with stack.second_gateway("gateway-metrics", KOWLOON_METRICS_REFRESH_S=1) as base:
             def counted():
-                s = parse(scrape(base, stack.cluster_token))
+                s = parse(scrape(base, stack.keys["admin"]))
                 return (value(s, "kowloon_jobs", state="queued", kernel="sleep") >= 2 and
                         value(s, "kowloon_queue_depth", priority="7") >= 2)
             wait_until(counted, 10, 0.3, "queued jobs in kowloon_jobs and kowloon_queue_depth")
@@ -164,7 +173,7 @@ def test_jobs_and_queue_depth_are_counted_from_postgresql(stack, A):
                 A.cancel(s["id"])
 
             def gone():
-                s = parse(scrape(base, stack.cluster_token))
+                s = parse(scrape(base, stack.keys["admin"]))
                 return value(s, "kowloon_queue_depth", priority="7") == 0
             wait_until(gone, 10, 0.3, "the cancelled jobs to leave kowloon_queue_depth")
     finally:

@@ -78,7 +78,7 @@ def test_a_single_node_job_has_one_placement_entry(A):
 def pair(stack):
     """Two scripted nodes whose runs never end by themselves."""
     tag = uuid.uuid4().hex[:6]
-    nodes = [FakeNode(stack.base, stack.cluster_token, f"fake-gang-{tag}-{i}", run_s=3600).start()
+    nodes = [FakeNode(stack.cluster_base, stack.cluster_token, f"fake-gang-{tag}-{i}", run_s=3600).start()
              for i in range(2)]
     yield nodes
     for n in nodes:
@@ -112,12 +112,15 @@ def part(node, job_id):
 
 
 def report(stack, node, job_id, attempt, node_rank, state, code=None):
+    """node reports its part (with its own credential, on the cluster listener)."""
     rep = {"run_id": f"{job_id}.{attempt}", "job_id": job_id, "attempt": attempt,
-           "state": state, "node_rank": node_rank, "backend": "cuda", "outputs": {}, "info": {}}
+           "kernel": "sleep", "state": state, "node_rank": node_rank, "backend": "cuda",
+           "outputs": node.outputs if node_rank == 0 else {}, "info": {}}
     if code:
         rep["error"] = {"code": code, "message": "a peer is gone"}
-    r = requests.post(f"{stack.base}/v1/cluster/nodes/{node.id}/results", json={"results": [rep]},
-                      headers={"Authorization": f"Bearer {stack.cluster_token}"}, timeout=10)
+    r = requests.post(f"{stack.cluster_base}/v1/cluster/nodes/{node.id}/results",
+                      json={"results": [rep]},
+                      headers={"Authorization": f"Bearer {node.credential}"}, timeout=10)
     assert r.status_code == 200, r.text
 
 
@@ -142,8 +145,8 @@ def test_each_node_gets_its_part_with_dist_and_gpu_ids_and_placement_shows_them(
 
 def test_rendezvous_keeps_values_per_attempt_and_refuses_a_stale_one(A, stack, pair):
     job_id = parked_gang(A, stack, pair)
-    hdr = {"Authorization": f"Bearer {stack.cluster_token}"}
-    url = f"{stack.base}/v1/cluster/rendezvous/{job_id}"
+    hdr = {"Authorization": f"Bearer {pair[1].credential}"}   # a node of the gang
+    url = f"{stack.cluster_base}/v1/cluster/rendezvous/{job_id}"
     blob = bytes(range(256)) * 4
     assert requests.get(f"{url}/1/nccl_id", headers=hdr).status_code == 404
     assert requests.put(f"{url}/1/nccl_id", data=blob, headers=hdr).status_code == 200
@@ -159,7 +162,7 @@ def test_rendezvous_keeps_values_per_attempt_and_refuses_a_stale_one(A, stack, p
     assert requests.put(f"{url}/1/big", data=b"x" * (64 * 1024 + 1), headers=hdr).status_code == 413
     r = A.post("/v1/jobs", json=PARKED)
     single = r.json()["id"]
-    assert requests.get(f"{stack.base}/v1/cluster/rendezvous/{single}/1/k",
+    assert requests.get(f"{stack.cluster_base}/v1/cluster/rendezvous/{single}/1/k",
                         headers=hdr).status_code == 404
     A.post(f"/v1/jobs/{single}/cancel")
     # the attempt ends: its values go, and its ranks can no longer meet

@@ -1,13 +1,14 @@
-"""The node's data path, driven directly on a node with the cluster token.
-A node without the gateway's blob directory (--blob-dir none): inputs given
-as blob references are fetched from the gateway (GET /v1/cluster/blobs/{id}),
-cached by hash, checked for size and hash, and with "output_blobs" the
-outputs are pushed back (POST /v1/cluster/blobs) and answered as
+"""The node's data path. A node without the gateway's blob directory
+(--blob-dir none): inputs given as blob references are fetched from the
+gateway's cluster listener (GET /v1/cluster/blobs/{id}, only for runs the
+node holds), cached by hash, checked for size and hash, and outputs are
+pushed back (POST /v1/cluster/blobs?job_id=&attempt=) and answered as
 references, never as text. A node that shares the directory maps the
 inputs it finds there and writes its outputs into it, and the gateway
 records such an output (PUT /v1/cluster/blobs/{id}) only when it sees the
-file with the stated size."""
+file with the stated size and its bytes hash to its name."""
 
+import contextlib
 import hashlib
 import os
 import random
@@ -33,11 +34,6 @@ def blob_id(data):
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-@pytest.fixture
-def gw(stack):
-    return Client(stack.base, stack.cluster_token)
-
-
 @pytest.fixture(scope="module")
 def http_node(stack):
     """A node of its own that moves every byte over HTTP (--blob-dir none)."""
@@ -54,6 +50,7 @@ def http_node(stack):
 
 @pytest.fixture
 def node(stack, http_node):
+    """The HTTP node's own API (the cluster token)."""
     return Client(stack.node_url(http_node), stack.cluster_token)
 
 
@@ -63,14 +60,30 @@ def shared_node(stack):
     return Client(stack.node_url(stack.node_names[0]), stack.cluster_token)
 
 
-def push(gw, data):
-    r = gw.post("/v1/cluster/blobs", data=data, headers=OCTET)
-    assert r.status_code == 201, r.text
+@contextlib.contextmanager
+def only_on(stack, name):
+    """Every other node that is up is drained meanwhile: what is submitted
+    runs on name."""
+    ids = [n["id"] for n in stack.admin.nodes() if n["name"] != name and n["state"] == "up"]
+    for i in ids:
+        assert stack.admin.post(f"/v1/nodes/{i}/drain").status_code == 200
+    try:
+        yield
+    finally:
+        for i in ids:
+            stack.admin.request("DELETE", f"/v1/nodes/{i}/drain")
+
+
+def upload(A, data):
+    """A tenant's blob (the public listener)."""
+    r = A.post("/v1/blobs", data=data, headers=OCTET)
+    assert r.status_code in (200, 201), r.text
     assert r.json()["id"] == blob_id(data)
     return r.json()["id"]
 
 
 def run_on_node(node, inputs, kernel="gemm", params=None, output_blobs=True):
+    """A run posted straight to a node's own API, with no job behind it."""
     job_id = str(uuid.uuid4())
     body = {"job_id": job_id, "attempt": 1, "kernel": kernel, "params": params or {},
             "inputs": inputs, "timeout_s": 30, "backend": "cpu", "gpus": 1}
@@ -93,66 +106,90 @@ def cache(node):
     return r.json()["input_cache"]
 
 
-def gemm_inputs(gw):
+def blob_io(node):
+    r = node.get("/v1/info")
+    assert r.status_code == 200, r.text
+    return r.json()["blob_io"]
+
+
+def gemm_inputs(A):
     a = [random.uniform(-2, 2) for _ in range(6)]
     b = [random.uniform(-2, 2) for _ in range(6)]
-    ref = {"dtype": "float32", "shape": [2, 3], "blob": push(gw, f32(a))}
-    return a, b, {"a": ref, "b": {"dtype": "float32", "shape": [3, 2], "blob": push(gw, f32(b))}}
+    ref = {"dtype": "float32", "shape": [2, 3], "blob": upload(A, f32(a))}
+    return a, b, {"a": ref, "b": {"dtype": "float32", "shape": [3, 2], "blob": upload(A, f32(b))}}
 
 
-def test_blob_inputs_are_fetched_and_outputs_pushed_as_blobs(gw, node):
-    a, b, inputs = gemm_inputs(gw)
-    run = run_on_node(node, inputs)
-    assert run["state"] == "succeeded", run
-    c = run["outputs"]["c"]
-    assert set(c) == {"dtype", "shape", "blob"}, c
-    assert c["dtype"] == "float32" and c["shape"] == [2, 2]
-    r = gw.get(f"/v1/cluster/blobs/{c['blob']}")
+N = 1 << 15  # 128 KiB of float32: past the 64 KiB an output may travel inline
+
+
+def saxpy_blobs(A):
+    x = np.random.default_rng().random(N, dtype=np.float32)
+    y = np.random.default_rng().random(N, dtype=np.float32)
+    return x, y, {"x": {"dtype": "float32", "shape": [N], "blob": upload(A, x.tobytes())},
+                  "y": {"dtype": "float32", "shape": [N], "blob": upload(A, y.tobytes())}}
+
+
+def test_blob_inputs_are_fetched_and_outputs_pushed_as_blobs(stack, A, http_node, node):
+    x, y, inputs = saxpy_blobs(A)
+    before_io, before_cache = blob_io(node), cache(node)
+    with only_on(stack, http_node):
+        j = A.run("saxpy", {"a": 2.0}, inputs, timeout=60)
+    assert j["node"] == http_node, j
+    after_io, after_cache = blob_io(node), cache(node)
+    assert after_cache["misses"] - before_cache["misses"] == 2
+    assert after_cache["fetched_bytes"] - before_cache["fetched_bytes"] == 2 * x.nbytes
+    assert after_io["pushed_outputs"] - before_io["pushed_outputs"] == 1
+    assert after_io["pushed_bytes"] - before_io["pushed_bytes"] == x.nbytes
+    r = A.get(f"/v1/jobs/{j['id']}/result?encoding=blob")
     assert r.status_code == 200, r.text
-    assert r.headers["Content-Type"] == "application/octet-stream"
-    assert blob_id(r.content) == c["blob"]
-    got = struct.unpack("<4f", r.content)
-    for i in range(2):
-        for j in range(2):
-            want = sum(a[i * 3 + k] * b[k * 2 + j] for k in range(3))
-            assert abs(got[i * 2 + j] - want) <= 1e-5 + 1e-5 * abs(want), (got, want)
+    out = r.json()["outputs"]["y"]
+    assert set(out) >= {"dtype", "shape", "blob"} and out["shape"] == [N], out
+    r = A.get(f"/v1/jobs/{j['id']}/outputs/y")
+    assert r.status_code == 200 and blob_id(r.content) == out["blob"]
+    np.testing.assert_allclose(np.frombuffer(r.content, np.float32), 2 * x + y, rtol=1e-6)
+    # the node stored it as an output of that run; the job's tenant owns it now
+    assert stack.psql_value(f"SELECT count(*) FROM run_outputs WHERE job_id = '{j['id']}'") == "0"
+    assert stack.psql_value(f"SELECT count(*) FROM job_blob_refs WHERE job_id = '{j['id']}'"
+                            f" AND blob_id = '{out['blob']}'") == "1"
 
 
-def test_the_same_input_twice_is_fetched_once(gw, node):
-    _, _, inputs = gemm_inputs(gw)
+def test_the_same_input_twice_is_fetched_once(stack, A, http_node, node):
+    _, _, inputs = saxpy_blobs(A)
     before = cache(node)
     assert before["budget_bytes"] == 1024 << 20
-    assert run_on_node(node, inputs)["state"] == "succeeded"
-    mid = cache(node)
-    assert mid["misses"] - before["misses"] == 2
-    assert mid["fetched_bytes"] - before["fetched_bytes"] == 48
-    assert run_on_node(node, inputs)["state"] == "succeeded"
+    with only_on(stack, http_node):
+        assert A.run("saxpy", {"a": 1.0}, inputs, timeout=60)["node"] == http_node
+        mid = cache(node)
+        assert mid["misses"] - before["misses"] == 2
+        assert mid["fetched_bytes"] - before["fetched_bytes"] == 2 * 4 * N
+        assert A.run("saxpy", {"a": 3.0}, inputs, timeout=60)["node"] == http_node
     after = cache(node)
     assert after["hits"] - mid["hits"] == 2
     assert after["fetched_bytes"] == mid["fetched_bytes"], "a cached blob crossed again"
-    assert after["served_bytes"] - mid["served_bytes"] == 48
+    assert after["served_bytes"] - mid["served_bytes"] == 2 * 4 * N
 
 
-def test_without_output_blobs_outputs_stay_base64(gw, node):
-    _, _, inputs = gemm_inputs(gw)
+def test_without_output_blobs_outputs_stay_base64(node):
+    inputs = {"a": {"dtype": "float32", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]},
+              "b": {"dtype": "float32", "shape": [3, 2], "data": [1, 0, 0, 1, 1, 1]}}
     run = run_on_node(node, inputs, output_blobs=False)
     assert run["state"] == "succeeded", run
     assert "b64" in run["outputs"]["c"], run["outputs"]["c"]
 
 
-def test_a_blob_of_the_wrong_size_is_invalid_argument(gw, node):
-    _, _, inputs = gemm_inputs(gw)
-    inputs["a"]["blob"] = push(gw, f32([1.0] * 5))  # shape [2, 3] needs 24 bytes
+def test_a_run_posted_by_hand_cannot_fetch_a_tenants_blob(A, node):
+    """A run no job stands behind (posted to the node's API): the gateway
+    serves a node only the inputs of runs it holds, so a tenant's blob is
+    refused like one that does not exist."""
+    _, _, inputs = gemm_inputs(A)
     run = run_on_node(node, inputs)
     assert run["state"] == "failed", run
-    err = run["error"]
-    assert err["code"] == "invalid_argument", err
-    assert err["field"] == "inputs.a", err
-    assert "20 bytes" in err["message"] and "24 bytes" in err["message"], err
+    assert run["error"]["code"] == "backend_error", run["error"]
+    assert "no blob" in run["error"]["message"], run["error"]
 
 
-def test_an_unknown_blob_is_a_backend_error(gw, node):
-    _, _, inputs = gemm_inputs(gw)
+def test_an_unknown_blob_is_a_backend_error(A, node):
+    _, _, inputs = gemm_inputs(A)
     inputs["b"]["blob"] = blob_id(uuid.uuid4().bytes)
     run = run_on_node(node, inputs)
     assert run["state"] == "failed", run
@@ -168,81 +205,98 @@ def test_output_blobs_must_be_a_boolean(node):
     assert r.json()["error"]["field"] == "output_blobs"
 
 
-def blob_io(node):
-    r = node.get("/v1/info")
-    assert r.status_code == 200, r.text
-    return r.json()["blob_io"]
-
-
 def test_http_node_says_it_shares_no_blob_dir(node):
     assert blob_io(node)["shared_dir"] is None
 
 
-def test_node_sharing_the_blob_dir_maps_inputs_and_writes_outputs(stack, gw, shared_node):
-    a, b, inputs = gemm_inputs(gw)
+def test_node_sharing_the_blob_dir_maps_inputs_and_writes_outputs(stack, A, shared_node):
+    x, y, inputs = saxpy_blobs(A)
+    name = stack.node_names[0]
     before_io, before_cache = blob_io(shared_node), cache(shared_node)
     assert os.path.samefile(before_io["shared_dir"], stack.blob_dir), before_io
-    run = run_on_node(shared_node, inputs)
-    assert run["state"] == "succeeded", run
+    with only_on(stack, name):
+        j = A.run("saxpy", {"a": 2.0}, inputs, timeout=60)
+    assert j["node"] == name, j
     after_io, after_cache = blob_io(shared_node), cache(shared_node)
     # nothing crossed over HTTP: both inputs mapped, the output written
     assert after_cache["fetched_bytes"] == before_cache["fetched_bytes"]
     assert after_cache["misses"] == before_cache["misses"]
     assert after_io["mapped_inputs"] - before_io["mapped_inputs"] == 2
-    assert after_io["mapped_bytes"] - before_io["mapped_bytes"] == 48
+    assert after_io["mapped_bytes"] - before_io["mapped_bytes"] == 2 * x.nbytes
     assert after_io["written_outputs"] - before_io["written_outputs"] == 1
     assert after_io["pushed_outputs"] == before_io["pushed_outputs"]
-    assert set(run["phases_ms"]) == {"inputs", "compute", "outputs"}, run
-    c = run["outputs"]["c"]
-    path = os.path.join(stack.blob_dir, "sha256", c["blob"][7:9], c["blob"][7:])
+    out = A.get(f"/v1/jobs/{j['id']}/result?encoding=blob").json()["outputs"]["y"]
+    path = os.path.join(stack.blob_dir, "sha256", out["blob"][7:9], out["blob"][7:])
     with open(path, "rb") as f:
         data = f.read()
-    assert blob_id(data) == c["blob"]
-    # recorded by the gateway, which serves it like any other blob
-    assert stack.psql_value(f"SELECT size FROM blobs WHERE id = '{c['blob']}'") == "16"
-    r = gw.get(f"/v1/cluster/blobs/{c['blob']}")
+    assert blob_id(data) == out["blob"]
+    # hashed and recorded by the gateway, which serves it like any other blob
+    assert stack.psql_value(f"SELECT size FROM blobs WHERE id = '{out['blob']}'") == str(x.nbytes)
+    r = A.get(f"/v1/jobs/{j['id']}/outputs/y")
     assert r.status_code == 200 and r.content == data
-    got = struct.unpack("<4f", data)
-    for i in range(2):
-        for j in range(2):
-            want = sum(a[i * 3 + k] * b[k * 2 + j] for k in range(3))
-            assert abs(got[i * 2 + j] - want) <= 1e-5 + 1e-5 * abs(want), (got, want)
+    np.testing.assert_allclose(np.frombuffer(data, np.float32), 2 * x + y, rtol=1e-6)
 
 
-def test_a_shared_blob_of_the_wrong_size_is_invalid_argument(gw, shared_node):
-    _, _, inputs = gemm_inputs(gw)
-    inputs["a"]["blob"] = push(gw, f32([2.0] * 5))
+def test_a_shared_blob_of_the_wrong_size_is_invalid_argument(A, shared_node):
+    _, _, inputs = gemm_inputs(A)
+    inputs["a"]["blob"] = upload(A, f32([2.0] * 5))
     run = run_on_node(shared_node, inputs)
     assert run["state"] == "failed" and run["error"]["code"] == "invalid_argument", run
     assert run["error"]["field"] == "inputs.a"
     assert "20 bytes" in run["error"]["message"], run["error"]
 
 
-def test_gateway_records_a_node_written_blob_only_when_its_file_is_there(stack, gw):
+@pytest.fixture
+def held_run(stack, A):
+    """A scripted node holding a run: (node, job_id, attempt)."""
+    from fakenode import FakeNode
+    node = FakeNode(stack.cluster_base, stack.cluster_token, f"fake-adopt-{uuid.uuid4().hex[:6]}",
+                    run_s=3600).start()
+    try:
+        j = A.submit("sleep", {"seconds": 0}, resources={"backend": "cuda", "gpus": 1})
+        wait_until(lambda: any(t["job_id"] == j["id"] for t in node.taken), 15, what="the run")
+        yield node, j["id"], 1
+        A.cancel(j["id"])
+    finally:
+        node.close()
+
+
+def put_file(stack, bid, data):
+    d = os.path.join(stack.blob_dir, "sha256", bid[7:9])
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, bid[7:])
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def test_gateway_records_a_node_written_blob_only_when_its_file_is_there(stack, held_run):
+    fake, job_id, attempt = held_run
+    gw = Client(stack.cluster_base, fake.credential)
+    q = f"?job_id={job_id}&attempt={attempt}"
     data = os.urandom(1000)
     bid = blob_id(data)
     # not in the store: refused, nothing recorded
-    r = gw.request("PUT", f"/v1/cluster/blobs/{bid}", json={"size": 1000})
+    r = gw.request("PUT", f"/v1/cluster/blobs/{bid}{q}", json={"size": 1000})
     assert r.status_code == 404, r.text
     assert stack.psql_value(f"SELECT count(*) FROM blobs WHERE id = '{bid}'") == "0"
     # a file under that name (as a node writes it) but another size: refused
-    d = os.path.join(stack.blob_dir, "sha256", bid[7:9])
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, bid[7:]), "wb") as f:
-        f.write(data)
-    r = gw.request("PUT", f"/v1/cluster/blobs/{bid}", json={"size": 999})
+    put_file(stack, bid, data)
+    r = gw.request("PUT", f"/v1/cluster/blobs/{bid}{q}", json={"size": 999})
     assert r.status_code == 422 and r.json()["error"]["field"] == "size", r.text
     assert stack.psql_value(f"SELECT count(*) FROM blobs WHERE id = '{bid}'") == "0"
     for bad in ({}, {"size": "1000"}, {"size": -1}):
-        assert gw.request("PUT", f"/v1/cluster/blobs/{bid}", json=bad).status_code == 400, bad
-    assert gw.request("PUT", "/v1/cluster/blobs/sha256:xyz", json={"size": 1}).status_code == 400
-    assert Client(stack.base, "wrong").request("PUT", f"/v1/cluster/blobs/{bid}",
-                                                json={"size": 1000}).status_code == 401
-    # the right size: recorded, with nobody's reference yet
-    r = gw.request("PUT", f"/v1/cluster/blobs/{bid}", json={"size": 1000})
+        assert gw.request("PUT", f"/v1/cluster/blobs/{bid}{q}", json=bad).status_code == 400, bad
+    assert gw.request("PUT", f"/v1/cluster/blobs/sha256:xyz{q}", json={"size": 1}).status_code == 400
+    assert Client(stack.cluster_base, "wrong").request(
+        "PUT", f"/v1/cluster/blobs/{bid}{q}", json={"size": 1000}).status_code == 401
+    # the right size and bytes: recorded as that run's output, nobody's reference yet
+    r = gw.request("PUT", f"/v1/cluster/blobs/{bid}{q}", json={"size": 1000})
     assert r.status_code == 201 and r.json() == {"id": bid, "size": 1000}, r.text
     assert stack.psql_value(f"SELECT size FROM blobs WHERE id = '{bid}'") == "1000"
     assert stack.psql_value(f"SELECT count(*) FROM blob_refs WHERE blob_id = '{bid}'") == "0"
+    assert stack.psql_value(f"SELECT count(*) FROM run_outputs WHERE job_id = '{job_id}'"
+                            f" AND attempt = {attempt} AND blob_id = '{bid}'") == "1"
 
 
 def test_node_whose_blob_dir_the_gateway_does_not_see_falls_back_to_http(stack, A):
@@ -283,27 +337,29 @@ def test_node_whose_blob_dir_the_gateway_does_not_see_falls_back_to_http(stack, 
             stack.admin.request("DELETE", f"/v1/nodes/{stack.nodes_by_name()[n]['id']}/drain")
 
 
-@pytest.mark.parametrize("case", ["not-recorded", "wrong-size"])
-def test_a_run_reporting_an_output_blob_the_gateway_did_not_record_fails_bad_result(stack, A, gw, case):
+@pytest.mark.parametrize("case", ["not-stored", "wrong-size"])
+def test_a_run_reporting_an_output_blob_the_gateway_did_not_record_fails_bad_result(stack, A, case):
     """A node's result names an output blob: the gateway takes it only if
-    that blob is recorded (pushed, or adopted from the shared directory)
-    with the size the output's shape needs; else the job fails bad_result
-    and the blob is given to nobody."""
+    the node stored that blob for this run (pushed, or adopted from the
+    shared directory) with the size the output's shape needs; else the job
+    fails bad_result and the blob is given to nobody."""
     from fakenode import FakeNode
     data = os.urandom(64)
-    if case == "not-recorded":
-        bid = blob_id(data)  # neither pushed nor adopted
+    if case == "not-stored":
+        bid = blob_id(data)   # neither pushed nor adopted
         shape = [16]
     else:
-        bid = push(gw, data)  # recorded with 64 bytes
-        shape = [15]          # but reported as 60
-    node = FakeNode(stack.base, stack.cluster_token, f"fake-output-{case}", run_s=0.2,
-                    outputs={"x": {"dtype": "float32", "shape": shape, "blob": bid}}).start()
+        bid = upload(A, data)  # recorded with 64 bytes (a tenant's, not this run's)
+        shape = [15]           # and reported as 60
+    node = FakeNode(stack.cluster_base, stack.cluster_token, f"fake-output-{case}", run_s=0.2,
+                    outputs={"slept": {"dtype": "float32", "shape": shape, "blob": bid}}).start()
     try:
         j = A.submit("sleep", {"seconds": 0}, resources={"backend": "cuda", "gpus": 1})
         done = A.wait(j["id"], 30)
         assert done["state"] == "failed", done
         assert done["error"]["code"] == "bad_result", done["error"]
-        assert stack.psql_value(f"SELECT count(*) FROM blob_refs WHERE blob_id = '{bid}'") == "0"
+        assert stack.psql_value(f"SELECT count(*) FROM job_blob_refs WHERE job_id = '{j['id']}'") == "0"
+        refs = stack.psql_value(f"SELECT count(*) FROM blob_refs WHERE blob_id = '{bid}'")
+        assert refs == ("0" if case == "not-stored" else "1"), refs   # A's own upload only
     finally:
         node.close()

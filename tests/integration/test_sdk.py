@@ -437,6 +437,37 @@ def cli(stack, *args, key="A", timeout=60):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def test_cli_takes_the_key_from_the_environment_a_file_or_stdin_never_argv(stack, tmp_path):
+    """A key among the command's arguments is readable by every user of
+    the host (ps): --api-key is refused without a request and without
+    echoing the key; the key comes from $KOWLOON_API_KEY, --api-key-file
+    FILE or --api-key-file - (stdin)."""
+    key = stack.keys["A"]
+    env = dict(os.environ, KOWLOON_URL=stack.base,
+               PYTHONPATH=SDK_SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("KOWLOON_API_KEY", None)
+
+    def run(*args, stdin=None):
+        return subprocess.run([sys.executable, "-m", "kowloon", *args], env=env, input=stdin,
+                              capture_output=True, text=True, timeout=60)
+    r = run("--api-key", key, "kernels", "--json")
+    assert r.returncode == 2 and "KOWLOON_API_KEY" in r.stderr, (r.returncode, r.stderr)
+    assert key not in r.stderr + r.stdout
+    r = run("kernels", "--json")
+    assert r.returncode == 2 and "--api-key-file" in r.stderr, r.stderr
+    f = tmp_path / "key"
+    f.write_text(key + "\n")
+    f.chmod(0o600)
+    for args, stdin in ((("--api-key-file", str(f)), None), (("--api-key-file", "-"), key + "\n"),
+                        (("kernels", "--api-key-file", str(f)), None)):
+        args = args if args[0] == "kernels" else (*args, "kernels")
+        r = run(*args, "--json", stdin=stdin)
+        assert r.returncode == 0, (args, r.stderr)
+        assert any(k["name"] == "saxpy" for k in json.loads(r.stdout))
+    r = run("--api-key-file", str(tmp_path / "missing"), "kernels")
+    assert r.returncode == 2 and "missing" in r.stderr, r.stderr
+
+
 def test_cli_run_writes_outputs_and_json(stack, tmp_path):
     x = np.arange(6, dtype=np.float32)
     np.save(tmp_path / "x.npy", x)

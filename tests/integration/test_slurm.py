@@ -193,7 +193,7 @@ def allocation(slurm, stack):
     with os.fdopen(fd, "w") as f:
         f.write(stack.cluster_token + "\n")
     out = os.path.join(slurm.root, "kowloon-nodes-%j.out")
-    env = slurm.env(KOWLOON_GATEWAY=stack.base, KOWLOON_TOKEN_FILE=token,
+    env = slurm.env(KOWLOON_GATEWAY=stack.cluster_base, KOWLOON_TOKEN_FILE=token,
                     KOWLOON_COMPUTE=COMPUTE_BIN, KOWLOON_NODE_BLOB_DIR=stack.blob_dir,
                     KOWLOON_HEARTBEAT_S=1, KOWLOON_LOG_LEVEL="debug")
     r = subprocess.run([_bin("sbatch"), "--parsable", f"--output={out}", SBATCH], env=env,

@@ -1,9 +1,11 @@
 """Tenants see only their own jobs; keys are checked on every request."""
 
+import json
 import time
 
 import pytest
 
+import stack as stk
 from stack import Client
 
 
@@ -63,6 +65,9 @@ def test_invalid_key_is_401(stack, header):
 def test_cluster_token_is_not_an_api_key(stack):
     r = Client(stack.base, stack.cluster_token).get("/v1/jobs")
     assert r.status_code == 401, r.text
+    # nor is a node's credential
+    r = Client(stack.base, stack.node_credential(stack.node_names[0])).get("/v1/jobs")
+    assert r.status_code == 401, r.text
 
 
 def test_revoked_key_is_401_within_a_second(stack):
@@ -83,6 +88,31 @@ def test_revoked_key_is_401_within_a_second(stack):
 def test_revoking_unknown_key_exits_1(stack):
     r = stack.revoke_key("kl_this_key_does_not_exist")
     assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+
+
+def test_cli_refuses_a_whole_key_in_its_arguments_and_revokes_by_id_or_prefix(stack):
+    """A whole key in argv is readable by every user of the host (ps): the
+    CLI refuses it and revokes nothing; it takes the key on stdin, an id or
+    a prefix."""
+    key = stack.create_key("C")
+    c = stack.client(key=key)
+    r = stack.gateway_cli("keys", "revoke", key)
+    assert r.returncode == 2 and "stdin" in r.stderr, (r.returncode, r.stderr)
+    assert key not in r.stderr
+    assert c.get("/v1/jobs").status_code == 200, "a refused command revoked the key"
+    # by id (GET /v1/keys lists ids with prefixes, never keys)
+    listed = stack.admin.get("/v1/keys", params={"tenant": "C"}).json()["keys"]
+    mine = [k for k in listed if k["prefix"] == key[:11] and k["revoked_at"] is None]
+    assert len(mine) == 1 and key not in json.dumps(listed), listed
+    r = stack.gateway_cli("keys", "revoke", str(mine[0]["id"]))
+    assert r.returncode == 0, r.stderr
+    stk.wait_until(lambda: c.get("/v1/jobs").status_code == 401, 2, 0.05, "the key refused")
+    # by prefix
+    key2 = stack.create_key("C")
+    r = stack.gateway_cli("keys", "revoke", key2[:11])
+    assert r.returncode == 0, r.stderr
+    r = stack.gateway_cli("keys", "revoke", key2[:11])
+    assert r.returncode == 1, r.stderr
 
 
 def test_second_key_of_same_tenant_sees_same_jobs(stack, a_job):

@@ -158,7 +158,7 @@ def test_gpu_runs_are_billed_per_gpu_second_at_the_models_rate(stack, tenant):
     from the node's registration."""
     name, T = tenant
     measured = {"run_s": 1.5, "cpu_s": 0.25, "gpus": 1, "gpu_model": "Fake GPU"}
-    node = FakeNode(stack.base, stack.cluster_token, f"fake-usage-{uuid.uuid4().hex[:6]}",
+    node = FakeNode(stack.cluster_base, stack.cluster_token, f"fake-usage-{uuid.uuid4().hex[:6]}",
                     run_s=0.3, usage=measured).start()
     try:
         j = T.submit("sleep", {"seconds": 0.1}, resources={"backend": "cuda", "gpus": 1})

@@ -112,7 +112,7 @@ def fake_run_across_gateway_restart(A, stack, name, run_s, timeout_s, kill_after
     node got the run, stays down down_s, and is restarted. Returns the job
     once it is terminal."""
     from fakenode import FakeNode
-    node = FakeNode(stack.base, stack.cluster_token, name, run_s=run_s).start()
+    node = FakeNode(stack.cluster_base, stack.cluster_token, name, run_s=run_s).start()
     try:
         j = A.submit("sleep", {"seconds": 1}, timeout_s=timeout_s,
                      resources={"backend": "cuda", "gpus": 1})

@@ -104,6 +104,51 @@ static void test_built_plugin_loads_or_falls_back_with_reason(void **state)
     cn_backend_close(&b);
 }
 
+/* The stand-ins of tests/plugins/fake_cuda.c (Makefile: KL_FAKE_PLUGIN_DIR). */
+static const char *fake(const char *name)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", KL_FAKE_PLUGIN_DIR, name);
+    assert_int_equal(access(path, F_OK), 0);
+    return path;
+}
+
+static void test_a_plugin_of_this_abi_opens_and_says_what_it_found(void **state)
+{
+    (void)state;
+    cn_backend b;
+    assert_int_equal(cn_backend_open(&b, "cuda", fake("kl_fake_cuda.so")), 0);
+    assert_int_equal(b.kind, CN_BACKEND_CUDA);
+    assert_int_equal(cn_backend_ngpus(&b), 1);
+    assert_non_null(strstr(b.reason, "Fake GPU"));
+    assert_non_null(strstr(cn_backend_info(&b), "fake plugin"));
+    cn_backend_close(&b);
+    assert_string_equal(cn_backend_info(&b), "");
+}
+
+/* Its open aborts: were it called, this test would die. */
+static void test_a_plugin_of_another_abi_is_refused_before_it_runs_anything(void **state)
+{
+    (void)state;
+    cn_backend b;
+    const char *path = fake("kl_fake_cuda_abi4.so");
+    assert_int_equal(cn_backend_open(&b, "auto", path), 0);
+    assert_int_equal(b.kind, CN_BACKEND_CPU);
+    assert_null(b.dl);
+    assert_non_null(strstr(b.reason, path));
+    assert_non_null(strstr(b.reason, "built for ABI 4; this node needs ABI 5"));
+    assert_true(cn_backend_open(&b, "cuda", path) < 0);
+}
+
+static void test_a_plugin_without_the_abi_symbol_is_refused_before_it_runs_anything(void **state)
+{
+    (void)state;
+    cn_backend b;
+    assert_int_equal(cn_backend_open(&b, "auto", fake("kl_fake_cuda_noabi.so")), 0);
+    assert_int_equal(b.kind, CN_BACKEND_CPU);
+    assert_non_null(strstr(b.reason, "it has no kl_cuda_plugin_abi (built for ABI 4 or older)"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -113,6 +158,9 @@ int main(void)
         cmocka_unit_test(test_unknown_mode_is_refused),
         cmocka_unit_test(test_file_that_is_no_library_falls_back_with_dlerror),
         cmocka_unit_test(test_built_plugin_loads_or_falls_back_with_reason),
+        cmocka_unit_test(test_a_plugin_of_this_abi_opens_and_says_what_it_found),
+        cmocka_unit_test(test_a_plugin_of_another_abi_is_refused_before_it_runs_anything),
+        cmocka_unit_test(test_a_plugin_without_the_abi_symbol_is_refused_before_it_runs_anything),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

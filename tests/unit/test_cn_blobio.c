@@ -41,6 +41,7 @@ typedef struct fake {
     int refuse_adopt;      /* adopt answers CN_BLOBIO_ENOTSHARED */
     char adopted[72];
     uint64_t adopted_size;
+    char run[64];          /* "<job>.<attempt>" the last push or adopt named */
 } fake;
 
 static void id_of(const void *data, size_t n, char id[72])
@@ -108,12 +109,13 @@ static int fake_fetch_range(void *cls, const char *id, uint64_t off, void *buf, 
     return CN_BLOBIO_EFAIL;
 }
 
-static int fake_push(void *cls, const void *data, size_t n, const volatile int *cancel,
-                     char id[CN_BLOB_ID_SIZE], char *msg, size_t msglen)
+static int fake_push(void *cls, const char *job_id, int attempt, const void *data, size_t n,
+                     const volatile int *cancel, char id[CN_BLOB_ID_SIZE], char *msg, size_t msglen)
 {
     fake *f = cls;
     (void)cancel;
     f->pushes++;
+    snprintf(f->run, sizeof f->run, "%s.%d", job_id, attempt);
     if (f->push_failures > 0) {
         f->push_failures--;
         snprintf(msg, msglen, "connection refused");
@@ -123,10 +125,12 @@ static int fake_push(void *cls, const void *data, size_t n, const volatile int *
     return 0;
 }
 
-static int fake_adopt(void *cls, const char *id, uint64_t size, char *msg, size_t msglen)
+static int fake_adopt(void *cls, const char *job_id, int attempt, const char *id, uint64_t size,
+                      char *msg, size_t msglen)
 {
     fake *f = cls;
     __atomic_add_fetch(&f->adopts, 1, __ATOMIC_SEQ_CST);
+    snprintf(f->run, sizeof f->run, "%s.%d", job_id, attempt);
     if (f->refuse_adopt) {
         snprintf(msg, msglen, "no such file");
         return CN_BLOBIO_ENOTSHARED;
@@ -426,6 +430,8 @@ static void test_shared_inputs_are_mapped_and_outputs_written_and_adopted(void *
     assert_int_equal(fx->f.adopts, 1);
     assert_string_equal(fx->f.adopted, want_id);
     assert_int_equal(fx->f.adopted_size, 16);
+    /* recorded as an output of that run only: the gateway checks it holds it */
+    assert_string_equal(fx->f.run, "j.1");
     read_blob(fx, want_id, got, sizeof got);
     assert_memory_equal(got, want, sizeof want);
     json_decref(run);
@@ -443,6 +449,7 @@ static void test_an_output_the_gateway_does_not_see_is_pushed_instead(void **sta
     assert_string_equal(str(run, "state"), "succeeded");
     assert_int_equal(fx->f.adopts, 1);
     assert_int_equal(fx->f.pushes, 1);
+    assert_string_equal(fx->f.run, "j.1");
     assert_int_equal(fx->stats.written_outputs, 0);
     assert_int_equal(fx->stats.pushed_outputs, 1);
     json_decref(run);

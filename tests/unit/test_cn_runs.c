@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -410,6 +411,89 @@ static void test_progress_is_kept_per_run_and_taken_once(void **state)
     json_decref(run);
 }
 
+/* ---- a lost device, through the plugin interface: the fake plugin
+ * (tests/plugins/fake_cuda.c) loses its "GPU" in any reduce run ---- */
+
+typedef struct lost {
+    int calls;
+    char why[256];
+} lost;
+
+static void on_lost(void *ctx, const char *why)
+{
+    lost *l = ctx;
+    l->calls++;
+    snprintf(l->why, sizeof l->why, "%s", why);
+}
+
+static int setup_fake_gpu(void **state)
+{
+    static fixture f;
+    static lost l;
+    static struct {
+        fixture *f;
+        lost *l;
+    } both;
+    memset(&f, 0, sizeof f);
+    memset(&l, 0, sizeof l);
+    svc_log_init("test", SVC_LOG_ERROR);
+    setenv("KOWLOON_FAKE_CUDA_FAULT", "reduce", 1);
+    assert_int_equal(cn_backend_open(&f.backend, "cuda", KL_FAKE_PLUGIN_DIR "/kl_fake_cuda.so"), 0);
+    cn_runs_opts o = {.slots = 2, .threads = 1, .backend = &f.backend, .on_device_lost = on_lost,
+                      .device_ctx = &l};
+    assert_int_equal(cn_runs_create(&o, &f.runs), 0);
+    both.f = &f;
+    both.l = &l;
+    *state = &both;
+    return 0;
+}
+
+static int teardown_fake_gpu(void **state)
+{
+    fixture *f = *(fixture **)*state;
+    unsetenv("KOWLOON_FAKE_CUDA_FAULT");
+    cn_runs_destroy(f->runs);
+    cn_backend_close(&f->backend);
+    return 0;
+}
+
+static void test_the_run_that_loses_the_device_fails_for_good_and_the_others_are_given_back(void **state)
+{
+    fixture *f = ((fixture **)*state)[0];
+    lost *l = ((lost **)*state)[1];
+    kl_err err;
+    assert_int_equal(submit_sleep(f->runs, "long", 1, 30, 60), CN_RUN_NEW);
+    svc_sleep_ms(50); /* it runs on the "GPU" */
+    assert_int_equal(submit(f->runs, "{\"job_id\":\"bad\",\"attempt\":1,\"kernel\":\"reduce\","
+                                     "\"inputs\":{\"x\":{\"dtype\":\"float32\",\"shape\":[2],\"data\":[1,2]}}}",
+                            &err),
+                     CN_RUN_NEW);
+    json_t *bad = wait_run(f->runs, "bad.1", 5000);
+    assert_string_equal(str(bad, "state"), "failed");
+    assert_string_equal(err_code(bad), "device_error");
+    const char *msg = json_string_value(json_object_get(json_object_get(bad, "error"), "message"));
+    assert_non_null(strstr(msg, "cudaErrorIllegalAddress"));
+    /* the run that was only there ends retryable */
+    json_t *other = wait_run(f->runs, "long.1", 5000);
+    assert_string_equal(str(other, "state"), "failed");
+    assert_string_equal(err_code(other), "backend_error");
+    msg = json_string_value(json_object_get(json_object_get(other, "error"), "message"));
+    assert_non_null(strstr(msg, "GPU was lost while the run used it"));
+    /* and so does any run after it; the node was told once */
+    assert_int_equal(submit(f->runs, "{\"job_id\":\"after\",\"attempt\":1,\"kernel\":\"saxpy\",\"params\":{\"a\":2},"
+                                     "\"inputs\":{\"x\":{\"dtype\":\"float32\",\"shape\":[1],\"data\":[1]},"
+                                     "\"y\":{\"dtype\":\"float32\",\"shape\":[1],\"data\":[1]}}}",
+                            &err),
+                     CN_RUN_NEW);
+    json_t *after = wait_run(f->runs, "after.1", 5000);
+    assert_string_equal(err_code(after), "backend_error");
+    assert_int_equal(l->calls, 1);
+    assert_non_null(strstr(l->why, "sticky CUDA error"));
+    json_decref(bad);
+    json_decref(other);
+    json_decref(after);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +514,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_release_frees_a_finished_run_long_before_keep_time, setup_short_release, teardown),
         cmocka_unit_test_setup_teardown(test_ended_runs_are_taken_once_for_reports, setup2, teardown),
         cmocka_unit_test_setup_teardown(test_progress_is_kept_per_run_and_taken_once, setup2, teardown),
+        cmocka_unit_test_setup_teardown(test_the_run_that_loses_the_device_fails_for_good_and_the_others_are_given_back,
+                                        setup_fake_gpu, teardown_fake_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,6 +58,26 @@ static void test_cpu_task_is_named_after_host_and_job_and_gets_one_slot_per_cpu(
     assert_int_equal(cn_slurm_threads(&s, 2), 4);
 }
 
+static void test_the_credential_is_kept_on_the_hosts_own_tmp_per_allocation(void **state)
+{
+    (void)state;
+    cn_slurm s;
+    char err[256];
+    const char *job_tmp[] = {"SLURM_JOB_ID", "4242", "SLURMD_NODENAME", "cn017",
+                             "SLURM_CPUS_ON_NODE", "8", "TMPDIR", "/scratch/4242", NULL};
+    assert_int_equal(read_env(job_tmp, &s, err), 0);
+    assert_string_equal(s.state_dir, "/scratch/4242/kowloon-node-4242");
+    const char *no_tmp[] = {"SLURM_JOB_ID", "4243", "SLURMD_NODENAME", "cn017",
+                            "SLURM_CPUS_ON_NODE", "8", NULL};
+    assert_int_equal(read_env(no_tmp, &s, err), 0);
+    assert_string_equal(s.state_dir, "/tmp/kowloon-node-4243");
+    /* a TMPDIR that is no plain absolute path is not followed */
+    const char *odd[] = {"SLURM_JOB_ID", "4244", "SLURMD_NODENAME", "cn017",
+                         "SLURM_CPUS_ON_NODE", "8", "TMPDIR", "scratch/../etc", NULL};
+    assert_int_equal(read_env(odd, &s, err), 0);
+    assert_string_equal(s.state_dir, "/tmp/kowloon-node-4244");
+}
+
 static void test_two_allocations_on_one_host_get_two_names(void **state)
 {
     (void)state;
@@ -176,6 +196,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_task_is_named_after_host_and_job_and_gets_one_slot_per_cpu),
         cmocka_unit_test(test_two_allocations_on_one_host_get_two_names),
+        cmocka_unit_test(test_the_credential_is_kept_on_the_hosts_own_tmp_per_allocation),
         cmocka_unit_test(test_cpus_per_task_wins_over_cpus_on_node),
         cmocka_unit_test(test_gpus_come_from_cuda_visible_devices_first),
         cmocka_unit_test(test_step_gpus_then_job_gpus_stand_in_for_cuda_visible_devices),

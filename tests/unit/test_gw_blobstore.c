@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "blobstore.h"
@@ -131,6 +132,60 @@ static void test_close_puts_back_bytes_removed_before_the_record(void **state)
     assert_memory_equal(buf, "retained", 8);
     assert_int_equal(gw_bstore_remove(s, id), 0);
     assert_int_equal(gw_bstore_remove(s, id), -ENOENT);
+}
+
+/* Bytes under a name they do not hash to (written by whoever can write the
+ * directory: a node that shares it). */
+static void plant(const char *id, const char *bytes, size_t n)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/sha256/%.2s", dir, id + 7);
+    mkdir(path, 0750);
+    snprintf(path, sizeof path, "%s/sha256/%.2s/%s", dir, id + 7, id + 7);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+}
+
+#define ABC_ID "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+static void test_a_genuine_write_replaces_bytes_planted_under_its_name(void **state)
+{
+    gw_bstore *s = *state;
+    char id[GW_BLOB_ID_LEN], buf[16];
+    uint64_t size;
+    /* the same size, and another size */
+    const char *planted[] = {"xyz", "planted bytes"};
+    for (int i = 0; i < 2; i++) {
+        gw_bstore_remove(s, ABC_ID);
+        plant(ABC_ID, planted[i], strlen(planted[i]));
+        gw_bwriter *w = gw_bstore_write_begin(s);
+        assert_int_equal(gw_bwriter_append(w, "abc", 3), 0);
+        assert_int_equal(gw_bwriter_commit(w, id, &size), 0);
+        assert_string_equal(id, ABC_ID);
+        assert_int_equal(gw_bwriter_close(w), 0);
+        read_all(s, id, buf, sizeof buf, &size);
+        assert_int_equal(size, 3);
+        assert_memory_equal(buf, "abc", 3);
+        assert_int_equal(entries("tmp"), 0);
+    }
+}
+
+static void test_a_file_is_verified_against_its_name(void **state)
+{
+    gw_bstore *s = *state;
+    uint64_t size = 0;
+    gw_bstore_remove(s, ABC_ID);
+    assert_int_equal(gw_bstore_verify(s, ABC_ID, 1 << 20, &size), -ENOENT);
+    plant(ABC_ID, "abc", 3);
+    assert_int_equal(gw_bstore_verify(s, ABC_ID, 1 << 20, &size), 0);
+    assert_int_equal(size, 3);
+    assert_int_equal(gw_bstore_verify(s, ABC_ID, 2, &size), -EFBIG);
+    plant(ABC_ID, "abd", 3);
+    assert_int_equal(gw_bstore_verify(s, ABC_ID, 1 << 20, &size), -EBADMSG);
+    assert_int_equal(gw_bstore_verify(s, "sha256:nope", 1 << 20, &size), -ENOENT);
+    gw_bstore_remove(s, ABC_ID);
 }
 
 static void test_unknown_or_malformed_id_is_enoent(void **state)
@@ -277,6 +332,8 @@ int main(void)
         cmocka_unit_test(test_written_blob_is_named_by_its_hash_and_deduplicated),
         cmocka_unit_test(test_abort_leaves_nothing),
         cmocka_unit_test(test_close_puts_back_bytes_removed_before_the_record),
+        cmocka_unit_test(test_a_genuine_write_replaces_bytes_planted_under_its_name),
+        cmocka_unit_test(test_a_file_is_verified_against_its_name),
         cmocka_unit_test(test_unknown_or_malformed_id_is_enoent),
         cmocka_unit_test(test_a_node_opens_the_same_store_with_the_same_identity),
         cmocka_unit_test(test_a_buffer_hashed_on_another_thread_gets_the_same_id),

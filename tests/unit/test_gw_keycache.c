@@ -131,6 +131,35 @@ static void test_unknown_keys_never_push_out_valid_ones(void **state)
     gw_keycache_free(c);
 }
 
+/* An expired valid answer stays as the memory that the key was valid
+ * (the failure limiter never throttles it), unknown keys do not push it
+ * out, and a revocation (PostgreSQL's "unknown") ends it. */
+static void test_a_valid_key_is_remembered_after_its_answer_expires(void **state)
+{
+    gw_keycache *c = gw_keycache_new(64, 500);
+    gw_key_auth ka = auth_of(5), out;
+    assert_false(gw_keycache_was_valid(c, "kl_a"));
+    gw_keycache_put(c, "kl_a", &ka, 0);
+    assert_int_equal(gw_keycache_get(c, "kl_a", 600, &out), -ENOENT);
+    assert_true(gw_keycache_was_valid(c, "kl_a"));
+    for (int i = 0; i < 100000; i++) {
+        char key[48];
+        snprintf(key, sizeof key, "kl_attack_%d", i);
+        gw_keycache_put(c, key, NULL, 600 + i);
+    }
+    assert_true(gw_keycache_was_valid(c, "kl_a"));
+    assert_false(gw_keycache_was_valid(c, "kl_attack_7"));
+    gw_keycache_put(c, "kl_a", NULL, 200000);
+    assert_false(gw_keycache_was_valid(c, "kl_a"));
+    gw_keycache_free(c);
+    /* with a TTL of 0 nothing is answered, but the memory is kept */
+    c = gw_keycache_new(64, 0);
+    gw_keycache_put(c, "kl_b", &ka, 0);
+    assert_int_equal(gw_keycache_get(c, "kl_b", 0, &out), -ENOENT);
+    assert_true(gw_keycache_was_valid(c, "kl_b"));
+    gw_keycache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -141,6 +170,7 @@ int main(void)
         cmocka_unit_test(test_ttl_zero_keeps_nothing),
         cmocka_unit_test(test_the_table_never_holds_more_than_its_capacity),
         cmocka_unit_test(test_unknown_keys_never_push_out_valid_ones),
+        cmocka_unit_test(test_a_valid_key_is_remembered_after_its_answer_expires),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

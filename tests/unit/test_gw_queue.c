@@ -444,6 +444,29 @@ static void test_bad_urls_are_refused(void **state)
     gw_redis_close(r);
 }
 
+/* A URL that does not parse is named in the error (and so in the log)
+ * without its password, wherever the password sits. */
+static void test_a_bad_urls_error_does_not_show_its_password(void **state)
+{
+    (void)state;
+    gw_redis_opts o = {.name = "test"};
+    static const char *const bad[] = {
+        "redis://:Sup3rSecret@127.0.0.1:6379/zero",      /* a bad database */
+        "redis://admin:Sup3rSecret@127.0.0.1:6379/x",
+        "http://:Sup3rSecret@127.0.0.1:6379/0",           /* not redis:// */
+        "redis://Sup3rSecret@127.0.0.1:6379/0/extra",     /* the password as the user */
+        "redis://:Sup3rSecret@[::1/0",                    /* does not parse at all */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        assert_null(gw_redis_open(bad[i], &o, err, sizeof err));
+        assert_non_null(strstr(err, "bad Redis URL"));
+        if (strstr(err, "Sup3rSecret"))
+            fail_msg("%s: the error shows the password: %s", bad[i], err);
+        assert_non_null(strstr(err, "***@"));
+    }
+}
+
 int main(void)
 {
     if (system("command -v redis-server >/dev/null 2>&1") != 0) {
@@ -467,6 +490,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_error_replies_come_back_and_keep_the_connection, setup,
                                         teardown),
         cmocka_unit_test(test_bad_urls_are_refused),
+        cmocka_unit_test(test_a_bad_urls_error_does_not_show_its_password),
         /* last: it restarts the server */
         cmocka_unit_test_setup_teardown(test_pool_reconnects_after_a_restart_and_backs_off_while_down,
                                         setup, teardown),

@@ -1,11 +1,20 @@
 /* test_gw_store.c — which PostgreSQL errors the gateway tries again (an
- * outage) and which it gives up on at once (the statement itself refused). */
+ * outage) and which it gives up on at once (the statement itself refused);
+ * and a server that accepts a connection and never answers costs the
+ * caller the connect timeout, not forever. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "store.h"
+#include "svc_util.h"
 
 static void test_outages_are_transient(void **state)
 {
@@ -37,11 +46,40 @@ static void test_refused_statements_are_final(void **state)
     assert_false(gw_store_sqlstate_transient("55000"));  /* object not in prerequisite state */
 }
 
+/* A "PostgreSQL" that completes TCP handshakes (the kernel does, from
+ * its backlog) and never says a word: the first statement fails with
+ * -EIO after the default connect timeout (5 s), where it used to wait
+ * forever on an HTTP worker. */
+static void test_a_server_that_never_answers_times_the_connect_out(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    socklen_t l = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &l);
+    char url[128];
+    snprintf(url, sizeof url, "postgresql://kowloon@127.0.0.1:%d/kowloon?sslmode=disable",
+             ntohs(sa.sin_port));
+    gw_store *s = gw_store_open(url, 1);
+    assert_non_null(s);
+    alarm(30); /* a hang fails the test, not a slow machine */
+    int64_t t0 = svc_now_mono_ms();
+    int64_t last = 0;
+    assert_int_equal(gw_store_events_last(s, &last), -EIO);
+    alarm(0);
+    assert_true(svc_now_mono_ms() - t0 >= 4000);
+    gw_store_close(s);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outages_are_transient),
         cmocka_unit_test(test_refused_statements_are_final),
+        cmocka_unit_test(test_a_server_that_never_answers_times_the_connect_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,8 @@
  * server-side request must not reach are refused, public ones pass, the
  * operator's allow-list and --webhook-allow-private open exactly what they
  * name, and URLs are checked by the addresses of their host (IP literals
- * here: the test resolves no name). */
+ * here; a name is left to the resolver), with refusals that name no
+ * address. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,7 +45,11 @@ static void test_internal_ranges_are_refused(void **state)
     const char *bad[] = {"127.0.0.1", "127.255.0.9", "10.0.0.1", "172.16.0.1", "172.31.255.255",
                          "192.168.1.1", "169.254.169.254", "100.64.0.1", "100.127.255.254",
                          "0.0.0.0", "224.0.0.1", "255.255.255.255", "::", "::1", "fd00::1",
-                         "fc12:3456::1", "fe80::1", "::ffff:10.0.0.1", "::ffff:8.8.8.8", "ff02::1"};
+                         "fc12:3456::1", "fe80::1", "::ffff:10.0.0.1", "::ffff:8.8.8.8", "ff02::1",
+                         /* IPv6 ways to an IPv4 address, and discard-only */
+                         "64:ff9b::a00:1", "64:ff9b:1::a00:1", "64:ff9b:1:ffff::1",
+                         "2002:a00:1::1", "2002:7f00:1::", "2001:0:4136:e378::1",
+                         "2001:0:ffff::1", "100::1", "100::ffff:ffff:ffff:ffff"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (ok(p, bad[i]))
             fail_msg("%s was allowed", bad[i]);
@@ -58,7 +63,9 @@ static void test_public_addresses_pass(void **state)
     char err[128];
     gw_whnet *p = gw_whnet_new(0, "", err, sizeof err);
     const char *good[] = {"8.8.8.8", "93.184.216.34", "172.32.0.1", "100.128.0.1", "11.0.0.1",
-                          "2001:4860:4860::8888", "2606:4700::1111"};
+                          "2001:4860:4860::8888", "2606:4700::1111",
+                          /* just past the new blocks */
+                          "64:ff9b:2::1", "2001:1::1", "2003::1", "100:0:0:1::1"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         if (!ok(p, good[i]))
             fail_msg("%s was refused", good[i]);
@@ -106,18 +113,51 @@ static void test_bad_allow_list_is_refused_naming_the_entry(void **state)
 static void test_urls_are_checked_by_scheme_and_address(void **state)
 {
     (void)state;
-    char err[128], msg[256];
+    char err[128], msg[256], host[256];
     gw_whnet *p = gw_whnet_new(0, "127.0.0.1/32", err, sizeof err);
-    assert_int_equal(gw_whnet_url_check(p, "https://93.184.216.34/hook", msg, sizeof msg), 0);
-    assert_int_equal(gw_whnet_url_check(p, "http://127.0.0.1:8080/x", msg, sizeof msg), 0);
-    assert_int_equal(gw_whnet_url_check(p, "http://10.1.2.3/x", msg, sizeof msg), -1);
-    assert_non_null(strstr(msg, "private"));
-    assert_int_equal(gw_whnet_url_check(p, "http://[::1]:9/x", msg, sizeof msg), -1);
-    assert_non_null(strstr(msg, "loopback"));
-    assert_int_equal(gw_whnet_url_check(p, "http://[::ffff:127.0.0.1]/", msg, sizeof msg), -1);
-    assert_int_equal(gw_whnet_url_check(p, "ftp://93.184.216.34/x", msg, sizeof msg), -1);
+    assert_int_equal(gw_whnet_url_check(p, "https://93.184.216.34/hook", host, sizeof host, msg,
+                                        sizeof msg), 0);
+    assert_string_equal(host, "93.184.216.34");
+    assert_int_equal(gw_whnet_url_check(p, "http://127.0.0.1:8080/x", host, sizeof host, msg,
+                                        sizeof msg), 0);
+    assert_int_equal(gw_whnet_url_check(p, "http://10.1.2.3/x", host, sizeof host, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "not allowed"));
+    assert_int_equal(gw_whnet_url_check(p, "http://[::1]:9/x", host, sizeof host, msg, sizeof msg), -1);
+    assert_string_equal(host, "::1");
+    assert_int_equal(gw_whnet_url_check(p, "http://[::ffff:127.0.0.1]/", host, sizeof host, msg,
+                                        sizeof msg), -1);
+    assert_int_equal(gw_whnet_url_check(p, "http://[2002:a00:1::1]/", host, sizeof host, msg,
+                                        sizeof msg), -1);
+    assert_int_equal(gw_whnet_url_check(p, "ftp://93.184.216.34/x", host, sizeof host, msg,
+                                        sizeof msg), -1);
     assert_non_null(strstr(msg, "ftp"));
-    assert_int_equal(gw_whnet_url_check(p, "not a url", msg, sizeof msg), -1);
+    assert_int_equal(gw_whnet_url_check(p, "not a url", host, sizeof host, msg, sizeof msg), -1);
+    /* a name is not resolved here: the caller resolves it off the HTTP
+     * threads (resolver.h) */
+    assert_int_equal(gw_whnet_url_check(p, "https://hooks.example.com/x", host, sizeof host, msg,
+                                        sizeof msg), 1);
+    assert_string_equal(host, "hooks.example.com");
+    gw_whnet_free(p);
+}
+
+/* What a refusal tells the client: that the host's address is not
+ * allowed, never the address or the kind of network it is in (an internal
+ * DNS answer is the operator's to know). */
+static void test_a_refusal_names_no_address(void **state)
+{
+    (void)state;
+    char err[128], msg[256];
+    gw_whnet *p = gw_whnet_new(0, NULL, err, sizeof err);
+    struct sockaddr_in pub = {.sin_family = AF_INET}, priv = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "93.184.216.34", &pub.sin_addr);
+    inet_pton(AF_INET, "10.20.30.40", &priv.sin_addr);
+    const struct sockaddr *both[2] = {(struct sockaddr *)&pub, (struct sockaddr *)&priv};
+    assert_int_equal(gw_whnet_addrs_check(p, "hooks.example.com", both, 1, msg, sizeof msg), 0);
+    assert_int_equal(gw_whnet_addrs_check(p, "hooks.example.com", both, 2, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "hooks.example.com"));
+    assert_non_null(strstr(msg, "not allowed"));
+    assert_null(strstr(msg, "10.20"));
+    assert_null(strstr(msg, "private"));
     gw_whnet_free(p);
 }
 
@@ -130,6 +170,7 @@ int main(void)
         cmocka_unit_test(test_allow_private_opens_everything),
         cmocka_unit_test(test_bad_allow_list_is_refused_naming_the_entry),
         cmocka_unit_test(test_urls_are_checked_by_scheme_and_address),
+        cmocka_unit_test(test_a_refusal_names_no_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,11 +70,30 @@ static void open_without_a_table_is_refused(void **state)
     dlclose(h);
 }
 
+/* The version is a symbol of its own, which the node reads before it calls
+ * anything else (kl_plugin.h). */
+static void abi_symbol_says_this_abi(void **state)
+{
+    (void)state;
+    void *h = plugin_load();
+    if (!h) {
+        skip();
+        return;
+    }
+    void *sym = dlsym(h, KL_PLUGIN_ABI_SYMBOL);
+    assert_non_null(sym);
+    kl_plugin_abi_fn abi;
+    memcpy(&abi, &sym, sizeof abi);
+    assert_int_equal(abi(), KL_PLUGIN_ABI);
+    dlclose(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(open_answers_with_devices_or_with_a_reason),
         cmocka_unit_test(open_without_a_table_is_refused),
+        cmocka_unit_test(abi_symbol_says_this_abi),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

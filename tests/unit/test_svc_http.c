@@ -121,18 +121,60 @@ static int h_stream(svc_req *r)
     return svc_reply_stream(r, 200, "text/plain", digits_fill, d, free);
 }
 
+/* POST /v1/limited: a streamed body within a limit of the caller's own
+ * (X-Limit), as a quota is: refused from the head when its Content-Length
+ * is over, cut off once a chunked one passes it. */
+typedef struct limited {
+    size_t limit, got;
+    int cut;
+} limited;
+
+static int h_limited_head(svc_req *r)
+{
+    limited *l = svc_req_user_alloc(r, sizeof *l);
+    const char *lim = svc_req_header(r, "X-Limit"), *cl = svc_req_header(r, "Content-Length");
+    l->limit = (size_t)atol(lim ? lim : "0");
+    if (cl != NULL && (size_t)atol(cl) > l->limit)
+        return svc_reply_error(r, 413, "over_own_limit", NULL, NULL, "from the head"), -1;
+    return 0;
+}
+
+static int h_limited_body(svc_req *r, const char *data, size_t n)
+{
+    limited *l = svc_req_user(r);
+    (void)data;
+    if (n > l->limit - l->got) {
+        l->cut = 1;
+        svc_req_cut_body(r);
+        return -1;
+    }
+    l->got += n;
+    return 0;
+}
+
+static int h_limited(svc_req *r)
+{
+    limited *l = svc_req_user(r);
+    if (l->cut)
+        return svc_reply_error(r, 413, "over_own_limit", NULL, NULL, "cut off");
+    return svc_reply_json(r, 200, json_pack("{s:I}", "len", (json_int_t)l->got));
+}
+
 static const svc_route routes[] = {
-    {.method = "GET", .pattern = "/v1/items/{id}", .handler = h_item},
-    {.method = "DELETE", .pattern = "/v1/items/{id}", .handler = h_item},
-    {.method = "GET", .pattern = "/v1/items/{id}/parts/{part}", .handler = h_part},
-    {.method = "POST", .pattern = "/v1/items", .handler = h_create, .json_body = 1},
-    {.method = "GET", .pattern = "/v1/query", .handler = h_query},
-    {.method = "GET", .pattern = "/v1/silent", .handler = h_silent},
-    {.method = "GET", .pattern = "/v1/whoami", .handler = h_whoami},
-    {.method = "POST", .pattern = "/v1/raw", .handler = h_raw},
-    {.method = "GET", .pattern = "/v1/error", .handler = h_error},
-    {.method = "GET", .pattern = "/v1/big", .handler = h_big},
-    {.method = "GET", .pattern = "/v1/stream", .handler = h_stream},
+    {.method = "GET", .pattern = "/v1/items/{id}", .handler = h_item, .access = SVC_ACCESS_PUBLIC},
+    {.method = "DELETE", .pattern = "/v1/items/{id}", .handler = h_item, .access = SVC_ACCESS_PUBLIC},
+    {.method = "GET", .pattern = "/v1/items/{id}/parts/{part}", .handler = h_part, .access = SVC_ACCESS_PUBLIC},
+    {.method = "POST", .pattern = "/v1/items", .handler = h_create, .access = SVC_ACCESS_PUBLIC, .json_body = 1},
+    {.method = "GET", .pattern = "/v1/query", .handler = h_query, .access = SVC_ACCESS_PUBLIC},
+    {.method = "GET", .pattern = "/v1/silent", .handler = h_silent, .access = SVC_ACCESS_PUBLIC},
+    {.method = "GET", .pattern = "/v1/whoami", .handler = h_whoami, .access = SVC_ACCESS_PUBLIC},
+    {.method = "POST", .pattern = "/v1/raw", .handler = h_raw, .access = SVC_ACCESS_PUBLIC, .raw_body = 1},
+    {.method = "GET", .pattern = "/v1/error", .handler = h_error, .access = SVC_ACCESS_PUBLIC},
+    {.method = "GET", .pattern = "/v1/big", .handler = h_big, .access = SVC_ACCESS_PUBLIC},
+    {.method = "GET", .pattern = "/v1/stream", .handler = h_stream, .access = SVC_ACCESS_PUBLIC},
+    {.method = "POST", .pattern = "/v1/limited", .handler = h_limited, .body = h_limited_body,
+     .body_type = "application/octet-stream", .max_body = (size_t)1 << 30, .head = h_limited_head,
+     .access = SVC_ACCESS_PUBLIC},
     {0},
 };
 
@@ -422,6 +464,79 @@ static void test_chunked_body_over_limit_is_413(void **state)
     r = raw("POST", "/v1/raw", "application/octet-stream", NULL, 1000);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "1000"));
+    free(r.body);
+}
+
+/* A route's head check answers before any of the body is sent. */
+static void test_head_check_refuses_from_the_head_alone(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)svc_server_port(srv))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    const char req[] = "POST /v1/limited HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                       "X-Limit: 1000\r\nContent-Length: 100000\r\n\r\n";
+    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    char buf[2048] = {0};
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    assert_true(n > 0);
+    assert_memory_equal(buf, "HTTP/1.1 413", 12);
+    assert_non_null(strstr(buf, "over_own_limit"));
+    assert_non_null(strstr(buf, "from the head"));
+    close(fd);
+}
+
+/* raw() with an X-Limit header: a chunked upload of chunked bytes. */
+static raw_resp limited_upload(size_t limit, size_t chunked)
+{
+    raw_resp r = {0};
+    char url[256], lim[64];
+    snprintf(url, sizeof url, "%s/v1/limited", base);
+    snprintf(lim, sizeof lim, "X-Limit: %zu", limit);
+    CURL *h = curl_easy_init();
+    struct curl_slist *hl = curl_slist_append(NULL, "Expect:");
+    hl = curl_slist_append(hl, "Content-Type: application/octet-stream");
+    hl = curl_slist_append(hl, "Transfer-Encoding: chunked");
+    hl = curl_slist_append(hl, lim);
+    chunk_src src = {chunked};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "POST");
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 20L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(h, CURLOPT_READDATA, &src);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    r.rc = curl_easy_perform(h);
+    r.unsent = src.left;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+    return r;
+}
+
+/* A body its route cut off: a little more is drained so that the sender
+ * gets the handler's answer; a body that keeps coming is not read to its
+ * end (the route's own limit, 1 GiB, is far away). Within the limit, the
+ * body is read whole. */
+static void test_a_body_cut_by_its_route_is_not_read_on(void **state)
+{
+    (void)state;
+    raw_resp r = limited_upload(10000, 64 * 1024);
+    assert_int_equal(r.status, 413);
+    assert_string_equal(error_code(r.body), "over_own_limit");
+    free(r.body);
+    r = limited_upload(10000, (size_t)256 << 20);
+    assert_true(r.status == 0 || r.status == 413);
+    assert_true(r.unsent > ((size_t)200 << 20));
+    free(r.body);
+    r = limited_upload(10000, 10000);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "10000"));
     free(r.body);
 }
 
@@ -749,6 +864,8 @@ int main(void)
         cmocka_unit_test(test_content_length_over_limit_is_413_without_reading_body),
         cmocka_unit_test(test_chunked_body_over_limit_is_413),
         cmocka_unit_test(test_handler_without_reply_is_500_internal),
+        cmocka_unit_test(test_head_check_refuses_from_the_head_alone),
+        cmocka_unit_test(test_a_body_cut_by_its_route_is_not_read_on),
         cmocka_unit_test(test_query_args_reach_handler),
         cmocka_unit_test(test_bearer_token_is_parsed_and_client_ip_known),
         cmocka_unit_test(test_bearer_rejects_other_schemes),

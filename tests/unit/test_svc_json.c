@@ -331,14 +331,43 @@ static void tensor_decodes_b64_from_a_long_string(void **state)
     free(f);
 }
 
+/* Reals in their shortest form that reads back exactly (decimal from
+ * 1e-6 to 1e21, as results write them): what the job object's usage
+ * (PostgreSQL's 0.006, parsed into a double) used to come back as,
+ * 0.0060000000000000001 and 2.4000000000000001e-5. */
+static void dump_writes_reals_shortest_and_exact(void **state)
+{
+    (void)state;
+    static const struct { const char *in, *out; } cases[] = {
+        {"{\"queue_s\":0.006,\"cpu_s\":2.4e-5}", "{\"queue_s\":0.006,\"cpu_s\":0.000024}"},
+        {"[0.0060000000000000001,2.4000000000000001e-05,2.4e-7]", "[0.006,0.000024,2.4e-7]"},
+        {"[1.5,0.1,3.0,-0.0,1e21,1.7976931348623157e308,5e-324]",
+         "[1.5,0.1,3.0,-0.0,1e21,1.7976931348623157e308,5e-324]"},
+        {"[1e20,1e-5,-2.5e-300]", "[100000000000000000000.0,0.00001,-2.5e-300]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *j = json_loads(cases[i].in, JSON_DECODE_ANY, NULL);
+        assert_non_null(j);
+        char *got = svc_json_dump(j, NULL);
+        assert_string_equal(got, cases[i].out);
+        /* and it reads back as the very same doubles */
+        json_t *back = json_loads(got, JSON_DECODE_ANY, NULL);
+        assert_true(json_equal(j, back));
+        json_decref(back);
+        free(got);
+        json_decref(j);
+    }
+}
+
 /* svc_json_dump writes what json_dumps(JSON_COMPACT | JSON_ENCODE_ANY)
- * writes, byte for byte: escapes, reals, key order, nesting, long strings. */
+ * writes, byte for byte, but for reals (above): escapes, key order,
+ * nesting, long strings. */
 static void dump_matches_jansson(void **state)
 {
     (void)state;
     static const char *const docs[] = {
         "{\"b\":1,\"a\":[true,false,null,-7,9223372036854775807],\"c\":{}}",
-        "[1.5,0.1,1e20,1e-5,-2.5e-300,3.0,100000000000000000000.0,1.7976931348623157e308]",
+        "[1.5,0.5,3.0,-2.0]",
         "{\"s\":\"quote \\\" back \\\\ nl \\n tab \\t ctl \\u0001 \\u001f slash / utf8 \\u00e9\\u4e2d\"}",
         "\"just a string\"", "42", "[]", "[[[[{\"x\":[{}]}]]]]",
     };
@@ -370,10 +399,148 @@ static void dump_matches_jansson(void **state)
     free(long_s);
 }
 
+/* A text made of n copies of unit between head and tail. */
+static char *repeat(const char *head, const char *unit, size_t n, const char *tail)
+{
+    size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
+    char *t = malloc(hl + ul * n + tl + 1);
+    memcpy(t, head, hl);
+    for (size_t i = 0; i < n; i++)
+        memcpy(t + hl + i * ul, unit, ul);
+    memcpy(t + hl + ul * n, tail, tl + 1);
+    return t;
+}
+
+static json_t *parse_lim(const char *text, unsigned depth, size_t values, const char *const *fields,
+                         json_error_t *e, svc_json_over *over)
+{
+    svc_json_limits lim = {.max_depth = depth, .max_values = values, .fields = fields};
+    return svc_json_parse_limits(text, strlen(text), &lim, e, over);
+}
+
+/* Nesting past max_depth stops the scan at the bracket that goes one level
+ * too deep, before jansson runs; at the limit the text parses. */
+static void depth_limit_refuses_at_the_first_level_too_deep(void **state)
+{
+    (void)state;
+    json_error_t e;
+    svc_json_over over;
+    char t_at[80], t_past[80];
+    snprintf(t_at, sizeof t_at, "%.32s%.32s", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+             "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]");
+    snprintf(t_past, sizeof t_past, "{\"a\":%.32s%.32s}", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+             "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]");
+    json_t *j = parse_lim(t_at, 32, 0, NULL, &e, &over);
+    assert_non_null(j);
+    assert_int_equal(over, SVC_JSON_WITHIN);
+    json_decref(j);
+    assert_null(parse_lim(t_past, 32, 0, NULL, &e, &over));
+    assert_int_equal(over, SVC_JSON_OVER_DEPTH);
+    assert_int_equal(e.position, 5 + 31); /* the object is level 1 */
+    assert_int_equal(json_error_code(&e), json_error_stack_overflow);
+    assert_non_null(strstr(e.text, "deeper than 32 levels"));
+    /* the default is SVC_JSON_MAX_DEPTH, and a limit above the cap is the cap */
+    assert_null(parse_lim(t_past, 0, 0, NULL, &e, &over));
+    assert_int_equal(over, SVC_JSON_OVER_DEPTH);
+    char *deep = repeat("", "[", 8u << 20, "");
+    assert_null(parse_lim(deep, 100000, 0, NULL, &e, &over));
+    assert_int_equal(over, SVC_JSON_OVER_DEPTH);
+    assert_int_equal(e.position, SVC_JSON_DEPTH_CAP);
+    /* without limits a text that deep is jansson's to refuse, and the scan
+     * takes no memory per level to get there */
+    assert_null(svc_json_parse(deep, strlen(deep), &e));
+    assert_int_equal(json_error_code(&e), json_error_stack_overflow);
+    free(deep);
+}
+
+/* Every value counts once, containers included; a compact array counts as
+ * one; keys do not count. */
+static void value_limit_counts_every_value_once(void **state)
+{
+    (void)state;
+    json_error_t e;
+    svc_json_over over;
+    /* 1 (object) + 1 (array) + 16 compact-as-one + ... */
+    const char *doc = "{\"a\":[1,\"s\",true,false,null,{},[]],"
+                      "\"d\":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}";
+    /* object, array, 1, "s", true, false, null, {}, [], compact: 10 */
+    json_t *j = parse_lim(doc, 0, 10, NULL, &e, &over);
+    assert_non_null(j);
+    json_decref(j);
+    assert_null(parse_lim(doc, 0, 9, NULL, &e, &over));
+    assert_int_equal(over, SVC_JSON_OVER_VALUES);
+    assert_non_null(strstr(e.text, "more than 9 values"));
+    assert_int_equal(e.position, strstr(doc, "[0,") - doc);
+    /* the shapes that once took a gateway to hundreds of MB */
+    char *objs = repeat("{\"kernel\":\"saxpy\",\"params\":[", "{},", 200000, "{}]}");
+    assert_null(parse_lim(objs, 0, 100000, NULL, &e, &over));
+    assert_int_equal(over, SVC_JSON_OVER_VALUES);
+    free(objs);
+    char *arrs = repeat("[", "[],", 200000, "[]]");
+    assert_null(parse_lim(arrs, 0, 0, NULL, &e, &over));
+    assert_int_equal(over, SVC_JSON_OVER_VALUES);
+    free(arrs);
+}
+
+/* A top-level member the route does not know is refused when the scan
+ * reaches its name (unescaped first), before its value is built; nested
+ * names are not the route's business. */
+static void unknown_top_level_fields_are_refused_by_name(void **state)
+{
+    (void)state;
+    static const char *const fields[] = {"kernel", "params", NULL};
+    json_error_t e;
+    svc_json_over over;
+    json_t *j = parse_lim("{\"ker\\u006eel\":\"saxpy\",\"params\":{\"x\":{\"y\":1}}}", 0, 0, fields,
+                          &e, &over);
+    assert_non_null(j);
+    assert_non_null(json_object_get(j, "kernel"));
+    json_decref(j);
+    const char *doc = "{\"kernel\":\"saxpy\", \"x\":[{},{},{}]}";
+    assert_null(parse_lim(doc, 0, 0, fields, &e, &over));
+    assert_int_equal(over, SVC_JSON_OVER_FIELD);
+    assert_string_equal(e.source, "x");
+    assert_int_equal(e.position, strstr(doc, "\"x\"") - doc);
+    assert_string_equal(e.text, "x is not a field of this request");
+    assert_null(parse_lim("{\"\\u0078y\":1}", 0, 0, fields, &e, &over));
+    assert_string_equal(e.source, "xy");
+    /* a name jansson cannot unescape, or would refuse as it is, is left to
+     * jansson, which says why */
+    assert_null(parse_lim("{\"\\u00zz\":1}", 0, 0, fields, &e, &over));
+    assert_int_equal(over, SVC_JSON_WITHIN);
+    assert_null(parse_lim("{\"k\xe9rnel\":1}", 0, 0, fields, &e, &over));
+    assert_int_equal(over, SVC_JSON_WITHIN);
+    assert_int_equal(json_error_code(&e), json_error_invalid_utf8);
+    assert_null(parse_lim("{\"a\\u0000\":1}", 0, 0, fields, &e, &over));
+    assert_int_equal(over, SVC_JSON_WITHIN);
+    /* a long name is cut in the report */
+    char *longname = repeat("{\"", "n", 5000, "\":1}");
+    assert_null(parse_lim(longname, 0, 0, fields, &e, &over));
+    assert_int_equal(over, SVC_JSON_OVER_FIELD);
+    assert_int_equal(strlen(e.source), 60);
+    free(longname);
+}
+
+/* With no limits given, svc_json_parse_limits is svc_json_parse. */
+static void no_limits_is_the_plain_parse(void **state)
+{
+    (void)state;
+    char *arrs = repeat("[", "[],", 200000, "[]]");
+    json_error_t e;
+    svc_json_over over = SVC_JSON_OVER_DEPTH;
+    json_t *j = svc_json_parse_limits(arrs, strlen(arrs), NULL, &e, &over);
+    assert_non_null(j);
+    assert_int_equal(over, SVC_JSON_WITHIN);
+    assert_int_equal(json_array_size(j), 200001);
+    json_decref(j);
+    free(arrs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(compact_arrays_hold_jansson_values),
+        cmocka_unit_test(dump_writes_reals_shortest_and_exact),
         cmocka_unit_test(short_mixed_and_nested_arrays_stay_plain),
         cmocka_unit_test(markers_cannot_be_forged),
         cmocka_unit_test(duplicates_and_errors_match_jansson),
@@ -385,6 +552,10 @@ int main(void)
         cmocka_unit_test(a_client_string_is_never_a_placeholder),
         cmocka_unit_test(tensor_decodes_b64_from_a_long_string),
         cmocka_unit_test(dump_matches_jansson),
+        cmocka_unit_test(depth_limit_refuses_at_the_first_level_too_deep),
+        cmocka_unit_test(value_limit_counts_every_value_once),
+        cmocka_unit_test(unknown_top_level_fields_are_refused_by_name),
+        cmocka_unit_test(no_limits_is_the_plain_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,8 +92,8 @@ static int h_ping(svc_req *r)
 }
 
 static const svc_route routes[] = {
-    {.method = "GET", .pattern = "/events", .handler = h_events},
-    {.method = "GET", .pattern = "/ping", .handler = h_ping},
+    {.method = "GET", .pattern = "/events", .handler = h_events, .access = SVC_ACCESS_PUBLIC},
+    {.method = "GET", .pattern = "/ping", .handler = h_ping, .access = SVC_ACCESS_PUBLIC},
     {.method = NULL},
 };
 

@@ -256,6 +256,30 @@ static void test_log_level_parse_and_filter(void **state)
     svc_info("not shown");
 }
 
+/* A download's name from a URL path cannot break out of its header value:
+ * quotes, semicolons, CR/LF and non-ASCII are replaced in the quoted form
+ * and percent-encoded in filename* (RFC 6266, RFC 8187). */
+static void test_content_disposition_quotes_and_encodes_the_name(void **state)
+{
+    (void)state;
+    char out[256];
+    assert_string_equal(svc_content_disposition("c.npy", out, sizeof out),
+                        "attachment; filename=\"c.npy\"; filename*=UTF-8''c.npy");
+    assert_string_equal(svc_content_disposition("a\"; x=\r\n\xc3\xa9.bin", out, sizeof out),
+                        "attachment; filename=\"a___x_____.bin\"; "
+                        "filename*=UTF-8''a%22%3B%20x%3D%0D%0A%C3%A9.bin");
+    assert_null(strpbrk(out + 10, "\r\n"));
+    /* too long: cut at a whole character, the value still closed */
+    char name[300];
+    memset(name, 'x', sizeof name);
+    memcpy(name + 46, "\xc3\xa9", 2);
+    name[299] = '\0';
+    svc_content_disposition(name, out, 256);
+    assert_true(strlen(out) < 256);
+    assert_non_null(strstr(out, "\"; filename*=UTF-8''"));
+    assert_null(strstr(out, "%C3\""));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_secure_equal),
         cmocka_unit_test(test_utf8_chars_counts_code_points_not_bytes),
         cmocka_unit_test(test_fnv1a_matches_the_reference_vectors),
+        cmocka_unit_test(test_content_disposition_quotes_and_encodes_the_name),
         cmocka_unit_test(test_log_level_parse_and_filter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -205,7 +205,7 @@ def cmd_nodes(c: Client, a: argparse.Namespace) -> int:
         return EXIT_OK
     _table([[str(n.get("name")), str(n.get("state")), str(n.get("backend")),
              ",".join(g.get("name", "?") for g in n.get("gpus") or []) or "-",
-             f"{n.get('running', 0)}/{n.get('slots', 0)}",
+             f"{n['running'] if 'running' in n else '?'}/{n.get('slots', 0)}",
              "yes" if n.get("draining") else "no"] for n in nodes],
            ["NAME", "STATE", "BACKEND", "GPUS", "BUSY", "DRAINING"])
     return EXIT_OK
@@ -252,18 +252,45 @@ def _bytes(n: int) -> str:
 
 # ------------------------------------------------------------------ parser
 
+class _RefuseKeyArgument(argparse.Action):
+    """--api-key KEY: refused. A key among a command's arguments is readable
+    by every user of the host (ps, /proc/PID/cmdline) and stays in shell
+    histories; the key comes from $KOWLOON_API_KEY or --api-key-file."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error("--api-key is not taken: a key on the command line is visible to every "
+                     "user of this host (ps); set KOWLOON_API_KEY, or pass --api-key-file FILE "
+                     "(- reads it from stdin)")
+
+
 def _common(defaults: bool) -> argparse.ArgumentParser:
-    """--url, --api-key, --json, accepted before and after the command (the
-    command's copy sets nothing unless given, so it never undoes the first)."""
+    """--url, --api-key-file, --json, accepted before and after the command
+    (the command's copy sets nothing unless given, so it never undoes the
+    first)."""
     d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--url", default=d(os.environ.get("KOWLOON_URL")),
                    help="gateway URL (default $KOWLOON_URL)")
-    p.add_argument("--api-key", default=d(os.environ.get("KOWLOON_API_KEY")),
-                   help="API key (default $KOWLOON_API_KEY)")
+    p.add_argument("--api-key-file", metavar="FILE", default=d(None),
+                   help="read the API key from FILE's first line, - for stdin (default: "
+                        "$KOWLOON_API_KEY)")
+    p.add_argument("--api-key", action=_RefuseKeyArgument, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", default=d(False),
                    help="machine-readable output")
     return p
+
+
+def _api_key(a: argparse.Namespace) -> Optional[str]:
+    """The key from --api-key-file (its first line; - is stdin), else from
+    $KOWLOON_API_KEY."""
+    if a.api_key_file:
+        if a.api_key_file == "-":
+            line = sys.stdin.readline()
+        else:
+            with open(a.api_key_file, encoding="utf-8") as f:
+                line = f.readline()
+        return line.strip() or None
+    return os.environ.get("KOWLOON_API_KEY") or None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -318,11 +345,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)  # exits 2 on a usage error
-    if not a.url or not a.api_key:
-        parser.error("the gateway URL and API key are needed: --url/--api-key or "
-                     "KOWLOON_URL/KOWLOON_API_KEY")
     try:
-        with Client(a.url, a.api_key) as client:
+        api_key = _api_key(a)
+    except OSError as e:
+        parser.error(f"--api-key-file: {e.strerror}: {e.filename}")
+    if not a.url or not api_key:
+        parser.error("the gateway URL and API key are needed: --url or KOWLOON_URL, and "
+                     "KOWLOON_API_KEY or --api-key-file FILE (- for stdin)")
+    try:
+        with Client(a.url, api_key) as client:
             return a.fn(client, a)
     except UsageError as e:
         print(f"kowloon: {e}", file=sys.stderr)

@@ -1,0 +1,311 @@
+/* api_nodes.c — the cluster listener: a node registers with the cluster
+ * token and gets a credential of its own (nodecred.h); with it, it beats,
+ * takes runs by lease and reports them (api_runs.c), moves blobs
+ * (api_blobs.c), meets its gang (rendezvous.c) and leaves. The route table
+ * here is all the cluster listener serves; the public listener serves none
+ * of it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "blobstore.h"
+#include "lease.h"
+#include "nodecred.h"
+#include "outcome.h"
+#include "rendezvous.h"
+#include "scheduler.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+/* Longest run id: a UUID, a dot, an attempt number. */
+#define GW_RUN_ID_MAX 48
+/* How long a run may be leased and not yet listed by its node's heartbeat:
+ * the heartbeat's list may have been taken just before the run arrived. */
+#define UNHELD_GRACE_S 10
+
+/* The gpus of a registration, checked and reduced to what GET /v1/nodes
+ * shows ({name, memory_bytes}); NULL after replying 400. */
+static json_t *node_gpus(svc_req *req, json_t *gpus)
+{
+    if (gpus && !json_is_array(gpus)) {
+        svc_reply_error(req, 400, "invalid_argument", "gpus", NULL, "gpus must be an array");
+        return NULL;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_t *g;
+    json_array_foreach(gpus, i, g) {
+        json_t *name = json_object_get(g, "name"), *mem = json_object_get(g, "memory_bytes");
+        if (!json_is_string(name) || !json_is_integer(mem) || json_integer_value(mem) < 0) {
+            json_decref(out);
+            svc_reply_error(req, 400, "invalid_argument", "gpus", NULL,
+                            "gpus[%zu] must be {\"name\": string, \"memory_bytes\": integer >= 0}", i);
+            return NULL;
+        }
+        json_array_append_new(out, json_pack("{s:O, s:O}", "name", name, "memory_bytes", mem));
+    }
+    return out;
+}
+
+int gw_api_node_register(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    json_t *b = svc_req_json(req);
+    const char *name = json_string_value(json_object_get(b, "name"));
+    const char *url = json_string_value(json_object_get(b, "url"));
+    const char *backend = json_string_value(json_object_get(b, "backend"));
+    json_t *jreason = json_object_get(b, "backend_reason");
+    const char *reason = json_string_value(jreason);
+    json_t *kernels = json_object_get(b, "kernels");
+    json_t *slots = json_object_get(b, "slots");
+    if (!name || !*name || svc_utf8_chars(name) > 120)
+        return svc_reply_error(req, 400, "invalid_argument", "name", NULL, "name: 1-120 characters");
+    if (!url || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
+        strlen(url) > 500)
+        return svc_reply_error(req, 400, "invalid_argument", "url", NULL, "url must be an http(s) URL of at most 500 bytes");
+    if (!backend || (strcmp(backend, "cpu") && strcmp(backend, "cuda")))
+        return svc_reply_error(req, 400, "invalid_argument", "backend", NULL, "backend must be cpu or cuda");
+    if (jreason && !reason)
+        return svc_reply_error(req, 400, "invalid_argument", "backend_reason", NULL,
+                               "backend_reason must be a string");
+    if (!json_is_integer(slots) || json_integer_value(slots) < 1 || json_integer_value(slots) > 1024)
+        return svc_reply_error(req, 400, "invalid_argument", "slots", NULL, "slots must be 1-1024");
+    /* A node that registered before (a restart, a gateway that forgot it)
+     * proves it is the name's holder with the credential it was given. */
+    json_t *jcred = json_object_get(b, "credential");
+    const char *presented = json_string_value(jcred);
+    if (jcred && !json_is_null(jcred) && !gw_nodecred_valid(presented))
+        return svc_reply_error(req, 400, "invalid_argument", "credential", NULL,
+                               "credential must be the one an earlier registration of this node "
+                               "gave it");
+    size_t i;
+    json_t *k;
+    int kernels_ok = json_is_array(kernels);
+    json_array_foreach(kernels, i, k)
+        kernels_ok &= json_is_string(k);
+    if (!kernels_ok)
+        return svc_reply_error(req, 400, "invalid_argument", "kernels", NULL,
+                               "kernels must be an array of kernel names");
+    json_t *gpus = node_gpus(req, json_object_get(b, "gpus"));
+    if (!gpus)
+        return 0;
+    char *gpus_s = json_dumps(gpus, JSON_COMPACT);
+    char *kernels_s = json_dumps(kernels, JSON_COMPACT);
+    json_decref(gpus);
+    char id[37], cred[GW_NODECRED_SIZE], new_hash[GW_NODECRED_HASH_SIZE];
+    char old_hash[GW_NODECRED_HASH_SIZE];
+    int issued = 0;
+    int rc = gpus_s && kernels_s ? gw_nodecred_make(cred) : -ENOMEM;
+    if (rc == 0 && (gw_nodecred_hash(cred, new_hash) != 0 ||
+                    (presented && gw_nodecred_hash(presented, old_hash) != 0)))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        gw_node_reg reg = {.name = name, .url = url, .backend = backend,
+                           .reason = reason ? reason : "", .gpus_json = gpus_s,
+                           .kernels_json = kernels_s, .slots = (int)json_integer_value(slots),
+                           .presented_hash = presented ? old_hash : NULL, .new_hash = new_hash,
+                           .timeout_s = app->cfg.node_timeout_s};
+        rc = gw_store_node_register(app->store, &reg, id, &issued);
+    }
+    free(gpus_s);
+    free(kernels_s);
+    if (rc == -EEXIST) {
+        char after[16];
+        snprintf(after, sizeof after, "%d", app->cfg.node_timeout_s);
+        svc_warn("node registration refused: %s is held by a live node and %s from %s",
+                 name, presented ? "the credential presented is not its" : "no credential came",
+                 svc_req_client_ip(req));
+        svc_reply_header(req, "Retry-After", after);
+        return svc_reply_error(req, 409, "node_name_in_use", "name", NULL,
+                               "node %s is registered and alive; only it may register that name "
+                               "again (with its credential) until it leaves or is silent for %d s",
+                               name, app->cfg.node_timeout_s);
+    }
+    if (rc == -EIO)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    if (rc)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot make a credential (%d)", rc);
+    svc_info("node registered: %s (%s) at %s backend=%s slots=%d%s%s%s", name, id, url, backend,
+             (int)json_integer_value(slots), issued ? " with a new credential" : " with its credential",
+             reason && *reason ? " reason=" : "", reason ? reason : "");
+    gw_nodecreds_forget(app->nodecreds, id);
+    gw_leases_forget(app->leases, id);
+    gw_sched_nodes_changed(app->sched);
+    /* A node on a host that sees the blob directory under this path, with
+     * this identity, maps inputs from it and writes outputs to it. */
+    json_t *reply = json_pack("{s:s, s:i, s:{s:s, s:s}}", "id", id, "heartbeat_s",
+                              app->cfg.heartbeat_s, "blob_store", "dir", gw_bstore_dir(app->blobs),
+                              "id", gw_bstore_id(app->blobs));
+    /* only a new credential travels; one the node proved it has stays */
+    if (issued)
+        json_object_set_new(reply, "credential", json_string(cred));
+    memset(cred, 0, sizeof cred);
+    svc_reply_header(req, "Cache-Control", "no-store");
+    return svc_reply_json(req, 200, reply);
+}
+
+/* Runs leased to node id a while ago that its heartbeat does not list
+ * (runs: its run ids) never reached it, or it restarted and lost them: they
+ * go back to the queue, counted like a node lost. */
+static void requeue_unheld(gw_app *app, const char *id, const json_t *runs)
+{
+    size_t n = json_array_size(runs), cap = n * (GW_RUN_ID_MAX + 1) + 3, len = 0;
+    char *held = malloc(cap);
+    if (!held)
+        return;
+    held[len++] = '{';
+    size_t i;
+    const json_t *r;
+    json_array_foreach(runs, i, r) {
+        /* A run id is "<uuid>.<attempt>": nothing to quote in an array literal. */
+        const char *rid = json_string_value(r);
+        if (strlen(rid) > GW_RUN_ID_MAX || strspn(rid, "0123456789abcdef-.") != strlen(rid))
+            continue;
+        len += (size_t)snprintf(held + len, cap - len, "%s%s", len > 1 ? "," : "", rid);
+    }
+    snprintf(held + len, cap - len, "}");
+    gw_dispatch *lost;
+    int nlost;
+    if (gw_store_runs_unheld(app->store, id, held, UNHELD_GRACE_S, &lost, &nlost) == 0) {
+        for (int k = 0; k < nlost; k++) {
+            svc_warn("job %s attempt %d: node %s does not hold the run leased to it; re-queued",
+                     lost[k].job_id, lost[k].attempt, lost[k].node_name);
+            gw_outcome_requeue(app, lost[k].job_id, lost[k].attempt, 0, "node_lost",
+                            "the node lost the run (it restarted, or never received it)");
+        }
+        gw_dispatch_free(lost, nlost);
+    }
+    free(held);
+}
+
+/* 1 when v is absent or a number within [lo, hi]. */
+static int number_in(const json_t *v, double lo, double hi)
+{
+    return !v || json_is_null(v) || (json_is_number(v) && json_number_value(v) >= lo && json_number_value(v) <= hi);
+}
+
+/* A heartbeat's device state: {gpus: [{index, memory_total, memory_free,
+ * util}], cpu: {cores, load1}}, every member optional. 0 or -1. */
+static int node_state_check(const json_t *state)
+{
+    const json_t *gpus = json_object_get(state, "gpus"), *cpu = json_object_get(state, "cpu"), *d;
+    size_t i;
+    if (!json_is_object(state) || (gpus && (!json_is_array(gpus) || json_array_size(gpus) > 16)) ||
+        (cpu && !json_is_object(cpu)))
+        return -1;
+    json_array_foreach(gpus, i, d)
+        if (!json_is_object(d) || !json_is_integer(json_object_get(d, "index")) ||
+            !number_in(json_object_get(d, "index"), 0, 15) ||
+            !number_in(json_object_get(d, "memory_total"), 0, 1e15) ||
+            !number_in(json_object_get(d, "memory_free"), 0, 1e15) ||
+            !number_in(json_object_get(d, "util"), 0, 100) ||
+            (json_object_get(d, "model") && !json_is_string(json_object_get(d, "model"))))
+            return -1;
+    if (cpu && (!number_in(json_object_get(cpu, "cores"), 0, 1e6) ||
+                !number_in(json_object_get(cpu, "load1"), 0, 1e6)))
+        return -1;
+    /* a node that lost its GPU says why; it is placed nothing while so */
+    const json_t *fault = json_object_get(state, "fault");
+    if (fault && (!json_is_string(fault) || json_string_length(fault) > 512))
+        return -1;
+    return 0;
+}
+
+int gw_api_node_heartbeat(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    const char *id = gw_req_node(req);
+    json_t *b = svc_req_json(req);
+    json_t *running = json_object_get(b, "running"), *slots = json_object_get(b, "slots");
+    json_t *runs = json_object_get(b, "runs"), *draining = json_object_get(b, "draining"), *r;
+    size_t i;
+    int runs_ok = json_is_array(runs);
+    json_array_foreach(runs, i, r)
+        runs_ok &= json_is_string(r);
+    if (!json_is_integer(running) || json_integer_value(running) < 0 ||
+        json_integer_value(running) > 1024 || !json_is_integer(slots) ||
+        json_integer_value(slots) < 0 || json_integer_value(slots) > 1024 || !runs_ok ||
+        (draining && !json_is_boolean(draining)))
+        return svc_reply_error(req, 400, "invalid_argument", NULL, NULL,
+                               "a heartbeat is {running: 0-1024, slots: 0-1024, runs: [strings], "
+                               "draining: boolean (optional)}");
+    json_t *state = json_object_get(b, "state");
+    if (state && node_state_check(state) != 0)
+        return svc_reply_error(req, 400, "invalid_argument", "state", NULL,
+                               "state is {gpus: [{index: 0-15, model, memory_total, memory_free: "
+                               "bytes, util: 0-100}] (at most 16), cpu: {cores, load1}, fault: "
+                               "string of at most 512 (optional)}");
+    char *state_text = state ? json_dumps(state, JSON_COMPACT) : NULL;
+    int rc = gw_store_node_heartbeat(app->store, id, (int)json_integer_value(running), state_text);
+    free(state_text);
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
+    if (rc)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    requeue_unheld(app, id, runs);
+    if (json_object_get(state, "fault")) /* out of service: the scheduler looks again now */
+        gw_sched_nodes_changed(app->sched);
+    return svc_reply_json(req, 200, json_object());
+}
+
+int gw_api_node_remove(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    const char *id = gw_req_node(req);
+    int rc = id ? gw_store_node_remove(app->store, id) : -ENOENT;
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node");
+    if (rc)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    gw_nodecreds_forget(app->nodecreds, id);
+    svc_info("node %s deregistered; its name is free and its credential no longer valid", id);
+    gw_leases_end(app->leases, id);
+    gw_sched_nodes_changed(app->sched);
+    return svc_reply_json(req, 200, json_object());
+}
+
+/* The cluster listener's routes. C: the cluster token (registration only);
+ * N: the node's credential, whose node the path's {node} must be; RUN /
+ * GANG: the run or gang attempt named must be the node's (auth_cluster.c).
+ * All checked from the head. Every route is reserved: a node must not
+ * queue behind other clients of its address. */
+#define C GW_ACCESS_CLUSTER
+#define N GW_ACCESS_NODE
+#define M GW_ACCESS_METRICS
+svc_route gw_cluster_routes[] = {
+    {.method = "POST", .pattern = "/v1/cluster/nodes/register", .handler = gw_api_node_register,
+     .json_body = 1, .access = C, .reserved = 1},
+    {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/heartbeat",
+     .handler = gw_api_node_heartbeat, .json_body = 1, .access = N, .reserved = 1},
+    {.method = "DELETE", .pattern = "/v1/cluster/nodes/{node}", .handler = gw_api_node_remove,
+     .access = N, .reserved = 1},
+    {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/lease", .handler = gw_api_node_lease,
+     .json_body = 1, .access = N, .reserved = 1},
+    {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/results", .handler = gw_api_node_results,
+     .json_body = 1, .access = N, .reserved = 1, .json_bulk = 1},
+    {.method = "POST", .pattern = "/v1/cluster/blobs", .handler = gw_api_cluster_blobs_upload,
+     .access = N | GW_ACCESS_RUN, .reserved = 1, .body = gw_api_blobs_body,
+     .body_type = "application/octet-stream"},
+    {.method = "GET", .pattern = "/v1/cluster/blobs/{id}", .handler = gw_api_cluster_blobs_get,
+     .access = N, .reserved = 1},
+    {.method = "PUT", .pattern = "/v1/cluster/blobs/{id}", .handler = gw_api_cluster_blobs_adopt,
+     .json_body = 1, .access = N | GW_ACCESS_RUN, .reserved = 1},
+    /* the value streams into a buffer of at most GW_RDV_VALUE_MAX: a larger
+     * Content-Length is refused from the head */
+    {.method = "PUT", .pattern = "/v1/cluster/rendezvous/{id}/{attempt}/{key}",
+     .handler = gw_api_rendezvous_put, .access = N | GW_ACCESS_GANG, .reserved = 1,
+     .body = gw_rdv_body, .max_body = GW_RDV_VALUE_MAX},
+    {.method = "GET", .pattern = "/v1/cluster/rendezvous/{id}/{attempt}/{key}",
+     .handler = gw_api_rendezvous_get, .access = N | GW_ACCESS_GANG, .reserved = 1},
+    {.method = "GET", .pattern = "/healthz", .handler = gw_api_healthz, .access = GW_ACCESS_PUBLIC,
+     .reserved = 1},
+    {.method = "GET", .pattern = "/readyz", .handler = gw_api_readyz, .access = GW_ACCESS_PUBLIC,
+     .reserved = 1},
+    {.method = "GET", .pattern = "/metrics", .handler = gw_api_metrics, .access = M, .reserved = 1},
+    {.method = NULL},
+};
+#undef C
+#undef N
+#undef M

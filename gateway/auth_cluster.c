@@ -1,0 +1,193 @@
+/* auth_cluster.c — who may call the cluster listener. The cluster token
+ * registers a node and opens nothing else; registration gives the node a
+ * credential of its own (nodecred.h), and every later call carries it. A
+ * call may name only its own node in its path, and touch only runs that
+ * node holds: the job and attempt its query or path names are checked here,
+ * from the head, before a byte of the body is read. Failed attempts count
+ * against the caller's address as on the public listener. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "nodecred.h"
+#include "reply.h"
+#include "svc_log.h"
+#include "svc_util.h"
+
+/* 429 before any lookup when the address failed too often; 0 to go on. */
+static int refuse_failing_address(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    int wait_s = gw_authfail_blocked(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
+    if (wait_s == 0)
+        return 0;
+    gw_reply_too_many(req, "rate_limited", wait_s,
+                      "too many failed authentications from this address; retry in %d s", wait_s);
+    return -1;
+}
+
+/* 401 with RFC 6750's challenge, the failure counted; -1. */
+static int unauthenticated(svc_req *req, const char *msg)
+{
+    gw_app *app = svc_req_app(req);
+    gw_authfail_count(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
+    svc_reply_header(req, "WWW-Authenticate", "Bearer realm=\"kowloon-cluster\"");
+    svc_reply_error(req, 401, "unauthenticated", NULL, NULL, "%s", msg);
+    return -1;
+}
+
+static int has_cluster_token(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    const char *token = svc_req_bearer(req);
+    return token && svc_secure_equal(token, app->cfg.cluster_token);
+}
+
+/* The node whose credential the request carries, into ctx; 0, or -1 after
+ * replying 401, 403 or 503. */
+static int auth_node(svc_req *req, gw_reqctx *ctx)
+{
+    gw_app *app = svc_req_app(req);
+    const char *cred = svc_req_bearer(req);
+    char hex[GW_NODECRED_HASH_SIZE];
+    if (!gw_nodecred_valid(cred) || gw_nodecred_hash(cred, hex) != 0)
+        return unauthenticated(req, has_cluster_token(req)
+                                        ? "the cluster token only registers a node; send the "
+                                          "credential the registration gave it"
+                                        : "send the node's credential as 'Authorization: Bearer "
+                                          "<credential>' (it comes with the registration)");
+    int64_t asked = svc_now_mono_ms();
+    if (gw_nodecreds_get(app->nodecreds, hex, asked, ctx->node_id, ctx->node_name,
+                         sizeof ctx->node_name) != 0) {
+        int rc = gw_store_node_by_credential(app->store, hex, ctx->node_id, ctx->node_name,
+                                             sizeof ctx->node_name);
+        if (rc == -ENOENT)
+            return unauthenticated(req, "the node credential is not valid (the node left, or its "
+                                        "name was registered anew); register again");
+        if (rc != 0) {
+            gw_reply_unavailable(req, "PostgreSQL");
+            return -1;
+        }
+        gw_nodecreds_put(app->nodecreds, hex, ctx->node_id, ctx->node_name, asked);
+    }
+    const char *named = svc_req_param(req, "node");
+    if (named && strcmp(named, ctx->node_id) != 0) {
+        svc_reply_error(req, 403, "forbidden", "node", NULL,
+                        "this credential is node %s's; a node may act only as itself", ctx->node_id);
+        ctx->node_id[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+/* The attempt in text a (the path's or the query's), 1..1000000; -1 after
+ * replying 400 naming field. */
+static int attempt_of(svc_req *req, const char *a, const char *field)
+{
+    char *end = NULL;
+    long att = a ? strtol(a, &end, 10) : 0;
+    if (!a || !*a || *end || att < 1 || att > 1000000) {
+        svc_reply_error(req, 400, "invalid_argument", field, NULL,
+                        "%s must be an integer from 1 to 1000000", field);
+        return -1;
+    }
+    return (int)att;
+}
+
+/* GW_ACCESS_RUN: ?job_id=&attempt= name a run the node holds now. */
+static int check_run(svc_req *req, const gw_reqctx *ctx)
+{
+    gw_app *app = svc_req_app(req);
+    const char *job = svc_req_query(req, "job_id");
+    if (!job || !svc_uuid_valid(job)) {
+        svc_reply_error(req, 400, "invalid_argument", "job_id", NULL,
+                        "job_id must be the id of the run's job (the blob is one of its outputs)");
+        return -1;
+    }
+    int attempt = attempt_of(req, svc_req_query(req, "attempt"), "attempt");
+    if (attempt < 0)
+        return -1;
+    int held = gw_store_node_run_held(app->store, ctx->node_id, job, attempt);
+    if (held < 0) {
+        gw_reply_unavailable(req, "PostgreSQL");
+        return -1;
+    }
+    if (!held) {
+        svc_reply_error(req, 403, "forbidden", "job_id", NULL,
+                        "attempt %d of job %s is not running on this node", attempt, job);
+        return -1;
+    }
+    return 0;
+}
+
+/* GW_ACCESS_GANG: the path's {id} and {attempt}, the running attempt of a
+ * multi-node job of which the node holds a part. */
+static int check_gang(svc_req *req, const gw_reqctx *ctx)
+{
+    gw_app *app = svc_req_app(req);
+    const char *job = gw_job_id_param(req);
+    if (!job)
+        return -1;
+    int attempt = attempt_of(req, svc_req_param(req, "attempt"), "attempt");
+    if (attempt < 0)
+        return -1;
+    int rc = gw_store_node_gang_member(app->store, ctx->node_id, job, attempt);
+    if (rc == -ENOENT) {
+        svc_reply_error(req, 404, "not_found", NULL, NULL, "no multi-node job %s", job);
+        return -1;
+    }
+    if (rc == -EPERM) {
+        svc_reply_error(req, 403, "forbidden", NULL, NULL,
+                        "this node holds no part of job %s", job);
+        return -1;
+    }
+    if (rc < 0) {
+        gw_reply_unavailable(req, "PostgreSQL");
+        return -1;
+    }
+    if (rc == 0) {
+        svc_reply_error(req, 409, "attempt_stale", "attempt", NULL,
+                        "attempt %d of job %s is not the running attempt", attempt, job);
+        return -1;
+    }
+    return 0;
+}
+
+int gw_authorize_cluster(svc_req *req, int access)
+{
+    gw_app *app = svc_req_app(req);
+    gw_reqctx *ctx;
+    if (refuse_failing_address(req) != 0)
+        return -1;
+    switch (GW_ACCESS_ROLE(access)) {
+    case GW_ACCESS_CLUSTER:
+        return has_cluster_token(req) ? 0 : unauthenticated(req, "a valid cluster token is required");
+    case GW_ACCESS_METRICS:
+        /* Prometheus scrapes here with the cluster token, as it scrapes the nodes */
+        return app->cfg.metrics_public || has_cluster_token(req)
+                   ? 0
+                   : unauthenticated(req, "a valid cluster token is required");
+    case GW_ACCESS_NODE:
+        if ((ctx = gw_reqctx_of(req)) == NULL) {
+            svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; try again");
+            return -1;
+        }
+        if (auth_node(req, ctx) != 0)
+            return -1;
+        if ((access & GW_ACCESS_RUN) && check_run(req, ctx) != 0)
+            return -1;
+        if ((access & GW_ACCESS_GANG) && check_gang(req, ctx) != 0)
+            return -1;
+        return 0;
+    }
+    /* a role this listener does not serve: nobody may call it */
+    svc_reply_error(req, 403, "forbidden", NULL, NULL, "not served on the cluster listener");
+    return -1;
+}
+
+const char *gw_req_node(svc_req *req)
+{
+    gw_reqctx *ctx = svc_req_user(req);
+    return ctx != NULL && ctx->node_id[0] ? ctx->node_id : NULL;
+}

@@ -1,0 +1,64 @@
+/* nodecred.h — the secrets of the cluster listener. The cluster token only
+ * registers a node; registration gives the node a credential of its own
+ * (32 random bytes), bound to its id, that every later call carries. Here:
+ * the token's strength (checked at start), the credentials' form and hash
+ * (PostgreSQL keeps only the SHA-256), and a short-lived cache of which
+ * node a credential names, so that a node's calls cost no lookup.
+ *
+ * The cache's TTL is the key cache's (--key-cache-ms, at most 1 s): a
+ * credential replaced or dropped on one gateway (a name taken anew, a node
+ * that left) stops working on every gateway within it; the gateway that
+ * made the change forgets the node at once. Unknown credentials are not
+ * kept: they are failed authentications, which the per-address limiter
+ * throttles before any lookup. */
+#ifndef GW_NODECRED_H
+#define GW_NODECRED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The shortest cluster token serve accepts. */
+#define GW_CLUSTER_TOKEN_MIN 32
+/* "kn_" + 43 base64url characters (32 bytes) + NUL, rounded up. */
+#define GW_NODECRED_SIZE 48
+/* The SHA-256 of a credential as 64 hex digits + NUL. */
+#define GW_NODECRED_HASH_SIZE 65
+
+/* 0 when token may guard the cluster: at least GW_CLUSTER_TOKEN_MIN
+ * printable ASCII characters without spaces, not a default anyone knows
+ * (the old compose string, "changeme", ...), and not trivially repetitive
+ * (fewer than 8 distinct characters, or a shorter string repeated); else
+ * -EINVAL with why filled, naming the rule. */
+int gw_cluster_token_check(const char *token, char *why, size_t whylen);
+
+/* A new credential: "kn_" + 32 random bytes in base64url (no padding).
+ * 0 or -errno. */
+int gw_nodecred_make(char cred[GW_NODECRED_SIZE]);
+/* 1 when s has a credential's form (what a node presents is checked before
+ * it is hashed or looked up). */
+int gw_nodecred_valid(const char *s);
+/* The SHA-256 of cred as lowercase hex: what PostgreSQL keeps and looks
+ * up. 0 or -1. */
+int gw_nodecred_hash(const char *cred, char hex[GW_NODECRED_HASH_SIZE]);
+
+typedef struct gw_nodecreds gw_nodecreds;
+
+/* A cache of at most capacity credentials (rounded up to a multiple of 8),
+ * each answer kept ttl_ms (0: none kept). NULL on ENOMEM. */
+gw_nodecreds *gw_nodecreds_new(int capacity, int ttl_ms);
+void gw_nodecreds_free(gw_nodecreds *c);
+/* The node the credential of hash hex names at now_ms (monotonic): 0 with
+ * node_id (and name, namelen bytes) filled, or -ENOENT when the cache has
+ * no live answer. */
+int gw_nodecreds_get(gw_nodecreds *c, const char *hex, int64_t now_ms, char node_id[37],
+                     char *name, size_t namelen);
+/* Keeps PostgreSQL's answer: the credential of hash hex names node_id
+ * (name). asked_ms is when the lookup was sent, so an answer read before a
+ * change committed expires no later than ttl_ms after it. */
+void gw_nodecreds_put(gw_nodecreds *c, const char *hex, const char *node_id, const char *name,
+                      int64_t asked_ms);
+/* Forgets every answer naming node_id: its credential changed here (a
+ * registration, a deregistration). */
+void gw_nodecreds_forget(gw_nodecreds *c, const char *node_id);
+
+#endif
