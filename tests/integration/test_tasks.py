@@ -1,0 +1,187 @@
+"""Tasks through the real gateway (issue 18): POST /v1/jobs with "task", a
+real PostgreSQL, Redis and kowloon-compute nodes running podman. The
+task's inputs reach the program under /kowloon/in, its /kowloon/out files
+come back through the outputs routes, its logs through GET
+/v1/jobs/{id}/logs (whole, Range, follow) and `event: log`, its exit code
+and errors on the job. Skipped, with the reason, only where podman cannot
+build or run the test image (scripts/task-image.sh, cached)."""
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+
+import numpy as np
+import pytest
+import requests
+
+import stack as stk
+from stack import wait_until
+
+IMAGE = "localhost/kowloon-python:1"
+
+
+@pytest.fixture(scope="module")
+def conf():
+    """The engine's containers.conf, once the test image exists."""
+    if not shutil.which("podman"):
+        pytest.skip("podman is not installed (scripts/install-deps.sh installs it)")
+    p = subprocess.run([os.path.join(stk.REPO, "scripts", "task-image.sh"), IMAGE],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        pytest.skip(f"cannot build the task image: {p.stderr[-500:]}")
+    return p.stdout.strip().splitlines()[-1]
+
+
+def engine_env(conf):
+    return dict(os.environ, CONTAINERS_CONF=conf)
+
+
+def containers(conf, **labels):
+    args = ["podman", "ps", "-a", "--format", "{{.Names}}"]
+    for k, v in labels.items():
+        args += ["--filter", f"label=kowloon.{k}={v}"]
+    out = subprocess.run(args, capture_output=True, text=True, env=engine_env(conf), timeout=30)
+    return [line for line in out.stdout.split() if line]
+
+
+class TaskStack(stk.Stack):
+    """A stack whose gateway allows the test images and whose nodes run
+    tasks with podman (node "tk-cpu" has no engine: kernels only)."""
+
+    def __init__(self, conf, **kw):
+        self.conf = conf
+        super().__init__(**kw)
+
+    def gateway_env(self, **extra):
+        return super().gateway_env(**{"KOWLOON_TASK_IMAGES": "localhost/kowloon-*:*", **extra})
+
+    def start_node(self, name, port=None, backend="auto", extra_args=(), **kw):
+        if name == "tk-cpu":
+            task = ["--task-engine", "none"]
+        else:
+            task = ["--task-containers-conf", self.conf,
+                    "--task-scratch", os.path.join(self.root, "scratch"),
+                    "--task-grace-s", "2"]
+        return super().start_node(name, port, backend, (*task, *extra_args), **kw)
+
+
+@pytest.fixture(scope="module")
+def ts(conf):
+    s = TaskStack(conf, node_names=("tk-a", "tk-b", "tk-cpu"))
+    try:
+        s.start()
+    except Exception:
+        s.close()
+        raise
+    yield s
+    s.close()
+    if not os.environ.get("KOWLOON_TEST_KEEP"):
+        s.remove()
+
+
+@pytest.fixture(scope="module")
+def A(ts):
+    return ts.client("A")
+
+
+@pytest.fixture(scope="module")
+def B(ts):
+    return ts.client("B")
+
+
+def py(code, **task):
+    return {"image": IMAGE, "command": ["python3", "-c", code], **task}
+
+
+def submit(client, task, **kw):
+    r = client.post_job({"task": task, **kw})
+    assert r.status_code == 202, r.text
+    return r.json()
+
+
+def npy_bytes(a):
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+
+
+def upload(client, data):
+    r = client.post("/v1/blobs", data=data, headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code in (200, 201), r.text
+    return r.json()["id"]
+
+
+def logs(client, job_id, **params):
+    q = ("?" + urllib.parse.urlencode(params)) if params else ""
+    return client.get(f"/v1/jobs/{job_id}/logs{q}")
+
+
+# ---------------------------------------------------------------- data in and out
+
+def test_task_reads_two_inputs_and_its_npy_output_equals_numpy(ts, A):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    aid = upload(A, a.tobytes())
+    code = """
+import numpy as np, os
+a = np.fromfile('/kowloon/in/a', dtype=np.float32).reshape(64, 32)
+b = np.load('/kowloon/in/b.npy')
+np.save('/kowloon/out/y.npy', a * 2 + b)
+os.makedirs('/kowloon/out/sub', exist_ok=True)
+open('/kowloon/out/sub/note.txt', 'w').write('hello')
+print('done', a.shape, b.shape, flush=True)
+"""
+    job = submit(A, py(code, inputs={
+        "a": {"dtype": "float32", "shape": [64, 32], "blob": aid},
+        "b": {"dtype": "float32", "shape": [64, 32], "format": "npy", "data": b.tolist()}}),
+        resources={"gpus": 0})
+    assert job["kind"] == "task" and job["kernel"] is None
+    assert job["task"] == {"image": IMAGE, "command": ["python3", "-c", code], "env": {},
+                           "workdir": "/kowloon/work", "network": "none"}
+    assert job["logs"] == f"/v1/jobs/{job['id']}/logs" and job["exit_code"] is None
+    assert A.job(job["id"])["task"] == job["task"]  # what GET shows is what the 202 showed
+    done = A.wait(job["id"], timeout=120)
+    assert done["state"] == "succeeded", json.dumps(done)
+    assert done["exit_code"] == 0
+    y = A.get(f"/v1/jobs/{job['id']}/outputs/y.npy")
+    assert y.status_code == 200, y.text
+    assert y.content == npy_bytes(a * 2 + b)
+    np.testing.assert_array_equal(np.load(io.BytesIO(y.content)), a * 2 + b)
+    # a path name, URL-encoded; and a Range of it
+    note = A.get(f"/v1/jobs/{job['id']}/outputs/sub%2Fnote.txt")
+    assert note.status_code == 200 and note.content == b"hello", note.text
+    part = A.get(f"/v1/jobs/{job['id']}/outputs/sub%2Fnote.txt", headers={"Range": "bytes=1-3"})
+    assert part.status_code == 206 and part.content == b"ell"
+    res = A.result(job["id"]).json()
+    assert res["outputs"]["y.npy"]["bytes"] == len(y.content)
+    assert res["outputs"]["sub/note.txt"]["url"] == f"/v1/jobs/{job['id']}/outputs/sub%2Fnote.txt"
+    text = logs(A, job["id"])
+    assert text.status_code == 200 and "done (64, 32) (64, 32)" in text.text
+    # another tenant sees none of it
+    B = ts.client("B")
+    assert B.get(f"/v1/jobs/{job['id']}/outputs/y.npy").status_code == 404
+    assert logs(B, job["id"]).status_code == 404
+
+
+def test_non_zero_exit_fails_with_the_exit_code_and_the_end_of_stderr(ts, A):
+    job = submit(A, py("import sys; print('about to fail', file=sys.stderr); sys.exit(3)"))
+    done = A.wait(job["id"], timeout=120)
+    assert done["state"] == "failed", done
+    assert done["exit_code"] == 3
+    assert done["error"]["code"] == "task_failed"
+    assert "about to fail" in done["error"]["message"]
+    assert done["attempts"] == 1  # a program's own failure is not retried
+
+
+def test_tasks_go_only_to_nodes_with_an_engine(ts, A):
+    jobs = [submit(A, py("print(1)")) for _ in range(4)]
+    for j in jobs:
+        done = A.wait(j["id"], timeout=120)
+        assert done["state"] == "succeeded", json.dumps(done)
+        assert done["node"] in ("tk-a", "tk-b"), done
