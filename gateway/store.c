@@ -398,15 +398,24 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " FROM (SELECT j.tenant_id, coalesce(t.max_running, $2::int) AS lim"
     "       FROM jobs j JOIN tenants t ON t.id = j.tenant_id WHERE j.id = $1::uuid) q", 2},
 [ST_TENANT_UPSERT] = {
-    "INSERT INTO tenants AS t (name, rate_rps, rate_burst, max_queued, max_running, weight)"
-    " VALUES ($1, $2::int, $4::int, $6::int, $8::int, coalesce($10::real, 1))"
+    /* $11: task_images given ($12: a JSON list, NULL: back to the
+     * gateway's --task-images); $13: task_egress (NULL: unchanged) */
+    "INSERT INTO tenants AS t (name, rate_rps, rate_burst, max_queued, max_running, weight,"
+    "                          task_images, task_egress)"
+    " VALUES ($1, $2::int, $4::int, $6::int, $8::int, coalesce($10::real, 1),"
+    "         CASE WHEN $12::json IS NULL THEN NULL"
+    "              ELSE ARRAY(SELECT json_array_elements_text($12::json)) END,"
+    "         coalesce($13::boolean, false))"
     " ON CONFLICT (name) DO UPDATE SET"
     "   rate_rps = CASE WHEN $3::boolean THEN EXCLUDED.rate_rps ELSE t.rate_rps END,"
     "   rate_burst = CASE WHEN $5::boolean THEN EXCLUDED.rate_burst ELSE t.rate_burst END,"
     "   max_queued = CASE WHEN $7::boolean THEN EXCLUDED.max_queued ELSE t.max_queued END,"
     "   max_running = CASE WHEN $9::boolean THEN EXCLUDED.max_running ELSE t.max_running END,"
-    "   weight = CASE WHEN $10::real IS NOT NULL THEN EXCLUDED.weight ELSE t.weight END"
-    " RETURNING (t.xmax = 0)::int, kowloon_tenant_json(t)::text", 10},
+    "   weight = CASE WHEN $10::real IS NOT NULL THEN EXCLUDED.weight ELSE t.weight END,"
+    "   task_images = CASE WHEN $11::boolean THEN EXCLUDED.task_images ELSE t.task_images END,"
+    "   task_egress = CASE WHEN $13::boolean IS NOT NULL THEN EXCLUDED.task_egress"
+    "                      ELSE t.task_egress END"
+    " RETURNING (t.xmax = 0)::int, kowloon_tenant_json(t)::text", 13},
 [ST_TENANTS_JSON] = {"SELECT coalesce(jsonb_agg(kowloon_tenant_json(t) ORDER BY t.name), '[]')::text"
                      " FROM tenants t", 0},
 [ST_KEY_ISSUE] = {

@@ -428,7 +428,14 @@ int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok
 typedef struct gw_store_limit { int set, value; } gw_store_limit;
 /* Creates the tenant or updates the limits that are set. *created says
  * which; *tenant is the tenant object (new reference). */
+/* A tenant's task settings as POST /v1/tenants gives them. */
+typedef struct gw_store_task_settings {
+    int images_set;           /* task_images given */
+    const char *images_json;  /* a JSON list of patterns; NULL: the gateway's --task-images */
+    int egress;               /* task_egress: 1, 0, or -1 (not given) */
+} gw_store_task_settings;
 int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit lim[4], double weight,
+                           const gw_store_task_settings *task,
                            int *created, json_t **tenant);
 /* Every tenant object, by name (new reference). */
 int gw_store_tenants_json(gw_store *s, json_t **tenants);
