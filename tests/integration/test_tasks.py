@@ -185,3 +185,127 @@ def test_tasks_go_only_to_nodes_with_an_engine(ts, A):
         done = A.wait(j["id"], timeout=120)
         assert done["state"] == "succeeded", json.dumps(done)
         assert done["node"] in ("tk-a", "tk-b"), done
+
+
+# ---------------------------------------------------------------- logs
+
+def _read_stream(resp, into, stop):
+    try:
+        for chunk in resp.iter_content(chunk_size=None):
+            into.append(chunk)
+            if stop.is_set():
+                break
+    except requests.RequestException:
+        pass
+
+
+def test_logs_arrive_live_through_follow_and_sse_and_stay_after_the_end(ts, A):
+    """The program prints a line, works for 15 s, prints another: the
+    first line reaches the follow stream and both SSE streams while the job
+    still runs; the follow stream ends with the job, holding both lines."""
+    code = ("import time\n"
+            "print('first line', flush=True)\n"
+            "time.sleep(15)\n"
+            "print('second line', flush=True)\n")
+    job = submit(A, py(code))
+    jid = job["id"]
+    # SSE on the job's stream and the tenant's
+    sse = A.get(f"/v1/jobs/{jid}/events", stream=True, timeout=(5, 120))
+    assert sse.status_code == 200
+    tenant = A.get("/v1/events", stream=True, timeout=(5, 120))
+    follow = A.get(f"/v1/jobs/{jid}/logs?follow=1", stream=True, timeout=(5, 120))
+    assert follow.status_code == 200
+    got_sse, got_tenant, got_follow, stop = [], [], [], threading.Event()
+    threads = [threading.Thread(target=_read_stream, args=(r, b, stop), daemon=True)
+               for r, b in ((sse, got_sse), (tenant, got_tenant))]
+    for t in threads:
+        t.start()
+    f_thread = threading.Thread(target=_read_stream, args=(follow, got_follow, threading.Event()),
+                                daemon=True)
+    f_thread.start()
+    wait_until(lambda: b"first line" in b"".join(got_follow), 90, 0.05, "first line followed")
+    assert A.job(jid)["state"] == "running"  # live: the job has not ended
+    wait_until(lambda: b"event: log" in b"".join(got_sse) and b"first line" in b"".join(got_sse),
+               30, 0.05, "event: log on the job's stream")
+    wait_until(lambda: b"first line" in b"".join(got_tenant), 30, 0.05, "event: log on /v1/events")
+    frame = [f for f in b"".join(got_sse).split(b"\n\n") if b"event: log" in f][0]
+    data = json.loads(b"".join(l[5:].strip() for l in frame.split(b"\n") if l.startswith(b"data:")))
+    assert data["job_id"] == jid and data["attempt"] == 1 and data["part"] == 0
+    assert data["offset"] == 0 and data["text"].startswith("first line")
+    assert set(data) == {"job_id", "attempt", "part", "offset", "text"}
+    # the follow stream ends when the job does, with everything in it
+    f_thread.join(120)
+    assert not f_thread.is_alive(), "the follow stream did not end with the job"
+    text = b"".join(got_follow).decode()
+    assert text == "first line\nsecond line\n", text
+    stop.set()
+    done = A.wait(jid, timeout=60)
+    assert done["state"] == "succeeded", json.dumps(done)
+    # after the end: the node's log blob, whole or by Range
+    after = logs(A, jid)
+    assert after.status_code == 200 and after.text == "first line\nsecond line\n", after.text
+    r = logs(A, jid, part=0)
+    assert r.text == after.text
+    r = A.get(f"/v1/jobs/{jid}/logs", headers={"Range": "bytes=6-9"})
+    assert r.status_code == 206 and r.text == "line", r.text
+    assert ts.client("B").get(f"/v1/jobs/{jid}/logs").status_code == 404
+    for r in (sse, tenant):
+        r.close()
+
+
+def test_a_live_log_is_served_with_range_while_the_task_runs(ts, A):
+    code = ("import time\n"
+            "print('0123456789', flush=True)\n"
+            "time.sleep(120)\n")
+    job = submit(A, py(code))
+    jid = job["id"]
+    wait_until(lambda: logs(A, jid).text == "0123456789\n", 90, 0.1, "live log")
+    r = A.get(f"/v1/jobs/{jid}/logs", headers={"Range": "bytes=2-4"})
+    assert r.status_code == 206 and r.text == "234"
+    assert r.headers["Content-Range"] == "bytes 2-4/11"
+    assert A.get(f"/v1/jobs/{jid}/logs", headers={"Range": "bytes=50-"}).status_code == 416
+    A.cancel(jid)
+    assert A.wait(jid, timeout=60)["state"] == "cancelled"
+
+
+# ---------------------------------------------------------------- ending a task
+
+def test_cancel_and_timeout_remove_the_container(ts, A):
+    sleeper = py("import time\nprint('up', flush=True)\ntime.sleep(600)")
+    job = submit(A, sleeper)
+    jid = job["id"]
+    wait_until(lambda: "up" in logs(A, jid).text, 90, 0.1, "the task started")
+    assert containers(ts.conf, run=f"{jid}.1"), "no container for the running task"
+    A.cancel(jid)
+    done = A.wait(jid, timeout=60)
+    assert done["state"] == "cancelled", json.dumps(done)
+    wait_until(lambda: not containers(ts.conf, run=f"{jid}.1"), 30, 0.2, "container removed")
+    # a program that ignores SIGTERM, past its timeout: killed after the grace
+    stubborn = py("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                  "print('up', flush=True)\ntime.sleep(600)")
+    job = submit(A, stubborn, timeout_s=3)
+    jid = job["id"]
+    done = A.wait(jid, timeout=90)
+    assert done["state"] == "failed" and done["error"]["code"] == "timeout", json.dumps(done)
+    wait_until(lambda: not containers(ts.conf, run=f"{jid}.1"), 30, 0.2, "container removed")
+
+
+def test_an_image_no_node_has_fails_clearly_once(ts, A):
+    job = submit(A, {"image": "localhost/kowloon-absent:1", "command": ["true"]})
+    done = A.wait(job["id"], timeout=90)
+    assert done["state"] == "failed", json.dumps(done)
+    assert done["error"]["code"] == "image_not_found", json.dumps(done)
+    assert "kowloon-absent" in done["error"]["message"]
+    assert done["attempts"] == 1 and done["exit_code"] is None
+
+
+def test_output_quota_and_memory_limit_come_from_the_request(ts, A):
+    big = py("open('/kowloon/out/big.bin', 'wb').write(b'x' * (3 << 20))")
+    job = submit(A, dict(big, output_quota_mb=1))
+    done = A.wait(job["id"], timeout=90)
+    assert done["state"] == "failed" and done["error"]["code"] == "output_quota", json.dumps(done)
+    assert A.get(f"/v1/jobs/{job['id']}/outputs/big.bin").status_code in (404, 409)
+    hog = py("b = bytearray(400 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('survived')")
+    job = submit(A, hog, resources={"memory_gb": 0.125})
+    done = A.wait(job["id"], timeout=90)
+    assert done["state"] == "failed" and done["error"]["code"] == "oom", json.dumps(done)
