@@ -62,6 +62,11 @@ static int node_tasks(svc_req *req, const json_t *tasks, char **out)
     const json_t *engine = json_object_get(tasks, "engine"), *images = json_object_get(tasks, "images");
     int ok = json_is_object(tasks) && json_is_string(engine) && json_string_length(engine) <= 32 &&
              (!images || (json_is_array(images) && json_array_size(images) <= 4096));
+    static const char *const texts[] = {"version", "reason", "gang_network", "allowed", NULL};
+    for (int k = 0; ok && texts[k]; k++) {
+        const json_t *t = json_object_get(tasks, texts[k]);
+        ok = !t || (json_is_string(t) && json_string_length(t) <= 4096);
+    }
     size_t i;
     json_t *im;
     json_array_foreach(ok ? images : NULL, i, im)

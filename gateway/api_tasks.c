@@ -38,15 +38,21 @@ int gw_api_node_logs(svc_req *req)
         const char *job = json_string_value(json_object_get(r, "job_id"));
         json_t *att = json_object_get(r, "attempt"), *part = json_object_get(r, "part");
         json_t *off = json_object_get(r, "offset"), *data = json_object_get(r, "data_b64");
-        if (!job || !svc_uuid_valid(job) || !json_is_integer(att) || json_integer_value(att) < 1 ||
-            (part && (!json_is_integer(part) || json_integer_value(part) < 0 ||
-                      json_integer_value(part) > 63)) ||
-            !json_is_integer(off) || json_integer_value(off) < 0 || !json_is_string(data) ||
-            svc_b64_decoded_len(json_string_value(data), json_string_length(data)) == (size_t)-1) {
+        unsigned char *bytes = NULL;
+        size_t nbytes = 0;
+        int bad = !job || !svc_uuid_valid(job) || !json_is_integer(att) ||
+                  json_integer_value(att) < 1 || json_integer_value(att) > 1000000 ||
+                  (part && (!json_is_integer(part) || json_integer_value(part) < 0 ||
+                            json_integer_value(part) > 63)) ||
+                  !json_is_integer(off) || json_integer_value(off) < 0 || !json_is_string(data) ||
+                  svc_b64_decode(json_string_value(data), json_string_length(data), &bytes,
+                                 &nbytes) != 0;
+        free(bytes);
+        if (bad) {
             json_decref(batch);
             return svc_reply_error(req, 400, "invalid_argument", "runs", NULL,
-                                   "runs[%zu] must be {job_id: uuid, attempt >= 1, part: 0-63, "
-                                   "offset >= 0, data_b64: base64}", i);
+                                   "runs[%zu] must be {job_id: uuid, attempt: 1-1000000, part: "
+                                   "0-63, offset >= 0, data_b64: base64}", i);
         }
         json_array_append_new(batch, json_pack("{s:s, s:O, s:I, s:O, s:O}", "job_id", job,
                                                "attempt", att, "part",

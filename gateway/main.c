@@ -82,7 +82,7 @@ static svc_opt opts[] = {
              "for tenants that have none of their own (POST /v1/tenants task_images); empty: no "
              "task runs until the operator names its images"},
     {.flag = "task-log-mb", .env = "KOWLOON_TASK_LOG_MB", .type = SVC_OPT_INT, .def = "64",
-     .min = 1, .max = 4096,
+     .min = 1, .max = 1024,
      .help = "log bytes kept per part of a task, MiB (the node drops the rest and says so in the "
              "log)"},
     {.flag = "conn-timeout-s", .env = "KOWLOON_CONN_TIMEOUT_S", .type = SVC_OPT_INT, .def = "30",

@@ -309,3 +309,84 @@ def test_output_quota_and_memory_limit_come_from_the_request(ts, A):
     job = submit(A, hog, resources={"memory_gb": 0.125})
     done = A.wait(job["id"], timeout=90)
     assert done["state"] == "failed" and done["error"]["code"] == "oom", json.dumps(done)
+
+
+# ---------------------------------------------------------------- inputs are mounted, not copied
+
+def test_one_large_blob_given_to_ten_tasks_is_the_same_file_in_each(ts, A):
+    """A 256 MiB input named by 10 tasks: each program sees the blob
+    store's own file (same device and inode as on the host), so the bytes
+    exist once whatever the number of tasks."""
+    size = 256 << 20
+    data = np.random.default_rng(3).integers(0, 255, size, dtype=np.uint8).tobytes()
+    bid = upload(A, data)
+    host = os.stat(os.path.join(ts.blob_dir, "sha256", bid[7:9], bid[7:]))
+    code = ("import os, json\n"
+            "st = os.stat('/kowloon/in/big')\n"
+            "f = open('/kowloon/in/big', 'rb'); first = f.read(1); f.seek(-1, 2); last = f.read(1)\n"
+            "print(json.dumps({'ino': st.st_ino, 'size': st.st_size, 'first': first[0], 'last': last[0]}))\n")
+    jobs = [submit(A, py(code, inputs={"big": {"blob": bid}})) for _ in range(10)]
+    seen = []
+    for j in jobs:
+        done = A.wait(j["id"], timeout=180)
+        assert done["state"] == "succeeded", json.dumps(done)
+        seen.append(json.loads(logs(A, j["id"]).text.strip().splitlines()[-1]))
+    assert {s["ino"] for s in seen} == {host.st_ino}, (seen[0], host.st_ino)
+    assert all(s["size"] == size and s["first"] == data[0] and s["last"] == data[-1] for s in seen)
+    # and no copy of it anywhere in the nodes' scratch
+    scratch = os.path.join(ts.root, "scratch")
+    copies = [os.path.join(d, f) for d, _, fs in os.walk(scratch) for f in fs
+              if os.path.getsize(os.path.join(d, f)) >= size]
+    assert copies == []
+
+
+# ---------------------------------------------------------------- a node lost mid-task
+
+def test_a_node_killed_mid_task_loses_its_orphan_on_restart_and_the_job_reruns_once(ts, A):
+    code = ("import os, time\n"
+            "print('attempt', os.environ['KOWLOON_ATTEMPT'], flush=True)\n"
+            "time.sleep(6 if os.environ['KOWLOON_ATTEMPT'] == '1' else 0)\n"
+            "open('/kowloon/out/done.txt', 'w').write(os.environ['KOWLOON_ATTEMPT'])\n")
+    job = submit(A, py(code))
+    jid = job["id"]
+    wait_until(lambda: "attempt 1" in logs(A, jid).text, 90, 0.1, "attempt 1 running")
+    node = A.job(jid)["node"]
+    assert containers(ts.conf, run=f"{jid}.1"), "no container for attempt 1"
+    ts.kill_node(node)
+    done = A.wait(jid, timeout=120)
+    assert done["state"] == "succeeded", json.dumps(done)
+    assert done["attempts"] == 2, json.dumps(done)
+    assert A.get(f"/v1/jobs/{jid}/outputs/done.txt").content == b"2"
+    # the killed node's container outlived it; its restart removes it
+    ts.start_node(node)
+    ts.wait_nodes_up([node], timeout=60)
+    wait_until(lambda: not containers(ts.conf, run=f"{jid}.1"), 60, 0.2, "orphan removed")
+
+
+# ---------------------------------------------------------------- sharing with kernels
+
+def test_fair_share_serves_tasks_and_kernels_of_two_tenants_in_turn(ts):
+    """Tenant F floods the two engine nodes with tasks and kernels; tenant G
+    submits two afterwards. G's jobs start long before F's backlog is
+    done: the scheduler's fair share counts tasks as it counts kernels."""
+    F = ts.client(key=ts.create_key("fair-f-" + os.urandom(2).hex()))
+    G = ts.client(key=ts.create_key("fair-g-" + os.urandom(2).hex()))
+    quick = py("import time; time.sleep(0.5)")
+    flood = []
+    for i in range(12):
+        if i % 2:
+            flood.append(submit(F, quick)["id"])
+        else:
+            flood.append(F.submit("sleep", {"seconds": 0.5})["id"])
+    late = [submit(G, quick)["id"], G.submit("sleep", {"seconds": 0.5})["id"]]
+    ended = {}
+    for c, ids in ((F, flood), (G, late)):
+        for i in ids:
+            d = c.wait(i, timeout=240)
+            assert d["state"] == "succeeded", json.dumps(d)
+            ended[i] = d
+    starts_f = sorted(stk.ts(ended[i]["started_at"]) for i in flood)
+    for i in late:
+        # each of G's jobs started before at least a third of F's backlog
+        assert stk.ts(ended[i]["started_at"]) < starts_f[-4], (ended[i]["started_at"], starts_f)
+    assert any(ended[i]["kind"] == "task" for i in late)
