@@ -91,7 +91,7 @@ BAD = [
     ("a kernel and a task", {"kernel": "sleep", "task": task()}, 400, "task"),
     ("params with a task", {"task": task(), "params": {}}, 400, "params"),
     ("memory_gb for a kernel", {"kernel": "sleep", "params": {"seconds": 0},
-                                "resources": {"memory_gb": 1}}, 400, "resources"),
+                                "resources": {"memory_gb": 1}}, 422, "resources.memory_gb"),
     ("memory_gb of 0", {"task": task(), "resources": {"memory_gb": 0}}, 422, "resources.memory_gb"),
     ("cpus of 2000", {"task": task(), "resources": {"cpus": 2000}}, 422, "resources.cpus"),
     ("65 nodes", {"task": task(), "resources": {"nodes": 65}}, 422, "resources.nodes"),
