@@ -249,10 +249,12 @@ int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     r->max_attempts = 3;
     json_t *kv = json_object_get(body, "kernel");
     r->task = json_object_get(body, "task");
+    /* well-formed members that do not go together: 422, as a kernel call
+     * that does not fit its kernel */
     if (kv && r->task)
-        return fail(e, 400, "task", "a job runs a kernel or a task, not both");
+        return fail(e, 422, "task", "a job runs a kernel or a task, not both");
     if (r->task && (json_object_get(body, "params") || json_object_get(body, "inputs")))
-        return fail(e, 400, json_object_get(body, "params") ? "params" : "inputs",
+        return fail(e, 422, json_object_get(body, "params") ? "params" : "inputs",
                     "a task's inputs go in task.inputs; params and inputs are a kernel's");
     if (!kv && !r->task)
         return fail(e, 400, "kernel", "kernel (a catalog kernel) or task (an image and a "
