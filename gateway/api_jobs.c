@@ -310,8 +310,27 @@ static int task_blobs_prepare(svc_req *req, int64_t tenant_id, gw_task_req *t, s
         json_object_set_new(t->big[i].entry, "size", json_integer((json_int_t)size));
         submit_blob_ref(s, id, size);
     }
+    /* the job's input list says what the task reads ({name, nbytes}, no
+     * bytes: those are in its lease form), so that its usage counts
+     * bytes_in as a kernel's does */
     if (!(s->b.meta = json_array()))
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory"), -1;
+    static const char *const lists[] = {"inputs", "files"};
+    for (int l = 0; l < 2; l++) {
+        const char *name;
+        json_t *e;
+        json_object_foreach(json_object_get(t->run, lists[l]), name, e) {
+            const json_t *size = json_object_get(e, "size"), *b64 = json_object_get(e, "b64");
+            json_int_t n = size ? json_integer_value(size)
+                                : (json_int_t)svc_b64_decoded_len(json_string_value(b64),
+                                                                  json_string_length(b64));
+            char entry[320];
+            snprintf(entry, sizeof entry, "%s.%s", lists[l], name);
+            if (json_array_append_new(s->b.meta, json_pack("{s:s, s:I}", "name", entry, "nbytes",
+                                                           n)) != 0)
+                return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory"), -1;
+        }
+    }
     return 0;
 }
 

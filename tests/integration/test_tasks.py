@@ -149,6 +149,9 @@ print('done', a.shape, b.shape, flush=True)
     done = A.wait(job["id"], timeout=120)
     assert done["state"] == "succeeded", json.dumps(done)
     assert done["exit_code"] == 0
+    # usage as for kernels: the inputs' bytes in, the outputs' out
+    assert done["usage"]["bytes_in"] == a.nbytes + b.nbytes, done["usage"]
+    assert done["usage"]["bytes_out"] == len(npy_bytes(a * 2 + b)) + len(b"hello")
     y = A.get(f"/v1/jobs/{job['id']}/outputs/y.npy")
     assert y.status_code == 200, y.text
     assert y.content == npy_bytes(a * 2 + b)
