@@ -53,7 +53,7 @@ CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lnccl -lcudart
 PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
 .DELETE_ON_ERROR:
-.PHONY: all clean run stop test test-unit test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
+.PHONY: all clean run stop test test-unit check-layers test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
 all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN) $(FAKE_PLUGINS)
 	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))  $(if $(GLOO),✓ Gloo (multi-node CPU runs),✗ Gloo (no libgloo-dev: multi-node CPU runs refused))"
 
@@ -131,7 +131,10 @@ $(B)/tests/test_cn_backend $(B)/tests/test_cn_runs: CPPFLAGS += -DKL_FAKE_PLUGIN
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
-test-unit: $(UT_BIN)
+# The layers the build promises (DESIGN.md), read from the objects' .d files.
+check-layers: all
+	@scripts/check-layers.sh $(B)
+test-unit: $(UT_BIN) check-layers
 	@set -e; for t in $(UT_BIN); do echo "== $$t"; $$t; done
 
 # The two commands of the README, and the rest of the tooling, live in scripts/.
