@@ -8,14 +8,24 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 SAN     ?=
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -MMD -MP -pthread $(SAN)
-CPPFLAGS += -Iservice -Ikernels -Ikernels/dist -Igateway -Icompute $(shell pkg-config --cflags-only-I libpq 2>/dev/null) -I/usr/include/postgresql
+# Each layer compiles with its own include folders (DESIGN.md "Layout"):
+# kernels/ sees kernels/ only, service/ sees itself and kernels/, each daemon
+# sees itself, service/ and kernels/ — never the other daemon. A source's
+# first folder picks its set (INC_<folder>); scripts/check-layers.sh holds
+# the objects' .d files to it.
+INC_kernels := -Ikernels -Ikernels/dist
+INC_service := -Iservice $(INC_kernels)
+INC_gateway := -Igateway $(INC_service) $(shell pkg-config --cflags-only-I libpq 2>/dev/null) -I/usr/include/postgresql
+INC_compute := -Icompute $(INC_service)
+INC_bench   := $(INC_kernels)
+INC = $(INC_$(firstword $(subst /, ,$<)))
 # C++ only for service/svc_dtoa.cc, the C face of double-conversion.
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++17 -Wall -Wextra -Werror -fPIC -fno-exceptions -fno-rtti -MMD -MP $(SAN)
 LDFLAGS += -pthread $(SAN)
 NVFLAGS ?= -O3 -std=c++17 --compiler-options -fPIC,-Wall,-Wextra -Werror all-warnings \
            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-           -gencode arch=compute_90,code=compute_90 -Ikernels -Ikernels/dist
+           -gencode arch=compute_90,code=compute_90 $(INC_kernels)
 
 Q = $(if $(V),,@)
 # A sanitizer build (SAN=-fsanitize=...) keeps its objects and binaries apart.
@@ -60,12 +70,12 @@ all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN) $(FAKE_PL
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(INC) $(CFLAGS) -c $< -o $@
 
 $(B)/%.o: %.cc
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX     $<")
-	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+	$(Q)$(CXX) $(CPPFLAGS) $(INC) $(CXXFLAGS) -c $< -o $@
 
 # Gloo reports failures by exception: its one file is built with them (and
 # RTTI, which they need); none crosses into C (see the file).
@@ -100,22 +110,23 @@ lib/kowloon-cuda.so: $(CU_OBJ) $(B)/libkl.a
 
 # Unit tests link what their prefix names: test_kl_* the kernel library,
 # test_svc_* the service runtime, test_gw_* / test_cn_* a daemon's objects.
+# Each sees the include folders of the layer it tests.
 UT_CC = $(CC) $(CPPFLAGS) $(CFLAGS) -Wno-unused-parameter $(LDFLAGS) -o $@ $< $(filter %.o %.a,$^) -lcmocka
 $(B)/tests/test_kl_%: tests/unit/test_kl_%.c $(B)/libkl.a
 	@mkdir -p $(dir $@)
-	$(Q)$(UT_CC) $(KL_LIBS)
+	$(Q)$(UT_CC) $(INC_kernels) $(KL_LIBS)
 $(B)/tests/test_svc_%: tests/unit/test_svc_%.c $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(dir $@)
-	$(Q)$(UT_CC) $(SVC_LIBS) $(KL_LIBS)
+	$(Q)$(UT_CC) $(INC_service) $(SVC_LIBS) $(KL_LIBS)
 $(B)/tests/test_gw_%: tests/unit/test_gw_%.c $(filter-out %/main.o,$(GW_OBJ)) $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(dir $@)
-	$(Q)$(UT_CC) $(GW_LIBS) $(SVC_LIBS) $(KL_LIBS)
+	$(Q)$(UT_CC) $(INC_gateway) $(GW_LIBS) $(SVC_LIBS) $(KL_LIBS)
 $(B)/tests/test_cn_%: tests/unit/test_cn_%.c $(filter-out %/main.o,$(CN_OBJ)) $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(dir $@)
-	$(Q)$(UT_CC) $(SVC_LIBS) $(KL_LIBS) $(CN_LIBS)
+	$(Q)$(UT_CC) $(INC_compute) $(SVC_LIBS) $(KL_LIBS) $(CN_LIBS)
 
 # The fake plugins carry the kernel library, as the real one does.
-FAKE_CC = $(CC) $(CPPFLAGS) $(CFLAGS) -shared $(LDFLAGS) -o $@ $< $(B)/libkl.a $(KL_LIBS)
+FAKE_CC = $(CC) $(CPPFLAGS) $(INC_kernels) $(CFLAGS) -shared $(LDFLAGS) -o $@ $< $(B)/libkl.a $(KL_LIBS)
 $(B)/tests/kl_fake_cuda.so: tests/plugins/fake_cuda.c $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(FAKE_CC)
@@ -171,7 +182,7 @@ clean:
 # for the multi-node allreduce figures of make bench); built only with Gloo.
 $(B)/bench/gloo_allreduce: bench/gloo_allreduce.cc
 	@mkdir -p $(dir $@)
-	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -fexceptions -frtti $(LDFLAGS) -o $@ $< -lgloo
+	$(Q)$(CXX) $(CPPFLAGS) $(INC_kernels) $(CXXFLAGS) -fexceptions -frtti $(LDFLAGS) -o $@ $< -lgloo
 bench-gloo: $(if $(GLOO),$(B)/bench/gloo_allreduce,)
 	@$(if $(GLOO),$(B)/bench/gloo_allreduce,echo "✗ Gloo (no libgloo-dev): no gloo_allreduce bench")
 
@@ -179,4 +190,4 @@ bench-gloo: $(if $(GLOO),$(B)/bench/gloo_allreduce,)
 # builds and runs them.
 $(B)/bench/bench_%: bench/bench_%.c $(B)/libkl.a
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libkl.a $(KL_LIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(INC_kernels) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libkl.a $(KL_LIBS)

@@ -14,16 +14,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "backend.h"
-#include "cred.h"
-#include "node.h"
-#include "lease.h"
-#include "metrics.h"
-#include "netif.h"
-#include "register.h"
-#include "runs.h"
-#include "slurm.h"
+#include "cn_api.h"
+#include "cn_backend.h"
+#include "cn_cred.h"
+#include "cn_node.h"
+#include "cn_lease.h"
+#include "cn_metrics.h"
+#include "cn_netif.h"
+#include "cn_register.h"
+#include "cn_runs.h"
+#include "cn_slurm.h"
 #include "svc_client.h"
 #include "svc_config.h"
 #include "svc_http.h"
@@ -86,7 +86,7 @@ static int cn__signals_install(void)
     return 0;
 }
 
-/* The run manager's callback (runs.h: under its lock, so it only notes
+/* The run manager's callback (cn_runs.h: under its lock, so it only notes
  * the reason and wakes main, which drains). */
 static void cn__on_device_lost(void *ctx, const char *why)
 {

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "backend.h"
+#include "cn_backend.h"
 
 static void test_cpu_requested_loads_no_plugin(void **state)
 {
