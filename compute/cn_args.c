@@ -131,9 +131,90 @@ static int cn__placement(const json_t *body, cn_run_req *req, int task, int *sta
     return 0;
 }
 
+/* "backend": any (or absent), cpu or cuda. 0, or -1 with err (a 400). */
+static int cn__target(const json_t *body, cn_run_req *req, kl_err *err)
+{
+    const json_t *jb = json_object_get(body, "backend");
+    const char *b = json_is_string(jb) ? json_string_value(jb) : NULL;
+    if (!jb || json_is_null(jb) || (b && strcmp(b, "any") == 0))
+        req->target = CN_TARGET_ANY;
+    else if (b && strcmp(b, "cpu") == 0)
+        req->target = CN_TARGET_CPU;
+    else if (b && strcmp(b, "cuda") == 0)
+        req->target = CN_TARGET_CUDA;
+    else {
+        kl_err_set(err, "backend", "backend must be any, cpu or cuda");
+        return -1;
+    }
+    return 0;
+}
+
+/* timeout_s, gpus (a task may have no GPU at all; a kernel has at least
+ * its rank), output_blobs and output_blob_min. 0, or -1 with *status and
+ * err. */
+static int cn__limits(const json_t *body, cn_run_req *req, int task, int *status, kl_err *err)
+{
+    long timeout_s, gpus, ob_min;
+    if (cn__int_member(body, "timeout_s", 3600, 1, 86400 * 7, &timeout_s, status, err) < 0 ||
+        cn__int_member(body, "gpus", task ? 0 : 1, task ? 0 : 1, 16, &gpus, status, err) < 0)
+        return -1;
+    req->timeout_s = (int)timeout_s;
+    req->gpus = (int)gpus;
+    const json_t *ob = json_object_get(body, "output_blobs");
+    if (ob && !json_is_null(ob) && !json_is_boolean(ob)) {
+        kl_err_set(err, "output_blobs", "output_blobs must be a boolean");
+        return -1;
+    }
+    req->output_blobs = json_is_true(ob);
+    if (cn__int_member(body, "output_blob_min", 0, 0, 1L << 40, &ob_min, status, err) < 0)
+        return -1;
+    req->output_blob_min = (size_t)ob_min;
+    return 0;
+}
+
+/* A kernel run's params and inputs, bound to the kernel's catalog entry
+ * (svc_kargs_bind). 0, or -1 with *status (400: not well-formed; 422: the
+ * kernel refuses it) and err. */
+static int cn__kernel(const json_t *body, const char *kernel, cn_run_req *req, int *status, kl_err *err)
+{
+    *status = 400;
+    const json_t *params = json_object_get(body, "params");
+    const json_t *inputs = json_object_get(body, "inputs");
+    if (params && !json_is_null(params) && !json_is_object(params)) {
+        kl_err_set(err, "params", "params must be an object");
+        return -1;
+    }
+    if (inputs && !json_is_null(inputs) && !json_is_object(inputs)) {
+        kl_err_set(err, "inputs", "inputs must be an object");
+        return -1;
+    }
+    /* From here on the document is well-formed; what remains is whether the
+     * kernel accepts it, which the contract answers with 422. */
+    *status = 422;
+    const kl_kernel *k = kl_kernel_find(kernel);
+    if (!k) {
+        kl_err_set(err, "kernel", "unknown kernel \"%s\"", kernel);
+        return -1;
+    }
+    /* The per-input limits of the catalog are checked by kl_args_check; the
+     * contract's global limit stops the codec before it allocates. */
+    return svc_kargs_bind(k, json_is_null(params) ? NULL : params, json_is_null(inputs) ? NULL : inputs,
+                          KL_MAX_ELEMS, req->gpus, &req->ka, err) < 0 ? -1 : 0;
+}
+
+/* A task run's spec (cn_task_spec_decode). 0, or -1 with *status and err. */
+static int cn__task(const json_t *jt, cn_run_req *req, int *status, kl_err *err)
+{
+    if (!(req->task = calloc(1, sizeof *req->task))) {
+        *status = 422;
+        kl_err_set(err, "task", "out of memory");
+        return -1;
+    }
+    return cn_task_spec_decode(jt, req->task, status, err) < 0 ? -1 : 0;
+}
+
 int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *err)
 {
-    long timeout_s, gpus;
     int rc = -1;
 
     if (cn_run_req_ident(body, req, status, err) < 0)
@@ -151,75 +232,10 @@ int cn_run_req_decode(const json_t *body, cn_run_req *req, int *status, kl_err *
         kl_err_set(err, "kernel", "kernel must be a string");
         goto cleanup;
     }
-    const json_t *jb = json_object_get(body, "backend");
-    const char *b = json_is_string(jb) ? json_string_value(jb) : NULL;
-    if (!jb || json_is_null(jb))
-        req->target = CN_TARGET_ANY;
-    else if (b && strcmp(b, "any") == 0)
-        req->target = CN_TARGET_ANY;
-    else if (b && strcmp(b, "cpu") == 0)
-        req->target = CN_TARGET_CPU;
-    else if (b && strcmp(b, "cuda") == 0)
-        req->target = CN_TARGET_CUDA;
-    else {
-        kl_err_set(err, "backend", "backend must be any, cpu or cuda");
+    if (cn__target(body, req, err) < 0 || cn__limits(body, req, task, status, err) < 0 ||
+        cn__placement(body, req, task, status, err) < 0)
         goto cleanup;
-    }
-    /* a task may have no GPU at all; a kernel has at least its rank */
-    if (cn__int_member(body, "timeout_s", 3600, 1, 86400 * 7, &timeout_s, status, err) < 0 ||
-        cn__int_member(body, "gpus", task ? 0 : 1, task ? 0 : 1, 16, &gpus, status, err) < 0)
-        goto cleanup;
-    req->timeout_s = (int)timeout_s;
-    req->gpus = (int)gpus;
-    const json_t *ob = json_object_get(body, "output_blobs");
-    if (ob && !json_is_null(ob) && !json_is_boolean(ob)) {
-        kl_err_set(err, "output_blobs", "output_blobs must be a boolean");
-        goto cleanup;
-    }
-    req->output_blobs = json_is_true(ob);
-    long ob_min;
-    if (cn__int_member(body, "output_blob_min", 0, 0, 1L << 40, &ob_min, status, err) < 0)
-        goto cleanup;
-    req->output_blob_min = (size_t)ob_min;
-    if (cn__placement(body, req, task, status, err) < 0)
-        goto cleanup;
-    if (task) {
-        if (!(req->task = calloc(1, sizeof *req->task))) {
-            *status = 422;
-            kl_err_set(err, "task", "out of memory");
-            goto cleanup;
-        }
-        if (cn_task_spec_decode(jt, req->task, status, err) < 0)
-            goto cleanup;
-        rc = 0;
-        goto cleanup;
-    }
-    *status = 400;
-    const json_t *params = json_object_get(body, "params");
-    const json_t *inputs = json_object_get(body, "inputs");
-    if (params && !json_is_null(params) && !json_is_object(params)) {
-        kl_err_set(err, "params", "params must be an object");
-        goto cleanup;
-    }
-    if (inputs && !json_is_null(inputs) && !json_is_object(inputs)) {
-        kl_err_set(err, "inputs", "inputs must be an object");
-        goto cleanup;
-    }
-
-    /* From here on the document is well-formed; what remains is whether the
-     * kernel accepts it, which the contract answers with 422. */
-    *status = 422;
-    const kl_kernel *k = kl_kernel_find(json_string_value(jk));
-    if (!k) {
-        kl_err_set(err, "kernel", "unknown kernel \"%s\"", json_string_value(jk));
-        goto cleanup;
-    }
-    /* The per-input limits of the catalog are checked by kl_args_check; the
-     * contract's global limit stops the codec before it allocates. */
-    if (svc_kargs_bind(k, json_is_null(params) ? NULL : params,
-                       json_is_null(inputs) ? NULL : inputs, KL_MAX_ELEMS, req->gpus, &req->ka, err) < 0)
-        goto cleanup;
-    rc = 0;
+    rc = task ? cn__task(jt, req, status, err) : cn__kernel(body, json_string_value(jk), req, status, err);
 cleanup:
     if (rc < 0)
         cn_run_req_clear(req);

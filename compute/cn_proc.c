@@ -109,74 +109,97 @@ cleanup_pipes:
     return 0;
 }
 
-int cn_proc_run(char *const argv[], char *const envp[], int timeout_ms, char *out, size_t outlen)
-{
-    char errbuf[4096];
-    size_t olen = 0, elen = 0;
-    int fds[2] = {-1, -1}, wstatus = 0, done = 0;
-    pid_t pid;
+/* A child's two output pipes as cn_proc_run reads them: what fits of each
+ * into its buffer (one byte kept for the NUL), the rest read and dropped. */
+typedef struct cn_pipes {
+    int fds[2];                 /* stdout, stderr; -1 once closed */
+    char *buf[2];
+    size_t cap[2], len[2];
+} cn_pipes;
 
-    int rc = cn_proc_spawn(argv, envp, NULL, &pid, &fds[0], &fds[1]);
-    if (rc < 0)
-        return rc;
-    int64_t deadline = svc_now_mono_ms() + timeout_ms;
-    while (fds[0] >= 0 || fds[1] >= 0) {
-        struct pollfd p[2];
+/* Reads one chunk of pipe i that poll found ready; closes it at its end. */
+static void cn__pipe_read(cn_pipes *p, int i)
+{
+    char buf[4096];
+    ssize_t r = read(p->fds[i], buf, sizeof buf);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+        close(p->fds[i]);
+        p->fds[i] = -1;
+        return;
+    }
+    if (r < 0)
+        return;
+    size_t take = p->cap[i] > p->len[i] + 1 ? p->cap[i] - p->len[i] - 1 : 0;
+    if ((size_t)r < take)
+        take = (size_t)r;
+    if (take) {
+        memcpy(p->buf[i] + p->len[i], buf, take);
+        p->len[i] += take;
+    }
+}
+
+/* Reads both pipes until they close or the deadline passes, then closes
+ * them. */
+static void cn__pipes_drain(cn_pipes *p, int64_t deadline)
+{
+    while (p->fds[0] >= 0 || p->fds[1] >= 0) {
+        struct pollfd pf[2];
         int np = 0;
         for (int i = 0; i < 2; i++)
-            if (fds[i] >= 0)
-                p[np++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+            if (p->fds[i] >= 0)
+                pf[np++] = (struct pollfd){.fd = p->fds[i], .events = POLLIN};
         int64_t left = deadline - svc_now_mono_ms();
         if (left <= 0)
             break;
-        if (poll(p, (nfds_t)np, (int)(left > 1000 ? 1000 : left)) < 0 && errno != EINTR)
+        if (poll(pf, (nfds_t)np, (int)(left > 1000 ? 1000 : left)) < 0 && errno != EINTR)
             break;
-        for (int i = 0; i < 2; i++) {
-            if (fds[i] < 0)
-                continue;
-            char buf[4096];
-            ssize_t r = read(fds[i], buf, sizeof buf);
-            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-                close(fds[i]);
-                fds[i] = -1;
-                continue;
-            }
-            if (r < 0)
-                continue;
-            /* keep what fits; the rest is read and dropped */
-            char *dst = i == 0 ? out : errbuf;
-            size_t cap = i == 0 ? (out ? outlen : 0) : sizeof errbuf;
-            size_t *len = i == 0 ? &olen : &elen;
-            size_t take = cap > *len + 1 ? cap - *len - 1 : 0;
-            if ((size_t)r < take)
-                take = (size_t)r;
-            if (take) {
-                memcpy(dst + *len, buf, take);
-                *len += take;
-            }
-        }
+        for (int i = 0; i < 2; i++)
+            if (p->fds[i] >= 0)
+                cn__pipe_read(p, i);
     }
     for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    /* the pipes closed (or time ran out): reap, killing it past the deadline */
-    while (!done) {
-        pid_t w = waitpid(pid, &wstatus, WNOHANG);
-        if (w == pid || (w < 0 && errno != EINTR)) {
-            done = 1;
-            break;
-        }
+        if (p->fds[i] >= 0)
+            close(p->fds[i]);
+}
+
+/* Reaps pid into *wstatus, killing it once the deadline has passed: 0, or
+ * -ETIMEDOUT when it had to be killed. */
+static int cn__reap(pid_t pid, int64_t deadline, int *wstatus)
+{
+    for (;;) {
+        pid_t w = waitpid(pid, wstatus, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR))
+            return 0;
         if (svc_now_mono_ms() >= deadline) {
             kill(pid, SIGKILL);
-            while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+            while (waitpid(pid, wstatus, 0) < 0 && errno == EINTR)
                 ;
-            if (out && outlen)
-                out[olen] = '\0';
             return -ETIMEDOUT;
         }
         svc_sleep_ms(5);
     }
+}
+
+int cn_proc_run(char *const argv[], char *const envp[], int timeout_ms, char *out, size_t outlen)
+{
+    char errbuf[4096];
+    cn_pipes p = {.fds = {-1, -1}, .buf = {out, errbuf}, .cap = {out ? outlen : 0, sizeof errbuf}};
+    int wstatus = 0;
+    pid_t pid;
+
+    int rc = cn_proc_spawn(argv, envp, NULL, &pid, &p.fds[0], &p.fds[1]);
+    if (rc < 0)
+        return rc;
+    int64_t deadline = svc_now_mono_ms() + timeout_ms;
+    cn__pipes_drain(&p, deadline);
+    /* the pipes closed (or time ran out): reap, killing it past the deadline */
+    if (cn__reap(pid, deadline, &wstatus) < 0) {
+        if (out && outlen)
+            out[p.len[0]] = '\0';
+        return -ETIMEDOUT;
+    }
     if (out && outlen) {
+        size_t olen = p.len[0], elen = p.len[1];
         size_t take = outlen - 1 - olen < elen ? outlen - 1 - olen : elen;
         memcpy(out + olen, errbuf, take);
         out[olen + take] = '\0';

@@ -243,6 +243,77 @@ static void cn__set_error(cn_run *r, const char *code, const char *field, const 
     snprintf(r->err_message, sizeof r->err_message, "%s", message);
 }
 
+/* A cancelled kernel's error: a timeout, the node's shutdown (retryable),
+ * or a cancel (state cancelled), saying which. */
+static void cn__cancel_error(cn_run *r, int was_running)
+{
+    if (r->timed_out) {
+        char t[96];
+        snprintf(t, sizeof t, "run exceeded timeout_s=%d", r->req.timeout_s);
+        cn__set_error(r, "timeout", NULL, t);
+    } else if (r->cancel_requested == CN_CANCEL_SHUTDOWN) {
+        cn__set_error(r, "backend_error", NULL, "node shut down before the run finished");
+    } else {
+        r->state = CN_CANCELLED;
+        cn__set_error(r, "cancelled", NULL,
+                      r->cancel_requested == CN_CANCEL_SUPERSEDED ? "superseded by a newer attempt of the job"
+                      : was_running                              ? "cancelled while running"
+                                                                 : "cancelled before it started");
+    }
+}
+
+/* A lost device's error: the first run to see it fails for good (its own
+ * kernel most likely faulted, and would again elsewhere); any other was
+ * only there, and is given back (retryable). */
+static void cn__device_error(cn_run *r, const char *field, const char *msg)
+{
+    if (r->lost_device) {
+        cn__set_error(r, "device_error", field, msg ? msg : "the GPU was lost in this run");
+    } else {
+        char t[256];
+        snprintf(t, sizeof t, "this node's GPU was lost while the run used it: %.200s",
+                 msg ? msg : "a sticky device error");
+        cn__set_error(r, "backend_error", field, t);
+    }
+}
+
+/* r failed with rc (its kernel's or task's code) and err: state failed
+ * (or cancelled), the contract's error code for rc, its outputs freed. */
+static void cn__fail(cn_run *r, int rc, const kl_err *err, int was_running)
+{
+    const char *msg = err && err->message[0] ? err->message : NULL;
+    const char *field = err && err->field[0] ? err->field : NULL;
+    for (int i = 0; i < KL_MAX_IO; i++)
+        kl_tensor_free(&r->outs[i]);
+    r->state = CN_FAILED;
+    switch (rc) {
+    case CN_TASK_EFAILED:
+        cn__set_error(r, r->tres.code, NULL, r->tres.message);
+        break;
+    case KL_EINVAL:
+        cn__set_error(r, "invalid_argument", field, msg ? msg : "invalid argument");
+        break;
+    case KL_ECANCELED:
+        cn__cancel_error(r, was_running);
+        break;
+    case KL_EBACKEND:
+        cn__set_error(r, "backend_error", field, msg ? msg : "backend failure");
+        break;
+    case KL_EDEVICE:
+        cn__device_error(r, field, msg);
+        break;
+    case KL_ETIMEDOUT:
+        /* the gateway requeues the whole job on this code */
+        cn__set_error(r, "peer_lost", field,
+                      msg ? msg : "a peer of the multi-node run is gone (rendezvous or "
+                                  "collective timed out)");
+        break;
+    default:
+        cn__set_error(r, "kernel_error", field, msg ? msg : "kernel failed");
+        break;
+    }
+}
+
 /* Ends r (lock held): records state and error, frees its inputs, wakes long
  * polls. rc is the kernel's result; err its detail. */
 static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
@@ -251,65 +322,10 @@ static void cn__finish(cn_runs *m, cn_run *r, int rc, const kl_err *err)
 
     r->finished_wall = svc_now_wall_ms();
     r->finished_mono = svc_now_mono_ms();
-    if (rc == 0) {
+    if (rc == 0)
         r->state = CN_SUCCEEDED;
-    } else {
-        const char *msg = err && err->message[0] ? err->message : NULL;
-        const char *field = err && err->field[0] ? err->field : NULL;
-        for (int i = 0; i < KL_MAX_IO; i++)
-            kl_tensor_free(&r->outs[i]);
-        r->state = CN_FAILED;
-        if (rc == CN_TASK_EFAILED)
-            cn__set_error(r, r->tres.code, NULL, r->tres.message);
-        switch (rc) {
-        case CN_TASK_EFAILED:
-            break;
-        case KL_EINVAL:
-            cn__set_error(r, "invalid_argument", field, msg ? msg : "invalid argument");
-            break;
-        case KL_ECANCELED:
-            if (r->timed_out) {
-                char t[96];
-                snprintf(t, sizeof t, "run exceeded timeout_s=%d", r->req.timeout_s);
-                cn__set_error(r, "timeout", NULL, t);
-            } else if (r->cancel_requested == CN_CANCEL_SHUTDOWN) {
-                cn__set_error(r, "backend_error", NULL, "node shut down before the run finished");
-            } else {
-                r->state = CN_CANCELLED;
-                cn__set_error(r, "cancelled", NULL,
-                              r->cancel_requested == CN_CANCEL_SUPERSEDED
-                                  ? "superseded by a newer attempt of the job"
-                                  : was_running ? "cancelled while running"
-                                                : "cancelled before it started");
-            }
-            break;
-        case KL_EBACKEND:
-            cn__set_error(r, "backend_error", field, msg ? msg : "backend failure");
-            break;
-        case KL_EDEVICE:
-            /* The first run to see the device lost fails for good: its
-             * own kernel most likely faulted, and would again elsewhere.
-             * Any other was only there, and is given back (retryable). */
-            if (r->lost_device) {
-                cn__set_error(r, "device_error", field, msg ? msg : "the GPU was lost in this run");
-            } else {
-                char t[256];
-                snprintf(t, sizeof t, "this node's GPU was lost while the run used it: %.200s",
-                         msg ? msg : "a sticky device error");
-                cn__set_error(r, "backend_error", field, t);
-            }
-            break;
-        case KL_ETIMEDOUT:
-            /* the gateway requeues the whole job on this code */
-            cn__set_error(r, "peer_lost", field,
-                          msg ? msg : "a peer of the multi-node run is gone (rendezvous or "
-                                      "collective timed out)");
-            break;
-        default:
-            cn__set_error(r, "kernel_error", field, msg ? msg : "kernel failed");
-            break;
-        }
-    }
+    else
+        cn__fail(r, rc, err, was_running);
     svc_kargs_free(&r->req.ka);  /* the inputs are not needed any more */
     if (was_running)
         m->running--;
@@ -404,21 +420,49 @@ static json_t *cn__progress_json(const kl_progress *p)
     return o;
 }
 
+/* The members of an ended run's object (lock held): phases_ms, usage,
+ * for a task exit_code and logs (contract §5), and info. */
+static void cn__ended_json(json_t *j, const cn_run *r, int64_t elapsed)
+{
+    if (r->started_mono) {
+        json_object_set_new(j, "phases_ms",
+                            json_pack("{s:I, s:I, s:I}", "inputs", (json_int_t)r->phase_ms[0],
+                                      "compute", (json_int_t)r->phase_ms[1], "outputs",
+                                      (json_int_t)r->phase_ms[2]));
+        json_object_set_new(j, "usage", cn__usage_json(r, elapsed));
+    }
+    if (r->req.task && r->started_mono) {
+        json_object_set_new(j, "exit_code", r->tres.exit_code >= 0
+                                                ? json_integer(r->tres.exit_code) : json_null());
+        json_object_set_new(j, "logs", r->tres.logs ? json_deep_copy(r->tres.logs) : json_null());
+    }
+    json_t *info = json_object();
+    for (int i = 0; info && i < r->info.n; i++)
+        json_object_set_new(info, r->info.kv[i].key, json_string(r->info.kv[i].value));
+    json_object_set_new(j, "info", info);
+}
+
+/* The run's error object, or JSON null. New reference or NULL. */
+static json_t *cn__error_json(const cn_run *r)
+{
+    if (!r->err_code[0])
+        return json_null();
+    json_t *err = json_pack("{s:s, s:s}", "code", r->err_code, "message", r->err_message);
+    if (err && r->err_field[0])
+        json_object_set_new(err, "field", json_string(r->err_field));
+    return err;
+}
+
 /* The run object without outputs (lock held). New reference or NULL. */
 static json_t *cn__run_json(const cn_run *r)
 {
     int64_t elapsed = 0;
-    json_t *err = json_null();
+    json_t *err = cn__error_json(r);
 
     if (r->state == CN_RUNNING)
         elapsed = svc_now_mono_ms() - r->started_mono;
     else if (cn__terminal(r) && r->started_mono)
         elapsed = r->finished_mono - r->started_mono;
-    if (r->err_code[0]) {
-        err = json_pack("{s:s, s:s}", "code", r->err_code, "message", r->err_message);
-        if (err && r->err_field[0])
-            json_object_set_new(err, "field", json_string(r->err_field));
-    }
     json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:o}",
                           "run_id", r->id, "job_id", r->req.job_id, "attempt", r->req.attempt,
                           r->kernel ? "kernel" : "kind", cn__what(r),
@@ -428,38 +472,23 @@ static json_t *cn__run_json(const cn_run *r)
                           "started_at", cn__time_json(r->started_wall),
                           "finished_at", cn__time_json(r->finished_wall),
                           "elapsed_ms", (json_int_t)elapsed, "error", err);
-    if (j && r->state == CN_RUNNING)
+    if (!j)
+        return NULL;
+    if (r->state == CN_RUNNING)
         json_object_set_new(
             j, "phase", json_string(cn__phase_names[__atomic_load_n(&r->phase, __ATOMIC_ACQUIRE)]));
-    if (j && cn__terminal(r) && r->started_mono)
-        json_object_set_new(j, "phases_ms",
-                            json_pack("{s:I, s:I, s:I}", "inputs", (json_int_t)r->phase_ms[0],
-                                      "compute", (json_int_t)r->phase_ms[1], "outputs",
-                                      (json_int_t)r->phase_ms[2]));
-    if (j && cn__terminal(r) && r->started_mono)
-        json_object_set_new(j, "usage", cn__usage_json(r, elapsed));
-    if (j && r->req.node_rank >= 0)
+    if (r->req.node_rank >= 0)
         json_object_set_new(j, "node_rank", json_integer(r->req.node_rank));
-    if (j && r->has_progress)
+    if (r->has_progress)
         json_object_set_new(j, "progress", cn__progress_json(&r->progress));
-    if (j && r->tprogress)
+    if (r->tprogress)
         json_object_set_new(j, "progress", json_deep_copy(r->tprogress));
-    if (j && r->req.task && cn__terminal(r) && r->started_mono) {
-        /* contract §5: how the program ended, and its log */
-        json_object_set_new(j, "exit_code", r->tres.exit_code >= 0
-                                                ? json_integer(r->tres.exit_code) : json_null());
-        json_object_set_new(j, "logs", r->tres.logs ? json_deep_copy(r->tres.logs) : json_null());
-    }
-    if (j && r->cancel_requested && !cn__terminal(r))
+    if (r->cancel_requested && !cn__terminal(r))
         json_object_set_new(j, "cancel_requested", json_true());
-    if (j && r->released)
+    if (r->released)
         json_object_set_new(j, "released", json_true());
-    if (j && cn__terminal(r)) {
-        json_t *info = json_object();
-        for (int i = 0; info && i < r->info.n; i++)
-            json_object_set_new(info, r->info.kv[i].key, json_string(r->info.kv[i].value));
-        json_object_set_new(j, "info", info);
-    }
+    if (cn__terminal(r))
+        cn__ended_json(j, r, elapsed);
     return j;
 }
 
@@ -827,13 +856,11 @@ void cn_runs_destroy(cn_runs *m)
     free(m);
 }
 
-/* Admits req as a new queued run (lock held). Returns CN_RUN_NEW with *out,
- * or a negative code; see cn_runs_submit. */
-static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
+/* Whether this node can take req now (not draining; CUDA and enough GPUs
+ * where it needs them), and *use_cuda: whether it runs on the GPUs. */
+static int cn__enqueue_target(cn_runs *m, const cn_run_req *req, kl_err *err, int *use_cuda)
 {
     const char *kname = req->task ? "task" : req->ka.args.kernel->name;
-    cn_run *r;
-
     if (m->draining)
         return CN_EDRAINING;
     if (req->target == CN_TARGET_CUDA && m->backend->kind != CN_BACKEND_CUDA) {
@@ -842,16 +869,21 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
     }
     /* A task gets GPUs when it asks for some and the node has them; what
      * runs in its container is its own business. */
-    int use_cuda = req->target != CN_TARGET_CPU &&
-                   (req->task ? req->gpus > 0 && m->backend->kind == CN_BACKEND_CUDA
-                              : cn_backend_supports(m->backend, kname));
+    *use_cuda = req->target != CN_TARGET_CPU &&
+                (req->task ? req->gpus > 0 && m->backend->kind == CN_BACKEND_CUDA
+                           : cn_backend_supports(m->backend, kname));
     int ngpus = cn_backend_ngpus(m->backend);
-    if (use_cuda && req->gpus > ngpus) {
+    if (*use_cuda && req->gpus > ngpus) {
         kl_err_set(err, "gpus", "gpus=%d but this node has %d", req->gpus, ngpus);
         return CN_ENOTSUP;
     }
-    /* A newer attempt of the same job means the gateway has moved on: the
-     * older one's result would be discarded, so stop spending a slot on it. */
+    return 0;
+}
+
+/* A newer attempt of the same job means the gateway has moved on: the
+ * older one's result would be discarded, so stop spending a slot on it. */
+static void cn__supersede(cn_runs *m, const cn_run_req *req)
+{
     for (int a = 1; a < req->attempt; a++) {
         char older[CN_RUN_ID_MAX];
         snprintf(older, sizeof older, "%s.%d", req->job_id, a);
@@ -861,6 +893,11 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
             cn__cancel(m, o, CN_CANCEL_SUPERSEDED);
         }
     }
+}
+
+/* Whether this node takes the task (its engine) and the multi-node part. */
+static int cn__enqueue_part(cn_runs *m, cn_run_req *req, kl_err *err)
+{
     if (req->task && cn_task_admit(m->tasks, req, err) < 0)
         return CN_ENOTSUP;
     if (req->task && req->node_rank >= 0 && !m->dist) {
@@ -871,14 +908,20 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
         (!m->dist || req->ka.args.kernel->max_nodes < req->nodes)) {
         kl_err_set(err, "dist", m->dist ? "kernel %s runs on at most %d node(s)"
                                         : "this node takes no part in multi-node jobs",
-                   kname, req->ka.args.kernel->max_nodes);
+                   req->ka.args.kernel->name, req->ka.args.kernel->max_nodes);
         return CN_ENOTSUP;
     }
-    if (m->active >= m->slots)
-        return CN_EOVERLOADED;
-    if (!(r = calloc(1, sizeof *r)))
-        return CN_ENOMEM;
-    /* Take the request over; its input pointers must follow the tensors. */
+    return 0;
+}
+
+/* A new run taking req over (its input pointers follow the tensors; req is
+ * left zeroed), on its devices and, for a part of a multi-node job, its
+ * rendezvous. NULL on ENOMEM (req untouched). */
+static cn_run *cn__run_new(cn_runs *m, cn_run_req *req, int use_cuda)
+{
+    cn_run *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
     r->req = *req;
     for (int i = 0; i < KL_MAX_IO; i++)
         if (req->ka.args.inputs[i])
@@ -895,6 +938,7 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
     r->req.ka.args.progress = &r->sink;
     r->use_cuda = use_cuda;
     if (use_cuda) {
+        int ngpus = cn_backend_ngpus(m->backend);
         r->ngpu = r->req.gpus > 0 ? r->req.gpus : 1;
         int given = r->req.ngpu_ids == r->ngpu;
         for (int i = 0; given && i < r->ngpu; i++)
@@ -912,6 +956,26 @@ static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
                             .host = m->dist->host, .timeout_ms = m->dist->timeout_ms};
         r->req.ka.args.dist = &r->dist;
     }
+    return r;
+}
+
+/* Admits req as a new queued run (lock held). Returns CN_RUN_NEW with *out,
+ * or a negative code; see cn_runs_submit. */
+static int cn__enqueue(cn_runs *m, cn_run_req *req, kl_err *err, cn_run **out)
+{
+    const char *kname = req->task ? "task" : req->ka.args.kernel->name;
+    int use_cuda = 0, rc;
+    cn_run *r;
+
+    if ((rc = cn__enqueue_target(m, req, err, &use_cuda)) < 0)
+        return rc;
+    cn__supersede(m, req);
+    if ((rc = cn__enqueue_part(m, req, err)) < 0)
+        return rc;
+    if (m->active >= m->slots)
+        return CN_EOVERLOADED;
+    if (!(r = cn__run_new(m, req, use_cuda)))
+        return CN_ENOMEM;
     r->state = CN_QUEUED;
     r->created_wall = svc_now_wall_ms();
     cn__link(m, r);
