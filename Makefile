@@ -63,7 +63,7 @@ CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lnccl -lcudart
 PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
 .DELETE_ON_ERROR:
-.PHONY: all clean run stop test test-unit check-layers lint test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
+.PHONY: all clean run stop test test-unit check-layers lint schema test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
 all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN) $(FAKE_PLUGINS)
 	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))  $(if $(GLOO),✓ Gloo (multi-node CPU runs),✗ Gloo (no libgloo-dev: multi-node CPU runs refused))"
 
@@ -147,6 +147,10 @@ $(B)/tests/test_cn_backend $(B)/tests/test_cn_runs: CPPFLAGS += -DKL_FAKE_PLUGIN
 # ones still to split).
 lint:
 	@python3 scripts/lint.py
+# sql/schema.sql: the schema the migrations produce, written anew from a
+# throwaway PostgreSQL (tests/integration/test_schema.py checks it).
+schema: $(BIN)/kowloon-gateway
+	@python3 scripts/schema.py
 # The layers the build promises (DESIGN.md), read from the objects' .d files.
 check-layers: all
 	@scripts/check-layers.sh $(B)
