@@ -6,6 +6,7 @@
 #ifndef CN_BLOBCACHE_H
 #define CN_BLOBCACHE_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,8 +26,8 @@ typedef struct cn_blobcache_stats {
 enum {
     CN_BLOB_MISS = 0,        /* not cached: the caller fetches */
     CN_BLOB_HIT = 1,         /* copied into the caller's buffer */
-    CN_BLOB_ESIZE = -1,      /* cached, but its size is not the one asked for */
-    CN_BLOB_ECANCELED = -2,  /* *cancel was raised while waiting */
+    CN_BLOB_ESIZE = -EMSGSIZE,      /* cached, but its size is not the one asked for */
+    CN_BLOB_ECANCELED = -ECANCELED, /* *cancel was raised while waiting */
 };
 
 /* A cache of at most budget bytes (0: it keeps nothing, but still counts).

@@ -12,6 +12,7 @@
 #ifndef CN_BLOBIO_H
 #define CN_BLOBIO_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,11 +24,12 @@
 
 #define CN_BLOB_ID_SIZE 72  /* "sha256:" + 64 hex + NUL, rounded up */
 
+/* Negative errno values (the one error space, svc_err.h). */
 enum {
-    CN_BLOBIO_EFAIL = -1,      /* unreachable, unknown blob, refused: msg says */
-    CN_BLOBIO_ESIZE = -2,      /* the blob is not size bytes long */
-    CN_BLOBIO_ECANCELED = -3,  /* *cancel was raised */
-    CN_BLOBIO_ENOTSHARED = -4, /* the gateway has no such file in its blob directory */
+    CN_BLOBIO_EFAIL = -EIO,           /* unreachable, unknown blob, refused: msg says */
+    CN_BLOBIO_ESIZE = -EMSGSIZE,      /* the blob is not size bytes long */
+    CN_BLOBIO_ECANCELED = -ECANCELED, /* *cancel was raised */
+    CN_BLOBIO_ENOTSHARED = -ENOENT,   /* the gateway has no such file in its blob directory */
 };
 
 /* What went which way since the node started; updated atomically. */

@@ -6,6 +6,7 @@
 #ifndef CN_RUNS_H
 #define CN_RUNS_H
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
 
@@ -46,16 +47,18 @@ typedef struct cn_runs_opts {
                                    the engine and everything tasks share */
 } cn_runs_opts;
 
+/* The run manager's answers: negative errno values, as everywhere in the
+ * node (kl.h), named for what they mean here. */
 enum {
-    CN_RUN_NEW = 0,          /* submit accepted a new run */
-    CN_RUN_EXISTING = 1,     /* submit found the same (job_id, attempt) */
-    CN_ENOENT = -2,          /* no such run (never here, or swept) */
-    CN_EOVERLOADED = -3,     /* running + queued >= slots */
-    CN_EDRAINING = -4,       /* the node is shutting down */
-    CN_ENOTSUP = -5,         /* this node cannot serve the request (no CUDA, too few
-                                GPUs); err says why */
-    CN_ENOMEM = -6,
-    CN_EBUSY = -7,           /* the run has not finished */
+    CN_RUN_NEW = 0,               /* submit accepted a new run */
+    CN_RUN_EXISTING = 1,          /* submit found the same (job_id, attempt) */
+    CN_ENOENT = -ENOENT,          /* no such run (never here, or swept) */
+    CN_EOVERLOADED = -EAGAIN,     /* running + queued >= slots */
+    CN_EDRAINING = -ESHUTDOWN,    /* the node is shutting down */
+    CN_ENOTSUP = -ENOTSUP,        /* this node cannot serve the request (no CUDA, too few
+                                     GPUs); err says why */
+    CN_ENOMEM = -ENOMEM,
+    CN_EBUSY = -EBUSY,            /* the run has not finished */
 };
 
 /* Starts the workers and the watchdog. Returns 0 and *out, or a negative
