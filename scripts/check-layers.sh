@@ -27,9 +27,14 @@ check() {
         return
     fi
     for d in $files; do
-        # the dependency list: every word but the target, without the
-        # line continuations and the empty rules of -MP
-        hits=$(tr ' \\' '\n\n' < "$d" | grep -v ':$' | grep -E "$re" | sort -u)
+        # an object of a source since removed or renamed is no evidence
+        local src=${d#"$B"/}; src=${src%.d}
+        [ -e "$src.c" ] || [ -e "$src.cc" ] || [ -e "$src.cu" ] || continue
+        # the dependency list: every word but the target, without the line
+        # continuations and the empty rules of -MP, each path made relative
+        # to the tree ("service/../compute/x.h" is compute/x.h)
+        hits=$(tr ' \\' '\n\n' < "$d" | grep -v -e ':$' -e '^$' |
+               xargs -r realpath -m --relative-to="$ROOT" | grep -E "$re" | sort -u)
         if [ -n "$hits" ]; then
             echo "✗ ${d%.d}.o ($layer/) sees $what: $(echo $hits)"
             bad=1
