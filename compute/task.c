@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "proc.h"
+#include "cn_proc.h"
 #include "svc_log.h"
 #include "svc_npy.h"
 #include "svc_tensor.h"

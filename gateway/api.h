@@ -15,7 +15,7 @@ typedef struct gw_mpart gw_mpart;
 typedef struct gw_reqctx {
     gw_caller who;
     int authenticated;
-    struct gw_bwriter *upload;  /* POST /v1/blobs: the bytes so far */
+    struct svc_bwriter *upload;  /* POST /v1/blobs: the bytes so far */
     int upload_err;             /* -errno of the first failed write; -EDQUOT: past the quota */
     int quota_read;             /* used and room below were read at the head */
     uint64_t used, room;        /* the tenant's blob bytes then, and what it may add (quota.h) */
@@ -33,7 +33,7 @@ gw_reqctx *gw_reqctx_of(svc_req *req);
  * head, before the body is read, through gw_authorize. A tenant or admin
  * route that changes something (a submit, a cancel, an upload, the admin
  * API's writes) adds GW_ACCESS_WRITE: its requests take their token from
- * the key's write bucket, every other one from its read bucket (limits.h),
+ * the key's write bucket, every other one from its read bucket (gw_limits.h),
  * so that polling never starves the same key's submits. */
 enum { GW_ACCESS_TENANT = 1, GW_ACCESS_ADMIN,
        GW_ACCESS_CLUSTER /* the cluster token: node registration only (cluster listener) */,

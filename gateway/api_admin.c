@@ -8,7 +8,7 @@
 
 #include "api.h"
 #include "keycache.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"

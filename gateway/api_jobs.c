@@ -13,14 +13,14 @@
 
 #include "api.h"
 #include "blob.h"
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "committer.h"
 #include "eta.h"
 #include "idem.h"
 #include "jobcache.h"
 #include "events.h"
 #include "lease.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "metrics.h"
 #include "quota.h"
 #include "waits.h"
@@ -28,7 +28,7 @@
 #include "resolver.h"
 #include "webhook_net.h"
 #include "scheduler.h"
-#include "task.h"
+#include "gw_task.h"
 #include "svc_client.h"
 #include "svc_json.h"
 #include "svc_log.h"
@@ -66,9 +66,9 @@ typedef struct submit {
     gw_app *app;
     gw_job_new row;                /* points into the fields below */
     gw_blob b;                     /* meta of every input, bytes of the inline ones */
-    gw_bwriter *w[SUBMIT_BLOBS_MAX]; /* blob files written by this submit */
+    svc_bwriter *w[SUBMIT_BLOBS_MAX]; /* blob files written by this submit */
     int nw;
-    char blob_id[SUBMIT_BLOBS_MAX][GW_BLOB_ID_LEN];
+    char blob_id[SUBMIT_BLOBS_MAX][SVC_BLOB_ID_LEN];
     const char *blob_ids[SUBMIT_BLOBS_MAX];
     uint64_t blob_sizes[SUBMIT_BLOBS_MAX];
     char *params_s, *labels_s, *meta_s;
@@ -106,8 +106,8 @@ static void submit_blobs_end(submit *s, int recorded)
 {
     for (int i = 0; i < s->nw; i++) {
         if (!recorded) {
-            gw_bwriter_abort(s->w[i]);
-        } else if (gw_bwriter_close(s->w[i]) != 0) {
+            svc_bwriter_abort(s->w[i]);
+        } else if (svc_bwriter_close(s->w[i]) != 0) {
             svc_error("blobs: an input recorded for a job could not be put back in the store");
         }
     }
@@ -131,7 +131,7 @@ static void submit_blob_ref(submit *s, const char *id, uint64_t size)
 static int inputs_fit_quota(svc_req *req, int64_t tenant_id, const gw_job_req *jr)
 {
     gw_app *app = svc_req_app(req);
-    char idbuf[KL_MAX_IO][GW_BLOB_ID_LEN];
+    char idbuf[KL_MAX_IO][SVC_BLOB_ID_LEN];
     const char *ids[KL_MAX_IO];
     uint64_t sizes[KL_MAX_IO], need = 0, used = 0;
     int n = 0;
@@ -179,7 +179,7 @@ static int inputs_prepare(svc_req *req, int64_t tenant_id, const gw_job_req *jr,
     for (int i = 0; i < jr->kernel->ninputs; i++) {
         const svc_tensor *t = &jr->ka.tensors[i];
         const char *name = jr->kernel->inputs[i].name;
-        char id[GW_BLOB_ID_LEN];
+        char id[SVC_BLOB_ID_LEN];
         uint64_t size = 0;
         int rc;
         if (!jr->ka.args.inputs[i])
@@ -212,12 +212,12 @@ static int inputs_prepare(svc_req *req, int64_t tenant_id, const gw_job_req *jr,
             }
             snprintf(id, sizeof id, "%s", t->blob);
         } else {
-            gw_bwriter *w = gw_bstore_write_begin(app->blobs);
-            rc = w ? gw_bwriter_append(w, t->data, t->nbytes) : -errno;
+            svc_bwriter *w = svc_bstore_write_begin(app->blobs);
+            rc = w ? svc_bwriter_append(w, t->data, t->nbytes) : -errno;
             if (w)
                 s->w[s->nw++] = w;
             if (rc == 0)
-                rc = gw_bwriter_commit(w, id, &size);
+                rc = svc_bwriter_commit(w, id, &size);
             if (rc != 0) {
                 svc_error("blobs: cannot store input %s of a submit: %s", name, strerror(-rc));
                 svc_reply_error(req, rc == -ENOSPC ? 507 : 500,
@@ -266,7 +266,7 @@ static int task_blobs_prepare(svc_req *req, int64_t tenant_id, gw_task_req *t, s
         submit_blob_ref(s, b->id, size);
     }
     if (t->nbig > 0 && gw_quota_bytes(app) > 0) {
-        char idbuf[SVC_TASK_INPUTS_MAX][GW_BLOB_ID_LEN];
+        char idbuf[SVC_TASK_INPUTS_MAX][SVC_BLOB_ID_LEN];
         const char *ids[SVC_TASK_INPUTS_MAX];
         uint64_t sizes[SVC_TASK_INPUTS_MAX], need = 0, used = 0;
         for (int i = 0; i < t->nbig; i++) {
@@ -291,14 +291,14 @@ static int task_blobs_prepare(svc_req *req, int64_t tenant_id, gw_task_req *t, s
                                   (unsigned long long)need), -1;
     }
     for (int i = 0; i < t->nbig; i++) {
-        char id[GW_BLOB_ID_LEN];
+        char id[SVC_BLOB_ID_LEN];
         uint64_t size = 0;
-        gw_bwriter *w = gw_bstore_write_begin(app->blobs);
-        int rc = w ? gw_bwriter_append(w, t->big[i].data, t->big[i].len) : -errno;
+        svc_bwriter *w = svc_bstore_write_begin(app->blobs);
+        int rc = w ? svc_bwriter_append(w, t->big[i].data, t->big[i].len) : -errno;
         if (w)
             s->w[s->nw++] = w;
         if (rc == 0)
-            rc = gw_bwriter_commit(w, id, &size);
+            rc = svc_bwriter_commit(w, id, &size);
         if (rc != 0) {
             svc_error("blobs: cannot store %s of a submit: %s", t->big[i].field, strerror(-rc));
             return svc_reply_error(req, rc == -ENOSPC ? 507 : 500,
@@ -814,28 +814,6 @@ refused:
     return 0;
 }
 
-/* The {id} of the path when it is a UUID, lower-cased as PostgreSQL
- * writes a uuid (so the stream of a job named in capitals matches its
- * events, and its cache entry is the one of any other spelling); NULL
- * after replying 404 (or 500 on ENOMEM). */
-const char *gw_job_id_param(svc_req *req)
-{
-    const char *id = svc_req_param(req, "id");
-    if (!id || !svc_uuid_valid(id)) {
-        svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
-        return NULL;
-    }
-    gw_reqctx *ctx = gw_reqctx_of(req);
-    if (!ctx) {
-        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
-        return NULL;
-    }
-    for (int i = 0; i < 36; i++)
-        ctx->job_id[i] = (char)tolower((unsigned char)id[i]);
-    ctx->job_id[36] = '\0';
-    return ctx->job_id;
-}
-
 /* job (stolen) with "queue" (stolen; NULL: none) right after its
  * "state", where a reader looks for how a queued job stands. Returns the
  * job to reply with; job itself when queue is NULL or memory ran out. */
@@ -1002,11 +980,11 @@ static json_t *task_output_json(const json_t *m, const char *job_id, int as_blob
 /* Maps a blob's bytes read-only for the stream s (which unmaps them) and
  * points t at them. 0, -EINVAL when the store's file does not have
  * t->nbytes (a corrupt store), or -errno. */
-static int map_blob(gw_bstore *store, svc_tstream *s, svc_tensor *t)
+static int map_blob(svc_bstore *store, svc_tstream *s, svc_tensor *t)
 {
     int fd;
     uint64_t size;
-    int rc = gw_bstore_open_read(store, t->blob, &fd, &size);
+    int rc = svc_bstore_open_read(store, t->blob, &fd, &size);
     if (rc != 0) {
         svc_error("blobs: output %s of a stored result cannot be opened: %s", t->blob, strerror(-rc));
         return -EINVAL;
@@ -1035,7 +1013,7 @@ static int map_blob(gw_bstore *store, svc_tstream *s, svc_tensor *t)
  * store are mapped (as_blobs: named by their ids; every output must be a
  * blob then, see inline_outputs_to_blobs). 0, -EINVAL when meta does
  * not fit data (a corrupt row), or -ENOMEM. */
-static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
+static int outputs_stream(svc_bstore *store, svc_tstream *s, const json_t *meta,
                           const unsigned char *data, size_t len, int b64, int as_blobs,
                           const char *job_id)
 {
@@ -1125,19 +1103,19 @@ static int inline_outputs_to_blobs(gw_app *app, int64_t tenant_id, json_t *meta,
                 return rc;
             continue;
         }
-        char id[GW_BLOB_ID_LEN];
+        char id[SVC_BLOB_ID_LEN];
         uint64_t size = 0;
-        gw_bwriter *w = gw_bstore_write_begin(app->blobs);
-        rc = w ? gw_bwriter_append(w, t.data, t.nbytes) : -errno;
+        svc_bwriter *w = svc_bstore_write_begin(app->blobs);
+        rc = w ? svc_bwriter_append(w, t.data, t.nbytes) : -errno;
         if (rc == 0)
-            rc = gw_bwriter_commit(w, id, &size);
+            rc = svc_bwriter_commit(w, id, &size);
         if (rc == 0)
             rc = gw_store_blob_record(app->store, tenant_id, id, size, gw_quota_bytes(app),
                                       &created);
-        if (rc == 0 && gw_bwriter_close(w) != 0)
+        if (rc == 0 && svc_bwriter_close(w) != 0)
             rc = -EIO;
         else if (rc != 0 && w)
-            gw_bwriter_abort(w);
+            svc_bwriter_abort(w);
         if (rc == 0 && (json_object_set_new(m, "blob", json_string(id)) < 0 ||
                         json_object_del(m, "offset") < 0))
             rc = -ENOMEM;
@@ -1284,7 +1262,7 @@ static int task_output_reply(svc_req *req, gw_app *app, const char *id, const js
                                "output %.200s is a file the task wrote, not an .npy file: download "
                                "it raw", name);
     int fd = -1;
-    if (gw_bstore_open_read(app->blobs, blob, &fd, &size) != 0 || size != want) {
+    if (svc_bstore_open_read(app->blobs, blob, &fd, &size) != 0 || size != want) {
         if (fd >= 0)
             close(fd);
         svc_error("blobs: output %s of job %s is missing or has the wrong size", blob, id);
@@ -1374,7 +1352,7 @@ int gw_api_jobs_output(svc_req *req)
     } else {
         int fd = -1;
         uint64_t size = 0;
-        if (gw_bstore_open_read(app->blobs, t.blob, &fd, &size) != 0 || size != t.nbytes) {
+        if (svc_bstore_open_read(app->blobs, t.blob, &fd, &size) != 0 || size != t.nbytes) {
             if (fd >= 0)
                 close(fd);
             svc_error("blobs: output %s of job %s is missing or has the wrong size", t.blob, id);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "api.h"
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "lease.h"
 #include "nodecred.h"
 #include "outcome.h"
@@ -178,8 +178,8 @@ int gw_api_node_register(svc_req *req)
     /* A node on a host that sees the blob directory under this path, with
      * this identity, maps inputs from it and writes outputs to it. */
     json_t *reply = json_pack("{s:s, s:i, s:{s:s, s:s}}", "id", id, "heartbeat_s",
-                              app->cfg.heartbeat_s, "blob_store", "dir", gw_bstore_dir(app->blobs),
-                              "id", gw_bstore_id(app->blobs));
+                              app->cfg.heartbeat_s, "blob_store", "dir", svc_bstore_dir(app->blobs),
+                              "id", svc_bstore_id(app->blobs));
     /* only a new credential travels; one the node proved it has stays */
     if (issued)
         json_object_set_new(reply, "credential", json_string(cred));

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "api.h"
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "events.h"
 #include "logfollow.h"
 #include "svc_log.h"
@@ -132,7 +132,7 @@ int gw_api_jobs_logs(svc_req *req)
         free(lg.data);
         int fd = -1;
         uint64_t size = 0;
-        if (gw_bstore_open_read(app->blobs, lg.blob, &fd, &size) != 0) {
+        if (svc_bstore_open_read(app->blobs, lg.blob, &fd, &size) != 0) {
             svc_error("blobs: the log %s of job %s part %d is missing", lg.blob, id, part);
             return svc_reply_error(req, 500, "internal", NULL, NULL, "the log's bytes are missing");
         }

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "svc_log.h"
 
 /* Blobs removed per transaction: rows stay locked while their files go. */
@@ -30,7 +30,7 @@ struct gw_blob_gc {
 
 static int remove_bytes(const char *id, void *arg)
 {
-    return gw_bstore_remove(arg, id);
+    return svc_bstore_remove(arg, id);
 }
 
 /* Expired Idempotency-Keys, SWEEP_BATCH per statement so that a day's

@@ -9,11 +9,11 @@
 
 #include "queue.h"
 #include "store.h"
+#include "svc_bstore.h"
 
 typedef struct gw_sched gw_sched;
 typedef struct gw_limits gw_limits;
 typedef struct gw_authfail gw_authfail;
-typedef struct gw_bstore gw_bstore;
 typedef struct gw_leases gw_leases;
 typedef struct gw_waits gw_waits;
 typedef struct gw_keycache gw_keycache;
@@ -98,13 +98,13 @@ typedef struct gw_app {
     gw_store *store;
     gw_queue *queue;
     gw_sched *sched;
-    gw_limits *limits;      /* rate limits and quotas (limits.h) */
+    gw_limits *limits;      /* rate limits and quotas (gw_limits.h) */
     gw_authfail *authfail;  /* failed authentications per address (auth.c) */
     gw_keycache *keys;      /* PostgreSQL's answers on API keys, for a moment (keycache.h) */
     gw_nodecreds *nodecreds; /* which node a credential names, for a moment (nodecred.h) */
     gw_adopter *adopter;    /* nodes' outputs in the shared directory, hashed (adopt.h) */
     gw_jobcache *jobs;      /* ended jobs as GET answers them (jobcache.h) */
-    gw_bstore *blobs;       /* where blob bytes live (blobstore.h) */
+    svc_bstore *blobs;      /* where blob bytes live (svc_bstore.h) */
     gw_leases *leases;      /* nodes' lease polls held here (lease.h) */
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */

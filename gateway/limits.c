@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "gw.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "redis.h"
 #include "reply.h"
 #include "svc_log.h"

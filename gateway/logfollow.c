@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "api.h"
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -135,7 +135,7 @@ static void follower_finish_from_blob(gw_logfollow *f, follower *w, const char *
 {
     int fd = -1;
     uint64_t size = 0;
-    if (gw_bstore_open_read(f->app->blobs, blob, &fd, &size) != 0) {
+    if (svc_bstore_open_read(f->app->blobs, blob, &fd, &size) != 0) {
         svc_error("blobs: the log %s of job %s is missing", blob, w->job_id);
         follower_put(w, NULL, 0, 1);
         return;

@@ -11,7 +11,7 @@
 #include "adopt.h"
 #include "api.h"
 #include "blob_gc.h"
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "eta.h"
 #include "stats.h"
 #include "jobcache.h"
@@ -19,7 +19,7 @@
 #include "keycache.h"
 #include "lease.h"
 #include "logfollow.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "resolver.h"
 #include "metrics.h"
 #include "nodecred.h"
@@ -523,7 +523,7 @@ static int cmd_serve(gw_app *app)
                                                                      : "no rates (cost 0)");
     if (!(app->openapi = file_slurp(app->cfg.openapi, &app->openapi_len)))
         svc_warn("cannot read %s: /openapi.yaml will answer 404", app->cfg.openapi);
-    if (!(app->blobs = gw_bstore_open(app->cfg.blob_dir, err, sizeof(err)))) {
+    if (!(app->blobs = svc_bstore_open(app->cfg.blob_dir, SVC_BSTORE_CREATE, err, sizeof(err)))) {
         svc_error("blob store: %s", err);
         return 1;
     }
@@ -757,7 +757,7 @@ int main(int argc, char **argv)
     gw_stats_free(app.stats);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
-    gw_bstore_close(app.blobs);
+    svc_bstore_close(app.blobs);
     free(app.openapi);
     json_decref(app.prices);
     return rc;

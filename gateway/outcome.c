@@ -15,7 +15,7 @@
 #include "scheduler.h"
 #include "svc_json.h"
 #include "svc_sha256.h"
-#include "task.h"
+#include "gw_task.h"
 #include "svc_log.h"
 #include "svc_util.h"
 #include "usage.h"

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "queue.h"
-#include "task.h"
+#include "gw_task.h"
 #include "redis.h"
 #include "store.h"
 #include "svc_log.h"

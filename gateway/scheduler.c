@@ -13,7 +13,7 @@
 
 #include "events.h"
 #include "lease.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "metrics.h"
 #include "outcome.h"
 #include "scheduler.h"

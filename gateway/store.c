@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "store_int.h"
-#include "task.h"
+#include "gw_task.h"
 #include "svc_log.h"
 #include "svc_util.h"
 

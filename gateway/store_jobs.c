@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "store_int.h"
-#include "task.h"
+#include "gw_task.h"
 #include "svc_log.h"
 
 void gw_dispatch_clear(gw_dispatch *d)

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "task.h"
+#include "gw_task.h"
 
 static const gw_task_limits LIM = {.max_output_bytes = 256 << 20, .log_bytes = 64 << 20};
 
