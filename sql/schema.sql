@@ -132,8 +132,14 @@ CREATE TABLE public.jobs (
     nodes integer DEFAULT 1 NOT NULL,
     gpu_memory_gb real,
     gpu_ids integer[],
+    kind text DEFAULT 'kernel'::text NOT NULL,
+    task json,
+    task_run jsonb,
+    exit_code integer,
+    logs jsonb,
     CONSTRAINT jobs_backend_req_check CHECK ((backend_req = ANY (ARRAY['any'::text, 'cpu'::text, 'cuda'::text]))),
     CONSTRAINT jobs_gpu_memory_gb_check CHECK ((gpu_memory_gb > (0)::double precision)),
+    CONSTRAINT jobs_kind_check CHECK ((kind = ANY (ARRAY['kernel'::text, 'task'::text]))),
     CONSTRAINT jobs_nodes_check CHECK (((nodes >= 1) AND (nodes <= 64))),
     CONSTRAINT jobs_priority_check CHECK (((priority >= 0) AND (priority <= 9))),
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
@@ -225,6 +231,36 @@ COMMENT ON COLUMN public.jobs.gpu_memory_gb IS 'resources.gpu_memory_gb: least m
 COMMENT ON COLUMN public.jobs.gpu_ids IS 'the device indices the scheduler gave a single-node run (NULL: the node chose)';
 
 --
+-- Name: COLUMN jobs.kind; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.jobs.kind IS 'kernel: a catalog kernel (kernel, params, job_inputs); task: the tenant''s program (task_run), whose kernel column reads ''task''';
+
+--
+-- Name: COLUMN jobs.task; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.jobs.task IS 'a task as the job object shows it: {image, command, env, workdir, network} (files and inputs are not echoed); json, not jsonb, so that its members keep the order the submit''s answer has';
+
+--
+-- Name: COLUMN jobs.task_run; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.jobs.task_run IS 'a task as a node leases it (docs/tasks_contract.md section 2): inline files and inputs in base64, the rest as blob references with their size, limits in bytes';
+
+--
+-- Name: COLUMN jobs.exit_code; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.jobs.exit_code IS 'a task''s exit status as its last attempt reported it (128+n: signal n)';
+
+--
+-- Name: COLUMN jobs.logs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.jobs.logs IS 'the whole log of each part of the last attempt that reported one, as the node stored it: {"<part>": {"blob", "bytes", "dropped", "attempt"}}; authoritative once the part ended';
+
+--
 -- Name: kowloon_job_json(public.jobs); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -234,11 +270,18 @@ CREATE FUNCTION public.kowloon_job_json(j public.jobs) RETURNS json
     SELECT json_build_object(
         'id', j.id,
         'state', j.state,
-        'kernel', j.kernel,
+        'kind', j.kind,
+        'kernel', CASE WHEN j.kind = 'task' THEN NULL ELSE j.kernel END,
+        'task', j.task,
         'params', j.params,
         'labels', j.labels,
         'priority', j.priority,
-        'resources', CASE WHEN j.gpu_memory_gb IS NULL
+        'resources', CASE WHEN j.kind = 'task' THEN
+                          json_strip_nulls(json_build_object('backend', j.backend_req, 'gpus', j.gpus,
+                              'nodes', j.nodes, 'gpu_memory_gb', j.gpu_memory_gb,
+                              'memory_gb', (j.task_run #>> '{limits,memory_bytes}')::float8 / 1073741824,
+                              'cpus', (j.task_run #>> '{limits,cpus}')::float8))
+                          WHEN j.gpu_memory_gb IS NULL
                           THEN json_build_object('backend', j.backend_req, 'gpus', j.gpus,
                                                  'nodes', j.nodes)
                           ELSE json_build_object('backend', j.backend_req, 'gpus', j.gpus,
@@ -254,6 +297,8 @@ CREATE FUNCTION public.kowloon_job_json(j public.jobs) RETURNS json
         'info', j.info,
         'progress', j.progress,
         'usage', j.usage,
+        'exit_code', j.exit_code,
+        'logs', CASE WHEN j.kind = 'task' THEN '/v1/jobs/' || j.id || '/logs' END,
         'created_at', kowloon_ts(j.created_at),
         'started_at', kowloon_ts(j.started_at),
         'finished_at', kowloon_ts(j.finished_at),
@@ -350,6 +395,8 @@ CREATE TABLE public.tenants (
     max_queued integer,
     max_running integer,
     weight real DEFAULT 1 NOT NULL,
+    task_images text[],
+    task_egress boolean DEFAULT false NOT NULL,
     CONSTRAINT tenants_max_queued_check CHECK ((max_queued >= 0)),
     CONSTRAINT tenants_max_running_check CHECK ((max_running >= 0)),
     CONSTRAINT tenants_rate_burst_check CHECK ((rate_burst >= 0)),
@@ -388,6 +435,18 @@ COMMENT ON COLUMN public.tenants.max_running IS 'most running jobs the scheduler
 COMMENT ON COLUMN public.tenants.weight IS 'fair share: tenants with ready jobs are served in turn by what they run per unit of weight';
 
 --
+-- Name: COLUMN tenants.task_images; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.tenants.task_images IS 'image patterns (fnmatch) the tenant''s tasks may name; NULL: the gateway''s --task-images';
+
+--
+-- Name: COLUMN tenants.task_egress; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.tenants.task_egress IS 'the tenant''s single-node tasks may ask network "egress"';
+
+--
 -- Name: kowloon_tenant_json(public.tenants); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -401,6 +460,8 @@ CREATE FUNCTION public.kowloon_tenant_json(t public.tenants) RETURNS jsonb
         'max_queued', t.max_queued,
         'max_running', t.max_running,
         'weight', t.weight,
+        'task_images', to_jsonb(t.task_images),
+        'task_egress', t.task_egress,
         'created_at', kowloon_ts(t.created_at),
         'queued', (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'queued'),
         'running', (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'running'),
@@ -710,6 +771,26 @@ COMMENT ON TABLE public.job_inputs IS 'all input tensors of a job, concatenated;
 COMMENT ON COLUMN public.job_inputs.meta IS 'per input: name, dtype, shape, and blob + nbytes (its bytes in the blob store), or offset + nbytes into data (before 008)';
 
 --
+-- Name: job_log_chunks; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.job_log_chunks (
+    job_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    part integer NOT NULL,
+    off bigint NOT NULL,
+    data bytea NOT NULL,
+    CONSTRAINT job_log_chunks_off_check CHECK ((off >= 0)),
+    CONSTRAINT job_log_chunks_part_check CHECK (((part >= 0) AND (part <= 63)))
+);
+
+--
+-- Name: TABLE job_log_chunks; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.job_log_chunks IS 'live task logs: chunk (job, attempt, part) at byte offset off; a part''s chunks are contiguous from 0 and capped by the gateway (--task-log-mb)';
+
+--
 -- Name: job_ranks; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -811,6 +892,7 @@ CREATE TABLE public.nodes (
     draining boolean DEFAULT false NOT NULL,
     gpu_state jsonb,
     credential_hash bytea,
+    tasks jsonb,
     CONSTRAINT nodes_backend_check CHECK ((backend = ANY (ARRAY['cpu'::text, 'cuda'::text]))),
     CONSTRAINT nodes_slots_check CHECK ((slots > 0)),
     CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['up'::text, 'down'::text])))
@@ -839,6 +921,12 @@ COMMENT ON COLUMN public.nodes.gpu_state IS 'the last heartbeat''s device state:
 --
 
 COMMENT ON COLUMN public.nodes.credential_hash IS 'SHA-256 of the credential issued to the process that registered this name last (the credential itself is never stored). Every cluster call after registration carries it. NULL: none is valid (the node deregistered, or registered before 020). While the node is up and heartbeats within the node timeout, a registration of its name must present this credential; once it is gone, the next registration replaces it';
+
+--
+-- Name: COLUMN nodes.tasks; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.nodes.tasks IS 'the node''s task engine as it last said (registration, heartbeats): {engine, version, images} or {engine: "none", reason}; NULL: a node that says nothing of tasks (runs none)';
 
 --
 -- Name: run_outputs; Type: TABLE; Schema: public; Owner: -
@@ -1112,6 +1200,13 @@ ALTER TABLE ONLY public.job_idempotency
 
 ALTER TABLE ONLY public.job_inputs
     ADD CONSTRAINT job_inputs_pkey PRIMARY KEY (job_id);
+
+--
+-- Name: job_log_chunks job_log_chunks_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.job_log_chunks
+    ADD CONSTRAINT job_log_chunks_pkey PRIMARY KEY (job_id, attempt, part, off);
 
 --
 -- Name: job_ranks job_ranks_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -1441,6 +1536,13 @@ ALTER TABLE ONLY public.job_events
 
 ALTER TABLE ONLY public.job_inputs
     ADD CONSTRAINT job_inputs_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
+
+--
+-- Name: job_log_chunks job_log_chunks_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.job_log_chunks
+    ADD CONSTRAINT job_log_chunks_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
 
 --
 -- Name: job_ranks job_ranks_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
