@@ -56,6 +56,44 @@ dist.destroy_process_group()
 """
 
 
+# The README's DDP example.
+DDP_TRAIN = r"""
+import json, os
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")          # torchrun set RANK, WORLD_SIZE, MASTER_*
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)                      # the same initial weights everywhere
+model = DDP(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+g = torch.Generator().manual_seed(100 + rank)   # each rank its own data
+x = torch.randn(256, 8, generator=g)
+y = x.sum(1, keepdim=True)
+for epoch in range(1, 31):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()                       # gradients all-reduced across the nodes
+    opt.step()
+    if rank == 0:
+        with open(os.environ["KOWLOON_PROGRESS"], "a") as f:
+            f.write(json.dumps({"epoch": epoch, "epochs": 30, "loss": loss.item()}) + "\n")
+w = model.module.weight.detach().clone()
+ws = [torch.zeros_like(w) for _ in range(world)]
+dist.all_gather(ws, w)
+print("world", world, "same_weights", all(torch.equal(ws[0], t) for t in ws), "loss", loss.item())
+if rank == 0:
+    torch.save(model.module.state_dict(), os.path.join(os.environ["KOWLOON_OUT"], "model.pt"))
+dist.destroy_process_group()
+"""
+
+# One process per node needs no launcher: Kowloon sets what torchrun would
+# give its one worker (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*). (torchrun
+# itself, for several GPUs a node, is broken in Debian bookworm's torch
+# 1.13 under Python 3.11 — Std.from_str answers None; PyTorch >= 2.0 works.)
+DDP_COMMAND = ["python3", "train.py"]
+
+
 def expected_sum(world):
     return sum(np.arange(8, dtype=np.float64) * (r + 1) + r for r in range(world))
 
@@ -141,3 +179,21 @@ def test_a_killed_part_ends_the_other_parts_collective(gw, pair, conf):
     assert r0["state"] == "failed", r0
     assert r0["exit_code"] not in (None, 0)
     assert containers(conf, run=f"{jid}.1.p0") == []
+
+
+def test_ddp_training_across_two_nodes_from_kowloons_environment(gw, pair):
+    jid = "ddp-" + os.urandom(3).hex()
+    for rank, n in enumerate(pair):
+        task = {"image": IMAGE, "command": DDP_COMMAND, "files": {"train.py": {"text": DDP_TRAIN}}}
+        gw.submit(n.name, {"job_id": jid, "attempt": 1, "timeout_s": 180, "gpus": 0,
+                           "dist": {"nodes": 2, "node_rank": rank, "world": 2}, "task": task})
+    res = [gw.wait_result(f"{jid}.1.p{r}", 180) for r in (0, 1)]
+    for one in res:
+        text = log_text(gw, one)
+        assert one["state"] == "succeeded", (one, text)
+        [line] = [ln for ln in text.splitlines() if ln.startswith("world")]
+        world, same, loss = line.split()[1], line.split()[3], float(line.split()[5])
+        assert world == "2" and same == "True", text
+        assert loss < 1.0, text                     # it trained (from ~8 at the start)
+    assert "model.pt" in res[0]["outputs"]
+    gw.wait_progress(jid, lambda p: p.get("epoch") == 30 and p.get("loss", 9) < 1.0)
