@@ -11,6 +11,7 @@ import asyncio
 import base64
 import hashlib
 import http.server
+import io
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ import urllib.parse
 import numpy as np
 import pytest
 
+import stack as stk
 from stack import REPO
 
 SDK_SRC = os.path.join(REPO, "sdk", "python", "src")
@@ -418,3 +420,189 @@ def _wait(pred, timeout=20):
             return True
         time.sleep(0.02)
     return False
+
+
+# ------------------------------------------------------------------ the real stack
+
+IMAGE = "localhost/kowloon-python:1"
+
+
+def task_image(variant="python"):
+    """The containers.conf once the task image exists (scripts/task-image.sh,
+    cached); skips without podman."""
+    import shutil
+    if not shutil.which("podman"):
+        pytest.skip("podman is not installed (scripts/install-deps.sh installs it)")
+    p = subprocess.run([os.path.join(REPO, "scripts", "task-image.sh"), variant],
+                       capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        pytest.skip(f"cannot build the {variant} task image: {p.stderr[-500:]}")
+    return p.stdout.strip().splitlines()[-1]
+
+
+class TaskStack(stk.Stack):
+    """A stack whose nodes run tasks with podman and whose gateway allows
+    the local images (localhost/kowloon-*) to every tenant."""
+
+    def __init__(self, conf, node_names=("tc-1", "tc-2"), **kw):
+        super().__init__(node_names=node_names, **kw)
+        self.conf = conf
+
+    def gateway_env(self, **extra):
+        env = super().gateway_env(**extra)
+        env.setdefault("KOWLOON_TASK_IMAGES", "localhost/kowloon-*")
+        return env
+
+    def start_node(self, name, port=None, backend="cpu", extra_args=(), **kw):
+        task = ("--task-containers-conf", self.conf,
+                "--task-scratch", os.path.join(self.root, "scratch"), "--task-grace-s", "2")
+        return super().start_node(name, port, backend, (*task, *extra_args), **kw)
+
+    def containers(self, **labels):
+        args = ["podman", "ps", "-a", "--format", "{{.Names}}",
+                "--filter", f"label=kowloon.gateway={self.cluster_base}"]
+        for k, v in labels.items():
+            args += ["--filter", f"label=kowloon.{k}={v}"]
+        out = subprocess.run(args, capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, CONTAINERS_CONF=self.conf))
+        return [ln for ln in out.stdout.split() if ln]
+
+    def remove_containers(self):
+        for name in self.containers():
+            subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=60,
+                           env=dict(os.environ, CONTAINERS_CONF=self.conf))
+
+
+@pytest.fixture(scope="module")
+def tstack():
+    s = TaskStack(task_image()).start()
+    yield s
+    s.close()
+    s.remove_containers()
+    if not os.environ.get("KOWLOON_TEST_KEEP"):
+        s.remove()
+
+
+@pytest.fixture
+def tc(tstack):
+    with kowloon.Client(tstack.base, tstack.keys["A"]) as c:
+        yield c
+
+
+SCRIPT = """
+import os, sys, time, numpy as np
+a = np.fromfile(os.environ["KOWLOON_INPUT_A"], dtype=np.float32).reshape(256, 256)
+b = np.load("/kowloon/in/b.npy")
+print("shapes", a.shape, b.shape, flush=True)
+print("waiting", flush=True)
+while not os.path.exists("/kowloon/work/go") and time.time() < float(os.environ["DEADLINE"]):
+    time.sleep(0.05)
+os.makedirs(os.environ["KOWLOON_OUT"] + "/sub", exist_ok=True)
+np.save(os.environ["KOWLOON_OUT"] + "/sub/y.npy", a @ b)
+print("done", file=sys.stderr)
+"""
+
+
+def test_sdk_runs_a_task_end_to_end_logs_live_and_outputs_equal_numpy(tstack, tc):
+    rng = np.random.default_rng(18)
+    a = rng.random((256, 256), dtype=np.float32)          # 256 KiB: a blob, mounted
+    b = rng.random((256, 4)).astype(np.float32)           # inline, as .npy
+    # the program waits until this file appears in its work dir: the test
+    # makes it appear only after it has read the log live
+    job = tc.submit_task(IMAGE, ["python3", "main.py"], files={"main.py": SCRIPT},
+                         inputs={"a": a, "b": b}, input_format={"b": "npy"},
+                         env={"DEADLINE": str(time.time() + 60)}, timeout_s=120)
+    assert job.kind == "task" and job.task["image"] == IMAGE
+    seen = ""
+    it = job.logs(follow=True)
+    for text in it:
+        seen += text
+        if "waiting" in seen:
+            break
+    assert "shapes (256, 256) (256, 4)" in seen
+    assert not job.refresh().done                          # live: the program still runs
+    scratch = [os.path.join(dp, "work") for dp, dirs, _ in os.walk(os.path.join(tstack.root, "scratch"))
+               if "work" in dirs and job.id in dp]
+    assert scratch, "the task's work dir was not found"
+    open(os.path.join(scratch[0], "go"), "w").close()
+    rest = "".join(job.logs(follow=True))                  # from the start, to the end
+    assert rest.startswith(seen) and "done" in rest
+    out = job.result(timeout=60)
+    assert job.exit_code == 0 and job.state == "succeeded"
+    y = np.load(io.BytesIO(out["sub/y.npy"]))
+    np.testing.assert_allclose(y, a @ b, rtol=1e-5)
+    assert job.logs() == rest                              # kept after the end
+
+
+def test_another_tenant_gets_404_for_the_job_and_its_log(tstack, tc):
+    job = tc.submit_task(IMAGE, "python3 -c 'print(42)'")
+    job.wait(60)
+    assert job.logs() == "42\n"
+    with kowloon.Client(tstack.base, tstack.keys["B"]) as other:
+        with pytest.raises(kowloon.NotFoundError):
+            other.job(job.id)
+        with pytest.raises(kowloon.NotFoundError):
+            kowloon.Job(other, {"id": job.id}).logs()
+
+
+def test_an_image_outside_the_allow_list_is_a_422_naming_task_image(tc):
+    with pytest.raises(kowloon.ValidationError) as e:
+        tc.submit_task("docker.io/library/alpine:3", ["true"])
+    assert e.value.field == "task.image"
+
+
+def test_list_images_shows_the_patterns_and_what_the_nodes_have(tstack, tc):
+    body = tc.list_images()
+    assert "localhost/kowloon-*" in body["allowed"]
+    have = {i["image"]: i["nodes"] for i in body["images"]}
+    assert have.get(IMAGE) == 2, body
+
+
+def cli_stack(tstack, *args, key="A", timeout=120):
+    env = dict(os.environ, KOWLOON_URL=tstack.base, KOWLOON_API_KEY=tstack.keys[key],
+               PYTHONPATH=SDK_SRC)
+    return subprocess.run([sys.executable, "-m", "kowloon", *args], env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def test_cli_task_run_prints_the_programs_output_and_exits_by_its_end(tstack, tmp_path):
+    p = cli_stack(tstack, "task", "run", "--image", IMAGE, "--", "python3", "-c", "print(1)")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "1\n"
+    assert "succeeded, exit code 0" in p.stderr
+    (tmp_path / "fail.py").write_text("import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n")
+    p = cli_stack(tstack, "task", "run", "--image", IMAGE, "--file", f"{tmp_path}/fail.py",
+                  "--follow", "--", "python3", "fail.py")
+    assert p.returncode == 1
+    assert p.stdout == "about to fail\n"
+    assert "exit code 3" in p.stderr and "task_failed" in p.stderr
+    jid = p.stderr.split()[1]
+    p = cli_stack(tstack, "logs", jid)
+    assert p.returncode == 0 and p.stdout == "about to fail\n"
+
+
+@pytest.mark.timeout(300)
+def test_make_run_lets_a_newcomer_run_a_task_at_once(tmp_path):
+    """scripts/run.sh on ports of its own, then the README's first command."""
+    task_image()
+    state = tmp_path / "run"
+    ports = {k: str(stk.free_port()) for k in ("PG", "REDIS", "GATEWAY", "CLUSTER", "NODE1", "NODE2")}
+    env = dict(os.environ, KOWLOON_RUN_STATE=str(state),
+               **{f"KOWLOON_RUN_{k}_PORT": v for k, v in ports.items()})
+    os.chmod(tmp_path, 0o755)
+    try:
+        r = subprocess.run([os.path.join(REPO, "scripts", "run.sh")], env=env, text=True,
+                           capture_output=True, timeout=240)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "python3 -m kowloon task run --image localhost/kowloon-python:1" in r.stdout
+        key = (state / "dev-key").read_text().strip()
+        p = subprocess.run([sys.executable, "-m", "kowloon", "task", "run", "--image", IMAGE,
+                            "--", "python3", "-c", "print(1)"], text=True, capture_output=True,
+                           timeout=120, env=dict(os.environ, PYTHONPATH=SDK_SRC,
+                                                 KOWLOON_URL=f"http://127.0.0.1:{ports['GATEWAY']}",
+                                                 KOWLOON_API_KEY=key))
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == "1\n"
+    finally:
+        subprocess.run([os.path.join(REPO, "scripts", "stop.sh")], env=env, capture_output=True,
+                       timeout=120)
