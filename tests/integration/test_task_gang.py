@@ -197,3 +197,47 @@ def test_ddp_training_across_two_nodes_from_kowloons_environment(gw, pair):
         assert loss < 1.0, text                     # it trained (from ~8 at the start)
     assert "model.pt" in res[0]["outputs"]
     gw.wait_progress(jid, lambda p: p.get("epoch") == 30 and p.get("loss", 9) < 1.0)
+
+
+# ---------------------------------------------------------------- through the gateway
+
+@pytest.fixture(scope="module")
+def gstack(conf):
+    from test_task_clients import TaskStack
+    s = TaskStack(conf, node_names=("tg-1", "tg-2", "tg-3")).start()
+    yield s
+    s.close()
+    s.remove_containers()
+    if not os.environ.get("KOWLOON_TEST_KEEP"):
+        s.remove()
+
+
+@pytest.mark.timeout(400)
+def test_gang_task_through_the_gateway_a_lost_part_ends_the_other_and_the_job_reruns_whole(gstack):
+    import kowloon
+    with kowloon.Client(gstack.base, gstack.keys["A"]) as c:
+        job = c.submit_task(IMAGE, ["python3", "-c", ALLREDUCE], env={"HOLD_ON_ATTEMPT": "1"},
+                            resources={"nodes": 2}, max_attempts=3, timeout_s=300)
+        # both parts of attempt 1 met, all-reduced and now hold
+        for part in (0, 1):
+            stk.wait_until(lambda: "holding" in job.logs(part=part), 180, 0.2,
+                           f"part {part} of attempt 1 holding")
+        [p1] = gstack.containers(run=f"{job.id}.1.p1")
+        node = subprocess.run(["podman", "inspect", "--format", '{{index .Config.Labels "kowloon.node"}}', p1],
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, CONTAINERS_CONF=gstack.conf)).stdout.strip()
+        gstack.kill_node(node)          # part 1's node is lost
+        # the gateway ends part 0 (its container goes) and runs the gang again
+        stk.wait_until(lambda: gstack.containers(run=f"{job.id}.1.p0") == [], 120, 0.5,
+                       "part 0 of attempt 1 ended")
+        job.wait(240)
+        assert job.state == "succeeded", job.data
+        assert job.data.get("attempts") == 2, job.data
+        want = expected_sum(2)
+        for part in (0, 1):
+            text = job.logs(part=part)
+            [line] = [ln for ln in text.splitlines() if ln.startswith("sum")]
+            assert np.array_equal(np.array(line.split()[1:], dtype=np.float64), want), text
+            assert "attempt 2" in text
+        y = np.load(io.BytesIO(job.result()["sum.npy"]))
+        assert np.array_equal(y, want)
