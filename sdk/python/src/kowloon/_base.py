@@ -305,6 +305,19 @@ class LogCursor:
     def end(self) -> str:
         return self._dec.decode(b"", final=True)
 
+    def after_stream(self, got: int, job_done: Optional[bool]) -> str:
+        """What follows a request: ``stop`` (all read), ``again`` (read
+        on: the connection dropped, or the job ended and a last plain read
+        takes any tail), or ``wait`` (no log yet: wait for a change of the
+        job before asking again, rather than spin). ``job_done`` is asked
+        only while following (None otherwise)."""
+        if not self.follow:
+            return "stop"
+        if job_done:
+            self.follow = False
+            return "again"
+        return "again" if got else "wait"
+
 
 def new_idempotency_key() -> str:
     return str(uuid.uuid4())

@@ -358,11 +358,10 @@ class AsyncJob(JobView):
                 log.info("kowloon: log stream of %s dropped (%r); resuming", self.id, e)
                 await asyncio.sleep(min(5.0, 0.2 * failures))
                 continue
-            if not cur.follow:
+            step = cur.after_stream(got, (await self.refresh()).done if cur.follow else None)
+            if step == "stop":
                 break
-            if (await self.refresh()).done:
-                cur.follow = False
-            elif got == 0:
+            if step == "wait":
                 await self._wait_once(1)
         tail = cur.end()
         if tail:

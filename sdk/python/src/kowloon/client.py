@@ -361,14 +361,11 @@ class Job(JobView):
                 log.info("kowloon: log stream of %s dropped (%r); resuming", self.id, e)
                 time.sleep(min(5.0, 0.2 * failures))
                 continue
-            if not cur.follow:
+            step = cur.after_stream(got, self.refresh().done if cur.follow else None)
+            if step == "stop":
                 break
-            # The stream ended: the job did, or the connection was closed.
-            # Once it has ended, one more plain read takes any tail.
-            if self.refresh().done:
-                cur.follow = False
-            elif got == 0:
-                self._wait_once(1)   # no log yet: wait for a change, do not spin
+            if step == "wait":
+                self._wait_once(1)
         tail = cur.end()
         if tail:
             yield tail
