@@ -377,11 +377,11 @@ async function jobPage(id) {
       t.cost !== null && ["Cost", fmt(t.cost)],
       j.info && Object.keys(j.info).length && ["Info", fmt(j.info)],
     ]));
-    const p = j.progress;
-    if (p && typeof p.fraction === "number") {
+    const f = progressFraction(j.progress);
+    if (f !== null) {
       progBox.hidden = false;
-      prog.value = Math.max(0, Math.min(1, p.fraction));
-      progText.textContent = ` ${(p.fraction * 100).toFixed(0)} %`;
+      prog.value = f;
+      progText.textContent = ` ${(f * 100).toFixed(0)} %`;
     } else if (j.state === "succeeded") {
       progBox.hidden = false;
       prog.value = 1;
@@ -406,6 +406,9 @@ async function jobPage(id) {
     points.push({ t: Date.now(), ...d });
     chart(points);
   };
+  // a page opened while the job runs starts its chart from the job's
+  // latest progress (events carry only what comes next)
+  if (job.state === "running" && job.progress) addPoint(job.progress);
   const w = kl.watchJob(id, {
     onMode: setLive,
     onJob: (j) => {
@@ -440,6 +443,21 @@ async function jobPage(id) {
     lastState = job.state;
   }
   onLeave(() => { w.close(); chart.destroy(); if (logPane) logPane.close(); });
+}
+
+/** 0..1 of a progress object that says how far along it is: `fraction`,
+ * `percent`, or a done/total pair (epoch/epochs, step/steps,
+ * iteration/iterations, done/total); null when it says none. */
+function progressFraction(p) {
+  if (!p || typeof p !== "object") return null;
+  const num = (v) => typeof v === "number" && Number.isFinite(v);
+  const clamp = (x) => Math.max(0, Math.min(1, x));
+  if (num(p.fraction)) return clamp(p.fraction);
+  if (num(p.percent)) return clamp(p.percent / 100);
+  for (const [a, b] of [["epoch", "epochs"], ["step", "steps"], ["iteration", "iterations"], ["done", "total"]]) {
+    if (num(p[a]) && num(p[b]) && p[b] > 0) return clamp(p[a] / p[b]);
+  }
+  return null;
 }
 
 /** A command line as a shell would read it back (arguments with spaces or

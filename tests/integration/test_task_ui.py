@@ -270,3 +270,68 @@ def test_task_job_page_shows_the_task_its_live_log_progress_chart_and_outputs(br
         shot(d, "task")
     finally:
         gw.close()
+
+
+# ---------------------------------------------------------------- the real stack
+
+PROGRESS_SCRIPT = """
+import json, os, sys, time
+def wait_for(name):   # the test makes the file when it is ready for what follows
+    while not os.path.exists("/kowloon/work/" + name) and time.time() < float(os.environ["DEADLINE"]):
+        time.sleep(0.05)
+print("ready", flush=True)
+wait_for("go1")
+p = open(os.environ["KOWLOON_PROGRESS"], "a", buffering=1)
+for epoch in range(1, 6):
+    print(f"epoch {epoch} loss {1 / epoch:.3f}", flush=True)
+    p.write(json.dumps({"epoch": epoch, "epochs": 5, "loss": 1 / epoch}) + "\\n")
+    time.sleep(0.3)   # the node reads the progress file about every 250 ms
+print("waiting", flush=True)
+wait_for("go2")
+open(os.path.join(os.environ["KOWLOON_OUT"], "metrics.json"), "w").write("{}")
+print("done", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def tstack():
+    from test_task_clients import TaskStack, task_image
+    s = TaskStack(task_image()).start()
+    yield s
+    s.close()
+    s.remove_containers()
+    if not os.environ.get("KOWLOON_TEST_KEEP"):
+        s.remove()
+
+
+@pytest.mark.timeout(240)
+def test_task_page_against_the_stack_follows_the_log_and_plots_progress(tstack, browser):  # noqa: F811
+    import kowloon
+    d = browser
+    with kowloon.Client(tstack.base, tstack.keys["A"]) as c:
+        job = c.submit_task("localhost/kowloon-python:1", ["python3", "main.py"],
+                            files={"main.py": PROGRESS_SCRIPT},
+                            env={"DEADLINE": str(time.time() + 120)}, timeout_s=180)
+        sign_in(d, tstack.base, tstack.keys["A"])
+        d.get(f"{tstack.base}/ui/#/jobs/{job.id}")
+        wait_for("the first line", lambda: "ready" in by_css(d, "#job-log")[0].text, 90)
+        work = [os.path.join(dp, "work") for dp, dirs, _ in os.walk(os.path.join(tstack.root, "scratch"))
+                if "work" in dirs and job.id in dp]
+        open(os.path.join(work[0], "go1"), "w").close()
+        wait_for("the log while it runs", lambda: "waiting" in by_css(d, "#job-log")[0].text, 60)
+        assert "epoch 5 loss 0.200" in by_css(d, "#job-log")[0].text
+        assert not job.refresh().done
+        # the progress lines as the chart's points (or a table without Chart.js)
+        if os.path.exists(CHARTJS):
+            label = wait_for("the chart", lambda: by_css(d, "#report-chart")
+                             and by_css(d, "#report-chart")[0].get_attribute("aria-label"), 30)
+            assert label == "Reported loss by epoch", label
+        wait_for("the progress bar", lambda: float(by_css(d, "#job-progress")[0].get_attribute("value")) >= 0.99, 30)
+        open(os.path.join(work[0], "go2"), "w").close()
+        wait_for("the exit code", lambda: by_css(d, "#job-exit-code")[0].text == "0", 60)
+        wait_for("the outputs", lambda: "metrics.json" in by_css(d, "#task-outputs")[0].text, 30)
+        wait_for("the whole log", lambda: by_css(d, "#job-log")[0].text.endswith("done"), 30)
+        assert by_css(d, "#job-image")[0].text == "localhost/kowloon-python:1"
+        problems = [p for p in console_problems(d) if p.get("source") != "network"]
+        assert not problems, problems
+        shot(d, "task-stack")
