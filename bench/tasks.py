@@ -29,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -160,13 +161,15 @@ def main():
             h.update(chunk)
         bid = "sha256:" + h.hexdigest()
 
-        def body():
+        # a file, so that requests sends its Content-Length (not chunked)
+        with tempfile.TemporaryFile() as f:
             for _ in range(n >> 20):
-                yield chunk
-        t0 = time.monotonic()
-        r = s.post(f"{a.url}/v1/blobs", data=body(), timeout=600,
-                   headers={"Content-Type": "application/octet-stream", "Content-Length": str(n)})
-        up = time.monotonic() - t0
+                f.write(chunk)
+            f.seek(0)
+            t0 = time.monotonic()
+            r = s.post(f"{a.url}/v1/blobs", data=f, timeout=600,
+                       headers={"Content-Type": "application/octet-stream"})
+            up = time.monotonic() - t0
         if r.status_code not in (200, 201) or r.json().get("id") != bid:
             print("blob upload:", r.status_code, r.text[:300])
             return 1
