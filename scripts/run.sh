@@ -61,7 +61,7 @@ print(sum(1 for n in nodes if n.get("name") in names and n.get("state") == "up")
 print_usage() {
     cat <<EOF
 
-Kowloon is running: gateway $GW_URL (nodes call it on $GW_CLUSTER_URL), nodes $(printf '%s, ' "${NODES[@]}" | sed 's/, $//') (logs in .run/log/).
+Kowloon is running: gateway $GW_URL (nodes call it on $GW_CLUSTER_URL), nodes $(printf '%s, ' "${NODES[@]}" | sed 's/, $//') (logs in $STATE/log/).
 Dev API key (tenant "dev", admin): $(cat "$STATE/dev-key")
 Dashboard: $GW_URL/ui/ (sign in with that key)
 
