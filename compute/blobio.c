@@ -838,7 +838,8 @@ int cn_blobio_push_outputs(const cn_blobio *io, const char *job_id, int attempt,
     return cn__group_result(rcs, errs, n, cancel, err);
 }
 
-int cn_blobio_push_buffers(const cn_blobio *io, int n, const char *const *names,
+int cn_blobio_push_buffers(const cn_blobio *io, const char *job_id, int attempt, int n,
+                           const char *const *names,
                            const void *const *data, const size_t *sizes,
                            char ids[][CN_BLOB_ID_SIZE], const volatile int *cancel, kl_err *err)
 {
@@ -852,7 +853,8 @@ int cn_blobio_push_buffers(const cn_blobio *io, int n, const char *const *names,
         for (int i = 0; i < k; i++) {
             /* an empty buffer still needs an address for the transfer */
             views[i] = (kl_tensor){.data = sizes[base + i] ? (void *)data[base + i] : (void *)""};
-            pts[i] = (cn__push_task){.io = io, .name = names[base + i], .out = &views[i],
+            pts[i] = (cn__push_task){.io = io, .job_id = job_id, .attempt = attempt,
+                                     .name = names[base + i], .out = &views[i],
                                      .nbytes = sizes[base + i], .borrowed = 1,
                                      .id = ids[base + i]};
             tasks[i] = &pts[i];

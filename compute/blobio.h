@@ -153,9 +153,11 @@ int cn_blobio_push_outputs(const cn_blobio *io, const char *job_id, int attempt,
 
 /* Pushes n buffers of the caller's (borrowed: read in place, never freed;
  * a task's output files, mapped) as cn_blobio_push_outputs pushes
- * outputs, and writes their ids to ids[i]. names[i] names each in errors
- * ("outputs.<name>"). 0, KL_EBACKEND with err, or KL_ECANCELED. */
-int cn_blobio_push_buffers(const cn_blobio *io, int n, const char *const *names,
+ * outputs of run (job_id, attempt), and writes their ids to ids[i].
+ * names[i] names each in errors ("outputs.<name>"). 0, KL_EBACKEND with
+ * err, or KL_ECANCELED. */
+int cn_blobio_push_buffers(const cn_blobio *io, const char *job_id, int attempt, int n,
+                           const char *const *names,
                            const void *const *data, const size_t *sizes,
                            char ids[][CN_BLOB_ID_SIZE], const volatile int *cancel, kl_err *err);
 

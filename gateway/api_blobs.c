@@ -249,7 +249,7 @@ int gw_api_blobs_upload(svc_req *req)
  * header is absent or not one this server serves partially (several
  * ranges, another unit: the whole blob goes out, as RFC 9110 allows), -1
  * when it cannot be satisfied (416). */
-static int range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
+int gw_range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
 {
     if (h == NULL || strncmp(h, "bytes=", 6) != 0 || strchr(h, ',') != NULL)
         return 0;
@@ -288,9 +288,12 @@ static int range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *le
     return 1;
 }
 
-/* The bytes of blob id (fd, size bytes; the reply owns fd): all of them,
- * or the single range the request's Range header asks for (206), or 416. */
 static int reply_blob(svc_req *req, const char *id, int fd, uint64_t size)
+{
+    return gw_reply_blob_range(req, id, "application/octet-stream", fd, size);
+}
+
+int gw_reply_blob_range(svc_req *req, const char *id, const char *ctype, int fd, uint64_t size)
 {
     uint64_t off = 0, len = size;
     char buf[128];
@@ -298,7 +301,7 @@ static int reply_blob(svc_req *req, const char *id, int fd, uint64_t size)
     svc_reply_header(req, "ETag", buf);
     svc_reply_header(req, "Accept-Ranges", "bytes");
     svc_reply_header(req, "Cache-Control", "private, max-age=31536000, immutable");
-    int ranged = range_parse(svc_req_header(req, "Range"), size, &off, &len);
+    int ranged = gw_range_parse(svc_req_header(req, "Range"), size, &off, &len);
     if (ranged < 0) {
         close(fd);
         snprintf(buf, sizeof buf, "bytes */%" PRIu64, size);
@@ -310,7 +313,7 @@ static int reply_blob(svc_req *req, const char *id, int fd, uint64_t size)
         snprintf(buf, sizeof buf, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, off, off + len - 1, size);
         svc_reply_header(req, "Content-Range", buf);
     }
-    return svc_reply_fd(req, ranged ? 206 : 200, "application/octet-stream", fd, off, len);
+    return svc_reply_fd(req, ranged ? 206 : 200, ctype, fd, off, len);
 }
 
 int gw_api_blobs_get(svc_req *req)

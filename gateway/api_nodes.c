@@ -16,6 +16,7 @@
 #include "outcome.h"
 #include "rendezvous.h"
 #include "scheduler.h"
+#include "svc_task.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -47,6 +48,40 @@ static json_t *node_gpus(svc_req *req, json_t *gpus)
         json_array_append_new(out, json_pack("{s:O, s:O}", "name", name, "memory_bytes", mem));
     }
     return out;
+}
+
+/* A node's "tasks" (registration, heartbeat; docs/tasks_contract.md
+ * section 7): {engine, version?, images?: [strings], ...}, kept as sent.
+ * 0 (JSON text in *out, NULL when absent; the caller frees it), or -1
+ * after replying 400. */
+static int node_tasks(svc_req *req, const json_t *tasks, char **out)
+{
+    *out = NULL;
+    if (!tasks || json_is_null(tasks))
+        return 0;
+    const json_t *engine = json_object_get(tasks, "engine"), *images = json_object_get(tasks, "images");
+    int ok = json_is_object(tasks) && json_is_string(engine) && json_string_length(engine) <= 32 &&
+             (!images || (json_is_array(images) && json_array_size(images) <= 4096));
+    static const char *const texts[] = {"version", "reason", "gang_network", "allowed", NULL};
+    for (int k = 0; ok && texts[k]; k++) {
+        const json_t *t = json_object_get(tasks, texts[k]);
+        ok = !t || (json_is_string(t) && json_string_length(t) <= 4096);
+    }
+    size_t i;
+    json_t *im;
+    json_array_foreach(ok ? images : NULL, i, im)
+        ok &= json_is_string(im) && json_string_length(im) <= SVC_TASK_IMAGE_MAX;
+    if (!ok) {
+        svc_reply_error(req, 400, "invalid_argument", "tasks", NULL,
+                        "tasks must be {engine: string, version: string, images: [image "
+                        "references]} or {engine: \"none\", reason}");
+        return -1;
+    }
+    if (!(*out = json_dumps(tasks, JSON_COMPACT))) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 int gw_api_node_register(svc_req *req)
@@ -88,9 +123,14 @@ int gw_api_node_register(svc_req *req)
     if (!kernels_ok)
         return svc_reply_error(req, 400, "invalid_argument", "kernels", NULL,
                                "kernels must be an array of kernel names");
-    json_t *gpus = node_gpus(req, json_object_get(b, "gpus"));
-    if (!gpus)
+    char *tasks_s;
+    if (node_tasks(req, json_object_get(b, "tasks"), &tasks_s) != 0)
         return 0;
+    json_t *gpus = node_gpus(req, json_object_get(b, "gpus"));
+    if (!gpus) {
+        free(tasks_s);
+        return 0;
+    }
     char *gpus_s = json_dumps(gpus, JSON_COMPACT);
     char *kernels_s = json_dumps(kernels, JSON_COMPACT);
     json_decref(gpus);
@@ -104,13 +144,15 @@ int gw_api_node_register(svc_req *req)
     if (rc == 0) {
         gw_node_reg reg = {.name = name, .url = url, .backend = backend,
                            .reason = reason ? reason : "", .gpus_json = gpus_s,
-                           .kernels_json = kernels_s, .slots = (int)json_integer_value(slots),
+                           .kernels_json = kernels_s, .tasks_json = tasks_s,
+                           .slots = (int)json_integer_value(slots),
                            .presented_hash = presented ? old_hash : NULL, .new_hash = new_hash,
                            .timeout_s = app->cfg.node_timeout_s};
         rc = gw_store_node_register(app->store, &reg, id, &issued);
     }
     free(gpus_s);
     free(kernels_s);
+    free(tasks_s);
     if (rc == -EEXIST) {
         char after[16];
         snprintf(after, sizeof after, "%d", app->cfg.node_timeout_s);
@@ -237,9 +279,16 @@ int gw_api_node_heartbeat(svc_req *req)
                                "state is {gpus: [{index: 0-15, model, memory_total, memory_free: "
                                "bytes, util: 0-100}] (at most 16), cpu: {cores, load1}, fault: "
                                "string of at most 512 (optional)}");
+    char *tasks_s;
+    if (node_tasks(req, json_object_get(b, "tasks"), &tasks_s) != 0)
+        return 0;
     char *state_text = state ? json_dumps(state, JSON_COMPACT) : NULL;
-    int rc = gw_store_node_heartbeat(app->store, id, (int)json_integer_value(running), state_text);
+    int rc = gw_store_node_heartbeat(app->store, id, (int)json_integer_value(running), state_text,
+                                     tasks_s);
     free(state_text);
+    if (rc == 0 && tasks_s) /* its images changed: the scheduler looks again */
+        gw_sched_nodes_changed(app->sched);
+    free(tasks_s);
     if (rc == -ENOENT)
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
     if (rc)
@@ -284,6 +333,8 @@ svc_route gw_cluster_routes[] = {
     {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/lease", .handler = gw_api_node_lease,
      .json_body = 1, .access = N, .reserved = 1},
     {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/results", .handler = gw_api_node_results,
+     .json_body = 1, .access = N, .reserved = 1, .json_bulk = 1},
+    {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/logs", .handler = gw_api_node_logs,
      .json_body = 1, .access = N, .reserved = 1, .json_bulk = 1},
     {.method = "POST", .pattern = "/v1/cluster/blobs", .handler = gw_api_cluster_blobs_upload,
      .access = N | GW_ACCESS_RUN, .reserved = 1, .body = gw_api_blobs_body,

@@ -28,6 +28,7 @@ typedef struct gw_resolver gw_resolver;
 typedef struct gw_events gw_events;
 typedef struct gw_nodecreds gw_nodecreds;
 typedef struct gw_adopter gw_adopter;
+typedef struct gw_logfollow gw_logfollow;
 
 /* Every option of main.c's table, copied here once (config_load): the
  * rest of the gateway reads this, never the table. */
@@ -51,7 +52,9 @@ typedef struct gw_config {
     int body_timeout_s, body_min_rate_kb; /* a body's windows and the bytes each brings */
     const char *trusted_proxies; /* CIDRs whose X-Forwarded-For names the client */
     const char *tls_cert, *tls_key; /* HTTPS when both are given; reread on SIGHUP */
-    int max_output_mb;      /* outputs of one job, all tensors together */
+    int max_output_mb;      /* outputs of one job, all tensors together; a task's default quota */
+    const char *task_images;/* images tasks may run (patterns), for tenants without their own */
+    int task_log_mb;        /* a task part's log, at most */
     int node_timeout_s;
     int reconcile_interval_s;
     int db_pool;
@@ -113,6 +116,7 @@ typedef struct gw_app {
     gw_webhooks *webhooks;  /* the delivery worker (webhooks.h) */
     gw_resolver *resolver;  /* webhook hosts' lookups, off the HTTP threads (resolver.h) */
     gw_events *events;      /* Server-Sent Events of job state changes (events.h) */
+    gw_logfollow *follow;   /* followed task logs (logfollow.h) */
     char *openapi;          /* the spec served at /openapi.yaml */
     size_t openapi_len;
     volatile int draining;  /* set on SIGTERM: readyz answers 503 */

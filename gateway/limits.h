@@ -38,12 +38,15 @@ typedef struct gw_tenant_body {
     const char *name;        /* borrowed from the body */
     gw_store_limit lim[GW_LIM__COUNT];
     double weight;           /* fair-share weight; 0: not given (unchanged, 1 when new) */
+    int task_images_set;     /* task_images given (null: back to --task-images) */
+    char *task_images_json;  /* its list, JSON text (owned; NULL for null) */
+    int task_egress;         /* 1, 0, or -1 when not given */
 } gw_tenant_body;
 /* 1 when name is a tenant name the admin API accepts: 1-128 characters
  * (UTF-8, as jansson guarantees), no control characters. */
 int gw_tenant_name_valid(const char *name);
 /* Checks a POST /v1/tenants body. 0, or -1 with the field at fault and a
- * message for the 400 reply. */
+ * message for the 400 reply; free out->task_images_json after either. */
 int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32],
                          char *msg, size_t msglen);
 

@@ -18,6 +18,7 @@
 #include "events.h"
 #include "keycache.h"
 #include "lease.h"
+#include "logfollow.h"
 #include "limits.h"
 #include "resolver.h"
 #include "metrics.h"
@@ -76,6 +77,14 @@ static svc_opt opts[] = {
      .min = 1, .max = 65536,
      .help = "largest output of one job (all its tensors), MiB; a submit whose shapes exceed it "
              "gets 422"},
+    {.flag = "task-images", .env = "KOWLOON_TASK_IMAGES", .type = SVC_OPT_STRING, .def = "",
+     .help = "comma-separated patterns (fnmatch; '*' stops at '/') of the images tasks may run, "
+             "for tenants that have none of their own (POST /v1/tenants task_images); empty: no "
+             "task runs until the operator names its images"},
+    {.flag = "task-log-mb", .env = "KOWLOON_TASK_LOG_MB", .type = SVC_OPT_INT, .def = "64",
+     .min = 1, .max = 1024,
+     .help = "log bytes kept per part of a task, MiB (the node drops the rest and says so in the "
+             "log)"},
     {.flag = "conn-timeout-s", .env = "KOWLOON_CONN_TIMEOUT_S", .type = SVC_OPT_INT, .def = "30",
      .min = 1, .max = 3600,
      .help = "an idle connection, or one whose request headers take longer, is closed"},
@@ -309,6 +318,8 @@ static void config_load(gw_config *c)
         .tls_cert = opt_str("tls-cert"),
         .tls_key = opt_str("tls-key"),
         .max_output_mb = opt_int("max-output-mb"),
+        .task_images = opt_str("task-images"),
+        .task_log_mb = opt_int("task-log-mb"),
         .node_timeout_s = opt_int("node-timeout-s"),
         .reconcile_interval_s = opt_int("reconcile-interval-s"),
         .db_pool = opt_int("db-pool"),
@@ -564,6 +575,9 @@ static int cmd_serve(gw_app *app)
         return 1;
     }
     gw_blob_gc *gc = gw_blob_gc_start(app);
+    app->follow = gw_logfollow_start(app);
+    if (!app->follow)
+        svc_error("cannot start the thread of followed task logs: ?follow=1 answers 503");
     app->webhooks = gw_webhooks_start(app);
     app->adopter = gw_adopter_start(app);
     svc_server_opts so = {
@@ -600,7 +614,9 @@ static int cmd_serve(gw_app *app)
     if (srv && app->adopter && !csrv)
         svc_error("cannot serve the cluster listener on %s: %s", app->cfg.cluster_listen, err);
     if (!csrv) {
+        gw_logfollow_stop(app->follow);
         svc_server_stop(srv);
+        gw_logfollow_free(app->follow);
         gw_adopter_stop(app->adopter);
         gw_webhooks_stop(app->webhooks);
         gw_blob_gc_stop(gc);
@@ -640,12 +656,14 @@ static int cmd_serve(gw_app *app)
     gw_leases_stop(app->leases);
     gw_waits_stop(app->waits);
     gw_events_stop(app->events); /* streams end cleanly; clients resume elsewhere */
+    gw_logfollow_stop(app->follow);
     svc_server_stop(csrv);
     gw_resolver_stop(app->resolver); /* submits waiting on a lookup get 503 */
     svc_server_stop(srv);
     gw_adopter_stop(app->adopter);
     gw_api_jobs_stop(app);
     gw_events_free(app->events);
+    gw_logfollow_free(app->follow);
     gw_leases_free(app->leases);
     gw_waits_free(app->waits);
     gw_webhooks_stop(app->webhooks);

@@ -1,57 +1,88 @@
-/* task.h — the checks of a task (a job that runs the user's own program in
- * a container, issue 18) that need nothing but the request: the image
- * reference and the operator's allow-list, the command, the environment,
- * the working directory, file paths, the network mode and the output
- * quota. No I/O; request.c calls it, and the unit tests drive it alone. */
+/* task.h — a task request (POST /v1/jobs with "task", issue 18) checked
+ * and turned into what the job keeps: the object the job shows ("task":
+ * image, command, env, workdir, network) and the object a node leases
+ * (docs/tasks_contract.md section 2: inline files and small inputs in
+ * base64, the rest blob references, limits in bytes). The names are
+ * checked by service/svc_task.h, the same rules the node applies. No I/O:
+ * the blobs it names and the large inline inputs it holds are the caller's
+ * to look up and to store (api_jobs.c); the unit tests drive it alone. */
 #ifndef GW_TASK_H
 #define GW_TASK_H
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#define GW_TASK_IMAGE_MAX 255
-#define GW_TASK_ARGV_MAX 256          /* command elements */
-#define GW_TASK_ARG_MAX 4096          /* bytes of one element */
-#define GW_TASK_CMD_BYTES (64 << 10)  /* bytes of the whole command */
-#define GW_TASK_ENV_MAX 128           /* variables */
-#define GW_TASK_ENV_BYTES (64 << 10)  /* bytes of names and values together */
-#define GW_TASK_PATH_MAX 255          /* bytes of a file or input path */
-#define GW_TASK_FILES_MAX 64
-#define GW_TASK_INPUTS_MAX 32
+#include "svc_task.h"
 
-/* Why a check failed: the field it names and a message for the user. */
+/* An inline input of more bytes than this becomes a blob at submit (as a
+ * kernel's, api_jobs.c's GW_INLINE_INPUT_MAX); smaller ones travel in the
+ * lease. */
+#define GW_TASK_INLINE_INPUT_MAX (64 * 1024)
+#define GW_TASK_BLOBS_MAX (SVC_TASK_INPUTS_MAX + SVC_TASK_FILES_MAX)
+
+/* Why a request was refused: 400 for its form (types, unknown members),
+ * 422 for a value refused; the field it names and a message. */
 typedef struct gw_task_err {
-    char field[64];
-    char message[256];
+    int status;
+    char field[160];
+    char message[300];
 } gw_task_err;
 
-/* 1 when ref is an image reference of the form an OCI engine pulls or
- * finds locally: [host[:port]/]path[:tag][@sha256:hex], lower-case path
- * components of [a-z0-9] joined by '.', '_', '__' or '-', at most
- * GW_TASK_IMAGE_MAX bytes. */
-int gw_task_image_valid(const char *ref);
+/* A blob the request names: the caller checks it is the tenant's and has
+ * size bytes (-1: any, a file or an input of plain bytes), then sets the
+ * lease entry's "size". */
+typedef struct gw_task_blob {
+    char field[160];
+    char id[80];
+    int64_t size;
+    json_t *entry;            /* borrowed from run */
+} gw_task_blob;
 
-/* 1 when ref matches one of the comma-separated shell patterns of list
- * (fnmatch, '*' does not cross '/'); an empty or NULL list matches
- * nothing. */
-int gw_task_image_allowed(const char *list, const char *ref);
+/* An inline input over GW_TASK_INLINE_INPUT_MAX: the caller stores its
+ * bytes as a blob and sets the entry's "blob" and "size". */
+typedef struct gw_task_big {
+    char field[160];
+    unsigned char *data;      /* owned */
+    size_t len;
+    json_t *entry;            /* borrowed from run */
+} gw_task_big;
 
-/* 1 when name may be set by the user: [A-Za-z_][A-Za-z0-9_]* of at most
- * 128 bytes, and not a name Kowloon sets itself (KOWLOON_*, MASTER_*, the
- * rank and device variables). */
-int gw_task_env_name_ok(const char *name);
+/* What the job needs besides the task object: resources.memory_gb and
+ * resources.cpus (0: not given), and the gateway's caps. */
+typedef struct gw_task_limits {
+    double memory_gb, cpus;
+    int64_t max_output_bytes; /* --max-output-mb: output_quota_mb's ceiling and default */
+    int64_t log_bytes;        /* --task-log-mb */
+} gw_task_limits;
 
-/* 1 when p is a relative path of at most GW_TASK_PATH_MAX bytes whose
- * segments are not empty, '.' or '..', of printable characters without
- * '\\'. */
-int gw_task_path_ok(const char *p);
+typedef struct gw_task_req {
+    json_t *echo;             /* {image, command, env, workdir, network}, owned */
+    json_t *run;              /* the lease form, owned */
+    char image[SVC_TASK_IMAGE_MAX + 1];
+    int egress;               /* network "egress" asked */
+    int nblobs, nbig;
+    gw_task_blob blobs[GW_TASK_BLOBS_MAX];
+    gw_task_big big[SVC_TASK_INPUTS_MAX];
+} gw_task_req;
 
-/* Checks the parts of a "task" object that stand alone: image (form
- * only; the allow-list is the caller's, with what it knows of the tenant),
- * command, env, workdir, network, output_quota_mb and the names of files
- * and inputs (their contents are decoded by the caller). Unknown members
- * are refused. On 0 *egress is 1 for network "egress", and *quota_mb the
- * output quota asked (0: none asked). On -1 err names the field. */
-int gw_task_check(const json_t *task, int *egress, int64_t *quota_mb, gw_task_err *err);
+/* Checks task (the request's "task" member) and builds *out (release with
+ * gw_task_req_free, also after a failure). 0, or -1 with *err. */
+int gw_task_parse(const json_t *task, const gw_task_limits *lim, gw_task_req *out,
+                  gw_task_err *err);
+void gw_task_req_free(gw_task_req *t);
+
+/* A task's outputs as a node reports them ({path: {"blob", "bytes",
+ * "npy"?}}, contract section 5) as the job's result keeps them: a list of
+ * {"name", "blob", "nbytes", "file": true, "npy"?}. New array in *meta, or
+ * -1 with why naming the output that is not right. */
+#define GW_TASK_OUTPUTS_MAX 1024
+int gw_task_outputs_meta(const json_t *outputs, json_t **meta, char *why, size_t whylen);
+/* 1 when result entry m is a task's output file (not a tensor). */
+int gw_task_output_is_file(const json_t *m);
+
+/* The scheduler's key of an image (FNV-1a of the reference, never 0: 0
+ * stands for "not a task" in the ready queue). */
+uint32_t gw_task_image_key(const char *image);
 
 #endif

@@ -234,20 +234,23 @@ typedef struct {
 } captures;
 
 /* 1 if path matches pattern; a {name} segment matches one non-empty
- * segment, which is recorded in cap. */
+ * segment, a last {name*} the rest of the path, slashes included (a
+ * name that is itself a path: a client may send its slashes as %2F, which
+ * the server has decoded by now); each is recorded in cap. */
 static int path_match(const char *pat, const char *path, captures *cap)
 {
     cap->n = 0;
     while (*pat != '\0' && *path != '\0') {
         if (*pat == '{') {
             const char *close = strchr(pat, '}');
+            int rest = close != NULL && close > pat + 1 && close[-1] == '*' && close[1] == '\0';
             const char *end = path;
-            while (*end != '\0' && *end != '/')
+            while (*end != '\0' && (rest || *end != '/'))
                 end++;
             if (close == NULL || end == path || cap->n == MAX_PARAMS)
                 return 0;
             cap->name[cap->n] = pat + 1;
-            cap->name_len[cap->n] = (size_t)(close - pat - 1);
+            cap->name_len[cap->n] = (size_t)(close - pat - 1 - rest);
             cap->val[cap->n] = path;
             cap->val_len[cap->n] = (size_t)(end - path);
             cap->n++;
