@@ -276,7 +276,7 @@ def cmd_jobs(c: Client, a: argparse.Namespace) -> int:
         return EXIT_OK
     _table([[j.id, j.state, j.kernel or (j.task or {}).get("image", "task"),
              j.data.get("node") or "-", j.data.get("created_at", "")]
-            for j in jobs], ["ID", "STATE", "KERNEL/IMAGE", "NODE", "CREATED"])
+            for j in jobs], ["ID", "STATE", "KERNEL", "NODE", "CREATED"])
     return EXIT_OK
 
 
