@@ -12,8 +12,7 @@
 
 /* NULL when p is a progress object, else what is wrong with it. A
  * kernel's always says its fraction; a task's is what the program wrote
- * ({"epoch": 3, "loss": 0.41}), so fraction is checked only when present,
- * and a member may be a short text ("phase": "eval") as well as a number. */
+ * ({"epoch": 3, "loss": 0.41}), so fraction is checked only when present. */
 static const char *progress_problem(const json_t *p)
 {
     if (!json_is_object(p) || json_object_size(p) > GW_PROGRESS_MEMBERS)
@@ -24,9 +23,8 @@ static const char *progress_problem(const json_t *p)
     const char *k;
     const json_t *v;
     json_object_foreach((json_t *)p, k, v)
-        if (strlen(k) > 64 ||
-            !(json_is_number(v) || (json_is_string(v) && json_string_length(v) <= GW_PROGRESS_TEXT)))
-            return "an object of numbers and short texts named by at most 64 characters";
+        if (!json_is_number(v) || strlen(k) > 64)
+            return "an object of numbers named by at most 64 characters";
     return NULL;
 }
 

@@ -11,8 +11,6 @@
 
 /* Most members of one progress object. */
 #define GW_PROGRESS_MEMBERS 16
-/* longest text member of a progress object (a task's "phase": "eval"), bytes */
-#define GW_PROGRESS_TEXT 128
 
 /* Checks a report's "progress" (NULL: none): an array of at most max
  * {"job_id", "attempt", "progress": {"fraction": 0..1, name: number...}}.

@@ -612,11 +612,11 @@ def test_a_tasks_progress_lines_become_its_progress_and_progress_events(tc):
     code = ("import json, os, time\n"
             "p = open(os.environ['KOWLOON_PROGRESS'], 'a', buffering=1)\n"
             "for e in range(1, 4):\n"
-            "    p.write(json.dumps({'epoch': e, 'loss': 1 / e, 'phase': 'train'}) + '\\n')\n"
+            "    p.write(json.dumps({'epoch': e, 'loss': 1 / e}) + '\\n')\n"
             "    time.sleep(0.4)   # a training step; the node reads the file every 200 ms\n")
     job = tc.submit_task(IMAGE, ["python3", "-c", code])
     seen = [ev.progress for ev in job.events() if ev.event == "progress"]
     assert job.state == "succeeded", job.data
-    assert seen and seen[-1] == {"epoch": 3, "loss": 1 / 3, "phase": "train"}, seen
+    assert seen and seen[-1] == {"epoch": 3, "loss": 1 / 3}, seen
     assert [p["epoch"] for p in seen] == sorted(p["epoch"] for p in seen)
-    assert job.refresh().progress == {"epoch": 3, "loss": 1 / 3, "phase": "train"}
+    assert job.refresh().progress == {"epoch": 3, "loss": 1 / 3}
