@@ -310,8 +310,27 @@ static int task_blobs_prepare(svc_req *req, int64_t tenant_id, gw_task_req *t, s
         json_object_set_new(t->big[i].entry, "size", json_integer((json_int_t)size));
         submit_blob_ref(s, id, size);
     }
+    /* the job's input list says what the task reads ({name, nbytes}, no
+     * bytes: those are in its lease form), so that its usage counts
+     * bytes_in as a kernel's does */
     if (!(s->b.meta = json_array()))
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory"), -1;
+    static const char *const lists[] = {"inputs", "files"};
+    for (int l = 0; l < 2; l++) {
+        const char *name;
+        json_t *e;
+        json_object_foreach(json_object_get(t->run, lists[l]), name, e) {
+            const json_t *size = json_object_get(e, "size"), *b64 = json_object_get(e, "b64");
+            json_int_t n = size ? json_integer_value(size)
+                                : (json_int_t)svc_b64_decoded_len(json_string_value(b64),
+                                                                  json_string_length(b64));
+            char entry[320];
+            snprintf(entry, sizeof entry, "%s.%s", lists[l], name);
+            if (json_array_append_new(s->b.meta, json_pack("{s:s, s:I}", "name", entry, "nbytes",
+                                                           n)) != 0)
+                return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory"), -1;
+        }
+    }
     return 0;
 }
 
@@ -663,6 +682,31 @@ static void submit_resolved(void *arg, int rc, const struct sockaddr *const *add
     submit_free(s);
 }
 
+/* The task of a parsed request, checked (task.h) and allowed for the
+ * tenant: a new gw_task_req (the caller's: gw_task_req_free, free), or
+ * NULL after replying. */
+static gw_task_req *task_prepare(svc_req *req, const gw_job_req *jr, int64_t tenant_id)
+{
+    gw_app *app = svc_req_app(req);
+    gw_task_limits lim = {.memory_gb = jr->memory_gb, .cpus = jr->cpus,
+                          .max_output_bytes = (int64_t)app->cfg.max_output_mb << 20,
+                          .log_bytes = (int64_t)app->cfg.task_log_mb << 20};
+    gw_task_err te;
+    gw_task_req *t = malloc(sizeof *t);
+    if (!t) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    if (gw_task_parse(jr->task, &lim, t, &te) != 0)
+        svc_reply_error(req, te.status, te.status == 500 ? "internal" : "invalid_argument",
+                        te.field[0] ? te.field : NULL, NULL, "%s", te.message);
+    else if (task_allowed(req, tenant_id, t) == 0)
+        return t;
+    gw_task_req_free(t);
+    free(t);
+    return NULL;
+}
+
 /* POST /v1/jobs: validates, prepares the row and its inputs, suspends the
  * request and hands it to the committer, which answers it (submit_done);
  * a webhook host that is a name is resolved first (submit_resolved),
@@ -686,58 +730,32 @@ int gw_api_jobs_submit(svc_req *req)
     json_t *body = svc_req_streamed(req) ? gw_mpart_job(req) : json_incref(svc_req_json(req));
     if (body == NULL)
         return 0;
-    int bad = gw_job_req_parse(body, &jr, &ve);
     /* body lives on while jr.task borrows from it */
-    if (bad)
+    if (gw_job_req_parse(body, &jr, &ve) != 0) {
         json_decref(body);
-    if (bad)
         return svc_reply_error(req, ve.status, "invalid_argument", ve.field[0] ? ve.field : NULL,
                                NULL, "%s", ve.message);
-    if (gw_job_req_check_output(&jr, (int64_t)app->cfg.max_output_mb << 20, &ve) != 0) {
-        gw_job_req_free(&jr);
-        json_decref(body);
-        return svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
     }
     gw_task_req *task = NULL;
-    if (jr.task) {
-        gw_task_limits lim = {.memory_gb = jr.memory_gb, .cpus = jr.cpus,
-                              .max_output_bytes = (int64_t)app->cfg.max_output_mb << 20,
-                              .log_bytes = (int64_t)app->cfg.task_log_mb << 20};
-        gw_task_err te;
-        task = malloc(sizeof *task);
-        int bad_task = !task ? (snprintf(te.message, sizeof te.message, "out of memory"),
-                                te.status = 500, te.field[0] = 0, -1)
-                             : gw_task_parse(jr.task, &lim, task, &te);
-        if (bad_task == 0 && task_allowed(req, who.tenant_id, task) != 0) {
-            gw_task_req_free(task);
-            free(task);
-            gw_job_req_free(&jr);
-            json_decref(body);
-            return 0;
-        }
-        if (bad_task) {
-            gw_task_req_free(task);
-            free(task);
-            gw_job_req_free(&jr);
-            json_decref(body);
-            return svc_reply_error(req, te.status, te.status == 500 ? "internal" : "invalid_argument",
-                                   te.field[0] ? te.field : NULL, NULL, "%s", te.message);
-        }
+    submit *s = NULL;
+    if (gw_job_req_check_output(&jr, (int64_t)app->cfg.max_output_mb << 20, &ve) != 0) {
+        svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
+        goto refused;
     }
+    if (jr.task && !(task = task_prepare(req, &jr, who.tenant_id)))
+        goto refused;
     /* The webhook's form, and its address when an IP literal; a name is
      * resolved below, off this thread. */
     char host[256] = "";
     int resolve = jr.webhook ? gw_whnet_url_check(app->whnet, jr.webhook, host, sizeof host,
                                                   ve.message, sizeof ve.message) : 0;
-    submit *s = resolve < 0 ? NULL : calloc(1, sizeof(*s));
-    if (!s) {
-        gw_job_req_free(&jr);
-        json_decref(body);
-        gw_task_req_free(task);
-        free(task);
-        if (resolve < 0)
-            return svc_reply_error(req, 422, "invalid_argument", "webhook", NULL, "%s", ve.message);
-        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    if (resolve < 0) {
+        svc_reply_error(req, 422, "invalid_argument", "webhook", NULL, "%s", ve.message);
+        goto refused;
+    }
+    if (!(s = calloc(1, sizeof(*s)))) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        goto refused;
     }
     s->app = app;
     s->key_id = who.key_id;
@@ -787,6 +805,12 @@ int gw_api_jobs_submit(svc_req *req)
     }
     submit_blobs_end(s, 0);
     submit_free(s);
+    return 0;
+refused:
+    gw_job_req_free(&jr);
+    gw_task_req_free(task);
+    free(task);
+    json_decref(body);
     return 0;
 }
 

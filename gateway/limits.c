@@ -140,7 +140,7 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
         int ok = json_is_null(ti) || (json_is_array(ti) && json_array_size(ti) <= 64);
         json_array_foreach(ok && !json_is_null(ti) ? ti : NULL, i, p) {
             const char *pat = json_string_value(p);
-            ok &= pat && *pat && json_string_length(p) <= 255 && !strpbrk(pat, ", \t\r\n");
+            ok &= pat && *pat && json_string_length(p) <= 255 && !strpbrk(pat, ", ");
         }
         if (!ok) {
             snprintf(field, 32, "task_images");

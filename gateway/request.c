@@ -157,9 +157,12 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     json_t *v;
     json_object_foreach(res, k, v) {
         int task_only = strcmp(k, "memory_gb") == 0 || strcmp(k, "cpus") == 0;
-        if (task_only && !r->task)
-            return fail(e, 400, "resources", "resources.%s is for tasks (a kernel's memory is its "
-                        "node's)", k);
+        if (task_only && !r->task) {
+            char field[40];
+            snprintf(field, sizeof field, "resources.%s", k);
+            return fail(e, 422, field, "%s is for tasks (a kernel's memory and CPUs are its "
+                        "node's)", field);
+        }
         if (!task_only && strcmp(k, "backend") != 0 && strcmp(k, "gpus") != 0 &&
             strcmp(k, "nodes") != 0 && strcmp(k, "gpu_memory_gb") != 0)
             return fail(e, 400, "resources", "resources.%.40s is not a known resource (backend, "
@@ -191,11 +194,14 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     /* nodes' upper bound is the kernel's max_nodes (at most GW_MAX_NODES):
      * a request past it is a 422 that names the kernel (nodes_check). */
     /* a task may ask for no GPU (a CPU program on any node) */
-    if (int_member(res, "gpus", "resources.gpus", r->task ? 0 : 1, 16, &r->gpus, e) ||
+    if (int_member(res, "gpus", "resources.gpus", 0, 16, &r->gpus, e) ||
         int_member(res, "nodes", "resources.nodes", INT32_MIN, INT32_MAX, &r->nodes, e))
         return -1;
     if (r->nodes < 1)
         return fail(e, 400, "resources.nodes", "resources.nodes must be at least 1");
+    if (r->gpus < 1 && !r->task)
+        return fail(e, 422, "resources.gpus", "resources.gpus must be at least 1 for a kernel "
+                    "(0, no GPU, is for tasks)");
     return gpu_memory_parse(res, r, e);
 }
 
@@ -243,10 +249,12 @@ int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     r->max_attempts = 3;
     json_t *kv = json_object_get(body, "kernel");
     r->task = json_object_get(body, "task");
+    /* well-formed members that do not go together: 422, as a kernel call
+     * that does not fit its kernel */
     if (kv && r->task)
-        return fail(e, 400, "task", "a job runs a kernel or a task, not both");
+        return fail(e, 422, "task", "a job runs a kernel or a task, not both");
     if (r->task && (json_object_get(body, "params") || json_object_get(body, "inputs")))
-        return fail(e, 400, json_object_get(body, "params") ? "params" : "inputs",
+        return fail(e, 422, json_object_get(body, "params") ? "params" : "inputs",
                     "a task's inputs go in task.inputs; params and inputs are a kernel's");
     if (!kv && !r->task)
         return fail(e, 400, "kernel", "kernel (a catalog kernel) or task (an image and a "

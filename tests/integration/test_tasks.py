@@ -149,6 +149,9 @@ print('done', a.shape, b.shape, flush=True)
     done = A.wait(job["id"], timeout=120)
     assert done["state"] == "succeeded", json.dumps(done)
     assert done["exit_code"] == 0
+    # usage as for kernels: the inputs' bytes in, the outputs' out
+    assert done["usage"]["bytes_in"] == a.nbytes + b.nbytes, done["usage"]
+    assert done["usage"]["bytes_out"] == len(npy_bytes(a * 2 + b)) + len(b"hello")
     y = A.get(f"/v1/jobs/{job['id']}/outputs/y.npy")
     assert y.status_code == 200, y.text
     assert y.content == npy_bytes(a * 2 + b)
@@ -390,3 +393,34 @@ def test_fair_share_serves_tasks_and_kernels_of_two_tenants_in_turn(ts):
         # each of G's jobs started before at least a third of F's backlog
         assert stk.ts(ended[i]["started_at"]) < starts_f[-4], (ended[i]["started_at"], starts_f)
     assert any(ended[i]["kind"] == "task" for i in late)
+
+
+def test_backfill_fills_a_tasks_reservation_with_a_short_kernel_only(ts, A):
+    """On the two engine nodes (the kernel-only node drained): a kernel runs
+    on one; a 2-node task gang cannot start and reserves both from that
+    kernel's end (started_at + timeout_s); a short kernel backfills the
+    free node meanwhile, a long task waits for the gang."""
+    cpu = ts.nodes_by_name()["tk-cpu"]["id"]
+    assert ts.admin.post(f"/v1/nodes/{cpu}/drain").status_code == 200
+    try:
+        first = A.submit("sleep", {"seconds": 2.5}, timeout_s=4, resources={"backend": "cpu"})
+        first = A.wait(first["id"], 30, states=("running",))
+        gang = submit(A, py("import os; print('part', os.environ['NODE_RANK'], flush=True)"),
+                      resources={"nodes": 2, "gpus": 0})
+        assert A.job(gang["id"])["state"] == "queued"
+        short = A.submit("sleep", {"seconds": 0.5}, timeout_s=2, resources={"backend": "cpu"})
+        long = submit(A, py("import time; time.sleep(1)"), timeout_s=60)
+        done = {k: A.wait(j["id"], 120) for k, j in
+                (("first", first), ("gang", gang), ("short", short), ("long", long))}
+    finally:
+        ts.admin.request("DELETE", f"/v1/nodes/{cpu}/drain")
+    for k, j in done.items():
+        assert j["state"] == "succeeded", (k, json.dumps(j))
+    start = {k: stk.ts(j["started_at"]).timestamp() for k, j in done.items()}
+    assert start["short"] < start["gang"], start
+    assert start["long"] >= start["gang"], start
+    assert start["gang"] <= start["first"] + 4 + 1.0, start
+    assert sorted(p["node"] for p in done["gang"]["placement"]) == ["tk-a", "tk-b"]
+    # each part's log, by ?part=
+    assert logs(A, gang["id"]).text == "part 0\n"
+    assert logs(A, gang["id"], part=1).text == "part 1\n"
