@@ -49,7 +49,7 @@ static void adopt_one(gw_app *app, adoption *a)
                         "blob directory?", a->id);
     } else if (rc == -EFBIG) {
         svc_reply_error(req, 413, "payload_too_large", NULL, NULL,
-                        "the file of %s is larger than the upload limit of %d MiB", a->id,
+                        "the file of %s is larger than the upload limit of %ld MiB", a->id,
                         app->cfg.max_blob_mb);
     } else if (rc == -EBADMSG) {
         /* planted or torn: a name must never serve other bytes */

@@ -669,7 +669,7 @@ static void submit_resolved(void *arg, int rc, const struct sockaddr *const *add
                         "webhook host %.100s does not resolve", host);
     } else if (rc == -ETIMEDOUT) {
         svc_reply_error(req, 422, "invalid_argument", "webhook", NULL,
-                        "webhook host %.100s did not resolve within %d ms", host,
+                        "webhook host %.100s did not resolve within %ld ms", host,
                         s->app->cfg.webhook_dns_timeout_ms);
     } else if (rc == -ESHUTDOWN) {
         gw_reply_unavailable(req, "this gateway (shutting down)");
@@ -790,7 +790,7 @@ int gw_api_jobs_submit(svc_req *req)
             else if (rc == -EDQUOT)
                 gw_reply_too_many(req, "rate_limited", 1,
                                   "this tenant has %d webhook host lookups in flight, the most it "
-                                  "may; retry once they end (each within %d ms)",
+                                  "may; retry once they end (each within %ld ms)",
                                   GW_RESOLVE_PER_TENANT, app->cfg.webhook_dns_timeout_ms);
             else if (rc == -EAGAIN)
                 gw_reply_unavailable(req, "webhook host lookup (too many at once)");

@@ -155,14 +155,14 @@ int gw_api_node_register(svc_req *req)
     free(tasks_s);
     if (rc == -EEXIST) {
         char after[16];
-        snprintf(after, sizeof after, "%d", app->cfg.node_timeout_s);
+        snprintf(after, sizeof after, "%ld", app->cfg.node_timeout_s);
         svc_warn("node registration refused: %s is held by a live node and %s from %s",
                  name, presented ? "the credential presented is not its" : "no credential came",
                  svc_req_client_ip(req));
         svc_reply_header(req, "Retry-After", after);
         return svc_reply_error(req, 409, "node_name_in_use", "name", NULL,
                                "node %s is registered and alive; only it may register that name "
-                               "again (with its credential) until it leaves or is silent for %d s",
+                               "again (with its credential) until it leaves or is silent for %ld s",
                                name, app->cfg.node_timeout_s);
     }
     if (rc == -EIO)

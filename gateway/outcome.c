@@ -157,7 +157,7 @@ static int outputs_fit_quota(gw_app *app, const char *job_id, const json_t *meta
     if (need <= gw_quota_room(app, used))
         return 0;
     snprintf(why, whylen, "the outputs need %llu bytes of blob storage and the tenant has %llu "
-             "left of its quota of %d MiB: no output was kept (DELETE blobs and ended jobs it no "
+             "left of its quota of %ld MiB: no output was kept (DELETE blobs and ended jobs it no "
              "longer needs, then run the job again)", (unsigned long long)need,
              (unsigned long long)gw_quota_room(app, used), app->cfg.blob_quota_mb);
     return -EDQUOT;
