@@ -28,7 +28,7 @@ typedef struct follower {
     svc_stream *stream;
     char *buf;
     size_t off, len, cap;
-    int refs;                 /* the stream's and the thread's */
+    int refs;                 /* the stream's, the list's, the thread's while it looks (mu) */
     int closed, ended, cut;
     int dirty;                /* woken: look now */
     int64_t tenant_id;
@@ -204,7 +204,9 @@ static void *follow_main(void *arg)
         for (follower *w = f->list; w && n < LOGFOLLOW_MAX; w = w->next) {
             if (all || w->dirty) {
                 w->dirty = 0;
+                pthread_mutex_lock(&w->mu);
                 w->refs++;
+                pthread_mutex_unlock(&w->mu);
                 todo[n++] = w;
             }
         }
