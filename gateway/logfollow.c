@@ -28,13 +28,14 @@ typedef struct follower {
     svc_stream *stream;
     char *buf;
     size_t off, len, cap;
-    int refs;                 /* the stream's and the thread's */
+    int refs;                 /* the stream's, the list's, the thread's while it looks (mu) */
     int closed, ended, cut;
     int dirty;                /* woken: look now */
     int64_t tenant_id;
     char job_id[37];
     int part;
-    int64_t have;             /* bytes of the log queued so far */
+    int64_t have;             /* bytes of the attempt's log queued so far */
+    int attempt;              /* that attempt (0: none seen yet) */
 } follower;
 
 struct gw_logfollow {
@@ -169,6 +170,23 @@ static int follower_look(gw_logfollow *f, follower *w)
     }
     if (rc != 0)
         return 0; /* the next round tries again */
+    if (w->attempt && lg.attempt != w->attempt) {
+        /* the job was placed again: its new attempt's log follows, from
+         * its first byte, after a line that says so */
+        char line[96];
+        int n = snprintf(line, sizeof line, "[kowloon] attempt %d\n", lg.attempt);
+        free(lg.data);
+        if (follower_put(w, line, (size_t)n, 0) != 0)
+            return 1;
+        pthread_mutex_lock(&w->mu);
+        w->have = 0;
+        pthread_mutex_unlock(&w->mu);
+        w->attempt = lg.attempt;
+        rc = gw_store_task_log_read(f->app->store, w->tenant_id, w->job_id, w->part, 0, &lg);
+        if (rc != 0)
+            return rc == -ENOENT ? (follower_put(w, NULL, 0, 1), 1) : 0;
+    }
+    w->attempt = lg.attempt;
     int over = 0;
     if (lg.blob[0]) {
         follower_finish_from_blob(f, w, lg.blob);
@@ -204,7 +222,9 @@ static void *follow_main(void *arg)
         for (follower *w = f->list; w && n < LOGFOLLOW_MAX; w = w->next) {
             if (all || w->dirty) {
                 w->dirty = 0;
+                pthread_mutex_lock(&w->mu);
                 w->refs++;
+                pthread_mutex_unlock(&w->mu);
                 todo[n++] = w;
             }
         }

@@ -923,7 +923,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * stored blob when the part has ended ({blob, bytes}), else the live
  * chunks of its current attempt from byte $4 on, in order. */
 [ST_TASK_LOG_READ] = {
-    "SELECT j.state, j.kind, j.logs -> $3::text ->> 'blob', c.off, c.data"
+    "SELECT j.state, j.kind, j.logs -> $3::text ->> 'blob', c.off, c.data, j.attempts"
     " FROM jobs j LEFT JOIN job_log_chunks c ON c.job_id = j.id AND c.attempt = j.attempts"
     "   AND c.part = $3::int AND c.off + length(c.data) > $4::bigint"
     "   AND (j.logs -> $3::text IS NULL OR (j.logs -> $3::text ->> 'attempt')::int <> j.attempts)"

@@ -605,6 +605,7 @@ int gw_store_task_logs_append(gw_store *s, const char *node_id, const char *batc
 typedef struct gw_task_log {
     char state[16];
     int is_task;
+    int attempt;              /* the job's current attempt, whose log this is */
     char blob[80];            /* the part's stored log when it ended this attempt; "" else */
     unsigned char *data;      /* else the live bytes from start on (owned) */
     size_t len;

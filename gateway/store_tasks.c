@@ -159,6 +159,7 @@ int gw_store_task_log_read(gw_store *s, int64_t tenant_id, const char *job_id, i
     if (rc == 0) {
         store__copy(r, 0, 0, out->state, sizeof out->state);
         out->is_task = strcmp(PQgetvalue(r, 0, 1), "task") == 0;
+        out->attempt = atoi(PQgetvalue(r, 0, 5));
         if (!PQgetisnull(r, 0, 2))
             store__copy(r, 0, 2, out->blob, sizeof out->blob);
         out->start = -1;

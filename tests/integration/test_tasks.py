@@ -252,7 +252,7 @@ def test_logs_arrive_live_through_follow_and_sse_and_stay_after_the_end(ts, A):
     r = A.get(f"/v1/jobs/{jid}/logs", headers={"Range": "bytes=6-9"})
     assert r.status_code == 206 and r.text == "line", r.text
     assert ts.client("B").get(f"/v1/jobs/{jid}/logs").status_code == 404
-    for r in (sse, tenant):
+    for r in (sse, tenant, follow):
         r.close()
 
 
@@ -353,6 +353,12 @@ def test_a_node_killed_mid_task_loses_its_orphan_on_restart_and_the_job_reruns_o
     job = submit(A, py(code))
     jid = job["id"]
     wait_until(lambda: "attempt 1" in logs(A, jid).text, 90, 0.1, "attempt 1 running")
+    follow = A.get(f"/v1/jobs/{jid}/logs?follow=1", stream=True, timeout=(5, 120))
+    followed = []
+    reader = threading.Thread(target=_read_stream, args=(follow, followed, threading.Event()),
+                              daemon=True)
+    reader.start()
+    wait_until(lambda: b"attempt 1" in b"".join(followed), 30, 0.05, "attempt 1 followed")
     node = A.job(jid)["node"]
     assert containers(ts.conf, run=f"{jid}.1"), "no container for attempt 1"
     ts.kill_node(node)
@@ -360,6 +366,11 @@ def test_a_node_killed_mid_task_loses_its_orphan_on_restart_and_the_job_reruns_o
     assert done["state"] == "succeeded", json.dumps(done)
     assert done["attempts"] == 2, json.dumps(done)
     assert A.get(f"/v1/jobs/{jid}/outputs/done.txt").content == b"2"
+    # the follow stream went on with the new attempt's log, and ended with the job
+    reader.join(60)
+    assert not reader.is_alive()
+    assert b"".join(followed).decode() == "attempt 1\n[kowloon] attempt 2\nattempt 2\n"
+    follow.close()
     # the killed node's container outlived it; its restart removes it
     ts.start_node(node)
     ts.wait_nodes_up([node], timeout=60)
