@@ -712,6 +712,24 @@ static gw_task_req *task_prepare(svc_req *req, const gw_job_req *jr, int64_t ten
  * a webhook host that is a name is resolved first (submit_resolved),
  * while the request stays suspended: no lookup ever waits on this thread.
  * Whatever fails before the hand-over is answered here. */
+/* The answer to a submit whose webhook host could not be handed to the
+ * resolver (rc from gw_resolve). */
+static void resolve_refused(svc_req *req, gw_app *app, int rc)
+{
+    if (rc == -EINVAL)
+        svc_reply_error(req, 422, "invalid_argument", "webhook", NULL,
+                        "webhook host must be at most 253 characters");
+    else if (rc == -EDQUOT)
+        gw_reply_too_many(req, "rate_limited", 1,
+                          "this tenant has %d webhook host lookups in flight, the most it "
+                          "may; retry once they end (each within %ld ms)",
+                          GW_RESOLVE_PER_TENANT, app->cfg.webhook_dns_timeout_ms);
+    else if (rc == -EAGAIN)
+        gw_reply_unavailable(req, "webhook host lookup (too many at once)");
+    else
+        gw_reply_unavailable(req, "this gateway (shutting down)");
+}
+
 int gw_api_jobs_submit(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -784,18 +802,7 @@ int gw_api_jobs_submit(svc_req *req)
             rc = gw_resolve(app->resolver, host, who.tenant_id, submit_resolved, s);
             if (rc == 0)
                 return 0; /* req and s are submit_resolved's now */
-            if (rc == -EINVAL)
-                svc_reply_error(req, 422, "invalid_argument", "webhook", NULL,
-                                "webhook host must be at most 253 characters");
-            else if (rc == -EDQUOT)
-                gw_reply_too_many(req, "rate_limited", 1,
-                                  "this tenant has %d webhook host lookups in flight, the most it "
-                                  "may; retry once they end (each within %ld ms)",
-                                  GW_RESOLVE_PER_TENANT, app->cfg.webhook_dns_timeout_ms);
-            else if (rc == -EAGAIN)
-                gw_reply_unavailable(req, "webhook host lookup (too many at once)");
-            else
-                gw_reply_unavailable(req, "this gateway (shutting down)");
+            resolve_refused(req, app, rc);
         } else if (gw_committer_add(app->committer, &s->item) == 0) {
             return 0; /* req and s are the committer's now */
         } else {
@@ -1275,6 +1282,61 @@ static int task_output_reply(svc_req *req, gw_app *app, const char *id, const js
                                fd, size);
 }
 
+/* A kernel output's bytes from the blob store, raw or behind an .npy
+ * header. */
+static int tensor_blob_reply(svc_req *req, gw_app *app, const char *id, const svc_tensor *t,
+                             int npy)
+{
+    int fd = -1;
+    uint64_t size = 0;
+    if (svc_bstore_open_read(app->blobs, t->blob, &fd, &size) != 0 || size != t->nbytes) {
+        if (fd >= 0)
+            close(fd);
+        svc_error("blobs: output %s of job %s is missing or has the wrong size", t->blob, id);
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "the output's bytes are missing");
+    }
+    if (!npy)
+        return svc_reply_fd(req, 200, "application/octet-stream", fd, 0, size);
+    npy_stream *n = calloc(1, sizeof *n);
+    if (n)
+        *n = (npy_stream){.fd = fd, .left = size};
+    if (n && (n->head_len = svc_npy_header(t->dtype, t->ndim, t->shape, n->head, sizeof n->head)) > 0)
+        return svc_reply_stream(req, 200, "application/x-npy", npy_read, n, npy_free);
+    if (n)
+        npy_free(n);
+    else
+        close(fd);
+    return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+}
+
+/* A kernel's output t (named want): its dtype, shape and file name in the
+ * headers, then its bytes from the row (a result from before the blob
+ * store) or from the blob store. */
+static int tensor_output_reply(svc_req *req, gw_app *app, const char *id, const char *want,
+                               const svc_tensor *t, int npy)
+{
+    char hdr[256];
+    svc_reply_header(req, "X-Kowloon-Dtype", svc_dtype_name(t->dtype));
+    shape_header(t, hdr, sizeof hdr);
+    svc_reply_header(req, "X-Kowloon-Shape", hdr);
+    char file[160];
+    snprintf(file, sizeof file, "%s.%s", want, npy ? "npy" : "bin");
+    svc_reply_header(req, "Content-Disposition", svc_content_disposition(file, hdr, sizeof hdr));
+    if (t->blob[0] != '\0')
+        return tensor_blob_reply(req, app, id, t, npy);
+    char head[512];
+    size_t hl = npy ? svc_npy_header(t->dtype, t->ndim, t->shape, head, sizeof head) : 0;
+    unsigned char *body = malloc(hl + t->nbytes + 1);
+    if (!body)
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    memcpy(body, head, hl);
+    memcpy(body + hl, t->data, t->nbytes);
+    int rc = svc_reply_raw(req, 200, npy ? "application/x-npy" : "application/octet-stream", body,
+                           hl + t->nbytes);
+    free(body);
+    return rc;
+}
+
 int gw_api_jobs_output(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -1322,58 +1384,13 @@ int gw_api_jobs_output(svc_req *req)
             break;
         }
     }
-    char hdr[256];
-    if (!bad && found) {
-        svc_reply_header(req, "X-Kowloon-Dtype", svc_dtype_name(t.dtype));
-        shape_header(&t, hdr, sizeof hdr);
-        svc_reply_header(req, "X-Kowloon-Shape", hdr);
-        char file[160];
-        snprintf(file, sizeof file, "%s.%s", want, npy ? "npy" : "bin");
-        svc_reply_header(req, "Content-Disposition", svc_content_disposition(file, hdr, sizeof hdr));
-    }
-    if (bad) {
+    if (bad)
         rc = svc_reply_error(req, 500, "internal", NULL, NULL, "the stored result is corrupt");
-    } else if (!found) {
+    else if (!found)
         rc = svc_reply_error(req, 404, "not_found", "name", NULL, "job %s has no output named %.64s",
                              id, want);
-    } else if (t.blob[0] == '\0') {
-        /* a result from before the blob store: its bytes are in the row */
-        char head[512];
-        size_t hl = npy ? svc_npy_header(t.dtype, t.ndim, t.shape, head, sizeof head) : 0;
-        unsigned char *body = malloc(hl + t.nbytes + 1);
-        if (body) {
-            memcpy(body, head, hl);
-            memcpy(body + hl, t.data, t.nbytes);
-        }
-        rc = body ? svc_reply_raw(req, 200, npy ? "application/x-npy" : "application/octet-stream",
-                                  body, hl + t.nbytes)
-                  : svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
-        free(body);
-    } else {
-        int fd = -1;
-        uint64_t size = 0;
-        if (svc_bstore_open_read(app->blobs, t.blob, &fd, &size) != 0 || size != t.nbytes) {
-            if (fd >= 0)
-                close(fd);
-            svc_error("blobs: output %s of job %s is missing or has the wrong size", t.blob, id);
-            rc = svc_reply_error(req, 500, "internal", NULL, NULL, "the output's bytes are missing");
-        } else if (!npy) {
-            rc = svc_reply_fd(req, 200, "application/octet-stream", fd, 0, size);
-        } else {
-            npy_stream *n = calloc(1, sizeof *n);
-            if (n)
-                *n = (npy_stream){.fd = fd, .left = size};
-            if (n && (n->head_len = svc_npy_header(t.dtype, t.ndim, t.shape, n->head, sizeof n->head)) > 0) {
-                rc = svc_reply_stream(req, 200, "application/x-npy", npy_read, n, npy_free);
-            } else {
-                if (n)
-                    npy_free(n);
-                else
-                    close(fd);
-                rc = svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
-            }
-        }
-    }
+    else
+        rc = tensor_output_reply(req, app, id, want, &t, npy);
     json_decref(meta);
     free(data);
     return rc;

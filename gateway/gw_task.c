@@ -280,82 +280,121 @@ static int input_parse(const char *name, const json_t *in, json_t *run_inputs, g
     return rc;
 }
 
-/* input_parse's body, with shape (js) as plain values. */
-static int input_check(const char *name, const char *field, const json_t *in, const json_t *jd,
-                       const json_t *js, json_t *run_inputs, gw_task_req *t, gw_task_err *e)
+/* An input's form: its dtype (NULL: plain bytes), element size, element
+ * count (-1 without a shape) and byte size (-1 without a dtype), checked
+ * for fitting together before anything is built. */
+typedef struct input_form {
+    const char *dtype, *format;
+    size_t esize;
+    int64_t elems, want;
+} input_form;
+
+static int input_form_check(const char *field, const json_t *in, const json_t *jd,
+                            const json_t *js, input_form *f, gw_task_err *e)
 {
     const json_t *jdata = json_object_get(in, "data"), *jb64 = json_object_get(in, "b64");
     const json_t *jblob = json_object_get(in, "blob"), *jf = json_object_get(in, "format");
-    const char *dtype = json_string_value(jd);
-    const char *format = jf ? json_string_value(jf) : "raw";
-    if ((jd && !dtype) || (jf && !format))
+    f->dtype = json_string_value(jd);
+    f->format = jf ? json_string_value(jf) : "raw";
+    if ((jd && !f->dtype) || (jf && !f->format))
         return fail(e, 400, field, "%s: dtype and format must be strings", field);
-    if (strcmp(format, "raw") != 0 && strcmp(format, "npy") != 0)
+    if (strcmp(f->format, "raw") != 0 && strcmp(f->format, "npy") != 0)
         return fail(e, 422, field, "%s.format must be raw or npy", field);
-    size_t esize = dtype ? svc_task_dtype_size(dtype) : 0;
-    if (dtype && esize == 0)
+    f->esize = f->dtype ? svc_task_dtype_size(f->dtype) : 0;
+    if (f->dtype && f->esize == 0)
         return fail(e, 422, field, "%s.dtype %.32s is not one of bool, int8, int16, int32, "
-                    "int64, uint8, uint16, uint32, uint64, float16, float32, float64", field, dtype);
-    if ((dtype != NULL) != (js != NULL))
+                    "int64, uint8, uint16, uint32, uint64, float16, float32, float64", field,
+                    f->dtype);
+    if ((f->dtype != NULL) != (js != NULL))
         return fail(e, 422, field, "%s: dtype and shape go together (neither: plain bytes)", field);
-    if (!dtype && strcmp(format, "npy") == 0)
+    if (!f->dtype && strcmp(f->format, "npy") == 0)
         return fail(e, 422, field, "%s: format npy needs a dtype and a shape", field);
-    int64_t elems = js ? shape_elems(js) : -1;
-    if (js && elems < 0)
+    f->elems = js ? shape_elems(js) : -1;
+    if (js && f->elems < 0)
         return fail(e, 422, field, "%s.shape must be a list of at most %d non-negative integers",
                     field, TASK_DIMS);
     if ((jdata != NULL) + (jb64 != NULL) + (jblob != NULL) != 1)
         return fail(e, 422, field, "%s needs exactly one of data, b64 or blob", field);
-    if (jdata && !dtype)
+    if (jdata && !f->dtype)
         return fail(e, 422, field, "%s: data needs a dtype and a shape", field);
-    int64_t want = dtype ? elems * (int64_t)esize : -1;
+    f->want = f->dtype ? f->elems * (int64_t)f->esize : -1;
+    return 0;
+}
+
+/* An input given by blob: recorded in t->blobs, its size checked later. */
+static int input_blob(const char *field, const json_t *jblob, const input_form *f,
+                      json_t *entry, gw_task_req *t, gw_task_err *e)
+{
+    const char *id = json_string_value(jblob);
+    if (!id || !svc_blob_id_valid(id))
+        return fail(e, 422, field, "%s.blob must be a blob id (sha256:<64 hex digits>)", field);
+    json_object_set_new(entry, "blob", json_string(id));
+    gw_task_blob *b = &t->blobs[t->nblobs++];
+    snprintf(b->field, sizeof b->field, "%s", field);
+    snprintf(b->id, sizeof b->id, "%s", id);
+    b->size = f->want;
+    b->entry = entry;
+    return 0;
+}
+
+/* An inline input's bytes (from b64, or data flattened to the dtype), in
+ * *bytes (malloc'd) and *len. */
+static int input_bytes(const char *field, const json_t *in, const input_form *f,
+                       unsigned char **bytes, size_t *len, gw_task_err *e)
+{
+    const json_t *jb64 = json_object_get(in, "b64"), *jdata = json_object_get(in, "data");
+    if (jb64) {
+        const char *s = json_string_value(jb64);
+        if (!s || svc_b64_decode(s, json_string_length(jb64), bytes, len) != 0)
+            return fail(e, 422, field, "%s.b64 is not base64", field);
+        if (f->want >= 0 && (int64_t)*len != f->want) {
+            free(*bytes);
+            *bytes = NULL;
+            return fail(e, 422, field, "%s.b64 holds %zu bytes; dtype %s and its shape need %lld",
+                        field, *len, f->dtype, (long long)f->want);
+        }
+        return 0;
+    }
+    if ((uint64_t)f->want > (uint64_t)SVC_TASK_INLINE_MAX * 64)
+        return fail(e, 422, field, "%s.data is too large to send as JSON; upload it as a blob",
+                    field);
+    *bytes = malloc(f->want ? (size_t)f->want : 1);
+    size_t n = 0;
+    if (!*bytes)
+        return fail(e, 500, field, "out of memory");
+    if (data_flatten(jdata, f->dtype, f->esize, *bytes, (size_t)f->elems, &n, 0) != 0 ||
+        (int64_t)n != f->elems) {
+        free(*bytes);
+        *bytes = NULL;
+        return fail(e, 422, field, "%s.data must hold %lld values of %s (its shape), nested "
+                    "or flat", field, (long long)f->elems, f->dtype);
+    }
+    *len = (size_t)f->want;
+    return 0;
+}
+
+/* input_parse's body, with shape (js) as plain values. */
+static int input_check(const char *name, const char *field, const json_t *in, const json_t *jd,
+                       const json_t *js, json_t *run_inputs, gw_task_req *t, gw_task_err *e)
+{
+    input_form f = {0};
+    if (input_form_check(field, in, jd, js, &f, e) != 0)
+        return -1;
     json_t *entry = json_object();
     if (!entry || json_object_set_new(run_inputs, name, entry) != 0)
         return fail(e, 500, field, "out of memory");
-    if (dtype) {
-        json_object_set_new(entry, "dtype", json_string(dtype));
+    if (f.dtype) {
+        json_object_set_new(entry, "dtype", json_string(f.dtype));
         json_object_set(entry, "shape", (json_t *)js);
     }
-    json_object_set_new(entry, "format", json_string(format));
-    if (jblob) {
-        const char *id = json_string_value(jblob);
-        if (!id || !svc_blob_id_valid(id))
-            return fail(e, 422, field, "%s.blob must be a blob id (sha256:<64 hex digits>)", field);
-        json_object_set_new(entry, "blob", json_string(id));
-        gw_task_blob *b = &t->blobs[t->nblobs++];
-        snprintf(b->field, sizeof b->field, "%s", field);
-        snprintf(b->id, sizeof b->id, "%s", id);
-        b->size = want;
-        b->entry = entry;
-        return 0;
-    }
+    json_object_set_new(entry, "format", json_string(f.format));
+    const json_t *jblob = json_object_get(in, "blob");
+    if (jblob)
+        return input_blob(field, jblob, &f, entry, t, e);
     unsigned char *bytes = NULL;
     size_t len = 0;
-    if (jb64) {
-        const char *s = json_string_value(jb64);
-        if (!s || svc_b64_decode(s, json_string_length(jb64), &bytes, &len) != 0)
-            return fail(e, 422, field, "%s.b64 is not base64", field);
-        if (want >= 0 && (int64_t)len != want) {
-            free(bytes);
-            return fail(e, 422, field, "%s.b64 holds %zu bytes; dtype %s and its shape need %lld",
-                        field, len, dtype, (long long)want);
-        }
-    } else {
-        if ((uint64_t)want > (uint64_t)SVC_TASK_INLINE_MAX * 64)
-            return fail(e, 422, field, "%s.data is too large to send as JSON; upload it as a blob",
-                        field);
-        bytes = malloc(want ? (size_t)want : 1);
-        size_t n = 0;
-        if (!bytes)
-            return fail(e, 500, field, "out of memory");
-        if (data_flatten(jdata, dtype, esize, bytes, (size_t)elems, &n, 0) != 0 ||
-            (int64_t)n != elems) {
-            free(bytes);
-            return fail(e, 422, field, "%s.data must hold %lld values of %s (its shape), nested "
-                        "or flat", field, (long long)elems, dtype);
-        }
-        len = (size_t)want;
-    }
+    if (input_bytes(field, in, &f, &bytes, &len, e) != 0)
+        return -1;
     if (len > GW_TASK_INLINE_INPUT_MAX) {
         gw_task_big *b = &t->big[t->nbig++];
         snprintf(b->field, sizeof b->field, "%s", field);

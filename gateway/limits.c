@@ -94,6 +94,43 @@ int gw_tenant_name_valid(const char *name)
 const char *const gw_limit_names[GW_LIM__COUNT] = {"rate_rps", "rate_burst", "max_queued",
                                                     "max_running"};
 
+/* A tenant body's task settings: task_egress (-1: not given) and
+ * task_images (null: back to the gateway's --task-images). */
+static int tenant_task_parse(const json_t *body, gw_tenant_body *out, char field[32],
+                             char *msg, size_t msglen)
+{
+    const json_t *ti = json_object_get(body, "task_images"), *te = json_object_get(body, "task_egress");
+    out->task_egress = te ? json_is_true(te) : -1;
+    if (te && !json_is_boolean(te)) {
+        snprintf(field, 32, "task_egress");
+        snprintf(msg, msglen, "task_egress must be true or false");
+        return -1;
+    }
+    if (ti) {
+        size_t i;
+        json_t *p;
+        int ok = json_is_null(ti) || (json_is_array(ti) && json_array_size(ti) <= 64);
+        json_array_foreach(ok && !json_is_null(ti) ? ti : NULL, i, p) {
+            const char *pat = json_string_value(p);
+            ok &= pat && *pat && json_string_length(p) <= 255 && !strpbrk(pat, ", ");
+        }
+        if (!ok) {
+            snprintf(field, 32, "task_images");
+            snprintf(msg, msglen, "task_images must be null (the gateway's --task-images) or a "
+                     "list of at most 64 image patterns (fnmatch, 1-255 characters, no comma or "
+                     "space)");
+            return -1;
+        }
+        out->task_images_set = 1;
+        if (!json_is_null(ti) && !(out->task_images_json = json_dumps(ti, JSON_COMPACT))) {
+            snprintf(field, 32, "task_images");
+            snprintf(msg, msglen, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32],
                          char *msg, size_t msglen)
 {
@@ -127,35 +164,8 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
         return -1;
     }
     out->weight = w ? json_number_value(w) : 0;
-    const json_t *ti = json_object_get(body, "task_images"), *te = json_object_get(body, "task_egress");
-    out->task_egress = te ? json_is_true(te) : -1;
-    if (te && !json_is_boolean(te)) {
-        snprintf(field, 32, "task_egress");
-        snprintf(msg, msglen, "task_egress must be true or false");
+    if (tenant_task_parse(body, out, field, msg, msglen) != 0)
         return -1;
-    }
-    if (ti) {
-        size_t i;
-        json_t *p;
-        int ok = json_is_null(ti) || (json_is_array(ti) && json_array_size(ti) <= 64);
-        json_array_foreach(ok && !json_is_null(ti) ? ti : NULL, i, p) {
-            const char *pat = json_string_value(p);
-            ok &= pat && *pat && json_string_length(p) <= 255 && !strpbrk(pat, ", ");
-        }
-        if (!ok) {
-            snprintf(field, 32, "task_images");
-            snprintf(msg, msglen, "task_images must be null (the gateway's --task-images) or a "
-                     "list of at most 64 image patterns (fnmatch, 1-255 characters, no comma or "
-                     "space)");
-            return -1;
-        }
-        out->task_images_set = 1;
-        if (!json_is_null(ti) && !(out->task_images_json = json_dumps(ti, JSON_COMPACT))) {
-            snprintf(field, 32, "task_images");
-            snprintf(msg, msglen, "out of memory");
-            return -1;
-        }
-    }
     for (int i = 0; i < GW_LIM__COUNT; i++) {
         const json_t *l = json_object_get(body, gw_limit_names[i]);
         out->lim[i].set = l != NULL;

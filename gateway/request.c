@@ -227,26 +227,27 @@ const char *const gw_job_fields[] = {"kernel", "task", "params", "inputs", "prio
                                      "max_attempts", "resources", "labels", "webhook",
                                      "webhook_events", NULL};
 
-int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
+/* Every member of body is a field of a job request. */
+static int fields_known(const json_t *body, gw_verr *e)
 {
-    const char *const *known = gw_job_fields;
-    memset(r, 0, sizeof(*r));
-    memset(e, 0, sizeof(*e));
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)body, k, v) {
         int ok = 0;
-        for (int i = 0; known[i] && !ok; i++)
-            ok = strcmp(k, known[i]) == 0;
+        for (int i = 0; gw_job_fields[i] && !ok; i++)
+            ok = strcmp(k, gw_job_fields[i]) == 0;
         if (!ok) {
             char field[64];
             snprintf(field, sizeof(field), "%.60s", k);
             return fail(e, 400, field, "%s is not a field of a job request", field);
         }
     }
-    r->priority = 5;
-    r->timeout_s = 3600;
-    r->max_attempts = 3;
+    return 0;
+}
+
+/* A kernel call or a task, not both (r->task set when a task). */
+static int kind_check(const json_t *body, gw_job_req *r, gw_verr *e)
+{
     json_t *kv = json_object_get(body, "kernel");
     r->task = json_object_get(body, "task");
     /* well-formed members that do not go together: 422, as a kernel call
@@ -261,6 +262,19 @@ int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
                     "command) is required");
     if (kv && !json_is_string(kv))
         return fail(e, 400, "kernel", "kernel must be a string");
+    return 0;
+}
+
+int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
+{
+    memset(r, 0, sizeof(*r));
+    memset(e, 0, sizeof(*e));
+    if (fields_known(body, e) != 0 || kind_check(body, r, e) != 0)
+        return -1;
+    r->priority = 5;
+    r->timeout_s = 3600;
+    r->max_attempts = 3;
+    json_t *kv = json_object_get(body, "kernel");
     if (int_member(body, "priority", "priority", 0, 9, &r->priority, e) ||
         int_member(body, "timeout_s", "timeout_s", 1, 86400, &r->timeout_s, e) ||
         int_member(body, "max_attempts", "max_attempts", 1, 10, &r->max_attempts, e) ||
