@@ -1,7 +1,8 @@
 /* api.h — the gateway's HTTP handlers, grouped by resource: api_jobs.c
- * (the public job API), api_cluster.c (nodes, kernels, health, the spec),
- * api_admin.c (tenants, keys, node drain).
- * auth.c decides who is calling. */
+ * (the public job API), api_info.c (nodes, kernels, health, the spec),
+ * api_admin.c (tenants, keys, node drain), api_nodes.c (what nodes call).
+ * routes.c maps every path to its handler and says who may call it;
+ * auth.c and auth_cluster.c check that from the head, once. */
 #ifndef GW_API_H
 #define GW_API_H
 
@@ -52,8 +53,13 @@ enum { GW_ACCESS_TENANT = 1, GW_ACCESS_ADMIN,
 #define GW_ACCESS_GANG 0x400
 #define GW_ACCESS_ROLE(access) ((access) == GW_ACCESS_PUBLIC ? GW_ACCESS_PUBLIC : (access) & 0xff)
 /* svc_authorize_fn of the gateway: 0, or -1 after replying 401 (with
- * WWW-Authenticate), 403, 429 or 503. */
+ * WWW-Authenticate), 403, 429 or 503. A tenant's or admin's route keeps
+ * the caller on the request. */
 int gw_authorize(svc_req *req, int access);
+/* The caller gw_authorize found for this request (routes.c declares who
+ * may call each route, and it is checked from the head once): handlers
+ * read it here and never authenticate again. Zeroed on a public route. */
+gw_caller gw_req_caller(svc_req *req);
 
 /* Authenticates a tenant key and takes a token of its rate limit; on
  * failure replies 401 (429 over the rate limit or after too many failed
@@ -152,9 +158,6 @@ int gw_api_node_results(svc_req *req);
 int gw_api_node_logs(svc_req *req);
 int gw_api_jobs_logs(svc_req *req);
 int gw_api_images(svc_req *req);
-/* Sets the body limit of blob uploads, a tenant's and a node's (the route
- * tables' one runtime value). */
-void gw_routes_set_blob_limit(size_t bytes);
 
 /* api_events.c: Server-Sent Events of job state changes (events.h). */
 int gw_api_events(svc_req *req);
@@ -205,8 +208,6 @@ int gw_api_keys_revoke(svc_req *req);
 int gw_api_node_drain(svc_req *req);
 int gw_api_node_undrain(svc_req *req);
 
-/* The route table of the public listener (tenants, admins, health, metrics,
- * the dashboard), terminated by a NULL method. */
 /* Parses a single "bytes=a-b" / "bytes=a-" / "bytes=-n" Range of a body
  * of size bytes into [*off, *off + *len): 1 for a range, 0 when absent or
  * not one served partially (the whole body goes out), -1 for 416. */
@@ -216,8 +217,10 @@ int gw_range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *len);
  * (206), or 416; with its ETag (api_blobs.c). */
 int gw_reply_blob_range(svc_req *req, const char *id, const char *ctype, int fd, uint64_t size);
 
-extern svc_route gw_routes[];
-/* The route table of the cluster listener (api_nodes.c): what nodes call. */
-extern svc_route gw_cluster_routes[];
+/* routes.c: the route table of the public listener (tenants, admins,
+ * health, metrics, the dashboard) and of the cluster listener (what nodes
+ * call), each terminated by a NULL method. */
+extern const svc_route gw_routes[];
+extern const svc_route gw_cluster_routes[];
 
 #endif

@@ -13,23 +13,10 @@
 #include "svc_log.h"
 #include "svc_util.h"
 
-/* Authenticates an admin key: 0, or -1 after replying 401/403/429/503. */
-static int auth_admin(svc_req *req, gw_caller *who)
-{
-    if (gw_auth_tenant(req, who) != 0)
-        return -1;
-    if (who->admin)
-        return 0;
-    svc_reply_error(req, 403, "forbidden", NULL, NULL, "this operation needs an admin key");
-    return -1;
-}
-
 int gw_api_tenants_put(svc_req *req)
 {
+    gw_caller who = gw_req_caller(req);
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (auth_admin(req, &who) != 0)
-        return 0;
     gw_tenant_body tb;
     char field[32], msg[160];
     if (gw_tenant_body_parse(svc_req_json(req), &tb, field, msg, sizeof(msg)) != 0) {
@@ -54,9 +41,6 @@ int gw_api_tenants_put(svc_req *req)
 int gw_api_tenants_list(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (auth_admin(req, &who) != 0)
-        return 0;
     json_t *tenants;
     if (gw_store_tenants_json(app->store, &tenants) != 0)
         return gw_reply_unavailable(req, "PostgreSQL");
@@ -65,10 +49,8 @@ int gw_api_tenants_list(svc_req *req)
 
 int gw_api_keys_create(svc_req *req)
 {
+    gw_caller who = gw_req_caller(req);
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (auth_admin(req, &who) != 0)
-        return 0;
     json_t *b = svc_req_json(req);
     const char *k;
     json_t *v;
@@ -105,9 +87,6 @@ int gw_api_keys_create(svc_req *req)
 int gw_api_keys_list(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (auth_admin(req, &who) != 0)
-        return 0;
     const char *tenant = svc_req_query(req, "tenant");
     if (tenant && !gw_tenant_name_valid(tenant))
         return svc_reply_error(req, 400, "invalid_argument", "tenant", NULL,
@@ -124,10 +103,8 @@ int gw_api_keys_list(svc_req *req)
  * share one, and the id is what names a key for sure. */
 int gw_api_keys_revoke(svc_req *req)
 {
+    gw_caller who = gw_req_caller(req);
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (auth_admin(req, &who) != 0)
-        return 0;
     const char *ref = svc_req_param(req, "id");
     size_t len = ref ? strlen(ref) : 0;
     int64_t id = 0;
@@ -157,10 +134,8 @@ int gw_api_keys_revoke(svc_req *req)
 
 static int node_set_draining(svc_req *req, int draining)
 {
+    gw_caller who = gw_req_caller(req);
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (auth_admin(req, &who) != 0)
-        return 0;
     const char *id = svc_req_param(req, "id");
     json_t *node = NULL;
     int rc = svc_uuid_valid(id) ? gw_store_node_drain(app->store, id, draining, &node) : -ENOENT;

@@ -46,9 +46,7 @@ static int duration(svc_req *req, int *out)
 int gw_api_events(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (gw_auth_tenant(req, &who) != 0)
-        return 0;
+    gw_caller who = gw_req_caller(req);
     gw_event_filter f;
     const char *field = NULL;
     char msg[200];
@@ -69,9 +67,7 @@ int gw_api_events(svc_req *req)
 int gw_api_job_events(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (gw_auth_tenant(req, &who) != 0)
-        return 0;
+    gw_caller who = gw_req_caller(req);
     const char *id = gw_job_id_param(req);
     if (!id)
         return 0;

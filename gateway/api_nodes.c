@@ -1,9 +1,9 @@
 /* api_nodes.c — the cluster listener: a node registers with the cluster
  * token and gets a credential of its own (nodecred.h); with it, it beats,
  * takes runs by lease and reports them (api_runs.c), moves blobs
- * (api_blobs.c), meets its gang (rendezvous.c) and leaves. The route table
- * here is all the cluster listener serves; the public listener serves none
- * of it. */
+ * (api_blobs.c), meets its gang (rendezvous.c) and leaves. The cluster
+ * listener serves only these (routes.c); the public listener serves none
+ * of them. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,49 +314,3 @@ int gw_api_node_remove(svc_req *req)
     gw_sched_nodes_changed(app->sched);
     return svc_reply_json(req, 200, json_object());
 }
-
-/* The cluster listener's routes. C: the cluster token (registration only);
- * N: the node's credential, whose node the path's {node} must be; RUN /
- * GANG: the run or gang attempt named must be the node's (auth_cluster.c).
- * All checked from the head. Every route is reserved: a node must not
- * queue behind other clients of its address. */
-#define C GW_ACCESS_CLUSTER
-#define N GW_ACCESS_NODE
-#define M GW_ACCESS_METRICS
-svc_route gw_cluster_routes[] = {
-    {.method = "POST", .pattern = "/v1/cluster/nodes/register", .handler = gw_api_node_register,
-     .json_body = 1, .access = C, .reserved = 1},
-    {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/heartbeat",
-     .handler = gw_api_node_heartbeat, .json_body = 1, .access = N, .reserved = 1},
-    {.method = "DELETE", .pattern = "/v1/cluster/nodes/{node}", .handler = gw_api_node_remove,
-     .access = N, .reserved = 1},
-    {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/lease", .handler = gw_api_node_lease,
-     .json_body = 1, .access = N, .reserved = 1},
-    {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/results", .handler = gw_api_node_results,
-     .json_body = 1, .access = N, .reserved = 1, .json_bulk = 1},
-    {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/logs", .handler = gw_api_node_logs,
-     .json_body = 1, .access = N, .reserved = 1, .json_bulk = 1},
-    {.method = "POST", .pattern = "/v1/cluster/blobs", .handler = gw_api_cluster_blobs_upload,
-     .access = N | GW_ACCESS_RUN, .reserved = 1, .body = gw_api_blobs_body,
-     .body_type = "application/octet-stream"},
-    {.method = "GET", .pattern = "/v1/cluster/blobs/{id}", .handler = gw_api_cluster_blobs_get,
-     .access = N, .reserved = 1},
-    {.method = "PUT", .pattern = "/v1/cluster/blobs/{id}", .handler = gw_api_cluster_blobs_adopt,
-     .json_body = 1, .access = N | GW_ACCESS_RUN, .reserved = 1},
-    /* the value streams into a buffer of at most GW_RDV_VALUE_MAX: a larger
-     * Content-Length is refused from the head */
-    {.method = "PUT", .pattern = "/v1/cluster/rendezvous/{id}/{attempt}/{key}",
-     .handler = gw_api_rendezvous_put, .access = N | GW_ACCESS_GANG, .reserved = 1,
-     .body = gw_rdv_body, .max_body = GW_RDV_VALUE_MAX},
-    {.method = "GET", .pattern = "/v1/cluster/rendezvous/{id}/{attempt}/{key}",
-     .handler = gw_api_rendezvous_get, .access = N | GW_ACCESS_GANG, .reserved = 1},
-    {.method = "GET", .pattern = "/healthz", .handler = gw_api_healthz, .access = GW_ACCESS_PUBLIC,
-     .reserved = 1},
-    {.method = "GET", .pattern = "/readyz", .handler = gw_api_readyz, .access = GW_ACCESS_PUBLIC,
-     .reserved = 1},
-    {.method = "GET", .pattern = "/metrics", .handler = gw_api_metrics, .access = M, .reserved = 1},
-    {.method = NULL},
-};
-#undef C
-#undef N
-#undef M

@@ -15,9 +15,7 @@
 int gw_api_usage(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (gw_auth_tenant(req, &who) != 0)
-        return 0;
+    gw_caller who = gw_req_caller(req);
     const char *tenant;
     if (gw_tenant_arg(req, &who, "usage", &tenant) != 0)
         return 0;

@@ -13,9 +13,7 @@
 static int secret_reply(svc_req *req, int rotate)
 {
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (gw_auth_tenant(req, &who) != 0)
-        return 0;
+    gw_caller who = gw_req_caller(req);
     char secret[64], created[32];
     int rc = gw_store_wh_secret(app->store, who.tenant_id, rotate, secret, created);
     if (rc == -EIO)
@@ -39,9 +37,7 @@ int gw_api_webhook_secret_rotate(svc_req *req)
 int gw_api_jobs_deliveries(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (gw_auth_tenant(req, &who) != 0)
-        return 0;
+    gw_caller who = gw_req_caller(req);
     const char *id = gw_job_id_param(req);
     if (!id)
         return 0;

@@ -211,11 +211,21 @@ int gw_auth_tenant_bucket(svc_req *req, gw_caller *who, int bucket)
                        .max_queued = ka.max_queued, .jobs_deleted = ka.jobs_deleted};
     if (gw_limits_rate(req, who, bucket) != 0)
         return -1;
-    if ((ctx = gw_reqctx_of(req)) != NULL) {
-        ctx->who = *who;
-        ctx->authenticated = 1;
+    if ((ctx = gw_reqctx_of(req)) == NULL) {
+        /* handlers read the caller from the request (gw_req_caller) */
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return -1;
     }
+    ctx->who = *who;
+    ctx->authenticated = 1;
     return 0;
+}
+
+gw_caller gw_req_caller(svc_req *req)
+{
+    const gw_reqctx *ctx = svc_req_user(req);
+    gw_caller none = {0};
+    return ctx && ctx->authenticated ? ctx->who : none;
 }
 
 int gw_authorize(svc_req *req, int access)

@@ -527,7 +527,6 @@ static int cmd_serve(gw_app *app)
                  app->cfg.job_retention_days == 1 ? "" : "s");
     else
         svc_info("ended jobs kept for ever (--job-retention-days 0)");
-    gw_routes_set_blob_limit((size_t)app->cfg.max_blob_mb << 20);
     /* at most 1024 lookups at once (beyond that, submits with a webhook
      * host get 503 until some end: a lookup lasts the deadline at most),
      * GW_RESOLVE_PER_TENANT of them one tenant's (beyond that, 429) */
@@ -578,6 +577,7 @@ static int cmd_serve(gw_app *app)
         .routes = gw_routes,
         .max_body = (size_t)app->cfg.max_body_mb << 20,
         .max_json_body = (size_t)app->cfg.max_json_body_mb << 20,
+        .max_big_body = (size_t)app->cfg.max_blob_mb << 20,
         .body_timeout_s = (unsigned)app->cfg.body_timeout_s,
         .body_min_rate = (size_t)app->cfg.body_min_rate_kb << 10,
         .trusted_proxies = app->cfg.trusted_proxies,

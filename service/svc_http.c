@@ -74,7 +74,7 @@
 struct svc_server {
     struct MHD_Daemon *mhd;
     const svc_route *routes;
-    size_t max_body, max_json_body;
+    size_t max_body, max_json_body, max_big_body;
     svc_json_limits json;    /* depth and values; fields come from the route */
     size_t max_header;       /* 0: no check of our own */
     unsigned per_ip_limit;   /* 0: none */
@@ -673,7 +673,9 @@ static size_t req_max_body(const svc_req *r)
     const svc_route *rt = r->route;
     if (rt->json_body && !r->streamed)
         return rt->json_bulk ? r->srv->max_body : r->srv->max_json_body;
-    return rt->max_body > 0 ? rt->max_body : r->srv->max_body;
+    if (rt->max_body > 0)
+        return rt->max_body;
+    return rt->big_body ? r->srv->max_big_body : r->srv->max_body;
 }
 
 /* 1 if the route takes a body of some kind. */
@@ -1331,6 +1333,7 @@ static svc_server *server_new(const svc_server_opts *opts, svc_cidrs *trusted, c
     }
     s->routes = opts->routes;
     s->max_body = opts->max_body;
+    s->max_big_body = opts->max_big_body > 0 ? opts->max_big_body : opts->max_body;
     s->max_json_body = opts->max_json_body > 0 && opts->max_json_body < opts->max_body
                            ? opts->max_json_body : opts->max_body;
     s->json = (svc_json_limits){.max_depth = opts->json_max_depth,

@@ -85,6 +85,8 @@ typedef struct svc_route {
                              before its value is parsed. NULL: any */
     int json_bulk;        /* 1: a JSON body may take max_body (a node's
                              batched report), not only max_json_body */
+    int big_body;         /* 1: a streamed body may take the server's
+                             max_big_body (uploads), not max_body */
 } svc_route;
 
 /* Decides from the head whether the caller may use a route whose access is
@@ -97,6 +99,8 @@ typedef struct svc_server_opts {
     const svc_route *routes;     /* terminated by a route with method NULL */
     size_t max_body;             /* bytes; larger bodies get 413 unread */
     size_t max_json_body;        /* bytes of a JSON body; 0 => max_body */
+    size_t max_big_body;         /* bytes of a big_body route's body; 0 =>
+                                    max_body */
     unsigned json_max_depth;     /* svc_json_limits; 0 => SVC_JSON_MAX_DEPTH */
     size_t json_max_values;      /* 0 => SVC_JSON_MAX_VALUES */
     unsigned conn_timeout_s;     /* a connection idle this long is closed, and

@@ -1,6 +1,6 @@
-/* api_cluster.c — the node list and the kernel catalog as tenants see
- * them, health and readiness, the OpenAPI document, and the public
- * listener's route table. What nodes call is in api_nodes.c. */
+/* api_info.c — the node list and the kernel catalog as tenants see them,
+ * health and readiness, the OpenAPI document and the metrics. What nodes
+ * call is in api_nodes.c; every route is in routes.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,9 +52,6 @@ static json_t *io_json(const kl_io_spec *s, int input)
 int gw_api_kernels(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (gw_auth_tenant(req, &who) != 0)
-        return 0;
     json_t *backends = NULL;
     if (gw_store_backends_up(app->store, &backends) != 0)
         return gw_reply_unavailable(req, "PostgreSQL");
@@ -83,9 +80,7 @@ int gw_api_kernels(svc_req *req)
 int gw_api_nodes_list(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
-    gw_caller who;
-    if (gw_auth_tenant(req, &who) != 0)
-        return 0;
+    gw_caller who = gw_req_caller(req);
     json_t *nodes, *capacity;
     if (gw_store_nodes_json(app->store, &nodes) != 0)
         return gw_reply_unavailable(req, "PostgreSQL");
@@ -139,73 +134,4 @@ int gw_api_metrics(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
     return svc_reply_metrics(req, gw_metrics_registry(app->metrics));
-}
-
-/* The route table of the public listener; what nodes call is on the
- * cluster listener (api_nodes.c), and answers 404 here. access is checked
- * from the head before the body is read (gw_authorize); a tenant's or
- * admin's route that changes something is W (its rate limit is the key's
- * write bucket; reads have their own); reserved routes are served even on
- * a connection over the per-IP limit: health checks must not queue behind
- * clients on the same address. */
-#define T GW_ACCESS_TENANT
-#define A GW_ACCESS_ADMIN
-#define W GW_ACCESS_WRITE
-#define M GW_ACCESS_METRICS
-#define P GW_ACCESS_PUBLIC
-svc_route gw_routes[] = {
-    {.method = "POST", .pattern = "/v1/jobs", .handler = gw_api_jobs_submit, .json_body = 1, .access = T | W,
-     .body = gw_mpart_body, .body_type = "multipart/form-data", .json_fields = gw_job_fields},
-    {.method = "GET", .pattern = "/v1/jobs", .handler = gw_api_jobs_list, .access = T},
-    {.method = "GET", .pattern = "/v1/jobs/{id}", .handler = gw_api_jobs_get, .access = T},
-    {.method = "GET", .pattern = "/v1/jobs/{id}/result", .handler = gw_api_jobs_result, .access = T},
-    {.method = "POST", .pattern = "/v1/jobs/{id}/cancel", .handler = gw_api_jobs_cancel, .access = T | W},
-    {.method = "DELETE", .pattern = "/v1/jobs/{id}", .handler = gw_api_jobs_delete, .access = T | W},
-    {.method = "GET", .pattern = "/v1/jobs/{id}/outputs/{name*}", .handler = gw_api_jobs_output, .access = T},
-    {.method = "GET", .pattern = "/v1/jobs/{id}/logs", .handler = gw_api_jobs_logs, .access = T},
-    {.method = "GET", .pattern = "/v1/images", .handler = gw_api_images, .access = T},
-    {.method = "GET", .pattern = "/v1/jobs/{id}/events", .handler = gw_api_job_events, .access = T},
-    {.method = "GET", .pattern = "/v1/events", .handler = gw_api_events, .access = T},
-    {.method = "GET", .pattern = "/v1/jobs/{id}/deliveries", .handler = gw_api_jobs_deliveries, .access = T},
-    {.method = "GET", .pattern = "/v1/webhook-secret", .handler = gw_api_webhook_secret_get, .access = T},
-    {.method = "POST", .pattern = "/v1/webhook-secret", .handler = gw_api_webhook_secret_rotate, .access = T | W},
-    {.method = "POST", .pattern = "/v1/blobs", .handler = gw_api_blobs_upload, .access = T | W,
-     .body = gw_api_blobs_body, .body_type = "application/octet-stream", .head = gw_api_blobs_head},
-    {.method = "GET", .pattern = "/v1/blobs/{id}", .handler = gw_api_blobs_get, .access = T},
-    {.method = "DELETE", .pattern = "/v1/blobs/{id}", .handler = gw_api_blobs_delete, .access = T | W},
-    {.method = "GET", .pattern = "/v1/kernels", .handler = gw_api_kernels, .access = T},
-    {.method = "GET", .pattern = "/v1/nodes", .handler = gw_api_nodes_list, .access = T},
-    {.method = "GET", .pattern = "/v1/usage", .handler = gw_api_usage, .access = T},
-    {.method = "GET", .pattern = "/v1/stats/history", .handler = gw_api_stats_history, .access = T},
-    {.method = "GET", .pattern = "/healthz", .handler = gw_api_healthz, .access = P, .reserved = 1},
-    {.method = "GET", .pattern = "/readyz", .handler = gw_api_readyz, .access = P, .reserved = 1},
-    {.method = "GET", .pattern = "/openapi.yaml", .handler = gw_api_openapi, .access = P},
-    {.method = "GET", .pattern = "/metrics", .handler = gw_api_metrics, .access = M, .reserved = 1},
-    {.method = "GET", .pattern = "/", .handler = gw_api_ui_root, .access = P},
-    {.method = "GET", .pattern = "/ui", .handler = gw_api_ui_slash, .access = P},
-    {.method = "GET", .pattern = "/ui/", .handler = gw_api_ui_index, .access = P},
-    {.method = "GET", .pattern = "/ui/{file}", .handler = gw_api_ui_file, .access = P},
-    {.method = "GET", .pattern = "/ui/vendor/chart.js/{file}", .handler = gw_api_ui_chartjs, .access = P},
-    {.method = "POST", .pattern = "/v1/tenants", .handler = gw_api_tenants_put, .json_body = 1, .access = A | W},
-    {.method = "GET", .pattern = "/v1/tenants", .handler = gw_api_tenants_list, .access = A},
-    {.method = "POST", .pattern = "/v1/keys", .handler = gw_api_keys_create, .json_body = 1, .access = A | W},
-    {.method = "GET", .pattern = "/v1/keys", .handler = gw_api_keys_list, .access = A},
-    {.method = "DELETE", .pattern = "/v1/keys/{id}", .handler = gw_api_keys_revoke, .access = A | W},
-    {.method = "POST", .pattern = "/v1/nodes/{id}/drain", .handler = gw_api_node_drain, .access = A | W},
-    {.method = "DELETE", .pattern = "/v1/nodes/{id}/drain", .handler = gw_api_node_undrain, .access = A | W},
-    {.method = NULL},
-};
-#undef T
-#undef A
-#undef W
-#undef M
-#undef P
-
-void gw_routes_set_blob_limit(size_t bytes)
-{
-    svc_route *tables[] = {gw_routes, gw_cluster_routes};
-    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
-        for (svc_route *r = tables[t]; r->method != NULL; r++)
-            if (r->body == gw_api_blobs_body || r->body == gw_mpart_body)
-                r->max_body = bytes;
 }
