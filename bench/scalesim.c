@@ -705,6 +705,22 @@ static int run_nodes(int argc, char **argv)
                 S.failed[X_BEAT] + S.failed[X_LEASE] + S.failed[X_RESULTS]);
     }
     double wall = (mono_ms() - t0) / 1000.0;
+    /* Runs still going are written as ending now, state "running": the
+     * bench counts their GPU time up to the stop. */
+    int64_t end = wall_ms();
+    for (int i = 0; S.runs_out && i < S.nnodes; i++)
+        for (int k = 0; k < SS_MAX_RUNS; k++) {
+            ss_run r = S.nodes[i].n.runs[k];
+            if (r.state != SS_RUNNING && r.state != SS_RDV)
+                continue;
+            if (r.state == SS_RDV)
+                r.t_start = end;
+            r.t_end = end;
+            fprintf(S.runs_out, "%s\t%d\t%d\t%d\t%d\t%d\t%lld\t%lld\t%lld\t%lld\t%d\trunning\t%.3f\n",
+                    r.job_id, r.attempt, i, r.node_rank, r.nodes, r.ngpu, (long long)r.t_lease,
+                    (long long)r.t_start, (long long)r.t_end, (long long)r.runnable, r.overcommit,
+                    r.seconds);
+        }
     if (S.runs_out)
         fflush(S.runs_out);
     if (sum) {
