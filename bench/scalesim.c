@@ -279,12 +279,17 @@ static void do_results(int i)
 static void do_rdv(int i, ss_run *r)
 {
     sim_node *sn = &S.nodes[i];
-    char url[800];
-    snprintf(url, sizeof url, "%s/v1/cluster/rendezvous/%s/%d/ncclid", S.gw, r->job_id, r->attempt);
+    char url[800], key[64];
+    int put;
+    if (!ss_rdv_next(r, &put, key, sizeof key)) {
+        ss_run_start(r, wall_ms());
+        return;
+    }
+    snprintf(url, sizeof url, "%s/v1/cluster/rendezvous/%s/%d/%s", S.gw, r->job_id, r->attempt, key);
     static const char uid[128] = "kl-scalesim unique id";
     r->rdv_busy = 1;
-    xfer *x = r->node_rank == 0 ? start(X_RDV_PUT, i, "PUT", url, sn->auth, NULL, uid, sizeof uid, 5000)
-                                : start(X_RDV_GET, i, "GET", url, sn->auth, NULL, NULL, 0, 5000);
+    xfer *x = put ? start(X_RDV_PUT, i, "PUT", url, sn->auth, NULL, uid, sizeof uid, 5000)
+                  : start(X_RDV_GET, i, "GET", url, sn->auth, NULL, NULL, 0, 5000);
     if (x) {
         x->run = r;
         memcpy(x->job_id, r->job_id, 37);
@@ -423,7 +428,14 @@ static void done(xfer *x, CURLcode cc)
         r->rdv_busy = 0;
         int64_t now = wall_ms();
         if (status == 200) {
-            ss_run_start(r, now);
+            /* the next step at once; after the last, the part starts */
+            r->rdv_step++;
+            r->rdv_next = now;
+            r->rdv_nap = 2;
+            int put;
+            char key[64];
+            if (!ss_rdv_next(r, &put, key, sizeof key))
+                ss_run_start(r, now);
         } else if (status == 409 || now - r->t_lease > RDV_TIMEOUT_MS) {
             r->failed = 1;
             S.rdv_failed++;

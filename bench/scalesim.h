@@ -37,6 +37,7 @@ typedef struct ss_run {
     int64_t rdv_next;          /* epoch ms: the next rendezvous try */
     int rdv_nap;               /* ms, 2 doubling to 50 */
     int rdv_busy;              /* a rendezvous exchange is in flight */
+    int rdv_step;              /* how far through the gang's meeting (ss_rdv_next) */
 } ss_run;
 
 typedef struct ss_node {
@@ -60,6 +61,14 @@ int ss_run_parse(const json_t *req, ss_run *r, char *err, size_t errlen);
  * slots. Sets runnable to when the last of its devices became free. The
  * entry, or NULL when n holds SS_MAX_RUNS runs already (the run is refused). */
 ss_run *ss_node_take(ss_node *n, const ss_run *r, int64_t now);
+
+/* The gang's meeting, as NCCL's start is one: rank 0 puts the unique id
+ * ("ncclid"), every other rank gets it and then puts "ready-<rank>", and
+ * rank 0 gets each of those; no part starts before the whole gang has met.
+ * The next exchange of r: 1 and *put, key (64 bytes) for its step; 0 when
+ * r has met its gang (its clock starts). Each step's exchange, once it
+ * answers 200, moves r on (rdv_step++). */
+int ss_rdv_next(const ss_run *r, int *put, char *key, size_t keylen);
 
 /* A gang part met its peers: its clock starts now. */
 void ss_run_start(ss_run *r, int64_t now);

@@ -84,10 +84,36 @@ ss_run *ss_node_take(ss_node *n, const ss_run *r, int64_t now)
         slot->state = SS_RDV;
         slot->rdv_next = now;
         slot->rdv_nap = 2;
+        slot->rdv_step = 0;
     } else {
         ss_run_start(slot, now);
     }
     return slot;
+}
+
+int ss_rdv_next(const ss_run *r, int *put, char *key, size_t keylen)
+{
+    int step = r->rdv_step;
+    if (r->node_rank == 0) {
+        if (step == 0) {
+            *put = 1;
+            snprintf(key, keylen, "ncclid");
+            return 1;
+        }
+        if (step >= r->nodes)
+            return 0;
+        *put = 0;
+        snprintf(key, keylen, "ready-%d", step);
+        return 1;
+    }
+    if (step >= 2)
+        return 0;
+    *put = step == 1;
+    if (step == 0)
+        snprintf(key, keylen, "ncclid");
+    else
+        snprintf(key, keylen, "ready-%d", r->node_rank);
+    return 1;
 }
 
 void ss_run_start(ss_run *r, int64_t now)

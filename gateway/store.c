@@ -777,11 +777,12 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * its devices and when its timeout_s ends it at the latest (epoch ms). */
 [ST_RUNS_PLACED] = {
     "SELECT node_id::text, coalesce(gpu_ids, '{}')::text,"
-    "       (extract(epoch FROM started_at) * 1000)::bigint + timeout_s * 1000::bigint"
+    "       (extract(epoch FROM started_at) * 1000)::bigint + timeout_s * 1000::bigint, id::text"
     " FROM jobs WHERE state = 'running' AND node_id IS NOT NULL AND nodes = 1"
     " UNION ALL"
     " SELECT r.node_id::text, r.gpu_ids::text,"
-    "       (extract(epoch FROM j.started_at) * 1000)::bigint + j.timeout_s * 1000::bigint"
+    "       (extract(epoch FROM j.started_at) * 1000)::bigint + j.timeout_s * 1000::bigint,"
+    "       j.id::text"
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
     " WHERE r.ended_at IS NULL AND j.state = 'running'", 0},
 [ST_JOBS_ACTIVE_COUNTS] = {

@@ -209,7 +209,7 @@ typedef struct gw_tenant_run {
 int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n);
 /* A run on a node: a single-node job, or one node's part of a gang. */
 typedef struct gw_run_place {
-    char node_id[37];
+    char node_id[37], job_id[37];
     int ngpu, gpu_ids[16];    /* the devices the scheduler gave it */
     int64_t end_ms;           /* started + timeout_s, epoch ms */
 } gw_run_place;

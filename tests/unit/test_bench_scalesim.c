@@ -131,6 +131,33 @@ static void test_a_gang_part_waits_for_its_peers_before_its_clock_starts(void **
     assert_int_equal(r->t_start, 50);
 }
 
+/* Rank 0 puts the id then waits for every other rank's ready; the others
+ * get the id then say ready: nobody starts before all have met. */
+static void test_the_gang_meets_as_nccl_starts(void **state)
+{
+    ss_run r0 = {.node_rank = 0, .nodes = 3}, r2 = {.node_rank = 2, .nodes = 3};
+    int put;
+    char key[64];
+    const char *want0[] = {"ncclid", "ready-1", "ready-2"};
+    for (int step = 0; step < 3; step++) {
+        r0.rdv_step = step;
+        assert_int_equal(ss_rdv_next(&r0, &put, key, sizeof key), 1);
+        assert_int_equal(put, step == 0);
+        assert_string_equal(key, want0[step]);
+    }
+    r0.rdv_step = 3;
+    assert_int_equal(ss_rdv_next(&r0, &put, key, sizeof key), 0);
+    assert_int_equal(ss_rdv_next(&r2, &put, key, sizeof key), 1);
+    assert_int_equal(put, 0);
+    assert_string_equal(key, "ncclid");
+    r2.rdv_step = 1;
+    assert_int_equal(ss_rdv_next(&r2, &put, key, sizeof key), 1);
+    assert_int_equal(put, 1);
+    assert_string_equal(key, "ready-2");
+    r2.rdv_step = 2;
+    assert_int_equal(ss_rdv_next(&r2, &put, key, sizeof key), 0);
+}
+
 static void test_time_is_compressed_by_the_factor(void **state)
 {
     assert_int_equal(ss_duration_ms(60, 1), 60000);
@@ -196,6 +223,7 @@ int main(void)
         cmocka_unit_test(test_a_device_the_node_lacks_is_an_over_commit_and_so_is_a_run_past_the_slots),
         cmocka_unit_test(test_ending_frees_devices_from_that_moment_and_the_next_run_is_runnable_from_it),
         cmocka_unit_test(test_a_gang_part_waits_for_its_peers_before_its_clock_starts),
+        cmocka_unit_test(test_the_gang_meets_as_nccl_starts),
         cmocka_unit_test(test_time_is_compressed_by_the_factor),
         cmocka_unit_test(test_the_heartbeat_lists_held_runs_and_busy_devices),
         cmocka_unit_test(test_reports_say_how_the_run_ended),
