@@ -301,9 +301,11 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " WHERE n.credential_hash IS NULL OR n.credential_hash = decode($8, 'hex') OR n.state = 'down'"
     "    OR n.last_heartbeat < now() - make_interval(secs => $10::int)"
     " RETURNING id::text, (credential_hash = decode($9, 'hex'))::int", 10},
-[ST_NODE_HEARTBEAT] = {"UPDATE nodes SET last_heartbeat = now(), running = $2, state = 'up',"
-                       " gpu_state = coalesce($3::jsonb, gpu_state)"
-                       " WHERE id = $1::uuid RETURNING id", 3},
+/* many nodes' heartbeats in one statement: $1 is [{id, running, state?}] */
+[ST_NODE_HEARTBEAT] = {"UPDATE nodes n SET last_heartbeat = now(), running = (b->>'running')::int,"
+                       " state = 'up', gpu_state = coalesce(b->'state', n.gpu_state)"
+                       " FROM jsonb_array_elements($1::jsonb) b"
+                       " WHERE n.id = (b->>'id')::uuid RETURNING n.id::text", 1},
 /* a node that left frees its name at once: its credential stops working */
 [ST_NODE_REMOVE] = {"UPDATE nodes SET state = 'down', running = 0, credential_hash = NULL"
                     " WHERE id = $1::uuid RETURNING id", 1},
@@ -1361,12 +1363,23 @@ int gw_store_node_register(gw_store *s, const gw_node_reg *reg, char id_out[37],
     return rc;
 }
 
-int gw_store_node_heartbeat(gw_store *s, const char *id, int running, const char *gpu_state)
+int gw_store_nodes_heartbeat(gw_store *s, const char *beats_json, char (**found)[37], int *nfound)
 {
-    char run_s[16];
-    snprintf(run_s, sizeof(run_s), "%d", running);
-    const char *v[3] = {id, run_s, gpu_state};
-    return exec_simple(s, ST_NODE_HEARTBEAT, v, 1);
+    *found = NULL;
+    *nfound = 0;
+    const char *v[1] = {beats_json};
+    PGresult *r;
+    if (store__run(s, ST_NODE_HEARTBEAT, v, &r) != 0)
+        return -EIO;
+    int rows = PQntuples(r), rc = 0;
+    if (rows > 0 && !(*found = calloc((size_t)rows, sizeof(**found))))
+        rc = -ENOMEM;
+    for (int i = 0; !rc && i < rows; i++)
+        store__copy(r, i, 0, (*found)[i], sizeof((*found)[i]));
+    if (!rc)
+        *nfound = rows;
+    PQclear(r);
+    return rc;
 }
 
 int gw_store_node_remove(gw_store *s, const char *id)
