@@ -95,11 +95,6 @@ struct gw_sched {
     struct tenant_vt { int64_t tenant_id; double vt; } *vts;
     int nvts, cap_vts;
     double vfloor;
-    /* The job holding the reservation (EASY backfill) since an earlier
-     * pass, "" when none: it keeps it until it starts or leaves the peek,
-     * so that another job's reservation does not hand its nodes to small
-     * jobs pass after pass (16-node gangs never started: bench/scale.sh). */
-    char res_job[37];
 };
 
 void gw_sched_wake(gw_sched *s)
@@ -588,34 +583,15 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     }
     if (floor > s->vfloor)
         s->vfloor = floor;
-    /* The job that holds the reservation is looked at first: placed if
-     * it fits, else its reservation is made again before any other job. */
-    int res_i = -1, first = -1;
-    for (int i = 0; s->res_job[0] && i < n && res_i < 0; i++)
-        if (strcmp(s->ready[i].job_id, s->res_job) == 0)
-            res_i = first = i;
-    if (res_i < 0)
-        s->res_job[0] = '\0';   /* started, cancelled, or out of the peek */
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
-        int k, idx;
-        if (first >= 0) {
-            for (k = 0; k < nt && !(pt[k].start <= first && first < pt[k].end); k++)
-                ;
-            idx = first;
-            first = -1;
-        } else {
-            for (k = 0; k < nt; k++) {
-                cand[k] = pt[k].pos < pt[k].end;
-                head[k] = cand[k] ? s->ready[pt[k].pos].score : 0;
-            }
-            k = gw_place_fair_pick(vt, head, cand, nt);
-            if (k < 0)
-                break;
-            idx = pt[k].pos++;
-            if (idx == res_i)
-                continue;   /* looked at first */
+        for (int k = 0; k < nt; k++) {
+            cand[k] = pt[k].pos < pt[k].end;
+            head[k] = cand[k] ? s->ready[pt[k].pos].score : 0;
         }
-        const gw_ready *e = &s->ready[idx];
+        int k = gw_place_fair_pick(vt, head, cand, nt);
+        if (k < 0)
+            break;
+        const gw_ready *e = &s->ready[pt[k].pos++];
         /* A tenant at its running quota waits whole. */
         if (!running_allowed(s, e)) {
             pt[k].pos = pt[k].end;
@@ -633,16 +609,10 @@ static int dispatch_pass(gw_sched *s, int64_t until)
         if (placed) {
             place_count(s, e->job_id, &pick, e->timeout_s, now);
             free_slot = nodes_view(s, view);
-            if (idx == res_i)
-                s->res_job[0] = '\0';
         } else if (!have_res) {
             int64_t at = gw_place_reserve(view, s->nnodes, &req, now, reserved);
             have_res = at >= 0;
             res_start = at;
-            if (have_res)
-                memcpy(s->res_job, e->job_id, sizeof(s->res_job));
-            else if (idx == res_i)
-                s->res_job[0] = '\0';
         }
         pthread_mutex_unlock(&s->mu);
         if (!placed)
