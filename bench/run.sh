@@ -30,6 +30,12 @@
 #   9. the data path (bench/datapath.py): raw tensor throughput against the
 #      disk's rate, GEMM through the service against local BLAS, a 45 MB
 #      base64 submit, input re-use across 20 jobs, peak RSS of a 1 GiB case.
+#  10. jobs across nodes (bench/dist.py).
+#  11. tasks (where podman is found): the node alone against the bare engine
+#      (bench/tasks_engine.py), then through the gateway (bench/tasks.py):
+#      submit -> first log line and -> result against `podman run`, a 1 GiB
+#      input read in the container against the host, 200 short tasks in a
+#      backlog on the two nodes against the engine's own rate.
 # The figures (JSON per phase, summary.txt, perf.data and its reports) are kept
 # in KL_BENCH_OUT. Rate limits, quotas and connection caps are turned off for
 # the run (only the options the gateway's --help lists) and the output says
@@ -44,9 +50,11 @@
 # [250] (slots per extra node of phase 6; as many nodes as the jobs need) and
 # KL_BENCH_IDLE_JOB_S [300] (how long each would sleep), KL_BENCH_PERF_S [5]
 # (phase 7), KL_BENCH_PHASES [1234567] (the control phases to run; 5 needs 3),
-# KL_BENCH_ONLY=data (only phase 9), =dist (only phase 10), =control (phases
-# 1-8) or =scale (only phase 11, bench/scale.sh: the simulated cluster of
-# issue 20 on stacks of its own; its knobs are listed there), KL_BENCH_OUT
+# KL_BENCH_ONLY=data (only phase 9), =dist (only phase 10), =tasks (only
+# phase 11), =control (phases 1-8) or =scale (only phase 12, bench/scale.sh:
+# the simulated cluster of issue 20 on stacks of its own; its knobs are
+# listed there), KL_BENCH_TASK_RUNS [10] and KL_BENCH_TASK_BACKLOG [200]
+# (phase 11), KL_BENCH_OUT
 # [var/bench/<UTC time>], KL_BENCH_KEEP=1 keeps the temp directory (logs)
 # after the run; it is also kept when the run fails. KL_BENCH_GW_ARGS adds
 # options to the gateway's command line (to try a setting). KOWLOON_TEST_ROOT=
@@ -56,7 +64,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 . scripts/lib.sh
 
-# Phase 11, the cluster-scale bench, starts stacks of its own.
+# Phase 12, the cluster-scale bench, starts stacks of its own.
 [ "${KL_BENCH_ONLY:-all}" = scale ] && exec "$ROOT/bench/scale.sh"
 
 WRK_S=${KL_BENCH_WRK_S:-10}
@@ -208,7 +216,15 @@ gw_limit conn-timeout-s 600 "idle connections kept 10 min"
 gw_limit blob-quota-mb 0 "no blob quota"
 LIMITS_LINE=$(IFS=,; echo "${LIMITS_SET[*]}" | sed 's/,/, /g')
 read -r -a GW_EXTRA <<<"${KL_BENCH_GW_ARGS:-}"
-"$GATEWAY" serve --listen "127.0.0.1:$GW_PORT" --cluster-listen "127.0.0.1:$GW_CLUSTER_PORT" \
+# Tasks (phase 11): podman set up and the python image built (cached), the
+# local images allowed to every tenant, the nodes given the engine's config.
+TASK_CONF= TASK_NODE_ARGS=(--task-engine none) TASK_IMAGES=
+if command -v podman >/dev/null 2>&1 &&
+   TASK_CONF=$(scripts/task-image.sh 2>>"$STATE/log/task-image.log" | tail -n 1) && [ -n "$TASK_CONF" ]; then
+    TASK_NODE_ARGS=(--task-containers-conf "$TASK_CONF" --task-scratch "$STATE/tasks")
+    TASK_IMAGES='localhost/kowloon-*'
+fi
+KOWLOON_TASK_IMAGES=$TASK_IMAGES "$GATEWAY" serve --listen "127.0.0.1:$GW_PORT" --cluster-listen "127.0.0.1:$GW_CLUSTER_PORT" \
     --database-url "$DB_URL" --redis-url "$REDIS_URL" \
     "${GW_LIMITS[@]}" --blob-dir "$STATE/blobs" --max-output-mb 4096 "${GW_EXTRA[@]}" \
     >>"$STATE/log/gateway.log" 2>&1 </dev/null &
@@ -239,7 +255,7 @@ start_nodes() {
     for ((k = 1; k <= count; k++)); do
         port=$(kl_free_port)
         "$COMPUTE" --gateway "$GW_CLUSTER_URL" --listen "127.0.0.1:$port" --slots "$slots" \
-            --backend auto --name "$prefix-$k" --state-dir "$STATE/node-state" \
+            --backend auto --name "$prefix-$k" --state-dir "$STATE/node-state" "${TASK_NODE_ARGS[@]}" \
             >>"$STATE/log/$prefix-$k.log" 2>&1 </dev/null &
         pids+=($!)
         NODE_URLS+=("http://127.0.0.1:$port")
@@ -521,7 +537,25 @@ if [ "$ONLY" = all ] || [ "$ONLY" = dist ]; then
         kill -0 "$p" 2>/dev/null || { say "bench: a stack process (pid $p) died during the distributed phase"; RESULT_RC=1; }
     done
 fi
-# ---------------------------------------------------------------- 11. scale
+# ---------------------------------------------------------------- 11. tasks
+if [ "$ONLY" = all ] || [ "$ONLY" = tasks ]; then
+    say ""
+    if [ -z "$TASK_CONF" ]; then
+        say "== 11. tasks: skipped, no podman or no task image (see $STATE/log/task-image.log)"
+    else
+        say "== 11. tasks: the node alone against the bare engine (bench/tasks_engine.py, a stand-in gateway)"
+        python3 "$ROOT/bench/tasks_engine.py" --runs "${KL_BENCH_TASK_RUNS:-10}" || RESULT_RC=1
+        say ""
+        say "== 11. tasks through the gateway (bench/tasks.py)"
+        python3 "$ROOT/bench/tasks.py" --url "$GW_URL" --key "$KL_BENCH_KEY" --blob-dir "$STATE/blobs" \
+            --conf "$TASK_CONF" --slots $((2 * SLOTS)) --runs "${KL_BENCH_TASK_RUNS:-10}" \
+            --backlog "${KL_BENCH_TASK_BACKLOG:-200}" --json "$RES/tasks.json" || RESULT_RC=1
+        for p in "$GW_PID" "${NODE_PIDS[@]}"; do
+            kill -0 "$p" 2>/dev/null || { say "bench: a stack process (pid $p) died during the tasks phase"; RESULT_RC=1; }
+        done
+    fi
+fi
+# ---------------------------------------------------------------- 12. scale
 if [ "$ONLY" = all ]; then
     say ""
     KL_BENCH_OUT=$RES/scale "$ROOT/bench/scale.sh" || RESULT_RC=1

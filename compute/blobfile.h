@@ -5,7 +5,7 @@
  * in use are pinned; the least recently used unpinned ones go when the
  * cache passes its byte budget. The cache is the node's alone and is
  * emptied when it opens (a file left by a crash may be incomplete).
- * (blobcache.c keeps input bytes in memory for kernels, which read them
+ * (cn_blobcache.c keeps input bytes in memory for kernels, which read them
  * there; a container can only be given a file.) Thread-safe. */
 #ifndef CN_BLOBFILE_H
 #define CN_BLOBFILE_H
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "blobio.h"
+#include "cn_blobio.h"
 #include "kl.h"
 
 typedef struct cn_blobfile cn_blobfile;

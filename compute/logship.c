@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "args.h"
+#include "cn_args.h"
 #include "svc_client.h"
 #include "svc_log.h"
 #include "svc_util.h"

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cred.h"
+#include "cn_cred.h"
 
 typedef struct cn_logship cn_logship;
 typedef struct cn_logship_src cn_logship_src;

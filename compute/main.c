@@ -14,16 +14,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "backend.h"
-#include "cred.h"
-#include "node.h"
-#include "lease.h"
-#include "metrics.h"
-#include "netif.h"
-#include "register.h"
-#include "runs.h"
-#include "slurm.h"
+#include "cn_api.h"
+#include "cn_backend.h"
+#include "cn_config.h"
+#include "cn_cred.h"
+#include "cn_node.h"
+#include "cn_lease.h"
+#include "cn_metrics.h"
+#include "cn_netif.h"
+#include "cn_register.h"
+#include "cn_runs.h"
+#include "cn_slurm.h"
 #include "svc_client.h"
 #include "svc_config.h"
 #include "svc_http.h"
@@ -86,7 +87,7 @@ static int cn__signals_install(void)
     return 0;
 }
 
-/* The run manager's callback (runs.h: under its lock, so it only notes
+/* The run manager's callback (cn_runs.h: under its lock, so it only notes
  * the reason and wakes main, which drains). */
 static void cn__on_device_lost(void *ctx, const char *why)
 {
@@ -145,172 +146,6 @@ static int cn__signal_wait(int timeout_ms)
     }
 }
 
-static svc_opt cn_opts[] = {
-    {.flag = "gateway", .env = "KOWLOON_GATEWAY", .type = SVC_OPT_STRING,
-     .def = "http://127.0.0.1:8081",
-     .help = "the gateway's cluster listener (its --cluster-listen), base URL"},
-    {.flag = "listen", .env = "KOWLOON_LISTEN", .type = SVC_OPT_STRING,
-     .def = "127.0.0.1:8091", .help = "HOST:PORT of the node API"},
-    {.flag = "advertise", .env = "KOWLOON_ADVERTISE", .type = SVC_OPT_STRING,
-     .help = "URL the gateway uses to reach this node (default http://<listen>, "
-             "the hostname when listening on all interfaces)"},
-    {.flag = "slots", .env = "KOWLOON_SLOTS", .type = SVC_OPT_INT, .def = "2", .min = 1,
-     .max = 256, .help = "concurrent runs"},
-    {.flag = "backend", .env = "KOWLOON_BACKEND", .type = SVC_OPT_STRING, .def = "auto",
-     .help = "auto|cpu|cuda"},
-    {.flag = "name", .env = "KOWLOON_NODE_NAME", .type = SVC_OPT_STRING,
-     .help = "node name (default hostname:port)"},
-    {.flag = "cluster-token", .env = "KOWLOON_CLUSTER_TOKEN", .type = SVC_OPT_STRING,
-     .help = "the gateway's cluster token, to register with (required, here or in "
-             "--cluster-token-file); callers of this node's API present it too"},
-    {.flag = "cluster-token-file", .env = "KOWLOON_CLUSTER_TOKEN_FILE", .type = SVC_OPT_STRING,
-     .help = "file holding the cluster token (not readable by others), when --cluster-token is "
-             "not given"},
-    {.flag = "state-dir", .env = "KOWLOON_STATE_DIR", .type = SVC_OPT_STRING,
-     .help = "directory (mode 0700) where the node keeps the credential the gateway gave it, "
-             "in a file of mode 0600, so that a restart under the same name is known at once "
-             "(default <exe>/../var/node; none: memory only)"},
-    {.flag = "plugin", .env = "KOWLOON_PLUGIN", .type = SVC_OPT_STRING,
-     .help = "CUDA plugin (default <dir of executable>/../lib/kowloon-cuda.so)"},
-    {.flag = "heartbeat-s", .env = "KOWLOON_HEARTBEAT_S", .type = SVC_OPT_INT, .def = "2",
-     .min = 1, .max = 60, .help = "most seconds between heartbeats"},
-    {.flag = "threads", .env = "KOWLOON_THREADS", .type = SVC_OPT_INT, .def = "0", .min = 0,
-     .max = 4096, .help = "CPU kernel threads per run, 0 = all cores"},
-    {.flag = "drain-grace-s", .env = "KOWLOON_DRAIN_GRACE_S", .type = SVC_OPT_INT,
-     .def = "30", .min = 0, .max = 86400,
-     .help = "on SIGTERM, how long running runs may take to finish"},
-    {.flag = "tls-ca", .env = "KOWLOON_TLS_CA", .type = SVC_OPT_STRING,
-     .help = "PEM CA certificates to check the gateway's HTTPS certificate against (its own "
-             "CA, or its self-signed certificate); default: the system's"},
-    {.flag = "tls-cert", .env = "KOWLOON_TLS_CERT", .type = SVC_OPT_STRING,
-     .help = "PEM certificate to serve the node API over HTTPS; with --tls-key; reread on "
-             "SIGHUP"},
-    {.flag = "tls-key", .env = "KOWLOON_TLS_KEY", .type = SVC_OPT_STRING,
-     .help = "PEM private key of --tls-cert"},
-    {.flag = "max-body-mb", .env = "KOWLOON_NODE_MAX_BODY_MB", .type = SVC_OPT_INT,
-     .def = "256", .min = 1, .max = 65536,
-     .help = "largest POST /v1/runs body (base64 inputs are 4/3 of their bytes)"},
-    {.flag = "input-cache-mb", .env = "KOWLOON_INPUT_CACHE_MB", .type = SVC_OPT_INT,
-     .def = "1024", .min = 0, .max = 1048576,
-     .help = "memory for input blobs kept by hash (LRU), 0 = no cache"},
-    {.flag = "blob-dir", .env = "KOWLOON_NODE_BLOB_DIR", .type = SVC_OPT_STRING, .def = "auto",
-     .help = "the gateway's blob directory as this host sees it (same host, NFS, Lustre): "
-             "inputs found there are mapped instead of fetched, outputs written there "
-             "instead of pushed. auto: the directory the gateway announces, when this host "
-             "sees it with the same store-id; none: everything over HTTP"},
-    {.flag = "metrics-public", .env = "KOWLOON_METRICS_PUBLIC", .type = SVC_OPT_BOOL, .def = "0",
-     .help = "serve GET /metrics to anyone (default: the cluster token only)"},
-    {.flag = "nvml", .env = "KOWLOON_NVML", .type = SVC_OPT_STRING,
-     .help = "NVIDIA management library for the GPU figures of /metrics (default "
-             "libnvidia-ml.so.1 from the driver; none there: no GPU figures)"},
-    {.flag = "dist-host", .env = "KOWLOON_DIST_HOST", .type = SVC_OPT_STRING,
-     .help = "address the other nodes of a multi-node job reach this one on (Gloo TCP); "
-             "default: the host of the advertised URL"},
-    {.flag = "dist-timeout-s", .env = "KOWLOON_DIST_TIMEOUT_S", .type = SVC_OPT_INT, .def = "30",
-     .min = 1, .max = 3600,
-     .help = "how long a multi-node run waits for its rendezvous, and for each collective, "
-             "before it gives up (a peer is gone)"},
-    {.flag = "slurm", .env = "KOWLOON_SLURM", .type = SVC_OPT_BOOL, .def = "0",
-     .help = "started by srun inside a Slurm allocation: the name (<host>-slurm<job>), slots, "
-             "threads, GPUs and a free port on all interfaces come from the SLURM_* "
-             "environment, unless given (deploy/slurm/)"},
-    {.flag = "task-engine", .env = "KOWLOON_TASK_ENGINE", .type = SVC_OPT_STRING, .def = "auto",
-     .help = "auto|podman|docker|none: the OCI engine that runs tasks (auto: podman when it "
-             "answers, else none: tasks are refused)"},
-    {.flag = "task-engine-cmd", .env = "KOWLOON_TASK_ENGINE_CMD", .type = SVC_OPT_STRING,
-     .help = "the engine's executable (default: podman or docker in PATH)"},
-    {.flag = "task-containers-conf", .env = "KOWLOON_TASK_CONTAINERS_CONF", .type = SVC_OPT_STRING,
-     .help = "a containers.conf podman gets as CONTAINERS_CONF (scripts/task-image.sh writes "
-             "one for hosts where only runc and cgroupfs work)"},
-    {.flag = "task-images", .env = "KOWLOON_TASK_IMAGES", .type = SVC_OPT_STRING,
-     .help = "comma-separated patterns (fnmatch) of the images this node runs (default: any "
-             "the gateway allows)"},
-    {.flag = "task-scratch", .env = "KOWLOON_TASK_SCRATCH", .type = SVC_OPT_STRING,
-     .help = "where each task part gets its directory (default $TMPDIR or /var/tmp, then "
-             "/kowloon-tasks)"},
-    {.flag = "task-uid", .env = "KOWLOON_TASK_UID", .type = SVC_OPT_INT, .def = "65534", .min = 1,
-     .max = 2147483647, .help = "the uid (and gid) a task's program runs as; never 0"},
-    {.flag = "task-grace-s", .env = "KOWLOON_TASK_GRACE_S", .type = SVC_OPT_INT, .def = "10",
-     .min = 0, .max = 3600, .help = "from SIGTERM to SIGKILL when a task is cancelled or times out"},
-    {.flag = "task-memory-mb", .env = "KOWLOON_TASK_MEMORY_MB", .type = SVC_OPT_INT, .def = "4096",
-     .min = 16, .max = 1 << 30, .help = "memory of a task part that asks for none"},
-    {.flag = "task-pids", .env = "KOWLOON_TASK_PIDS", .type = SVC_OPT_INT, .def = "1024",
-     .min = 16, .max = 1 << 22, .help = "processes and threads of a task part that asks for none"},
-    {.flag = "task-output-mb", .env = "KOWLOON_TASK_OUTPUT_MB", .type = SVC_OPT_INT, .def = "1024",
-     .min = 0, .max = 1 << 30, .help = "bytes under /kowloon/out of a task part that asks for none"},
-    {.flag = "task-log-mb", .env = "KOWLOON_TASK_LOG_MB", .type = SVC_OPT_INT, .def = "64",
-     .min = 1, .max = 1 << 20, .help = "log cap of a task part that asks for none"},
-    {.flag = "task-blob-cache-mb", .env = "KOWLOON_TASK_BLOB_CACHE_MB", .type = SVC_OPT_INT,
-     .def = "10240", .min = 0, .max = 1 << 30,
-     .help = "disk for task inputs kept as files when the blob directory is not shared"},
-    {.flag = "task-images-refresh-s", .env = "KOWLOON_TASK_IMAGES_REFRESH_S", .type = SVC_OPT_INT,
-     .def = "60", .min = 1, .max = 86400,
-     .help = "how often the engine's local images are listed again (sent with the next "
-             "heartbeat when they changed)"},
-    {.flag = "task-deny", .env = "KOWLOON_TASK_DENY", .type = SVC_OPT_STRING,
-     .help = "comma-separated HOST:PORT, HOST or CIDR[:PORT] a gang part may not reach "
-             "(PostgreSQL, Redis...); the gateway and this node's API always are"},
-    {.flag = "task-firewall", .env = "KOWLOON_TASK_FIREWALL", .type = SVC_OPT_STRING,
-     .def = "iptables", .help = "iptables|off: how gang parts on the host network are kept off "
-                                "the cluster's services (off: unfiltered)"},
-    {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
-     .help = "debug|info|warn|error"},
-    {.flag = NULL},
-};
-
-static const char *cn__opt(const char *flag)
-{
-    return svc_config_get(cn_opts, flag)->str;
-}
-
-static long cn__num(const char *flag)
-{
-    return svc_config_get(cn_opts, flag)->num;
-}
-
-static const char *cn__getenv(const char *name)
-{
-    return getenv(name);
-}
-
-/* --slurm: what the user did not set comes from the allocation, and CUDA
- * sees the allocation's GPUs and no other (none when it has none). Call
- * before the backend is chosen. 0, or -1 with err. */
-static int cn__slurm_apply(cn_slurm *s, char *err, size_t errlen)
-{
-    svc_opt *name = svc_config_get(cn_opts, "name"), *slots = svc_config_get(cn_opts, "slots");
-    svc_opt *threads = svc_config_get(cn_opts, "threads");
-    svc_opt *listen = svc_config_get(cn_opts, "listen");
-    svc_opt *state = svc_config_get(cn_opts, "state-dir");
-
-    if (cn_slurm_read(cn__getenv, s, err, errlen) < 0)
-        return -1;
-    if (!svc_config_given(name))
-        name->str = s->name;
-    if (!svc_config_given(slots))
-        slots->num = cn_slurm_slots(s);
-    if (!svc_config_given(threads))
-        threads->num = cn_slurm_threads(s, (int)slots->num);
-    /* Another allocation on this host may hold any fixed port; the gateway
-     * learns the one bound, at the host's name. */
-    if (!svc_config_given(listen))
-        listen->str = "0.0.0.0:0";
-    if (!svc_config_given(state))
-        state->str = s->state_dir;
-    /* Slurm numbers GPUs as nvidia-smi does, by PCI bus; CUDA's own order
-     * (fastest first) may differ, and index 2 would be another job's GPU. */
-    if (((!s->gpus_from || strcmp(s->gpus_from, "CUDA_VISIBLE_DEVICES") != 0) &&
-         setenv("CUDA_VISIBLE_DEVICES", s->gpus, 1) < 0) ||
-        setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0) < 0) {
-        snprintf(err, errlen, "cannot set the CUDA environment: %s", strerror(errno));
-        return -1;
-    }
-    svc_info("slurm allocation job=%s host=%s name=%s cpus=%d gpus=%d cuda_visible_devices=\"%s\" "
-             "(from %s) cuda_device_order=%s slots=%ld threads=%ld", s->job_id, s->host,
-             name->str, s->cpus, s->ngpus, s->gpus, s->gpus_from ? s->gpus_from : "none set",
-             getenv("CUDA_DEVICE_ORDER"), slots->num, threads->num);
-    return 0;
-}
 
 /* The live log shipper's node id: the registration's, once there is one. */
 static int cn__node_id(void *cls, char id[64])
@@ -382,299 +217,378 @@ static int cn__drain(cn_runs *runs, long grace_s, int64_t cancel_ms)
     return 0;
 }
 
-int main(int argc, char **argv)
-{
-    char err[512], exe_dir[1024], plugin[1200], name[320], url[320];
-    cn_backend backend = {.kind = CN_BACKEND_CPU};
-    cn_node node = {0};
-    cn_runs *runs = NULL;
-    cn_blobcache *cache = NULL;
-    static cn_blobio_stats blob_stats;
-    static cn_blobio blobio;
-    svc_server *server = NULL;
-    cn_register *reg = NULL;
-    cn_lease *lease = NULL;
-    static cn_task_cfg tasks;
-    cn_logship *ship = NULL;
-    int sig, e, stuck = 0, rc = 1, tasks_open = 0;
+/* Everything the node starts, and stops in reverse order. Static: the
+ * threads it starts read parts of it until the process ends. */
+typedef struct cn_daemon {
+    cn_config cfg;
+    char token[512];            /* the cluster token, in this process' memory only */
+    char name[320], url[320];   /* the default name and advertised URL */
+    char exe_dir[1024], plugin[1200], state_dir[1100];
+    cn_backend backend;
+    cn_node node;
+    cn_runs *runs;
+    cn_blobcache *cache;
+    cn_blobio_stats blob_stats;
+    cn_blobio blobio;
+    cn_blobio_gateway gw_io;
+    cn_dist_cfg dist;
+    cn_cred *cred;
+    svc_server *server;
+    cn_register *reg;
+    cn_lease *lease;
+    cn_task_cfg tasks;
+    int tasks_open;
+    cn_logship_http ship_http;
+    cn_logship_sink ship_sink;
+    cn_logship *ship;
+} cn_daemon;
 
-    int prc = svc_config_parse(cn_opts, argc, argv, 1, NULL, 0, NULL, err, sizeof err);
-    if (prc == 1) {
-        printf("usage: kowloon-compute [flags]\n");
-        svc_config_usage(cn_opts, stdout);
-        return 0;
-    }
-    if (prc < 0) {
-        fprintf(stderr, "kowloon-compute: %s\n", err);
-        svc_config_usage(cn_opts, stderr);
-        return 2;
-    }
-    int level = svc_log_level_parse(cn__opt("log-level"));
-    if (level < 0) {
-        fprintf(stderr, "kowloon-compute: --log-level must be debug, info, warn or error\n");
-        return 2;
-    }
-    svc_log_init("compute", level);
-    cn_slurm slurm;
-    if (cn__num("slurm") && cn__slurm_apply(&slurm, err, sizeof err) < 0) {
-        svc_error("--slurm: %s", err);
-        return 2;
-    }
-    static char token_buf[512];
-    const char *token = cn__opt("cluster-token");
-    const char *token_file = cn__opt("cluster-token-file");
-    if ((!token || !token[0]) && token_file && token_file[0]) {
-        if (svc_secret_read(token_file, token_buf, sizeof token_buf, err, sizeof err) != 0) {
+/* The cluster token from --cluster-token or --cluster-token-file, kept from
+ * here on in this process's memory only: nothing it starts inherits it
+ * through its environment, and the initial environment block, which
+ * /proc/<pid>/environ shows to any process of this user, no longer holds
+ * it either. 0, or -1 after logging why. */
+static int cn__token(cn_daemon *d)
+{
+    char err[512];
+    const char *token = d->cfg.cluster_token, *file = d->cfg.cluster_token_file;
+
+    if ((!token || !token[0]) && file && file[0]) {
+        if (svc_secret_read(file, d->token, sizeof d->token, err, sizeof err) != 0) {
             svc_error("--cluster-token-file: %s", err);
-            return 2;
+            return -1;
         }
-        token = token_buf;
+        token = d->token;
     }
     if (!token || !token[0]) {
         svc_error("--cluster-token (KOWLOON_CLUSTER_TOKEN) or --cluster-token-file is required");
-        return 2;
+        return -1;
     }
-    /* Kept from here on in this process's memory only: nothing it starts
-     * inherits the token through its environment, and the initial
-     * environment block, which /proc/<pid>/environ shows to any process of
-     * this user, no longer holds it either. */
-    if (token != token_buf) {
-        snprintf(token_buf, sizeof token_buf, "%s", token);
-        token = token_buf;
-    }
+    if (token != d->token)
+        snprintf(d->token, sizeof d->token, "%s", token);
+    d->cfg.cluster_token = NULL;
     char *in_env = getenv("KOWLOON_CLUSTER_TOKEN");
     if (in_env)
         memset(in_env, 0, strlen(in_env));
     unsetenv("KOWLOON_CLUSTER_TOKEN");
+    return 0;
+}
+
+/* Options, logging, --slurm, the token, the HTTP client and TLS, signals:
+ * what must hold before anything starts. 0, or the exit code (after
+ * logging why): 0 for --help, 2 for a bad option, 1 otherwise. */
+static int cn__configure(cn_daemon *d, int argc, char **argv, int *exit_code)
+{
+    char err[512];
+    int prc = cn_config_load(&d->cfg, argc, argv, err, sizeof err), e;
+
+    *exit_code = 2;
+    if (prc == 1) {
+        printf("usage: kowloon-compute [flags]\n");
+        cn_config_usage(stdout);
+        return *exit_code = 0, -1;
+    }
+    if (prc < 0) {
+        fprintf(stderr, "kowloon-compute: %s\n", err);
+        cn_config_usage(stderr);
+        return -1;
+    }
+    int level = svc_log_level_parse(d->cfg.log_level);
+    if (level < 0) {
+        fprintf(stderr, "kowloon-compute: --log-level must be debug, info, warn or error\n");
+        return -1;
+    }
+    svc_log_init("compute", level);
+    static cn_slurm slurm;
+    if (d->cfg.slurm && cn_config_slurm(&d->cfg, &slurm, err, sizeof err) < 0) {
+        svc_error("--slurm: %s", err);
+        return -1;
+    }
+    if (cn__token(d) < 0)
+        return -1;
     if (svc_client_global_init() < 0) {
         svc_error("HTTP client initialisation failed");
-        return 1;
+        return *exit_code = 1, -1;
     }
-    svc_client_set_ca_file(cn__opt("tls-ca"));
-    if (((cn__opt("tls-cert") && *cn__opt("tls-cert")) || (cn__opt("tls-key") && *cn__opt("tls-key"))) &&
-        !(cn_tls = svc_tls_new(cn__opt("tls-cert"), cn__opt("tls-key"), err, sizeof err))) {
+    svc_client_set_ca_file(d->cfg.tls_ca);
+    if (((d->cfg.tls_cert && *d->cfg.tls_cert) || (d->cfg.tls_key && *d->cfg.tls_key)) &&
+        !(cn_tls = svc_tls_new(d->cfg.tls_cert, d->cfg.tls_key, err, sizeof err))) {
         svc_error("--tls-cert/--tls-key: %s", err);
-        return 2;
+        return -1;
     }
-
     if ((e = cn__signals_install()) < 0) {
         svc_error("cannot install signal handlers: %s", strerror(-e));
-        return 1;
+        return *exit_code = 1, -1;
     }
+    return 0;
+}
 
-    if (cn__opt("plugin") && cn__opt("plugin")[0])
-        snprintf(plugin, sizeof plugin, "%s", cn__opt("plugin"));
-    else if (svc_exe_dir(exe_dir, sizeof exe_dir) == 0)
-        snprintf(plugin, sizeof plugin, "%s/../lib/kowloon-cuda.so", exe_dir);
+/* The backend (CUDA plugin or CPU), the input cache, the data path and the
+ * metrics registry. 0, or the exit code (1, or 2 for a bad option). */
+static int cn__start_backend(cn_daemon *d)
+{
+    char err[512];
+    int e;
+
+    if (d->cfg.plugin && d->cfg.plugin[0])
+        snprintf(d->plugin, sizeof d->plugin, "%s", d->cfg.plugin);
+    else if (svc_exe_dir(d->exe_dir, sizeof d->exe_dir) == 0)
+        snprintf(d->plugin, sizeof d->plugin, "%s/../lib/kowloon-cuda.so", d->exe_dir);
     else
-        snprintf(plugin, sizeof plugin, "lib/kowloon-cuda.so");
-    int brc = cn_backend_open(&backend, cn__opt("backend"), plugin);
+        snprintf(d->plugin, sizeof d->plugin, "lib/kowloon-cuda.so");
+    int brc = cn_backend_open(&d->backend, d->cfg.backend, d->plugin);
     if (brc == -EINVAL) {
-        svc_error("--backend: %s", backend.reason);
-        rc = 2;
-        goto cleanup;
+        svc_error("--backend: %s", d->backend.reason);
+        return 2;
     }
     if (brc < 0) {
-        svc_error("backend cuda requested but unavailable: %s", backend.reason);
-        goto cleanup;
+        svc_error("backend cuda requested but unavailable: %s", d->backend.reason);
+        return 1;
     }
-    svc_info("backend chosen backend=%s gpus=%d reason=\"%s\"", cn_backend_name(&backend),
-             cn_backend_ngpus(&backend), backend.reason);
-    if (backend.kind == CN_BACKEND_CUDA)
-        svc_info("backend info=\"%s\"", cn_backend_info(&backend));
+    svc_info("backend chosen backend=%s gpus=%d reason=\"%s\"", cn_backend_name(&d->backend),
+             cn_backend_ngpus(&d->backend), d->backend.reason);
+    if (d->backend.kind == CN_BACKEND_CUDA)
+        svc_info("backend info=\"%s\"", cn_backend_info(&d->backend));
 
     /* Inputs by reference come from, and pushed outputs go to, the gateway
      * this node registers with. */
-    if ((e = cn_blobcache_create((uint64_t)cn__num("input-cache-mb") << 20, &cache)) < 0) {
+    if ((e = cn_blobcache_create((uint64_t)d->cfg.input_cache_mb << 20, &d->cache)) < 0) {
         svc_error("cannot create the input cache: %s", strerror(-e));
-        goto cleanup;
+        return 1;
     }
-    /* Every call after registration carries the node's own credential; the
-     * name it is kept under is known once the listen port is (below). */
-    static cn_cred *cred;
-    cn_blobio_gateway gw_io = {.url = cn__opt("gateway")};
-    cn_blobio_gateway_init(&blobio, &gw_io);
-    blobio.stats = &blob_stats;
-    const char *bdir = cn__opt("blob-dir");
-    node.share_mode = !bdir || !bdir[0] || strcmp(bdir, "auto") == 0 ? CN_SHARE_AUTO
-                      : strcmp(bdir, "none") == 0                     ? CN_SHARE_NONE
-                                                                      : CN_SHARE_PATH;
+    d->gw_io.url = d->cfg.gateway;
+    cn_blobio_gateway_init(&d->blobio, &d->gw_io);
+    d->blobio.stats = &d->blob_stats;
+    const char *bdir = d->cfg.blob_dir;
+    d->node.share_mode = !bdir || !bdir[0] || strcmp(bdir, "auto") == 0 ? CN_SHARE_AUTO
+                         : strcmp(bdir, "none") == 0                     ? CN_SHARE_NONE
+                                                                         : CN_SHARE_PATH;
     /* the gateway creates the store; a node only uses one that exists */
-    if (node.share_mode == CN_SHARE_PATH &&
-        cn_blobio_share_path(&blobio, bdir, err, sizeof err) < 0) {
+    if (d->node.share_mode == CN_SHARE_PATH &&
+        cn_blobio_share_path(&d->blobio, bdir, err, sizeof err) < 0) {
         svc_error("--blob-dir: %s", err);
-        rc = 2;
-        goto cleanup;
+        return 2;
     }
-    if (!(node.metrics = svc_metrics_new()) || svc_metrics_add_process(node.metrics) != 0) {
+    if (!(d->node.metrics = svc_metrics_new()) || svc_metrics_add_process(d->node.metrics) != 0) {
         svc_error("cannot create the metrics registry: out of memory");
-        goto cleanup;
+        return 1;
     }
-    node.metrics_public = (int)cn__num("metrics-public");
-    if (backend.kind == CN_BACKEND_CUDA && backend.plugin.host_register)
-        cn_blobio_set_pinning(backend.plugin.host_register, backend.plugin.host_unregister);
+    d->node.metrics_public = d->cfg.metrics_public;
+    if (d->backend.kind == CN_BACKEND_CUDA && d->backend.plugin.host_register)
+        cn_blobio_set_pinning(d->backend.plugin.host_register, d->backend.plugin.host_unregister);
+    return 0;
+}
+
+/* The run manager, and the node's identity: its name, its credential
+ * (under that name), its advertised URL and the host multi-node runs meet
+ * it on. 0 or 1. */
+static int cn__start_runs(cn_daemon *d)
+{
+    char err[512];
+    cn_node *node = &d->node;
+
     /* the host is filled below, once the advertised URL is known, before
      * any run can arrive */
-    static cn_dist_cfg dist;
-    dist.gateway = cn__opt("gateway");
-    dist.timeout_ms = (int)cn__num("dist-timeout-s") * 1000;
-    cn_runs_opts ro = {.slots = (int)cn__num("slots"), .threads = (int)cn__num("threads"),
-                       .backend = &backend, .blobio = &blobio, .cache = cache,
-                       .metrics = node.metrics, .dist = &dist, .tasks = &tasks,
-                       .on_device_lost = cn__on_device_lost, .device_ctx = &node};
-    e = cn_runs_create(&ro, &runs);
+    d->dist.gateway = d->cfg.gateway;
+    d->dist.timeout_ms = (int)d->cfg.dist_timeout_s * 1000;
+    cn_runs_opts ro = {.slots = (int)d->cfg.slots, .threads = (int)d->cfg.threads,
+                       .backend = &d->backend, .blobio = &d->blobio, .cache = d->cache,
+                       .metrics = node->metrics, .dist = &d->dist, .tasks = &d->tasks,
+                       .on_device_lost = cn__on_device_lost, .device_ctx = node};
+    int e = cn_runs_create(&ro, &d->runs);
     if (e < 0) {
         svc_error("cannot start the run manager: %s", strerror(-e));
-        goto cleanup;
+        return 1;
     }
-
-    node.token = token;
-    node.slots = ro.slots;
-    node.backend = &backend;
-    node.runs = runs;
-    node.cache = cache;
-    node.blob_stats = &blob_stats;
-    node.blobio = &blobio;
+    node->token = d->token;
+    node->slots = ro.slots;
+    node->backend = &d->backend;
+    node->runs = d->runs;
+    node->cache = d->cache;
+    node->blob_stats = &d->blob_stats;
+    node->blobio = &d->blobio;
     /* With a fixed port the identity is known before the first request can
      * arrive; with port 0 nobody can call before the port is logged. */
-    const char *listen = cn__opt("listen");
-    const char *lport = strrchr(listen, ':');
-    cn__identity(listen, lport ? atoi(lport + 1) : 0, name, sizeof name, url, sizeof url);
-    node.name = cn__opt("name") && cn__opt("name")[0] ? cn__opt("name") : name;
-    char state_dir[1100];
-    const char *sdir = cn__opt("state-dir");
+    const char *lport = strrchr(d->cfg.listen, ':');
+    cn__identity(d->cfg.listen, lport ? atoi(lport + 1) : 0, d->name, sizeof d->name, d->url,
+                 sizeof d->url);
+    node->name = d->cfg.name && d->cfg.name[0] ? d->cfg.name : d->name;
+    const char *sdir = d->cfg.state_dir;
     if (sdir && strcmp(sdir, "none") == 0)
         sdir = "";
-    else if ((!sdir || !sdir[0]) && svc_exe_dir(exe_dir, sizeof exe_dir) == 0) {
-        snprintf(state_dir, sizeof state_dir, "%s/../var/node", exe_dir);
-        sdir = state_dir;
+    else if ((!sdir || !sdir[0]) && svc_exe_dir(d->exe_dir, sizeof d->exe_dir) == 0) {
+        snprintf(d->state_dir, sizeof d->state_dir, "%s/../var/node", d->exe_dir);
+        sdir = d->state_dir;
     }
-    if (cn_cred_open(sdir, node.name, &cred, err, sizeof err) < 0) {
+    /* Every call after registration carries the node's own credential. */
+    if (cn_cred_open(sdir, node->name, &d->cred, err, sizeof err) < 0) {
         svc_error("cannot keep the node credential: out of memory");
-        goto cleanup;
+        return 1;
     }
     if (err[0])
         svc_warn("%s", err);
-    node.cred = cred;
-    gw_io.cred = cred;
-    dist.cred = cred;
-    node.url = cn__opt("advertise") && cn__opt("advertise")[0] ? cn__opt("advertise") : url;
-    if (cn__opt("dist-host") && cn__opt("dist-host")[0])
-        snprintf(dist.host, sizeof dist.host, "%s", cn__opt("dist-host"));
+    node->cred = d->cred;
+    d->gw_io.cred = d->cred;
+    d->dist.cred = d->cred;
+    node->url = d->cfg.advertise && d->cfg.advertise[0] ? d->cfg.advertise : d->url;
+    if (d->cfg.dist_host && d->cfg.dist_host[0])
+        snprintf(d->dist.host, sizeof d->dist.host, "%s", d->cfg.dist_host);
     else
-        cn_rdv_host_of(node.url, dist.host, sizeof dist.host);
-    if (backend.kind == CN_BACKEND_CUDA)
-        cn__nccl_interface(dist.host);
-    if (cn_metrics_start(&node, cn__opt("nvml")) < 0) {
+        cn_rdv_host_of(node->url, d->dist.host, sizeof d->dist.host);
+    if (d->backend.kind == CN_BACKEND_CUDA)
+        cn__nccl_interface(d->dist.host);
+    if (cn_metrics_start(node, d->cfg.nvml) < 0) {
         svc_error("cannot start the node's metrics: out of memory");
-        goto cleanup;
+        return 1;
     }
+    return 0;
+}
 
+/* The node API. 0 or 1. */
+static int cn__start_server(cn_daemon *d)
+{
+    char err[512];
+    const char *listen = d->cfg.listen, *lport = strrchr(listen, ':');
     svc_server_opts so = {.listen = listen, .routes = cn_api_routes,
-                          .max_body = (size_t)cn__num("max-body-mb") << 20,
+                          .max_body = (size_t)d->cfg.max_body_mb << 20,
                           /* runs carry their inputs inline: a JSON body may
                            * take the whole limit (depth and values are held) */
-                          .max_json_body = (size_t)cn__num("max-body-mb") << 20,
+                          .max_json_body = (size_t)d->cfg.max_body_mb << 20,
                           .tls = cn_tls,
                           /* long polls hold a request for up to 60 s */
                           .conn_timeout_s = 120, .max_header = 16 << 10,
-                          .authorize = cn_api_authorize, .app = &node,
-                          .metrics = node.metrics};
-    if (!(server = svc_server_start(&so, err, sizeof err))) {
+                          .authorize = cn_api_authorize, .app = &d->node,
+                          .metrics = d->node.metrics};
+    if (!(d->server = svc_server_start(&so, err, sizeof err))) {
         svc_error("%s", err);
-        goto cleanup;
+        return 1;
     }
     if (!lport || atoi(lport + 1) == 0)
-        cn__identity(listen, svc_server_port(server), name, sizeof name, url, sizeof url);
+        cn__identity(listen, svc_server_port(d->server), d->name, sizeof d->name, d->url,
+                     sizeof d->url);
     svc_info("listening listen=%s port=%d name=%s url=%s slots=%d", listen,
-             svc_server_port(server), node.name, node.url, node.slots);
+             svc_server_port(d->server), d->node.name, d->node.url, d->node.slots);
+    return 0;
+}
 
-    /* Tasks, once the node's name is final: it labels the containers, and
-     * the containers a killed process of this name left are removed now. */
+/* Tasks, once the node's name is final: it labels the containers, and the
+ * containers a killed process of this name left are removed now. Then the
+ * live log shipper. 0, or the exit code (1, or 2 for a bad option). */
+static int cn__start_tasks(cn_daemon *d)
+{
+    char err[512];
+    const cn_config *c = &d->cfg;
     cn_task_opts to = {
-        .engine = cn__opt("task-engine"), .engine_cmd = cn__opt("task-engine-cmd"),
-        .containers_conf = cn__opt("task-containers-conf"), .node_name = node.name,
-        .gateway = cn__opt("gateway"), .node_url = node.url, .scratch = cn__opt("task-scratch"),
-        .images = cn__opt("task-images"), .deny = cn__opt("task-deny"),
-        .firewall = cn__opt("task-firewall"), .uid = cn__num("task-uid"),
-        .grace_s = cn__num("task-grace-s"), .memory_mb = cn__num("task-memory-mb"),
-        .pids = cn__num("task-pids"), .output_mb = cn__num("task-output-mb"),
-        .log_mb = cn__num("task-log-mb"), .files_mb = cn__num("task-blob-cache-mb"),
-        .images_refresh_s = cn__num("task-images-refresh-s")};
-    if (cn_task_cfg_open(&tasks, &to, err, sizeof err) < 0) {
+        .engine = c->task_engine, .engine_cmd = c->task_engine_cmd,
+        .containers_conf = c->task_containers_conf, .node_name = d->node.name,
+        .gateway = c->gateway, .node_url = d->node.url, .scratch = c->task_scratch,
+        .images = c->task_images, .deny = c->task_deny, .firewall = c->task_firewall,
+        .uid = c->task_uid, .grace_s = c->task_grace_s, .memory_mb = c->task_memory_mb,
+        .pids = c->task_pids, .output_mb = c->task_output_mb, .log_mb = c->task_log_mb,
+        .files_mb = c->task_blob_cache_mb, .images_refresh_s = c->task_images_refresh_s};
+    if (cn_task_cfg_open(&d->tasks, &to, err, sizeof err) < 0) {
         svc_error("%s", err);
-        rc = 2;
-        goto cleanup;
+        return 2;
     }
-    tasks_open = 1;
-    node.tasks = &tasks;
-    static cn_logship_http ship_http;
-    ship_http = (cn_logship_http){.gateway = cn__opt("gateway"), .cred = node.cred,
-                                  .node_id = cn__node_id, .node_cls = &node};
-    cn_logship_sink ship_sink;
-    cn_logship_http_init(&ship_sink, &ship_http);
-    if (tasks.engine.kind != CN_ENGINE_NONE &&
-        (e = cn_logship_start(&ship_sink, NULL, &ship)) < 0) {
+    d->tasks_open = 1;
+    d->node.tasks = &d->tasks;
+    d->ship_http = (cn_logship_http){.gateway = c->gateway, .cred = d->node.cred,
+                                     .node_id = cn__node_id, .node_cls = &d->node};
+    cn_logship_http_init(&d->ship_sink, &d->ship_http);
+    int e;
+    if (d->tasks.engine.kind != CN_ENGINE_NONE &&
+        (e = cn_logship_start(&d->ship_sink, NULL, &d->ship)) < 0) {
         svc_error("cannot start the log shipper: %s", strerror(-e));
-        goto cleanup;
+        return 1;
     }
-    tasks.ship = ship;
+    d->tasks.ship = d->ship;
+    return 0;
+}
 
-    if ((e = cn_register_start(cn__opt("gateway"), (int)cn__num("heartbeat-s"), &node, &reg)) < 0) {
+/* Registration, heartbeats and the lease threads. 0 or 1. */
+static int cn__start_cluster(cn_daemon *d)
+{
+    int e = cn_register_start(d->cfg.gateway, (int)d->cfg.heartbeat_s, &d->node, &d->reg);
+    if (e < 0) {
         svc_error("cannot start the registration thread: %s", strerror(-e));
-        goto cleanup;
+        return 1;
     }
-    __atomic_store_n(&node.reg, reg, __ATOMIC_RELEASE);
-
-    if ((e = cn_lease_start(cn__opt("gateway"), &node, reg, &lease)) < 0) {
+    __atomic_store_n(&d->node.reg, d->reg, __ATOMIC_RELEASE);
+    if ((e = cn_lease_start(d->cfg.gateway, &d->node, d->reg, &d->lease)) < 0) {
         svc_error("cannot start the lease threads: %s", strerror(-e));
-        goto cleanup;
+        return 1;
     }
+    return 0;
+}
+
+/* Serves until SIGTERM/SIGINT or the GPU is lost, then drains. Returns the
+ * exit code; *stuck: how many kernels ignored their cancel flag. */
+static int cn__serve(cn_daemon *d, int *stuck)
+{
+    int sig;
 
     while ((sig = cn__signal_wait(-1)) == 0)
         ;
     if (sig == CN_WAKE_DEVICE_LOST)
         svc_error("GPU lost: the node takes itself out of service, drains and exits %d for its supervisor "
-                  "to restart it why=\"%s\"", CN_EXIT_DEVICE_LOST, cn_node_fault(&node));
+                  "to restart it why=\"%s\"", CN_EXIT_DEVICE_LOST, cn_node_fault(&d->node));
     else
         svc_info("signal received signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    __atomic_store_n(&node.draining, 1, __ATOMIC_RELEASE);
-    cn_lease_drain(lease);      /* no new runs; finished ones are still reported */
+    __atomic_store_n(&d->node.draining, 1, __ATOMIC_RELEASE);
+    cn_lease_drain(d->lease);   /* no new runs; finished ones are still reported */
     /* The gateway learns why before the node leaves: GET /v1/nodes keeps
      * the fault after the node is down. */
-    if (sig == CN_WAKE_DEVICE_LOST && !cn_register_beat_now(reg, CN_FAULT_BEAT_WAIT_MS))
+    if (sig == CN_WAKE_DEVICE_LOST && !cn_register_beat_now(d->reg, CN_FAULT_BEAT_WAIT_MS))
         svc_warn("the gateway took no heartbeat with the fault in %d ms", CN_FAULT_BEAT_WAIT_MS);
     /* a task stops within its grace (SIGTERM, then SIGKILL): wait for that */
     int64_t cancel_ms = CN_CANCEL_WAIT_MS;
-    if (tasks.engine.kind != CN_ENGINE_NONE && (cn__num("task-grace-s") + 3) * 1000 > cancel_ms)
-        cancel_ms = (cn__num("task-grace-s") + 3) * 1000;
-    stuck = cn__drain(runs, cn__num("drain-grace-s"), cancel_ms);
-    rc = sig == CN_WAKE_DEVICE_LOST ? CN_EXIT_DEVICE_LOST : 0;
-cleanup:
-    cn_lease_stop_polls(lease);
-    cn_register_stop(reg);      /* deregisters while the API still answers; the
+    if (d->tasks.engine.kind != CN_ENGINE_NONE && (d->cfg.task_grace_s + 3) * 1000 > cancel_ms)
+        cancel_ms = (d->cfg.task_grace_s + 3) * 1000;
+    *stuck = cn__drain(d->runs, d->cfg.drain_grace_s, cancel_ms);
+    return sig == CN_WAKE_DEVICE_LOST ? CN_EXIT_DEVICE_LOST : 0;
+}
+
+/* Stops what started, in reverse; rc is the exit code to come. */
+static void cn__stop(cn_daemon *d, int rc, int stuck)
+{
+    cn_lease_stop_polls(d->lease);
+    cn_register_stop(d->reg);   /* deregisters while the API still answers; the
                                    gateway then ends the lease poll at once */
-    cn_lease_stop(lease);
-    cn_runs_shutdown(runs);     /* ends long polls so the server can stop */
-    svc_server_stop(server);
+    cn_lease_stop(d->lease);
+    cn_runs_shutdown(d->runs);  /* ends long polls so the server can stop */
+    svc_server_stop(d->server);
     svc_tls_free(cn_tls);
-    cn_register_free(reg);      /* after the server: GET /readyz reads it */
+    cn_register_free(d->reg);   /* after the server: GET /readyz reads it */
     /* A kernel that ignores its cancel flag would block the join for ever,
      * and the plugin must stay loaded under it: leave both to the exit. */
-    if (!stuck) {
-        cn_runs_destroy(runs);
-        cn_logship_stop(ship);
-        if (tasks_open)
-            cn_task_cfg_close(&tasks);
-        cn_blobcache_destroy(cache);
-        cn_blobio_share_close(&blobio);
-        /* With the device lost, every call into it fails: the exit frees it */
-        if (rc != CN_EXIT_DEVICE_LOST)
-            cn_backend_close(&backend);
-        cn_metrics_stop(&node);
-        svc_metrics_free(node.metrics);
-        cn_cred_free(cred);
-    }
+    if (stuck)
+        return;
+    cn_runs_destroy(d->runs);
+    cn_logship_stop(d->ship);
+    if (d->tasks_open)
+        cn_task_cfg_close(&d->tasks);
+    cn_blobcache_destroy(d->cache);
+    cn_blobio_share_close(&d->blobio);
+    /* With the device lost, every call into it fails: the exit frees it */
+    if (rc != CN_EXIT_DEVICE_LOST)
+        cn_backend_close(&d->backend);
+    cn_metrics_stop(&d->node);
+    svc_metrics_free(d->node.metrics);
+    cn_cred_free(d->cred);
+}
+
+int main(int argc, char **argv)
+{
+    static cn_daemon d = {.backend = {.kind = CN_BACKEND_CPU}};
+    int rc, stuck = 0;
+
+    if (cn__configure(&d, argc, argv, &rc) < 0)
+        return rc;
+    if ((rc = cn__start_backend(&d)) == 0 && (rc = cn__start_runs(&d)) == 0 &&
+        (rc = cn__start_server(&d)) == 0 && (rc = cn__start_tasks(&d)) == 0 &&
+        (rc = cn__start_cluster(&d)) == 0)
+        rc = cn__serve(&d, &stuck);
+    cn__stop(&d, rc, stuck);
     if (rc == 0)
         svc_info("stopped");
     else if (rc == CN_EXIT_DEVICE_LOST)

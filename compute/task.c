@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "proc.h"
+#include "cn_proc.h"
 #include "svc_log.h"
 #include "svc_npy.h"
 #include "svc_tensor.h"
@@ -548,7 +548,8 @@ static int collect_outputs(part *p)
         }
     }
     kl_err err = {{0}, {0}};
-    int prc = cn_blobio_push_buffers(p->run->blobio, n, names, (const void *const *)maps, sizes,
+    int prc = cn_blobio_push_buffers(p->run->blobio, p->run->req->job_id, p->run->req->attempt, n,
+                                     names, (const void *const *)maps, sizes,
                                      ids, p->run->cancel, &err);
     if (prc != 0) {
         rc = fail_kl(p, prc == KL_EINVAL ? KL_EBACKEND : prc, &err);
@@ -595,7 +596,8 @@ static void push_log(part *p)
     const char *name = "log";
     const void *data = map;
     /* not the run's cancel flag: a cancelled part's log is kept too */
-    int rc = cn_blobio_push_buffers(p->run->blobio, 1, &name, &data, &n, id, NULL, &err);
+    int rc = cn_blobio_push_buffers(p->run->blobio, p->run->req->job_id, p->run->req->attempt, 1,
+                                    &name, &data, &n, id, NULL, &err);
     if (map)
         munmap(map, n);
     if (rc != 0) {

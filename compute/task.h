@@ -5,7 +5,7 @@
  * without a shell, stdout and stderr captured and capped, progress
  * followed, timeout and cancel (SIGTERM, a grace, SIGKILL), then the exit
  * code, an OOM kill, the outputs pushed as blobs, the log pushed as a
- * blob, and the container and scratch removed. The run manager (runs.c)
+ * blob, and the container and scratch removed. The run manager (cn_runs.c)
  * maps the result onto the run object (contract §5 of
  * docs/tasks_contract.md). */
 #ifndef CN_TASK_H
@@ -14,9 +14,9 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "args.h"
+#include "cn_args.h"
 #include "blobfile.h"
-#include "blobio.h"
+#include "cn_blobio.h"
 #include "logship.h"
 #include "task_cgroup.h"
 #include "task_engine.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proc.h"
+#include "cn_proc.h"
 #include "svc_log.h"
 #include "svc_util.h"
 

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "proc.h"
+#include "cn_proc.h"
 #include "svc_log.h"
 #include "svc_url.h"
 

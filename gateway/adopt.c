@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "reply.h"
 #include "svc_log.h"
 
@@ -20,7 +20,7 @@
 typedef struct adoption {
     struct adoption *next;
     svc_req *req;             /* suspended; answered and resumed by a worker */
-    char id[GW_BLOB_ID_LEN];
+    char id[SVC_BLOB_ID_LEN];
     uint64_t size;
     char job_id[37], node_id[37];
     int attempt;
@@ -42,18 +42,18 @@ static void adopt_one(gw_app *app, adoption *a)
 {
     svc_req *req = a->req;
     uint64_t size = 0, max = (uint64_t)app->cfg.max_blob_mb << 20;
-    int rc = gw_bstore_verify(app->blobs, a->id, max, &size);
+    int rc = svc_bstore_verify(app->blobs, a->id, max, &size);
     if (rc == -ENOENT) {
         svc_reply_error(req, 404, "not_found", NULL, NULL,
                         "the blob store has no file for %s: does the node share this gateway's "
                         "blob directory?", a->id);
     } else if (rc == -EFBIG) {
         svc_reply_error(req, 413, "payload_too_large", NULL, NULL,
-                        "the file of %s is larger than the upload limit of %d MiB", a->id,
+                        "the file of %s is larger than the upload limit of %ld MiB", a->id,
                         app->cfg.max_blob_mb);
     } else if (rc == -EBADMSG) {
         /* planted or torn: a name must never serve other bytes */
-        int gone = gw_bstore_remove(app->blobs, a->id);
+        int gone = svc_bstore_remove(app->blobs, a->id);
         svc_warn("blobs: node %s asked to record %s, whose file does not hash to its name; %s",
                  a->node_id, a->id, gone == 0 ? "file removed" : "the file could not be removed");
         svc_reply_error(req, 422, "invalid_argument", "id", NULL,

@@ -15,7 +15,7 @@ typedef struct gw_mpart gw_mpart;
 typedef struct gw_reqctx {
     gw_caller who;
     int authenticated;
-    struct gw_bwriter *upload;  /* POST /v1/blobs: the bytes so far */
+    struct svc_bwriter *upload;  /* POST /v1/blobs: the bytes so far */
     int upload_err;             /* -errno of the first failed write; -EDQUOT: past the quota */
     int quota_read;             /* used and room below were read at the head */
     uint64_t used, room;        /* the tenant's blob bytes then, and what it may add (quota.h) */
@@ -33,7 +33,7 @@ gw_reqctx *gw_reqctx_of(svc_req *req);
  * head, before the body is read, through gw_authorize. A tenant or admin
  * route that changes something (a submit, a cancel, an upload, the admin
  * API's writes) adds GW_ACCESS_WRITE: its requests take their token from
- * the key's write bucket, every other one from its read bucket (limits.h),
+ * the key's write bucket, every other one from its read bucket (gw_limits.h),
  * so that polling never starves the same key's submits. */
 enum { GW_ACCESS_TENANT = 1, GW_ACCESS_ADMIN,
        GW_ACCESS_CLUSTER /* the cluster token: node registration only (cluster listener) */,
@@ -148,6 +148,10 @@ int gw_api_cluster_blobs_adopt(svc_req *req);
  * runs that ended and answers {"recorded": [run ids]}. */
 int gw_api_node_lease(svc_req *req);
 int gw_api_node_results(svc_req *req);
+/* Tasks (api_tasks.c): a node's live logs, a task's logs, the images. */
+int gw_api_node_logs(svc_req *req);
+int gw_api_jobs_logs(svc_req *req);
+int gw_api_images(svc_req *req);
 /* Sets the body limit of blob uploads, a tenant's and a node's (the route
  * tables' one runtime value). */
 void gw_routes_set_blob_limit(size_t bytes);
@@ -208,6 +212,15 @@ int gw_api_node_undrain(svc_req *req);
 
 /* The route table of the public listener (tenants, admins, health, metrics,
  * the dashboard), terminated by a NULL method. */
+/* Parses a single "bytes=a-b" / "bytes=a-" / "bytes=-n" Range of a body
+ * of size bytes into [*off, *off + *len): 1 for a range, 0 when absent or
+ * not one served partially (the whole body goes out), -1 for 416. */
+int gw_range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *len);
+/* The bytes of blob id (fd, size bytes; the reply owns fd) as ctype:
+ * all of them, or the single range the request's Range header asks for
+ * (206), or 416; with its ETag (api_blobs.c). */
+int gw_reply_blob_range(svc_req *req, const char *id, const char *ctype, int fd, uint64_t size);
+
 extern svc_route gw_routes[];
 /* The route table of the cluster listener (api_nodes.c): what nodes call. */
 extern svc_route gw_cluster_routes[];

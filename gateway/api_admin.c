@@ -8,7 +8,7 @@
 
 #include "api.h"
 #include "keycache.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "scheduler.h"
 #include "svc_log.h"
 #include "svc_util.h"
@@ -32,11 +32,16 @@ int gw_api_tenants_put(svc_req *req)
         return 0;
     gw_tenant_body tb;
     char field[32], msg[160];
-    if (gw_tenant_body_parse(svc_req_json(req), &tb, field, msg, sizeof(msg)) != 0)
+    if (gw_tenant_body_parse(svc_req_json(req), &tb, field, msg, sizeof(msg)) != 0) {
+        free(tb.task_images_json);
         return svc_reply_error(req, 400, "invalid_argument", field, NULL, "%s", msg);
+    }
     int created = 0;
     json_t *tenant;
-    if (gw_store_tenant_upsert(app->store, tb.name, tb.lim, tb.weight, &created, &tenant) != 0)
+    gw_store_task_settings task = {tb.task_images_set, tb.task_images_json, tb.task_egress};
+    int rc = gw_store_tenant_upsert(app->store, tb.name, tb.lim, tb.weight, &task, &created, &tenant);
+    free(tb.task_images_json);
+    if (rc != 0)
         return gw_reply_unavailable(req, "PostgreSQL");
     /* New limits apply here at once; other gateways see them when their
      * cached key answers expire (keycache.h). */

@@ -15,7 +15,7 @@
 
 #include "adopt.h"
 #include "api.h"
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "quota.h"
 #include "svc_sha256.h"
 #include "svc_log.h"
@@ -24,7 +24,7 @@
 static void upload_abort(void *arg)
 {
     gw_reqctx *ctx = arg;
-    gw_bwriter_abort(ctx->upload);
+    svc_bwriter_abort(ctx->upload);
     ctx->upload = NULL;
 }
 
@@ -32,7 +32,7 @@ static void upload_abort(void *arg)
 static int upload_begin(svc_req *req, gw_reqctx *ctx)
 {
     gw_app *app = svc_req_app(req);
-    if ((ctx->upload = gw_bstore_write_begin(app->blobs)) == NULL)
+    if ((ctx->upload = svc_bstore_write_begin(app->blobs)) == NULL)
         return -errno;
     svc_req_on_free(req, upload_abort, ctx);
     return 0;
@@ -67,13 +67,13 @@ int gw_api_blobs_body(svc_req *req, const char *data, size_t n)
      * shrank under meanwhile): nothing more is written, what was is
      * dropped, and the rest of the body is not read. */
     if (ctx->quota_read && ctx->room != GW_QUOTA_NONE &&
-        n > ctx->room - gw_bwriter_size(ctx->upload)) {
+        n > ctx->room - svc_bwriter_size(ctx->upload)) {
         upload_abort(ctx);
         ctx->upload_err = -EDQUOT;
         svc_req_cut_body(req);
         return -1;
     }
-    ctx->upload_err = gw_bwriter_append(ctx->upload, data, n);
+    ctx->upload_err = svc_bwriter_append(ctx->upload, data, n);
     return ctx->upload_err;
 }
 
@@ -97,12 +97,12 @@ static int reply_store_failure(svc_req *req, int rc)
 
 /* Commits the request's upload to the store: 0 with id and size, or -1
  * after replying (500, 507). */
-static int upload_commit(svc_req *req, gw_reqctx *ctx, char id[GW_BLOB_ID_LEN], uint64_t *size)
+static int upload_commit(svc_req *req, gw_reqctx *ctx, char id[SVC_BLOB_ID_LEN], uint64_t *size)
 {
     if (ctx->upload == NULL && ctx->upload_err == 0)
         ctx->upload_err = upload_begin(req, ctx); /* an empty body is an empty blob */
     if (ctx->upload_err == 0)
-        ctx->upload_err = gw_bwriter_commit(ctx->upload, id, size);
+        ctx->upload_err = svc_bwriter_commit(ctx->upload, id, size);
     if (ctx->upload_err == 0)
         return 0;
     svc_error("blobs: cannot store an upload: %s", strerror(-ctx->upload_err));
@@ -116,7 +116,7 @@ static int upload_commit(svc_req *req, gw_reqctx *ctx, char id[GW_BLOB_ID_LEN], 
  * older copy meanwhile. 0, or -1 after replying 500. */
 static int upload_close(svc_req *req, gw_reqctx *ctx, const char *id)
 {
-    int rc = gw_bwriter_close(ctx->upload);
+    int rc = svc_bwriter_close(ctx->upload);
     ctx->upload = NULL;
     if (rc == 0)
         return 0;
@@ -129,7 +129,7 @@ int gw_api_cluster_blobs_upload(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
     gw_reqctx *ctx = gw_reqctx_of(req);
-    char id[GW_BLOB_ID_LEN];
+    char id[SVC_BLOB_ID_LEN];
     uint64_t size = 0;
     if (ctx == NULL)
         return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
@@ -162,7 +162,7 @@ int gw_api_cluster_blobs_adopt(svc_req *req)
                                "the body is {\"size\": bytes of the blob}");
     /* The file is there, with the size the node wrote? A cheap answer
      * first: a node whose mount is not this gateway's pushes instead. */
-    int rc = gw_bstore_stat(app->blobs, id, &size);
+    int rc = svc_bstore_stat(app->blobs, id, &size);
     if (rc == -ENOENT)
         return svc_reply_error(req, 404, "not_found", NULL, NULL,
                                "the blob store has no file for %s: does the node share this "
@@ -203,7 +203,7 @@ int gw_api_cluster_blobs_get(svc_req *req)
                                "no such blob among the inputs of the runs this node holds");
     if (rc != 0)
         return reply_store_failure(req, rc);
-    rc = gw_bstore_open_read(app->blobs, id, &fd, &size);
+    rc = svc_bstore_open_read(app->blobs, id, &fd, &size);
     if (rc == -ENOENT)
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such blob");
     if (rc != 0)
@@ -216,7 +216,7 @@ int gw_api_blobs_upload(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
     gw_reqctx *ctx = gw_reqctx_of(req);
-    char id[GW_BLOB_ID_LEN];
+    char id[SVC_BLOB_ID_LEN];
     uint64_t size = 0;
     int created = 0, rc;
     if (ctx == NULL)
@@ -249,7 +249,7 @@ int gw_api_blobs_upload(svc_req *req)
  * header is absent or not one this server serves partially (several
  * ranges, another unit: the whole blob goes out, as RFC 9110 allows), -1
  * when it cannot be satisfied (416). */
-static int range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
+int gw_range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
 {
     if (h == NULL || strncmp(h, "bytes=", 6) != 0 || strchr(h, ',') != NULL)
         return 0;
@@ -288,9 +288,12 @@ static int range_parse(const char *h, uint64_t size, uint64_t *off, uint64_t *le
     return 1;
 }
 
-/* The bytes of blob id (fd, size bytes; the reply owns fd): all of them,
- * or the single range the request's Range header asks for (206), or 416. */
 static int reply_blob(svc_req *req, const char *id, int fd, uint64_t size)
+{
+    return gw_reply_blob_range(req, id, "application/octet-stream", fd, size);
+}
+
+int gw_reply_blob_range(svc_req *req, const char *id, const char *ctype, int fd, uint64_t size)
 {
     uint64_t off = 0, len = size;
     char buf[128];
@@ -298,7 +301,7 @@ static int reply_blob(svc_req *req, const char *id, int fd, uint64_t size)
     svc_reply_header(req, "ETag", buf);
     svc_reply_header(req, "Accept-Ranges", "bytes");
     svc_reply_header(req, "Cache-Control", "private, max-age=31536000, immutable");
-    int ranged = range_parse(svc_req_header(req, "Range"), size, &off, &len);
+    int ranged = gw_range_parse(svc_req_header(req, "Range"), size, &off, &len);
     if (ranged < 0) {
         close(fd);
         snprintf(buf, sizeof buf, "bytes */%" PRIu64, size);
@@ -310,7 +313,7 @@ static int reply_blob(svc_req *req, const char *id, int fd, uint64_t size)
         snprintf(buf, sizeof buf, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, off, off + len - 1, size);
         svc_reply_header(req, "Content-Range", buf);
     }
-    return svc_reply_fd(req, ranged ? 206 : 200, "application/octet-stream", fd, off, len);
+    return svc_reply_fd(req, ranged ? 206 : 200, ctype, fd, off, len);
 }
 
 int gw_api_blobs_get(svc_req *req)
@@ -327,7 +330,7 @@ int gw_api_blobs_get(svc_req *req)
         return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such blob");
     if (rc != 0)
         return reply_store_failure(req, rc);
-    if ((rc = gw_bstore_open_read(app->blobs, id, &fd, &size)) != 0) {
+    if ((rc = svc_bstore_open_read(app->blobs, id, &fd, &size)) != 0) {
         svc_error("blobs: %s is recorded but its bytes cannot be opened: %s", id, strerror(-rc));
         return svc_reply_error(req, 500, "internal", NULL, NULL, "the blob's bytes are missing");
     }

@@ -4,6 +4,7 @@
  * answers exactly like one that does not exist. */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -12,14 +13,14 @@
 
 #include "api.h"
 #include "blob.h"
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "committer.h"
 #include "eta.h"
 #include "idem.h"
 #include "jobcache.h"
 #include "events.h"
 #include "lease.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "metrics.h"
 #include "quota.h"
 #include "waits.h"
@@ -27,6 +28,7 @@
 #include "resolver.h"
 #include "webhook_net.h"
 #include "scheduler.h"
+#include "gw_task.h"
 #include "svc_client.h"
 #include "svc_json.h"
 #include "svc_log.h"
@@ -53,6 +55,8 @@
 #define SUBMIT_COMMIT_THREADS 2
 /* Most submits per batch: one statement and one Redis command each. */
 #define SUBMIT_BATCH_MAX 256
+/* Most blobs one job names: a kernel's inputs, a task's inputs and files. */
+#define SUBMIT_BLOBS_MAX (GW_TASK_BLOBS_MAX > KL_MAX_IO ? GW_TASK_BLOBS_MAX : KL_MAX_IO)
 
 /* One submit from validation to its answer: built by the handler, then
  * owned by the committer (its request suspended) until submit_done. */
@@ -62,12 +66,13 @@ typedef struct submit {
     gw_app *app;
     gw_job_new row;                /* points into the fields below */
     gw_blob b;                     /* meta of every input, bytes of the inline ones */
-    gw_bwriter *w[KL_MAX_IO];      /* blob files written by this submit */
+    svc_bwriter *w[SUBMIT_BLOBS_MAX]; /* blob files written by this submit */
     int nw;
-    char blob_id[KL_MAX_IO][GW_BLOB_ID_LEN];
-    const char *blob_ids[KL_MAX_IO];
-    uint64_t blob_sizes[KL_MAX_IO];
+    char blob_id[SUBMIT_BLOBS_MAX][SVC_BLOB_ID_LEN];
+    const char *blob_ids[SUBMIT_BLOBS_MAX];
+    uint64_t blob_sizes[SUBMIT_BLOBS_MAX];
     char *params_s, *labels_s, *meta_s;
+    char *task_s, *task_run_s;     /* a task's object as shown and as leased; NULL: a kernel */
     char *webhook;                 /* NULL: none */
     char webhook_host[256];        /* its host when a name: resolved before the commit */
     char webhook_events[64];
@@ -88,6 +93,8 @@ static void submit_free(submit *s)
     free(s->params_s);
     free(s->labels_s);
     free(s->meta_s);
+    free(s->task_s);
+    free(s->task_run_s);
     free(s->webhook);
     json_decref(s->job);
     free(s);
@@ -99,8 +106,8 @@ static void submit_blobs_end(submit *s, int recorded)
 {
     for (int i = 0; i < s->nw; i++) {
         if (!recorded) {
-            gw_bwriter_abort(s->w[i]);
-        } else if (gw_bwriter_close(s->w[i]) != 0) {
+            svc_bwriter_abort(s->w[i]);
+        } else if (svc_bwriter_close(s->w[i]) != 0) {
             svc_error("blobs: an input recorded for a job could not be put back in the store");
         }
     }
@@ -124,7 +131,7 @@ static void submit_blob_ref(submit *s, const char *id, uint64_t size)
 static int inputs_fit_quota(svc_req *req, int64_t tenant_id, const gw_job_req *jr)
 {
     gw_app *app = svc_req_app(req);
-    char idbuf[KL_MAX_IO][GW_BLOB_ID_LEN];
+    char idbuf[KL_MAX_IO][SVC_BLOB_ID_LEN];
     const char *ids[KL_MAX_IO];
     uint64_t sizes[KL_MAX_IO], need = 0, used = 0;
     int n = 0;
@@ -172,7 +179,7 @@ static int inputs_prepare(svc_req *req, int64_t tenant_id, const gw_job_req *jr,
     for (int i = 0; i < jr->kernel->ninputs; i++) {
         const svc_tensor *t = &jr->ka.tensors[i];
         const char *name = jr->kernel->inputs[i].name;
-        char id[GW_BLOB_ID_LEN];
+        char id[SVC_BLOB_ID_LEN];
         uint64_t size = 0;
         int rc;
         if (!jr->ka.args.inputs[i])
@@ -205,12 +212,12 @@ static int inputs_prepare(svc_req *req, int64_t tenant_id, const gw_job_req *jr,
             }
             snprintf(id, sizeof id, "%s", t->blob);
         } else {
-            gw_bwriter *w = gw_bstore_write_begin(app->blobs);
-            rc = w ? gw_bwriter_append(w, t->data, t->nbytes) : -errno;
+            svc_bwriter *w = svc_bstore_write_begin(app->blobs);
+            rc = w ? svc_bwriter_append(w, t->data, t->nbytes) : -errno;
             if (w)
                 s->w[s->nw++] = w;
             if (rc == 0)
-                rc = gw_bwriter_commit(w, id, &size);
+                rc = svc_bwriter_commit(w, id, &size);
             if (rc != 0) {
                 svc_error("blobs: cannot store input %s of a submit: %s", name, strerror(-rc));
                 svc_reply_error(req, rc == -ENOSPC ? 507 : 500,
@@ -230,6 +237,128 @@ static int inputs_prepare(svc_req *req, int64_t tenant_id, const gw_job_req *jr,
         return -1;
     }
     return 0;
+}
+
+/* A task's blobs (task.h): those it names must be the tenant's, of the
+ * size their shape needs (a file's or a plain input's: any, written into
+ * its entry); its large inline inputs are written to the blob store
+ * (counted toward the tenant's quota first, as a kernel's), their writers
+ * kept open until the job is recorded. Every blob is referenced by the job.
+ * 0, or -1 after replying (422 naming the field, 413, 503, 500/507). */
+static int task_blobs_prepare(svc_req *req, int64_t tenant_id, gw_task_req *t, submit *s)
+{
+    gw_app *app = svc_req_app(req);
+    for (int i = 0; i < t->nblobs; i++) {
+        gw_task_blob *b = &t->blobs[i];
+        uint64_t size = 0;
+        int rc = gw_store_blob_get(app->store, tenant_id, b->id, &size);
+        if (rc == -EIO)
+            return gw_reply_unavailable(req, "PostgreSQL"), -1;
+        if (rc != 0)
+            return svc_reply_error(req, 422, "invalid_argument", b->field, NULL,
+                                   "%s: no such blob %s (upload it with POST /v1/blobs)", b->field,
+                                   b->id), -1;
+        if (b->size >= 0 && size != (uint64_t)b->size)
+            return svc_reply_error(req, 422, "invalid_argument", b->field, NULL,
+                                   "%s: blob %s has %llu bytes; its dtype and shape need %lld",
+                                   b->field, b->id, (unsigned long long)size, (long long)b->size), -1;
+        json_object_set_new(b->entry, "size", json_integer((json_int_t)size));
+        submit_blob_ref(s, b->id, size);
+    }
+    if (t->nbig > 0 && gw_quota_bytes(app) > 0) {
+        char idbuf[SVC_TASK_INPUTS_MAX][SVC_BLOB_ID_LEN];
+        const char *ids[SVC_TASK_INPUTS_MAX];
+        uint64_t sizes[SVC_TASK_INPUTS_MAX], need = 0, used = 0;
+        for (int i = 0; i < t->nbig; i++) {
+            char hex[65];
+            svc_sha256 *h = svc_sha256_new();
+            int bad = !h || svc_sha256_update(h, t->big[i].data, t->big[i].len) != 0;
+            if (bad)
+                svc_sha256_free(h);
+            else
+                bad = svc_sha256_final_hex(h, hex) != 0;
+            if (bad)
+                return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot hash an input"), -1;
+            snprintf(idbuf[i], sizeof idbuf[i], "sha256:%s", hex);
+            ids[i] = idbuf[i];
+            sizes[i] = t->big[i].len;
+        }
+        if (gw_store_blobs_need(app->store, tenant_id, NULL, ids, sizes, t->nbig, &need, &used) != 0)
+            return gw_reply_unavailable(req, "PostgreSQL"), -1;
+        if (need > gw_quota_room(app, used))
+            return gw_reply_quota(req, app, used, "the task's inline inputs over %d KiB are stored "
+                                  "as blobs and need %llu bytes more", GW_TASK_INLINE_INPUT_MAX >> 10,
+                                  (unsigned long long)need), -1;
+    }
+    for (int i = 0; i < t->nbig; i++) {
+        char id[SVC_BLOB_ID_LEN];
+        uint64_t size = 0;
+        svc_bwriter *w = svc_bstore_write_begin(app->blobs);
+        int rc = w ? svc_bwriter_append(w, t->big[i].data, t->big[i].len) : -errno;
+        if (w)
+            s->w[s->nw++] = w;
+        if (rc == 0)
+            rc = svc_bwriter_commit(w, id, &size);
+        if (rc != 0) {
+            svc_error("blobs: cannot store %s of a submit: %s", t->big[i].field, strerror(-rc));
+            return svc_reply_error(req, rc == -ENOSPC ? 507 : 500,
+                                   rc == -ENOSPC ? "insufficient_storage" : "internal", NULL, NULL,
+                                   "the blob store could not take %s: %s", t->big[i].field,
+                                   strerror(-rc)), -1;
+        }
+        json_object_set_new(t->big[i].entry, "blob", json_string(id));
+        json_object_set_new(t->big[i].entry, "size", json_integer((json_int_t)size));
+        submit_blob_ref(s, id, size);
+    }
+    /* the job's input list says what the task reads ({name, nbytes}, no
+     * bytes: those are in its lease form), so that its usage counts
+     * bytes_in as a kernel's does */
+    if (!(s->b.meta = json_array()))
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory"), -1;
+    static const char *const lists[] = {"inputs", "files"};
+    for (int l = 0; l < 2; l++) {
+        const char *name;
+        json_t *e;
+        json_object_foreach(json_object_get(t->run, lists[l]), name, e) {
+            const json_t *size = json_object_get(e, "size"), *b64 = json_object_get(e, "b64");
+            json_int_t n = size ? json_integer_value(size)
+                                : (json_int_t)svc_b64_decoded_len(json_string_value(b64),
+                                                                  json_string_length(b64));
+            char entry[320];
+            snprintf(entry, sizeof entry, "%s.%s", lists[l], name);
+            if (json_array_append_new(s->b.meta, json_pack("{s:s, s:I}", "name", entry, "nbytes",
+                                                           n)) != 0)
+                return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory"), -1;
+        }
+    }
+    return 0;
+}
+
+/* The tenant may run this task: its image matches the tenant's patterns
+ * (or, where the tenant has none, --task-images), and it asks egress only
+ * where the tenant is allowed it. 0, or -1 after replying 422/503. */
+static int task_allowed(svc_req *req, int64_t tenant_id, const gw_task_req *t)
+{
+    gw_app *app = svc_req_app(req);
+    char *images = NULL;
+    int egress = 0, has = 0;
+    if (gw_store_tenant_tasks(app->store, tenant_id, &images, &has, &egress) != 0)
+        return gw_reply_unavailable(req, "PostgreSQL"), -1;
+    const char *list = has ? images : app->cfg.task_images;
+    int ok = svc_task_image_allowed(list, t->image);
+    if (!ok) {
+        svc_reply_error(req, 422, "invalid_argument", "task.image", NULL,
+                        "image %.255s is not allowed for this tenant%s%s (GET /v1/images lists what "
+                        "is)", t->image, list && *list ? "; allowed: " : "; no image is allowed yet",
+                        list && *list ? list : "");
+    } else if (t->egress && !egress) {
+        ok = 0;
+        svc_reply_error(req, 422, "invalid_argument", "task.network", NULL,
+                        "network egress is not allowed for this tenant (an operator allows it with "
+                        "POST /v1/tenants {\"task_egress\": true})");
+    }
+    free(images);
+    return ok ? 0 : -1;
 }
 
 /* jsonb's order of object keys: shorter first, then bytewise. */
@@ -261,33 +390,48 @@ static json_t *labels_as_stored(json_t *labels)
 }
 
 /* resources as the job object echoes them: nodes always, gpu_memory_gb
- * when given. New reference, NULL on ENOMEM. */
+ * (and a task's memory_gb, cpus) when given. New reference, NULL on
+ * ENOMEM. */
 static json_t *resources_json(const gw_job_req *jr)
 {
     json_t *o = json_pack("{s:s, s:i, s:i}", "backend", jr->backend, "gpus", jr->gpus, "nodes",
                           jr->nodes);
-    if (o && jr->gpu_memory_gb > 0 &&
-        json_object_set_new(o, "gpu_memory_gb", json_real(jr->gpu_memory_gb)) != 0) {
+    int bad = !o;
+    if (!bad && jr->gpu_memory_gb > 0)
+        bad = json_object_set_new(o, "gpu_memory_gb", json_real(jr->gpu_memory_gb)) != 0;
+    if (!bad && jr->task && jr->memory_gb > 0)
+        bad = json_object_set_new(o, "memory_gb",
+                                  json_real((double)llround(jr->memory_gb * 1073741824.0) /
+                                            1073741824.0)) != 0;
+    if (!bad && jr->task && jr->cpus > 0)
+        bad = json_object_set_new(o, "cpus", json_real(jr->cpus)) != 0;
+    if (bad) {
         json_decref(o);
         return NULL;
     }
     return o;
 }
 
-/* The job object as kowloon_job_json (sql/018_gangs.sql) writes a queued
- * job, up to its "usage"; submit_done adds the timestamps and "error" once
+/* The job object as kowloon_job_json (sql/023_tasks.sql) writes a queued
+ * job, up to its "logs"; submit_done adds the timestamps and "error" once
  * PostgreSQL has given created_at. Same members, same order. New
  * reference, NULL on ENOMEM. */
-static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params)
+static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params,
+                               json_t *task)
 {
-    return json_pack("{s:s, s:s, s:s, s:O, s:o, s:i, s:o, s:i, s:i, s:i, s:b, s:n, s:n, s:n,"
-                     " s:{}, s:n, s:n}",
-                     "id", s->row.id, "state", "queued", "kernel", jr->kernel->name,
-                     "params", params, "labels", labels_as_stored(jr->labels),
+    char logs[64];
+    snprintf(logs, sizeof logs, "/v1/jobs/%s/logs", s->row.id);
+    return json_pack("{s:s, s:s, s:s, s:o, s:O, s:O, s:o, s:i, s:o, s:i, s:i, s:i, s:b, s:n, s:n,"
+                     " s:n, s:{}, s:n, s:n, s:n, s:o}",
+                     "id", s->row.id, "state", "queued", "kind", task ? "task" : "kernel",
+                     "kernel", task ? json_null() : json_string(jr->kernel->name),
+                     "task", task ? task : json_null(), "params", params ? params : json_null(),
+                     "labels", labels_as_stored(jr->labels),
                      "priority", jr->priority, "resources", resources_json(jr),
                      "timeout_s", jr->timeout_s, "max_attempts", jr->max_attempts,
                      "attempts", 0, "cancel_requested", 0, "node", "placement", "backend", "info",
-                     "progress", "usage");
+                     "progress", "usage", "exit_code", "logs",
+                     task ? json_string(logs) : json_null());
 }
 
 /* committer op: one statement for the whole batch. */
@@ -317,7 +461,8 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
         gw_metrics_submitted(app->metrics, s->row.kernel);
         q[nq] = (gw_queued){.seq = s->row.seq, .priority = s->row.priority, .gpus = s->row.gpus,
                             .nodes = s->row.nodes, .gpu_mem_mb = gw_gpu_mem_mb(s->row.gpu_memory_gb),
-                            .timeout_s = s->row.timeout_s, .tenant_id = s->row.tenant_id};
+                            .timeout_s = s->row.timeout_s, .tenant_id = s->row.tenant_id,
+                            .image = s->row.image_key};
         memcpy(q[nq].id, s->row.id, sizeof q[nq].id);
         snprintf(q[nq].backend, sizeof q[nq].backend, "%s", s->row.backend);
         nq++;
@@ -450,17 +595,26 @@ void gw_api_jobs_stop(gw_app *app)
     app->committer = NULL;
 }
 
-/* Fills s's row and job object from a validated request; 0 or -ENOMEM. */
-static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr)
+/* Fills s's row and job object from a validated request (t: its task,
+ * NULL for a kernel job); 0 or -ENOMEM. */
+static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr, const gw_task_req *t)
 {
-    json_t *params = svc_kargs_params_json(&jr->ka.args);
-    s->params_s = params ? json_dumps(params, JSON_COMPACT) : NULL;
+    json_t *params = t ? NULL : svc_kargs_params_json(&jr->ka.args);
+    s->params_s = t ? strdup("null") : params ? json_dumps(params, JSON_COMPACT) : NULL;
     s->labels_s = json_dumps(jr->labels, JSON_COMPACT);
     s->meta_s = json_dumps(s->b.meta, JSON_COMPACT);
     snprintf(s->backend, sizeof s->backend, "%s", jr->backend);
     int rc = s->params_s && s->labels_s && s->meta_s && svc_uuid_v4(s->row.id) == 0 ? 0 : -ENOMEM;
+    if (t && !rc) {
+        s->task_s = json_dumps(t->echo, JSON_COMPACT);
+        s->task_run_s = json_dumps(t->run, JSON_COMPACT);
+        rc = s->task_s && s->task_run_s ? 0 : -ENOMEM;
+        s->row.task_json = s->task_s;
+        s->row.task_run_json = s->task_run_s;
+        s->row.image_key = gw_task_image_key(t->image);
+    }
     s->row.tenant_id = who->tenant_id;
-    s->row.kernel = jr->kernel->name;
+    s->row.kernel = t ? "task" : jr->kernel->name;
     s->row.params_json = s->params_s;
     s->row.priority = jr->priority;
     s->row.timeout_s = jr->timeout_s;
@@ -488,7 +642,7 @@ static int submit_build(submit *s, const gw_caller *who, const gw_job_req *jr)
         if (gw_idem_fingerprint(&s->row, s->idem_hash) != 0)
             rc = -ENOMEM;
     }
-    if (!rc && !(s->job = job_json_queued(s, jr, params)))
+    if (!rc && !(s->job = job_json_queued(s, jr, params, t ? json_deep_copy(t->echo) : NULL)))
         rc = -ENOMEM;
     json_decref(params);
     return rc;
@@ -515,7 +669,7 @@ static void submit_resolved(void *arg, int rc, const struct sockaddr *const *add
                         "webhook host %.100s does not resolve", host);
     } else if (rc == -ETIMEDOUT) {
         svc_reply_error(req, 422, "invalid_argument", "webhook", NULL,
-                        "webhook host %.100s did not resolve within %d ms", host,
+                        "webhook host %.100s did not resolve within %ld ms", host,
                         s->app->cfg.webhook_dns_timeout_ms);
     } else if (rc == -ESHUTDOWN) {
         gw_reply_unavailable(req, "this gateway (shutting down)");
@@ -526,6 +680,31 @@ static void submit_resolved(void *arg, int rc, const struct sockaddr *const *add
     svc_req_resume(req);
     submit_blobs_end(s, 0);
     submit_free(s);
+}
+
+/* The task of a parsed request, checked (task.h) and allowed for the
+ * tenant: a new gw_task_req (the caller's: gw_task_req_free, free), or
+ * NULL after replying. */
+static gw_task_req *task_prepare(svc_req *req, const gw_job_req *jr, int64_t tenant_id)
+{
+    gw_app *app = svc_req_app(req);
+    gw_task_limits lim = {.memory_gb = jr->memory_gb, .cpus = jr->cpus,
+                          .max_output_bytes = (int64_t)app->cfg.max_output_mb << 20,
+                          .log_bytes = (int64_t)app->cfg.task_log_mb << 20};
+    gw_task_err te;
+    gw_task_req *t = malloc(sizeof *t);
+    if (!t) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    if (gw_task_parse(jr->task, &lim, t, &te) != 0)
+        svc_reply_error(req, te.status, te.status == 500 ? "internal" : "invalid_argument",
+                        te.field[0] ? te.field : NULL, NULL, "%s", te.message);
+    else if (task_allowed(req, tenant_id, t) == 0)
+        return t;
+    gw_task_req_free(t);
+    free(t);
+    return NULL;
 }
 
 /* POST /v1/jobs: validates, prepares the row and its inputs, suspends the
@@ -551,39 +730,47 @@ int gw_api_jobs_submit(svc_req *req)
     json_t *body = svc_req_streamed(req) ? gw_mpart_job(req) : json_incref(svc_req_json(req));
     if (body == NULL)
         return 0;
-    int bad = gw_job_req_parse(body, &jr, &ve);
-    json_decref(body);
-    if (bad)
+    /* body lives on while jr.task borrows from it */
+    if (gw_job_req_parse(body, &jr, &ve) != 0) {
+        json_decref(body);
         return svc_reply_error(req, ve.status, "invalid_argument", ve.field[0] ? ve.field : NULL,
                                NULL, "%s", ve.message);
-    if (gw_job_req_check_output(&jr, (int64_t)app->cfg.max_output_mb << 20, &ve) != 0) {
-        gw_job_req_free(&jr);
-        return svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
     }
+    gw_task_req *task = NULL;
+    submit *s = NULL;
+    if (gw_job_req_check_output(&jr, (int64_t)app->cfg.max_output_mb << 20, &ve) != 0) {
+        svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
+        goto refused;
+    }
+    if (jr.task && !(task = task_prepare(req, &jr, who.tenant_id)))
+        goto refused;
     /* The webhook's form, and its address when an IP literal; a name is
      * resolved below, off this thread. */
     char host[256] = "";
     int resolve = jr.webhook ? gw_whnet_url_check(app->whnet, jr.webhook, host, sizeof host,
                                                   ve.message, sizeof ve.message) : 0;
     if (resolve < 0) {
-        gw_job_req_free(&jr);
-        return svc_reply_error(req, 422, "invalid_argument", "webhook", NULL, "%s", ve.message);
+        svc_reply_error(req, 422, "invalid_argument", "webhook", NULL, "%s", ve.message);
+        goto refused;
     }
-    submit *s = calloc(1, sizeof(*s));
-    if (!s) {
-        gw_job_req_free(&jr);
-        return svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+    if (!(s = calloc(1, sizeof(*s)))) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        goto refused;
     }
     s->app = app;
     s->key_id = who.key_id;
     s->wait_s = gw_waits_prefer(svc_req_header(req, "Prefer"));
     memcpy(s->idem_key, idem_key, sizeof idem_key);
-    int rc = inputs_prepare(req, who.tenant_id, &jr, s);
-    if (rc == 0 && submit_build(s, &who, &jr) != 0) {
+    int rc = task ? task_blobs_prepare(req, who.tenant_id, task, s)
+                  : inputs_prepare(req, who.tenant_id, &jr, s);
+    if (rc == 0 && submit_build(s, &who, &jr, task) != 0) {
         svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
         rc = -1;
     }
     gw_job_req_free(&jr);
+    gw_task_req_free(task);
+    free(task);
+    json_decref(body);
     /* Suspended before it is handed over, so the committer can never
      * answer a request that is not suspended yet. */
     if (rc == 0 && svc_req_suspend(req) != 0) {
@@ -603,7 +790,7 @@ int gw_api_jobs_submit(svc_req *req)
             else if (rc == -EDQUOT)
                 gw_reply_too_many(req, "rate_limited", 1,
                                   "this tenant has %d webhook host lookups in flight, the most it "
-                                  "may; retry once they end (each within %d ms)",
+                                  "may; retry once they end (each within %ld ms)",
                                   GW_RESOLVE_PER_TENANT, app->cfg.webhook_dns_timeout_ms);
             else if (rc == -EAGAIN)
                 gw_reply_unavailable(req, "webhook host lookup (too many at once)");
@@ -619,28 +806,12 @@ int gw_api_jobs_submit(svc_req *req)
     submit_blobs_end(s, 0);
     submit_free(s);
     return 0;
-}
-
-/* The {id} of the path when it is a UUID, lower-cased as PostgreSQL
- * writes a uuid (so the stream of a job named in capitals matches its
- * events, and its cache entry is the one of any other spelling); NULL
- * after replying 404 (or 500 on ENOMEM). */
-const char *gw_job_id_param(svc_req *req)
-{
-    const char *id = svc_req_param(req, "id");
-    if (!id || !svc_uuid_valid(id)) {
-        svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
-        return NULL;
-    }
-    gw_reqctx *ctx = gw_reqctx_of(req);
-    if (!ctx) {
-        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
-        return NULL;
-    }
-    for (int i = 0; i < 36; i++)
-        ctx->job_id[i] = (char)tolower((unsigned char)id[i]);
-    ctx->job_id[36] = '\0';
-    return ctx->job_id;
+refused:
+    gw_job_req_free(&jr);
+    gw_task_req_free(task);
+    free(task);
+    json_decref(body);
+    return 0;
 }
 
 /* job (stolen) with "queue" (stolen; NULL: none) right after its
@@ -782,14 +953,38 @@ int gw_api_jobs_list(svc_req *req)
                                               next ? json_string(next_s) : json_null()));
 }
 
+/* A task's output file as GET /v1/jobs/{id}/result shows it: {"bytes",
+ * "url"} (the outputs route, its name URL-encoded), "npy" when the node
+ * read an .npy header, "blob" with ?encoding=blob. New reference. */
+static json_t *task_output_json(const json_t *m, const char *job_id, int as_blob)
+{
+    const char *name = json_string_value(json_object_get(m, "name"));
+    char url[1024];
+    int n = snprintf(url, sizeof url, "/v1/jobs/%s/outputs/", job_id);
+    for (const char *p = name; p && *p && n < (int)sizeof url - 4; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~')
+            url[n++] = (char)c;
+        else
+            n += snprintf(url + n, sizeof url - (size_t)n, "%%%02X", c);
+    }
+    url[n] = '\0';
+    json_t *o = json_pack("{s:O, s:s}", "bytes", json_object_get(m, "nbytes"), "url", url);
+    if (o && json_object_get(m, "npy"))
+        json_object_set(o, "npy", json_object_get(m, "npy"));
+    if (o && as_blob)
+        json_object_set(o, "blob", json_object_get(m, "blob"));
+    return o;
+}
+
 /* Maps a blob's bytes read-only for the stream s (which unmaps them) and
  * points t at them. 0, -EINVAL when the store's file does not have
  * t->nbytes (a corrupt store), or -errno. */
-static int map_blob(gw_bstore *store, svc_tstream *s, svc_tensor *t)
+static int map_blob(svc_bstore *store, svc_tstream *s, svc_tensor *t)
 {
     int fd;
     uint64_t size;
-    int rc = gw_bstore_open_read(store, t->blob, &fd, &size);
+    int rc = svc_bstore_open_read(store, t->blob, &fd, &size);
     if (rc != 0) {
         svc_error("blobs: output %s of a stored result cannot be opened: %s", t->blob, strerror(-rc));
         return -EINVAL;
@@ -818,8 +1013,9 @@ static int map_blob(gw_bstore *store, svc_tstream *s, svc_tensor *t)
  * store are mapped (as_blobs: named by their ids; every output must be a
  * blob then, see inline_outputs_to_blobs). 0, -EINVAL when meta does
  * not fit data (a corrupt row), or -ENOMEM. */
-static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
-                          const unsigned char *data, size_t len, int b64, int as_blobs)
+static int outputs_stream(svc_bstore *store, svc_tstream *s, const json_t *meta,
+                          const unsigned char *data, size_t len, int b64, int as_blobs,
+                          const char *job_id)
 {
     size_t i;
     json_t *m;
@@ -827,6 +1023,25 @@ static int outputs_stream(gw_bstore *store, svc_tstream *s, const json_t *meta,
     json_array_foreach(meta, i, m) {
         svc_tensor t;
         const char *name;
+        if (rc == 0 && gw_task_output_is_file(m)) {
+            /* a task's file: where to download it, never its bytes inline */
+            json_t *f = task_output_json(m, job_id, as_blobs);
+            char *text = f ? json_dumps(f, JSON_COMPACT) : NULL;
+            char *key = svc_json_dump(json_object_get(m, "name"), NULL);
+            json_decref(f);
+            rc = text && key ? svc_tstream_text(s, ",", i ? 1 : 0) : -ENOMEM;
+            if (!rc)
+                rc = svc_tstream_text(s, key, strlen(key));
+            if (!rc)
+                rc = svc_tstream_text(s, ":", 1);
+            if (!rc)
+                rc = svc_tstream_text(s, text, strlen(text));
+            free(text);
+            free(key);
+            if (rc)
+                break;
+            continue;
+        }
         if (rc == 0 && gw_blob_view(m, data, len, &t, &name) != 0)
             rc = -EINVAL;
         if (rc == 0 && t.blob[0] != '\0' && !as_blobs)
@@ -871,6 +1086,14 @@ static int inline_outputs_to_blobs(gw_app *app, int64_t tenant_id, json_t *meta,
         svc_tensor t;
         const char *name;
         int created = 0, rc;
+        if (gw_task_output_is_file(m)) {
+            rc = gw_store_blob_record(app->store, tenant_id, json_string_value(json_object_get(m, "blob")),
+                                      (uint64_t)json_integer_value(json_object_get(m, "nbytes")),
+                                      gw_quota_bytes(app), &created);
+            if (rc)
+                return rc;
+            continue;
+        }
         if (gw_blob_view(m, data, len, &t, &name) != 0)
             return -EINVAL;
         if (t.blob[0] != '\0') {
@@ -880,19 +1103,19 @@ static int inline_outputs_to_blobs(gw_app *app, int64_t tenant_id, json_t *meta,
                 return rc;
             continue;
         }
-        char id[GW_BLOB_ID_LEN];
+        char id[SVC_BLOB_ID_LEN];
         uint64_t size = 0;
-        gw_bwriter *w = gw_bstore_write_begin(app->blobs);
-        rc = w ? gw_bwriter_append(w, t.data, t.nbytes) : -errno;
+        svc_bwriter *w = svc_bstore_write_begin(app->blobs);
+        rc = w ? svc_bwriter_append(w, t.data, t.nbytes) : -errno;
         if (rc == 0)
-            rc = gw_bwriter_commit(w, id, &size);
+            rc = svc_bwriter_commit(w, id, &size);
         if (rc == 0)
             rc = gw_store_blob_record(app->store, tenant_id, id, size, gw_quota_bytes(app),
                                       &created);
-        if (rc == 0 && gw_bwriter_close(w) != 0)
+        if (rc == 0 && svc_bwriter_close(w) != 0)
             rc = -EIO;
         else if (rc != 0 && w)
-            gw_bwriter_abort(w);
+            svc_bwriter_abort(w);
         if (rc == 0 && (json_object_set_new(m, "blob", json_string(id)) < 0 ||
                         json_object_del(m, "offset") < 0))
             rc = -ENOMEM;
@@ -960,7 +1183,7 @@ int gw_api_jobs_result(svc_req *req)
         rc = svc_tstream_text(doc, head, (size_t)n);
     if (!rc)
         rc = outputs_stream(app->blobs, doc, meta, data, len, enc && strcmp(enc, "b64") == 0,
-                            enc && strcmp(enc, "blob") == 0);
+                            enc && strcmp(enc, "blob") == 0, id);
     if (!rc)
         rc = svc_tstream_text(doc, ",\"info\":", 8);
     if (!rc)
@@ -1023,6 +1246,35 @@ static void shape_header(const svc_tensor *t, char *out, size_t len)
         off += (size_t)snprintf(out + off, len - off, "%s%lld", d ? "," : "", (long long)t->shape[d]);
 }
 
+/* GET /v1/jobs/{id}/outputs/{name} of a task's file m: its bytes as the
+ * program left them (Range as for any output); ?format=npy only for an
+ * .npy file, which is sent as it is. */
+static int task_output_reply(svc_req *req, gw_app *app, const char *id, const json_t *m,
+                             const char *format, int npy)
+{
+    const char *name = json_string_value(json_object_get(m, "name"));
+    const char *blob = json_string_value(json_object_get(m, "blob"));
+    uint64_t want = (uint64_t)json_integer_value(json_object_get(m, "nbytes")), size = 0;
+    size_t nl = strlen(name);
+    int is_npy = nl > 4 && strcmp(name + nl - 4, ".npy") == 0;
+    if (npy && format && !is_npy)
+        return svc_reply_error(req, 422, "invalid_argument", "format", NULL,
+                               "output %.200s is a file the task wrote, not an .npy file: download "
+                               "it raw", name);
+    int fd = -1;
+    if (svc_bstore_open_read(app->blobs, blob, &fd, &size) != 0 || size != want) {
+        if (fd >= 0)
+            close(fd);
+        svc_error("blobs: output %s of job %s is missing or has the wrong size", blob, id);
+        return svc_reply_error(req, 500, "internal", NULL, NULL, "the output's bytes are missing");
+    }
+    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    char hdr[256];
+    svc_reply_header(req, "Content-Disposition", svc_content_disposition(base, hdr, sizeof hdr));
+    return gw_reply_blob_range(req, blob, is_npy ? "application/x-npy" : "application/octet-stream",
+                               fd, size);
+}
+
 int gw_api_jobs_output(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -1052,6 +1304,15 @@ int gw_api_jobs_output(svc_req *req)
     json_t *m;
     int found = 0, bad = 0;
     json_array_foreach(meta, i, m) {
+        if (gw_task_output_is_file(m)) {
+            if (strcmp(json_string_value(json_object_get(m, "name")), want) == 0) {
+                rc = task_output_reply(req, app, id, m, format, npy);
+                json_decref(meta);
+                free(data);
+                return rc;
+            }
+            continue;
+        }
         if (gw_blob_view(m, data, len, &t, &name) != 0) {
             bad = 1;
             break;
@@ -1091,7 +1352,7 @@ int gw_api_jobs_output(svc_req *req)
     } else {
         int fd = -1;
         uint64_t size = 0;
-        if (gw_bstore_open_read(app->blobs, t.blob, &fd, &size) != 0 || size != t.nbytes) {
+        if (svc_bstore_open_read(app->blobs, t.blob, &fd, &size) != 0 || size != t.nbytes) {
             if (fd >= 0)
                 close(fd);
             svc_error("blobs: output %s of job %s is missing or has the wrong size", t.blob, id);

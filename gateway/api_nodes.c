@@ -11,13 +11,14 @@
 #include <string.h>
 
 #include "api.h"
-#include "blobstore.h"
 #include "committer.h"
+#include "svc_bstore.h"
 #include "lease.h"
 #include "nodecred.h"
 #include "outcome.h"
 #include "rendezvous.h"
 #include "scheduler.h"
+#include "svc_task.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -103,6 +104,40 @@ static json_t *node_gpus(svc_req *req, json_t *gpus)
     return out;
 }
 
+/* A node's "tasks" (registration, heartbeat; docs/tasks_contract.md
+ * section 7): {engine, version?, images?: [strings], ...}, kept as sent.
+ * 0 (JSON text in *out, NULL when absent; the caller frees it), or -1
+ * after replying 400. */
+static int node_tasks(svc_req *req, const json_t *tasks, char **out)
+{
+    *out = NULL;
+    if (!tasks || json_is_null(tasks))
+        return 0;
+    const json_t *engine = json_object_get(tasks, "engine"), *images = json_object_get(tasks, "images");
+    int ok = json_is_object(tasks) && json_is_string(engine) && json_string_length(engine) <= 32 &&
+             (!images || (json_is_array(images) && json_array_size(images) <= 4096));
+    static const char *const texts[] = {"version", "reason", "gang_network", "allowed", NULL};
+    for (int k = 0; ok && texts[k]; k++) {
+        const json_t *t = json_object_get(tasks, texts[k]);
+        ok = !t || (json_is_string(t) && json_string_length(t) <= 4096);
+    }
+    size_t i;
+    json_t *im;
+    json_array_foreach(ok ? images : NULL, i, im)
+        ok &= json_is_string(im) && json_string_length(im) <= SVC_TASK_IMAGE_MAX;
+    if (!ok) {
+        svc_reply_error(req, 400, "invalid_argument", "tasks", NULL,
+                        "tasks must be {engine: string, version: string, images: [image "
+                        "references]} or {engine: \"none\", reason}");
+        return -1;
+    }
+    if (!(*out = json_dumps(tasks, JSON_COMPACT))) {
+        svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 int gw_api_node_register(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -142,9 +177,14 @@ int gw_api_node_register(svc_req *req)
     if (!kernels_ok)
         return svc_reply_error(req, 400, "invalid_argument", "kernels", NULL,
                                "kernels must be an array of kernel names");
-    json_t *gpus = node_gpus(req, json_object_get(b, "gpus"));
-    if (!gpus)
+    char *tasks_s;
+    if (node_tasks(req, json_object_get(b, "tasks"), &tasks_s) != 0)
         return 0;
+    json_t *gpus = node_gpus(req, json_object_get(b, "gpus"));
+    if (!gpus) {
+        free(tasks_s);
+        return 0;
+    }
     char *gpus_s = json_dumps(gpus, JSON_COMPACT);
     char *kernels_s = json_dumps(kernels, JSON_COMPACT);
     json_decref(gpus);
@@ -158,23 +198,25 @@ int gw_api_node_register(svc_req *req)
     if (rc == 0) {
         gw_node_reg reg = {.name = name, .url = url, .backend = backend,
                            .reason = reason ? reason : "", .gpus_json = gpus_s,
-                           .kernels_json = kernels_s, .slots = (int)json_integer_value(slots),
+                           .kernels_json = kernels_s, .tasks_json = tasks_s,
+                           .slots = (int)json_integer_value(slots),
                            .presented_hash = presented ? old_hash : NULL, .new_hash = new_hash,
                            .timeout_s = app->cfg.node_timeout_s};
         rc = gw_store_node_register(app->store, &reg, id, &issued);
     }
     free(gpus_s);
     free(kernels_s);
+    free(tasks_s);
     if (rc == -EEXIST) {
         char after[16];
-        snprintf(after, sizeof after, "%d", app->cfg.node_timeout_s);
+        snprintf(after, sizeof after, "%ld", app->cfg.node_timeout_s);
         svc_warn("node registration refused: %s is held by a live node and %s from %s",
                  name, presented ? "the credential presented is not its" : "no credential came",
                  svc_req_client_ip(req));
         svc_reply_header(req, "Retry-After", after);
         return svc_reply_error(req, 409, "node_name_in_use", "name", NULL,
                                "node %s is registered and alive; only it may register that name "
-                               "again (with its credential) until it leaves or is silent for %d s",
+                               "again (with its credential) until it leaves or is silent for %ld s",
                                name, app->cfg.node_timeout_s);
     }
     if (rc == -EIO)
@@ -191,8 +233,8 @@ int gw_api_node_register(svc_req *req)
     /* A node on a host that sees the blob directory under this path, with
      * this identity, maps inputs from it and writes outputs to it. */
     json_t *reply = json_pack("{s:s, s:i, s:{s:s, s:s}}", "id", id, "heartbeat_s",
-                              app->cfg.heartbeat_s, "blob_store", "dir", gw_bstore_dir(app->blobs),
-                              "id", gw_bstore_id(app->blobs));
+                              app->cfg.heartbeat_s, "blob_store", "dir", svc_bstore_dir(app->blobs),
+                              "id", svc_bstore_id(app->blobs));
     /* only a new credential travels; one the node proved it has stays */
     if (issued)
         json_object_set_new(reply, "credential", json_string(cred));
@@ -276,11 +318,13 @@ typedef struct beat {
     char id[37];
     int running, fault, found;
     json_t *state;            /* the device state, or NULL (keep the last) */
+    json_t *tasks;            /* the task images, when they changed, or NULL */
 } beat;
 
 static void beat_free(beat *bt)
 {
     json_decref(bt->state);
+    json_decref(bt->tasks);
     free(bt);
 }
 
@@ -308,11 +352,22 @@ int gw_api_node_heartbeat(svc_req *req)
                                "state is {gpus: [{index: 0-15, model, memory_total, memory_free: "
                                "bytes, util: 0-100}] (at most 16), cpu: {cores, load1}, fault: "
                                "string of at most 512 (optional)}");
+    char *tasks_s;
+    if (node_tasks(req, json_object_get(b, "tasks"), &tasks_s) != 0)
+        return 0;
+    json_t *tasks = tasks_s ? json_loads(tasks_s, 0, NULL) : NULL;
+    int tasks_bad = tasks_s && !tasks;
+    free(tasks_s);
+    if (tasks_bad)
+        return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
     if (unheld_due(id, svc_now_mono_ms(), 0))
         requeue_unheld(app, id, runs);
     beat *bt = calloc(1, sizeof(*bt));
-    if (!bt)
+    if (!bt) {
+        json_decref(tasks);
         return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
+    }
+    bt->tasks = tasks;
     bt->app = app;
     bt->req = req;
     snprintf(bt->id, sizeof bt->id, "%s", id);
@@ -345,6 +400,8 @@ static int beats_commit(void *arg, gw_commit_item *const *items, int n)
         json_t *o = json_pack("{s:s, s:i}", "id", bt->id, "running", bt->running);
         if (o && bt->state)
             json_object_set(o, "state", bt->state);
+        if (o && bt->tasks)
+            json_object_set(o, "tasks", bt->tasks);
         if (!o || json_array_append_new(arr, o) != 0) {
             json_decref(arr);
             return -ENOMEM;
@@ -374,8 +431,9 @@ static void beats_done(void *arg, gw_commit_item *item)
     gw_app *app = arg;
     beat *bt = (beat *)item;
     if (item->rc == 0 && bt->found) {
-        /* out of service: the scheduler looks again now */
-        if (bt->fault)
+        /* out of service, or its task images changed: the scheduler
+         * looks again now */
+        if (bt->fault || bt->tasks)
             gw_sched_nodes_changed(app->sched);
         svc_reply_json(bt->req, 200, json_object());
     } else if (item->rc == 0) {
@@ -434,6 +492,8 @@ svc_route gw_cluster_routes[] = {
     {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/lease", .handler = gw_api_node_lease,
      .json_body = 1, .access = N, .reserved = 1},
     {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/results", .handler = gw_api_node_results,
+     .json_body = 1, .access = N, .reserved = 1, .json_bulk = 1},
+    {.method = "POST", .pattern = "/v1/cluster/nodes/{node}/logs", .handler = gw_api_node_logs,
      .json_body = 1, .access = N, .reserved = 1, .json_bulk = 1},
     {.method = "POST", .pattern = "/v1/cluster/blobs", .handler = gw_api_cluster_blobs_upload,
      .access = N | GW_ACCESS_RUN, .reserved = 1, .body = gw_api_blobs_body,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "api.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "stats.h"
 #include "svc_util.h"
 

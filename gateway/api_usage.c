@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "api.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "quota.h"
 #include "svc_util.h"
 #include "usage.h"

@@ -16,7 +16,7 @@
 
 #include "api.h"
 #include "keycache.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "reply.h"
 #include "svc_addr.h"
 #include "svc_log.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "svc_log.h"
 
 /* Blobs removed per transaction: rows stay locked while their files go. */
@@ -30,7 +30,7 @@ struct gw_blob_gc {
 
 static int remove_bytes(const char *id, void *arg)
 {
-    return gw_bstore_remove(arg, id);
+    return svc_bstore_remove(arg, id);
 }
 
 /* Expired Idempotency-Keys, SWEEP_BATCH per statement so that a day's
@@ -64,7 +64,7 @@ static void jobs_expire(gw_blob_gc *gc)
                       deleted == 1 ? "" : "s", tenants, tenants == 1 ? "" : "s");
     } while (rc == 0 && deleted == JOB_PAGE && !atomic_load(&gc->stopping));
     if (total > 0)
-        svc_info("jobs: retention deleted %d job%s ended more than %d day%s ago", total,
+        svc_info("jobs: retention deleted %d job%s ended more than %ld day%s ago", total,
                  total == 1 ? "" : "s", app->cfg.job_retention_days,
                  app->cfg.job_retention_days == 1 ? "" : "s");
     if (rc != 0)
@@ -93,7 +93,7 @@ static void *gc_main(void *arg)
             total += removed;
         } while (rc == 0 && removed == SWEEP_BATCH);
         if (total > 0)
-            svc_info("blobs: retention removed %d blob%s unreferenced for %d s", total,
+            svc_info("blobs: retention removed %d blob%s unreferenced for %ld s", total,
                      total == 1 ? "" : "s", app->cfg.blob_retention_s);
         if (rc != 0 && rc != -EIO)
             svc_warn("blobs: retention sweep failed (%s); tried again next time", strerror(-rc));

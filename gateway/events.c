@@ -204,15 +204,28 @@ static void ev_send_progress(gw_events *ev, const json_t *item, int64_t now)
     int64_t tenant_id = json_integer_value(json_object_get(item, "tenant_id"));
     const char *job_id = json_string_value(json_object_get(d, "job_id"));
     const char *kernel = json_string_value(json_object_get(d, "kernel"));
+    /* "progress", or "log" (gw_events_live): a log event carries its
+     * text, not the job's kernel and labels, which only choose streams */
+    const char *event = json_string_value(json_object_get(item, "event"));
+    int log = event && strcmp(event, "log") == 0;
     if (!job_id || !kernel)
         return;
     char *text = NULL;
     for (ev_stream *s = ev->streams; s; s = s->next) {
         if (s->backlog || !ev_wants(s, tenant_id, job_id, kernel, d, "running"))
             continue;
-        if (!text && !(text = svc_json_dump(d, NULL)))
+        if (!text && log) {
+            json_t *c = json_copy((json_t *)d);
+            json_object_del(c, "kernel");
+            json_object_del(c, "labels");
+            text = c ? svc_json_dump(c, NULL) : NULL;
+            json_decref(c);
+        } else if (!text) {
+            text = svc_json_dump(d, NULL);
+        }
+        if (!text)
             return;
-        svc_sse_send(s->sse, NULL, "progress", text);
+        svc_sse_send(s->sse, NULL, log ? "log" : "progress", text);
         s->last_write_ms = now;
     }
     free(text);
@@ -714,14 +727,19 @@ void gw_events_free(gw_events *ev)
 
 void gw_events_progress(gw_events *ev, gw_event_row *rows, int n)
 {
+    gw_events_live(ev, rows, n, "progress");
+}
+
+void gw_events_live(gw_events *ev, gw_event_row *rows, int n, const char *event)
+{
     if (!ev) {
         gw_event_rows_free(rows, n);
         return;
     }
     pthread_mutex_lock(&ev->mu);
     for (int i = 0; i < n; i++) {
-        json_t *item = json_pack("{s:I, s:O}", "tenant_id", (json_int_t)rows[i].tenant_id, "data",
-                                 rows[i].data);
+        json_t *item = json_pack("{s:I, s:O, s:s}", "tenant_id", (json_int_t)rows[i].tenant_id,
+                                 "data", rows[i].data, "event", event);
         json_array_append(ev->progress, item);
         json_array_append_new(ev->progress_out, item);
     }

@@ -81,6 +81,11 @@ void gw_events_written(gw_events *ev);
  * PUBLISH per round to the other gateways' (progress is not in the log:
  * a gateway that misses it shows the next one). Takes rows. */
 void gw_events_progress(gw_events *ev, gw_event_row *rows, int n);
+/* The same for any live event without an id: event "progress" or "log"
+ * (a task's log lines, data {job_id, attempt, part, offset, text, kernel,
+ * labels}; kernel and labels choose the streams and are not sent). Takes
+ * rows. */
+void gw_events_live(gw_events *ev, gw_event_row *rows, int n, const char *event);
 
 /* Longest duration_s a stream may ask for. */
 #define GW_EVENTS_DURATION_MAX_S 86400

@@ -63,7 +63,8 @@ int gw_idem_fingerprint(const gw_job_new *row, char hex[65])
     if (field_s(h, row->kernel) || field_s(h, row->params_json) || field(h, nums, (size_t)n) ||
         field_s(h, row->backend) || field_s(h, row->labels_json) || field_s(h, row->inputs_meta) ||
         field(h, row->inputs_data, row->inputs_len) || field_s(h, row->webhook) ||
-        field_s(h, row->webhook ? row->webhook_events : NULL)) {
+        field_s(h, row->webhook ? row->webhook_events : NULL) ||
+        (row->task_run_json && field_s(h, row->task_run_json))) {
         svc_sha256_free(h);
         return -1;
     }

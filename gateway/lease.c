@@ -134,15 +134,26 @@ static json_t *dist_json(const gw_dispatch *d)
  * devices. New reference or NULL. */
 static json_t *run_json(const gw_dispatch *d)
 {
+    /* A task: its lease form as the submit made it (contract section 2);
+     * inputs and files in it already. */
+    json_t *o;
+    if (d->task) {
+        o = json_pack("{s:s, s:i, s:O, s:i, s:s, s:i, s:b, s:I}", "job_id", d->job_id, "attempt",
+                      d->attempt, "task", d->task, "timeout_s", d->timeout_s, "backend", d->backend,
+                      "gpus", d->gpus, "output_blobs", 1, "output_blob_min",
+                      (json_int_t)GW_INLINE_OUTPUT_MAX + 1);
+        goto envelope;
+    }
     /* Inputs in the blob store go as references, which the node fetches as
      * raw bytes; small inputs kept in the row go inline, in base64. */
     json_t *inputs = gw_blob_to_json(d->inputs_meta, d->inputs, d->inputs_len, 1);
     if (!inputs)
         return NULL;
-    json_t *o = json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i, s:b, s:I}", "job_id", d->job_id,
+    o = json_pack("{s:s, s:i, s:s, s:O, s:o, s:i, s:s, s:i, s:b, s:I}", "job_id", d->job_id,
                           "attempt", d->attempt, "kernel", d->kernel, "params", d->params, "inputs",
                           inputs, "timeout_s", d->timeout_s, "backend", d->backend, "gpus", d->gpus,
                           "output_blobs", 1, "output_blob_min", (json_int_t)GW_INLINE_OUTPUT_MAX + 1);
+envelope:
     if (o && d->node_rank >= 0) {
         json_t *dist = dist_json(d);
         if (!dist || json_object_set_new(o, "dist", dist) != 0) {

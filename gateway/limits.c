@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "gw.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "redis.h"
 #include "reply.h"
 #include "svc_log.h"
@@ -103,7 +103,8 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)body, k, v) {
-        int ok = strcmp(k, "name") == 0 || strcmp(k, "weight") == 0;
+        int ok = strcmp(k, "name") == 0 || strcmp(k, "weight") == 0 ||
+                 strcmp(k, "task_images") == 0 || strcmp(k, "task_egress") == 0;
         for (int i = 0; i < GW_LIM__COUNT && !ok; i++)
             ok = strcmp(k, gw_limit_names[i]) == 0;
         if (!ok) {
@@ -126,6 +127,35 @@ int gw_tenant_body_parse(const json_t *body, gw_tenant_body *out, char field[32]
         return -1;
     }
     out->weight = w ? json_number_value(w) : 0;
+    const json_t *ti = json_object_get(body, "task_images"), *te = json_object_get(body, "task_egress");
+    out->task_egress = te ? json_is_true(te) : -1;
+    if (te && !json_is_boolean(te)) {
+        snprintf(field, 32, "task_egress");
+        snprintf(msg, msglen, "task_egress must be true or false");
+        return -1;
+    }
+    if (ti) {
+        size_t i;
+        json_t *p;
+        int ok = json_is_null(ti) || (json_is_array(ti) && json_array_size(ti) <= 64);
+        json_array_foreach(ok && !json_is_null(ti) ? ti : NULL, i, p) {
+            const char *pat = json_string_value(p);
+            ok &= pat && *pat && json_string_length(p) <= 255 && !strpbrk(pat, ", ");
+        }
+        if (!ok) {
+            snprintf(field, 32, "task_images");
+            snprintf(msg, msglen, "task_images must be null (the gateway's --task-images) or a "
+                     "list of at most 64 image patterns (fnmatch, 1-255 characters, no comma or "
+                     "space)");
+            return -1;
+        }
+        out->task_images_set = 1;
+        if (!json_is_null(ti) && !(out->task_images_json = json_dumps(ti, JSON_COMPACT))) {
+            snprintf(field, 32, "task_images");
+            snprintf(msg, msglen, "out of memory");
+            return -1;
+        }
+    }
     for (int i = 0; i < GW_LIM__COUNT; i++) {
         const json_t *l = json_object_get(body, gw_limit_names[i]);
         out->lim[i].set = l != NULL;

@@ -11,14 +11,15 @@
 #include "adopt.h"
 #include "api.h"
 #include "blob_gc.h"
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "eta.h"
 #include "stats.h"
 #include "jobcache.h"
 #include "events.h"
 #include "keycache.h"
 #include "lease.h"
-#include "limits.h"
+#include "logfollow.h"
+#include "gw_limits.h"
 #include "resolver.h"
 #include "metrics.h"
 #include "nodecred.h"
@@ -34,225 +35,289 @@
 #include "svc_util.h"
 
 static svc_opt opts[] = {
-    {.flag = "listen", .env = "KOWLOON_LISTEN", .type = SVC_OPT_STRING, .def = "127.0.0.1:8080",
+    {.flag = "listen", .env = "KOWLOON_LISTEN", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, listen), .def = "127.0.0.1:8080",
      .help = "address of the public listener: tenants, admins, health, metrics, the dashboard"},
     {.flag = "cluster-listen", .env = "KOWLOON_CLUSTER_LISTEN", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, cluster_listen),
      .def = "127.0.0.1:8081",
      .help = "address of the cluster listener, the only one nodes call (registration, "
              "heartbeats, leases, results, blobs, rendezvous); keep it on the cluster's network"},
     {.flag = "database-url", .env = "KOWLOON_DATABASE_URL", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, database_url),
      .def = "postgresql://kowloon@127.0.0.1:5432/kowloon",
      .help = "PostgreSQL connection (URI or key=value conninfo)"},
     {.flag = "redis-url", .env = "KOWLOON_REDIS_URL", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, redis_url),
      .def = "redis://127.0.0.1:6379/0",
      .help = "Redis server"},
     {.flag = "cluster-token", .env = "KOWLOON_CLUSTER_TOKEN", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, cluster_token),
      .help = "secret a node registers with (required for serve, here or in --cluster-token-file): "
              "at least 32 random characters; each node then gets a credential of its own"},
     {.flag = "cluster-token-file", .env = "KOWLOON_CLUSTER_TOKEN_FILE", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, cluster_token_file),
      .help = "file holding the cluster token (not readable by others), when --cluster-token is "
              "not given"},
-    {.flag = "max-body-mb", .env = "KOWLOON_MAX_BODY_MB", .type = SVC_OPT_INT, .def = "64",
+    {.flag = "max-body-mb", .env = "KOWLOON_MAX_BODY_MB", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, max_body_mb), .def = "64",
      .min = 1, .max = 4096,
      .help = "largest request body, MiB"},
     {.flag = "max-json-body-mb", .env = "KOWLOON_MAX_JSON_BODY_MB", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, max_json_body_mb),
      .def = "4", .min = 1, .max = 4096,
      .help = "largest JSON body (and multipart job part), MiB; send large tensors as blobs"},
-    {.flag = "body-timeout-s", .env = "KOWLOON_BODY_TIMEOUT_S", .type = SVC_OPT_INT, .def = "30",
+    {.flag = "body-timeout-s", .env = "KOWLOON_BODY_TIMEOUT_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, body_timeout_s), .def = "30",
      .min = 1, .max = 3600,
      .help = "a request body must come in windows of this long, each bringing "
              "--body-min-rate-kb KiB a second (or the body's end), however it trickles"},
     {.flag = "body-min-rate-kb", .env = "KOWLOON_BODY_MIN_RATE_KB", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, body_min_rate_kb),
      .def = "16", .min = 1, .max = 1048576,
      .help = "KiB a second a request body must bring in each --body-timeout-s window"},
     {.flag = "trusted-proxies", .env = "KOWLOON_TRUSTED_PROXIES", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, trusted_proxies),
      .help = "CIDR blocks of proxies (load balancer, Ingress) whose X-Forwarded-For names the "
              "client, for per-address limits and logs (e.g. 10.0.0.0/8)"},
     {.flag = "tls-cert", .env = "KOWLOON_TLS_CERT", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, tls_cert),
      .help = "PEM certificate (chain) to serve HTTPS with; with --tls-key; reread on SIGHUP"},
     {.flag = "tls-key", .env = "KOWLOON_TLS_KEY", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, tls_key),
      .help = "PEM private key of --tls-cert"},
-    {.flag = "max-output-mb", .env = "KOWLOON_MAX_OUTPUT_MB", .type = SVC_OPT_INT, .def = "256",
+    {.flag = "max-output-mb", .env = "KOWLOON_MAX_OUTPUT_MB", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, max_output_mb), .def = "256",
      .min = 1, .max = 65536,
      .help = "largest output of one job (all its tensors), MiB; a submit whose shapes exceed it "
              "gets 422"},
-    {.flag = "conn-timeout-s", .env = "KOWLOON_CONN_TIMEOUT_S", .type = SVC_OPT_INT, .def = "30",
+    {.flag = "task-images", .env = "KOWLOON_TASK_IMAGES", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, task_images), .def = "",
+     .help = "comma-separated patterns (fnmatch; '*' stops at '/') of the images tasks may run, "
+             "for tenants that have none of their own (POST /v1/tenants task_images); empty: no "
+             "task runs until the operator names its images"},
+    {.flag = "task-log-mb", .env = "KOWLOON_TASK_LOG_MB", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, task_log_mb), .def = "64",
+     .min = 1, .max = 1024,
+     .help = "log bytes kept per part of a task, MiB (the node drops the rest and says so in the "
+             "log)"},
+    {.flag = "conn-timeout-s", .env = "KOWLOON_CONN_TIMEOUT_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, conn_timeout_s), .def = "30",
      .min = 1, .max = 3600,
      .help = "an idle connection, or one whose request headers take longer, is closed"},
     {.flag = "max-conns-per-ip", .env = "KOWLOON_MAX_CONNS_PER_IP", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, max_conns_per_ip),
      .def = "64", .min = 0, .max = 100000,
      .help = "connections one client IP may hold; a request on one more gets 503 with Retry-After "
              "(health checks and nodes excepted) (0: no limit)"},
     {.flag = "max-connections", .env = "KOWLOON_MAX_CONNECTIONS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, max_connections),
      .def = "1024", .min = 1, .max = 100000,
      .help = "connections in all; more are closed at once"},
-    {.flag = "http-threads", .env = "KOWLOON_HTTP_THREADS", .type = SVC_OPT_INT, .def = "0",
+    {.flag = "http-threads", .env = "KOWLOON_HTTP_THREADS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, http_threads), .def = "0",
      .min = 0, .max = 256,
      .help = "threads serving every connection (epoll); 0 = two per core, at least 4"},
-    {.flag = "max-header-kb", .env = "KOWLOON_MAX_HEADER_KB", .type = SVC_OPT_INT, .def = "4",
+    {.flag = "max-header-kb", .env = "KOWLOON_MAX_HEADER_KB", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, max_header_kb), .def = "4",
      .min = 1, .max = 1024,
      .help = "largest request line + headers, KiB (431 above)"},
-    {.flag = "node-timeout-s", .env = "KOWLOON_NODE_TIMEOUT_S", .type = SVC_OPT_INT, .def = "6",
+    {.flag = "node-timeout-s", .env = "KOWLOON_NODE_TIMEOUT_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, node_timeout_s), .def = "6",
      .min = 1, .max = 3600,
      .help = "a node silent this long is marked down and its jobs re-queued"},
-    {.flag = "heartbeat-s", .env = "KOWLOON_HEARTBEAT_S", .type = SVC_OPT_INT, .def = "2",
+    {.flag = "heartbeat-s", .env = "KOWLOON_HEARTBEAT_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, heartbeat_s), .def = "2",
      .min = 1, .max = 600,
      .help = "heartbeat interval told to nodes"},
     {.flag = "reconcile-interval-s", .env = "KOWLOON_RECONCILE_INTERVAL_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, reconcile_interval_s),
      .def = "3", .min = 1, .max = 3600,
      .help = "how often the ready queue is rebuilt from PostgreSQL"},
-    {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT, .def = "8", .min = 1,
+    {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, db_pool), .def = "8", .min = 1,
      .max = 256,
      .help = "PostgreSQL connections"},
     {.flag = "migrations", .env = "KOWLOON_MIGRATIONS", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, migrations),
      .help = "directory of NNN_name.sql migrations (default: <exe>/../sql)"},
     {.flag = "openapi", .env = "KOWLOON_OPENAPI", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, openapi),
      .help = "OpenAPI document to serve (default: <exe>/../openapi/openapi.yaml)"},
     {.flag = "ui-dir", .env = "KOWLOON_UI_DIR", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, ui_dir),
      .help = "the dashboard's files, served at /ui/ (default: <exe>/../ui)"},
     {.flag = "chartjs-dir", .env = "KOWLOON_CHARTJS_DIR", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, chartjs_dir),
      .def = "/usr/share/javascript/chart.js",
      .help = "Chart.js (Debian's libjs-chart.js), served at /ui/vendor/chart.js/; where it is "
              "missing the dashboard shows tables instead of charts"},
     {.flag = "tenant", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, key_tenant),
      .help = "keys create: tenant name"},
-    {.flag = "admin", .type = SVC_OPT_BOOL, .def = "0",
+    {.flag = "admin", .type = SVC_OPT_BOOL,
+     .at = SVC_OPT_BOOL(gw_config, key_admin), .def = "0",
      .help = "keys create: an admin key"},
-    {.flag = "drain-s", .env = "KOWLOON_DRAIN_S", .type = SVC_OPT_INT, .def = "2", .min = 0,
+    {.flag = "drain-s", .env = "KOWLOON_DRAIN_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, drain_s), .def = "2", .min = 0,
      .max = 600,
      .help = "on SIGTERM, seconds to keep answering (readyz 503, submits 503) before stopping"},
-    {.flag = "retry-base-ms", .env = "KOWLOON_RETRY_BASE_MS", .type = SVC_OPT_INT, .def = "1000",
+    {.flag = "retry-base-ms", .env = "KOWLOON_RETRY_BASE_MS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, retry_base_ms), .def = "1000",
      .min = 0, .max = 3600000,
      .help = "first back-off before a retryable failure is re-run; doubles per attempt, with "
              "jitter"},
-    {.flag = "retry-max-s", .env = "KOWLOON_RETRY_MAX_S", .type = SVC_OPT_INT, .def = "60",
+    {.flag = "retry-max-s", .env = "KOWLOON_RETRY_MAX_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, retry_max_s), .def = "60",
      .min = 0, .max = 86400,
      .help = "longest back-off"},
-    {.flag = "rate-limit-rps", .env = "KOWLOON_RATE_LIMIT_RPS", .type = SVC_OPT_INT, .def = "50",
+    {.flag = "rate-limit-rps", .env = "KOWLOON_RATE_LIMIT_RPS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, rate_limit_rps), .def = "50",
      .min = 0, .max = 1000000,
      .help = "writes (submits, cancels, uploads, admin changes) per second per API key (token "
              "bucket refill); 0: writes are not rate-limited"},
     {.flag = "rate-limit-burst", .env = "KOWLOON_RATE_LIMIT_BURST", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, rate_limit_burst),
      .def = "100", .min = 0, .max = 1000000,
      .help = "write bucket size per API key (writes allowed at once)"},
     {.flag = "read-rate-limit-rps", .env = "KOWLOON_READ_RATE_LIMIT_RPS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, read_rate_limit_rps),
      .def = "500", .min = 0, .max = 1000000,
      .help = "reads (every other request with an API key) per second per API key, a bucket apart "
              "from writes; 0: reads are not rate-limited"},
     {.flag = "read-rate-limit-burst", .env = "KOWLOON_READ_RATE_LIMIT_BURST", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, read_rate_limit_burst),
      .def = "1000", .min = 0, .max = 1000000,
      .help = "read bucket size per API key (reads allowed at once)"},
-    {.flag = "key-cache-ms", .env = "KOWLOON_KEY_CACHE_MS", .type = SVC_OPT_INT, .def = "500",
+    {.flag = "key-cache-ms", .env = "KOWLOON_KEY_CACHE_MS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, key_cache_ms), .def = "500",
      .min = 0, .max = 1000,
      .help = "how long an API key's lookup is reused; a key revoked on any gateway stops working "
              "on this one within this time (0: look up every request)"},
-    {.flag = "job-cache-mb", .env = "KOWLOON_JOB_CACHE_MB", .type = SVC_OPT_INT, .def = "64",
+    {.flag = "job-cache-mb", .env = "KOWLOON_JOB_CACHE_MB", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, job_cache_mb), .def = "64",
      .min = 0, .max = 65536,
      .help = "memory kept for ended jobs as GET /v1/jobs/{id} answers them (an ended job never "
              "changes, so a repeated read costs no PostgreSQL); 0: none"},
-    {.flag = "auth-fail-burst", .env = "KOWLOON_AUTH_FAIL_BURST", .type = SVC_OPT_INT, .def = "20",
+    {.flag = "auth-fail-burst", .env = "KOWLOON_AUTH_FAIL_BURST", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, auth_fail_burst), .def = "20",
      .min = 0, .max = 1000000,
      .help = "failed authentications one client address may make at once; more get 429 (0: no "
              "limit)"},
-    {.flag = "auth-fail-rps", .env = "KOWLOON_AUTH_FAIL_RPS", .type = SVC_OPT_INT, .def = "2",
+    {.flag = "auth-fail-rps", .env = "KOWLOON_AUTH_FAIL_RPS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, auth_fail_rps), .def = "2",
      .min = 1, .max = 1000000,
      .help = "failed authentications per second a client address gets back"},
     {.flag = "blob-dir", .env = "KOWLOON_BLOB_DIR", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, blob_dir),
      .help = "directory of blob bytes, shared by every gateway (default: <exe>/../var/blobs)"},
-    {.flag = "max-blob-mb", .env = "KOWLOON_MAX_BLOB_MB", .type = SVC_OPT_INT, .def = "4096",
+    {.flag = "max-blob-mb", .env = "KOWLOON_MAX_BLOB_MB", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, max_blob_mb), .def = "4096",
      .min = 1, .max = 1048576,
      .help = "largest blob upload, MiB (413 above)"},
-    {.flag = "blob-quota-mb", .env = "KOWLOON_BLOB_QUOTA_MB", .type = SVC_OPT_INT, .def = "102400",
+    {.flag = "blob-quota-mb", .env = "KOWLOON_BLOB_QUOTA_MB", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, blob_quota_mb), .def = "102400",
      .min = 0, .max = 1073741824,
      .help = "blob bytes one tenant may hold, MiB; an upload past it gets 413 quota_exceeded (0: "
              "none)"},
     {.flag = "blob-retention-s", .env = "KOWLOON_BLOB_RETENTION_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, blob_retention_s),
      .def = "86400", .min = 0, .max = 315360000,
      .help = "seconds a blob nobody references is kept before its bytes are removed"},
-    {.flag = "blob-sweep-s", .env = "KOWLOON_BLOB_SWEEP_S", .type = SVC_OPT_INT, .def = "60",
+    {.flag = "blob-sweep-s", .env = "KOWLOON_BLOB_SWEEP_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, blob_sweep_s), .def = "60",
      .min = 1, .max = 86400,
      .help = "how often the retention pass runs (expired jobs, then unreferenced blobs)"},
     {.flag = "job-retention-days", .env = "KOWLOON_JOB_RETENTION_DAYS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, job_retention_days),
      .def = "30", .min = 0, .max = 36500,
      .help = "days an ended job is kept (with its events, results and blob references) before "
              "the retention pass deletes it; its usage stays in GET /v1/usage (0: kept for ever)"},
     {.flag = "max-queued-per-tenant", .env = "KOWLOON_MAX_QUEUED_PER_TENANT", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, max_queued_per_tenant),
      .def = "10000", .min = 0, .max = 100000000,
      .help = "queued jobs a tenant may have; a submit over it gets 429 quota_queued (0: no quota)"},
     {.flag = "max-running-per-tenant", .env = "KOWLOON_MAX_RUNNING_PER_TENANT",
      .type = SVC_OPT_INT, .def = "1000", .min = 0, .max = 100000000,
      .help = "running jobs a tenant may have; the scheduler leaves the rest queued (0: no quota)"},
-    {.flag = "metrics-public", .env = "KOWLOON_METRICS_PUBLIC", .type = SVC_OPT_BOOL, .def = "0",
+    {.flag = "metrics-public", .env = "KOWLOON_METRICS_PUBLIC", .type = SVC_OPT_BOOL,
+     .at = SVC_OPT_BOOL(gw_config, metrics_public), .def = "0",
      .help = "serve GET /metrics to anyone (default: the cluster token or an admin key only)"},
     {.flag = "metrics-refresh-s", .env = "KOWLOON_METRICS_REFRESH_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, metrics_refresh_s),
      .def = "5", .min = 1, .max = 3600,
      .help = "how old the job and node counts of /metrics may be before a scrape asks "
              "PostgreSQL again"},
     {.flag = "prices", .env = "KOWLOON_PRICES", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, prices),
      .help = "price table of usage cost: KEY=RATE,... with KEY cpu (per CPU-core-hour of CPU "
              "time), cuda (per GPU-hour) or cuda:<GPU model> (per GPU-hour of that model, its "
              "name as GET /v1/nodes shows it); no rate: cost 0"},
-    {.flag = "currency", .env = "KOWLOON_CURRENCY", .type = SVC_OPT_STRING, .def = "USD",
+    {.flag = "currency", .env = "KOWLOON_CURRENCY", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, currency), .def = "USD",
      .help = "ISO 4217 code of the price table's rates"},
     {.flag = "webhook-allow-private", .env = "KOWLOON_WEBHOOK_ALLOW_PRIVATE", .type = SVC_OPT_BOOL,
+     .at = SVC_OPT_BOOL(gw_config, webhook_allow_private),
      .def = "0",
      .help = "webhooks may reach loopback, link-local and private addresses (else refused at "
              "submit and at connect)"},
     {.flag = "webhook-allow-nets", .env = "KOWLOON_WEBHOOK_ALLOW_NETS", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, webhook_allow_nets),
      .help = "CIDR blocks webhooks may reach though they are internal, comma-separated "
              "(e.g. 10.20.0.0/16,fd00:1::/64)"},
     {.flag = "webhook-retry-base-ms", .env = "KOWLOON_WEBHOOK_RETRY_BASE_MS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, webhook_retry_base_ms),
      .def = "5000", .min = 1, .max = 3600000,
      .help = "back-off after a webhook's first failed attempt; doubles per attempt up to an hour, "
              "with jitter"},
     {.flag = "webhook-max-age-s", .env = "KOWLOON_WEBHOOK_MAX_AGE_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, webhook_max_age_s),
      .def = "86400", .min = 1, .max = 2592000,
      .help = "a webhook delivery is retried this long after its event, then marked failed"},
     {.flag = "webhook-timeout-s", .env = "KOWLOON_WEBHOOK_TIMEOUT_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, webhook_timeout_s),
      .def = "10", .min = 1, .max = 300,
      .help = "longest webhook attempt, connecting included"},
     {.flag = "webhook-dns-servers", .env = "KOWLOON_WEBHOOK_DNS_SERVERS", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, webhook_dns_servers),
      .help = "name servers that resolve webhook hosts at submit, IP[:port] comma-separated "
              "(IPv6 as [IP]:port) (default: those of /etc/resolv.conf)"},
     {.flag = "webhook-dns-timeout-ms", .env = "KOWLOON_WEBHOOK_DNS_TIMEOUT_MS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, webhook_dns_timeout_ms),
      .def = "2000", .min = 50, .max = 30000,
      .help = "a submit whose webhook host has not resolved this long after it arrived gets 422 "
              "(the lookup never holds an HTTP thread)"},
     {.flag = "webhook-max-inflight", .env = "KOWLOON_WEBHOOK_MAX_INFLIGHT", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, webhook_max_inflight),
      .def = "64", .min = 1, .max = 4096,
      .help = "webhook deliveries one gateway makes at once; a new one starts as soon as one ends"},
     {.flag = "webhook-tenant-inflight", .env = "KOWLOON_WEBHOOK_TENANT_INFLIGHT",
      .type = SVC_OPT_INT, .def = "8", .min = 1, .max = 4096,
      .help = "of them, one tenant's at most: a tenant whose receivers hang fills only its own share"},
     {.flag = "webhook-retention-s", .env = "KOWLOON_WEBHOOK_RETENTION_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, webhook_retention_s),
      .def = "604800", .min = 60, .max = 315360000,
      .help = "delivered and failed webhook deliveries (with their attempts) are deleted this long "
              "after they ended"},
-    {.flag = "sse-heartbeat-s", .env = "KOWLOON_SSE_HEARTBEAT_S", .type = SVC_OPT_INT, .def = "15",
+    {.flag = "sse-heartbeat-s", .env = "KOWLOON_SSE_HEARTBEAT_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, sse_heartbeat_s), .def = "15",
      .min = 1, .max = 3600,
      .help = "an event stream with nothing to say gets a comment line (: ping) this often"},
-    {.flag = "events-poll-ms", .env = "KOWLOON_EVENTS_POLL_MS", .type = SVC_OPT_INT, .def = "500",
+    {.flag = "events-poll-ms", .env = "KOWLOON_EVENTS_POLL_MS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, events_poll_ms), .def = "500",
      .min = 10, .max = 60000,
      .help = "while Redis carries no wakes, event streams read PostgreSQL's event log this often "
              "(with Redis up, every fourth time as often, in case a wake was lost)"},
     {.flag = "max-streams-per-tenant", .env = "KOWLOON_MAX_STREAMS_PER_TENANT", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, max_streams_per_tenant),
      .def = "64", .min = 0, .max = 100000,
      .help = "event streams one tenant may hold open on a gateway; more get 429 (0: no limit)"},
-    {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .def = "info",
+    {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING,
+     .at = SVC_OPT_STR(gw_config, log_level), .def = "info",
      .help = "debug, info, warn or error"},
     {.flag = NULL},
 };
 
-
-static const char *opt_str(const char *flag)
-{
-    return svc_config_get(opts, flag)->str;
-}
-
-static int opt_int(const char *flag)
-{
-    return (int)svc_config_get(opts, flag)->num;
-}
 
 /* Default path of a file shipped beside the binary: <exe>/../rel. */
 static const char *beside_exe(const char *given, const char *rel, char *buf, size_t len)
@@ -282,74 +347,13 @@ static int http_threads(int given)
 static void config_load(gw_config *c)
 {
     static char migrations[1024], openapi[1024], blob_dir[1024], ui_dir[1024];
-    *c = (gw_config){
-        .listen = opt_str("listen"),
-        .cluster_listen = opt_str("cluster-listen"),
-        .database_url = opt_str("database-url"),
-        .redis_url = opt_str("redis-url"),
-        .cluster_token = opt_str("cluster-token"),
-        .cluster_token_file = opt_str("cluster-token-file"),
-        .migrations = beside_exe(opt_str("migrations"), "sql", migrations, sizeof(migrations)),
-        .openapi = beside_exe(opt_str("openapi"), "openapi/openapi.yaml", openapi, sizeof(openapi)),
-        .ui_dir = beside_exe(opt_str("ui-dir"), "ui", ui_dir, sizeof(ui_dir)),
-        .chartjs_dir = opt_str("chartjs-dir"),
-        .log_level = opt_str("log-level"),
-        .conn_timeout_s = opt_int("conn-timeout-s"),
-        .max_conns_per_ip = opt_int("max-conns-per-ip"),
-        .max_connections = opt_int("max-connections"),
-        .http_threads = http_threads(opt_int("http-threads")),
-        .max_header_kb = opt_int("max-header-kb"),
-        .auth_fail_burst = opt_int("auth-fail-burst"),
-        .auth_fail_rps = opt_int("auth-fail-rps"),
-        .max_body_mb = opt_int("max-body-mb"),
-        .max_json_body_mb = opt_int("max-json-body-mb"),
-        .body_timeout_s = opt_int("body-timeout-s"),
-        .body_min_rate_kb = opt_int("body-min-rate-kb"),
-        .trusted_proxies = opt_str("trusted-proxies"),
-        .tls_cert = opt_str("tls-cert"),
-        .tls_key = opt_str("tls-key"),
-        .max_output_mb = opt_int("max-output-mb"),
-        .node_timeout_s = opt_int("node-timeout-s"),
-        .reconcile_interval_s = opt_int("reconcile-interval-s"),
-        .db_pool = opt_int("db-pool"),
-        .heartbeat_s = opt_int("heartbeat-s"),
-        .drain_s = opt_int("drain-s"),
-        .retry_base_ms = opt_int("retry-base-ms"),
-        .retry_max_s = opt_int("retry-max-s"),
-        .rate_limit_rps = opt_int("rate-limit-rps"),
-        .rate_limit_burst = opt_int("rate-limit-burst"),
-        .read_rate_limit_rps = opt_int("read-rate-limit-rps"),
-        .read_rate_limit_burst = opt_int("read-rate-limit-burst"),
-        .key_cache_ms = opt_int("key-cache-ms"),
-        .job_cache_mb = opt_int("job-cache-mb"),
-        .max_queued_per_tenant = opt_int("max-queued-per-tenant"),
-        .max_running_per_tenant = opt_int("max-running-per-tenant"),
-        .blob_dir = beside_exe(opt_str("blob-dir"), "var/blobs", blob_dir, sizeof(blob_dir)),
-        .max_blob_mb = opt_int("max-blob-mb"),
-        .blob_quota_mb = opt_int("blob-quota-mb"),
-        .blob_retention_s = opt_int("blob-retention-s"),
-        .blob_sweep_s = opt_int("blob-sweep-s"),
-        .job_retention_days = opt_int("job-retention-days"),
-        .metrics_public = opt_int("metrics-public"),
-        .metrics_refresh_s = opt_int("metrics-refresh-s"),
-        .prices = opt_str("prices"),
-        .currency = opt_str("currency"),
-        .webhook_allow_private = opt_int("webhook-allow-private"),
-        .webhook_allow_nets = opt_str("webhook-allow-nets"),
-        .webhook_retry_base_ms = opt_int("webhook-retry-base-ms"),
-        .webhook_max_age_s = opt_int("webhook-max-age-s"),
-        .webhook_timeout_s = opt_int("webhook-timeout-s"),
-        .webhook_dns_servers = opt_str("webhook-dns-servers"),
-        .webhook_dns_timeout_ms = opt_int("webhook-dns-timeout-ms"),
-        .webhook_max_inflight = opt_int("webhook-max-inflight"),
-        .webhook_tenant_inflight = opt_int("webhook-tenant-inflight"),
-        .webhook_retention_s = opt_int("webhook-retention-s"),
-        .sse_heartbeat_s = opt_int("sse-heartbeat-s"),
-        .events_poll_ms = opt_int("events-poll-ms"),
-        .max_streams_per_tenant = opt_int("max-streams-per-tenant"),
-        .key_tenant = opt_str("tenant"),
-        .key_admin = opt_int("admin"),
-    };
+    *c = (gw_config){0};
+    svc_config_bind(opts, c);
+    c->migrations = beside_exe(c->migrations, "sql", migrations, sizeof(migrations));
+    c->openapi = beside_exe(c->openapi, "openapi/openapi.yaml", openapi, sizeof(openapi));
+    c->ui_dir = beside_exe(c->ui_dir, "ui", ui_dir, sizeof(ui_dir));
+    c->http_threads = http_threads(c->http_threads);
+    c->blob_dir = beside_exe(c->blob_dir, "var/blobs", blob_dir, sizeof(blob_dir));
 }
 
 static volatile sig_atomic_t stop_signal, reload_signal;
@@ -512,14 +516,14 @@ static int cmd_serve(gw_app *app)
                                                                      : "no rates (cost 0)");
     if (!(app->openapi = file_slurp(app->cfg.openapi, &app->openapi_len)))
         svc_warn("cannot read %s: /openapi.yaml will answer 404", app->cfg.openapi);
-    if (!(app->blobs = gw_bstore_open(app->cfg.blob_dir, err, sizeof(err)))) {
+    if (!(app->blobs = svc_bstore_open(app->cfg.blob_dir, SVC_BSTORE_CREATE, err, sizeof(err)))) {
         svc_error("blob store: %s", err);
         return 1;
     }
-    svc_info("blob store in %s (uploads up to %d MiB, %d MiB a tenant, unreferenced kept %d s)",
+    svc_info("blob store in %s (uploads up to %ld MiB, %ld MiB a tenant, unreferenced kept %ld s)",
              app->cfg.blob_dir, app->cfg.max_blob_mb, app->cfg.blob_quota_mb, app->cfg.blob_retention_s);
     if (app->cfg.job_retention_days > 0)
-        svc_info("ended jobs kept %d day%s", app->cfg.job_retention_days,
+        svc_info("ended jobs kept %ld day%s", app->cfg.job_retention_days,
                  app->cfg.job_retention_days == 1 ? "" : "s");
     else
         svc_info("ended jobs kept for ever (--job-retention-days 0)");
@@ -566,6 +570,9 @@ static int cmd_serve(gw_app *app)
         return 1;
     }
     gw_blob_gc *gc = gw_blob_gc_start(app);
+    app->follow = gw_logfollow_start(app);
+    if (!app->follow)
+        svc_error("cannot start the thread of followed task logs: ?follow=1 answers 503");
     app->webhooks = gw_webhooks_start(app);
     app->adopter = gw_adopter_start(app);
     svc_server_opts so = {
@@ -602,7 +609,9 @@ static int cmd_serve(gw_app *app)
     if (srv && app->adopter && !csrv)
         svc_error("cannot serve the cluster listener on %s: %s", app->cfg.cluster_listen, err);
     if (!csrv) {
+        gw_logfollow_stop(app->follow);
         svc_server_stop(srv);
+        gw_logfollow_free(app->follow);
         gw_adopter_stop(app->adopter);
         gw_webhooks_stop(app->webhooks);
         gw_blob_gc_stop(gc);
@@ -616,8 +625,8 @@ static int cmd_serve(gw_app *app)
         gw_resolver_free(app->resolver);
         return 1;
     }
-    svc_info("kowloon-gateway serving tenants on %s and nodes on %s, %s (max body %d MiB, "
-             "JSON %d MiB)", app->cfg.listen, app->cfg.cluster_listen, tls ? "HTTPS" : "HTTP",
+    svc_info("kowloon-gateway serving tenants on %s and nodes on %s, %s (max body %ld MiB, "
+             "JSON %ld MiB)", app->cfg.listen, app->cfg.cluster_listen, tls ? "HTTPS" : "HTTP",
              app->cfg.max_body_mb, app->cfg.max_json_body_mb);
     gw_sched_serving(app->sched);
     while (!stop_signal) {
@@ -632,7 +641,7 @@ static int cmd_serve(gw_app *app)
                 svc_info("SIGHUP: certificate reread from %s", app->cfg.tls_cert);
         }
     }
-    svc_info("signal %d: draining for %d s (readyz and submits answer 503), then finishing requests in flight",
+    svc_info("signal %d: draining for %ld s (readyz and submits answer 503), then finishing requests in flight",
              (int)stop_signal, app->cfg.drain_s);
     app->draining = 1;
     for (int64_t until = svc_now_mono_ms() + (int64_t)app->cfg.drain_s * 1000;
@@ -643,6 +652,7 @@ static int cmd_serve(gw_app *app)
     gw_leases_stop(app->leases);
     gw_waits_stop(app->waits);
     gw_events_stop(app->events); /* streams end cleanly; clients resume elsewhere */
+    gw_logfollow_stop(app->follow);
     svc_server_stop(csrv);
     gw_resolver_stop(app->resolver); /* submits waiting on a lookup get 503 */
     svc_server_stop(srv);
@@ -650,6 +660,7 @@ static int cmd_serve(gw_app *app)
     gw_api_jobs_stop(app);
     gw_api_beats_stop(app);
     gw_events_free(app->events);
+    gw_logfollow_free(app->follow);
     gw_leases_free(app->leases);
     gw_waits_free(app->waits);
     gw_webhooks_stop(app->webhooks);
@@ -743,7 +754,7 @@ int main(int argc, char **argv)
     gw_stats_free(app.stats);
     gw_queue_close(app.queue);
     gw_store_close(app.store);
-    gw_bstore_close(app.blobs);
+    svc_bstore_close(app.blobs);
     free(app.openapi);
     json_decref(app.prices);
     return rc;

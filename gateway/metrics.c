@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "kl.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "redis.h"
 #include "svc_log.h"
 #include "svc_util.h"

@@ -14,6 +14,8 @@
 #include "rendezvous.h"
 #include "scheduler.h"
 #include "svc_json.h"
+#include "svc_sha256.h"
+#include "gw_task.h"
 #include "svc_log.h"
 #include "svc_util.h"
 #include "usage.h"
@@ -78,6 +80,38 @@ int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncount
     return requeue(app, NULL, job_id, attempt, uncounted, code, message, NULL, NULL);
 }
 
+static int is_task(const json_t *report)
+{
+    const char *kind = json_string_value(json_object_get(report, "kind"));
+    return kind && strcmp(kind, "task") == 0;
+}
+
+/* A task part ended (any state but refused): its exit code and log blob
+ * are the job's, before its state is recorded. A record that finds the
+ * run no longer current changes nothing; a failure is logged (the state
+ * is still recorded: the log is worth less than the outcome). */
+static void task_part_ended(gw_app *app, const char *node_id, const json_t *report,
+                            const char *job_id, int attempt)
+{
+    const char *state = json_string_value(json_object_get(report, "state"));
+    if (!state || strcmp(state, "refused") == 0)
+        return;
+    const json_t *ec = json_object_get(report, "exit_code"), *logs = json_object_get(report, "logs");
+    const json_t *rank = json_object_get(report, "node_rank");
+    int part = json_is_integer(rank) ? (int)json_integer_value(rank) : 0;
+    int code = json_is_integer(ec) ? (int)json_integer_value(ec) : 0;
+    const char *blob = json_string_value(json_object_get(logs, "blob"));
+    if (blob && !svc_blob_id_valid(blob))
+        blob = NULL;
+    int rc = gw_store_task_ended(app->store, job_id, attempt, part < 0 || part > 63 ? 0 : part,
+                                 json_is_integer(ec) ? &code : NULL, blob,
+                                 json_integer_value(json_object_get(logs, "bytes")),
+                                 json_integer_value(json_object_get(logs, "dropped")), node_id);
+    if (rc != 0 && rc != -EAGAIN)
+        svc_warn("job %s attempt %d: the end of task part %d could not be recorded (%s)", job_id,
+                 attempt, part, strerror(-rc));
+}
+
 /* The outputs of a succeeded run into b: each either a reference to a
  * blob the node wrote or pushed ({"blob"}) or bytes sent inline (small
  * outputs). 0, or -EINVAL with msg naming the output. */
@@ -123,7 +157,7 @@ static int outputs_fit_quota(gw_app *app, const char *job_id, const json_t *meta
     if (need <= gw_quota_room(app, used))
         return 0;
     snprintf(why, whylen, "the outputs need %llu bytes of blob storage and the tenant has %llu "
-             "left of its quota of %d MiB: no output was kept (DELETE blobs and ended jobs it no "
+             "left of its quota of %ld MiB: no output was kept (DELETE blobs and ended jobs it no "
              "longer needs, then run the job again)", (unsigned long long)need,
              (unsigned long long)gw_quota_room(app, used), app->cfg.blob_quota_mb);
     return -EDQUOT;
@@ -140,10 +174,13 @@ static int record_success(gw_app *app, const char *node_id, const char *job_id, 
 {
     gw_blob b = {0};
     char why[256] = "out of memory";
-    const char *kernel = json_string_value(json_object_get(run, "kernel"));
+    int task = is_task(run);
+    const char *kernel = task ? "task" : json_string_value(json_object_get(run, "kernel"));
     int rc;
-    if (outputs_from_run(&b, json_object_get(run, "outputs"), why, sizeof(why)) != 0 ||
-        gw_blob_check_outputs(b.meta, kernel, why, sizeof(why)) != 0) {
+    /* a task's outputs are files (blobs), whatever their names */
+    if (task ? gw_task_outputs_meta(json_object_get(run, "outputs"), &b.meta, why, sizeof why) != 0
+             : (outputs_from_run(&b, json_object_get(run, "outputs"), why, sizeof(why)) != 0 ||
+                gw_blob_check_outputs(b.meta, kernel, why, sizeof(why)) != 0)) {
         rc = gw_store_job_fail(app->store, job_id, attempt, "failed", "bad_result", why, backend,
                                usage, node_id);
     } else if ((rc = outputs_fit_quota(app, job_id, b.meta, why, sizeof why)) != 0) {
@@ -263,6 +300,8 @@ int gw_outcome_record(gw_app *app, const char *node_id, const json_t *report)
     const char *backend = gw_usage_backend(report);
     char *usage = gw_usage_from_report(report);
     int rc;
+    if (is_task(report))
+        task_part_ended(app, node_id, report, job_id, attempt);
     json_t *rank = json_object_get(report, "node_rank");
     if (json_is_integer(rank) && json_integer_value(rank) >= 0 && json_integer_value(rank) < 64) {
         rc = gang_record(app, node_id, report, job_id, attempt, (int)json_integer_value(rank), state,
@@ -284,7 +323,8 @@ int gw_outcome_record(gw_app *app, const char *node_id, const json_t *report)
     } else if (strcmp(state, "cancelled") == 0 && strcmp(code, "timeout") != 0) {
         rc = requeue(app, node_id, job_id, attempt, 0, "cancelled", "the node cancelled the run",
                      backend, usage);
-    } else if (strcmp(code, "backend_error") == 0 || strcmp(code, "peer_lost") == 0) {
+    } else if (strcmp(code, "backend_error") == 0 || strcmp(code, "peer_lost") == 0 ||
+               strcmp(code, "engine_error") == 0) {
         rc = requeue(app, node_id, job_id, attempt, 0, code, msg, backend, usage);
     } else {
         rc = gw_store_job_fail(app->store, job_id, attempt, "failed", code, msg, backend, usage,
@@ -313,7 +353,7 @@ static int batch_entry(const gw_app *app, const json_t *rep, batched *e, gw_succ
     char why[128];
     /* a part of a multi-node job is recorded with its gang (gang_record) */
     if (!job_id || !svc_uuid_valid(job_id) || !json_is_integer(att) || !state ||
-        strcmp(state, "succeeded") != 0 || json_object_get(rep, "node_rank"))
+        strcmp(state, "succeeded") != 0 || json_object_get(rep, "node_rank") || is_task(rep))
         return -1;
     const char *kernel = json_string_value(json_object_get(rep, "kernel"));
     if (outputs_from_run(&e->b, json_object_get(rep, "outputs"), why, sizeof(why)) == 0 &&

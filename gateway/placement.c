@@ -25,9 +25,36 @@ static int gpu_fits(const gw_place_gpu *g, const gw_place_req *r)
     return r->gpu_mem_mb <= 0 || g->mem_mb <= 0 || g->mem_mb >= r->gpu_mem_mb;
 }
 
+static int image_listed(const gw_place_node *c, uint32_t image)
+{
+    for (int i = 0; i < c->nimages; i++)
+        if (c->images[i] == image)
+            return 1;
+    return 0;
+}
+
+int gw_place_image_listed(const gw_place_node *nodes, int n, uint32_t image)
+{
+    for (int i = 0; i < n; i++)
+        if (nodes[i].tasks && nodes[i].available && image_listed(&nodes[i], image))
+            return 1;
+    return 0;
+}
+
+/* A task goes to a node with an engine, one that lists its image when
+ * any does (a node that does not list its images may have it). */
+static int task_ok(const gw_place_node *c, const gw_place_req *r)
+{
+    if (!r->image)
+        return 1;
+    if (!c->tasks)
+        return 0;
+    return !r->image_anywhere || c->nimages < 0 || image_listed(c, r->image);
+}
+
 int gw_place_capable(const gw_place_node *c, const gw_place_req *r)
 {
-    if (!c->available || c->slots <= 0 || !backend_ok(c, r->backend))
+    if (!c->available || c->slots <= 0 || !backend_ok(c, r->backend) || !task_ok(c, r))
         return 0;
     /* A job that asks for CUDA needs the devices; one that may run
      * anywhere takes what a GPU node has when it lands on one. */

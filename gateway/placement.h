@@ -32,6 +32,9 @@ typedef struct gw_place_node {
      * end of are counted as never ending). */
     const int64_t *ends;
     int nends;
+    int tasks;             /* it has a task engine */
+    const uint32_t *images; /* the image keys (task.h) its engine has; nimages -1: not listed */
+    int nimages;
 } gw_place_node;
 
 typedef struct gw_place_req {
@@ -39,6 +42,10 @@ typedef struct gw_place_req {
     int gpus;              /* per node; <= 0 counts as 1 on a GPU node */
     int nodes;             /* <= 1: one node */
     int gpu_mem_mb;        /* 0: any */
+    uint32_t image;        /* a task: its image key; 0: a kernel job */
+    int image_anywhere;    /* a task: some node with an engine lists the image (the
+                              caller's gw_place_image_listed); else any engine node
+                              will do (it fails the task image_not_found, once) */
 } gw_place_req;
 
 typedef struct gw_place_pick {
@@ -59,8 +66,11 @@ typedef struct gw_place_pick {
 int gw_place_job(const gw_place_node *nodes, int n, const gw_place_req *r, const uint8_t *allowed,
                  gw_place_pick *out);
 
-/* 1 when node could ever hold a part of r (backend, devices, memory),
- * however busy it is now. */
+/* 1 when one of the n nodes with a task engine lists image key image. */
+int gw_place_image_listed(const gw_place_node *nodes, int n, uint32_t image);
+
+/* 1 when node could ever hold a part of r (backend, devices, memory,
+ * a task engine and the task's image), however busy it is now. */
 int gw_place_capable(const gw_place_node *node, const gw_place_req *r);
 
 /* The reservation of a job that does not fit now: the earliest time (epoch

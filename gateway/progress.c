@@ -10,14 +10,16 @@
 #include "svc_log.h"
 #include "svc_util.h"
 
-/* NULL when p is a progress object, else what is wrong with it. */
+/* NULL when p is a progress object, else what is wrong with it. A
+ * kernel's always says its fraction; a task's is what the program wrote
+ * ({"epoch": 3, "loss": 0.41}), so fraction is checked only when present. */
 static const char *progress_problem(const json_t *p)
 {
     if (!json_is_object(p) || json_object_size(p) > GW_PROGRESS_MEMBERS)
         return "an object of at most 16 members";
     const json_t *f = json_object_get(p, "fraction");
-    if (!json_is_number(f) || !(json_number_value(f) >= 0 && json_number_value(f) <= 1))
-        return "an object whose fraction is a number from 0 to 1";
+    if (f && (!json_is_number(f) || !(json_number_value(f) >= 0 && json_number_value(f) <= 1)))
+        return "an object whose fraction, when it has one, is a number from 0 to 1";
     const char *k;
     const json_t *v;
     json_object_foreach((json_t *)p, k, v)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "queue.h"
+#include "gw_task.h"
 #include "redis.h"
 #include "store.h"
 #include "svc_log.h"
@@ -90,15 +91,18 @@ double gw_queue_score(int priority, int64_t seq)
 }
 
 /* A ready entry: "<job_id> <backend> <gpus> <tenant_id> <nodes> <gpu_mem_mb>
- * <timeout_s>", all placement needs (the tenant for its running quota and
+ * <timeout_s>[ <image>]" (image: a task's image key in hex, absent for a
+ * kernel job), all placement needs (the tenant for its running quota and
  * its share, the rest to fit and to backfill). It lives in its tenant's
  * sorted set (READY_PREFIX + tenant id); TENANTS_KEY lists the tenants that
  * may have entries. Entries of the single set of earlier versions (three
  * or four fields) are read with defaults. */
 static void member_format(char *out, size_t len, const gw_queued *j)
 {
-    snprintf(out, len, "%s %s %d %lld %d %d %d", j->id, j->backend, j->gpus, (long long)j->tenant_id,
-             j->nodes > 0 ? j->nodes : 1, j->gpu_mem_mb, j->timeout_s);
+    int n = snprintf(out, len, "%s %s %d %lld %d %d %d", j->id, j->backend, j->gpus,
+                     (long long)j->tenant_id, j->nodes > 0 ? j->nodes : 1, j->gpu_mem_mb, j->timeout_s);
+    if (j->image && n > 0 && (size_t)n < len)
+        snprintf(out + n, len - (size_t)n, " %x", j->image);
 }
 
 static void tenant_text(char *out, size_t len, int64_t tenant_id)
@@ -266,8 +270,9 @@ static int ready_parse(gw_ready *e, const char *m)
     snprintf(e->member, sizeof(e->member), "%s", m);
     e->nodes = 1;
     e->gpu_mem_mb = e->timeout_s = 0;
-    if (sscanf(m, "%36s %7s %d %lld %d %d %d", e->job_id, e->backend, &e->gpus, &tenant, &e->nodes,
-               &e->gpu_mem_mb, &e->timeout_s) < 3)
+    e->image = 0;
+    if (sscanf(m, "%36s %7s %d %lld %d %d %d %x", e->job_id, e->backend, &e->gpus, &tenant, &e->nodes,
+               &e->gpu_mem_mb, &e->timeout_s, &e->image) < 3)
         return -1;
     e->tenant_id = tenant;
     if (e->nodes < 1)
@@ -391,6 +396,8 @@ void gw_queued_from_job(const json_t *job, int64_t tenant_id, gw_queued *q)
     q->gpu_mem_mb = (int)(json_number_value(json_object_get(res, "gpu_memory_gb")) * 1024 + 0.5);
     q->timeout_s = (int)json_integer_value(json_object_get(job, "timeout_s"));
     q->tenant_id = tenant_id;
+    const char *image = json_string_value(json_object_get(json_object_get(job, "task"), "image"));
+    q->image = image ? gw_task_image_key(image) : 0;
     if (q->nodes < 1)
         q->nodes = 1;
 }

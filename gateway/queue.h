@@ -23,6 +23,7 @@ typedef struct gw_ready {
     int nodes;             /* resources.nodes; 1 in an entry written before */
     int gpu_mem_mb;        /* resources.gpu_memory_gb in MiB; 0: any */
     int timeout_s;         /* 0 in an entry written before it was kept there */
+    uint32_t image;        /* a task's image key (task.h); 0: a kernel job */
     double score;          /* its place: gw_queue_score */
 } gw_ready;
 

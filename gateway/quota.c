@@ -43,7 +43,7 @@ int gw_reply_quota(svc_req *req, const gw_app *app, uint64_t used, const char *f
                            json_pack("{s:I, s:I, s:I}", "quota_bytes",
                                      (json_int_t)gw_quota_bytes(app), "used_bytes", (json_int_t)used,
                                      "remaining_bytes", (json_int_t)(room == GW_QUOTA_NONE ? 0 : room)),
-                           "%s (the tenant's blob quota is %d MiB, %llu bytes of it left; DELETE "
+                           "%s (the tenant's blob quota is %ld MiB, %llu bytes of it left; DELETE "
                            "blobs and ended jobs it no longer needs)",
                            msg, app->cfg.blob_quota_mb, (unsigned long long)room);
 }

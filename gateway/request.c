@@ -156,10 +156,33 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     const char *k;
     json_t *v;
     json_object_foreach(res, k, v) {
-        if (strcmp(k, "backend") != 0 && strcmp(k, "gpus") != 0 && strcmp(k, "nodes") != 0 &&
-            strcmp(k, "gpu_memory_gb") != 0)
+        int task_only = strcmp(k, "memory_gb") == 0 || strcmp(k, "cpus") == 0;
+        if (task_only && !r->task) {
+            char field[40];
+            snprintf(field, sizeof field, "resources.%s", k);
+            return fail(e, 422, field, "%s is for tasks (a kernel's memory and CPUs are its "
+                        "node's)", field);
+        }
+        if (!task_only && strcmp(k, "backend") != 0 && strcmp(k, "gpus") != 0 &&
+            strcmp(k, "nodes") != 0 && strcmp(k, "gpu_memory_gb") != 0)
             return fail(e, 400, "resources", "resources.%.40s is not a known resource (backend, "
-                        "gpus, nodes, gpu_memory_gb)", k);
+                        "gpus, nodes, gpu_memory_gb%s)", k, r->task ? ", memory_gb, cpus" : "");
+    }
+    static const struct { const char *name; double lo, hi; } per_node[] = {
+        {"memory_gb", 0.015625, 65536}, {"cpus", 0.01, 1024}};
+    for (int i = 0; i < 2; i++) {
+        json_t *x = json_object_get(res, per_node[i].name);
+        char field[40];
+        snprintf(field, sizeof field, "resources.%s", per_node[i].name);
+        if (!x)
+            continue;
+        if (!json_is_number(x))
+            return fail(e, 400, field, "%s must be a number", field);
+        double d = json_number_value(x);
+        if (!(d >= per_node[i].lo && d <= per_node[i].hi))
+            return fail(e, 422, field, "%s must be from %g to %g (per node)", field,
+                        per_node[i].lo, per_node[i].hi);
+        *(i == 0 ? &r->memory_gb : &r->cpus) = d;
     }
     json_t *b = json_object_get(res, "backend");
     if (b) {
@@ -170,11 +193,15 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     }
     /* nodes' upper bound is the kernel's max_nodes (at most GW_MAX_NODES):
      * a request past it is a 422 that names the kernel (nodes_check). */
-    if (int_member(res, "gpus", "resources.gpus", 1, 16, &r->gpus, e) ||
+    /* a task may ask for no GPU (a CPU program on any node) */
+    if (int_member(res, "gpus", "resources.gpus", 0, 16, &r->gpus, e) ||
         int_member(res, "nodes", "resources.nodes", INT32_MIN, INT32_MAX, &r->nodes, e))
         return -1;
     if (r->nodes < 1)
         return fail(e, 400, "resources.nodes", "resources.nodes must be at least 1");
+    if (r->gpus < 1 && !r->task)
+        return fail(e, 422, "resources.gpus", "resources.gpus must be at least 1 for a kernel "
+                    "(0, no GPU, is for tasks)");
     return gpu_memory_parse(res, r, e);
 }
 
@@ -182,6 +209,10 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
  * max_nodes; 0 or 1: one node only) and the cluster's bound. */
 static int nodes_check(const gw_job_req *r, gw_verr *e)
 {
+    if (!r->kernel)
+        return r->nodes <= GW_MAX_NODES ? 0 : fail(e, 422, "resources.nodes", "resources.nodes is "
+                                                   "%d; a task spans at most %d nodes", r->nodes,
+                                                   GW_MAX_NODES);
     int max = r->kernel->max_nodes > 1 ? r->kernel->max_nodes : 1;
     if (max > GW_MAX_NODES)
         max = GW_MAX_NODES;
@@ -192,7 +223,7 @@ static int nodes_check(const gw_job_req *r, gw_verr *e)
                 max == 1 ? "" : "s");
 }
 
-const char *const gw_job_fields[] = {"kernel", "params", "inputs", "priority", "timeout_s",
+const char *const gw_job_fields[] = {"kernel", "task", "params", "inputs", "priority", "timeout_s",
                                      "max_attempts", "resources", "labels", "webhook",
                                      "webhook_events", NULL};
 
@@ -217,15 +248,26 @@ int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     r->timeout_s = 3600;
     r->max_attempts = 3;
     json_t *kv = json_object_get(body, "kernel");
-    if (!kv)
-        return fail(e, 400, "kernel", "kernel is required");
-    if (!json_is_string(kv))
+    r->task = json_object_get(body, "task");
+    /* well-formed members that do not go together: 422, as a kernel call
+     * that does not fit its kernel */
+    if (kv && r->task)
+        return fail(e, 422, "task", "a job runs a kernel or a task, not both");
+    if (r->task && (json_object_get(body, "params") || json_object_get(body, "inputs")))
+        return fail(e, 422, json_object_get(body, "params") ? "params" : "inputs",
+                    "a task's inputs go in task.inputs; params and inputs are a kernel's");
+    if (!kv && !r->task)
+        return fail(e, 400, "kernel", "kernel (a catalog kernel) or task (an image and a "
+                    "command) is required");
+    if (kv && !json_is_string(kv))
         return fail(e, 400, "kernel", "kernel must be a string");
     if (int_member(body, "priority", "priority", 0, 9, &r->priority, e) ||
         int_member(body, "timeout_s", "timeout_s", 1, 86400, &r->timeout_s, e) ||
         int_member(body, "max_attempts", "max_attempts", 1, 10, &r->max_attempts, e) ||
         resources_parse(body, r, e) || labels_parse(body, r, e) || webhook_parse(body, r, e))
         goto bad;
+    if (r->task)
+        return nodes_check(r, e) == 0 ? 0 : (gw_job_req_free(r), -1);
     r->kernel = kl_kernel_find(json_string_value(kv));
     if (!r->kernel) {
         fail(e, 422, "kernel", "unknown kernel '%.100s'; GET /v1/kernels lists them",
@@ -254,6 +296,8 @@ bad:
 
 int gw_job_req_check_output(const gw_job_req *r, int64_t max_bytes, gw_verr *e)
 {
+    if (!r->kernel)
+        return 0; /* a task's output quota is its own (task.h) */
     const char *field = NULL;
     int64_t bytes = kl_output_bytes(&r->ka.args, &field);
     if (bytes <= max_bytes)

@@ -10,11 +10,13 @@
 #include "svc_kargs.h"
 
 typedef struct gw_job_req {
-    const kl_kernel *kernel;
+    const kl_kernel *kernel;  /* NULL for a task */
+    const json_t *task;       /* the request's "task" (borrowed from the body); NULL: a kernel job */
     svc_kargs ka;             /* decoded inputs, resolved params */
     int priority, timeout_s, max_attempts, gpus;
     int nodes;                /* resources.nodes: nodes the job spans (gpus is per node) */
     double gpu_memory_gb;     /* resources.gpu_memory_gb; 0: not given */
+    double memory_gb, cpus;   /* a task's resources.memory_gb and cpus per node; 0: not given */
     char backend[8];          /* any | cpu | cuda */
     json_t *labels;           /* object, owned */
     char *webhook;            /* URL, owned; NULL: none (its address is checked apart) */
@@ -39,8 +41,10 @@ typedef struct gw_verr {
  * and gw_job_req_parse's own check. */
 extern const char *const gw_job_fields[];
 
-/* Parses and validates body. 0 with *req filled (release with
- * gw_job_req_free), or -1 with *err. */
+/* Parses and validates body: the envelope, and the kernel call or (a
+ * task) nothing of the task itself, which task.h checks. 0 with *req
+ * filled (release with gw_job_req_free; req->task borrows from body), or
+ * -1 with *err. */
 int gw_job_req_parse(const json_t *body, gw_job_req *req, gw_verr *err);
 /* Refuses (422 naming the input or param that sizes them, -1 with *err) a
  * parsed job whose outputs would take more than max_bytes; 0 otherwise. */

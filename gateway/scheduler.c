@@ -13,7 +13,7 @@
 
 #include "events.h"
 #include "lease.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "metrics.h"
 #include "outcome.h"
 #include "scheduler.h"
@@ -374,7 +374,8 @@ static int nodes_view(gw_sched *s, gw_place_node *view)
         *v = (gw_place_node){.name = sn->n.name, .backend = sn->n.backend, .slots = sn->n.slots,
                              .running = sn->running,
                              .ngpus = sn->n.ngpus < GW_PLACE_MAX_GPUS ? sn->n.ngpus : GW_PLACE_MAX_GPUS,
-                             .available = sn->n.up && !sn->n.draining};
+                             .available = sn->n.up && !sn->n.draining, .tasks = sn->n.tasks,
+                             .images = sn->n.images, .nimages = sn->n.nimages};
         for (int g = 0; g < v->ngpus; g++)
             v->gpu[g] = (gw_place_gpu){sn->n.gpu_mem_mb[g], sn->gpu_load[g], sn->n.gpu_util[g],
                                        sn->gpu_end[g]};
@@ -598,10 +599,12 @@ static int dispatch_pass(gw_sched *s, int64_t until)
             continue;
         }
         gw_place_req req = {.backend = e->backend, .gpus = e->gpus, .nodes = e->nodes,
-                            .gpu_mem_mb = e->gpu_mem_mb};
+                            .gpu_mem_mb = e->gpu_mem_mb, .image = e->image};
         gw_place_pick pick;
         pthread_mutex_lock(&s->mu);
         nodes_view(s, view);
+        if (req.image)
+            req.image_anywhere = gw_place_image_listed(view, s->nnodes, req.image);
         if (have_res)
             gw_place_backfill_mask(s->nnodes, reserved, res_start, now, e->timeout_s, allowed);
         int placed = gw_place_job(view, s->nnodes, &req, have_res ? allowed : NULL, &pick) == 0 &&

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "store_int.h"
+#include "gw_task.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -98,17 +99,19 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
      * Idempotency-Key (NULL: none) and $19[k] its request's fingerprint
      * (hex); $20[k] and $21[k] its webhook and the events it gets
      * (comma-separated), NULL for a job without one; $22[k] and $23[k]
-     * its resources.nodes and gpu_memory_gb (NULL: not given). The ids come from the gateway, so the reply maps rows back by
+     * its resources.nodes and gpu_memory_gb (NULL: not given); $24[k] and
+     * $25[k] a task's object as shown and as leased (NULL: a kernel job).
+     * The ids come from the gateway, so the reply maps rows back by
      * ordinality; seq follows that order. A row whose key already names a
      * job inserts nothing: the reply gives that job's id and whether the
      * fingerprints match (seq NULL). */
     "WITH r AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
     "             $5::int[], $6::int[], $7::int[], $8::text[], $9::int[], $10::text[],"
     "             $11::text[], $13::int[], $14::int[], $18::text[], $19::text[], $20::text[],"
-    "             $21::text[], $22::int[], $23::real[])"
+    "             $21::text[], $22::int[], $23::real[], $24::text[], $25::text[])"
     "           WITH ORDINALITY AS r(id, tenant_id, kernel, params, priority, timeout_s,"
     "             max_attempts, backend_req, gpus, labels, meta, off, len, ikey, ihash, webhook,"
-    "             wh_events, nodes, gpu_memory_gb, n)),"
+    "             wh_events, nodes, gpu_memory_gb, task, task_run, n)),"
     /* The first row of a (tenant, key) claims it; a key older than the
      * TTL is taken over. DO UPDATE rather than DO NOTHING: a key that a
      * concurrent batch committed after this statement's snapshot is waited
@@ -128,10 +131,12 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " f AS (SELECT * FROM rk WHERE job_id = id),"
     " j AS (INSERT INTO jobs (id, tenant_id, kernel, params, priority, timeout_s, max_attempts,"
     "                         backend_req, gpus, labels, state, webhook, webhook_events, nodes,"
-    "                         gpu_memory_gb)"
+    "                         gpu_memory_gb, kind, task, task_run)"
     "       SELECT id, tenant_id, kernel, params::json, priority, timeout_s, max_attempts,"
     "              backend_req, gpus, labels::jsonb, 'queued',"
-    "              webhook, string_to_array(wh_events, ','), nodes, gpu_memory_gb FROM f ORDER BY n"
+    "              webhook, string_to_array(wh_events, ','), nodes, gpu_memory_gb,"
+    "              CASE WHEN task IS NULL THEN 'kernel' ELSE 'task' END, task::json,"
+    "              task_run::jsonb FROM f ORDER BY n"
     "       RETURNING id, seq, created_at),"
     " i AS (INSERT INTO job_inputs (job_id, meta, data)"
     "       SELECT id, meta::jsonb, substring($12::bytea FROM off + 1 FOR len) FROM f),"
@@ -145,7 +150,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " e AS (INSERT INTO job_events (job_id, state, attempt) SELECT id, 'queued', 0 FROM f ORDER BY n)"
     " SELECT rk.n, j.seq, floor(extract(epoch FROM j.created_at) * 1000)::bigint, rk.job_id::text,"
     "        rk.same::int"
-    " FROM rk LEFT JOIN j ON j.id = rk.id", 23},
+    " FROM rk LEFT JOIN j ON j.id = rk.id", 25},
 [ST_JOB_GET] = {"SELECT kowloon_job_json(j)::text FROM jobs j"
                 " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 [ST_JOB_LIST] = {
@@ -273,15 +278,15 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "       FROM cur WHERE jobs.id = cur.id"
     "       RETURNING jobs.id, jobs.state, jobs.attempts, jobs.seq, jobs.priority,"
     "                 jobs.backend_req, jobs.gpus, jobs.node_name, jobs.not_before, jobs.tenant_id,"
-    "                 jobs.nodes, jobs.gpu_memory_gb, jobs.timeout_s),"
+    "                 jobs.nodes, jobs.gpu_memory_gb, jobs.timeout_s, jobs.task->>'image' AS image),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j)"
     " SELECT state, seq, priority, backend_req, gpus,"
     "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id,"
-    "        nodes, " GPU_MEM_MB_SQL ", timeout_s FROM j", 11},
+    "        nodes, " GPU_MEM_MB_SQL ", timeout_s, image FROM j", 11},
 [ST_JOBS_QUEUED] = {"SELECT id::text, seq, priority, backend_req, gpus,"
                     "       coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id,"
-                    "       nodes, " GPU_MEM_MB_SQL ", timeout_s"
+                    "       nodes, " GPU_MEM_MB_SQL ", timeout_s, task->>'image'"
                     " FROM jobs WHERE state = 'queued' AND seq > $1 ORDER BY seq LIMIT $2", 2},
 /* $8: the SHA-256 (hex) of the credential the node presents (NULL: none),
  * $9 of a new one. A name whose holder lives (up, heartbeats within $10 s)
@@ -290,9 +295,10 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * (new, down, silent, deregistered) gets the new credential. */
 [ST_NODE_REGISTER] = {
     "INSERT INTO nodes AS n (name, url, backend, backend_reason, gpus, slots, kernels,"
-    "                        credential_hash)"
-    " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb, decode($9, 'hex'))"
+    "                        credential_hash, tasks)"
+    " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb, decode($9, 'hex'), $11::jsonb)"
     " ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, backend = EXCLUDED.backend,"
+    "   tasks = EXCLUDED.tasks,"
     "   backend_reason = EXCLUDED.backend_reason, gpus = EXCLUDED.gpus, slots = EXCLUDED.slots,"
     "   kernels = EXCLUDED.kernels, state = 'up', running = 0, registered_at = now(),"
     "   last_heartbeat = now(),"
@@ -300,10 +306,11 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                          ELSE EXCLUDED.credential_hash END"
     " WHERE n.credential_hash IS NULL OR n.credential_hash = decode($8, 'hex') OR n.state = 'down'"
     "    OR n.last_heartbeat < now() - make_interval(secs => $10::int)"
-    " RETURNING id::text, (credential_hash = decode($9, 'hex'))::int", 10},
-/* many nodes' heartbeats in one statement: $1 is [{id, running, state?}] */
+    " RETURNING id::text, (credential_hash = decode($9, 'hex'))::int", 11},
+/* many nodes' heartbeats in one statement: $1 is [{id, running, state?, tasks?}] */
 [ST_NODE_HEARTBEAT] = {"UPDATE nodes n SET last_heartbeat = now(), running = (b->>'running')::int,"
-                       " state = 'up', gpu_state = coalesce(b->'state', n.gpu_state)"
+                       " state = 'up', gpu_state = coalesce(b->'state', n.gpu_state),"
+                       " tasks = coalesce(b->'tasks', n.tasks)"
                        " FROM jsonb_array_elements($1::jsonb) b"
                        " WHERE n.id = (b->>'id')::uuid RETURNING n.id::text", 1},
 /* a node that left frees its name at once: its credential stops working */
@@ -313,7 +320,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'name', name, 'url', url,"
     "  'backend', backend, 'backend_reason', backend_reason, 'gpus', gpus, 'slots', slots,"
     "  'running', running, 'kernels', kernels, 'state', state, 'draining', draining,"
-    "  'gpu_state', gpu_state,"
+    "  'gpu_state', gpu_state, 'tasks', tasks,"
     "  'registered_at', kowloon_ts(registered_at), 'last_heartbeat', kowloon_ts(last_heartbeat))"
     "  ORDER BY name), '[]')::text FROM nodes", 0},
 /* What a tenant sees of the cluster (GET /v1/nodes): per GPU model, the
@@ -357,7 +364,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_NODES_LOAD] = {
     "SELECT id::text, name, url, backend, slots, jsonb_array_length(gpus), (state = 'up')::int,"
     "       (draining OR coalesce(gpu_state ? 'fault', false))::int, gpus::text,"
-    "       coalesce(gpu_state, 'null')::text FROM nodes"
+    "       coalesce(gpu_state, 'null')::text, coalesce(tasks, 'null')::text FROM nodes"
     /* Only nodes that are up matter to placement and to trackers (a node
      * missing from the table counts as down); the freshest first. */
     " WHERE state = 'up' ORDER BY last_heartbeat DESC", 0},
@@ -394,15 +401,24 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " FROM (SELECT j.tenant_id, coalesce(t.max_running, $2::int) AS lim"
     "       FROM jobs j JOIN tenants t ON t.id = j.tenant_id WHERE j.id = $1::uuid) q", 2},
 [ST_TENANT_UPSERT] = {
-    "INSERT INTO tenants AS t (name, rate_rps, rate_burst, max_queued, max_running, weight)"
-    " VALUES ($1, $2::int, $4::int, $6::int, $8::int, coalesce($10::real, 1))"
+    /* $11: task_images given ($12: a JSON list, NULL: back to the
+     * gateway's --task-images); $13: task_egress (NULL: unchanged) */
+    "INSERT INTO tenants AS t (name, rate_rps, rate_burst, max_queued, max_running, weight,"
+    "                          task_images, task_egress)"
+    " VALUES ($1, $2::int, $4::int, $6::int, $8::int, coalesce($10::real, 1),"
+    "         CASE WHEN $12::json IS NULL THEN NULL"
+    "              ELSE ARRAY(SELECT json_array_elements_text($12::json)) END,"
+    "         coalesce($13::boolean, false))"
     " ON CONFLICT (name) DO UPDATE SET"
     "   rate_rps = CASE WHEN $3::boolean THEN EXCLUDED.rate_rps ELSE t.rate_rps END,"
     "   rate_burst = CASE WHEN $5::boolean THEN EXCLUDED.rate_burst ELSE t.rate_burst END,"
     "   max_queued = CASE WHEN $7::boolean THEN EXCLUDED.max_queued ELSE t.max_queued END,"
     "   max_running = CASE WHEN $9::boolean THEN EXCLUDED.max_running ELSE t.max_running END,"
-    "   weight = CASE WHEN $10::real IS NOT NULL THEN EXCLUDED.weight ELSE t.weight END"
-    " RETURNING (t.xmax = 0)::int, kowloon_tenant_json(t)::text", 10},
+    "   weight = CASE WHEN $10::real IS NOT NULL THEN EXCLUDED.weight ELSE t.weight END,"
+    "   task_images = CASE WHEN $11::boolean THEN EXCLUDED.task_images ELSE t.task_images END,"
+    "   task_egress = CASE WHEN $13::boolean IS NOT NULL THEN EXCLUDED.task_egress"
+    "                      ELSE t.task_egress END"
+    " RETURNING (t.xmax = 0)::int, kowloon_tenant_json(t)::text", 13},
 [ST_TENANTS_JSON] = {"SELECT coalesce(jsonb_agg(kowloon_tenant_json(t) ORDER BY t.name), '[]')::text"
                      " FROM tenants t", 0},
 [ST_KEY_ISSUE] = {
@@ -560,16 +576,17 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "        WHERE r.job_id = o.job_id AND r.attempt = o.attempt AND r.node_rank = o.node_rank"
     "          AND o.leased_at IS NULL AND NOT o.live)"
     " SELECT 'run', j.id::text, j.attempts::text, j.kernel, j.params::text, j.timeout_s::text,"
-    "        j.gpus::text, j.backend_req, i.meta::text, i.data, NULL, '1', j.gpu_ids::text"
+    "        j.gpus::text, j.backend_req, i.meta::text, i.data, NULL, '1', j.gpu_ids::text,"
+    "        j.task_run::text"
     " FROM j JOIN job_inputs i ON i.job_id = j.id"
     " UNION ALL SELECT 'run', x.id::text, g.attempt::text, x.kernel, x.params::text,"
     "        x.timeout_s::text, x.gpus::text, x.backend_req, i.meta::text, i.data,"
-    "        g.node_rank::text, x.nodes::text, g.gpu_ids::text"
+    "        g.node_rank::text, x.nodes::text, g.gpu_ids::text, x.task_run::text"
     " FROM g JOIN jobs x ON x.id = g.job_id JOIN job_inputs i ON i.job_id = g.job_id"
     " UNION ALL SELECT 'cancel', c.id::text, c.attempts::text, NULL, NULL, NULL, NULL, NULL,"
-    "        NULL, NULL, NULL, NULL, NULL FROM c"
+    "        NULL, NULL, NULL, NULL, NULL, NULL FROM c"
     " UNION ALL SELECT 'cancel', gc.job_id::text, gc.attempt::text, NULL, NULL, NULL, NULL, NULL,"
-    "        NULL, NULL, NULL, NULL, NULL FROM gc", 2},
+    "        NULL, NULL, NULL, NULL, NULL, NULL FROM gc", 2},
 [ST_RUNS_UNHELD] = {
     "SELECT j.id::text, j.attempts, j.node_name"
     " FROM jobs j WHERE j.node_id = $1::uuid AND j.state = 'running'"
@@ -858,6 +875,70 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "             'progress', j.progress)", 2},
 /* What a node may touch (store_nodes.c). The node a credential names: its
  * SHA-256 in hex. */
+/* tasks (store_tasks.c) */
+[ST_TENANT_TASKS] = {"SELECT array_to_string(task_images, ','), task_images IS NOT NULL, task_egress"
+                     " FROM tenants WHERE id = $1", 1},
+/* A task part's end as its node reports it (node $8 must hold the run):
+ * the exit code (part 0's), and its log blob, which the job now references
+ * (when the node stored it for this attempt: run_outputs) and which
+ * replaces the live chunks of that part. */
+[ST_TASK_ENDED] = {
+    "WITH j AS (UPDATE jobs SET"
+    "             exit_code = CASE WHEN $4::int = 0 THEN $3::int ELSE exit_code END,"
+    "             logs = CASE WHEN $5::text IS NULL THEN logs ELSE coalesce(logs, '{}'::jsonb)"
+    "               || jsonb_build_object($4::text, jsonb_build_object('blob', $5::text,"
+    "                    'bytes', $6::bigint, 'dropped', $7::bigint, 'attempt', attempts)) END"
+    "           WHERE id = $1::uuid AND attempts = $2 AND kind = 'task' AND " RUNNING_BY_ID
+    "             AND " HELD_BY("jobs", "$8")
+    "           RETURNING id, tenant_id, attempts),"
+    " b AS (INSERT INTO job_blob_refs (job_id, blob_id, tenant_id)"
+    "       SELECT j.id, $5::text, j.tenant_id FROM j WHERE $5::text IS NOT NULL AND EXISTS"
+    "         (SELECT 1 FROM run_outputs o WHERE o.job_id = j.id AND o.attempt = j.attempts"
+    "            AND o.blob_id = $5::text)"
+    "       ON CONFLICT DO NOTHING),"
+    " d AS (DELETE FROM job_log_chunks c USING j WHERE $5::text IS NOT NULL AND c.job_id = j.id"
+    "         AND c.part = $4::int)"
+    " SELECT id FROM j", 8},
+/* A node's batch of live log bytes ($1: JSON [{job_id, attempt, part, off,
+ * b64}]): each chunk of a run the node holds is appended where its part's
+ * log ends now (the bytes before that end were taken already: a batch
+ * sent again adds nothing), up to $3 bytes a part. The reply lists what
+ * was added, with the job's tenant, kernel and labels for the streams. */
+[ST_TASK_LOGS_APPEND] = {
+    "WITH x AS (SELECT * FROM json_to_recordset($1::json)"
+    "             AS x(job_id uuid, attempt int, part int, off bigint, b64 text)),"
+    " h AS (SELECT x.*, decode(x.b64, 'base64') AS data, j.tenant_id, j.kernel, j.labels,"
+    "              coalesce((SELECT max(c.off + length(c.data)) FROM job_log_chunks c"
+    "                        WHERE c.job_id = x.job_id AND c.attempt = x.attempt"
+    "                          AND c.part = x.part), 0) AS have"
+    "       FROM x JOIN jobs j ON j.id = x.job_id AND j.attempts = x.attempt"
+    "         AND j.kind = 'task' AND " RUNNING_BY_ID " AND " HELD_BY("j", "$2")
+    "       WHERE x.part BETWEEN 0 AND 63),"
+    " n AS (SELECT h.*, substring(h.data FROM (h.have - h.off + 1)::int"
+    "                  FOR greatest(least(h.off + length(h.data), $3::bigint) - h.have, 0)::int) AS add"
+    "       FROM h WHERE h.off <= h.have AND h.off + length(h.data) > h.have AND h.have < $3::bigint),"
+    " i AS (INSERT INTO job_log_chunks (job_id, attempt, part, off, data)"
+    "       SELECT job_id, attempt, part, have, add FROM n WHERE length(add) > 0"
+    "       ON CONFLICT DO NOTHING RETURNING job_id, attempt, part, off)"
+    " SELECT i.job_id::text, i.attempt, i.part, i.off, encode(n.add, 'base64'), n.tenant_id,"
+    "        n.kernel, n.labels::text"
+    " FROM i JOIN n ON n.job_id = i.job_id AND n.attempt = i.attempt AND n.part = i.part", 3},
+/* A task's log for its tenant ($2): the job's state and kind, the part's
+ * stored blob when the part has ended ({blob, bytes}), else the live
+ * chunks of its current attempt from byte $4 on, in order. */
+[ST_TASK_LOG_READ] = {
+    "SELECT j.state, j.kind, j.logs -> $3::text ->> 'blob', c.off, c.data, j.attempts"
+    " FROM jobs j LEFT JOIN job_log_chunks c ON c.job_id = j.id AND c.attempt = j.attempts"
+    "   AND c.part = $3::int AND c.off + length(c.data) > $4::bigint"
+    "   AND (j.logs -> $3::text IS NULL OR (j.logs -> $3::text ->> 'attempt')::int <> j.attempts)"
+    " WHERE j.id = $1::uuid AND j.tenant_id = $2 ORDER BY c.off", 4},
+/* The images the nodes with an engine list, and on how many nodes each. */
+[ST_TASK_IMAGES] = {
+    "SELECT i.image, count(DISTINCT n.id) FROM nodes n,"
+    "   jsonb_array_elements_text(CASE WHEN jsonb_typeof(n.tasks -> 'images') = 'array'"
+    "                                  THEN n.tasks -> 'images' ELSE '[]' END) AS i(image)"
+    " WHERE n.state = 'up' AND n.tasks ->> 'engine' IS NOT NULL AND n.tasks ->> 'engine' <> 'none'"
+    " GROUP BY i.image ORDER BY i.image", 0},
 [ST_NODE_BY_CREDENTIAL] = {"SELECT id::text, name FROM nodes WHERE credential_hash = decode($1, 'hex')", 1},
 /* A row when attempt $3 of job $2 is running and node $1 holds it. */
 [ST_NODE_RUN_HELD] = {
@@ -1346,8 +1427,9 @@ int gw_store_node_register(gw_store *s, const gw_node_reg *reg, char id_out[37],
     char slots_s[16], timeout_s[16];
     snprintf(slots_s, sizeof(slots_s), "%d", reg->slots);
     snprintf(timeout_s, sizeof(timeout_s), "%d", reg->timeout_s);
-    const char *v[10] = {reg->name, reg->url, reg->backend, reg->reason, reg->gpus_json, slots_s,
-                         reg->kernels_json, reg->presented_hash, reg->new_hash, timeout_s};
+    const char *v[11] = {reg->name, reg->url, reg->backend, reg->reason, reg->gpus_json, slots_s,
+                         reg->kernels_json, reg->presented_hash, reg->new_hash, timeout_s,
+                         reg->tasks_json};
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
@@ -1440,6 +1522,28 @@ static void node_devices(gw_node *nd, const char *gpus_json, const char *state_j
     json_decref(state);
 }
 
+/* Whether the node runs tasks, and the keys of the images it lists, from
+ * its tasks object ({engine, images}; "null": it said nothing). */
+static void node_tasks(gw_node *nd, const char *tasks_json)
+{
+    json_t *t = json_loads(tasks_json, JSON_DECODE_ANY, NULL);
+    const char *engine = json_string_value(json_object_get(t, "engine"));
+    json_t *images = json_object_get(t, "images");
+    nd->tasks = engine && strcmp(engine, "none") != 0;
+    nd->nimages = json_is_array(images) ? 0 : -1;
+    size_t i;
+    json_t *im;
+    json_array_foreach(json_is_array(images) ? images : NULL, i, im) {
+        if (nd->nimages == GW_NODE_IMAGES_MAX) {
+            nd->nimages = -1; /* too many to keep: counted as not listed */
+            break;
+        }
+        if (json_is_string(im))
+            nd->images[nd->nimages++] = gw_task_image_key(json_string_value(im));
+    }
+    json_decref(t);
+}
+
 int gw_store_nodes_load(gw_store *s, gw_node **out, int *n)
 {
     *out = NULL;
@@ -1463,6 +1567,7 @@ int gw_store_nodes_load(gw_store *s, gw_node **out, int *n)
         nd->up = atoi(PQgetvalue(r, i, 6));
         nd->draining = atoi(PQgetvalue(r, i, 7));
         node_devices(nd, PQgetvalue(r, i, 8), PQgetvalue(r, i, 9));
+        node_tasks(nd, PQgetvalue(r, i, 10));
         *n = i + 1;
     }
     PQclear(r);

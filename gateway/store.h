@@ -83,6 +83,9 @@ typedef struct gw_job_new {
     const char *idem_hash;    /* with a key: the request's fingerprint, 64 hex digits */
     const char *webhook;          /* NULL: none */
     const char *webhook_events;   /* the states it gets, comma-separated */
+    const char *task_json;        /* a task: its object as shown (task.h); NULL: a kernel job */
+    const char *task_run_json;    /*         and as a node leases it */
+    uint32_t image_key;           /*         gw_task_image_key of its image */
     /* filled by gw_store_jobs_insert */
     int64_t seq;              /* queue order (not for GW_IDEM_REPLAY/REUSED) */
     int64_t created_ms;       /* created_at, epoch ms by PostgreSQL's clock */
@@ -146,6 +149,7 @@ typedef struct gw_dispatch {
     char node_id[37];
     char node_name[128];
     json_t *params;           /* owned */
+    json_t *task;             /* owned: a task's lease form (task.h); NULL: a kernel run */
     json_t *inputs_meta;      /* owned */
     unsigned char *inputs;    /* owned */
     size_t inputs_len;
@@ -265,6 +269,7 @@ typedef struct gw_queued {
     char backend[8];
     int64_t not_before_ms;
     int64_t tenant_id;
+    uint32_t image;           /* a task: gw_task_image_key of its image; 0: a kernel job */
 } gw_queued;
 
 /* gw_queued.gpu_mem_mb of a job's resources.gpu_memory_gb (0: any): GB
@@ -328,6 +333,7 @@ int gw_store_stats_history(gw_store *s, int64_t tenant_id, const char *tenant_na
 int gw_store_jobs_queued(gw_store *s, int64_t after_seq, int limit, gw_queued **out, int *n);
 
 /* Nodes. */
+#define GW_NODE_IMAGES_MAX 256
 typedef struct gw_node {
     char id[37], name[128], url[512], backend[8];
     int slots, ngpus, up;
@@ -335,12 +341,16 @@ typedef struct gw_node {
                                  heartbeat's state has a fault): place nothing here */
     int gpu_mem_mb[16];       /* each device's memory (registration) */
     int gpu_util[16];         /* each device's utilisation % (heartbeat; -1: unknown) */
+    int tasks;                /* it has a task engine (nodes.tasks) */
+    int nimages;              /* -1: it does not list its images */
+    uint32_t images[GW_NODE_IMAGES_MAX]; /* their keys (task.h) */
 } gw_node;
 /* A registration: what the node says of itself, and the credentials
  * (SHA-256, hex) it presents (NULL: none) and that it gets if it takes the
  * name anew. */
 typedef struct gw_node_reg {
     const char *name, *url, *backend, *reason, *gpus_json, *kernels_json;
+    const char *tasks_json;   /* its task engine ({engine, version, images}); NULL: none said */
     int slots;
     const char *presented_hash, *new_hash;
     int timeout_s;            /* a holder silent this long no longer holds the name */
@@ -353,7 +363,8 @@ typedef struct gw_node_reg {
  * credential is not its; -EIO. */
 int gw_store_node_register(gw_store *s, const gw_node_reg *reg, char id_out[37], int *issued);
 /* Records many nodes' heartbeats in one statement: beats_json is
- * [{"id", "running", "state" (device state; absent keeps the last)}].
+ * [{"id", "running", "state" (device state), "tasks" (task images;
+ * each absent keeps the last)}].
  * *found (the caller frees it) lists the ids of nodes that exist. 0,
  * -EIO, -ENOMEM. */
 int gw_store_nodes_heartbeat(gw_store *s, const char *beats_json, char (**found)[37], int *nfound);
@@ -419,7 +430,14 @@ int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok
 typedef struct gw_store_limit { int set, value; } gw_store_limit;
 /* Creates the tenant or updates the limits that are set. *created says
  * which; *tenant is the tenant object (new reference). */
+/* A tenant's task settings as POST /v1/tenants gives them. */
+typedef struct gw_store_task_settings {
+    int images_set;           /* task_images given */
+    const char *images_json;  /* a JSON list of patterns; NULL: the gateway's --task-images */
+    int egress;               /* task_egress: 1, 0, or -1 (not given) */
+} gw_store_task_settings;
 int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit lim[4], double weight,
+                           const gw_store_task_settings *task,
                            int *created, json_t **tenant);
 /* Every tenant object, by name (new reference). */
 int gw_store_tenants_json(gw_store *s, json_t **tenants);
@@ -566,5 +584,40 @@ int gw_store_jobs_progress(gw_store *s, const char *node_id, const char *reports
                            gw_event_row **rows, int *n);
 /* The id of job_id's last event (0: none). 0 or -EIO. */
 int gw_store_job_last_event(gw_store *s, const char *job_id, int64_t *id);
+
+/* Tasks (store_tasks.c). */
+/* The tenant's task settings: *has 1 with its image patterns in *images
+ * (comma-separated, the caller's to free) when it has its own, else 0 and
+ * NULL (the gateway's --task-images apply); *egress 1 when its tasks may
+ * ask network egress. 0 or -EIO (-ENOMEM). */
+int gw_store_tenant_tasks(gw_store *s, int64_t tenant_id, char **images, int *has, int *egress);
+/* Records the end of a task part that node_id holds: exit_code (NULL:
+ * none; only part 0's is the job's) and its log blob (NULL: none). 0,
+ * -EAGAIN (not that node's current run, or not a task), -EIO. */
+int gw_store_task_ended(gw_store *s, const char *job_id, int attempt, int part,
+                        const int *exit_code, const char *log_blob, int64_t log_bytes,
+                        int64_t dropped, const char *node_id);
+/* Appends a node's live log batch (batch_json: [{job_id, attempt, part,
+ * off, b64}]) to the runs it holds, each part capped at cap bytes; *rows
+ * (the caller's, gw_event_rows_free) are the chunks added, data {job_id,
+ * attempt, part, offset, text, kernel, labels}. 0, -EIO, -ENOMEM. */
+int gw_store_task_logs_append(gw_store *s, const char *node_id, const char *batch_json,
+                              int64_t cap, gw_event_row **rows, int *n);
+/* A task's log part as GET /v1/jobs/{id}/logs reads it. */
+typedef struct gw_task_log {
+    char state[16];
+    int is_task;
+    int attempt;              /* the job's current attempt, whose log this is */
+    char blob[80];            /* the part's stored log when it ended this attempt; "" else */
+    unsigned char *data;      /* else the live bytes from start on (owned) */
+    size_t len;
+    int64_t start;
+} gw_task_log;
+/* Reads part of tenant_id's job job_id from byte from: -ENOENT (no such
+ * job of the tenant), -EIO, -ENOMEM. */
+int gw_store_task_log_read(gw_store *s, int64_t tenant_id, const char *job_id, int part,
+                           int64_t from, gw_task_log *out);
+/* [{image, nodes}]: the images the nodes up with an engine list. */
+int gw_store_task_images(gw_store *s, json_t **images);
 
 #endif

@@ -1,7 +1,7 @@
 /* store_blobs.c — blob records in PostgreSQL: which blobs exist, which
  * tenant may read which, what each tenant is charged for (its quota), and
  * the retention sweep of blobs nobody references. The bytes are the blob
- * store's (blobstore.h). */
+ * store's (service/svc_bstore.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -86,7 +86,7 @@ int gw_store_blob_sweep(gw_store *s, int retention_s, int limit,
         return -EIO;
     /* The rows stay locked until the files are gone: an upload of the same
      * bytes waits on them, records the blob anew, then finds its file
-     * missing and puts it back (gw_bwriter_close). */
+     * missing and puts it back (svc_bwriter_close). */
     int rc = store__command(c, "BEGIN");
     PGresult *r = rc ? NULL : store__exec(c, ST_BLOB_SWEEP, v, NULL, NULL, 0);
     if (!rc && !r)

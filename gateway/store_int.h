@@ -58,6 +58,8 @@ enum {
     ST_GANG_ATTEMPT, ST_GANG_RANK_END, ST_GANG_NODES,
     /* what a node may touch (store_nodes.c) */
     ST_NODE_BY_CREDENTIAL, ST_NODE_RUN_HELD, ST_NODE_GANG_MEMBER, ST_NODE_BLOB_GET, ST_RUN_OUTPUT,
+    /* tasks (store_tasks.c) */
+    ST_TENANT_TASKS, ST_TASK_ENDED, ST_TASK_LOGS_APPEND, ST_TASK_LOG_READ, ST_TASK_IMAGES,
     ST__COUNT
 };
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "store_int.h"
+#include "gw_task.h"
 #include "svc_log.h"
 
 void gw_dispatch_clear(gw_dispatch *d)
@@ -14,6 +15,7 @@ void gw_dispatch_clear(gw_dispatch *d)
     if (!d)
         return;
     json_decref(d->params);
+    json_decref(d->task);
     json_decref(d->inputs_meta);
     free(d->inputs);
     memset(d, 0, sizeof(*d));
@@ -89,7 +91,7 @@ static const char *arr_end(arr *a)
 /* The statement's parameters: every array but $12 (the bytes). */
 enum { P_ID, P_TENANT, P_KERNEL, P_PARAMS, P_PRIO, P_TIMEOUT, P_ATTEMPTS, P_BACKEND, P_GPUS,
        P_LABELS, P_META, P_DATA, P_OFF, P_LEN, P_BJOB, P_BID, P_BSIZE, P_IKEY, P_IHASH, P_WEBHOOK,
-       P_WH_EVENTS, P_NODES, P_GPU_MEM, P__COUNT };
+       P_WH_EVENTS, P_NODES, P_GPU_MEM, P_TASK, P_TASK_RUN, P__COUNT };
 
 /* One ST_JOBS_INSERT for the whole batch (store.h): the arrays built
  * here, the inline bytes copied into one binary parameter, and each job's
@@ -132,6 +134,9 @@ int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
         off += j->inputs_len;
         arr_add(&a[P_IKEY], j->idem_key ? j->idem_key : "NULL", j->idem_key != NULL);
         arr_add(&a[P_IHASH], j->idem_key ? j->idem_hash : "NULL", 0);
+        arr_add(&a[P_TASK], j->task_json ? j->task_json : "NULL", j->task_json != NULL);
+        arr_add(&a[P_TASK_RUN], j->task_run_json ? j->task_run_json : "NULL",
+                j->task_run_json != NULL);
         for (int b = 0; b < j->nblobs; b++) {
             arr_add(&a[P_BJOB], j->id, 0);
             arr_add(&a[P_BID], j->blob_ids[b], 1);
@@ -509,6 +514,7 @@ static void queued_resources(PGresult *r, int row, int col, gw_queued *q)
     q->nodes = atoi(PQgetvalue(r, row, col));
     q->gpu_mem_mb = atoi(PQgetvalue(r, row, col + 1));
     q->timeout_s = atoi(PQgetvalue(r, row, col + 2));
+    q->image = PQgetisnull(r, row, col + 3) ? 0 : gw_task_image_key(PQgetvalue(r, row, col + 3));
 }
 
 int gw_store_job_requeue(gw_store *s, const char *job_id, int attempt, int uncounted,
@@ -710,7 +716,8 @@ int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch *
         d->nodes = atoi(PQgetvalue(r, i, 11));
         d->ngpu_ids = ids_parse(r, i, 12, d->gpu_ids, 16);
         store__copy(r, i, 3, d->kernel, sizeof(d->kernel));
-        d->params = store__json(r, i, 4);
+        d->task = store__json(r, i, 13);
+        d->params = d->task ? json_object() : store__json(r, i, 4);
         store__copy(r, i, 5, buf, sizeof(buf));
         d->timeout_s = atoi(buf);
         store__copy(r, i, 6, buf, sizeof(buf));

@@ -75,12 +75,15 @@ int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok
 }
 
 int gw_store_tenant_upsert(gw_store *s, const char *name, const gw_store_limit lim[4], double weight,
-                           int *created, json_t **tenant)
+                           const gw_store_task_settings *task, int *created, json_t **tenant)
 {
     char val[4][16], w[32];
     snprintf(w, sizeof w, "%.9g", weight);
-    const char *v[10] = {name};
+    const char *v[13] = {name};
     v[9] = weight > 0 ? w : NULL;
+    v[10] = task && task->images_set ? "true" : "false";
+    v[11] = task && task->images_set ? task->images_json : NULL;
+    v[12] = task && task->egress >= 0 ? (task->egress ? "true" : "false") : NULL;
     for (int i = 0; i < 4; i++) {
         snprintf(val[i], sizeof(val[i]), "%d", lim[i].value);
         v[1 + 2 * i] = lim[i].value >= 0 ? val[i] : NULL;

@@ -15,7 +15,7 @@
 #include <strings.h>
 
 #include "api.h"
-#include "blobstore.h"
+#include "svc_bstore.h"
 #include "quota.h"
 #include "request.h"
 #include "svc_json.h"
@@ -27,7 +27,7 @@
 
 typedef struct mp_part {
     char name[64];
-    char id[GW_BLOB_ID_LEN];
+    char id[SVC_BLOB_ID_LEN];
     int used;
 } mp_part;
 
@@ -38,7 +38,7 @@ struct gw_mpart {
     int seen_job;
     char *json;
     size_t json_len, json_max;
-    gw_bwriter *w;           /* the current tensor part */
+    svc_bwriter *w;           /* the current tensor part */
     mp_part part[MP_MAX_PARTS];
     int nparts;
     int room_read;           /* used and room were read (the first tensor part) */
@@ -67,7 +67,7 @@ static void mp_free(void *arg)
 {
     gw_mpart *m = arg;
     svc_multipart_free(m->mp);
-    gw_bwriter_abort(m->w);
+    svc_bwriter_abort(m->w);
     free(m->json);
     free(m);
 }
@@ -103,7 +103,7 @@ static int on_begin(void *cls, const char *name, const char *filename, const cha
         m->room = gw_quota_room(app, m->used);
         m->room_read = 1;
     }
-    if ((m->w = gw_bstore_write_begin(app->blobs)) == NULL)
+    if ((m->w = svc_bstore_write_begin(app->blobs)) == NULL)
         return mp_fail(m, 500, "internal", "the blob store cannot take part %s: %s", name,
                        strerror(errno));
     return 0;
@@ -125,14 +125,14 @@ static int on_data(void *cls, const char *data, size_t n)
         return 0;
     }
     if (m->room != GW_QUOTA_NONE && n > m->room - m->streamed) {
-        gw_bwriter_abort(m->w);
+        svc_bwriter_abort(m->w);
         m->w = NULL;
         svc_req_cut_body(m->req);
         return mp_fail(m, 413, "quota_exceeded", "part %s passed the tenant's blob quota and was "
                        "cut off", m->part[m->nparts].name);
     }
     m->streamed += n;
-    int rc = gw_bwriter_append(m->w, data, n);
+    int rc = svc_bwriter_append(m->w, data, n);
     return rc == 0 ? 0 : mp_fail(m, rc == -ENOSPC ? 507 : 500, rc == -ENOSPC ? "insufficient_storage" : "internal",
                                  "the blob store cannot take part %s: %s", m->part[m->nparts].name,
                                  strerror(-rc));
@@ -151,7 +151,7 @@ static int on_end(void *cls)
     mp_part *p = &m->part[m->nparts];
     uint64_t size;
     gw_reqctx *ctx = svc_req_user(m->req);
-    int created, rc = gw_bwriter_commit(m->w, p->id, &size);
+    int created, rc = svc_bwriter_commit(m->w, p->id, &size);
     if (rc != 0)
         return mp_fail(m, rc == -ENOSPC ? 507 : 500, rc == -ENOSPC ? "insufficient_storage" : "internal",
                        "the blob store cannot take part %s: %s", p->name, strerror(-rc));
@@ -162,7 +162,7 @@ static int on_end(void *cls)
                        (unsigned long long)size);
     if (rc != 0)
         return mp_fail(m, 503, "unavailable", "PostgreSQL is unavailable; retry shortly");
-    rc = gw_bwriter_close(m->w);
+    rc = svc_bwriter_close(m->w);
     m->w = NULL;
     if (rc != 0)
         return mp_fail(m, 500, "internal", "the blob store failed on part %s", p->name);

@@ -275,7 +275,7 @@ static void trim(gw_webhooks *w)
     int deleted = 0;
     if (gw_store_wh_trim(w->app->store, w->app->cfg.webhook_retention_s, WH_TRIM_BATCH, &deleted) == 0 &&
         deleted > 0)
-        svc_info("webhooks: %d ended deliveries older than %d s deleted", deleted,
+        svc_info("webhooks: %d ended deliveries older than %ld s deleted", deleted,
                  w->app->cfg.webhook_retention_s);
 }
 

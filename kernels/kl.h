@@ -5,6 +5,7 @@
 #ifndef KL_H
 #define KL_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,20 +19,23 @@ extern "C" {
 /* Elements per tensor, inputs and outputs alike (1 GiB of float32). */
 #define KL_MAX_ELEMS ((int64_t)1 << 30)
 
-/* Error codes: every kl_ function returns 0 or one of these (negative). */
+/* Error codes: every kl_ function returns 0 or one of these. They are
+ * negative errno values, the one error space of Kowloon's C code (a -errno
+ * from a system call means what its name says here too, and strerror(-rc)
+ * names any of them); the names say what each means for a kernel. */
 enum {
     KL_OK = 0,
-    KL_EINVAL = -1,     /* a parameter or input is out of range or shape */
-    KL_ENOMEM = -2,     /* allocation failed */
-    KL_ECANCELED = -3,  /* the run's cancel flag was raised */
-    KL_EBACKEND = -4,   /* the backend (CUDA, BLAS) failed; maybe transient */
-    KL_ENOTSUP = -5,    /* kernel or option not offered by this backend */
-    KL_ETIMEDOUT = -6,  /* a rendezvous or collective of a multi-node run
-                           timed out: a peer is gone or never came */
-    KL_EDEVICE = -7,    /* the device is unusable for the rest of this
-                           process: a sticky CUDA error (illegal address,
-                           ECC, ...) poisoned its context, so every later
-                           run here would fail too */
+    KL_EINVAL = -EINVAL,        /* a parameter or input is out of range or shape */
+    KL_ENOMEM = -ENOMEM,        /* allocation failed */
+    KL_ECANCELED = -ECANCELED,  /* the run's cancel flag was raised */
+    KL_EBACKEND = -EIO,         /* the backend (CUDA, BLAS) failed; maybe transient */
+    KL_ENOTSUP = -ENOTSUP,      /* kernel or option not offered by this backend */
+    KL_ETIMEDOUT = -ETIMEDOUT,  /* a rendezvous or collective of a multi-node run
+                                   timed out: a peer is gone or never came */
+    KL_EDEVICE = -ENODEV,       /* the device is unusable for the rest of this
+                                   process: a sticky CUDA error (illegal address,
+                                   ECC, ...) poisoned its context, so every later
+                                   run here would fail too */
 };
 
 typedef enum { KL_F32 = 0, KL_F64 = 1, KL_I32 = 2 } kl_dtype;

@@ -15,8 +15,9 @@ extern "C" {
 /* 3: kl_args carries progress; 4: run takes the devices by index, and
  * kl_args carries dist (a multi-node run's place); 5: the version is its
  * own symbol, read before anything else, run may answer KL_EDEVICE, and
- * the table carries what opening found (info) */
-#define KL_PLUGIN_ABI 5
+ * the table carries what opening found (info); 6: the KL_E* codes are
+ * negative errno values (KL_EINVAL is -EINVAL, no longer -1) */
+#define KL_PLUGIN_ABI 6
 #define KL_PLUGIN_SYMBOL "kl_cuda_plugin_open"
 /* int (void): the plugin's KL_PLUGIN_ABI. The node reads it first and
  * calls nothing else of a plugin whose version is not its own: a table of

@@ -8,7 +8,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 . scripts/lib.sh
 
-STATE=$ROOT/.run
+# KOWLOON_RUN_* move the state and ports (tests run a second stack beside one)
+STATE=${KOWLOON_RUN_STATE:-$ROOT/.run}
 PG_PORT=${KOWLOON_RUN_PG_PORT:-55432}
 REDIS_PORT=${KOWLOON_RUN_REDIS_PORT:-56379}
 GW_ADDR=127.0.0.1:${KOWLOON_RUN_GATEWAY_PORT:-8080}
@@ -16,7 +17,7 @@ GW_URL=http://$GW_ADDR
 # the gateway's cluster listener: what the nodes call
 GW_CLUSTER_ADDR=127.0.0.1:${KOWLOON_RUN_CLUSTER_PORT:-8081}
 GW_CLUSTER_URL=http://$GW_CLUSTER_ADDR
-NODES=("node-1 127.0.0.1:8091" "node-2 127.0.0.1:8092")
+NODES=("node-1 127.0.0.1:${KOWLOON_RUN_NODE1_PORT:-8091}" "node-2 127.0.0.1:${KOWLOON_RUN_NODE2_PORT:-8092}")
 GATEWAY=$ROOT/bin/kowloon-gateway
 COMPUTE=$ROOT/bin/kowloon-compute
 
@@ -60,7 +61,7 @@ print(sum(1 for n in nodes if n.get("name") in names and n.get("state") == "up")
 print_usage() {
     cat <<EOF
 
-Kowloon is running: gateway $GW_URL (nodes call it on $GW_CLUSTER_URL), nodes $(printf '%s, ' "${NODES[@]}" | sed 's/, $//') (logs in .run/log/).
+Kowloon is running: gateway $GW_URL (nodes call it on $GW_CLUSTER_URL), nodes $(printf '%s, ' "${NODES[@]}" | sed 's/, $//') (logs in $STATE/log/).
 Dev API key (tenant "dev", admin): $(cat "$STATE/dev-key")
 Dashboard: $GW_URL/ui/ (sign in with that key)
 
@@ -72,6 +73,13 @@ Try it (from any directory):
         python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
   sleep 1; curl -s $GW_URL/v1/jobs/\$JOB -H "Authorization: Bearer \$KEY"; echo
   curl -s $GW_URL/v1/jobs/\$JOB/result -H "Authorization: Bearer \$KEY"; echo
+$(if [ -s "$STATE/task-images" ]; then cat <<EOT
+
+Your own program in a container (images allowed: $(cat "$STATE/task-images")):
+  export KOWLOON_URL=$GW_URL KOWLOON_API_KEY=\$KEY PYTHONPATH=$ROOT/sdk/python/src
+  python3 -m kowloon task run --image localhost/kowloon-python:1 -- python3 -c 'print(1)'
+EOT
+fi)
 
 Stop it with: make stop
 EOF
@@ -103,6 +111,28 @@ export KOWLOON_CLUSTER_TOKEN
 kl_pg_start "$STATE" "$PG_PORT" || fail "PostgreSQL did not start on port $PG_PORT" "$STATE/log/postgres.log"
 kl_redis_start "$STATE" "$REDIS_PORT" || fail "Redis did not start on port $REDIS_PORT" "$STATE/log/redis.log"
 
+# ---------------------------------------------------------------- tasks
+# The engine set-up and the small python+numpy image tasks run here, made
+# once and cached (scripts/task-image.sh: ~40 s to 2 min the first time);
+# without podman the nodes run kernels only. The gateway allows the local
+# images (localhost/kowloon-*) to tenants that have no list of their own —
+# here the dev tenant — so `kowloon task run --image
+# localhost/kowloon-python:1 -- python3 -c 'print(1)'` works at once.
+# KOWLOON_RUN_TASK_IMAGES sets other patterns (comma-separated fnmatch).
+TASK_ARGS=(--task-engine none)
+TASK_IMAGES=
+if command -v podman >/dev/null 2>&1; then
+    kl_info "tasks: preparing podman and the image localhost/kowloon-python:1 (cached after the first time)"
+    if conf=$(scripts/task-image.sh 2>>"$STATE/log/task-image.log" | tail -n 1) && [ -n "$conf" ]; then
+        TASK_ARGS=(--task-containers-conf "$conf" --task-scratch "$STATE/tasks")
+        TASK_IMAGES=${KOWLOON_RUN_TASK_IMAGES:-localhost/kowloon-*}
+    else
+        kl_warn "the task image could not be built (see $STATE/log/task-image.log): nodes run kernels only"
+    fi
+else
+    kl_warn "podman is not installed (scripts/install-deps.sh installs it): nodes run kernels only"
+fi
+
 # ---------------------------------------------------------------- gateway
 if pid=$(kl_pidfile_alive "$STATE/pids/gateway.pid" kowloon-gateway); then
     kl_info "gateway: already running (pid $pid)"
@@ -115,11 +145,16 @@ else
     kl_port_open 127.0.0.1 "${GW_CLUSTER_ADDR#*:}" &&
         fail "port ${GW_CLUSTER_ADDR#*:} (the cluster listener) is taken by another process"
     kl_info "gateway: starting on $GW_ADDR, cluster listener on $GW_CLUSTER_ADDR"
-    nohup "$GATEWAY" serve --listen "$GW_ADDR" --cluster-listen "$GW_CLUSTER_ADDR" \
+    # the allow-list goes by the environment (KOWLOON_TASK_IMAGES is
+    # --task-images): a pattern with * in argv would read as a glob to a
+    # reader pasting the command line from `ps`
+    KOWLOON_TASK_IMAGES=$TASK_IMAGES nohup "$GATEWAY" serve --listen "$GW_ADDR" \
+        --cluster-listen "$GW_CLUSTER_ADDR" \
         --database-url "$DB_URL" --redis-url "$REDIS_URL" --blob-dir "$STATE/blobs" \
         >>"$STATE/log/gateway.log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$STATE/pids/gateway.pid"
+    if [ -n "$TASK_IMAGES" ]; then echo "$TASK_IMAGES" >"$STATE/task-images"; else rm -f "$STATE/task-images"; fi
 fi
 if ! kl_wait_http "$GW_URL/readyz" 20 "$pid"; then
     kill -0 "$pid" 2>/dev/null || fail "the gateway exited during start" "$STATE/log/gateway.log"
@@ -137,19 +172,6 @@ if [ ! -s "$STATE/dev-key" ]; then
         >"$STATE/dev-key.new" 2>>"$STATE/log/gateway.log" </dev/null) \
         || fail "kowloon-gateway keys create failed" "$STATE/log/gateway.log"
     mv "$STATE/dev-key.new" "$STATE/dev-key"
-fi
-
-# ---------------------------------------------------------------- tasks
-# The engine set-up and the small python+numpy image tasks run here, made
-# once and cached (scripts/task-image.sh: ~40 s the first time); without
-# podman the nodes run kernels only.
-TASK_ARGS=(--task-engine none)
-if command -v podman >/dev/null 2>&1; then
-    if conf=$(scripts/task-image.sh 2>>"$STATE/log/task-image.log" | tail -n 1) && [ -n "$conf" ]; then
-        TASK_ARGS=(--task-containers-conf "$conf" --task-scratch "$STATE/tasks")
-    else
-        kl_warn "the task image could not be built (see $STATE/log/task-image.log): nodes run kernels only"
-    fi
 fi
 
 # ---------------------------------------------------------------- nodes

@@ -7,7 +7,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 . scripts/lib.sh
 
-STATE=$ROOT/.run
+STATE=${KOWLOON_RUN_STATE:-$ROOT/.run}
 if [ ! -d "$STATE" ]; then
     kl_info "Kowloon is not running (no .run/)."
     exit 0

@@ -10,16 +10,27 @@
 #      (seconds) when the image store was wiped.
 # Prints the containers.conf path on its last line of stdout.
 #
-# usage: scripts/task-image.sh [IMAGE]      (default localhost/kowloon-python:1)
+# usage: scripts/task-image.sh [IMAGE|python|torch]
+#   python (the default): localhost/kowloon-python:1, python3 and numpy;
+#   torch: localhost/kowloon-torch:1, the same plus Debian's PyTorch (CPU,
+#          torch.distributed with Gloo; ~1.5 GB, a few minutes the first time).
+#   Any other IMAGE name is built as the python variant under that name.
 # env:   KOWLOON_CACHE_DIR (default ${XDG_CACHE_HOME:-~/.cache}/kowloon)
 #        KOWLOON_TASK_ENGINE (podman|docker, default podman)
 set -euo pipefail
 
-IMAGE=${1:-localhost/kowloon-python:1}
+IMAGE=${1:-python}
+PACKAGES=python3-minimal,python3-numpy
+case $IMAGE in
+    python) IMAGE=localhost/kowloon-python:1 ;;
+    torch|localhost/kowloon-torch:*)
+        [ "$IMAGE" = torch ] && IMAGE=localhost/kowloon-torch:1
+        # libtorch1.13 links Debian's libgloo0: torch.distributed's gloo backend
+        PACKAGES=python3-minimal,python3-numpy,python3-torch ;;
+esac
 ENGINE=${KOWLOON_TASK_ENGINE:-podman}
 CACHE=${KOWLOON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kowloon}
 SUITE=bookworm
-PACKAGES=python3-minimal,python3-numpy
 # The tarball's name says what is in it, so a change of either builds anew.
 TARBALL=$CACHE/rootfs-$SUITE-$(echo "$PACKAGES" | tr ',' '+').tar
 CONF=$CACHE/containers.conf
@@ -62,7 +73,7 @@ if image_exists; then
 else
     if [ ! -s "$TARBALL" ]; then
         command -v mmdebstrap >/dev/null 2>&1 || { log "mmdebstrap not found (scripts/install-deps.sh installs it)"; exit 3; }
-        log "building a $SUITE rootfs with $PACKAGES (about 30 s, once; kept in $CACHE)"
+        log "building a $SUITE rootfs with $PACKAGES (once; kept in $CACHE: ~30 s-2 min for python, ~2-3 min for torch)"
         t0=$SECONDS
         # --variant=apt: apt and what it needs, nothing of an init system;
         # the apt lists and caches go, they are of no use to a task.

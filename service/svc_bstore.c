@@ -205,6 +205,9 @@ svc_bstore *svc_bstore_open(const char *dir, int flags, char *err, size_t errlen
     }
     snprintf(sub, sizeof sub, "%s/tmp", s->dir);
     remove_stale_tmp(sub);
+    /* the creator (a gateway) announces the directory to nodes: absolute */
+    if (realpath(s->dir, sub) != NULL && strlen(sub) < sizeof s->dir)
+        memcpy(s->dir, sub, strlen(sub) + 1);
     return s;
 fail:
     free(s);

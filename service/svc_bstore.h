@@ -4,12 +4,13 @@
  * blob under a real name, and a file under a real name is complete and holds
  * the bytes its name says. Several gateways may share the directory (NFS,
  * Lustre), and so may compute nodes on the same filesystem: they map inputs
- * from it and write outputs into it (compute/blobio.c). Names are content
+ * from it and write outputs into it (compute/cn_blobio.c). Names are content
  * addresses: a writer that finds its name taken compares the bytes there
  * with its own and replaces them when they differ (planted or torn), and a
  * file someone else wrote can be hashed again (svc_bstore_verify).
- * The gateway puts its own small interface in front (gateway/blobstore.h);
- * PostgreSQL records which blobs exist, the store knows only bytes. */
+ * The gateway calls it directly (another backend, S3, would come in behind
+ * this interface); PostgreSQL records which blobs exist, the store knows
+ * only bytes. */
 #ifndef SVC_BSTORE_H
 #define SVC_BSTORE_H
 
@@ -34,7 +35,8 @@ enum {
 svc_bstore *svc_bstore_open(const char *dir, int flags, char *err, size_t errlen);
 /* NULL is a no-op. */
 void svc_bstore_close(svc_bstore *s);
-/* The directory, as given to svc_bstore_open (borrowed). */
+/* The directory as given to svc_bstore_open, or with SVC_BSTORE_CREATE
+ * its absolute path (what a gateway announces to the nodes); borrowed. */
 const char *svc_bstore_dir(const svc_bstore *s);
 /* The store's identity: 32 hex digits in <dir>/store-id, made by the first
  * gateway that opened it. Two paths (on two hosts) with the same identity

@@ -123,14 +123,14 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userp)
  * list (caller frees), or NULL with resp->error set. */
 /* What a finished transfer says: on success resp gets the status and the
  * body's JSON (NULL when empty or not JSON) and 0 is returned; else resp's
- * error names curl's reason and -1 is returned. */
+ * error names curl's reason and SVC_XFER_EIO is returned. */
 static int transfer_result(CURL *h, CURLcode rc, const char *url, const char *errbuf,
                            const body_buf *body, svc_response *resp)
 {
     if (rc != CURLE_OK) {
         snprintf(resp->error, sizeof resp->error, "%s: %s", curl_easy_strerror(rc),
                  errbuf[0] ? errbuf : url);
-        return -1;
+        return SVC_XFER_EIO;
     }
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
@@ -222,10 +222,10 @@ int svc_http_call(const char *method, const char *url, const char *bearer,
     memset(resp, 0, sizeof *resp);
     if (method == NULL || url == NULL) {
         snprintf(resp->error, sizeof resp->error, "missing method or url");
-        return -1;
+        return -EINVAL;
     }
 
-    int ret = -1;
+    int ret = SVC_XFER_EIO;
     char *payload = NULL;
     struct curl_slist *hdrs = NULL;
     body_buf rb = {0};
@@ -376,7 +376,7 @@ int svc_http_get_range_into(const char *url, const char *bearer, uint64_t off, v
     if (len == 0) {
         memset(resp, 0, sizeof *resp);
         snprintf(resp->error, sizeof resp->error, "an empty range");
-        return -1;
+        return -EINVAL;
     }
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off,
              (unsigned long long)(off + len - 1));
@@ -390,10 +390,10 @@ static int get_into(const char *url, const char *bearer, const char *range, void
     memset(resp, 0, sizeof *resp);
     if (url == NULL || (buf == NULL && cap > 0)) {
         snprintf(resp->error, sizeof resp->error, "missing url or buffer");
-        return -1;
+        return -EINVAL;
     }
 
-    int ret = -1;
+    int ret = SVC_XFER_EIO;
     struct curl_slist *hdrs = NULL;
     char errbuf[CURL_ERROR_SIZE] = "";
     raw_sink sink = {.buf = buf, .cap = cap, .announced = -1, .on_chunk = on_chunk, .cls = cls};
@@ -458,10 +458,10 @@ int svc_http_send_raw(const char *method, const char *url, const char *bearer, c
     if (url == NULL || ctype == NULL || (data == NULL && len > 0) ||
         strpbrk(ctype, "\r\n") != NULL || strlen(ctype) > 200) {
         snprintf(resp->error, sizeof resp->error, "missing url, content type or data");
-        return -1;
+        return -EINVAL;
     }
 
-    int ret = -1;
+    int ret = SVC_XFER_EIO;
     struct curl_slist *hdrs = NULL;
     body_buf rb = {0};
     char errbuf[CURL_ERROR_SIZE] = "", type[224];

@@ -5,6 +5,7 @@
 #ifndef SVC_CLIENT_H
 #define SVC_CLIENT_H
 
+#include <errno.h>
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,10 +28,12 @@ typedef struct svc_response {
                          the size the server announced, -1 when it did not */
 } svc_response;
 
-/* Results of the raw transfers beyond 0 and -1. */
+/* What a transfer returns besides 0 (a response arrived, any status):
+ * negative errno values (svc_err.h); -EINVAL for a missing argument. */
 enum {
-    SVC_XFER_TOOBIG = -2,   /* a 2xx body longer than the caller's buffer */
-    SVC_XFER_ABORTED = -3,  /* *cancel was raised, or on_chunk asked to stop */
+    SVC_XFER_EIO = -EIO,            /* no response: a transport error (resp->error) */
+    SVC_XFER_TOOBIG = -EFBIG,       /* a 2xx body longer than the caller's buffer */
+    SVC_XFER_ABORTED = -ECANCELED,  /* *cancel was raised, or on_chunk asked to stop */
 };
 
 /* Sees each piece of a raw body once it is stored (a running hash follows
@@ -39,7 +42,7 @@ typedef int (*svc_chunk_fn)(void *cls, const void *data, size_t n);
 
 /* Performs method url with an optional JSON body (borrowed) and an optional
  * bearer token, waiting at most timeout_ms. Returns 0 when an HTTP response
- * arrived (any status), -1 on a transport error (connection refused,
+ * arrived (any status), SVC_XFER_EIO on a transport error (connection refused,
  * timeout); either way resp is filled and the caller calls
  * svc_response_clear. */
 int svc_http_call(const char *method, const char *url, const char *bearer,
@@ -57,7 +60,7 @@ void svc_response_clear(svc_response *resp);
  * caller's cancel flag (may be NULL; polled about every second and between
  * pieces) stops it with SVC_XFER_ABORTED. Returns 0 when a response arrived
  * (any status; on 2xx resp->length bytes are in buf, perhaps fewer than cap),
- * -1 on a transport error (resp->error). The caller clears resp. */
+ * SVC_XFER_EIO on a transport error (resp->error). The caller clears resp. */
 int svc_http_get_into(const char *url, const char *bearer, void *buf, size_t cap,
                       svc_chunk_fn on_chunk, void *cls, long stall_ms,
                       const volatile int *cancel, svc_response *resp);
@@ -73,7 +76,7 @@ int svc_http_get_range_into(const char *url, const char *bearer, uint64_t off, v
  * borrowed and read in place while the call runs (curl sends from it; no
  * copy, no encoding); it must stay unchanged until the call returns. The
  * reply's JSON goes to resp->json. stall_ms and cancel as in
- * svc_http_get_into. Returns 0 (any status), -1 or SVC_XFER_ABORTED. */
+ * svc_http_get_into. Returns 0 (any status), SVC_XFER_EIO or SVC_XFER_ABORTED. */
 int svc_http_post_raw(const char *url, const char *bearer, const char *ctype, const void *data,
                       size_t len, long stall_ms, const volatile int *cancel, svc_response *resp);
 

@@ -72,6 +72,29 @@ svc_opt *svc_config_get(svc_opt *opts, const char *flag)
     return NULL;
 }
 
+void svc_config_bind(const svc_opt *opts, void *cfg)
+{
+    for (const svc_opt *o = opts; o->flag != NULL; o++) {
+        if (o->at == 0)
+            continue;
+        char *field = (char *)cfg + o->at - 1;
+        if (o->type == SVC_OPT_STRING)
+            memcpy(field, &o->str, sizeof o->str);
+        else if (o->type == SVC_OPT_INT)
+            memcpy(field, &o->num, sizeof o->num);
+        else
+            *(int *)(void *)field = (int)o->num;
+    }
+}
+
+const svc_opt *svc_config_at(const svc_opt *opts, size_t at)
+{
+    for (const svc_opt *o = opts; at != 0 && o->flag != NULL; o++)
+        if (o->at == at)
+            return o;
+    return NULL;
+}
+
 int svc_config_given(const svc_opt *o)
 {
     return o != NULL && o->given;

@@ -234,20 +234,23 @@ typedef struct {
 } captures;
 
 /* 1 if path matches pattern; a {name} segment matches one non-empty
- * segment, which is recorded in cap. */
+ * segment, a last {name*} the rest of the path, slashes included (a
+ * name that is itself a path: a client may send its slashes as %2F, which
+ * the server has decoded by now); each is recorded in cap. */
 static int path_match(const char *pat, const char *path, captures *cap)
 {
     cap->n = 0;
     while (*pat != '\0' && *path != '\0') {
         if (*pat == '{') {
             const char *close = strchr(pat, '}');
+            int rest = close != NULL && close > pat + 1 && close[-1] == '*' && close[1] == '\0';
             const char *end = path;
-            while (*end != '\0' && *end != '/')
+            while (*end != '\0' && (rest || *end != '/'))
                 end++;
             if (close == NULL || end == path || cap->n == MAX_PARAMS)
                 return 0;
             cap->name[cap->n] = pat + 1;
-            cap->name_len[cap->n] = (size_t)(close - pat - 1);
+            cap->name_len[cap->n] = (size_t)(close - pat - 1 - rest);
             cap->val[cap->n] = path;
             cap->val_len[cap->n] = (size_t)(end - path);
             cap->n++;
@@ -686,22 +689,12 @@ static int too_large(svc_req *r)
                            "request body exceeds the limit of %zu bytes", req_max_body(r));
 }
 
-/* First call: headers only. Everything that can be refused without the
- * body is refused here, so a refused body is never buffered (after a reply
- * to a POST or PUT, MHD closes the connection rather than read it). */
-static void req_begin(svc_req *r)
+/* The route of the request, or -1 after replying 404 or 405 (with Allow),
+ * or 503 when its address holds too many connections (a reserved route
+ * is exempt). */
+static int req_route(svc_req *r)
 {
     char allow[64];
-    svc_head_refusal no;
-    svc_head_facts facts = {.http11 = r->http11, .raw_nul = r->raw_nul,
-                            .too_many_args = r->too_many_args, .max_args = MAX_QUERY_ARGS,
-                            .raw_len = r->raw_len, .max_header = r->srv->max_header,
-                            .path = r->path};
-    if (svc_head_refuse(r->conn, &facts, &no)) {
-        svc_reply_error(r, no.status, no.code, no.field[0] ? no.field : NULL, NULL, "%s",
-                        no.message);
-        return;
-    }
     r->route = route_find(r, allow, sizeof allow);
     if (r->route == NULL) {
         if (allow[0] != '\0') {
@@ -712,7 +705,7 @@ static void req_begin(svc_req *r)
             svc_reply_error(r, 404, "not_found", NULL, NULL, "no such resource: %.200s%s",
                             r->path, strlen(r->path) > 200 ? "…" : "");
         }
-        return;
+        return -1;
     }
     if (!r->route->reserved && svc_conns_over(r->srv->conns, r->sc)) {
         svc_info("http: %s %s from %s refused: over %u connections from that address",
@@ -722,8 +715,70 @@ static void req_begin(svc_req *r)
         svc_reply_error(r, 503, "unavailable", NULL, NULL,
                         "too many connections from %s (at most %u); reuse one of them",
                         r->ip, r->srv->per_ip_limit);
+        return -1;
+    }
+    return 0;
+}
+
+/* Who may call is decided from the head: a caller that may not gets its
+ * answer before a byte of the body is read or parsed. Access 0 never gets
+ * here (svc_server_start refuses such a table); an access the server
+ * cannot check is refused. 0, or -1 after replying. */
+static int req_authorize(svc_req *r)
+{
+    if (r->route->access == SVC_ACCESS_PUBLIC)
+        return 0;
+    if (r->srv->authorize == NULL || r->route->access == 0) {
+        svc_reply_error(r, 403, "forbidden", NULL, NULL, "%s %s is not open to anyone",
+                        r->method, r->route->pattern);
+        return -1;
+    }
+    if (r->srv->authorize(r, r->route->access) != 0) {
+        if (r->status == 0)
+            svc_reply_error(r, 500, "internal", NULL, NULL, "the access check did not reply");
+        return -1;
+    }
+    return 0;
+}
+
+/* A body of body_type streams to the route (a JSON route may take one
+ * too); a JSON body is buffered and parsed later. Sets r->streamed; -1
+ * after replying 415 to a body of a type the route does not take. */
+static int req_body_type(svc_req *r)
+{
+    const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
+    int of_type = r->route->body_type != NULL && ct != NULL &&
+                  strncasecmp(ct, r->route->body_type, strlen(r->route->body_type)) == 0;
+    r->streamed = r->route->body != NULL && (of_type || !r->route->json_body);
+    if (r->route->json_body ? !r->streamed && !is_json_content_type(ct)
+                            : r->route->body_type != NULL && !of_type) {
+        svc_reply_error(r, 415, "unsupported_media_type", NULL, NULL, "%s %s needs Content-Type: %s%s%s",
+                        r->method, r->path, r->route->json_body ? "application/json" : "",
+                        r->route->json_body && r->route->body_type ? " or " : "",
+                        r->route->body_type ? r->route->body_type : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* First call: headers only. Everything that can be refused without the
+ * body is refused here, so a refused body is never buffered (after a reply
+ * to a POST or PUT, MHD closes the connection rather than read it). */
+static void req_begin(svc_req *r)
+{
+    svc_head_refusal no;
+    svc_head_facts facts = {.http11 = r->http11, .raw_nul = r->raw_nul,
+                            .too_many_args = r->too_many_args, .max_args = MAX_QUERY_ARGS,
+                            .raw_len = r->raw_len, .max_header = r->srv->max_header,
+                            .path = r->path};
+    if (svc_head_refuse(r->conn, &facts, &no)) {
+        svc_reply_error(r, no.status, no.code, no.field[0] ? no.field : NULL, NULL, "%s",
+                        no.message);
         return;
     }
+    if (req_route(r) < 0)
+        return;
     /* A route that takes no body refuses one before a byte of it is read:
      * nothing holds a connection, or memory, by sending one. */
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
@@ -736,36 +791,8 @@ static void req_begin(svc_req *r)
                         r->method, r->route->pattern);
         return;
     }
-    /* Who may call is decided from the head: a caller that may not gets its
-     * answer before a byte of the body is read or parsed. Access 0 never
-     * gets here (svc_server_start refuses such a table); an access the
-     * server cannot check is refused. */
-    if (r->route->access != SVC_ACCESS_PUBLIC &&
-        (r->srv->authorize == NULL || r->route->access == 0)) {
-        svc_reply_error(r, 403, "forbidden", NULL, NULL, "%s %s is not open to anyone",
-                        r->method, r->route->pattern);
+    if (req_authorize(r) < 0 || req_body_type(r) < 0)
         return;
-    }
-    if (r->route->access != SVC_ACCESS_PUBLIC && r->srv->authorize(r, r->route->access) != 0) {
-        if (r->status == 0)
-            svc_reply_error(r, 500, "internal", NULL, NULL, "the access check did not reply");
-        return;
-    }
-    /* A body of body_type streams to the route (a JSON route may take one
-     * too); a JSON body is buffered and parsed here. */
-    const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
-    int of_type = r->route->body_type != NULL && ct != NULL &&
-                  strncasecmp(ct, r->route->body_type, strlen(r->route->body_type)) == 0;
-    r->streamed = r->route->body != NULL && (of_type || !r->route->json_body);
-    if (r->route->json_body ? !r->streamed && !is_json_content_type(ct)
-                            : r->route->body_type != NULL && !of_type) {
-        svc_reply_error(r, 415, "unsupported_media_type", NULL, NULL, "%s %s needs Content-Type: %s%s%s",
-                        r->method, r->path, r->route->json_body ? "application/json" : "",
-                        r->route->json_body && r->route->body_type ? " or " : "",
-                        r->route->body_type ? r->route->body_type : "");
-        return;
-    }
     if (cl != NULL) {
         /* MHD has already refused a malformed Content-Length. No memory is
          * taken for what it announces: the buffer grows as bytes come. */
@@ -1273,6 +1300,140 @@ static int routes_check(const svc_server_opts *o, char *err, size_t errlen)
     return 0;
 }
 
+/* The address to bind for host and port (an empty host: every IPv4
+ * interface); IPv4 first, since "localhost" may resolve to ::1 first and
+ * clients mostly dial 127.0.0.1. *ai to free; NULL with err. */
+static const struct addrinfo *server_resolve(const char *listen, const char *host, const char *port,
+                                             struct addrinfo **ai, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    hints.ai_family = host[0] ? AF_UNSPEC : AF_INET;
+    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, ai);
+    if (gai != 0) {
+        snprintf(err, errlen, "cannot resolve listen address '%s': %s", listen, gai_strerror(gai));
+        return NULL;
+    }
+    for (const struct addrinfo *a = *ai; a != NULL; a = a->ai_next)
+        if (a->ai_family == AF_INET)
+            return a;
+    return *ai;
+}
+
+/* A server with its options, its connection table and its metrics, not
+ * listening yet; trusted is taken over. NULL with err (trusted freed). */
+static svc_server *server_new(const svc_server_opts *opts, svc_cidrs *trusted, char *err, size_t errlen)
+{
+    svc_server *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        svc_cidrs_free(trusted);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->routes = opts->routes;
+    s->max_body = opts->max_body;
+    s->max_json_body = opts->max_json_body > 0 && opts->max_json_body < opts->max_body
+                           ? opts->max_json_body : opts->max_body;
+    s->json = (svc_json_limits){.max_depth = opts->json_max_depth,
+                                .max_values = opts->json_max_values};
+    s->max_header = opts->max_header;
+    s->per_ip_limit = opts->per_ip_limit;
+    s->authorize = opts->authorize;
+    s->trusted = trusted;
+    s->tls = opts->tls;
+    s->app = opts->app;
+    unsigned timeout_s = opts->conn_timeout_s ? opts->conn_timeout_s : 30u;
+    unsigned max_conns = opts->max_connections ? opts->max_connections : 1024u;
+    svc_conns_opts co = {
+        .max_conns = max_conns,
+        .per_ip = opts->per_ip_limit,
+        .over_per_ip = RESERVED_PER_IP,
+        .over_share = max_conns / RESERVED_SHARE_DIV > 2 * RESERVED_PER_IP
+                          ? max_conns / RESERVED_SHARE_DIV : 2 * RESERVED_PER_IP,
+        .head_ms = (int64_t)timeout_s * 1000,
+        .over_head_ms = OVER_HEAD_MS,
+        .body_ms = (int64_t)(opts->body_timeout_s ? opts->body_timeout_s : 30u) * 1000,
+        .body_min_rate = opts->body_min_rate ? opts->body_min_rate : (size_t)16 << 10,
+        .uncounted = trusted,
+        .owner = s,
+    };
+    if ((s->conns = svc_conns_new(&co, err, errlen)) == NULL) {
+        svc_cidrs_free(trusted);
+        free(s);
+        return NULL;
+    }
+    metrics_register(s, opts->metrics);
+    atomic_store(&s->starting, 1);
+    pthread_condattr_t ca;
+    pthread_mutex_init(&s->susp_mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->susp_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return s;
+}
+
+/* The memory pool of a connection. The head is read into it, and MHD adds
+ * a record for every header and query argument to it. The pool holds the
+ * head twice over, MAX_QUERY_ARGS arguments (a target with more is
+ * refused with a JSON 414 before MHD splits it: on_uri) and a header for
+ * every HEADER_AVG bytes of head. It is no larger: libmicrohttpd 0.9.75
+ * zeroes a connection's whole pool after every request, so its size is
+ * both memory each idle keep-alive connection holds and work each request
+ * costs (a pool sized for a header per 2 bytes, 544 KiB at 16 KiB of head,
+ * was a fifth of the gateway's CPU on small requests and 5 GB of RSS at
+ * 10,000 idle connections). A head of many tiny headers past that gets
+ * libmicrohttpd's own 431. */
+static size_t server_pool_size(size_t max_header)
+{
+    if (max_header == 0)
+        return MHD_POOL_DEFAULT;
+    size_t pool = 2 * max_header + (MAX_QUERY_ARGS + max_header / HEADER_AVG) * HEADER_RECORD;
+    return pool < POOL_MIN ? POOL_MIN : pool;
+}
+
+/* Starts MHD on addr. With a pool, every connection is polled (epoll) by a
+ * fixed set of threads and a request that waits is suspended; without one,
+ * each connection has its thread and a handler may block. */
+static struct MHD_Daemon *server_daemon(svc_server *s, const svc_server_opts *opts, const struct addrinfo *addr,
+                                        const char *port)
+{
+    unsigned timeout_s = opts->conn_timeout_s ? opts->conn_timeout_s : 30u;
+    unsigned max_conns = opts->max_connections ? opts->max_connections : 1024u;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)max_conns + 64)
+        svc_warn("http: %u connections allowed but only %llu file descriptors (ulimit -n)",
+                 max_conns, (unsigned long long)rl.rlim_cur);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    unsigned pool_threads = opts->threads > 1 ? opts->threads : 0;
+    if (opts->threads > 0)
+        flags |= MHD_USE_EPOLL;
+    else
+        flags |= MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
+    if (addr->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    if (s->tls != NULL)
+        flags |= MHD_USE_TLS;
+    /* MHD binds the address itself (SO_REUSEADDR, and the listen socket is
+     * unambiguously its own to close); the port argument only names it in
+     * MHD's messages. */
+    return MHD_start_daemon(
+        flags, (uint16_t)atoi(port), NULL, NULL, on_access, s,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_SOCK_ADDR, addr->ai_addr,
+        MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, max_conns + (pool_threads ? pool_threads : 1) * 16,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, server_pool_size(s->max_header),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+        MHD_OPTION_THREAD_POOL_SIZE, pool_threads,
+        /* the certificate comes from the callback, so that a reload
+         * (svc_tls_reload) reaches new handshakes without a restart */
+        s->tls != NULL ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, tls_retrieve,
+        MHD_OPTION_END);
+}
+
 svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errlen)
 {
     char dummy[1];
@@ -1295,124 +1456,18 @@ svc_server *svc_server_start(const svc_server_opts *opts, char *err, size_t errl
         snprintf(err, errlen, "trusted proxies: %s", perr);
         return NULL;
     }
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    hints.ai_family = host[0] ? AF_UNSPEC : AF_INET;
     struct addrinfo *ai = NULL;
-    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
-    if (gai != 0) {
-        snprintf(err, errlen, "cannot resolve listen address '%s': %s", opts->listen,
-                 gai_strerror(gai));
+    const struct addrinfo *pick = server_resolve(opts->listen, host, port, &ai, err, errlen);
+    if (pick == NULL) {
+        svc_cidrs_free(trusted);
         return NULL;
     }
-    /* "localhost" may resolve to ::1 first; clients mostly dial 127.0.0.1. */
-    const struct addrinfo *pick = ai;
-    for (const struct addrinfo *a = ai; a != NULL; a = a->ai_next)
-        if (a->ai_family == AF_INET) {
-            pick = a;
-            break;
-        }
-    svc_server *s = calloc(1, sizeof *s);
+    svc_server *s = server_new(opts, trusted, err, errlen);
     if (s == NULL) {
         freeaddrinfo(ai);
-        svc_cidrs_free(trusted);
-        snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    s->routes = opts->routes;
-    s->max_body = opts->max_body;
-    s->max_json_body = opts->max_json_body > 0 && opts->max_json_body < opts->max_body
-                           ? opts->max_json_body : opts->max_body;
-    s->json = (svc_json_limits){.max_depth = opts->json_max_depth,
-                                .max_values = opts->json_max_values};
-    s->max_header = opts->max_header;
-    s->per_ip_limit = opts->per_ip_limit;
-    s->authorize = opts->authorize;
-    s->trusted = trusted;
-    s->tls = opts->tls;
-    unsigned timeout_s = opts->conn_timeout_s ? opts->conn_timeout_s : 30u;
-    unsigned max_conns = opts->max_connections ? opts->max_connections : 1024u;
-    s->app = opts->app;
-    svc_conns_opts co = {
-        .max_conns = max_conns,
-        .per_ip = opts->per_ip_limit,
-        .over_per_ip = RESERVED_PER_IP,
-        .over_share = max_conns / RESERVED_SHARE_DIV > 2 * RESERVED_PER_IP
-                          ? max_conns / RESERVED_SHARE_DIV : 2 * RESERVED_PER_IP,
-        .head_ms = (int64_t)timeout_s * 1000,
-        .over_head_ms = OVER_HEAD_MS,
-        .body_ms = (int64_t)(opts->body_timeout_s ? opts->body_timeout_s : 30u) * 1000,
-        .body_min_rate = opts->body_min_rate ? opts->body_min_rate : (size_t)16 << 10,
-        .uncounted = trusted,
-        .owner = s,
-    };
-    if ((s->conns = svc_conns_new(&co, err, errlen)) == NULL) {
-        freeaddrinfo(ai);
-        svc_cidrs_free(trusted);
-        free(s);
-        return NULL;
-    }
-    metrics_register(s, opts->metrics);
-    atomic_store(&s->starting, 1);
-    pthread_condattr_t ca;
-    pthread_mutex_init(&s->susp_mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->susp_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    /* The head is read into the connection's memory pool, and MHD adds a
-     * record for every header and query argument to it. The pool holds the
-     * head twice over, MAX_QUERY_ARGS arguments (a target with more is
-     * refused with a JSON 414 before MHD splits it: on_uri) and a header
-     * for every HEADER_AVG bytes of head. It is no larger: libmicrohttpd
-     * 0.9.75 zeroes a connection's whole pool after every request, so its
-     * size is both memory each idle keep-alive connection holds and work
-     * each request costs (a pool sized for a header per 2 bytes, 544 KiB
-     * at 16 KiB of head, was a fifth of the gateway's CPU on small
-     * requests and 5 GB of RSS at 10,000 idle connections). A head of many
-     * tiny headers past that gets libmicrohttpd's own 431. */
-    size_t pool = MHD_POOL_DEFAULT;
-    if (s->max_header > 0) {
-        pool = 2 * s->max_header + (MAX_QUERY_ARGS + s->max_header / HEADER_AVG) * HEADER_RECORD;
-        if (pool < POOL_MIN)
-            pool = POOL_MIN;
-    }
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur < (rlim_t)max_conns + 64)
-        svc_warn("http: %u connections allowed but only %llu file descriptors (ulimit -n)",
-                 max_conns, (unsigned long long)rl.rlim_cur);
-
-    /* With a pool, every connection is polled (epoll) by a fixed set of
-     * threads and a request that waits is suspended; without one, each
-     * connection has its thread and a handler may block. */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
-    unsigned pool_threads = opts->threads > 1 ? opts->threads : 0;
-    if (opts->threads > 0)
-        flags |= MHD_USE_EPOLL;
-    else
-        flags |= MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
-    if (pick->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    if (s->tls != NULL)
-        flags |= MHD_USE_TLS;
-    /* MHD binds the address itself (SO_REUSEADDR, and the listen socket is
-     * unambiguously its own to close); the port argument only names it in
-     * MHD's messages. */
-    s->mhd = MHD_start_daemon(
-        flags, (uint16_t)atoi(port), NULL, NULL, on_access, s,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-        MHD_OPTION_SOCK_ADDR, pick->ai_addr,
-        MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, max_conns + (pool_threads ? pool_threads : 1) * 16,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
-        MHD_OPTION_THREAD_POOL_SIZE, pool_threads,
-        /* the certificate comes from the callback, so that a reload
-         * (svc_tls_reload) reaches new handshakes without a restart */
-        s->tls != NULL ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, tls_retrieve,
-        MHD_OPTION_END);
+    s->mhd = server_daemon(s, opts, pick, port);
     freeaddrinfo(ai);
     atomic_store(&s->starting, 0);
     if (s->mhd == NULL) {

@@ -55,7 +55,8 @@ typedef int (*svc_head_fn)(svc_req *req);
 
 typedef struct svc_route {
     const char *method;   /* "GET", "POST", "DELETE" */
-    const char *pattern;  /* "/v1/jobs/{id}/result": {name} matches one segment */
+    const char *pattern;  /* "/v1/jobs/{id}/result": {name} matches one segment; a
+                             last {name*} the rest of the path */
     svc_handler handler;
     int json_body;        /* 1: the body must be application/json and parse to
                              an object, else 415/400 before the handler runs */

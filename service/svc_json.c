@@ -96,6 +96,61 @@ static int strtod_n(const char *p, size_t n, double *d, int *erange)
  * classifies it; *status NUM_OVERFLOW where jansson would refuse it (too big
  * integer, real overflow), NUM_UNDERFLOW where it has a non-zero digit but
  * reads as 0. strtod runs only for literals whose magnitude is near a limit. */
+/* The exponent part of a number at p ("e" or "E", a sign, digits) into
+ * *exp (clamped at a billion); p itself when there is none, NULL when it
+ * is malformed. */
+static const char *num_exponent(const char *p, const char *end, long long *exp)
+{
+    *exp = 0;
+    if (p >= end || (*p != 'e' && *p != 'E'))
+        return p;
+    p++;
+    int neg = 0;
+    if (p < end && (*p == '+' || *p == '-'))
+        neg = *p++ == '-';
+    if (p >= end || !is_digit(*p))
+        return NULL;
+    while (p < end && is_digit(*p)) {
+        if (*exp < 1000000000)
+            *exp = *exp * 10 + (*p - '0');
+        p++;
+    }
+    *exp = neg ? -*exp : *exp;
+    return p;
+}
+
+/* The status of a real literal s (n bytes; integer digits [int0, int1),
+ * fraction digits [frac0, frac1), exponent exp): NUM_OK unless its
+ * magnitude is near a limit, where strtod judges it. */
+static int num_real_status(const char *s, size_t n, const char *int0, const char *int1, const char *frac0,
+                           const char *frac1, long long exp)
+{
+    /* Decimal exponent of the first non-zero digit. */
+    long long e10;
+    const char *q = int0;
+    while (q < int1 && *q == '0')
+        q++;
+    if (q < int1) {
+        e10 = (long long)(int1 - q) - 1 + exp;
+    } else {
+        q = frac0;
+        while (q < frac1 && *q == '0')
+            q++;
+        if (q == frac1)
+            return NUM_OK; /* all zeros: exactly 0 */
+        e10 = -(long long)(q - frac0) - 1 + exp;
+    }
+    if (e10 > -300 && e10 < 300)
+        return NUM_OK;
+    int erange;
+    double d;
+    if (strtod_n(s, n, &d, &erange) < 0)
+        return NUM_OVERFLOW; /* out of memory: not compacted, not judged */
+    if (erange && (d > 1.0 || d < -1.0))
+        return NUM_OVERFLOW;
+    return d == 0.0 ? NUM_UNDERFLOW : NUM_OK;
+}
+
 static size_t num_scan(const char *p, const char *end, int *is_int, int *status)
 {
     const char *s = p;
@@ -123,23 +178,12 @@ static size_t num_scan(const char *p, const char *end, int *is_int, int *status)
             p++;
         frac1 = p;
     }
-    long long exp = 0;
-    int has_exp = 0;
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        p++;
-        int neg = 0;
-        if (p < end && (*p == '+' || *p == '-'))
-            neg = *p++ == '-';
-        if (p >= end || !is_digit(*p))
-            return 0;
-        while (p < end && is_digit(*p)) {
-            if (exp < 1000000000)
-                exp = exp * 10 + (*p - '0');
-            p++;
-        }
-        exp = neg ? -exp : exp;
-        has_exp = 1;
-    }
+    long long exp;
+    const char *after = num_exponent(p, end, &exp);
+    if (after == NULL)
+        return 0;
+    int has_exp = after != p;
+    p = after;
     size_t n = (size_t)(p - s);
     *is_int = frac1 == frac0 && !has_exp && int1 == p;
     if (*is_int) {
@@ -149,31 +193,7 @@ static size_t num_scan(const char *p, const char *end, int *is_int, int *status)
             *status = NUM_OVERFLOW;
         return n;
     }
-    /* Decimal exponent of the first non-zero digit. */
-    long long e10;
-    const char *q = int0;
-    while (q < int1 && *q == '0')
-        q++;
-    if (q < int1) {
-        e10 = (long long)(int1 - q) - 1 + exp;
-    } else {
-        q = frac0;
-        while (q < frac1 && *q == '0')
-            q++;
-        if (q == frac1)
-            return n; /* all zeros: exactly 0 */
-        e10 = -(long long)(q - frac0) - 1 + exp;
-    }
-    if (e10 > -300 && e10 < 300)
-        return n;
-    int erange;
-    double d;
-    if (strtod_n(s, n, &d, &erange) < 0)
-        *status = NUM_OVERFLOW; /* out of memory: not compacted, not judged */
-    else if (erange && (d > 1.0 || d < -1.0))
-        *status = NUM_OVERFLOW;
-    else if (d == 0.0)
-        *status = NUM_UNDERFLOW;
+    *status = num_real_status(s, n, int0, int1, frac0, frac1, exp);
     return n;
 }
 
@@ -419,6 +439,75 @@ static int plain_ascii(const char *p, size_t n)
  * limits. It need not judge the grammar: where the text is not JSON,
  * jansson refuses it at or before the place this scan could be misled.
  * 0, 1 when a limit stopped it (sc->over), or -1 on ENOMEM. */
+/* A string at t[*i] (just past its opening quote): a member name of an
+ * object (checked against the known fields at the top level) or a value
+ * (a long plain one recorded). *i ends past its closing quote. 0, 1 over
+ * a limit, -1 on ENOMEM. */
+static int scan_string(scan *sc, frame *top, size_t *i)
+{
+    const char *t = sc->text;
+    size_t n = sc->len, s = *i;
+    int escaped;
+    size_t e = string_end(t, s, n, &escaped);
+    *i = e + 1;
+    if (top != NULL && top->obj && top->expect_key) {
+        top->key_off = s;
+        top->key_len = e - s;
+        top->expect_key = 0;
+        if (sc->fields != NULL && sc->depth == 1 && !field_known(sc, t + s, e - s, escaped))
+            return over(sc, SVC_JSON_OVER_FIELD, s - 1);
+        return 0;
+    }
+    if (value(sc, s - 1))
+        return 1;
+    if (!sc->plain && !escaped && e < n && e - s >= SVC_JSON_STRING_MIN && sc->depth <= SCAN_TRACK &&
+        plain_ascii(t + s, e - s) && span_add(sc, s - 1, e - s + 2, 0, 1) < 0)
+        return -1;
+    return 0;
+}
+
+/* An array at t[*i]: a long array of numbers only is recorded whole (a
+ * level like any array) and *i moves past it; any other is entered. 0, 1
+ * over a limit, -1 on ENOMEM. */
+static int scan_array(scan *sc, size_t *i)
+{
+    size_t end, count;
+    if (!sc->plain && numeric_array(sc, *i, &end, &count) && count >= SVC_JSON_COMPACT_MIN) {
+        if (value(sc, *i))
+            return 1;
+        if (sc->max_depth > 0 && sc->depth >= sc->max_depth)
+            return over(sc, SVC_JSON_OVER_DEPTH, *i);
+        if (span_add(sc, *i, end - *i, count, 0) < 0)
+            return -1;
+        *i = end;
+        return 0;
+    }
+    if (push(sc, 0, *i))
+        return 1;
+    (*i)++;
+    return 0;
+}
+
+/* A number at t[*i] (a '-' or a digit): one value, an underflow noted; a
+ * malformed one is stepped over (jansson refuses it). 0, or 1 over a
+ * limit. */
+static int scan_number(scan *sc, size_t *i)
+{
+    int is_int, st;
+    const char *t = sc->text;
+    size_t len = num_scan(t + *i, t + sc->len, &is_int, &st);
+    if (len == 0) {
+        (*i)++;
+        return 0;
+    }
+    if (value(sc, *i))
+        return 1;
+    if (st == NUM_UNDERFLOW)
+        under_note(sc, t + *i, len, -1);
+    *i += len;
+    return 0;
+}
+
 static int scan_text(scan *sc)
 {
     const char *t = sc->text;
@@ -426,42 +515,12 @@ static int scan_text(scan *sc)
     while (i < n) {
         char c = t[i];
         frame *top = sc->depth > 0 && sc->depth <= SCAN_TRACK ? &sc->stack[sc->depth - 1] : NULL;
+        int rc = 0;
         if (c == '"') {
-            size_t s = ++i;
-            int escaped;
-            i = string_end(t, s, n, &escaped);
-            if (top != NULL && top->obj && top->expect_key) {
-                top->key_off = s;
-                top->key_len = i - s;
-                top->expect_key = 0;
-                if (sc->fields != NULL && sc->depth == 1 && !field_known(sc, t + s, i - s, escaped))
-                    return over(sc, SVC_JSON_OVER_FIELD, s - 1);
-            } else {
-                if (value(sc, s - 1))
-                    return 1;
-                if (!sc->plain && !escaped && i < n && i - s >= SVC_JSON_STRING_MIN &&
-                    sc->depth <= SCAN_TRACK && plain_ascii(t + s, i - s) &&
-                    span_add(sc, s - 1, i - s + 2, 0, 1) < 0)
-                    return -1;
-            }
             i++;
+            rc = scan_string(sc, top, &i);
         } else if (c == '[') {
-            size_t end, count;
-            if (!sc->plain && numeric_array(sc, i, &end, &count) &&
-                count >= SVC_JSON_COMPACT_MIN) {
-                /* a level like any array, though it holds only numbers */
-                if (value(sc, i))
-                    return 1;
-                if (sc->max_depth > 0 && sc->depth >= sc->max_depth)
-                    return over(sc, SVC_JSON_OVER_DEPTH, i);
-                if (span_add(sc, i, end - i, count, 0) < 0)
-                    return -1;
-                i = end;
-                continue;
-            }
-            if (push(sc, 0, i))
-                return 1;
-            i++;
+            rc = scan_array(sc, &i);
         } else if (c == '{') {
             if (push(sc, 1, i))
                 return 1;
@@ -483,20 +542,12 @@ static int scan_text(scan *sc)
                 top->index++;
             i++;
         } else if (c == '-' || is_digit(c)) {
-            int is_int, st;
-            size_t len = num_scan(t + i, t + n, &is_int, &st);
-            if (len == 0) {
-                i++;
-                continue;
-            }
-            if (value(sc, i))
-                return 1;
-            if (st == NUM_UNDERFLOW)
-                under_note(sc, t + i, len, -1);
-            i += len;
+            rc = scan_number(sc, &i);
         } else {
             i++;
         }
+        if (rc != 0)
+            return rc;
     }
     return 0;
 }

@@ -236,11 +236,15 @@ static const char *put_str(svc_multipart *mp, size_t *at, const char *s, size_t 
 
 /* Parses the complete header block in hbuf (its lines end in CRLF, the
  * last one empty) and starts the part. 0 or -1. */
-static int mp_part_begin(svc_multipart *mp)
+/* A part's header lines (hbuf, up to its blank line): the values of its
+ * Content-Disposition (required) and Content-Type, each at most once.
+ * 0, or what mp_fail returns. */
+static int mp_part_headers(svc_multipart *mp, const char **disp, const char **disp_end, const char **ct,
+                      const char **ct_end)
 {
     size_t no = mp->parts;
     const char *p = mp->hbuf, *end = mp->hbuf + mp->hlen - 2;
-    const char *disp = NULL, *disp_end = NULL, *ct = NULL, *ct_end = NULL;
+    *disp = *disp_end = *ct = *ct_end = NULL;
     while (p < end) {
         const char *eol = memchr(p, '\r', (size_t)(end - p));   /* every CR is a CRLF here */
         const char *colon = memchr(p, ':', (size_t)(eol - p));
@@ -256,45 +260,65 @@ static int mp_part_begin(svc_multipart *mp)
             v_end--;
         size_t nlen = (size_t)(colon - p);
         if (ci_is(p, nlen, "content-disposition")) {
-            if (disp != NULL)
+            if (*disp != NULL)
                 return mp_fail(mp, "part %zu has two Content-Disposition headers", no);
-            disp = v, disp_end = v_end;
+            *disp = v, *disp_end = v_end;
         } else if (ci_is(p, nlen, "content-type")) {
-            if (ct != NULL)
+            if (*ct != NULL)
                 return mp_fail(mp, "part %zu has two Content-Type headers", no);
-            ct = v, ct_end = v_end;
+            *ct = v, *ct_end = v_end;
         }
         p = eol + 2;
     }
-    if (disp == NULL)
+    if (*disp == NULL)
         return mp_fail(mp, "part %zu has no Content-Disposition header", no);
-    const char *type = disp;
-    p = disp;
+    return 0;
+}
+
+/* Content-Disposition [disp, disp_end): form-data, with a name (required)
+ * and a filename, each at most once. 0, or what mp_fail returns. */
+static int mp_disposition(svc_multipart *mp, const char *disp, const char *disp_end, const char **name,
+                          size_t *name_len, const char **fname, size_t *fname_len)
+{
+    size_t no = mp->parts;
+    const char *type = disp, *p = disp, *pn, *pv;
+    size_t pnlen, pvlen;
+    int rc;
     while (p < disp_end && *p != ';' && !is_ws(*p))
         p++;
     if (!ci_is(type, (size_t)(p - type), "form-data"))
         return mp_fail(mp, "part %zu is not form-data (Content-Disposition: %.*s)", no,
                        (int)(p - type > 40 ? 40 : p - type), type);
-    const char *name = NULL, *fname = NULL, *pn, *pv;
-    size_t name_len = 0, fname_len = 0, pnlen, pvlen;
-    int rc;
+    *name = *fname = NULL;
+    *name_len = *fname_len = 0;
     while ((rc = next_param(&p, disp_end, &pn, &pnlen, &pv, &pvlen)) == 1) {
         if (ci_is(pn, pnlen, "name")) {
-            if (name != NULL)
+            if (*name != NULL)
                 return mp_fail(mp, "part %zu has two name parameters", no);
-            name = pv, name_len = pvlen;
+            *name = pv, *name_len = pvlen;
         } else if (ci_is(pn, pnlen, "filename")) {
-            if (fname != NULL)
+            if (*fname != NULL)
                 return mp_fail(mp, "part %zu has two filename parameters", no);
-            fname = pv, fname_len = pvlen;
+            *fname = pv, *fname_len = pvlen;
         }
     }
     if (rc == -2)
         return mp_fail(mp, "part %zu has an unterminated quoted string in Content-Disposition", no);
     if (rc < 0)
         return mp_fail(mp, "part %zu has a malformed Content-Disposition header", no);
-    if (name == NULL || name_len == 0)
+    if (*name == NULL || *name_len == 0)
         return mp_fail(mp, "part %zu has no name", no);
+    return 0;
+}
+
+static int mp_part_begin(svc_multipart *mp)
+{
+    const char *disp = NULL, *disp_end = NULL, *ct = NULL, *ct_end = NULL, *name = NULL, *fname = NULL;
+    size_t name_len = 0, fname_len = 0;
+    int rc;
+    if ((rc = mp_part_headers(mp, &disp, &disp_end, &ct, &ct_end)) != 0 ||
+        (rc = mp_disposition(mp, disp, disp_end, &name, &name_len, &fname, &fname_len)) != 0)
+        return rc;
     /* The three strings come from disjoint parts of hbuf: hlen + 3 bytes. */
     if (mp->scap < mp->hlen + 3) {
         char *s = realloc(mp->sbuf, mp->hlen + 3);

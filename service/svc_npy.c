@@ -207,6 +207,37 @@ static int str_is(const char *s, size_t n, const char *lit)
     return n == strlen(lit) && memcmp(s, lit, n) == 0;
 }
 
+/* The value of "descr": '<f4', '<f8' or '<i4' into *dtype. */
+static int cur_descr(npy_cur *c, svc_dtype *dtype)
+{
+    const char *d;
+    size_t dlen;
+    int rc = cur_string(c, &d, &dlen);
+    if (rc != 0)
+        return rc;
+    if (str_is(d, dlen, "<f4"))
+        *dtype = SVC_F32;
+    else if (str_is(d, dlen, "<f8"))
+        *dtype = SVC_F64;
+    else if (str_is(d, dlen, "<i4"))
+        *dtype = SVC_I32;
+    else
+        return SVC_NPY_EDTYPE;
+    return 0;
+}
+
+/* The value of "fortran_order": False only. */
+static int cur_order(npy_cur *c)
+{
+    cur_ws(c);
+    size_t left = (size_t)(c->end - c->p);
+    if (left >= 5 && memcmp(c->p, "False", 5) == 0) {
+        c->p += 5;
+        return 0;
+    }
+    return left >= 4 && memcmp(c->p, "True", 4) == 0 ? SVC_NPY_EFORTRAN : SVC_NPY_EHEADER;
+}
+
 /* Parses the dictionary text [p, end): the three keys once each. */
 static int npy_dict(const char *p, const char *end, svc_dtype *dtype, int *ndim, int64_t *shape)
 {
@@ -225,28 +256,12 @@ static int npy_dict(const char *p, const char *end, svc_dtype *dtype, int *ndim,
         if (!cur_eat(&c, ':'))
             return SVC_NPY_EHEADER;
         if (str_is(key, klen, "descr") && !seen_descr) {
-            const char *d;
-            size_t dlen;
-            if ((rc = cur_string(&c, &d, &dlen)) != 0)
+            if ((rc = cur_descr(&c, dtype)) != 0)
                 return rc;
-            if (str_is(d, dlen, "<f4"))
-                *dtype = SVC_F32;
-            else if (str_is(d, dlen, "<f8"))
-                *dtype = SVC_F64;
-            else if (str_is(d, dlen, "<i4"))
-                *dtype = SVC_I32;
-            else
-                return SVC_NPY_EDTYPE;
             seen_descr = 1;
         } else if (str_is(key, klen, "fortran_order") && !seen_order) {
-            cur_ws(&c);
-            size_t left = (size_t)(c.end - c.p);
-            if (left >= 5 && memcmp(c.p, "False", 5) == 0)
-                c.p += 5;
-            else if (left >= 4 && memcmp(c.p, "True", 4) == 0)
-                return SVC_NPY_EFORTRAN;
-            else
-                return SVC_NPY_EHEADER;
+            if ((rc = cur_order(&c)) != 0)
+                return rc;
             seen_order = 1;
         } else if (str_is(key, klen, "shape") && !seen_shape) {
             if ((rc = cur_shape(&c, ndim, shape)) != 0)

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "svc_err.h"
 #include "svc_tensor.h"
 
 /* The whole header (magic, version, length, dictionary, padding) is a
@@ -19,16 +20,21 @@
  * dimensions is under 400 bytes, and numpy.load itself stops at 10000. */
 #define SVC_NPY_MAX_HEADER (1u << 20)
 
-/* Error codes of svc_npy_parse_header; svc_npy_strerror names them. */
+/* Error codes of svc_npy_parse_header: svc_npy's block of the error space
+ * (svc_err.h), which svc_strerror names. */
 enum {
-    SVC_NPY_ETRUNC   = -1, /* the buffer ends inside the header: read more */
-    SVC_NPY_EMAGIC   = -2, /* not "\x93NUMPY" */
-    SVC_NPY_EVERSION = -3, /* a version other than 1.0, 2.0, 3.0 */
-    SVC_NPY_EHEADER  = -4, /* the dictionary is not the one numpy writes */
-    SVC_NPY_EDTYPE   = -5, /* descr other than '<f4', '<f8', '<i4' */
-    SVC_NPY_EFORTRAN = -6, /* fortran_order True */
-    SVC_NPY_ESHAPE   = -7, /* rank > 8, or a size that overflows int64 */
-    SVC_NPY_EPAD     = -8, /* padding not spaces + '\n', or total not aligned */
+    SVC_NPY_ETRUNC   = SVC_E_BLOCK(SVC_E_BLOCK_NPY) - 1, /* the buffer ends inside the header:
+                                                            read more */
+    SVC_NPY_EMAGIC   = SVC_E_BLOCK(SVC_E_BLOCK_NPY) - 2, /* not "\x93NUMPY" */
+    SVC_NPY_EVERSION = SVC_E_BLOCK(SVC_E_BLOCK_NPY) - 3, /* a version other than 1.0, 2.0, 3.0 */
+    SVC_NPY_EHEADER  = SVC_E_BLOCK(SVC_E_BLOCK_NPY) - 4, /* the dictionary is not the one numpy
+                                                            writes */
+    SVC_NPY_EDTYPE   = SVC_E_BLOCK(SVC_E_BLOCK_NPY) - 5, /* descr other than '<f4', '<f8', '<i4' */
+    SVC_NPY_EFORTRAN = SVC_E_BLOCK(SVC_E_BLOCK_NPY) - 6, /* fortran_order True */
+    SVC_NPY_ESHAPE   = SVC_E_BLOCK(SVC_E_BLOCK_NPY) - 7, /* rank > 8, or a size that overflows
+                                                            int64 */
+    SVC_NPY_EPAD     = SVC_E_BLOCK(SVC_E_BLOCK_NPY) - 8, /* padding not spaces + '\n', or total
+                                                            not aligned */
 };
 
 /* Writes the header for an array of dtype and shape (ndim 0..8, every
@@ -55,7 +61,8 @@ size_t svc_npy_header_descr(const char *descr, int ndim, const int64_t *shape, c
 int svc_npy_parse_header(const void *buf, size_t len, svc_dtype *dtype, int *ndim,
                          int64_t shape[8], size_t *header_len);
 
-/* A static sentence for an SVC_NPY_E* code, fit for a 400 reply. */
+/* A static sentence for an SVC_NPY_E* code, fit for a 400 reply
+ * (svc_strerror answers the same for them). */
 const char *svc_npy_strerror(int code);
 
 /* Internal, for tests: wraps an already formatted dictionary text in magic,

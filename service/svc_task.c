@@ -3,6 +3,7 @@
  * on the locale. */
 #include "svc_task.h"
 
+#include <fnmatch.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +34,19 @@ int svc_task_image_check(const char *image, char *why, size_t whylen)
         if (!is_alnum(image[i]) && !strchr("._/:@-", image[i]))
             return fail(why, whylen, "image \"%.64s\" has a character an image reference cannot",
                         image);
+    return 0;
+}
+
+int svc_task_image_allowed(const char *list, const char *image)
+{
+    char buf[4096];
+    char *save = NULL;
+    if (!list || !image || !*list)
+        return 0;
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *p = strtok_r(buf, ", ", &save); p; p = strtok_r(NULL, ", ", &save))
+        if (fnmatch(p, image, FNM_PATHNAME) == 0)
+            return 1;
     return 0;
 }
 

@@ -28,16 +28,22 @@
  * '-', which an engine would read as one of its own options. */
 int svc_task_image_check(const char *image, char *why, size_t whylen);
 
+/* 1 when image matches one of the patterns of list, separated by commas
+ * or spaces (fnmatch with FNM_PATHNAME: '*' does not cross '/'); an empty
+ * or NULL list matches nothing (the gateway's allow-list: no task until
+ * the operator names its images). */
+int svc_task_image_allowed(const char *list, const char *image);
+
 /* An environment name the tenant may set: [A-Za-z_][A-Za-z0-9_]{0,127},
  * not KOWLOON_*, MASTER_*, nor one Kowloon sets itself (WORLD_SIZE, RANK,
  * LOCAL_RANK, NODE_RANK, NNODES, LOCAL_WORLD_SIZE, GROUP_RANK,
  * CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES). PATH, HOME and the rest
- * are the tenant's. (gateway/task.c's gw_task_env_name_ok says the same.) */
+ * are the tenant's. */
 int svc_task_env_name_check(const char *name, char *why, size_t whylen);
 
 /* A file's path relative to the working directory: printable ASCII but
  * '\\', segments separated by '/', none empty, "." or "..", no leading
- * '/', at most SVC_TASK_PATH_MAX bytes (as gw_task_path_ok). */
+ * '/', at most SVC_TASK_PATH_MAX bytes. */
 int svc_task_path_check(const char *path, char *why, size_t whylen);
 
 /* The working directory inside the container: absolute, not "/", its

@@ -3,13 +3,14 @@
 // kernel catalog, routed by the URL's hash. Every piece of data reaches the page as text
 // (textContent, never innerHTML), and the API key lives in sessionStorage
 // and goes only to this page's own origin, in the Authorization header.
-import { Kowloon, KowloonError, TERMINAL, npyToTensor, rawValues } from "./kowloon.js";
+import { Kowloon, KowloonError, TERMINAL, npyToTensor, progressOf, rawValues } from "./kowloon.js";
 
 const KEY_SLOT = "kowloon.key";
 const PAGE_SIZE = 25;
 const SMALL_TENSOR = 64; // elements: shown as a table, else only downloadable
 const CHART_MAX = 100000; // elements of a loss output fetched to be plotted
 const CHART_URL = "vendor/chart.js/chart.min.js";
+const LOG_MAX = 1 << 20; // characters of a task's log the pane keeps (the newest)
 const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"];
 
 const main = document.getElementById("main");
@@ -266,7 +267,7 @@ function jobsTable(jobs, refresh) {
     return h("tr", { dataset: { jobId: j.id } },
       h("td", { class: "mono" }, h("a", { href: `#/jobs/${encodeURIComponent(j.id)}`, dataset: { focusKey: `open:${j.id}` } }, j.id.slice(0, 8))),
       h("td", { class: "job-state" }, stateBadge(j.state), j.cancel_requested && j.state === "running" ? " cancelling" : ""),
-      h("td", {}, j.kernel),
+      h("td", {}, j.kernel || (j.task ? h("span", { class: "mono", title: "task image" }, j.task.image) : "—")),
       h("td", { class: "hide-narrow" }, h("span", { class: "label" }, labels)),
       h("td", { class: "hide-narrow" }, j.node || "—"),
       h("td", { class: "hide-narrow" }, j.backend || "—"),
@@ -307,13 +308,17 @@ async function jobPage(id) {
   const outputs = h("div", { id: "outputs" });
   const errBox = h("div", { id: "job-error" });
   const actions = h("div", { class: "row" });
+  const isTask = job.kind === "task" || !!job.task;
+  const logPane = isTask ? taskLogPane(job) : null;
   setPage(`Job ${id.slice(0, 8)}`,
     h("p", {}, h("a", { href: "#/jobs" }, "← Jobs")),
     h("h1", {}, "Job ", h("span", { class: "mono" }, id)),
     actions, errBox,
     h("div", { class: "grid2" }, h("div", { class: "card" }, h("h2", {}, "Summary"), summary),
-      h("div", { class: "card" }, h("h2", {}, "Parameters"), paramsView(job), inputsView(job))),
+      isTask ? h("div", { class: "card" }, h("h2", {}, "Task"), taskView(job))
+        : h("div", { class: "card" }, h("h2", {}, "Parameters"), paramsView(job), inputsView(job))),
     progBox, chartBox,
+    logPane && logPane.box,
     h("div", { class: "card" }, h("h2", {}, "Events"), timeline),
     outputs);
 
@@ -354,7 +359,8 @@ async function jobPage(id) {
     const u = j.usage || {};
     summary.replaceChildren(props([
       ["State", h("span", { id: "job-state" }, stateBadge(j.state), j.cancel_requested && !TERMINAL.includes(j.state) ? " (cancel requested)" : "")],
-      ["Kernel", j.kernel],
+      !isTask && ["Kernel", j.kernel],
+      isTask && ["Exit code", j.exit_code === null || j.exit_code === undefined ? "—" : String(j.exit_code), "job-exit-code"],
       ["Node", j.node || "—", "job-node"],
       ["Backend", j.backend || "—"],
       ["Attempts", `${j.attempts ?? 0} of ${j.max_attempts ?? "?"}`],
@@ -371,11 +377,11 @@ async function jobPage(id) {
       t.cost !== null && ["Cost", fmt(t.cost)],
       j.info && Object.keys(j.info).length && ["Info", fmt(j.info)],
     ]));
-    const p = j.progress;
-    if (p && typeof p.fraction === "number") {
+    const f = progressFraction(j.progress);
+    if (f !== null) {
       progBox.hidden = false;
-      prog.value = Math.max(0, Math.min(1, p.fraction));
-      progText.textContent = ` ${(p.fraction * 100).toFixed(0)} %`;
+      prog.value = f;
+      progText.textContent = ` ${(f * 100).toFixed(0)} %`;
     } else if (j.state === "succeeded") {
       progBox.hidden = false;
       prog.value = 1;
@@ -388,17 +394,21 @@ async function jobPage(id) {
     }, "Cancel job") : "");
     if (j.state === "succeeded" && !outputsShown) {
       outputsShown = true;
-      showOutputs(j, outputs, points, chart);
+      if (isTask) showTaskOutputs(j, outputs); else showOutputs(j, outputs, points, chart);
     }
   };
   render(job);
   addEvent("queued", job.created_at);
   let lastState = "queued";
   const addPoint = (d) => {
+    d = progressOf(d);
     if (!d || typeof d !== "object") return;
     points.push({ t: Date.now(), ...d });
     chart(points);
   };
+  // a page opened while the job runs starts its chart from the job's
+  // latest progress (events carry only what comes next)
+  if (job.state === "running" && job.progress) addPoint(job.progress);
   const w = kl.watchJob(id, {
     onMode: setLive,
     onJob: (j) => {
@@ -416,6 +426,7 @@ async function jobPage(id) {
         return;
       }
       const d = ev.data && typeof ev.data === "object" ? ev.data : {};
+      if (ev.event === "log") return; // the log pane reads the log itself
       if (ev.event === "progress") {
         addPoint(d);
         return;
@@ -431,7 +442,104 @@ async function jobPage(id) {
     if (TERMINAL.includes(job.state)) addEvent(job.state, job.finished_at);
     lastState = job.state;
   }
-  onLeave(() => { w.close(); chart.destroy(); });
+  onLeave(() => { w.close(); chart.destroy(); if (logPane) logPane.close(); });
+}
+
+/** 0..1 of a progress object that says how far along it is: `fraction`,
+ * `percent`, or a done/total pair (epoch/epochs, step/steps,
+ * iteration/iterations, done/total); null when it says none. */
+function progressFraction(p) {
+  if (!p || typeof p !== "object") return null;
+  const num = (v) => typeof v === "number" && Number.isFinite(v);
+  const clamp = (x) => Math.max(0, Math.min(1, x));
+  if (num(p.fraction)) return clamp(p.fraction);
+  if (num(p.percent)) return clamp(p.percent / 100);
+  for (const [a, b] of [["epoch", "epochs"], ["step", "steps"], ["iteration", "iterations"], ["done", "total"]]) {
+    if (num(p[a]) && num(p[b]) && p[b] > 0) return clamp(p[a] / p[b]);
+  }
+  return null;
+}
+
+/** A command line as a shell would read it back (arguments with spaces or
+ * quotes quoted), for display only. */
+function commandText(argv) {
+  return (argv || []).map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, "'\\''")}'`)).join(" ");
+}
+
+/** What a task runs: image, command, working directory, network, env. */
+function taskView(j) {
+  const t = j.task || {};
+  const env = Object.entries(t.env || {});
+  return [props([
+    ["Image", h("span", { class: "mono" }, t.image), "job-image"],
+    ["Command", h("code", {}, commandText(t.command)), "job-command"],
+    ["Working directory", t.workdir || "/kowloon/work"],
+    ["Network", t.network || "none"],
+    (j.resources && j.resources.nodes > 1) && ["Gang", `${j.resources.nodes} nodes`],
+  ]), env.length ? table(["Variable", "Value"], env.map(([k, v]) => h("tr", {}, h("td", { class: "mono" }, k), h("td", { class: "mono" }, v))), { id: "task-env" }) : null];
+}
+
+/** A task's live log: a pane that follows GET /v1/jobs/{id}/logs from its
+ * start until the job ends (a part chooser for a gang), keeping the newest
+ * LOG_MAX characters and the view at the bottom unless scrolled up. */
+function taskLogPane(job) {
+  const pre = h("pre", { class: "log", id: "job-log", tabindex: 0, "aria-label": "Task log", "aria-live": "off" });
+  const note = h("p", { class: "muted", id: "job-log-note" }, "Waiting for output…");
+  const nodes = (job.resources && job.resources.nodes) || 1;
+  let follower = null;
+  let size = 0;
+  const follow = (part) => {
+    if (follower) follower.close();
+    pre.textContent = "";
+    size = 0;
+    note.textContent = "Waiting for output…";
+    note.hidden = false;
+    follower = kl.followLogs(job.id, {
+      part,
+      onText: (text) => {
+        note.hidden = true;
+        const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+        pre.append(document.createTextNode(text));
+        size += text.length;
+        if (size > LOG_MAX) {
+          pre.textContent = `[… earlier output not shown here: kowloon logs ${job.id}]\n` + pre.textContent.slice(-LOG_MAX / 2);
+          size = pre.textContent.length;
+        }
+        if (atEnd) pre.scrollTop = pre.scrollHeight;
+      },
+    });
+    follower.done.then(() => {
+      if (!size) { note.textContent = "No output."; note.hidden = false; }
+      pre.dataset.complete = "true";
+    }, (e) => { note.textContent = errorText(e); note.hidden = false; });
+  };
+  const chooser = nodes > 1 ? h("label", { class: "inline" }, "Part ",
+    h("select", { id: "log-part", onchange: (ev) => follow(Number(ev.target.value)) },
+      Array.from({ length: nodes }, (_, i) => h("option", { value: String(i) }, `${i} (node rank ${i})`)))) : null;
+  follow(0);
+  return {
+    box: h("div", { class: "card", id: "log-card" }, h("h2", {}, "Log"), chooser, note, pre),
+    close: () => { if (follower) follower.close(); },
+  };
+}
+
+/** A succeeded task's outputs: the files it left in /kowloon/out, named
+ * by their paths, each downloadable as it is. */
+async function showTaskOutputs(j, box) {
+  box.replaceChildren(h("div", { class: "card" }, h("h2", {}, "Outputs"), h("p", { class: "muted" }, "Loading…")));
+  let outs;
+  try {
+    outs = Object.entries((await kl.getResult(j.id, { encoding: "blob" })).outputs || {});
+  } catch (e) {
+    box.replaceChildren(h("div", { class: "card" }, h("h2", {}, "Outputs"), h("p", { class: "error" }, errorText(e))));
+    return;
+  }
+  const rows = outs.map(([name, t]) => h("tr", { dataset: { output: name } },
+    h("td", { class: "mono" }, name),
+    h("td", { class: "num" }, bytes(t && (t.bytes ?? t.size))),
+    h("td", {}, h("button", { type: "button", class: "secondary", onclick: () => download(j.id, name, null, name) }, "Download"))));
+  box.replaceChildren(h("div", { class: "card", id: "outputs-card" }, h("h2", {}, "Outputs"),
+    rows.length ? table(["File", h("th", { class: "num" }, "Size"), ""], rows, { id: "task-outputs" }) : h("p", { class: "muted" }, "No outputs.")));
 }
 
 function paramsView(j) {
@@ -456,9 +564,10 @@ function reportChart(box) {
   let canvas = null;
   let fallback = null;
   const X = ["epoch", "step", "iteration", "iter"];
+  const TOTALS = ["epochs", "steps", "iterations", "total"]; // how far it goes, not a value
   const draw = async (points) => {
     const keys = new Set();
-    for (const p of points) for (const [k, v] of Object.entries(p)) if (typeof v === "number" && k !== "t" && k !== "fraction" && !X.includes(k)) keys.add(k);
+    for (const p of points) for (const [k, v] of Object.entries(p)) if (typeof v === "number" && k !== "t" && k !== "fraction" && !X.includes(k) && !TOTALS.includes(k)) keys.add(k);
     if (!keys.size) return;
     box.hidden = false;
     const xKey = X.find((k) => points.every((p) => typeof p[k] === "number"));
@@ -540,11 +649,12 @@ async function showOutputs(j, box, points, chart) {
   }
 }
 
-async function download(id, name, format) {
+async function download(id, name, format, fileName) {
   try {
     const out = await kl.getOutput(id, name, { format });
     const url = URL.createObjectURL(new Blob([out.bytes], { type: out.contentType || "application/octet-stream" }));
-    const a = h("a", { href: url, download: `${id.slice(0, 8)}-${name}.${format === "npy" ? "npy" : "bin"}` });
+    const file = fileName ? fileName.split("/").pop() : `${id.slice(0, 8)}-${name}.${format === "npy" ? "npy" : "bin"}`;
+    const a = h("a", { href: url, download: file });
     document.body.append(a);
     a.click();
     a.remove();

@@ -245,6 +245,93 @@ export class Kowloon {
     return resp;
   }
 
+  // ---- tasks
+  /** GET /v1/jobs/{id}/logs: a task's log text so far, of gang part `part`
+   * ("" while there is none yet). */
+  async getLogs(id, { part = 0, signal } = {}) {
+    const resp = await this.request("GET", `/v1/jobs/${encodeURIComponent(id)}/logs`, { query: { part }, signal, raw: true });
+    if (resp.status === 404) {
+      await this.getJob(id, { signal }); // a KowloonError when the job itself is not ours
+      return "";
+    }
+    if (!resp.ok) throw await errorOf(resp);
+    return resp.text();
+  }
+
+  /** Follows a task's log from its start until the job ends: onText(text)
+   * as bytes arrive (UTF-8 decoded across chunks). Streams
+   * GET /v1/jobs/{id}/logs?follow=1; a dropped stream is resumed with
+   * Range from the bytes already had, so nothing is doubled or missed.
+   * Returns {close(), done}; done resolves once the whole log was read. */
+  followLogs(id, { part = 0, onText } = {}) {
+    const ctl = new AbortController();
+    const signal = ctl.signal;
+    const path = `/v1/jobs/${encodeURIComponent(id)}/logs`;
+    const dec = new TextDecoder();
+    let offset = 0;
+    const ended = async () => TERMINAL.includes((await this.getJob(id, { signal })).state);
+    const read = async (follow) => {
+      const headers = offset ? { Range: `bytes=${offset}-` } : {};
+      const resp = await this.request("GET", path, { query: { part, follow: follow ? 1 : undefined }, headers, signal, raw: true });
+      if (resp.status === 404 || resp.status === 416) {
+        try { await resp.body?.cancel(); } catch { /* nothing to drop */ }
+        return 0;
+      }
+      if (!resp.ok) throw await errorOf(resp);
+      let skip = resp.status === 200 ? offset : 0; // a whole log where a range was asked
+      let got = 0;
+      const reader = resp.body.getReader();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        let chunk = value;
+        if (skip) {
+          const cut = Math.min(skip, chunk.length);
+          skip -= cut;
+          chunk = chunk.subarray(cut);
+        }
+        offset += chunk.length;
+        got += chunk.length;
+        const text = dec.decode(chunk, { stream: true });
+        if (text && onText) onText(text);
+      }
+      return got;
+    };
+    const done = (async () => {
+      let failures = 0;
+      while (!signal.aborted) {
+        let got = 0;
+        try {
+          got = await read(true);
+          failures = 0;
+        } catch (e) {
+          if (signal.aborted) break;
+          if (e instanceof KowloonError && e.status !== 429 && e.status < 500) throw e;
+          failures++;
+        }
+        // the stream ended: the job did (read any tail once more), or the
+        // connection was dropped, or there is no log yet
+        try {
+          if (await ended()) {
+            await read(false);
+            break;
+          }
+        } catch (e) {
+          if (signal.aborted) break;
+          if (e instanceof KowloonError && e.status === 404) throw e;
+        }
+        if (!got) await sleep(Math.min(500 * 2 ** failures, 5000), signal);
+      }
+      const tail = dec.decode();
+      if (tail && onText) onText(tail);
+    })();
+    done.catch(() => {});
+    return { close: () => ctl.abort(), done };
+  }
+
+  /** GET /v1/images: {allowed: [pattern], images: [{image, nodes}]}. */
+  images() { return this.request("GET", "/v1/images"); }
+
   // ---- the rest
   async kernels() { return (await this.request("GET", "/v1/kernels")).kernels; }
   async nodes() { return (await this.request("GET", "/v1/nodes")).nodes; }
@@ -383,8 +470,9 @@ export class Kowloon {
         onEvent: (ev) => {
           const data = parseData(ev.data);
           if (onEvent) onEvent({ ...ev, data });
+          if (ev.event === "log") return; // a task's output: nothing of the job changed
           if (ev.event === "progress" && last && data && typeof data === "object") {
-            seen({ ...last, progress: data });
+            seen({ ...last, progress: progressOf(data) });
           } else {
             // a state changed: the job object says the rest (node, times)
             refresh().then(() => { if (ended()) ctl.abort(); }, () => {});
@@ -438,6 +526,21 @@ function outputMeta(resp) {
     size: size === null ? null : Number(size),
     contentType: resp.headers.get("Content-Type"),
   };
+}
+
+/** The progress object of a progress event's data: the gateway's events
+ * carry it as `progress` beside job_id, state, attempt…; a bare object is
+ * the progress itself. */
+export function progressOf(data) {
+  return data && typeof data === "object" && data.job_id !== undefined && data.progress && typeof data.progress === "object"
+    ? data.progress : data;
+}
+
+/** A KowloonError of a non-2xx Response, its JSON body read. */
+async function errorOf(resp) {
+  let json = null;
+  try { json = await resp.json(); } catch { json = null; }
+  return new KowloonError(resp.status, json);
 }
 
 function parseData(text) {

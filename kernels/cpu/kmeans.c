@@ -401,6 +401,34 @@ void kl__kmeans_progress(const kl_args *args, int it, int iterations, double ine
     kl_progress_report(args->progress, &p);
 }
 
+/* Moves each centroid of C (k,d) to the mean of its points, from the
+ * slices' sums and counts of the last pass; an empty cluster keeps its
+ * centroid. Returns the largest squared shift. */
+static double centroids_update(const km_run *r, float *C)
+{
+    const int64_t k = r->k, d = r->d;
+    double max_shift2 = 0;
+    for (int64_t c = 0; c < k; c++) {
+        int64_t count = 0;
+        for (int s = 0; s < r->nslices; s++)
+            count += r->pcount[(int64_t)s * k + c];
+        if (count == 0)
+            continue;
+        double shift2 = 0;
+        for (int64_t q = 0; q < d; q++) {
+            double sum = 0;
+            for (int s = 0; s < r->nslices; s++)
+                sum += r->psum[((int64_t)s * k + c) * d + q];
+            float v = (float)(sum / (double)count);
+            double df = (double)v - (double)C[c * d + q];
+            shift2 += df * df;
+            C[c * d + q] = v;
+        }
+        max_shift2 = shift2 > max_shift2 ? shift2 : max_shift2;
+    }
+    return max_shift2;
+}
+
 static int kmeans_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
 {
     const kl_tensor *pts = args->inputs[KL_KMEANS_POINTS];
@@ -457,26 +485,7 @@ static int kmeans_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
             stopped = "labels unchanged";
             break;
         }
-        double max_shift2 = 0;
-        for (int64_t c = 0; c < k; c++) {
-            int64_t count = 0;
-            for (int s = 0; s < r.nslices; s++)
-                count += r.pcount[(int64_t)s * k + c];
-            if (count == 0)
-                continue; /* an empty cluster keeps its centroid */
-            double shift2 = 0;
-            for (int64_t q = 0; q < d; q++) {
-                double sum = 0;
-                for (int s = 0; s < r.nslices; s++)
-                    sum += r.psum[((int64_t)s * k + c) * d + q];
-                float v = (float)(sum / (double)count);
-                double df = (double)v - (double)C[c * d + q];
-                shift2 += df * df;
-                C[c * d + q] = v;
-            }
-            max_shift2 = shift2 > max_shift2 ? shift2 : max_shift2;
-        }
-        if (sqrt(max_shift2) <= tol) {
+        if (sqrt(centroids_update(&r, C)) <= tol) {
             stopped = "tol";
             break;
         }

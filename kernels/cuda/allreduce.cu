@@ -84,31 +84,199 @@ double now_s(void)
 
 } // namespace
 
+/* One run: its shape, and per local rank r its device, communicator,
+ * stream, buffers (send, recv: count elements; dbad: one counter). */
+typedef struct ar_run {
+    const kl_args *args;
+    kl_err *err;
+    int n, world, base;
+    int64_t count;
+    bool f64;
+    size_t bytes;
+    ncclDataType_t ntype;
+    ncclRedOp_t nop;
+    unsigned blocks;
+    int devs[KL_ALLREDUCE_MAX_RANKS];
+    ncclComm_t comms[KL_ALLREDUCE_MAX_RANKS];
+    cudaStream_t streams[KL_ALLREDUCE_MAX_RANKS];
+    void *send[KL_ALLREDUCE_MAX_RANKS], *recv[KL_ALLREDUCE_MAX_RANKS];
+    unsigned long long *dbad[KL_ALLREDUCE_MAX_RANKS];
+    cudaEvent_t ahead[AR_DEPTH];
+    expected_table table;
+    bool have_comms;
+} ar_run;
+
+/* The communicators, and what the run says of them in its info. */
+static int ar_open(ar_run *a)
+{
+    const kl_args *args = a->args;
+    kl_err *err = a->err;
+    int rc, nccl_version = 0;
+    if ((rc = kl__cuda_comms_open(args, a->devs, a->n, a->comms, err)) < 0)
+        goto done;
+    a->have_comms = true;
+    KL_NCCL_CHECK(ncclGetVersion(&nccl_version));
+    kl_info_set(args->info, "ranks", "%d", a->world);
+    if (args->dist)
+        kl_info_set(args->info, "nodes", "%d", args->dist->nodes);
+    kl_info_set(args->info, "transport", "NCCL %d.%d.%d, GPUs %d..%d", nccl_version / 10000,
+                nccl_version / 100 % 100, nccl_version % 100, a->devs[0], a->devs[a->n - 1]);
+done:
+    return rc;
+}
+
+/* Each rank's stream and buffers: send filled by global rank, recv
+ * poisoned with NaN, dbad zeroed. */
+static int ar_buffers(ar_run *a)
+{
+    kl_err *err = a->err;
+    int rc = 0;
+    for (int r = 0; r < a->n; r++) {
+        KL_CUDA_CHECK(cudaSetDevice(a->devs[r]));
+        KL_CUDA_CHECK(cudaStreamCreateWithFlags(&a->streams[r], cudaStreamNonBlocking));
+        KL_CUDA_CHECK(cudaMalloc(&a->send[r], a->bytes));
+        KL_CUDA_CHECK(cudaMalloc(&a->recv[r], a->bytes));
+        KL_CUDA_CHECK(cudaMalloc((void **)&a->dbad[r], sizeof *a->dbad[r]));
+        if (a->f64)
+            fill_input<<<a->blocks, 256, 0, a->streams[r]>>>((double *)a->send[r], a->count, a->base + r);
+        else
+            fill_input<<<a->blocks, 256, 0, a->streams[r]>>>((float *)a->send[r], a->count, a->base + r);
+        KL_CUDA_CHECK(cudaGetLastError());
+        KL_CUDA_CHECK(cudaMemsetAsync(a->recv[r], 0xff, a->bytes, a->streams[r])); /* NaN in either dtype */
+        KL_CUDA_CHECK(cudaMemsetAsync(a->dbad[r], 0, sizeof *a->dbad[r], a->streams[r]));
+    }
+done:
+    return rc;
+}
+
+/* Untimed: one all-reduce, then the count of wrong elements per rank (the
+ * world's, across nodes) into *bad. */
+static int ar_check(ar_run *a, unsigned long long *bad)
+{
+    const kl_args *args = a->args;
+    kl_err *err = a->err;
+    const int n = a->n;
+    unsigned long long hbad = 0;
+    int rc;
+    if ((rc = kl__cuda_comms_settle(args, a->comms, n,
+                                    allreduce_ranks(n, a->send, a->recv, a->count, a->ntype, a->nop, a->comms,
+                                                    a->streams),
+                                    err)) < 0)
+        goto done;
+    for (int r = 0; r < n; r++) {
+        KL_CUDA_CHECK(cudaSetDevice(a->devs[r]));
+        if (a->f64)
+            count_wrong<<<a->blocks, 256, 0, a->streams[r]>>>((const double *)a->recv[r], a->count, a->table,
+                                                              a->dbad[r]);
+        else
+            count_wrong<<<a->blocks, 256, 0, a->streams[r]>>>((const float *)a->recv[r], a->count, a->table,
+                                                              a->dbad[r]);
+        KL_CUDA_CHECK(cudaGetLastError());
+    }
+    if (args->dist) /* the world's count, in every rank's dbad */
+        if ((rc = kl__cuda_comms_settle(args, a->comms, n,
+                                        allreduce_ranks(n, (void *const *)a->dbad, (void *const *)a->dbad, 1,
+                                                        ncclUint64, ncclSum, a->comms, a->streams),
+                                        err)) < 0)
+            goto done;
+    if ((rc = kl__cuda_comms_wait(args, a->comms, a->streams, a->devs, n, err)) < 0)
+        goto done;
+    for (int r = 0; r < (args->dist ? 1 : n); r++) {
+        KL_CUDA_CHECK(cudaSetDevice(a->devs[r]));
+        KL_CUDA_CHECK(cudaMemcpy(&hbad, a->dbad[r], sizeof hbad, cudaMemcpyDeviceToHost));
+        *bad += hbad;
+    }
+done:
+    return rc;
+}
+
+/* Timed: iters all-reduces, *seconds each. The events mark iterations on
+ * rank 0's stream; a collective ends on every rank at about the same
+ * time. */
+static int ar_timed(ar_run *a, int iters, double *seconds)
+{
+    const kl_args *args = a->args;
+    kl_err *err = a->err;
+    const int n = a->n;
+    int rc = 0;
+    KL_CUDA_CHECK(cudaSetDevice(a->devs[0]));
+    for (int d = 0; d < AR_DEPTH; d++)
+        KL_CUDA_CHECK(cudaEventCreateWithFlags(&a->ahead[d], cudaEventDisableTiming));
+    {
+        const double t0 = now_s();
+        for (int it = 0; it < iters; it++) {
+            if (kl__cuda_canceled(args)) {
+                kl_err_set(err, NULL, "allreduce: cancelled after %d of %d timed iterations", it, iters);
+                rc = KL_ECANCELED;
+                goto done;
+            }
+            if (it >= AR_DEPTH &&
+                (rc = kl__cuda_comms_wait_event(args, a->comms, n, a->ahead[it % AR_DEPTH], err)) < 0)
+                goto done;
+            if ((rc = kl__cuda_comms_settle(args, a->comms, n,
+                                            allreduce_ranks(n, a->send, a->recv, a->count, a->ntype, a->nop,
+                                                            a->comms, a->streams),
+                                            err)) < 0)
+                goto done;
+            KL_CUDA_CHECK(cudaEventRecord(a->ahead[it % AR_DEPTH], a->streams[0]));
+        }
+        if ((rc = kl__cuda_comms_wait(args, a->comms, a->streams, a->devs, n, err)) < 0)
+            goto done;
+        *seconds = (now_s() - t0) / iters;
+    }
+done:
+    return rc;
+}
+
+/* Frees the run's devices' part; rc < 0: it failed. */
+static void ar_release(ar_run *a, int rc, int gpu0)
+{
+    const int n = a->n;
+    /* A failed run may have collectives stuck on a lost peer or a stopped
+     * GPU: aborting the communicators is what lets its streams drain. */
+    if (a->have_comms && rc < 0) {
+        kl__cuda_comms_close(a->comms, n, 1);
+        a->have_comms = false;
+    }
+    /* Whatever was enqueued runs to its end before the buffers and the
+     * communicators go: NCCL kernels of every rank were enqueued together. */
+    for (int r = 0; r < n; r++) {
+        if (!a->streams[r])
+            continue;
+        cudaSetDevice(a->devs[r]);
+        cudaStreamSynchronize(a->streams[r]);
+    }
+    if (a->have_comms)
+        kl__cuda_comms_close(a->comms, n, 0);
+    for (int r = 0; r < n; r++) {
+        cudaSetDevice(a->devs[r]);
+        if (a->send[r])
+            cudaFree(a->send[r]);
+        if (a->recv[r])
+            cudaFree(a->recv[r]);
+        if (a->dbad[r])
+            cudaFree(a->dbad[r]);
+        kl__cuda_stream_close(a->streams[r], a->devs[r]);
+    }
+    cudaSetDevice(gpu0);
+    for (int d = 0; d < AR_DEPTH; d++)
+        if (a->ahead[d])
+            cudaEventDestroy(a->ahead[d]);
+    (void)cudaGetLastError(); /* leave no error behind for the worker's next run */
+}
+
 int kl__cuda_allreduce(const kl_args *args, const int *gpu_ids, kl_tensor *outs, kl_err *err)
 {
     const int n = args->ranks > 0 ? args->ranks : 1;
     const kl_dist *dist = args->dist;
-    const int world = dist ? dist->nodes * n : n, base = dist ? dist->node_rank * n : 0;
-    const int64_t count = (int64_t)args->params[KL_ALLREDUCE_COUNT].num;
-    const bool f64 = args->params[KL_ALLREDUCE_DTYPE].choice == 1;
-    const size_t bytes = (size_t)count * (f64 ? sizeof(double) : sizeof(float));
     const kl_allreduce_op op = (kl_allreduce_op)args->params[KL_ALLREDUCE_OP].choice;
     const int iters = (int)args->params[KL_ALLREDUCE_ITERS].num;
-    const ncclDataType_t ntype = f64 ? ncclFloat64 : ncclFloat32;
-    const ncclRedOp_t nop = op == KL_ALLREDUCE_SUM ? ncclSum : op == KL_ALLREDUCE_MAX ? ncclMax : ncclMin;
     const int64_t one = 1;
-    const unsigned blocks = blocks_for(count);
-
-    int devs[KL_ALLREDUCE_MAX_RANKS];
-    ncclComm_t comms[KL_ALLREDUCE_MAX_RANKS] = {};
-    cudaStream_t streams[KL_ALLREDUCE_MAX_RANKS] = {};
-    void *send[KL_ALLREDUCE_MAX_RANKS] = {}, *recv[KL_ALLREDUCE_MAX_RANKS] = {};
-    unsigned long long *dbad[KL_ALLREDUCE_MAX_RANKS] = {}, hbad = 0, bad = 0;
-    cudaEvent_t ahead[AR_DEPTH] = {};
-    expected_table table;
-    bool have_comms = false, have_turn = false;
-    int rc = 0, nccl_version = 0, it = 0;
-    double t0 = 0, seconds = 0;
+    static const ar_run zero = {};
+    ar_run *a;
+    unsigned long long bad = 0;
+    double seconds = 0;
+    int rc = 0;
 
     if (n > KL_ALLREDUCE_MAX_RANKS) { /* the catalog check refuses it first */
         kl_err_set(err, "resources.gpus", "allreduce takes at most %d ranks", KL_ALLREDUCE_MAX_RANKS);
@@ -117,131 +285,42 @@ int kl__cuda_allreduce(const kl_args *args, const int *gpu_ids, kl_tensor *outs,
     for (int o = 0; o < 3; o++)
         if (kl_tensor_alloc(&outs[o], KL_F64, 1, &one) < 0)
             rc = KL_ENOMEM;
-    if (rc < 0 || kl_tensor_alloc(&outs[3], KL_I32, 1, &one) < 0) {
+    if (rc < 0 || kl_tensor_alloc(&outs[3], KL_I32, 1, &one) < 0 || !(a = (ar_run *)malloc(sizeof *a))) {
         kl_err_set(err, NULL, "allreduce: out of memory");
         return KL_ENOMEM; /* the plugin frees what was allocated */
     }
-    kl__allreduce_expected(op, world, table.v);
-    if ((rc = kl__cuda_nccl_turn_take(args, err)) < 0)
+    *a = zero;
+    a->args = args;
+    a->err = err;
+    a->n = n;
+    a->world = dist ? dist->nodes * n : n;
+    a->base = dist ? dist->node_rank * n : 0;
+    a->count = (int64_t)args->params[KL_ALLREDUCE_COUNT].num;
+    a->f64 = args->params[KL_ALLREDUCE_DTYPE].choice == 1;
+    a->bytes = (size_t)a->count * (a->f64 ? sizeof(double) : sizeof(float));
+    a->ntype = a->f64 ? ncclFloat64 : ncclFloat32;
+    a->nop = op == KL_ALLREDUCE_SUM ? ncclSum : op == KL_ALLREDUCE_MAX ? ncclMax : ncclMin;
+    a->blocks = blocks_for(a->count);
+    kl__allreduce_expected(op, a->world, a->table.v);
+    if ((rc = kl__cuda_nccl_turn_take(args, err)) < 0) {
+        free(a);
         return rc;
-    have_turn = true;
-
+    }
     for (int r = 0; r < n; r++)
-        devs[r] = gpu_ids[r];
-    if ((rc = kl__cuda_comms_open(args, devs, n, comms, err)) < 0)
+        a->devs[r] = gpu_ids[r];
+    if ((rc = ar_open(a)) < 0 || (rc = ar_buffers(a)) < 0 || (rc = ar_check(a, &bad)) < 0 ||
+        (rc = ar_timed(a, iters, &seconds)) < 0)
         goto done;
-    have_comms = true;
-    KL_NCCL_CHECK(ncclGetVersion(&nccl_version));
-    kl_info_set(args->info, "ranks", "%d", world);
-    if (dist)
-        kl_info_set(args->info, "nodes", "%d", dist->nodes);
-    kl_info_set(args->info, "transport", "NCCL %d.%d.%d, GPUs %d..%d", nccl_version / 10000,
-                nccl_version / 100 % 100, nccl_version % 100, devs[0], devs[n - 1]);
-
-    for (int r = 0; r < n; r++) {
-        KL_CUDA_CHECK(cudaSetDevice(devs[r]));
-        KL_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
-        KL_CUDA_CHECK(cudaMalloc(&send[r], bytes));
-        KL_CUDA_CHECK(cudaMalloc(&recv[r], bytes));
-        KL_CUDA_CHECK(cudaMalloc((void **)&dbad[r], sizeof *dbad[r]));
-        if (f64)
-            fill_input<<<blocks, 256, 0, streams[r]>>>((double *)send[r], count, base + r);
-        else
-            fill_input<<<blocks, 256, 0, streams[r]>>>((float *)send[r], count, base + r);
-        KL_CUDA_CHECK(cudaGetLastError());
-        KL_CUDA_CHECK(cudaMemsetAsync(recv[r], 0xff, bytes, streams[r])); /* NaN in either dtype */
-        KL_CUDA_CHECK(cudaMemsetAsync(dbad[r], 0, sizeof *dbad[r], streams[r]));
-    }
-
-    /* Untimed: one all-reduce, then the count of wrong elements per rank. */
-    if ((rc = kl__cuda_comms_settle(args, comms, n,
-                                    allreduce_ranks(n, send, recv, count, ntype, nop, comms, streams), err)) < 0)
-        goto done;
-    for (int r = 0; r < n; r++) {
-        KL_CUDA_CHECK(cudaSetDevice(devs[r]));
-        if (f64)
-            count_wrong<<<blocks, 256, 0, streams[r]>>>((const double *)recv[r], count, table, dbad[r]);
-        else
-            count_wrong<<<blocks, 256, 0, streams[r]>>>((const float *)recv[r], count, table, dbad[r]);
-        KL_CUDA_CHECK(cudaGetLastError());
-    }
-    if (dist) /* the world's count, in every rank's dbad */
-        if ((rc = kl__cuda_comms_settle(args, comms, n,
-                                        allreduce_ranks(n, (void *const *)dbad, (void *const *)dbad, 1, ncclUint64,
-                                                        ncclSum, comms, streams),
-                                        err)) < 0)
-            goto done;
-    if ((rc = kl__cuda_comms_wait(args, comms, streams, devs, n, err)) < 0)
-        goto done;
-    for (int r = 0; r < (dist ? 1 : n); r++) {
-        KL_CUDA_CHECK(cudaSetDevice(devs[r]));
-        KL_CUDA_CHECK(cudaMemcpy(&hbad, dbad[r], sizeof hbad, cudaMemcpyDeviceToHost));
-        bad += hbad;
-    }
-
-    /* Timed. The events mark iterations on rank 0's stream; a collective
-     * ends on every rank at about the same time. */
-    KL_CUDA_CHECK(cudaSetDevice(devs[0]));
-    for (int d = 0; d < AR_DEPTH; d++)
-        KL_CUDA_CHECK(cudaEventCreateWithFlags(&ahead[d], cudaEventDisableTiming));
-    t0 = now_s();
-    for (it = 0; it < iters; it++) {
-        if (kl__cuda_canceled(args)) {
-            kl_err_set(err, NULL, "allreduce: cancelled after %d of %d timed iterations", it, iters);
-            rc = KL_ECANCELED;
-            goto done;
-        }
-        if (it >= AR_DEPTH && (rc = kl__cuda_comms_wait_event(args, comms, n, ahead[it % AR_DEPTH], err)) < 0)
-            goto done;
-        if ((rc = kl__cuda_comms_settle(args, comms, n,
-                                        allreduce_ranks(n, send, recv, count, ntype, nop, comms, streams), err)) < 0)
-            goto done;
-        KL_CUDA_CHECK(cudaEventRecord(ahead[it % AR_DEPTH], streams[0]));
-    }
-    if ((rc = kl__cuda_comms_wait(args, comms, streams, devs, n, err)) < 0)
-        goto done;
-    seconds = (now_s() - t0) / iters;
 
     ((double *)outs[0].data)[0] = seconds * 1e6;
-    kl__allreduce_bw((double)bytes, world, seconds, (double *)outs[1].data, (double *)outs[2].data);
+    kl__allreduce_bw((double)a->bytes, a->world, seconds, (double *)outs[1].data, (double *)outs[2].data);
     ((int32_t *)outs[3].data)[0] = bad > INT32_MAX ? INT32_MAX : (int32_t)bad;
     if (dist && dist->node_rank != 0) /* node 0 answers for the world */
         for (int o = 0; o < 4; o++)
             kl_tensor_free(&outs[o]);
-
 done:
-    /* A failed run may have collectives stuck on a lost peer or a stopped
-     * GPU: aborting the communicators is what lets its streams drain. */
-    if (have_comms && rc < 0) {
-        kl__cuda_comms_close(comms, n, 1);
-        have_comms = false;
-    }
-    /* Whatever was enqueued runs to its end before the buffers and the
-     * communicators go: NCCL kernels of every rank were enqueued together. */
-    for (int r = 0; r < n; r++) {
-        if (!streams[r])
-            continue;
-        cudaSetDevice(devs[r]);
-        cudaStreamSynchronize(streams[r]);
-    }
-    if (have_comms)
-        kl__cuda_comms_close(comms, n, 0);
-    for (int r = 0; r < n; r++) {
-        cudaSetDevice(devs[r]);
-        if (send[r])
-            cudaFree(send[r]);
-        if (recv[r])
-            cudaFree(recv[r]);
-        if (dbad[r])
-            cudaFree(dbad[r]);
-        kl__cuda_stream_close(streams[r], devs[r]);
-    }
-    cudaSetDevice(gpu_ids[0]);
-    for (int d = 0; d < AR_DEPTH; d++)
-        if (ahead[d])
-            cudaEventDestroy(ahead[d]);
-    (void)cudaGetLastError(); /* leave no error behind for the worker's next run */
-    if (have_turn)
-        kl__cuda_nccl_turn_give();
+    ar_release(a, rc, gpu_ids[0]);
+    free(a);
+    kl__cuda_nccl_turn_give();
     return rc;
 }

@@ -329,236 +329,324 @@ done:
     return rc;
 }
 
-int kl__cuda_train_mlp(const kl_args *args, const int *gpu_ids, kl_tensor *outs, kl_err *err)
-{
-    const kl_tensor *tx = args->inputs[KL_MLP_X], *ty = args->inputs[KL_MLP_Y];
-    const kl_dist *dist = args->dist;
-    const int64_t epochs = (int64_t)args->params[KL_MLP_EPOCHS].num;
-    const int64_t bs = (int64_t)args->params[KL_MLP_BATCH].num;
-    const float lr = (float)args->params[KL_MLP_LR].num, mom = (float)args->params[KL_MLP_MOMENTUM].num;
-    const int R = kl__mlp_ranks(args);
-    const placement pl = {dist ? dist->nodes * R : R, dist ? dist->node_rank * R : 0, dist ? dist->shard_lo : 0};
-    /* n: the rows of the whole job; x holds held = n of them, or the node's. */
-    const int64_t held = tx->shape[0];
-    const kl_mlp_dims m = kl__mlp_dims(dist ? dist->shard_total : held, tx->shape[1],
-                                       (int64_t)args->params[KL_MLP_HIDDEN].num,
-                                       (int64_t)args->params[KL_MLP_CLASSES].num);
-    const int64_t n = m.n, bmax = kl__mlp_shard_max(bs, pl.W), steps = kl__mlp_steps(n, pl.W, bmax);
+/* One run of train_mlp on this node: its shapes, its ranks and what the
+ * stages below share. */
+typedef struct mlp_run {
+    const kl_args *args;
+    kl_err *err;
+    const kl_dist *dist;
+    kl_mlp_dims m;
+    placement pl;
+    int R;
+    int64_t epochs, bmax, steps, held;
+    float lr, mom;
     rank_state ranks[KL_MLP_MAX_RANKS];
     ncclComm_t comms[KL_MLP_MAX_RANKS];
-    int devs[KL_MLP_MAX_RANKS];
-    double parts[KL_MLP_MAX_RANKS];
-    float *w0 = NULL, *loss_out = NULL;
-    int64_t t = 0;
-    double right = 0;
-    int rc = kl__mlp_labels_check((const int32_t *)ty->data, held, m.c, err), started = 0;
-    int have_turn = 0;
+    float *w0;                  /* the initial weights, then rank 0's result (m.size) */
+    float *loss_out;            /* outs' loss (epochs) */
+    int64_t t;                  /* steps queued so far */
+    int started, have_turn;
+} mlp_run;
 
-    if (rc < 0)
-        return rc;
-    if (kl__cuda_canceled(args)) {
-        kl_err_set(err, NULL, "train_mlp: cancelled");
-        return KL_ECANCELED;
-    }
-    memset(ranks, 0, sizeof ranks);
-    memset(comms, 0, sizeof comms);
-    for (int r = 0; r < R; r++)
-        devs[r] = gpu_ids[r];
-    {
-        const int64_t w1s[2] = {m.d, m.h}, b1s[1] = {m.h}, w2s[2] = {m.h, m.c}, b2s[1] = {m.c};
-        const int64_t ls[1] = {epochs}, as[1] = {1};
-        if (kl_tensor_alloc(&outs[KL_MLP_OUT_W1], KL_F32, 2, w1s) < 0 ||
-            kl_tensor_alloc(&outs[KL_MLP_OUT_B1], KL_F32, 1, b1s) < 0 ||
-            kl_tensor_alloc(&outs[KL_MLP_OUT_W2], KL_F32, 2, w2s) < 0 ||
-            kl_tensor_alloc(&outs[KL_MLP_OUT_B2], KL_F32, 1, b2s) < 0 ||
-            kl_tensor_alloc(&outs[KL_MLP_OUT_LOSS], KL_F32, 1, ls) < 0 ||
-            kl_tensor_alloc(&outs[KL_MLP_OUT_ACC], KL_F32, 1, as) < 0)
-            goto nomem;
-    }
-    loss_out = (float *)outs[KL_MLP_OUT_LOSS].data;
-    w0 = (float *)malloc(sizeof(float) * (size_t)m.size);
-    if (!w0)
-        goto nomem;
-    kl__mlp_init(&m, (uint64_t)args->params[KL_MLP_SEED].num, w0);
-    for (int r = 0; r < R; r++) {
-        rank_state *k = &ranks[r];
-        size_t nr;
-        k->dev = gpu_ids[r];
-        k->nr = rows_of_rank(&m, &pl, r);
-        nr = (size_t)(k->nr > 0 ? k->nr : 1);
+/* The six outputs: w1 (d,h), b1 (h), w2 (h,c), b2 (c), loss (epochs),
+ * accuracy (1). 0, or -1 when memory ran out. */
+static int alloc_outputs(kl_tensor *outs, const kl_mlp_dims *m, int64_t epochs)
+{
+    const int64_t w1s[2] = {m->d, m->h}, b1s[1] = {m->h}, w2s[2] = {m->h, m->c}, b2s[1] = {m->c};
+    const int64_t ls[1] = {epochs}, as[1] = {1};
+    if (kl_tensor_alloc(&outs[KL_MLP_OUT_W1], KL_F32, 2, w1s) < 0 ||
+        kl_tensor_alloc(&outs[KL_MLP_OUT_B1], KL_F32, 1, b1s) < 0 ||
+        kl_tensor_alloc(&outs[KL_MLP_OUT_W2], KL_F32, 2, w2s) < 0 ||
+        kl_tensor_alloc(&outs[KL_MLP_OUT_B2], KL_F32, 1, b2s) < 0 ||
+        kl_tensor_alloc(&outs[KL_MLP_OUT_LOSS], KL_F32, 1, ls) < 0 ||
+        kl_tensor_alloc(&outs[KL_MLP_OUT_ACC], KL_F32, 1, as) < 0)
+        return -1;
+    return 0;
+}
+
+/* The host side: the initial weights, and each rank's shard of x (nr,d)
+ * and y (nr) staged. 0, or -1 when memory ran out. */
+static int stage_host(mlp_run *run, const float *x, const int32_t *y)
+{
+    const kl_mlp_dims *m = &run->m;
+    run->w0 = (float *)malloc(sizeof(float) * (size_t)m->size);
+    if (!run->w0)
+        return -1;
+    kl__mlp_init(m, (uint64_t)run->args->params[KL_MLP_SEED].num, run->w0);
+    for (int r = 0; r < run->R; r++) {
+        rank_state *k = &run->ranks[r];
+        k->nr = rows_of_rank(m, &run->pl, r);
+        const size_t nr = (size_t)(k->nr > 0 ? k->nr : 1);
         k->rows = (int64_t *)malloc(sizeof(int64_t) * nr);
-        k->hx = (float *)malloc(sizeof(float) * nr * (size_t)m.d);
+        k->hx = (float *)malloc(sizeof(float) * nr * (size_t)m->d);
         k->hy = (int32_t *)malloc(sizeof(int32_t) * nr);
         k->hloss = (float *)malloc(sizeof(float) * nr);
         if (!k->rows || !k->hx || !k->hy || !k->hloss)
-            goto nomem;
+            return -1;
     }
-    gather_rows(ranks, R, &pl, &m, (const float *)tx->data, (const int32_t *)ty->data);
+    gather_rows(run->ranks, run->R, &run->pl, m, x, y);
+    return 0;
+}
 
-    for (int r = 0; r < R; r++) {
-        rank_state *k = &ranks[r];
-        k->srows = k->nr < EVAL_ROWS ? k->nr : EVAL_ROWS;
-        k->srows = k->srows > bmax ? k->srows : bmax;
-        const size_t nr = (size_t)(k->nr > 0 ? k->nr : 1), P = (size_t)m.size, rows = (size_t)k->srows;
-        KL_CUDA_CHECK(cudaSetDevice(k->dev));
-        KL_CUDA_CHECK(cudaStreamCreateWithFlags(&k->s, cudaStreamNonBlocking));
-        KL_CUDA_CHECK(cudaEventCreateWithFlags(&k->ev[0], cudaEventDisableTiming));
-        KL_CUDA_CHECK(cudaEventCreateWithFlags(&k->ev[1], cudaEventDisableTiming));
-        if ((rc = kl__cuda_blas_begin(k->dev, k->s, &k->h, &k->ws, err)) < 0)
-            goto done;
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->x, sizeof(float) * nr * (size_t)m.d, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->y, sizeof(int32_t) * nr, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->loss, sizeof(float) * nr, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->w, sizeof(float) * P, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->v, sizeof(float) * P, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->g, sizeof(float) * P, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->hid, sizeof(float) * rows * (size_t)m.h, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->dhid, sizeof(float) * rows * (size_t)m.h, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->logits, sizeof(float) * rows * (size_t)m.c, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->ones, sizeof(float) * rows, k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->right, sizeof(int), k->s));
-        KL_CUDA_CHECK(cudaMallocAsync((void **)&k->part, sizeof(double), k->s));
-        KL_CUDA_CHECK(cudaMemcpyAsync(k->x, k->hx, sizeof(float) * (size_t)k->nr * (size_t)m.d,
-                                      cudaMemcpyHostToDevice, k->s));
-        KL_CUDA_CHECK(cudaMemcpyAsync(k->y, k->hy, sizeof(int32_t) * (size_t)k->nr, cudaMemcpyHostToDevice, k->s));
-        KL_CUDA_CHECK(cudaMemcpyAsync(k->w, w0, sizeof(float) * P, cudaMemcpyHostToDevice, k->s));
-        KL_CUDA_CHECK(cudaMemsetAsync(k->v, 0, sizeof(float) * P, k->s));
-        {
-            float *ones = (float *)malloc(sizeof(float) * rows);
-            if (!ones)
-                goto nomem;
-            for (size_t i = 0; i < rows; i++)
-                ones[i] = 1.0f;
-            cudaError_t e = cudaMemcpyAsync(k->ones, ones, sizeof(float) * rows, cudaMemcpyHostToDevice, k->s);
-            if (e == cudaSuccess)
-                e = cudaStreamSynchronize(k->s); /* pageable source: done before it is freed */
-            free(ones);
-            KL_CUDA_CHECK(e);
-        }
+/* A vector of `rows` ones on k's device (the bias gradients' reduction). */
+static int fill_ones(rank_state *k, size_t rows, kl_err *err)
+{
+    int rc = 0;
+    float *ones = (float *)malloc(sizeof(float) * rows);
+    if (!ones) {
+        kl_err_set(err, NULL, "train_mlp: cannot allocate host memory (%zu rows)", rows);
+        return KL_ENOMEM;
     }
-    if (pl.W > 1) {
-        if ((rc = kl__cuda_nccl_turn_take(args, err)) < 0)
-            goto done;
-        have_turn = 1;
-        if ((rc = kl__cuda_comms_open(args, devs, R, comms, err)) < 0)
-            goto done;
-    }
-    for (int r = 0; r < R; r++)
-        ranks[r].comm = comms[r];
-    started = 1;
+    for (size_t i = 0; i < rows; i++)
+        ones[i] = 1.0f;
+    cudaError_t e = cudaMemcpyAsync(k->ones, ones, sizeof(float) * rows, cudaMemcpyHostToDevice, k->s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(k->s); /* pageable source: done before it is freed */
+    free(ones);
+    KL_CUDA_CHECK(e);
+done:
+    return rc;
+}
 
-    for (int64_t e = 0; e < epochs; e++) {
-        int64_t cursor[KL_MLP_MAX_RANKS] = {0};
-        for (int64_t s = 0; s < steps; s++, t++) {
-            const int64_t bt = kl__mlp_step_total(n, pl.W, bmax, s);
-            if (kl__cuda_canceled(args)) {
-                rc = KL_ECANCELED;
-                kl_err_set(err, NULL, "train_mlp: cancelled");
-                goto done;
-            }
-            if (t % WINDOW == 0) { /* keep at most two windows queued */
-                const int slot = (int)(t / WINDOW % 2);
-                for (int r = 0; r < R; r++) {
-                    KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
-                    if (t >= 2 * WINDOW &&
-                        (rc = pl.W > 1 ? kl__cuda_comms_wait_event(args, comms, R, ranks[r].ev[slot], err)
-                                       : wait_event(ranks[r].ev[slot], args, err)) < 0)
-                        goto done;
-                    KL_CUDA_CHECK(cudaEventRecord(ranks[r].ev[slot], ranks[r].s));
-                }
-            }
-            for (int r = 0; r < R; r++) {
-                int64_t lo;
-                const int64_t b = kl__mlp_step_rows(n, pl.W, pl.base + r, bmax, s, &lo);
-                KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
-                if ((rc = queue_grad(&ranks[r], &m, cursor[r], b, err)) < 0)
-                    goto done;
-                cursor[r] += b;
-            }
-            if (pl.W > 1 &&
-                (rc = allreduce_group(args, ranks, R, comms, (size_t)m.size, ncclFloat,
-                                      [](rank_state *k) { return (void *)k->g; }, err)) < 0)
-                goto done;
-            for (int r = 0; r < R; r++) {
-                rank_state *k = &ranks[r];
-                KL_CUDA_CHECK(cudaSetDevice(k->dev));
-                update_kernel<<<grid_for(m.size), 256, 0, k->s>>>(k->w, k->v, k->g, m.size, (float)bt, lr, mom);
-                KL_CUDA_CHECK(cudaGetLastError());
-            }
-        }
-        /* The epoch's losses, each rank's summed on the host in row order
-         * (its rows are contiguous, so on one node this is the CPU's row
-         * order), then over the world. */
-        double sum = 0;
-        if ((rc = ranks_wait(args, ranks, R, comms, err)) < 0)
-            goto done;
-        for (int r = 0; r < R; r++) {
-            rank_state *k = &ranks[r];
-            KL_CUDA_CHECK(cudaSetDevice(k->dev));
-            KL_CUDA_CHECK(cudaMemcpy(k->hloss, k->loss, sizeof(float) * (size_t)k->nr, cudaMemcpyDeviceToHost));
-            parts[r] = 0;
-            for (int64_t i = 0; i < k->nr; i++)
-                parts[r] += k->hloss[i];
-            sum += parts[r];
-        }
-        if (dist && (rc = world_sum(args, ranks, R, comms, parts, &sum, err)) < 0)
-            goto done;
-        loss_out[e] = (float)(sum / (double)n);
-        if (e + 1 < epochs) /* the last epoch is reported with the accuracy */
-            kl__mlp_progress(args, e + 1, epochs, loss_out[e], -1);
-    }
-
-    for (int r = 0; r < R; r++) {
-        KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
-        if ((rc = queue_correct(&ranks[r], &m, ranks[r].srows, err)) < 0)
-            goto done;
-    }
-    if ((rc = ranks_wait(args, ranks, R, comms, err)) < 0)
+/* Rank k's device: its stream, events and cuBLAS handle, its buffers (x
+ * (nr,d), y, loss (nr); w, v, g (m.size); hid, dhid (srows,h); logits
+ * (srows,c); ones (srows)), its shard and the initial weights copied in. */
+static int rank_setup(mlp_run *run, rank_state *k)
+{
+    const kl_mlp_dims *m = &run->m;
+    kl_err *err = run->err;
+    int rc = 0;
+    k->srows = k->nr < EVAL_ROWS ? k->nr : EVAL_ROWS;
+    k->srows = k->srows > run->bmax ? k->srows : run->bmax;
+    const size_t nr = (size_t)(k->nr > 0 ? k->nr : 1), P = (size_t)m->size, rows = (size_t)k->srows;
+    KL_CUDA_CHECK(cudaSetDevice(k->dev));
+    KL_CUDA_CHECK(cudaStreamCreateWithFlags(&k->s, cudaStreamNonBlocking));
+    KL_CUDA_CHECK(cudaEventCreateWithFlags(&k->ev[0], cudaEventDisableTiming));
+    KL_CUDA_CHECK(cudaEventCreateWithFlags(&k->ev[1], cudaEventDisableTiming));
+    if ((rc = kl__cuda_blas_begin(k->dev, k->s, &k->h, &k->ws, err)) < 0)
         goto done;
-    for (int r = 0; r < R; r++) {
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->x, sizeof(float) * nr * (size_t)m->d, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->y, sizeof(int32_t) * nr, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->loss, sizeof(float) * nr, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->w, sizeof(float) * P, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->v, sizeof(float) * P, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->g, sizeof(float) * P, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->hid, sizeof(float) * rows * (size_t)m->h, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->dhid, sizeof(float) * rows * (size_t)m->h, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->logits, sizeof(float) * rows * (size_t)m->c, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->ones, sizeof(float) * rows, k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->right, sizeof(int), k->s));
+    KL_CUDA_CHECK(cudaMallocAsync((void **)&k->part, sizeof(double), k->s));
+    KL_CUDA_CHECK(cudaMemcpyAsync(k->x, k->hx, sizeof(float) * (size_t)k->nr * (size_t)m->d,
+                                  cudaMemcpyHostToDevice, k->s));
+    KL_CUDA_CHECK(cudaMemcpyAsync(k->y, k->hy, sizeof(int32_t) * (size_t)k->nr, cudaMemcpyHostToDevice, k->s));
+    KL_CUDA_CHECK(cudaMemcpyAsync(k->w, run->w0, sizeof(float) * P, cudaMemcpyHostToDevice, k->s));
+    KL_CUDA_CHECK(cudaMemsetAsync(k->v, 0, sizeof(float) * P, k->s));
+    rc = fill_ones(k, rows, err);
+done:
+    return rc;
+}
+
+/* Every rank's device, then (more than one rank in the world) the NCCL
+ * communicators, under this process' NCCL turn. */
+static int ranks_setup(mlp_run *run, const int *gpu_ids)
+{
+    int devs[KL_MLP_MAX_RANKS], rc;
+    for (int r = 0; r < run->R; r++) {
+        devs[r] = gpu_ids[r];
+        if ((rc = rank_setup(run, &run->ranks[r])) < 0)
+            return rc;
+    }
+    if (run->pl.W > 1) {
+        if ((rc = kl__cuda_nccl_turn_take(run->args, run->err)) < 0)
+            return rc;
+        run->have_turn = 1;
+        if ((rc = kl__cuda_comms_open(run->args, devs, run->R, run->comms, run->err)) < 0)
+            return rc;
+    }
+    for (int r = 0; r < run->R; r++)
+        run->ranks[r].comm = run->comms[r];
+    run->started = 1;
+    return 0;
+}
+
+/* Keeps at most two windows of steps queued: at the start of each window,
+ * waits for the event of the window before the last, then records it. */
+static int window_turn(mlp_run *run)
+{
+    const kl_args *args = run->args;
+    kl_err *err = run->err;
+    const int slot = (int)(run->t / WINDOW % 2);
+    int rc = 0;
+    for (int r = 0; r < run->R; r++) {
+        rank_state *k = &run->ranks[r];
+        KL_CUDA_CHECK(cudaSetDevice(k->dev));
+        if (run->t >= 2 * WINDOW &&
+            (rc = run->pl.W > 1 ? kl__cuda_comms_wait_event(args, run->comms, run->R, k->ev[slot], err)
+                                : wait_event(k->ev[slot], args, err)) < 0)
+            goto done;
+        KL_CUDA_CHECK(cudaEventRecord(k->ev[slot], k->s));
+    }
+done:
+    return rc;
+}
+
+/* Step s of an epoch: every rank's gradient of its next rows (from
+ * cursor[r]), summed over the world, then the momentum update of the
+ * weights with the step's total rows. */
+static int train_step(mlp_run *run, int64_t s, int64_t *cursor)
+{
+    const kl_mlp_dims *m = &run->m;
+    const int64_t bt = kl__mlp_step_total(m->n, run->pl.W, run->bmax, s);
+    kl_err *err = run->err;
+    int rc = 0;
+    if (kl__cuda_canceled(run->args)) {
+        kl_err_set(err, NULL, "train_mlp: cancelled");
+        return KL_ECANCELED;
+    }
+    if (run->t % WINDOW == 0 && (rc = window_turn(run)) < 0)
+        return rc;
+    for (int r = 0; r < run->R; r++) {
+        int64_t lo;
+        const int64_t b = kl__mlp_step_rows(m->n, run->pl.W, run->pl.base + r, run->bmax, s, &lo);
+        KL_CUDA_CHECK(cudaSetDevice(run->ranks[r].dev));
+        if ((rc = queue_grad(&run->ranks[r], m, cursor[r], b, err)) < 0)
+            goto done;
+        cursor[r] += b;
+    }
+    if (run->pl.W > 1 &&
+        (rc = allreduce_group(run->args, run->ranks, run->R, run->comms, (size_t)m->size, ncclFloat,
+                              [](rank_state *k) { return (void *)k->g; }, err)) < 0)
+        goto done;
+    for (int r = 0; r < run->R; r++) {
+        rank_state *k = &run->ranks[r];
+        KL_CUDA_CHECK(cudaSetDevice(k->dev));
+        update_kernel<<<grid_for(m->size), 256, 0, k->s>>>(k->w, k->v, k->g, m->size, (float)bt, run->lr,
+                                                          run->mom);
+        KL_CUDA_CHECK(cudaGetLastError());
+    }
+done:
+    return rc;
+}
+
+/* The epoch's losses, each rank's summed on the host in row order (its
+ * rows are contiguous, so on one node this is the CPU's row order), then
+ * over the world: the mean into *mean. */
+static int epoch_loss(mlp_run *run, double *mean)
+{
+    const kl_args *args = run->args;
+    kl_err *err = run->err;
+    double parts[KL_MLP_MAX_RANKS], sum = 0;
+    int rc;
+    if ((rc = ranks_wait(args, run->ranks, run->R, run->comms, err)) < 0)
+        goto done;
+    for (int r = 0; r < run->R; r++) {
+        rank_state *k = &run->ranks[r];
+        KL_CUDA_CHECK(cudaSetDevice(k->dev));
+        KL_CUDA_CHECK(cudaMemcpy(k->hloss, k->loss, sizeof(float) * (size_t)k->nr, cudaMemcpyDeviceToHost));
+        parts[r] = 0;
+        for (int64_t i = 0; i < k->nr; i++)
+            parts[r] += k->hloss[i];
+        sum += parts[r];
+    }
+    if (run->dist && (rc = world_sum(args, run->ranks, run->R, run->comms, parts, &sum, err)) < 0)
+        goto done;
+    *mean = sum / (double)run->m.n;
+done:
+    return rc;
+}
+
+/* Every epoch: its steps, then its mean loss into loss_out[e] (and as
+ * progress, but for the last, reported with the accuracy). */
+static int train_epochs(mlp_run *run)
+{
+    for (int64_t e = 0; e < run->epochs; e++) {
+        int64_t cursor[KL_MLP_MAX_RANKS] = {0};
+        double mean = 0;
+        int rc;
+        for (int64_t s = 0; s < run->steps; s++, run->t++)
+            if ((rc = train_step(run, s, cursor)) < 0)
+                return rc;
+        if ((rc = epoch_loss(run, &mean)) < 0)
+            return rc;
+        run->loss_out[e] = (float)mean;
+        if (e + 1 < run->epochs)
+            kl__mlp_progress(run->args, e + 1, run->epochs, run->loss_out[e], -1);
+    }
+    return 0;
+}
+
+/* The accuracy over the world's rows into *acc (each rank counts its
+ * first srows rows' right answers). */
+static int accuracy(mlp_run *run, double *acc)
+{
+    const kl_args *args = run->args;
+    kl_err *err = run->err;
+    double parts[KL_MLP_MAX_RANKS], right = 0;
+    int rc = 0;
+    for (int r = 0; r < run->R; r++) {
+        KL_CUDA_CHECK(cudaSetDevice(run->ranks[r].dev));
+        if ((rc = queue_correct(&run->ranks[r], &run->m, run->ranks[r].srows, err)) < 0)
+            goto done;
+    }
+    if ((rc = ranks_wait(args, run->ranks, run->R, run->comms, err)) < 0)
+        goto done;
+    for (int r = 0; r < run->R; r++) {
         int got = 0;
-        KL_CUDA_CHECK(cudaSetDevice(ranks[r].dev));
-        KL_CUDA_CHECK(cudaMemcpy(&got, ranks[r].right, sizeof(int), cudaMemcpyDeviceToHost));
+        KL_CUDA_CHECK(cudaSetDevice(run->ranks[r].dev));
+        KL_CUDA_CHECK(cudaMemcpy(&got, run->ranks[r].right, sizeof(int), cudaMemcpyDeviceToHost));
         parts[r] = got;
         right += got;
     }
-    if (dist && (rc = world_sum(args, ranks, R, comms, parts, &right, err)) < 0)
+    if (run->dist && (rc = world_sum(args, run->ranks, run->R, run->comms, parts, &right, err)) < 0)
         goto done;
-    ((float *)outs[KL_MLP_OUT_ACC].data)[0] = (float)(right / (double)n);
-    kl__mlp_progress(args, epochs, epochs, loss_out[epochs - 1], right / (double)n);
-    /* Every rank holds the same weights; rank 0's are the result. */
-    KL_CUDA_CHECK(cudaSetDevice(ranks[0].dev));
-    KL_CUDA_CHECK(cudaMemcpy(w0, ranks[0].w, sizeof(float) * (size_t)m.size, cudaMemcpyDeviceToHost));
-    memcpy(outs[KL_MLP_OUT_W1].data, w0 + m.w1, sizeof(float) * (size_t)(m.d * m.h));
-    memcpy(outs[KL_MLP_OUT_B1].data, w0 + m.b1, sizeof(float) * (size_t)m.h);
-    memcpy(outs[KL_MLP_OUT_W2].data, w0 + m.w2, sizeof(float) * (size_t)(m.h * m.c));
-    memcpy(outs[KL_MLP_OUT_B2].data, w0 + m.b2, sizeof(float) * (size_t)m.c);
-    kl_info_set(args->info, "ranks", "%d", pl.W);
-    if (dist)
-        kl_info_set(args->info, "nodes", "%d", dist->nodes);
-    kl_info_set(args->info, "steps", "%lld", (long long)(steps * epochs));
-    if (dist && dist->node_rank != 0) /* node 0 answers for the world */
+    *acc = right / (double)run->m.n;
+done:
+    return rc;
+}
+
+/* The outputs: the accuracy, and rank 0's weights (every rank holds the
+ * same) split into w1, b1, w2, b2; the run's figures in its info. */
+static int write_outputs(mlp_run *run, kl_tensor *outs, double acc)
+{
+    const kl_mlp_dims *m = &run->m;
+    kl_err *err = run->err;
+    int rc = 0;
+    ((float *)outs[KL_MLP_OUT_ACC].data)[0] = (float)acc;
+    kl__mlp_progress(run->args, run->epochs, run->epochs, run->loss_out[run->epochs - 1], acc);
+    KL_CUDA_CHECK(cudaSetDevice(run->ranks[0].dev));
+    KL_CUDA_CHECK(cudaMemcpy(run->w0, run->ranks[0].w, sizeof(float) * (size_t)m->size, cudaMemcpyDeviceToHost));
+    memcpy(outs[KL_MLP_OUT_W1].data, run->w0 + m->w1, sizeof(float) * (size_t)(m->d * m->h));
+    memcpy(outs[KL_MLP_OUT_B1].data, run->w0 + m->b1, sizeof(float) * (size_t)m->h);
+    memcpy(outs[KL_MLP_OUT_W2].data, run->w0 + m->w2, sizeof(float) * (size_t)(m->h * m->c));
+    memcpy(outs[KL_MLP_OUT_B2].data, run->w0 + m->b2, sizeof(float) * (size_t)m->c);
+    kl_info_set(run->args->info, "ranks", "%d", run->pl.W);
+    if (run->dist)
+        kl_info_set(run->args->info, "nodes", "%d", run->dist->nodes);
+    kl_info_set(run->args->info, "steps", "%lld", (long long)(run->steps * run->epochs));
+    if (run->dist && run->dist->node_rank != 0) /* node 0 answers for the world */
         for (int o = 0; o < 6; o++)
             kl_tensor_free(&outs[o]);
-    rc = 0;
-    goto done;
-nomem:
-    kl_err_set(err, NULL, "train_mlp: cannot allocate host memory (%lld parameters, %lld rows)", (long long)m.size,
-               (long long)held);
-    rc = KL_ENOMEM;
 done:
-    /* A failed run may have collectives stuck on a lost peer or a stopped
-     * GPU: aborting the communicators is what lets the streams drain. */
+    return rc;
+}
+
+/* Frees what the run holds; rc < 0: it failed, and collectives may be
+ * stuck on a lost peer or a stopped GPU. */
+static void release(mlp_run *run, int rc)
+{
+    const int R = run->R;
+    /* Aborting the communicators is what lets the streams drain. */
     if (rc < 0)
-        kl__cuda_comms_close(comms, R, 1);
+        kl__cuda_comms_close(run->comms, R, 1);
     for (int r = 0; r < R; r++) {
-        rank_state *k = &ranks[r];
+        rank_state *k = &run->ranks[r];
         if (!k->s)
             continue;
         cudaSetDevice(k->dev);
         /* Work left queued by a cancel or a failure holds collectives that
          * the communicators must see through before they are destroyed. */
-        if (rc < 0 && started && pl.W > 1)
+        if (rc < 0 && run->started && run->pl.W > 1)
             cudaStreamSynchronize(k->s);
         kl__cuda_free(k->x, k->s);
         kl__cuda_free(k->y, k->s);
@@ -574,9 +662,9 @@ done:
         kl__cuda_free(k->part, k->s);
         kl__cuda_blas_end(k->ws, k->s);
     }
-    kl__cuda_comms_close(comms, R, 0);
+    kl__cuda_comms_close(run->comms, R, 0);
     for (int r = 0; r < R; r++) {
-        rank_state *k = &ranks[r];
+        rank_state *k = &run->ranks[r];
         if (k->s) {
             cudaSetDevice(k->dev);
             if (k->ev[0])
@@ -590,9 +678,65 @@ done:
         free(k->hy);
         free(k->hloss);
     }
-    free(w0);
-    if (have_turn)
+    free(run->w0);
+    if (run->have_turn)
         kl__cuda_nccl_turn_give();
+}
+
+int kl__cuda_train_mlp(const kl_args *args, const int *gpu_ids, kl_tensor *outs, kl_err *err)
+{
+    const kl_tensor *tx = args->inputs[KL_MLP_X], *ty = args->inputs[KL_MLP_Y];
+    const kl_dist *dist = args->dist;
+    const int R = kl__mlp_ranks(args);
+    /* n: the rows of the whole job; x holds held = n of them, or the node's. */
+    const int64_t held = tx->shape[0];
+    const placement pl = {dist ? dist->nodes * R : R, dist ? dist->node_rank * R : 0, dist ? dist->shard_lo : 0};
+    static const mlp_run zero = {};
+    mlp_run *run;
+    double acc = 0;
+    int rc = kl__mlp_labels_check((const int32_t *)ty->data, held, (int64_t)args->params[KL_MLP_CLASSES].num, err);
+
+    if (rc < 0)
+        return rc;
+    if (kl__cuda_canceled(args)) {
+        kl_err_set(err, NULL, "train_mlp: cancelled");
+        return KL_ECANCELED;
+    }
+    if (!(run = (mlp_run *)malloc(sizeof *run))) {
+        kl_err_set(err, NULL, "train_mlp: cannot allocate host memory");
+        return KL_ENOMEM;
+    }
+    *run = zero;
+    run->args = args;
+    run->err = err;
+    run->dist = dist;
+    run->R = R;
+    run->held = held;
+    run->pl = pl;
+    run->m = kl__mlp_dims(dist ? dist->shard_total : held, tx->shape[1], (int64_t)args->params[KL_MLP_HIDDEN].num,
+                          (int64_t)args->params[KL_MLP_CLASSES].num);
+    run->epochs = (int64_t)args->params[KL_MLP_EPOCHS].num;
+    run->bmax = kl__mlp_shard_max((int64_t)args->params[KL_MLP_BATCH].num, run->pl.W);
+    run->steps = kl__mlp_steps(run->m.n, run->pl.W, run->bmax);
+    run->lr = (float)args->params[KL_MLP_LR].num;
+    run->mom = (float)args->params[KL_MLP_MOMENTUM].num;
+    for (int r = 0; r < R; r++)
+        run->ranks[r].dev = gpu_ids[r];
+
+    if (alloc_outputs(outs, &run->m, run->epochs) < 0 ||
+        stage_host(run, (const float *)tx->data, (const int32_t *)ty->data) < 0) {
+        kl_err_set(err, NULL, "train_mlp: cannot allocate host memory (%lld parameters, %lld rows)",
+                   (long long)run->m.size, (long long)held);
+        rc = KL_ENOMEM;
+        goto done;
+    }
+    run->loss_out = (float *)outs[KL_MLP_OUT_LOSS].data;
+    if ((rc = ranks_setup(run, gpu_ids)) < 0 || (rc = train_epochs(run)) < 0 ||
+        (rc = accuracy(run, &acc)) < 0 || (rc = write_outputs(run, outs, acc)) < 0)
+        goto done;
+done:
+    release(run, rc);
+    free(run);
     cudaSetDevice(gpu_ids[0]);
     (void)cudaGetLastError(); /* leave nothing for the next run on this thread */
     return rc;

@@ -73,7 +73,7 @@ static void rebind(const gw_job_req *r)
     check(p2 && i2, "stored params or inputs do not load back");
     svc_kargs ka;
     kl_err ke = {{0}, {0}};
-    int rc = svc_kargs_bind(k, p2, i2, KL_MAX_ELEMS, r->gpus, &ka, &ke); /* as compute/args.c */
+    int rc = svc_kargs_bind(k, p2, i2, KL_MAX_ELEMS, r->gpus, &ka, &ke); /* as compute/cn_args.c */
     if (rc != 0)
         fprintf(stderr, "rebind: %s: %s\nparams %s\n", ke.field, ke.message, params_s);
     check(rc == 0, "the node would refuse a job the gateway accepted");

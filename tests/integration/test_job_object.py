@@ -10,9 +10,10 @@ import pytest
 
 from stack import wait_until
 
-ORDER = ["id", "state", "kernel", "params", "labels", "priority", "resources", "timeout_s",
-         "max_attempts", "attempts", "cancel_requested", "node", "placement", "backend", "info", "progress", "usage",
-         "created_at", "started_at", "finished_at", "error"]
+ORDER = ["id", "state", "kind", "kernel", "task", "params", "labels", "priority", "resources",
+         "timeout_s", "max_attempts", "attempts", "cancel_requested", "node", "placement", "backend",
+         "info", "progress", "usage", "exit_code", "logs", "created_at", "started_at",
+         "finished_at", "error"]
 PARKED = {"kernel": "sleep", "params": {"seconds": 0}, "priority": 0,
           "resources": {"backend": "cuda", "gpus": 16}}
 

@@ -8,8 +8,8 @@
 
 #include <cmocka.h>
 
-#include "args.h"
-#include "rdv.h"
+#include "cn_args.h"
+#include "cn_rdv.h"
 
 /* Decodes text; returns the decoder's result and leaves status and err. */
 static int decode(const char *text, cn_run_req *req, int *status, kl_err *err)

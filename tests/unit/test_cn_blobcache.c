@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "blobcache.h"
+#include "cn_blobcache.h"
 
 /* A fake id; the cache never hashes. */
 static const char *id_of(char c)

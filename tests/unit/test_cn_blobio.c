@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "blobcache.h"
-#include "blobio.h"
-#include "runs.h"
+#include "cn_blobcache.h"
+#include "cn_blobio.h"
+#include "cn_runs.h"
 #include "svc_bstore.h"
 #include "svc_log.h"
 #include "svc_sha256.h"

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cred.h"
+#include "cn_cred.h"
 
 #define CRED "kn_3q2-7wEvB1gWk0xGf3yQ1H2mZ8cV5nT4pL6sR9uA0dE"
 #define CRED2 "kn_Zz9-8wEvB1gWk0xGf3yQ1H2mZ8cV5nT4pL6sR9uA0dE"

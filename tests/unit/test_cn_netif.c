@@ -11,7 +11,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "netif.h"
+#include "cn_netif.h"
 
 static void test_loopback_addresses_are_on_lo(void **state)
 {

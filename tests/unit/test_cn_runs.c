@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "runs.h"
+#include "cn_runs.h"
 #include "svc_log.h"
 #include "svc_util.h"
 

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "slurm.h"
+#include "cn_slurm.h"
 
 /* The environment a test gives: NULL-terminated {name, value} pairs. */
 static const char *const *fake_env;

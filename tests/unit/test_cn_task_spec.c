@@ -1,5 +1,5 @@
 /* test_cn_task_spec.c — a run request's "task" as the node decodes it
- * (compute/task_spec.c, compute/args.c, service/svc_task.c): what it keeps,
+ * (compute/task_spec.c, compute/cn_args.c, service/svc_task.c): what it keeps,
  * what it refuses and with which status and field; and how a part's end
  * maps to contract §5's codes (cn_task_end_code). */
 #include <setjmp.h>
@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "args.h"
-#include "runs.h"
+#include "cn_args.h"
+#include "cn_runs.h"
 #include "svc_log.h"
 #include "task.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "api.h"
-#include "limits.h"
+#include "gw_limits.h"
 #include "reply.h"
 
 static void test_tenant_values_override_the_gateway_defaults(void **state)

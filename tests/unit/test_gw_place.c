@@ -246,6 +246,40 @@ static void test_fair_pick(void **state)
     assert_true(gw_place_fair_charge(1, 0) == 1.0);
 }
 
+/* A task goes to nodes with an engine; to those that list its image when
+ * any does; to any engine node when none lists it (which then fails it
+ * image_not_found once, rather than the job waiting forever). */
+static void test_tasks_need_an_engine_and_prefer_nodes_with_their_image(void **state)
+{
+    (void)state;
+    uint32_t has[] = {7, 42}, other[] = {7};
+    gw_place_node n[] = {N("kernels-only", "cpu", 4, 0, 0, 1), N("engine", "cpu", 4, 2, 0, 1),
+                         N("engine-with-image", "cpu", 4, 3, 0, 1)};
+    n[1].tasks = 1;
+    n[1].images = other;
+    n[1].nimages = 1;
+    n[2].tasks = 1;
+    n[2].images = has;
+    n[2].nimages = 2;
+    gw_place_req r = {.backend = "any", .gpus = 0, .nodes = 1, .image = 42};
+    gw_place_pick pick;
+    r.image_anywhere = gw_place_image_listed(n, 3, 42);
+    assert_true(r.image_anywhere);
+    assert_int_equal(gw_place_job(n, 3, &r, NULL, &pick), 0);
+    assert_int_equal(pick.node[0], 2); /* the busiest, but the one with the image */
+    r.image = 99;
+    r.image_anywhere = gw_place_image_listed(n, 3, 99);
+    assert_false(r.image_anywhere);
+    assert_int_equal(gw_place_job(n, 3, &r, NULL, &pick), 0);
+    assert_int_equal(pick.node[0], 1); /* an engine node, never the kernels-only one */
+    n[1].tasks = n[2].tasks = 0;
+    assert_int_equal(gw_place_job(n, 3, &r, NULL, &pick), -1);
+    /* a kernel job goes anywhere */
+    gw_place_req k = {.backend = "any", .gpus = 1, .nodes = 1};
+    assert_int_equal(gw_place_job(n, 3, &k, NULL, &pick), 0);
+    assert_int_equal(pick.node[0], 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -263,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_a_reservation_waits_for_idle_devices),
         cmocka_unit_test(test_reservation_and_backfill),
         cmocka_unit_test(test_fair_pick),
+        cmocka_unit_test(test_tasks_need_an_engine_and_prefer_nodes_with_their_image),
     };
     return cmocka_run_group_tests_name("gw_place", tests, NULL, NULL);
 }

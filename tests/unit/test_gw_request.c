@@ -75,7 +75,7 @@ static void test_envelope_errors_are_400_naming_the_field(void **state)
     expect_error("{\"kernel\":\"saxpy\",\"timeout_s\":0}", 400, "timeout_s");
     expect_error("{\"kernel\":\"saxpy\",\"max_attempts\":11}", 400, "max_attempts");
     expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"backend\":\"tpu\"}}", 400, "resources.backend");
-    expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"gpus\":0}}", 400, "resources.gpus");
+    expect_error("{\"kernel\":\"saxpy\",\"resources\":{\"gpus\":0}}", 422, "resources.gpus");
     expect_error("{\"kernel\":\"saxpy\",\"labels\":{\"bad key\":\"v\"}}", 400, "labels.bad key");
     expect_error("{\"kernel\":\"saxpy\",\"labels\":{\"k\":1}}", 400, "labels.k");
 }

@@ -1,165 +1,186 @@
-/* test_gw_task.c — the stand-alone checks of a task request: image
- * references and the allow-list, the command, environment names, paths,
- * the working directory, network and output quota. */
+/* test_gw_task.c — a task request checked and turned into the forms the
+ * job keeps (gateway/task.c): the allow-list, every member's refusals with
+ * the field they name, and the lease form (inline bytes in base64, blobs
+ * to look up, limits in bytes). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
 
-#include "task.h"
+#include "gw_task.h"
 
-static void test_image_references_of_the_oci_form_are_accepted(void **state)
+static const gw_task_limits LIM = {.max_output_bytes = 256 << 20, .log_bytes = 64 << 20};
+
+/* gw_task_parse on JSON text: its result, status and field. */
+static int parse(const char *text, int *status, char *field, gw_task_req *t)
 {
-    assert_true(gw_task_image_valid("python"));
-    assert_true(gw_task_image_valid("python:3.11-slim"));
-    assert_true(gw_task_image_valid("localhost/kowloon-python:1"));
-    assert_true(gw_task_image_valid("registry.example.com:5000/team/train__v2:latest"));
-    assert_true(gw_task_image_valid("nvcr.io/nvidia/pytorch:24.01-py3"));
-    assert_true(gw_task_image_valid("ghcr.io/a/b@sha256:"
-                                    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    assert_non_null(j);
+    gw_task_err e;
+    int rc = gw_task_parse(j, &LIM, t, &e);
+    *status = e.status;
+    snprintf(field, 160, "%s", e.field);
+    json_decref(j);
+    return rc;
 }
 
-static void test_malformed_image_references_are_refused(void **state)
+static void refused(const char *text, int status, const char *field)
 {
-    assert_false(gw_task_image_valid(""));
-    assert_false(gw_task_image_valid("Python"));           /* upper case in the path */
-    assert_false(gw_task_image_valid("python:"));          /* empty tag */
-    assert_false(gw_task_image_valid("-python"));
-    assert_false(gw_task_image_valid("a//b"));
-    assert_false(gw_task_image_valid("a/b/"));
-    assert_false(gw_task_image_valid("python:.bad"));
-    assert_false(gw_task_image_valid("py thon"));
-    assert_false(gw_task_image_valid("--privileged"));
-    assert_false(gw_task_image_valid("a@sha256:12"));
-    assert_false(gw_task_image_valid("host:99999999/a"));
-    char longref[300];
-    memset(longref, 'a', sizeof longref - 1);
-    longref[sizeof longref - 1] = '\0';
-    assert_false(gw_task_image_valid(longref));
+    gw_task_req t;
+    int st;
+    char f[160];
+    assert_int_equal(parse(text, &st, f, &t), -1);
+    gw_task_req_free(&t);
+    assert_int_equal(st, status);
+    assert_string_equal(f, field);
 }
 
 static void test_the_allow_list_matches_shell_patterns_per_path_segment(void **state)
 {
+    (void)state;
     const char *list = "localhost/kowloon-*:*, nvcr.io/nvidia/pytorch:24.*";
-    assert_true(gw_task_image_allowed(list, "localhost/kowloon-python:1"));
-    assert_true(gw_task_image_allowed(list, "nvcr.io/nvidia/pytorch:24.01-py3"));
-    assert_false(gw_task_image_allowed(list, "nvcr.io/nvidia/pytorch:23.10-py3"));
-    assert_false(gw_task_image_allowed(list, "localhost/evil/kowloon-x:1")); /* '*' stops at '/' */
-    assert_false(gw_task_image_allowed("", "python"));
-    assert_false(gw_task_image_allowed(NULL, "python"));
-    assert_true(gw_task_image_allowed("*", "python"));
+    assert_true(svc_task_image_allowed(list, "localhost/kowloon-python:1"));
+    assert_true(svc_task_image_allowed(list, "nvcr.io/nvidia/pytorch:24.01-py3"));
+    assert_false(svc_task_image_allowed(list, "nvcr.io/nvidia/pytorch:23.10-py3"));
+    assert_false(svc_task_image_allowed(list, "localhost/evil/kowloon-x:1")); /* '*' stops at '/' */
+    assert_false(svc_task_image_allowed("", "python"));
+    assert_false(svc_task_image_allowed(NULL, "python"));
+    assert_true(svc_task_image_allowed("*", "python"));
 }
 
-static void test_env_names_kowloon_sets_are_refused(void **state)
+static void test_a_good_task_becomes_its_echo_and_its_lease_form(void **state)
 {
-    assert_true(gw_task_env_name_ok("LR"));
-    assert_true(gw_task_env_name_ok("_x9"));
-    assert_true(gw_task_env_name_ok("NCCL_DEBUG"));
-    assert_false(gw_task_env_name_ok("9LIVES"));
-    assert_false(gw_task_env_name_ok("A-B"));
-    assert_false(gw_task_env_name_ok(""));
-    assert_false(gw_task_env_name_ok("KOWLOON_NODE_TOKEN"));
-    assert_false(gw_task_env_name_ok("MASTER_ADDR"));
-    assert_false(gw_task_env_name_ok("WORLD_SIZE"));
-    assert_false(gw_task_env_name_ok("CUDA_VISIBLE_DEVICES"));
-}
-
-static void test_paths_stay_below_their_folder(void **state)
-{
-    assert_true(gw_task_path_ok("train.py"));
-    assert_true(gw_task_path_ok("conf/a.yaml"));
-    assert_true(gw_task_path_ok("..hidden"));
-    assert_false(gw_task_path_ok("../etc/passwd"));
-    assert_false(gw_task_path_ok("a/../../b"));
-    assert_false(gw_task_path_ok("/etc/passwd"));
-    assert_false(gw_task_path_ok("a//b"));
-    assert_false(gw_task_path_ok("a/./b"));
-    assert_false(gw_task_path_ok("a\\b"));
-    assert_false(gw_task_path_ok("a\nb"));
-    assert_false(gw_task_path_ok(""));
-}
-
-/* Runs gw_task_check on JSON text; returns its result and the field. */
-static int check(const char *text, char *field, int *egress, int64_t *quota)
-{
-    json_error_t je;
-    json_t *t = json_loads(text, 0, &je);
-    assert_non_null(t);
-    gw_task_err e = {{0}, {0}};
-    int rc = gw_task_check(t, egress, quota, &e);
-    snprintf(field, 64, "%s", e.field);
-    json_decref(t);
-    return rc;
-}
-
-static void test_a_whole_task_is_checked_member_by_member(void **state)
-{
-    char f[64];
-    int egress;
-    int64_t quota;
-    assert_int_equal(check("{\"image\":\"localhost/kowloon-python:1\",\"command\":[\"python3\","
+    (void)state;
+    gw_task_req t;
+    int st;
+    char f[160];
+    assert_int_equal(parse("{\"image\":\"localhost/kowloon-python:1\",\"command\":[\"python3\","
                            "\"-c\",\"print(1)\"],\"env\":{\"LR\":\"0.1\"},\"workdir\":\"/app\","
-                           "\"files\":{\"a/b.py\":{\"text\":\"x\"}},\"inputs\":{\"x\":{}},"
-                           "\"network\":\"egress\",\"output_quota_mb\":10}",
-                           f, &egress, &quota), 0);
-    assert_int_equal(egress, 1);
-    assert_int_equal(quota, 10);
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[]}", f, &egress, &quota), -1);
-    assert_string_equal(f, "task.command");
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"\"]}", f, &egress, &quota), -1);
-    assert_string_equal(f, "task.command");
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"x\", 1]}", f, &egress, &quota), -1);
-    assert_int_equal(check("{\"command\":[\"x\"]}", f, &egress, &quota), -1);
-    assert_string_equal(f, "task.image");
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"x\"],\"privileged\":true}", f, &egress,
-                           &quota), -1);
-    assert_string_equal(f, "task.privileged");
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"x\"],\"env\":{\"MASTER_PORT\":\"1\"}}",
-                           f, &egress, &quota), -1);
-    assert_string_equal(f, "task.env.MASTER_PORT");
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"x\"],\"files\":{\"../x\":{}}}", f,
-                           &egress, &quota), -1);
-    assert_string_equal(f, "task.files.../x");
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"x\"],\"inputs\":{\"a/b\":{}}}", f,
-                           &egress, &quota), -1);
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"x\"],\"workdir\":\"/kowloon/out/w\"}",
-                           f, &egress, &quota), -1);
-    assert_string_equal(f, "task.workdir");
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"x\"],\"workdir\":\"relative\"}", f,
-                           &egress, &quota), -1);
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"x\"],\"network\":\"host\"}", f, &egress,
-                           &quota), -1);
-    assert_string_equal(f, "task.network");
-    assert_int_equal(check("{\"image\":\"p\",\"command\":[\"x\"],\"output_quota_mb\":0}", f,
-                           &egress, &quota), -1);
-    assert_string_equal(f, "task.output_quota_mb");
+                           "\"files\":{\"a/b.py\":{\"text\":\"x\"}},\"inputs\":{\"x\":{\"dtype\":"
+                           "\"float32\",\"shape\":[2],\"data\":[1,2]},\"y\":{\"dtype\":\"uint8\","
+                           "\"shape\":[3],\"blob\":\"sha256:" "0000000000000000000000000000000000000000000000000000000000000000"
+                           "\",\"format\":\"npy\"}},\"network\":\"egress\",\"output_quota_mb\":10}",
+                           &st, f, &t), 0);
+    assert_int_equal(t.egress, 1);
+    assert_string_equal(t.image, "localhost/kowloon-python:1");
+    assert_null(json_object_get(t.echo, "files"));
+    assert_string_equal(json_string_value(json_object_get(t.echo, "workdir")), "/app");
+    json_t *run = t.run;
+    assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(run,
+                        "files"), "a/b.py"), "b64")), "eA==");
+    /* float32 1, 2 little-endian */
+    assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(run,
+                        "inputs"), "x"), "b64")), "AACAPwAAAEA=");
+    assert_int_equal(t.nblobs, 1);
+    assert_int_equal(t.blobs[0].size, 3);
+    assert_string_equal(t.blobs[0].field, "task.inputs.y");
+    json_t *lim = json_object_get(run, "limits");
+    assert_int_equal(json_integer_value(json_object_get(lim, "output_bytes")), 10 << 20);
+    assert_int_equal(json_integer_value(json_object_get(lim, "log_bytes")), 64 << 20);
+    gw_task_req_free(&t);
+}
+
+static void test_a_large_inline_input_is_left_to_become_a_blob(void **state)
+{
+    (void)state;
+    json_t *data = json_array();
+    for (int i = 0; i < 20000; i++)
+        json_array_append_new(data, json_integer(i));
+    json_t *j = json_pack("{s:s, s:[s], s:{s:{s:s, s:[i], s:o}}}", "image", "p", "command", "x",
+                          "inputs", "big", "dtype", "int32", "shape", 20000, "data", data);
+    gw_task_req t;
+    gw_task_err e;
+    assert_int_equal(gw_task_parse(j, &LIM, &t, &e), 0);
+    assert_int_equal(t.nbig, 1);
+    assert_int_equal(t.big[0].len, 80000);
+    assert_null(json_object_get(t.big[0].entry, "b64"));
+    gw_task_req_free(&t);
+    json_decref(j);
+}
+
+static void test_each_bad_member_is_refused_naming_its_field(void **state)
+{
+    (void)state;
+    refused("{\"image\":\"p\",\"command\":[]}", 422, "task.command");
+    refused("{\"image\":\"p\",\"command\":[\"\"]}", 422, "task.command");
+    refused("{\"image\":\"p\",\"command\":[\"x\", 1]}", 400, "task.command");
+    refused("{\"command\":[\"x\"]}", 422, "task.image");
+    refused("{\"image\":\"-rm\",\"command\":[\"x\"]}", 422, "task.image");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"privileged\":true}", 400, "task.privileged");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"env\":{\"MASTER_PORT\":\"1\"}}", 422,
+            "task.env.MASTER_PORT");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"env\":{\"KOWLOON_X\":\"1\"}}", 422,
+            "task.env.KOWLOON_X");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"env\":{\"9x\":\"1\"}}", 422, "task.env.9x");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"files\":{\"../x\":{\"text\":\"\"}}}", 422,
+            "task.files.../x");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"files\":{\"/etc/x\":{\"text\":\"\"}}}", 422,
+            "task.files./etc/x");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"files\":{\"a\":{\"text\":\"\"},"
+            "\"a/b\":{\"text\":\"\"}}}", 422, "task.files.a/b");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"inputs\":{\"a/b\":{}}}", 422, "task.inputs.a/b");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"inputs\":{\"x\":{\"dtype\":\"float32\","
+            "\"shape\":[3],\"data\":[1,2]}}}", 422, "task.inputs.x");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"inputs\":{\"x\":{\"dtype\":\"complex64\","
+            "\"shape\":[1],\"data\":[1]}}}", 422, "task.inputs.x");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"inputs\":{\"x.y\":{\"b64\":\"\"},"
+            "\"X_Y\":{\"b64\":\"\"}}}", 422, "task.inputs.x.y");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"workdir\":\"/kowloon/out/w\"}", 422,
+            "task.workdir");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"workdir\":\"relative\"}", 422, "task.workdir");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"network\":\"host\"}", 422, "task.network");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"output_quota_mb\":0}", 422,
+            "task.output_quota_mb");
+    refused("{\"image\":\"p\",\"command\":[\"x\"],\"output_quota_mb\":257}", 422,
+            "task.output_quota_mb");
 }
 
 static void test_an_over_long_command_is_refused(void **state)
 {
+    (void)state;
     json_t *cmd = json_array();
-    for (int i = 0; i < GW_TASK_ARGV_MAX + 1; i++)
+    for (int i = 0; i < SVC_TASK_ARGS_MAX + 1; i++)
         json_array_append_new(cmd, json_string("x"));
-    json_t *t = json_pack("{s:s, s:o}", "image", "p", "command", cmd);
-    gw_task_err e = {{0}, {0}};
-    int egress;
-    int64_t quota;
-    assert_int_equal(gw_task_check(t, &egress, &quota, &e), -1);
+    json_t *j = json_pack("{s:s, s:o}", "image", "p", "command", cmd);
+    gw_task_req t;
+    gw_task_err e;
+    assert_int_equal(gw_task_parse(j, &LIM, &t, &e), -1);
+    gw_task_req_free(&t);
     assert_string_equal(e.field, "task.command");
-    json_decref(t);
+    json_decref(j);
+}
+
+static void test_reported_outputs_become_file_entries(void **state)
+{
+    (void)state;
+    json_t *meta;
+    char why[200];
+    json_t *o = json_pack("{s:{s:s, s:i}}", "a/y.npy", "blob",
+                          "sha256:1111111111111111111111111111111111111111111111111111111111111111",
+                          "bytes", 12);
+    assert_int_equal(gw_task_outputs_meta(o, &meta, why, sizeof why), 0);
+    assert_int_equal(json_array_size(meta), 1);
+    assert_true(gw_task_output_is_file(json_array_get(meta, 0)));
+    json_decref(meta);
+    json_decref(o);
+    o = json_pack("{s:{s:s, s:i}}", "../y", "blob",
+                  "sha256:1111111111111111111111111111111111111111111111111111111111111111", "bytes", 1);
+    assert_int_equal(gw_task_outputs_meta(o, &meta, why, sizeof why), -1);
+    json_decref(o);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_image_references_of_the_oci_form_are_accepted),
-        cmocka_unit_test(test_malformed_image_references_are_refused),
         cmocka_unit_test(test_the_allow_list_matches_shell_patterns_per_path_segment),
-        cmocka_unit_test(test_env_names_kowloon_sets_are_refused),
-        cmocka_unit_test(test_paths_stay_below_their_folder),
-        cmocka_unit_test(test_a_whole_task_is_checked_member_by_member),
+        cmocka_unit_test(test_a_good_task_becomes_its_echo_and_its_lease_form),
+        cmocka_unit_test(test_a_large_inline_input_is_left_to_become_a_blob),
+        cmocka_unit_test(test_each_bad_member_is_refused_naming_its_field),
         cmocka_unit_test(test_an_over_long_command_is_refused),
+        cmocka_unit_test(test_reported_outputs_become_file_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,45 @@ static void test_defaults_apply_without_flags_or_env(void **state)
     assert_null(svc_config_get(opts, "nope"));
 }
 
+/* A program's own config struct, bound once: every value lands in its
+ * field with its type, and the option is found again by its field. */
+typedef struct {
+    int flag;
+    const char *listen;
+    long slots;
+    int admin;
+    const char *tenant;
+} bound_cfg;
+
+static void test_bind_writes_each_value_into_its_field(void **state)
+{
+    (void)state;
+    svc_opt b[] = {
+        {.flag = "listen", .type = SVC_OPT_STRING, .def = "127.0.0.1:8080",
+         .at = SVC_OPT_STR(bound_cfg, listen)},
+        {.flag = "slots", .type = SVC_OPT_INT, .def = "2", .min = 1, .max = 64,
+         .at = SVC_OPT_INT(bound_cfg, slots)},
+        {.flag = "admin", .type = SVC_OPT_BOOL, .def = "0", .at = SVC_OPT_BOOL(bound_cfg, admin)},
+        {.flag = "tenant", .type = SVC_OPT_STRING, .at = SVC_OPT_STR(bound_cfg, tenant)},
+        {.flag = "unbound", .type = SVC_OPT_INT, .def = "7"},
+        {.flag = NULL},
+    };
+    char *argv[] = {"prog", "--slots", "9", "--admin", NULL};
+    char err[256];
+    bound_cfg c = {.flag = 42, .tenant = "x"};
+    assert_int_equal(svc_config_parse(b, 4, argv, 1, NULL, 0, NULL, err, sizeof err), 0);
+    svc_config_bind(b, &c);
+    assert_int_equal(c.flag, 42);   /* no option is bound to it */
+    assert_string_equal(c.listen, "127.0.0.1:8080");
+    assert_int_equal(c.slots, 9);
+    assert_int_equal(c.admin, 1);
+    assert_null(c.tenant);          /* no default: NULL, written too */
+    assert_ptr_equal(svc_config_at(b, SVC_OPT_INT(bound_cfg, slots)), &b[1]);
+    assert_true(svc_config_given(svc_config_at(b, SVC_OPT_INT(bound_cfg, slots))));
+    assert_false(svc_config_given(svc_config_at(b, SVC_OPT_STR(bound_cfg, listen))));
+    assert_null(svc_config_at(b, 0));
+}
+
 static void test_env_beats_default(void **state)
 {
     (void)state;
@@ -208,6 +247,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_defaults_apply_without_flags_or_env, reset_env),
         cmocka_unit_test_setup(test_env_beats_default, reset_env),
+        cmocka_unit_test_setup(test_bind_writes_each_value_into_its_field, reset_env),
         cmocka_unit_test_setup(test_flag_beats_env, reset_env),
         cmocka_unit_test_setup(test_empty_env_counts_as_unset, reset_env),
         cmocka_unit_test_setup(test_int_bounds_are_enforced_from_every_source, reset_env),

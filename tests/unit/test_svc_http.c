@@ -684,7 +684,7 @@ static void test_client_reports_transport_error(void **state)
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/x", ntohs(sa.sin_port));
     svc_response r;
-    assert_int_equal(svc_http_call("GET", url, NULL, NULL, 2000, &r), -1);
+    assert_int_equal(svc_http_call("GET", url, NULL, NULL, 2000, &r), SVC_XFER_EIO);
     assert_int_equal(r.status, 0);
     assert_true(r.error[0] != '\0');
     svc_response_clear(&r);

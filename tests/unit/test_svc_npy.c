@@ -190,8 +190,10 @@ static void test_parser_refuses_what_it_cannot_read(void **state)
         assert_int_equal(hl, k < 10 ? 10 : n);
     }
     assert_int_equal(svc_npy_parse_header("PK\x03\x04", 4, &dt, &nd, sh, &hl), SVC_NPY_EMAGIC);
-    for (int c = SVC_NPY_EPAD; c <= 0; c++)
+    for (int c = SVC_NPY_EPAD; c <= SVC_NPY_ETRUNC; c++) {
         assert_true(strlen(svc_npy_strerror(c)) > 0);
+        assert_string_not_equal(svc_npy_strerror(c), "unknown .npy error");
+    }
 }
 
 /* ---- numpy itself -------------------------------------------------- */

@@ -3,14 +3,18 @@ submit body, and the Job object's read-only view. No I/O here."""
 
 from __future__ import annotations
 
+import base64
+import codecs
 import dataclasses
 import datetime as _dt
 import math
 import os
+import shlex
 import time
 import uuid
+from urllib.parse import quote
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -159,6 +163,162 @@ def build_submit(kernel: Mapping[str, Any], kwargs: Mapping[str, Any],
     return body, uploads
 
 
+#: numpy dtypes a task input may have (native little-endian forms); a task
+#: reads its bytes itself, so the set is wider than a kernel's
+TASK_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+               "uint64", "float16", "float32", "float64")
+
+#: task files up to this size go inline (base64); larger ones as blobs
+#: (the gateway takes 1 MiB of inline files in all)
+FILE_INLINE_MAX_BYTES = 64 * 1024
+
+
+def _task_array(value: Any, name: str) -> Tuple[np.ndarray, str]:
+    arr = np.asarray(value)
+    if arr.dtype.name not in TASK_DTYPES:
+        raise KowloonError(f"input {name}: dtype {arr.dtype} is not one a task takes "
+                           f"({', '.join(TASK_DTYPES)})")
+    return np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("<"), copy=False)), arr.dtype.name
+
+
+def _task_input(name: str, value: Any, fmt: str, uploads: List[Upload]) -> Dict[str, Any]:
+    """The wire form of one task input: bytes are plain bytes (raw, no
+    dtype), anything else an array; a Mapping is already a wire form."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw, entry = bytes(value), {"format": "raw"}
+    else:
+        if fmt not in ("raw", "npy"):
+            raise KowloonError(f"input_format must be raw or npy, not {fmt!r}")
+        arr, dt = _task_array(value, name)
+        raw, entry = arr.tobytes(), {"dtype": dt, "shape": list(arr.shape), "format": fmt}
+    if len(raw) <= _wire.INLINE_MAX_BYTES:
+        entry["b64"] = base64.b64encode(raw).decode("ascii")
+    else:
+        bid = _wire.blob_id(raw)
+        uploads.append(Upload(name, raw, bid))
+        entry["blob"] = bid
+    return entry
+
+
+def _task_file(path: str, value: Any, uploads: List[Upload]) -> Dict[str, Any]:
+    """The wire form of one file of the working directory: str is text,
+    bytes go inline up to 64 KiB and as a blob above, a Mapping is already
+    a wire form ({"text"}, {"b64"} or {"blob"})."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        if len(value.encode("utf-8")) <= FILE_INLINE_MAX_BYTES:
+            return {"text": value}
+        value = value.encode("utf-8")
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise KowloonError(f"file {path}: give str, bytes or a wire form, not {type(value).__name__}")
+    raw = bytes(value)
+    if len(raw) <= FILE_INLINE_MAX_BYTES:
+        return {"b64": base64.b64encode(raw).decode("ascii")}
+    bid = _wire.blob_id(raw)
+    uploads.append(Upload(path, raw, bid))
+    return {"blob": bid}
+
+
+def build_task_submit(image: str, command: Union[str, Sequence[str]], *,
+                      env: Optional[Mapping[str, str]] = None,
+                      files: Optional[Mapping[str, Any]] = None,
+                      inputs: Optional[Mapping[str, Any]] = None,
+                      input_format: Union[str, Mapping[str, str]] = "raw",
+                      workdir: Optional[str] = None, network: Optional[str] = None,
+                      output_quota_mb: Optional[int] = None,
+                      envelope: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[Upload]]:
+    """The POST /v1/jobs body of a task and the blobs it needs uploaded
+    first. ``command`` is an argv list (a string is split as a shell would,
+    without running one). Inputs: numpy arrays (their own dtype; ``raw``
+    bytes at ``/kowloon/in/NAME`` or ``NAME.npy`` with
+    ``input_format="npy"``; a dict gives a format per input name, raw
+    for the others), bytes (plain bytes), or wire forms."""
+    argv = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
+    if not argv:
+        raise KowloonError("command is empty")
+    task: Dict[str, Any] = {"image": image, "command": argv}
+    uploads: List[Upload] = []
+    if env:
+        task["env"] = {str(k): str(v) for k, v in env.items()}
+    if files:
+        task["files"] = {p: _task_file(p, v, uploads) for p, v in files.items()}
+    if inputs:
+        fmt = (lambda n: input_format) if isinstance(input_format, str) else \
+            (lambda n: input_format.get(n, "raw"))
+        task["inputs"] = {n: _task_input(n, v, fmt(n), uploads) for n, v in inputs.items()}
+    for k, v in (("workdir", workdir), ("network", network), ("output_quota_mb", output_quota_mb)):
+        if v is not None:
+            task[k] = v
+    body: Dict[str, Any] = {"task": task}
+    for k, v in envelope.items():
+        if v is not None:
+            body[k] = v
+    return body, uploads
+
+
+def output_path(job_id: str, name: str) -> str:
+    """The route of one output; a task's output names are paths, sent
+    URL-encoded whole (``a/b.txt`` as ``a%2Fb.txt``)."""
+    return f"/v1/jobs/{job_id}/outputs/{quote(name, safe='')}"
+
+
+class LogCursor:
+    """Where a reading of a job's log stands, shared by the sync and async
+    followers: the request to make next (``Range`` from the bytes already
+    had, so a dropped stream resumes without a gap or a repeat) and the
+    decoding of what came (UTF-8 across chunk boundaries)."""
+
+    def __init__(self, job_id: str, part: int, follow: bool):
+        self.path = f"/v1/jobs/{job_id}/logs"
+        self.part = part
+        self.follow = follow
+        self.offset = 0
+        self._skip = 0
+        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def request(self) -> Tuple[Dict[str, Any], Dict[str, str]]:
+        """(query, headers) of the next request."""
+        q: Dict[str, Any] = {"part": self.part}
+        if self.follow:
+            q["follow"] = 1
+        h = {"Range": f"bytes={self.offset}-"} if self.offset else {}
+        return q, h
+
+    def start(self, status: int) -> bool:
+        """Whether an answer's body is log bytes: 206 (from ``offset``) or
+        200 (the whole log: what was had already is skipped, for a gateway
+        that ignores Range). 416 means nothing past ``offset`` yet."""
+        self._skip = self.offset if status == 200 else 0
+        return status in (200, 206)
+
+    def feed(self, chunk: bytes) -> str:
+        if self._skip:
+            cut = min(self._skip, len(chunk))
+            self._skip -= cut
+            chunk = chunk[cut:]
+        self.offset += len(chunk)
+        return self._dec.decode(chunk)
+
+    def end(self) -> str:
+        return self._dec.decode(b"", final=True)
+
+    def after_stream(self, got: int, job_done: Optional[bool]) -> str:
+        """What follows a request: ``stop`` (all read), ``again`` (read
+        on: the connection dropped, or the job ended and a last plain read
+        takes any tail), or ``wait`` (no log yet: wait for a change of the
+        job before asking again, rather than spin). ``job_done`` is asked
+        only while following (None otherwise)."""
+        if not self.follow:
+            return "stop"
+        if job_done:
+            self.follow = False
+            return "again"
+        return "again" if got else "wait"
+
+
 def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 
@@ -198,6 +358,23 @@ class JobView:
         return self._data.get("kernel", "")
 
     @property
+    def kind(self) -> str:
+        """``kernel`` or ``task``."""
+        return self._data.get("kind") or ("task" if self._data.get("task") else "kernel")
+
+    @property
+    def task(self) -> Optional[Dict[str, Any]]:
+        """A task's ``image``, ``command``, ``env``, ``workdir``, ``network``
+        (None for a kernel job)."""
+        return self._data.get("task")
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """A task's exit code once it ended (None before, or when the
+        program never ran)."""
+        return self._data.get("exit_code")
+
+    @property
     def error(self) -> Optional[Dict[str, Any]]:
         """``{"code", "message"}`` of a failed job, else None."""
         return self._data.get("error")
@@ -224,7 +401,8 @@ class JobView:
             self._data["progress"] = ev.progress
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.id} {self.kernel} {self.state}>"
+        what = self.kernel if self.kind == "kernel" else (self.task or {}).get("image", "task")
+        return f"<{type(self).__name__} {self.id} {what} {self.state}>"
 
 
 def decode_output(resp_headers: Any, content: bytes, listed: Mapping[str, Any]) -> np.ndarray:

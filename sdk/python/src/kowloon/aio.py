@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Tuple
+from typing import (Any, AsyncIterator, Awaitable, Dict, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import httpx
 import numpy as np
 
 from . import _wire
-from ._base import (Config, JobView, LabelFilter, RetryPolicy, build_submit, decode_output,
-                    label_query, new_idempotency_key, usage_query, wait_chunk)
+from ._base import (Config, JobView, LabelFilter, LogCursor, RetryPolicy, build_submit,
+                    build_task_submit, decode_output, label_query, new_idempotency_key,
+                    output_path, usage_query, wait_chunk)
 from ._errors import (JobFailedError, KowloonError, NotFoundError, NotOfferedError,
                       TransportError, WaitTimeout, error_from_response)
 
@@ -181,6 +183,34 @@ class AsyncClient:
                           headers={"Idempotency-Key": new_idempotency_key()})
         return AsyncJob(self, resp.json())
 
+    async def submit_task(self, image: str, command: Union[str, Sequence[str]], *,
+                          env: Optional[Mapping[str, str]] = None,
+                          files: Optional[Mapping[str, Any]] = None,
+                          inputs: Optional[Mapping[str, Any]] = None,
+                          input_format: Union[str, Mapping[str, str]] = "raw",
+                          workdir: Optional[str] = None, network: Optional[str] = None,
+                          output_quota_mb: Optional[int] = None,
+                          resources: Optional[Mapping[str, Any]] = None,
+                          priority: Optional[int] = None, timeout_s: Optional[int] = None,
+                          max_attempts: Optional[int] = None,
+                          labels: Optional[Mapping[str, str]] = None) -> "AsyncJob":
+        """Submits a task (your program in a container image); returns it
+        queued. As ``Client.submit_task``."""
+        body, uploads = build_task_submit(
+            image, command, env=env, files=files, inputs=inputs, input_format=input_format,
+            workdir=workdir, network=network, output_quota_mb=output_quota_mb,
+            envelope={"priority": priority, "timeout_s": timeout_s,
+                      "max_attempts": max_attempts, "resources": resources, "labels": labels})
+        for u in uploads:
+            await self.upload(u.raw, u.blob_id)
+        resp = await self._send("POST", "/v1/jobs", json=body,
+                                headers={"Idempotency-Key": new_idempotency_key()})
+        return AsyncJob(self, resp.json())
+
+    async def list_images(self) -> Dict[str, Any]:
+        """What tasks may run (``GET /v1/images``); as ``Client.list_images``."""
+        return await self.request("GET", "/v1/images")
+
     async def run(self, kernel: str, *, timeout: Optional[float] = None, **kwargs: Any
             ) -> Dict[str, np.ndarray]:
         """Submits, waits and returns the outputs as numpy arrays by name.
@@ -263,11 +293,9 @@ class AsyncJob(JobView):
         self._data = await self._c.request("POST", f"/v1/jobs/{self.id}/cancel")
         return self
 
-    async def result(self, timeout: Optional[float] = None) -> Dict[str, np.ndarray]:
-        """The outputs as numpy arrays by name, waiting for the job first.
-        Each output is downloaded as raw bytes (``GET
-        /v1/jobs/{id}/outputs/{name}``). Raises JobFailedError when the job
-        failed or was cancelled."""
+    async def result(self, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """The outputs by name, waiting for the job first: a kernel's as
+        numpy arrays, a task's files as bytes. As ``Job.result``."""
         if self._outputs is not None:
             return dict(self._outputs)
         await self.wait(timeout)
@@ -276,12 +304,68 @@ class AsyncJob(JobView):
         listing = await self._c.request("GET", f"/v1/jobs/{self.id}/result",
                                   params={"encoding": "blob"})
         names = list(listing["outputs"])
-        resps = await asyncio.gather(*(self._c._send("GET", f"/v1/jobs/{self.id}/outputs/{n}")
+        resps = await asyncio.gather(*(self._c._send("GET", output_path(self.id, n))
                                        for n in names))
-        out = {n: decode_output(r.headers, r.content, listing["outputs"][n])
+        out = {n: (r.content if self.kind == "task"
+                   else decode_output(r.headers, r.content, listing["outputs"][n]))
                for n, r in zip(names, resps)}
         self._outputs = out
         return dict(out)
+
+    async def output(self, name: str) -> bytes:
+        """One output's bytes as stored, without waiting."""
+        return (await self._c._send("GET", output_path(self.id, name))).content
+
+    def logs(self, follow: bool = False, part: int = 0
+             ) -> Union[Awaitable[str], AsyncIterator[str]]:
+        """A task's log of gang part ``part``: ``await job.logs()`` is the
+        text so far; ``async for text in job.logs(follow=True)`` yields it
+        as it arrives until the job ends. As ``Job.logs``."""
+        chunks = self._log_chunks(LogCursor(self.id, part, follow))
+        if follow:
+            return chunks
+
+        async def whole() -> str:
+            return "".join([t async for t in chunks])
+        return whole()
+
+    async def _log_chunks(self, cur: LogCursor) -> AsyncIterator[str]:
+        failures = 0
+        while True:
+            q, h = cur.request()
+            got = 0
+            try:
+                async with self._c._http.stream("GET", cur.path, params=q, headers=h,
+                                                timeout=httpx.Timeout(self._c._cfg.timeout,
+                                                                      read=60.0)) as resp:
+                    if resp.status_code in (404, 416):
+                        await resp.aread()
+                        if resp.status_code == 404:
+                            await self.refresh()
+                    elif resp.status_code >= 400:
+                        await resp.aread()
+                        raise error_from_response(resp.status_code, resp.headers, resp.content)
+                    elif cur.start(resp.status_code):
+                        async for chunk in resp.aiter_bytes():
+                            got += len(chunk)
+                            text = cur.feed(chunk)
+                            if text:
+                                yield text
+            except httpx.TransportError as e:
+                failures += 1
+                if failures > 20:
+                    raise TransportError(f"log stream of {self.id} keeps failing: {e!r}") from e
+                log.info("kowloon: log stream of %s dropped (%r); resuming", self.id, e)
+                await asyncio.sleep(min(5.0, 0.2 * failures))
+                continue
+            step = cur.after_stream(got, (await self.refresh()).done if cur.follow else None)
+            if step == "stop":
+                break
+            if step == "wait":
+                await self._wait_once(1)
+        tail = cur.end()
+        if tail:
+            yield tail
 
     async def events(self, last_event_id: Optional[str] = None,
                fallback_wait_s: int = 2) -> AsyncIterator[_wire.Event]:

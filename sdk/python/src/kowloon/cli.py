@@ -1,5 +1,6 @@
-"""The `kowloon` command: run kernels, list, watch and cancel jobs, show
-nodes, kernels and usage. `--json` prints machine-readable output.
+"""The `kowloon` command: run kernels and tasks (your program in a container
+image), list, watch and cancel jobs, read a task's logs, show nodes,
+kernels, images and usage. `--json` prints machine-readable output.
 
 Exit codes: 0 ok, 1 the job failed or was cancelled, 2 usage error,
 3 API or connection error."""
@@ -133,6 +134,130 @@ def cmd_run(c: Client, a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _task_file(spec: str) -> Any:
+    """--file LOCAL[:PATH]: LOCAL's bytes at PATH in the working directory
+    (default its base name)."""
+    local, sep, path = spec.partition(":")
+    if not sep:
+        path = os.path.basename(local)
+    if not local or not path:
+        raise UsageError(f"--file must be LOCAL[:PATH], got {spec!r}")
+    try:
+        with open(local, "rb") as f:
+            return path, f.read()
+    except OSError as e:
+        raise UsageError(f"--file {local}: {e.strerror}") from None
+
+
+def _task_input(name: str, path: str) -> Any:
+    """--input NAME=FILE: a .npy file is sent as its array (the program
+    finds /kowloon/in/NAME.npy); anything else as plain bytes at
+    /kowloon/in/NAME."""
+    if path.endswith(".npy"):
+        return _load_input(name, path)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"--input {name}: {e.strerror}: {path}") from None
+
+
+def _print_outputs(job: Job, out_dir: Optional[str], as_json: bool) -> Dict[str, Any]:
+    """Downloads a succeeded task's outputs into out_dir (names are paths
+    below it); returns {name: {"bytes", "path"?}}."""
+    written: Dict[str, Any] = {}
+    for name, raw in job.result().items():
+        entry: Dict[str, Any] = {"bytes": len(raw)}
+        if out_dir:
+            dest = os.path.normpath(os.path.join(out_dir, name))
+            if os.path.commonpath([os.path.abspath(dest), os.path.abspath(out_dir)]) != \
+                    os.path.abspath(out_dir):
+                raise KowloonError(f"output name {name!r} leaves {out_dir}")
+            os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+            with open(dest, "wb") as f:
+                f.write(raw)
+            entry["path"] = dest
+        written[name] = entry
+    if not as_json:
+        for name, w in written.items():
+            print(f"  {name}: {w['bytes']} bytes" + (f" -> {w['path']}" if "path" in w else ""),
+                  file=sys.stderr)
+    return written
+
+
+def cmd_task_run(c: Client, a: argparse.Namespace) -> int:
+    argv = list(a.cmd)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("no command: kowloon task run --image IMAGE [options] -- COMMAND [ARG...]")
+    files = dict(_task_file(f) for f in a.file or [])
+    inputs = {k: _task_input(k, v) for k, v in _kv(a.input, "--input").items()}
+    resources: Dict[str, Any] = {}
+    for key in ("nodes", "gpus", "gpu_memory_gb", "memory_gb", "cpus", "backend"):
+        v = getattr(a, key)
+        if v is not None:
+            resources[key] = v
+    formats = {k: "npy" for k, v in _kv(a.input, "--input").items() if v.endswith(".npy")}
+    job = c.submit_task(a.image, argv, env=_kv(a.env, "--env") or None, files=files or None,
+                        inputs=inputs or None, input_format=formats, workdir=a.workdir,
+                        network=a.network, resources=resources or None, priority=a.priority,
+                        timeout_s=a.timeout_s, labels=_kv(a.label, "--label", sep=":") or None)
+    if not a.json:
+        print(f"job {job.id} submitted", file=sys.stderr, flush=True)
+    if a.detach:
+        if a.json:
+            _out(job.data)
+        else:
+            print(job.id)
+        return EXIT_OK
+    if a.follow:
+        for text in job.logs(follow=True):
+            if not a.json:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+    job.wait(a.timeout)
+    if not a.follow and not a.json:
+        sys.stdout.write(job.logs())
+        sys.stdout.flush()
+    written: Dict[str, Any] = {}
+    if job.state == "succeeded":
+        written = _print_outputs(job, a.out, a.json)
+    if a.json:
+        _out({"job": job.data, "outputs": written})
+    else:
+        err = job.error or {}
+        print(f"job {job.id} {job.state}"
+              + (f", exit code {job.exit_code}" if job.exit_code is not None else "")
+              + (f": {err.get('code')}: {err.get('message')}" if err else ""), file=sys.stderr)
+    return EXIT_OK if job.state == "succeeded" else EXIT_JOB
+
+
+def cmd_logs(c: Client, a: argparse.Namespace) -> int:
+    job = c.job(a.id)
+    if a.follow:
+        for text in job.logs(follow=True, part=a.part):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    else:
+        sys.stdout.write(job.logs(part=a.part))
+        sys.stdout.flush()
+    return EXIT_OK
+
+
+def cmd_images(c: Client, a: argparse.Namespace) -> int:
+    body = c.list_images()
+    if a.json:
+        _out(body)
+        return EXIT_OK
+    allowed = body.get("allowed") or []
+    print("allowed: " + (", ".join(allowed) if allowed else
+                         "none (the operator allows images with --task-images or per tenant)"))
+    _table([[str(i.get("image")), str(i.get("nodes"))] for i in body.get("images") or []],
+           ["IMAGE", "NODES"])
+    return EXIT_OK
+
+
 def cmd_jobs(c: Client, a: argparse.Namespace) -> int:
     label = None
     if a.label:
@@ -149,7 +274,8 @@ def cmd_jobs(c: Client, a: argparse.Namespace) -> int:
     if a.json:
         _out([j.data for j in jobs])
         return EXIT_OK
-    _table([[j.id, j.state, j.kernel, j.data.get("node") or "-", j.data.get("created_at", "")]
+    _table([[j.id, j.state, j.kernel or (j.task or {}).get("image", "task"),
+             j.data.get("node") or "-", j.data.get("created_at", "")]
             for j in jobs], ["ID", "STATE", "KERNEL", "NODE", "CREATED"])
     return EXIT_OK
 
@@ -313,6 +439,47 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", choices=["any", "cpu", "cuda"])
     r.add_argument("--timeout", type=float, help="seconds to wait for the job (default: no limit)")
     r.set_defaults(fn=cmd_run)
+
+    t = sub.add_parser("task", parents=[common], help="run your program in a container image")
+    tsub = t.add_subparsers(dest="task_command", metavar="SUBCOMMAND")
+    tsub.required = True
+    tr = tsub.add_parser("run", parents=[common],
+                         usage="kowloon task run --image IMAGE [options] -- COMMAND [ARG...]",
+                         help="run a command in an image; prints its log, saves its outputs",
+                         description="Submits a task, waits for its end and prints its log "
+                                     "(live with --follow); saves /kowloon/out files with --out.")
+    tr.add_argument("--image", required=True, help="an image the operator allows (kowloon images)")
+    tr.add_argument("--file", action="append", metavar="LOCAL[:PATH]",
+                    help="put LOCAL in the working directory as PATH (default its name)")
+    tr.add_argument("--input", action="append", metavar="NAME=FILE",
+                    help="mount FILE read-only at /kowloon/in/NAME (a .npy as NAME.npy)")
+    tr.add_argument("--env", action="append", metavar="NAME=VALUE")
+    tr.add_argument("--workdir", metavar="DIR")
+    tr.add_argument("--network", choices=["none", "egress"])
+    tr.add_argument("--nodes", type=int, help="parts of a gang (torchrun-style environment)")
+    tr.add_argument("--gpus", type=int, help="GPUs per node")
+    tr.add_argument("--gpu-memory-gb", type=float)
+    tr.add_argument("--memory-gb", type=float, help="memory limit per node")
+    tr.add_argument("--cpus", type=float, help="CPU limit per node")
+    tr.add_argument("--backend", choices=["any", "cpu", "cuda"])
+    tr.add_argument("--timeout-s", type=int, help="the job's time limit on the node")
+    tr.add_argument("--label", action="append", metavar="KEY:VALUE")
+    tr.add_argument("--priority", type=int)
+    tr.add_argument("--out", metavar="DIR", help="save each output file under DIR")
+    tr.add_argument("-f", "--follow", action="store_true", help="stream the log while it runs")
+    tr.add_argument("-d", "--detach", action="store_true", help="print the job id and return")
+    tr.add_argument("--timeout", type=float, help="seconds to wait for the job (default: no limit)")
+    tr.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    tr.set_defaults(fn=cmd_task_run)
+
+    lg = sub.add_parser("logs", parents=[common], help="a task's log (stdout and stderr)")
+    lg.add_argument("id")
+    lg.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
+    lg.add_argument("--part", type=int, default=0, help="gang part (node rank), default 0")
+    lg.set_defaults(fn=cmd_logs)
+
+    sub.add_parser("images", parents=[common],
+                   help="images your tasks may use").set_defaults(fn=cmd_images)
 
     j = sub.add_parser("jobs", parents=[common], help="list jobs, newest first")
     j.add_argument("--state", choices=["queued", "running", "succeeded", "failed", "cancelled"])

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import httpx
 import numpy as np
 
 from . import _wire
-from ._base import (Config, JobView, LabelFilter, RetryPolicy, build_submit, decode_output,
-                    label_query, new_idempotency_key, usage_query, wait_chunk)
+from ._base import (Config, JobView, LabelFilter, LogCursor, RetryPolicy, build_submit,
+                    build_task_submit, decode_output, label_query, new_idempotency_key,
+                    output_path, usage_query, wait_chunk)
 from ._errors import (JobFailedError, KowloonError, NotFoundError, NotOfferedError,
                       TransportError, WaitTimeout, error_from_response)
 
@@ -178,6 +179,44 @@ class Client:
                           headers={"Idempotency-Key": new_idempotency_key()})
         return Job(self, resp.json())
 
+    def submit_task(self, image: str, command: Union[str, Sequence[str]], *,
+                    env: Optional[Mapping[str, str]] = None,
+                    files: Optional[Mapping[str, Any]] = None,
+                    inputs: Optional[Mapping[str, Any]] = None,
+                    input_format: Union[str, Mapping[str, str]] = "raw",
+                    workdir: Optional[str] = None, network: Optional[str] = None,
+                    output_quota_mb: Optional[int] = None,
+                    resources: Optional[Mapping[str, Any]] = None,
+                    priority: Optional[int] = None, timeout_s: Optional[int] = None,
+                    max_attempts: Optional[int] = None,
+                    labels: Optional[Mapping[str, str]] = None) -> "Job":
+        """Submits a task (your program in a container image); returns it
+        queued.
+
+        ``command`` is the argv (a string is split as a shell would, without
+        running one); ``files`` maps paths under ``/kowloon/work`` to str
+        (text) or bytes (large ones go as blobs); ``inputs`` maps names to
+        numpy arrays (mounted read-only at ``/kowloon/in/NAME``, raw bytes,
+        or ``NAME.npy`` with ``input_format="npy"``) or bytes. ``resources``
+        as for kernels plus ``memory_gb`` and ``cpus`` per node; ``nodes``
+        > 1 runs a gang (torchrun-style environment)."""
+        body, uploads = build_task_submit(
+            image, command, env=env, files=files, inputs=inputs, input_format=input_format,
+            workdir=workdir, network=network, output_quota_mb=output_quota_mb,
+            envelope={"priority": priority, "timeout_s": timeout_s,
+                      "max_attempts": max_attempts, "resources": resources, "labels": labels})
+        for u in uploads:
+            self.upload(u.raw, u.blob_id)
+        resp = self._send("POST", "/v1/jobs", json=body,
+                          headers={"Idempotency-Key": new_idempotency_key()})
+        return Job(self, resp.json())
+
+    def list_images(self) -> Dict[str, Any]:
+        """What tasks may run (``GET /v1/images``): ``allowed``, the image
+        patterns this tenant may use, and ``images``, the images the nodes
+        have that match (``{"image", "nodes"}``)."""
+        return self.request("GET", "/v1/images")
+
     def run(self, kernel: str, *, timeout: Optional[float] = None, **kwargs: Any
             ) -> Dict[str, np.ndarray]:
         """Submits, waits and returns the outputs as numpy arrays by name.
@@ -259,11 +298,12 @@ class Job(JobView):
         self._data = self._c.request("POST", f"/v1/jobs/{self.id}/cancel")
         return self
 
-    def result(self, timeout: Optional[float] = None) -> Dict[str, np.ndarray]:
-        """The outputs as numpy arrays by name, waiting for the job first.
-        Each output is downloaded as raw bytes (``GET
-        /v1/jobs/{id}/outputs/{name}``). Raises JobFailedError when the job
-        failed or was cancelled."""
+    def result(self, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """The outputs by name, waiting for the job first: a kernel's as
+        numpy arrays, a task's files as bytes (names are their paths under
+        /kowloon/out; ``np.load(io.BytesIO(b))`` reads a ``.npy``). Each
+        output is downloaded raw (``GET /v1/jobs/{id}/outputs/{name}``).
+        Raises JobFailedError when the job failed or was cancelled."""
         if self._outputs is not None:
             return dict(self._outputs)
         self.wait(timeout)
@@ -271,12 +311,64 @@ class Job(JobView):
             raise JobFailedError(self._data)
         listing = self._c.request("GET", f"/v1/jobs/{self.id}/result",
                                   params={"encoding": "blob"})
-        out = {}
+        out: Dict[str, Any] = {}
         for name, t in listing["outputs"].items():
-            resp = self._c._send("GET", f"/v1/jobs/{self.id}/outputs/{name}")
-            out[name] = decode_output(resp.headers, resp.content, t)
+            resp = self._c._send("GET", output_path(self.id, name))
+            out[name] = (resp.content if self.kind == "task"
+                         else decode_output(resp.headers, resp.content, t))
         self._outputs = out
         return dict(out)
+
+    def output(self, name: str) -> bytes:
+        """One output's bytes as stored (a task's file, a kernel's raw
+        tensor), without waiting."""
+        return self._c._send("GET", output_path(self.id, name)).content
+
+    def logs(self, follow: bool = False, part: int = 0) -> Union[str, Iterator[str]]:
+        """A task's log (stdout and stderr as they came) of gang part
+        ``part``: the text so far (``""`` before there is any), or with
+        ``follow=True`` an iterator of text as it arrives, ending when the
+        job ends. A dropped stream is resumed where it stopped (Range)."""
+        chunks = self._log_chunks(LogCursor(self.id, part, follow))
+        return chunks if follow else "".join(chunks)
+
+    def _log_chunks(self, cur: LogCursor) -> Iterator[str]:
+        failures = 0
+        while True:
+            q, h = cur.request()
+            got = 0
+            try:
+                with self._c._http.stream("GET", cur.path, params=q, headers=h,
+                                          timeout=httpx.Timeout(self._c._cfg.timeout,
+                                                                read=60.0)) as resp:
+                    if resp.status_code in (404, 416):
+                        resp.read()
+                        if resp.status_code == 404:
+                            self.refresh()   # NotFoundError when the job itself is not ours
+                    elif resp.status_code >= 400:
+                        resp.read()
+                        raise error_from_response(resp.status_code, resp.headers, resp.content)
+                    elif cur.start(resp.status_code):
+                        for chunk in resp.iter_bytes():
+                            got += len(chunk)
+                            text = cur.feed(chunk)
+                            if text:
+                                yield text
+            except httpx.TransportError as e:
+                failures += 1
+                if failures > 20:
+                    raise TransportError(f"log stream of {self.id} keeps failing: {e!r}") from e
+                log.info("kowloon: log stream of %s dropped (%r); resuming", self.id, e)
+                time.sleep(min(5.0, 0.2 * failures))
+                continue
+            step = cur.after_stream(got, self.refresh().done if cur.follow else None)
+            if step == "stop":
+                break
+            if step == "wait":
+                self._wait_once(1)
+        tail = cur.end()
+        if tail:
+            yield tail
 
     def events(self, last_event_id: Optional[str] = None,
                fallback_wait_s: int = 2) -> Iterator[_wire.Event]:

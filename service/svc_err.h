@@ -1,0 +1,23 @@
+/* svc_err.h — the one error space of Kowloon's C code (service/, kernels/,
+ * compute/). A function returns 0 (or a count) or a negative code: -errno
+ * wherever an errno says it (kernels' KL_E*, kl.h, and the node's CN_E*
+ * are named errno values), and, where none does, a code past the errno
+ * range in a block of its module's own. No two meanings share a value, and
+ * svc_strerror names every code. Detail for the user (which field, why)
+ * travels beside the code in the caller's message buffer or kl_err, never
+ * in the code. */
+#ifndef SVC_ERR_H
+#define SVC_ERR_H
+
+/* Linux errno values are below this (MAX_ERRNO). */
+#define SVC_ERRNO_MAX 4095
+/* The first code of block n: -(4096 + 64 n) - 1 down to -(4096 + 64 n) - 63.
+ * Blocks: 0 svc_npy (SVC_NPY_E*, svc_npy.h). */
+#define SVC_E_BLOCK(n) (-(SVC_ERRNO_MAX + 1) - 64 * (n))
+#define SVC_E_BLOCK_NPY 0
+
+/* A static sentence for code: strerror(-code) for an errno value, the
+ * module's own sentence past the errno range, "ok" for 0 and above. */
+const char *svc_strerror(int code);
+
+#endif
