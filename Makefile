@@ -64,7 +64,7 @@ PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
 .DELETE_ON_ERROR:
 .PHONY: all clean run stop test test-unit check-layers lint schema test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
-all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN) $(FAKE_PLUGINS)
+all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN) $(FAKE_PLUGINS) $(BIN)/kl-scalesim
 	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))  $(if $(GLOO),✓ Gloo (multi-node CPU runs),✗ Gloo (no libgloo-dev: multi-node CPU runs refused))"
 
 $(B)/%.o: %.c
@@ -121,6 +121,9 @@ $(B)/tests/test_svc_%: tests/unit/test_svc_%.c $(B)/libsvc.a $(B)/libkl.a
 $(B)/tests/test_gw_%: tests/unit/test_gw_%.c $(filter-out %/main.o,$(GW_OBJ)) $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(UT_CC) $(INC_gateway) $(GW_LIBS) $(SVC_LIBS) $(KL_LIBS)
+$(B)/tests/test_bench_%: tests/unit/test_bench_%.c $(B)/bench/scalesim_core.o
+	@mkdir -p $(dir $@)
+	$(Q)$(UT_CC) -Ibench -ljansson
 $(B)/tests/test_cn_%: tests/unit/test_cn_%.c $(filter-out %/main.o,$(CN_OBJ)) $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(UT_CC) $(INC_compute) $(SVC_LIBS) $(KL_LIBS) $(CN_LIBS)
@@ -200,3 +203,12 @@ bench-gloo: $(if $(GLOO),$(B)/bench/gloo_allreduce,)
 $(B)/bench/bench_%: bench/bench_%.c $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(INC_kernels) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libkl.a $(KL_LIBS)
+
+# The cluster-scale bench's node simulator (bench/scalesim.c, issue 20):
+# many simulated nodes in one process, and a fast submitter; bench/scale.sh
+# runs it.
+$(B)/bench/scalesim.o $(B)/bench/scalesim_core.o: CPPFLAGS += -Ibench
+$(BIN)/kl-scalesim: $(B)/bench/scalesim.o $(B)/bench/scalesim_core.o
+	@mkdir -p $(BIN)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lcurl

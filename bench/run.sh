@@ -51,8 +51,10 @@
 # KL_BENCH_IDLE_JOB_S [300] (how long each would sleep), KL_BENCH_PERF_S [5]
 # (phase 7), KL_BENCH_PHASES [1234567] (the control phases to run; 5 needs 3),
 # KL_BENCH_ONLY=data (only phase 9), =dist (only phase 10), =tasks (only
-# phase 11) or =control (phases 1-8), KL_BENCH_TASK_RUNS [10] and
-# KL_BENCH_TASK_BACKLOG [200] (phase 11), KL_BENCH_OUT
+# phase 11), =control (phases 1-8) or =scale (only phase 12, bench/scale.sh:
+# the simulated cluster of issue 20 on stacks of its own; its knobs are
+# listed there), KL_BENCH_TASK_RUNS [10] and KL_BENCH_TASK_BACKLOG [200]
+# (phase 11), KL_BENCH_OUT
 # [var/bench/<UTC time>], KL_BENCH_KEEP=1 keeps the temp directory (logs)
 # after the run; it is also kept when the run fails. KL_BENCH_GW_ARGS adds
 # options to the gateway's command line (to try a setting). KOWLOON_TEST_ROOT=
@@ -61,6 +63,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 . scripts/lib.sh
+
+# Phase 12, the cluster-scale bench, starts stacks of its own.
+[ "${KL_BENCH_ONLY:-all}" = scale ] && exec "$ROOT/bench/scale.sh"
 
 WRK_S=${KL_BENCH_WRK_S:-10}
 PGBENCH_S=${KL_BENCH_PGBENCH_S:-10}
@@ -549,5 +554,10 @@ if [ "$ONLY" = all ] || [ "$ONLY" = tasks ]; then
             kill -0 "$p" 2>/dev/null || { say "bench: a stack process (pid $p) died during the tasks phase"; RESULT_RC=1; }
         done
     fi
+fi
+# ---------------------------------------------------------------- 12. scale
+if [ "$ONLY" = all ]; then
+    say ""
+    KL_BENCH_OUT=$RES/scale "$ROOT/bench/scale.sh" || RESULT_RC=1
 fi
 exit "$RESULT_RC"

@@ -169,6 +169,11 @@ int gw_api_nodes_list(svc_req *req);
  * a live holder), beats and leaves (its credential). */
 int gw_api_node_register(svc_req *req);
 int gw_api_node_heartbeat(svc_req *req);
+/* Starts and stops the group commit of heartbeats (app->beats): a heartbeat
+ * suspends its request and is answered once its batch is committed. Stop
+ * after the HTTP server and before the store. start: 0 or -ENOMEM. */
+int gw_api_beats_start(gw_app *app);
+void gw_api_beats_stop(gw_app *app);
 int gw_api_node_remove(svc_req *req);
 int gw_api_healthz(svc_req *req);
 int gw_api_readyz(svc_req *req);

@@ -5,11 +5,13 @@
  * listener serves only these (routes.c); the public listener serves none
  * of them. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
+#include "committer.h"
 #include "svc_bstore.h"
 #include "lease.h"
 #include "nodecred.h"
@@ -25,6 +27,58 @@
 /* How long a run may be leased and not yet listed by its node's heartbeat:
  * the heartbeat's list may have been taken just before the run arrived. */
 #define UNHELD_GRACE_S 10
+/* A node's heartbeat looks for runs it does not hold at most this often
+ * (and at its first beat after registering): a query per beat held a
+ * thousand nodes' heartbeats back (bench/scale.sh). */
+#define UNHELD_EVERY_MS 5000
+/* Heartbeats are committed together (committer.h): one statement for all
+ * that arrived while the last one ran. */
+#define BEAT_COMMIT_THREADS 1
+#define BEAT_BATCH_MAX 1024
+/* Nodes whose last look for unheld runs this gateway remembers. */
+#define UNHELD_SLOTS 8192
+
+/* When each node last looked for runs it does not hold (monotonic ms), by
+ * its id; open addressing, an entry dropped when the table is full (that
+ * node looks at its next beat: more often, never less). */
+static struct {
+    pthread_mutex_t mu;
+    struct { char id[37]; int64_t at; } e[UNHELD_SLOTS];
+} unheld = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static unsigned id_hash(const char *id)
+{
+    unsigned h = 2166136261u;
+    for (; *id; id++)
+        h = (h ^ (unsigned char)*id) * 16777619u;
+    return h;
+}
+
+/* 1 when node id should look for unheld runs now (and it is noted as
+ * done); forget: its next beat looks (it registered anew). */
+static int unheld_due(const char *id, int64_t now, int forget)
+{
+    unsigned h = id_hash(id);
+    int due = 1;
+    pthread_mutex_lock(&unheld.mu);
+    for (int k = 0; k < 16; k++) {
+        int i = (int)((h + (unsigned)k) % UNHELD_SLOTS);
+        if (unheld.e[i].id[0] && strcmp(unheld.e[i].id, id) != 0)
+            continue;
+        if (forget) {
+            unheld.e[i].at = 0;
+            break;
+        }
+        due = !unheld.e[i].id[0] || unheld.e[i].at == 0 || now - unheld.e[i].at >= UNHELD_EVERY_MS;
+        if (due) {
+            snprintf(unheld.e[i].id, sizeof unheld.e[i].id, "%s", id);
+            unheld.e[i].at = now;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&unheld.mu);
+    return due;
+}
 
 /* The gpus of a registration, checked and reduced to what GET /v1/nodes
  * shows ({name, memory_bytes}); NULL after replying 400. */
@@ -174,6 +228,7 @@ int gw_api_node_register(svc_req *req)
              reason && *reason ? " reason=" : "", reason ? reason : "");
     gw_nodecreds_forget(app->nodecreds, id);
     gw_leases_forget(app->leases, id);
+    unheld_due(id, 0, 1);
     gw_sched_nodes_changed(app->sched);
     /* A node on a host that sees the blob directory under this path, with
      * this identity, maps inputs from it and writes outputs to it. */
@@ -255,6 +310,24 @@ static int node_state_check(const json_t *state)
     return 0;
 }
 
+/* A heartbeat waiting for its batch's commit (committer.h). */
+typedef struct beat {
+    gw_commit_item item;      /* first: the committer hands this back */
+    gw_app *app;
+    svc_req *req;
+    char id[37];
+    int running, fault, found;
+    json_t *state;            /* the device state, or NULL (keep the last) */
+    json_t *tasks;            /* the task images, when they changed, or NULL */
+} beat;
+
+static void beat_free(beat *bt)
+{
+    json_decref(bt->state);
+    json_decref(bt->tasks);
+    free(bt);
+}
+
 int gw_api_node_heartbeat(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -282,21 +355,107 @@ int gw_api_node_heartbeat(svc_req *req)
     char *tasks_s;
     if (node_tasks(req, json_object_get(b, "tasks"), &tasks_s) != 0)
         return 0;
-    char *state_text = state ? json_dumps(state, JSON_COMPACT) : NULL;
-    int rc = gw_store_node_heartbeat(app->store, id, (int)json_integer_value(running), state_text,
-                                     tasks_s);
-    free(state_text);
-    if (rc == 0 && tasks_s) /* its images changed: the scheduler looks again */
-        gw_sched_nodes_changed(app->sched);
+    json_t *tasks = tasks_s ? json_loads(tasks_s, 0, NULL) : NULL;
+    int tasks_bad = tasks_s && !tasks;
     free(tasks_s);
-    if (rc == -ENOENT)
-        return svc_reply_error(req, 404, "not_found", NULL, NULL, "unknown node; register again");
-    if (rc)
-        return gw_reply_unavailable(req, "PostgreSQL");
-    requeue_unheld(app, id, runs);
-    if (json_object_get(state, "fault")) /* out of service: the scheduler looks again now */
-        gw_sched_nodes_changed(app->sched);
-    return svc_reply_json(req, 200, json_object());
+    if (tasks_bad)
+        return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
+    if (unheld_due(id, svc_now_mono_ms(), 0))
+        requeue_unheld(app, id, runs);
+    beat *bt = calloc(1, sizeof(*bt));
+    if (!bt) {
+        json_decref(tasks);
+        return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
+    }
+    bt->tasks = tasks;
+    bt->app = app;
+    bt->req = req;
+    snprintf(bt->id, sizeof bt->id, "%s", id);
+    bt->running = (int)json_integer_value(running);
+    bt->state = json_incref(state);
+    bt->fault = json_object_get(state, "fault") != NULL;
+    /* answered by beats_done once its batch is committed */
+    if (svc_req_suspend(req) != 0) {
+        beat_free(bt);
+        svc_reply_header(req, "Retry-After", "1");
+        return svc_reply_error(req, 503, "unavailable", NULL, NULL, "this gateway is shutting down");
+    }
+    if (gw_committer_add(app->beats, &bt->item) != 0) {
+        beat_free(bt);
+        svc_reply_header(req, "Retry-After", "1");
+        svc_reply_error(req, 503, "unavailable", NULL, NULL, "this gateway is shutting down");
+        svc_req_resume(req);
+    }
+    return 0;
+}
+
+/* committer op: every heartbeat of the batch in one statement; each
+ * learns whether its node exists. */
+static int beats_commit(void *arg, gw_commit_item *const *items, int n)
+{
+    gw_app *app = arg;
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++) {
+        beat *bt = (beat *)items[i];
+        json_t *o = json_pack("{s:s, s:i}", "id", bt->id, "running", bt->running);
+        if (o && bt->state)
+            json_object_set(o, "state", bt->state);
+        if (o && bt->tasks)
+            json_object_set(o, "tasks", bt->tasks);
+        if (!o || json_array_append_new(arr, o) != 0) {
+            json_decref(arr);
+            return -ENOMEM;
+        }
+    }
+    char *text = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+    json_decref(arr);
+    if (!text)
+        return -ENOMEM;
+    char(*found)[37];
+    int nfound;
+    int rc = gw_store_nodes_heartbeat(app->store, text, &found, &nfound);
+    free(text);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        beat *bt = (beat *)items[i];
+        for (int k = 0; k < nfound && !bt->found; k++)
+            bt->found = strcmp(found[k], bt->id) == 0;
+    }
+    free(found);
+    return rc;
+}
+
+/* committer op: answers one heartbeat (200, 404 for a node that is not
+ * there, 503 when PostgreSQL could not record it). */
+static void beats_done(void *arg, gw_commit_item *item)
+{
+    gw_app *app = arg;
+    beat *bt = (beat *)item;
+    if (item->rc == 0 && bt->found) {
+        /* out of service, or its task images changed: the scheduler
+         * looks again now */
+        if (bt->fault || bt->tasks)
+            gw_sched_nodes_changed(app->sched);
+        svc_reply_json(bt->req, 200, json_object());
+    } else if (item->rc == 0) {
+        svc_reply_error(bt->req, 404, "not_found", NULL, NULL, "unknown node; register again");
+    } else {
+        gw_reply_unavailable(bt->req, "PostgreSQL");
+    }
+    svc_req_resume(bt->req);
+    beat_free(bt);
+}
+
+int gw_api_beats_start(gw_app *app)
+{
+    static const gw_committer_ops ops = {.commit = beats_commit, .done = beats_done};
+    app->beats = gw_committer_start(&ops, app, BEAT_COMMIT_THREADS, BEAT_BATCH_MAX);
+    return app->beats ? 0 : -ENOMEM;
+}
+
+void gw_api_beats_stop(gw_app *app)
+{
+    gw_committer_stop(app->beats);
+    app->beats = NULL;
 }
 
 int gw_api_node_remove(svc_req *req)

@@ -135,6 +135,8 @@ int gw_api_node_results(svc_req *req)
     size_t i;
     const json_t *r;
     int freed = 0;
+    /* the jobs whose runs here ended: a job holds one part per node */
+    const char **ended = calloc(json_array_size(results) + 1, sizeof(*ended));
     json_array_foreach(results, i, r) {
         int rc = rcs[i];
         const char *run_id = json_string_value(json_object_get(r, "run_id"));
@@ -142,11 +144,13 @@ int gw_api_node_results(svc_req *req)
             svc_warn("node %s: report %zu is not a run report (no job_id/attempt); dropped", id, i);
         if (rc != 0 && run_id)
             json_array_append_new(recorded, json_string(run_id));
-        freed += rc == 1;
+        if (rc == 1 && ended)
+            ended[freed++] = json_string_value(json_object_get(r, "job_id"));
     }
     free(rcs);
     if (freed)
-        gw_sched_slots_freed(app->sched, id, freed);
+        gw_sched_runs_ended(app->sched, id, ended, freed);
+    free(ended);
     gw_leases_set_room(app->leases, id, free_slots, seq);
     return svc_reply_json(req, 200, json_pack("{s:o}", "recorded", recorded));
 }

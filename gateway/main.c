@@ -554,10 +554,12 @@ static int cmd_serve(gw_app *app)
     app->leases = gw_leases_start(app);
     app->waits = gw_waits_start(app);
     app->events = gw_events_start(app);
-    if (!app->sched || !app->leases || !app->waits || !app->events || gw_api_jobs_start(app) != 0) {
+    if (!app->sched || !app->leases || !app->waits || !app->events || gw_api_jobs_start(app) != 0 ||
+        gw_api_beats_start(app) != 0) {
         svc_error("cannot start the scheduler, the lease thread, the wait thread, the event "
                   "streams or the committer");
         gw_api_jobs_stop(app);
+        gw_api_beats_stop(app);
         gw_events_free(app->events);
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
@@ -614,6 +616,7 @@ static int cmd_serve(gw_app *app)
         gw_webhooks_stop(app->webhooks);
         gw_blob_gc_stop(gc);
         gw_api_jobs_stop(app);
+        gw_api_beats_stop(app);
         gw_events_free(app->events);
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
@@ -655,6 +658,7 @@ static int cmd_serve(gw_app *app)
     svc_server_stop(srv);
     gw_adopter_stop(app->adopter);
     gw_api_jobs_stop(app);
+    gw_api_beats_stop(app);
     gw_events_free(app->events);
     gw_logfollow_free(app->follow);
     gw_leases_free(app->leases);

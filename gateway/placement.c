@@ -68,6 +68,25 @@ int gw_place_capable(const gw_place_node *c, const gw_place_req *r)
     return fit >= need;
 }
 
+/* 1 when c's devices hold one run each: a GPU node with no more slots
+ * than devices (its operator did not ask for sharing). */
+static int devices_exclusive(const gw_place_node *c)
+{
+    return strcmp(c->backend, "cuda") == 0 && c->ngpus > 0 && c->slots <= c->ngpus;
+}
+
+/* 1 when c has the devices a part of r needs free now: always where
+ * devices are shared, else that many idle fitting ones. */
+static int devices_free(const gw_place_node *c, const gw_place_req *r)
+{
+    int need = devices_needed(c, r), idle = 0;
+    if (need == 0 || !devices_exclusive(c))
+        return 1;
+    for (int g = 0; g < c->ngpus && g < GW_PLACE_MAX_GPUS; g++)
+        idle += c->gpu[g].load == 0 && gpu_fits(&c->gpu[g], r);
+    return idle >= need;
+}
+
 /* 1 when a is the better node for a part: lower running/slots (compared
  * without division), then more free slots, then the first name. */
 static int node_better(const gw_place_node *a, const gw_place_node *b)
@@ -116,7 +135,8 @@ int gw_place_job(const gw_place_node *nodes, int n, const gw_place_req *r, const
     /* The want best nodes with a free slot, kept in order (insertion). */
     for (int i = 0; i < n; i++) {
         const gw_place_node *c = &nodes[i];
-        if ((allowed && !allowed[i]) || c->running >= c->slots || !gw_place_capable(c, r))
+        if ((allowed && !allowed[i]) || c->running >= c->slots || !gw_place_capable(c, r) ||
+            !devices_free(c, r))
             continue;
         int at = out->nnodes;
         while (at > 0 && node_better(c, &nodes[out->node[at - 1]]))
@@ -156,15 +176,31 @@ static int ends_cmp(const void *a, const void *b)
 
 /* When c has a free slot by its runs' ends: now when it has one, else the
  * end of the run that frees the first slot; INT64_MAX when that run's end
- * is not known. */
-static int64_t free_at(const gw_place_node *c, int64_t now)
+ * is not known. Where devices are not shared, no earlier than enough idle
+ * fitting devices for r by their runs' ends. */
+static int64_t free_at(const gw_place_node *c, const gw_place_req *r, int64_t now)
 {
-    if (c->running < c->slots)
-        return now;
-    int k = c->running - c->slots;   /* runs that must end first, minus one */
-    if (k >= c->nends)
+    int64_t at = now;
+    if (c->running >= c->slots) {
+        int k = c->running - c->slots;   /* runs that must end first, minus one */
+        if (k >= c->nends)
+            return INT64_MAX;
+        at = c->ends[k] > now ? c->ends[k] : now;
+    }
+    int need = devices_needed(c, r), m = 0;
+    if (need == 0 || !devices_exclusive(c))
+        return at;
+    int64_t dev[GW_PLACE_MAX_GPUS];
+    for (int g = 0; g < c->ngpus && g < GW_PLACE_MAX_GPUS; g++)
+        if (gpu_fits(&c->gpu[g], r))
+            dev[m++] = c->gpu[g].load == 0   ? now
+                       : c->gpu[g].end_ms > 0 ? c->gpu[g].end_ms
+                                              : INT64_MAX;
+    if (m < need)
         return INT64_MAX;
-    return c->ends[k] > now ? c->ends[k] : now;
+    qsort(dev, (size_t)m, sizeof(dev[0]), ends_cmp);
+    int64_t d = dev[need - 1] > now ? dev[need - 1] : now;
+    return d > at ? d : at;
 }
 
 int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
@@ -177,7 +213,7 @@ int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *
         return -1;
     for (int i = 0; i < n; i++)
         if (gw_place_capable(&nodes[i], r))
-            at[m++] = free_at(&nodes[i], now);
+            at[m++] = free_at(&nodes[i], r, now);
     if (m < want) {
         free(at);
         return -1;
@@ -192,7 +228,7 @@ int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *
         for (int i = 0; i < n && taken < want; i++) {
             if (reserved[i] || !gw_place_capable(&nodes[i], r))
                 continue;
-            int64_t t = free_at(&nodes[i], now);
+            int64_t t = free_at(&nodes[i], r, now);
             if ((pass == 0 && t < start) || (pass == 1 && t == start)) {
                 reserved[i] = 1;
                 taken++;

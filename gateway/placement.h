@@ -18,6 +18,7 @@ typedef struct gw_place_gpu {
     int mem_mb;            /* memory of the device (0: unknown, fits any) */
     int load;              /* runs placed on it now */
     int util;              /* utilisation % the node last reported (-1: unknown) */
+    int64_t end_ms;        /* when its runs end at the latest, epoch ms (0: unknown) */
 } gw_place_gpu;
 
 typedef struct gw_place_node {
@@ -57,8 +58,11 @@ typedef struct gw_place_pick {
 /* Places r on nodes that have a free slot (and allowed[i] when allowed is
  * not NULL): the r->nodes least loaded (running/slots, then most free
  * slots, then name), and on each the least loaded fitting devices (load,
- * then utilisation, then index). 0 with *out, or -1 when it fits nowhere
- * now. */
+ * then utilisation, then index). On a GPU node with no more slots than
+ * devices a device holds one run at a time: the node fits only while
+ * enough fitting devices are idle (a node with more slots than devices
+ * shares them, as its operator asked). 0 with *out, or -1 when it fits
+ * nowhere now. */
 int gw_place_job(const gw_place_node *nodes, int n, const gw_place_req *r, const uint8_t *allowed,
                  gw_place_pick *out);
 
@@ -70,8 +74,9 @@ int gw_place_image_listed(const gw_place_node *nodes, int n, uint32_t image);
 int gw_place_capable(const gw_place_node *node, const gw_place_req *r);
 
 /* The reservation of a job that does not fit now: the earliest time (epoch
- * ms, >= now) at which r->nodes capable nodes have a free slot by their
- * runs' ends, with reserved[i] set for those nodes. -1 (and nothing
+ * ms, >= now) at which r->nodes capable nodes have a free slot (and, where
+ * devices are not shared, enough idle devices) by their runs' ends, with
+ * reserved[i] set for those nodes. -1 (and nothing
  * reserved) when fewer than r->nodes nodes are capable. */
 int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
                          uint8_t *reserved);

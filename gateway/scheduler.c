@@ -31,7 +31,7 @@
 /* A pass runs on every submit; only the first window is read each time,
  * the deeper ones at most this often. */
 #define DEEP_SCAN_MS 200
-#define SCHED_MAX_NODES 256
+#define SCHED_MAX_NODES 4096
 /* How often retries whose back-off has ended move to the ready queue. */
 #define PROMOTE_MS 100
 /* Least time between two placement passes that claimed something. Under
@@ -48,13 +48,23 @@
  * node enforces timeout_s first. */
 #define TIMEOUT_GRACE_S 15
 
+/* A run the scheduler knows on a node: which devices it holds there, so
+ * that its report frees them at once (not at the next refresh). */
+typedef struct sched_run {
+    char job_id[37];
+    uint16_t devices;         /* bit g: device g */
+} sched_run;
+
 typedef struct sched_node {
     gw_node n;
     int running;              /* runs on it: PostgreSQL's count at the last
                                  refresh, plus claims, less reports since */
     int gpu_load[GW_PLACE_MAX_GPUS];   /* runs on each device (same refresh) */
+    int64_t gpu_end[GW_PLACE_MAX_GPUS]; /* the latest end of a run placed on each */
     int64_t *ends;            /* when its runs end at the latest, ascending */
     int nends, cap_ends;
+    sched_run *runs;          /* the runs counted in running, where known */
+    int nruns, cap_runs;
 } sched_node;
 
 struct gw_sched {
@@ -119,14 +129,17 @@ void gw_sched_nodes_changed(gw_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-void gw_sched_slots_freed(gw_sched *s, const char *node_id, int n)
+static void node_run_end(sched_node *sn, const char *job_id);
+
+void gw_sched_runs_ended(gw_sched *s, const char *node_id, const char *const *job_ids, int n)
 {
     if (!s)
         return;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->nnodes; i++)
         if (strcmp(s->nodes[i].n.id, node_id) == 0)
-            s->nodes[i].running = s->nodes[i].running > n ? s->nodes[i].running - n : 0;
+            for (int k = 0; k < n; k++)
+                node_run_end(&s->nodes[i], job_ids[k]);
     s->wake = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -192,6 +205,49 @@ static void node_add_end(sched_node *sn, int64_t end_ms)
     sn->ends[at] = end_ms;
 }
 
+/* Counts a run of job_id on sn holding ngpu devices ids, ending at end_ms
+ * at the latest. mu held. */
+static void node_run_add(sched_node *sn, const char *job_id, const int *ids, int ngpu, int64_t end_ms)
+{
+    uint16_t mask = 0;
+    sn->running++;
+    for (int g = 0; g < ngpu; g++)
+        if (ids[g] >= 0 && ids[g] < GW_PLACE_MAX_GPUS) {
+            sn->gpu_load[ids[g]]++;
+            mask |= (uint16_t)(1u << ids[g]);
+            if (end_ms > sn->gpu_end[ids[g]])
+                sn->gpu_end[ids[g]] = end_ms;
+        }
+    node_add_end(sn, end_ms);
+    if (sn->nruns == sn->cap_runs) {
+        int cap = sn->cap_runs ? 2 * sn->cap_runs : 8;
+        sched_run *r = realloc(sn->runs, sizeof(*r) * (size_t)cap);
+        if (!r)
+            return;   /* its devices stay counted until the next refresh: never a double booking */
+        sn->runs = r;
+        sn->cap_runs = cap;
+    }
+    memcpy(sn->runs[sn->nruns].job_id, job_id, 37);
+    sn->runs[sn->nruns++].devices = mask;
+}
+
+/* job_id's run on sn ended (or its claim did not happen): its slot and its
+ * devices are free. A run not known here frees a slot; its devices wait
+ * for the next refresh. mu held. */
+static void node_run_end(sched_node *sn, const char *job_id)
+{
+    if (sn->running > 0)
+        sn->running--;
+    for (int i = 0; job_id && i < sn->nruns; i++)
+        if (strcmp(sn->runs[i].job_id, job_id) == 0) {
+            for (int g = 0; g < GW_PLACE_MAX_GPUS; g++)
+                if ((sn->runs[i].devices & (1u << g)) && sn->gpu_load[g] > 0)
+                    sn->gpu_load[g]--;
+            sn->runs[i] = sn->runs[--sn->nruns];
+            return;
+        }
+}
+
 static sched_node *node_by_id(gw_sched *s, const char *id)
 {
     for (int m = 0; m < s->nnodes; m++)
@@ -218,8 +274,9 @@ static void nodes_refresh(gw_sched *s)
     for (int i = 0; i < n && m < SCHED_MAX_NODES; i++, m++) {
         sched_node *sn = &s->nodes[m];
         sn->n = list[i];
-        sn->running = sn->nends = 0;
+        sn->running = sn->nends = sn->nruns = 0;
         memset(sn->gpu_load, 0, sizeof(sn->gpu_load));
+        memset(sn->gpu_end, 0, sizeof(sn->gpu_end));
     }
     if (n > SCHED_MAX_NODES)
         svc_warn("scheduler: %d nodes are up; placing on the %d with the latest heartbeats",
@@ -227,13 +284,8 @@ static void nodes_refresh(gw_sched *s)
     s->nnodes = m;
     for (int k = 0; k < nr; k++) {
         sched_node *sn = node_by_id(s, runs[k].node_id);
-        if (!sn)
-            continue;
-        sn->running++;
-        for (int g = 0; g < runs[k].ngpu; g++)
-            if (runs[k].gpu_ids[g] >= 0 && runs[k].gpu_ids[g] < GW_PLACE_MAX_GPUS)
-                sn->gpu_load[runs[k].gpu_ids[g]]++;
-        node_add_end(sn, runs[k].end_ms);
+        if (sn)
+            node_run_add(sn, runs[k].job_id, runs[k].gpu_ids, runs[k].ngpu, runs[k].end_ms);
     }
     pthread_mutex_unlock(&s->mu);
     free(list);
@@ -325,7 +377,8 @@ static int nodes_view(gw_sched *s, gw_place_node *view)
                              .available = sn->n.up && !sn->n.draining, .tasks = sn->n.tasks,
                              .images = sn->n.images, .nimages = sn->n.nimages};
         for (int g = 0; g < v->ngpus; g++)
-            v->gpu[g] = (gw_place_gpu){sn->n.gpu_mem_mb[g], sn->gpu_load[g], sn->n.gpu_util[g]};
+            v->gpu[g] = (gw_place_gpu){sn->n.gpu_mem_mb[g], sn->gpu_load[g], sn->n.gpu_util[g],
+                                       sn->gpu_end[g]};
         v->ends = sn->ends;
         v->nends = sn->nends;
         free_slot |= v->available && v->running < v->slots;
@@ -340,8 +393,8 @@ static void unplace(gw_sched *s, const gw_claim *c)
     int parts = c->nnodes > 1 ? c->nnodes : 1;
     for (int p = 0; p < parts; p++) {
         sched_node *sn = node_by_id(s, parts > 1 ? c->gang[p].node_id : c->node_id);
-        if (sn && sn->running > 0)
-            sn->running--;
+        if (sn)
+            node_run_end(sn, c->job_id);
     }
 }
 
@@ -437,14 +490,13 @@ static double *vt_of(gw_sched *s, int64_t tenant_id)
 
 /* Counts a placement in the scheduler's view: a slot on each node, the
  * devices, the run's end. mu held. */
-static void place_count(gw_sched *s, const gw_place_pick *p, int timeout_s, int64_t now)
+static void place_count(gw_sched *s, const char *job_id, const gw_place_pick *p, int timeout_s,
+                        int64_t now)
 {
     for (int k = 0; k < p->nnodes; k++) {
         sched_node *sn = &s->nodes[p->node[k]];
-        sn->running++;
-        for (int g = 0; g < p->ngpu && g < sn->n.ngpus; g++)
-            sn->gpu_load[p->gpu[k][g]]++;
-        node_add_end(sn, now + (int64_t)timeout_s * 1000);
+        int ngpu = p->ngpu < sn->n.ngpus ? p->ngpu : sn->n.ngpus;
+        node_run_add(sn, job_id, p->gpu[k], ngpu, now + (int64_t)timeout_s * 1000);
     }
 }
 
@@ -558,7 +610,7 @@ static int dispatch_pass(gw_sched *s, int64_t until)
         int placed = gw_place_job(view, s->nnodes, &req, have_res ? allowed : NULL, &pick) == 0 &&
                      claim_fill(s, &batch[nb], e, &pick) == 0;
         if (placed) {
-            place_count(s, &pick, e->timeout_s, now);
+            place_count(s, e->job_id, &pick, e->timeout_s, now);
             free_slot = nodes_view(s, view);
         } else if (!have_res) {
             int64_t at = gw_place_reserve(view, s->nnodes, &req, now, reserved);
@@ -706,8 +758,10 @@ void gw_sched_stop(gw_sched *s)
     pthread_join(s->thread, NULL);
     free(s->tenants);
     free(s->vts);
-    for (int k = 0; k < SCHED_MAX_NODES; k++)
+    for (int k = 0; k < SCHED_MAX_NODES; k++) {
         free(s->nodes[k].ends);
+        free(s->nodes[k].runs);
+    }
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

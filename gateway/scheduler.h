@@ -27,9 +27,10 @@ void gw_sched_stop(gw_sched *s);
 void gw_sched_serving(gw_sched *s);
 /* Wakes the scheduler (a job was queued). */
 void gw_sched_wake(gw_sched *s);
-/* n runs of node_id ended (their reports were recorded): their slots are
- * free for placement now, before the next count from PostgreSQL. */
-void gw_sched_slots_freed(gw_sched *s, const char *node_id, int n);
+/* The runs of job_ids[0..n) on node_id ended (their reports were
+ * recorded): their slots and devices are free for placement now, before
+ * the next count from PostgreSQL. */
+void gw_sched_runs_ended(gw_sched *s, const char *node_id, const char *const *job_ids, int n);
 /* A node registered or left: reload the node table before placing. */
 void gw_sched_nodes_changed(gw_sched *s);
 

@@ -307,9 +307,12 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " WHERE n.credential_hash IS NULL OR n.credential_hash = decode($8, 'hex') OR n.state = 'down'"
     "    OR n.last_heartbeat < now() - make_interval(secs => $10::int)"
     " RETURNING id::text, (credential_hash = decode($9, 'hex'))::int", 11},
-[ST_NODE_HEARTBEAT] = {"UPDATE nodes SET last_heartbeat = now(), running = $2, state = 'up',"
-                       " gpu_state = coalesce($3::jsonb, gpu_state), tasks = coalesce($4::jsonb, tasks)"
-                       " WHERE id = $1::uuid RETURNING id", 4},
+/* many nodes' heartbeats in one statement: $1 is [{id, running, state?, tasks?}] */
+[ST_NODE_HEARTBEAT] = {"UPDATE nodes n SET last_heartbeat = now(), running = (b->>'running')::int,"
+                       " state = 'up', gpu_state = coalesce(b->'state', n.gpu_state),"
+                       " tasks = coalesce(b->'tasks', n.tasks)"
+                       " FROM jsonb_array_elements($1::jsonb) b"
+                       " WHERE n.id = (b->>'id')::uuid RETURNING n.id::text", 1},
 /* a node that left frees its name at once: its credential stops working */
 [ST_NODE_REMOVE] = {"UPDATE nodes SET state = 'down', running = 0, credential_hash = NULL"
                     " WHERE id = $1::uuid RETURNING id", 1},
@@ -793,11 +796,12 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * its devices and when its timeout_s ends it at the latest (epoch ms). */
 [ST_RUNS_PLACED] = {
     "SELECT node_id::text, coalesce(gpu_ids, '{}')::text,"
-    "       (extract(epoch FROM started_at) * 1000)::bigint + timeout_s * 1000::bigint"
+    "       (extract(epoch FROM started_at) * 1000)::bigint + timeout_s * 1000::bigint, id::text"
     " FROM jobs WHERE state = 'running' AND node_id IS NOT NULL AND nodes = 1"
     " UNION ALL"
     " SELECT r.node_id::text, r.gpu_ids::text,"
-    "       (extract(epoch FROM j.started_at) * 1000)::bigint + j.timeout_s * 1000::bigint"
+    "       (extract(epoch FROM j.started_at) * 1000)::bigint + j.timeout_s * 1000::bigint,"
+    "       j.id::text"
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
     " WHERE r.ended_at IS NULL AND j.state = 'running'", 0},
 [ST_JOBS_ACTIVE_COUNTS] = {
@@ -1441,13 +1445,23 @@ int gw_store_node_register(gw_store *s, const gw_node_reg *reg, char id_out[37],
     return rc;
 }
 
-int gw_store_node_heartbeat(gw_store *s, const char *id, int running, const char *gpu_state,
-                            const char *tasks)
+int gw_store_nodes_heartbeat(gw_store *s, const char *beats_json, char (**found)[37], int *nfound)
 {
-    char run_s[16];
-    snprintf(run_s, sizeof(run_s), "%d", running);
-    const char *v[4] = {id, run_s, gpu_state, tasks};
-    return exec_simple(s, ST_NODE_HEARTBEAT, v, 1);
+    *found = NULL;
+    *nfound = 0;
+    const char *v[1] = {beats_json};
+    PGresult *r;
+    if (store__run(s, ST_NODE_HEARTBEAT, v, &r) != 0)
+        return -EIO;
+    int rows = PQntuples(r), rc = 0;
+    if (rows > 0 && !(*found = calloc((size_t)rows, sizeof(**found))))
+        rc = -ENOMEM;
+    for (int i = 0; !rc && i < rows; i++)
+        store__copy(r, i, 0, (*found)[i], sizeof((*found)[i]));
+    if (!rc)
+        *nfound = rows;
+    PQclear(r);
+    return rc;
 }
 
 int gw_store_node_remove(gw_store *s, const char *id)

@@ -213,7 +213,7 @@ typedef struct gw_tenant_run {
 int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n);
 /* A run on a node: a single-node job, or one node's part of a gang. */
 typedef struct gw_run_place {
-    char node_id[37];
+    char node_id[37], job_id[37];
     int ngpu, gpu_ids[16];    /* the devices the scheduler gave it */
     int64_t end_ms;           /* started + timeout_s, epoch ms */
 } gw_run_place;
@@ -362,10 +362,12 @@ typedef struct gw_node_reg {
  * holder lives (up, heartbeats within timeout_s) and the presented
  * credential is not its; -EIO. */
 int gw_store_node_register(gw_store *s, const gw_node_reg *reg, char id_out[37], int *issued);
-/* Records a heartbeat: runs on the node, and its device state (JSON text,
- * NULL keeps the last). */
-int gw_store_node_heartbeat(gw_store *s, const char *id, int running, const char *gpu_state,
-                            const char *tasks);
+/* Records many nodes' heartbeats in one statement: beats_json is
+ * [{"id", "running", "state" (device state), "tasks" (task images;
+ * each absent keeps the last)}].
+ * *found (the caller frees it) lists the ids of nodes that exist. 0,
+ * -EIO, -ENOMEM. */
+int gw_store_nodes_heartbeat(gw_store *s, const char *beats_json, char (**found)[37], int *nfound);
 /* The node left: down, and its credential no longer valid (its name is
  * free). -ENOENT for an unknown node. */
 int gw_store_node_remove(gw_store *s, const char *id);

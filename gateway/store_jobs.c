@@ -785,6 +785,7 @@ int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n)
         store__copy(r, i, 0, p->node_id, sizeof(p->node_id));
         p->ngpu = int_array_parse(PQgetvalue(r, i, 1), p->gpu_ids, 16);
         p->end_ms = strtoll(PQgetvalue(r, i, 2), NULL, 10);
+        store__copy(r, i, 3, p->job_id, sizeof(p->job_id));
         *n = i + 1;
     }
     PQclear(r);

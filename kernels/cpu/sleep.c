@@ -61,4 +61,7 @@ const kl_kernel kl__sleep = {
     .noutputs = 1,
     .check = NULL,
     .run_cpu = sleep_run_cpu,
+    /* Every part of a multi-node sleep sleeps alike: the pipeline test of
+     * gangs (the cluster-scale bench's simulated nodes run it). */
+    .max_nodes = 64,
 };

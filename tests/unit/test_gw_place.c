@@ -136,6 +136,49 @@ static void test_gang_takes_distinct_nodes_or_none(void **state)
     assert_int_equal(p.gpu[1][3], 3);
 }
 
+/* A GPU node with no more slots than devices never doubles a device up:
+ * with 7 of its 8 slots free but only 1 device idle, an 8-GPU job goes
+ * elsewhere or nowhere, and a 1-GPU job takes the idle device. */
+static void test_devices_are_not_shared_where_slots_do_not_exceed_them(void **state)
+{
+    gw_place_node n[1] = {N("g8", "cuda", 8, 1, 8, 1)};
+    for (int g = 0; g < 8; g++)
+        n[0].gpu[g].load = g == 5 ? 0 : 1;   /* one 7-GPU run holds the rest */
+    gw_place_req r8 = {.backend = "cuda", .gpus = 8, .nodes = 1};
+    gw_place_req r2 = {.backend = "cuda", .gpus = 2, .nodes = 1};
+    gw_place_req r1 = {.backend = "cuda", .gpus = 1, .nodes = 1};
+    gw_place_pick p;
+    assert_int_equal(gw_place_job(n, 1, &r8, NULL, &p), -1);
+    assert_int_equal(gw_place_job(n, 1, &r2, NULL, &p), -1);
+    assert_int_equal(gw_place_job(n, 1, &r1, NULL, &p), 0);
+    assert_int_equal(p.gpu[0][0], 5);
+    /* more slots than devices: the operator asked for sharing */
+    gw_place_node m[1] = {N("shared", "cuda", 4, 1, 1, 1)};
+    m[0].gpu[0].load = 1;
+    assert_int_equal(gw_place_job(m, 1, &r1, NULL, &p), 0);
+}
+
+/* Where devices are not shared, a reservation waits for enough devices
+ * to be idle by their runs' ends, not just a free slot. */
+static void test_a_reservation_waits_for_idle_devices(void **state)
+{
+    int64_t now = 1000000;
+    gw_place_node n[1] = {N("g8", "cuda", 8, 2, 8, 1)};
+    int64_t ends[2] = {now + 5000, now + 9000};
+    n[0].ends = ends;
+    n[0].nends = 2;
+    for (int g = 0; g < 8; g++) {
+        n[0].gpu[g].load = 1;
+        n[0].gpu[g].end_ms = g < 4 ? now + 5000 : now + 9000;   /* two 4-GPU runs */
+    }
+    gw_place_req r8 = {.backend = "cuda", .gpus = 8, .nodes = 1};
+    gw_place_req r4 = {.backend = "cuda", .gpus = 4, .nodes = 1};
+    uint8_t reserved[1];
+    assert_int_equal(gw_place_reserve(n, 1, &r8, now, reserved), now + 9000);
+    assert_int_equal(reserved[0], 1);
+    assert_int_equal(gw_place_reserve(n, 1, &r4, now, reserved), now + 5000);
+}
+
 /* A job that fits nowhere reserves the nodes that free first (by their
  * runs' ends); later jobs may use reserved nodes only when they end by
  * then, and other nodes freely. */
@@ -250,6 +293,8 @@ int main(void)
         cmocka_unit_test(test_devices_are_the_least_loaded),
         cmocka_unit_test(test_gpu_memory_is_respected),
         cmocka_unit_test(test_gang_takes_distinct_nodes_or_none),
+        cmocka_unit_test(test_devices_are_not_shared_where_slots_do_not_exceed_them),
+        cmocka_unit_test(test_a_reservation_waits_for_idle_devices),
         cmocka_unit_test(test_reservation_and_backfill),
         cmocka_unit_test(test_fair_pick),
         cmocka_unit_test(test_tasks_need_an_engine_and_prefer_nodes_with_their_image),

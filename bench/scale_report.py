@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""scale_report.py — the helpers and the figures of bench/scale.sh (issue 20).
+
+  wait-nodes  until the gateway lists --nodes nodes up
+  tenants     makes the job file's tenants (weights) and a key each, and
+              writes kl-scalesim's submit file ("key<TAB>body" per job)
+  snap        CPU ticks of the gateway, PostgreSQL (postmaster and children)
+              and the simulator, and their RSS, now
+  report      figures 1-6 of one size from what the run left in --dir
+  summary     the table of every size under --out
+
+Definitions (report):
+  window      from the end of the backlog's submission to the end of the
+              measurement (snap0 to snap1)
+  1 util      busy GPU-seconds in the window / (GPUs x window): a part is
+              busy from its start (after its gang's rendezvous) to its end
+              (or the stop); the packer (philly.py pack) on the same jobs
+              from the moment submission began, over the same window
+  2 starts/s  jobs (gangs once) whose run reached their nodes in the window,
+              per second; and the most in any 5 s since submission began
+  3 latency   per job started in the window: when its last part reached its
+              node, less when the last of the devices it got had become free
+              (runnable -> running, as the nodes saw it)
+  4 fairness  GPU-seconds of each tenant with a backlog (a job not yet
+              started at the end) in the window, against its weight's share
+              among those: |share / fair share - 1|, worst and mean
+  5 gangs     queue wait (submitted -> last part on its node) of 16-node
+              gangs, against 1-GPU and 8-GPU one-node jobs of the same run
+  6 cost      gateway and PostgreSQL CPU per job started in the window;
+              gateway RSS (max); PostgreSQL's rows written, commits and WAL
+              per second; updates of the nodes table per second (heartbeats)
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import philly  # noqa: E402
+
+
+def api(url, key, method="GET", body=None, timeout=30):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Authorization": "Bearer " + key,
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read() or b"{}")
+
+
+def cmd_wait_nodes(a):
+    deadline = time.monotonic() + a.timeout
+    up = 0
+    while time.monotonic() < deadline:
+        try:
+            nodes = api(a.url + "/v1/nodes", a.key).get("nodes", [])
+            up = sum(1 for n in nodes if n.get("state") == "up")
+            if up >= a.nodes:
+                print("   %d nodes up" % up)
+                return 0
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    print("   only %d of %d nodes up after %d s" % (up, a.nodes, a.timeout), file=sys.stderr)
+    return 1
+
+
+def read_jobs(path):
+    with open(path) as f:
+        head = json.loads(f.readline())
+        return head, [json.loads(line) for line in f]
+
+
+def cmd_tenants(a):
+    _, jobs = read_jobs(a.jobs)
+    keys = {}
+    for j in jobs:
+        t = j["tenant"]
+        if t in keys:
+            continue
+        api(a.url + "/v1/tenants", a.key, "POST", {"name": t, "weight": j["weight"]})
+        keys[t] = api(a.url + "/v1/keys", a.key, "POST", {"tenant": t})["key"]
+    with open(a.out, "w") as f:
+        for j in jobs:
+            f.write(keys[j["tenant"]] + "\t" + json.dumps(philly.job_body(j), separators=(",", ":")) + "\n")
+    return 0
+
+
+def ticks(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            x = f.read().rsplit(")", 1)[1].split()
+        return int(x[11]) + int(x[12])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def rss_kb(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def children(ppid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
+                        out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def cmd_snap(a):
+    pg = [a.pg] + children(a.pg)
+    snap = {"t_ms": int(time.time() * 1000), "hz": os.sysconf("SC_CLK_TCK"),
+            "gw_ticks": ticks(a.gw), "pg_ticks": {str(p): ticks(p) for p in pg},
+            "sim_ticks": ticks(a.sim), "gw_rss_kb": rss_kb(a.gw), "sim_rss_kb": rss_kb(a.sim)}
+    with open(a.out, "w") as f:
+        json.dump(snap, f)
+    return 0
+
+
+def pct(v, p):
+    if not v:
+        return None
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100.0 * (len(v) - 1))))]
+
+
+def overlap(a0, a1, b0, b1):
+    return max(0, min(a1, b1) - max(a0, b0))
+
+
+def load_runs(path):
+    """(job_id, attempt) -> list of parts."""
+    runs = {}
+    with open(path) as f:
+        for line in f:
+            x = line.rstrip("\n").split("\t")
+            if len(x) < 13:
+                continue
+            part = {"node": int(x[2]), "rank": int(x[3]), "nodes": int(x[4]), "ngpu": int(x[5]),
+                    "t_lease": int(x[6]), "t_start": int(x[7]), "t_end": int(x[8]),
+                    "runnable": int(x[9]), "overcommit": int(x[10]), "state": x[11]}
+            runs.setdefault((x[0], int(x[1])), []).append(part)
+    return runs
+
+
+def figures(d, nodes, gpus):
+    head, jobs = read_jobs(os.path.join(d, "jobs.jsonl"))
+    with open(os.path.join(d, "window.json")) as f:
+        win = json.load(f)
+    with open(os.path.join(d, "snap0.json")) as f:
+        s0 = json.load(f)
+    with open(os.path.join(d, "snap1.json")) as f:
+        s1 = json.load(f)
+    with open(os.path.join(d, "sim.json")) as f:
+        sim = json.load(f)
+    submit = {}
+    with open(os.path.join(d, "ids.tsv")) as f:
+        for line in f:
+            ln, status, jid, t = line.rstrip("\n").split("\t")
+            if jid != "-":
+                submit[jid] = (jobs[int(ln) - 1], int(t))
+    runs = load_runs(os.path.join(d, "runs.tsv"))
+    w0, w1 = s0["t_ms"], s1["t_ms"]
+    W = (w1 - w0) / 1000.0
+    t_sub0 = win["t_submit0"]
+
+    # 1. utilisation, and the packer on the same jobs (in submission order)
+    busy = 0.0
+    tenant_gs = {}
+    for (jid, _), parts in runs.items():
+        for p in parts:
+            gs = p["ngpu"] * overlap(p["t_start"], p["t_end"], w0, w1) / 1000.0
+            busy += gs
+            if jid in submit:
+                t = submit[jid][0]["tenant"]
+                tenant_gs[t] = tenant_gs.get(t, 0.0) + gs
+    util = busy / (nodes * gpus * W) if W > 0 else 0
+    submitted = [jobs[int(line.split("\t")[0]) - 1] for line in open(os.path.join(d, "ids.tsv"))
+                 if line.split("\t")[2] != "-"]
+    packer = philly.pack(submitted, nodes, gpus, (w1 - t_sub0) / 1000.0,
+                         start_s=(w0 - t_sub0) / 1000.0)[0]
+
+    # 2, 3, 5: per job attempt, its last part's arrival
+    starts, lat, started_jobs = [], [], set()
+    waits = {"1gpu": [], "8gpu": [], "gang16": [], "all": []}
+    for (jid, att), parts in runs.items():
+        t_run = max(p["t_lease"] for p in parts)
+        nparts = parts[0]["nodes"]
+        if len(parts) < nparts:
+            continue   # a gang whose parts did not all arrive (stopped meanwhile)
+        started_jobs.add(jid)
+        starts.append(t_run)
+        if w0 <= t_run <= w1:
+            lat.append(t_run - max(p["runnable"] for p in parts))
+        if jid in submit and att == 1:
+            job, t_sub = submit[jid]
+            wait = (t_run - t_sub) / 1000.0
+            waits["all"].append(wait)
+            if job["nodes"] == 16:
+                waits["gang16"].append(wait)
+            elif job["nodes"] == 1 and job["gpus"] == 1:
+                waits["1gpu"].append(wait)
+            elif job["nodes"] == 1 and job["gpus"] == 8:
+                waits["8gpu"].append(wait)
+    in_win = sum(1 for t in starts if w0 <= t <= w1)
+    buckets = {}
+    for t in starts:
+        if t >= t_sub0:
+            buckets[(t - t_sub0) // 5000] = buckets.get((t - t_sub0) // 5000, 0) + 1
+    peak5 = max(buckets.values()) / 5.0 if buckets else 0
+
+    # 4. fairness among tenants with a backlog at the end
+    backlog = {}
+    for jid, (job, _) in submit.items():
+        if jid not in started_jobs:
+            backlog[job["tenant"]] = job["weight"]
+    errs = {}
+    if backlog:
+        wsum = sum(backlog.values())
+        gsum = sum(tenant_gs.get(t, 0.0) for t in backlog)
+        for t, w in backlog.items():
+            fair = w / wsum
+            share = tenant_gs.get(t, 0.0) / gsum if gsum else 0
+            errs[t] = abs(share / fair - 1)
+    gang16_sub = sum(1 for job, _ in submit.values() if job["nodes"] == 16)
+    gang16_queued = [(w1 - t) / 1000.0 for jid, (job, t) in submit.items()
+                     if job["nodes"] == 16 and jid not in started_jobs]
+
+    # 6. cost
+    hz = s0["hz"]
+    gw_cpu = (s1["gw_ticks"] - s0["gw_ticks"]) / hz
+    pg_cpu = sum(v - s0["pg_ticks"].get(p, 0) for p, v in s1["pg_ticks"].items()) / hz
+    sim_cpu = (s1["sim_ticks"] - s0["sim_ticks"]) / hz
+    pg0, pg1 = win["pg0"], win["pg1"]
+    per_s = lambda k: (pg1[k] - pg0[k]) / W if W else 0  # noqa: E731
+
+    def stats(v):
+        return {"n": len(v), "mean": round(sum(v) / len(v), 3) if v else None,
+                "p50": pct(v, 50), "p99": pct(v, 99)}
+    return {
+        "nodes": nodes, "gpus": nodes * gpus, "jobs_submitted": len(submit),
+        "factor": head.get("factor"), "mean_s": head.get("mean_s"), "window_s": round(W, 1),
+        "util": round(util, 4), "packer_util": round(packer, 4),
+        "util_vs_packer": round(util / packer, 4) if packer else None,
+        "starts_per_s": round(in_win / W, 1) if W else 0, "starts_in_window": in_win,
+        "peak_starts_per_s_5s": round(peak5, 1),
+        "latency_ms": {"n": len(lat), "p50": pct(lat, 50), "p99": pct(lat, 99)},
+        "fair_worst_rel_err": round(max(errs.values()), 4) if errs else None,
+        "fair_mean_rel_err": round(sum(errs.values()) / len(errs), 4) if errs else None,
+        "tenants_with_backlog": len(backlog),
+        "wait_s": {k: stats(v) for k, v in waits.items()},
+        "gang16": {"submitted": gang16_sub, "started": len(waits["gang16"]),
+                   "oldest_queued_s": round(max(gang16_queued), 1) if gang16_queued else None},
+        "gw_cpu_ms_per_start": round(1000 * gw_cpu / in_win, 3) if in_win else None,
+        "pg_cpu_ms_per_start": round(1000 * pg_cpu / in_win, 3) if in_win else None,
+        "gw_cpu_pct": round(100 * gw_cpu / W, 1), "pg_cpu_pct": round(100 * pg_cpu / W, 1),
+        "sim_cpu_pct": round(100 * sim_cpu / W, 1), "sim_rss_mb": round(s1["sim_rss_kb"] / 1024, 1),
+        "gw_rss_max_mb": round(win["gw_rss_max_kb"] / 1024, 1),
+        "pg_rows_written_per_s": round(per_s("tup_written"), 1),
+        "pg_commits_per_s": round(per_s("xact_commit"), 1),
+        "pg_wal_kb_per_s": round(per_s("wal_bytes") / 1024, 1),
+        "pg_nodes_updates_per_s": round(per_s("nodes_upd"), 1),
+        "pg_jobs_updates_per_s": round(per_s("jobs_upd"), 1),
+        "heartbeats_per_s": round(sim["requests"]["heartbeat"]["sent"] / sim["wall_s"], 1) if sim["wall_s"] else None,
+        "overcommit_runs": sim["overcommit_runs"], "slot_overcommits": sim["slot_overcommits"],
+        "sim": {k: sim[k] for k in ("runs_taken", "runs_ended", "runs_refused", "rdv_failed", "cancels")},
+        "sim_errors": {k: v for k, v in sim["requests"].items() if v["transport_errors"] or v["other_status"]},
+    }
+
+
+def print_figures(f):
+    print("   1 GPU utilisation %.3f; packer's bound on the same jobs %.3f; ratio %s (target >= 0.95 at 60 s, 0.90 at 10 s)"
+          % (f["util"], f["packer_util"], f["util_vs_packer"]))
+    print("   2 starts/s in the window %.1f (%d starts in %.0f s); most in 5 s since submission began %.1f/s"
+          % (f["starts_per_s"], f["starts_in_window"], f["window_s"], f["peak_starts_per_s_5s"]))
+    lt = f["latency_ms"]
+    print("   3 runnable -> running p50 %s ms, p99 %s ms (%d jobs; target 50 / 500)" % (lt["p50"], lt["p99"], lt["n"]))
+    print("   4 fairness: worst relative error %s, mean %s, among %d tenants with a backlog (target <= 0.05)"
+          % (f["fair_worst_rel_err"], f["fair_mean_rel_err"], f["tenants_with_backlog"]))
+    w = f["wait_s"]
+    print("   5 queue wait s (mean / p99 / n): 16-node gangs %s / %s / %d; 8-GPU %s / %s / %d; 1-GPU %s / %s / %d; "
+          "16-node gangs started %d of %d, oldest still queued %s s"
+          % (w["gang16"]["mean"], w["gang16"]["p99"], w["gang16"]["n"], w["8gpu"]["mean"], w["8gpu"]["p99"],
+             w["8gpu"]["n"], w["1gpu"]["mean"], w["1gpu"]["p99"], w["1gpu"]["n"], f["gang16"]["started"],
+             f["gang16"]["submitted"], f["gang16"]["oldest_queued_s"]))
+    print("   6 gateway %s ms CPU per start (%s%% of a core), PostgreSQL %s ms (%s%%); gateway RSS max %s MiB; "
+          "PostgreSQL %s rows/s, %s commits/s, %s KiB WAL/s; nodes-table updates %s/s for %s heartbeats/s"
+          % (f["gw_cpu_ms_per_start"], f["gw_cpu_pct"], f["pg_cpu_ms_per_start"], f["pg_cpu_pct"],
+             f["gw_rss_max_mb"], f["pg_rows_written_per_s"], f["pg_commits_per_s"], f["pg_wal_kb_per_s"],
+             f["pg_nodes_updates_per_s"], f["heartbeats_per_s"]))
+    print("     simulator: %s%% of a core, %s MiB RSS for %d nodes" % (f["sim_cpu_pct"], f["sim_rss_mb"], f["nodes"]))
+    print("   correctness: %d runs placed on busy GPUs, %d runs past a node's slots%s"
+          % (f["overcommit_runs"], f["slot_overcommits"],
+             "" if not f["sim_errors"] else "; exchanges that failed: %s" % json.dumps(f["sim_errors"])))
+
+
+def cmd_report(a):
+    f = figures(a.dir, a.nodes, a.gpus)
+    with open(os.path.join(a.dir, "result.json"), "w") as out:
+        json.dump(f, out, indent=1)
+    print_figures(f)
+    return 1 if f["overcommit_runs"] or f["slot_overcommits"] else 0
+
+
+def cmd_summary(a):
+    rows = []
+    for name in sorted(os.listdir(a.out), key=lambda s: int(s[1:]) if s[1:].isdigit() else 0):
+        p = os.path.join(a.out, name, "result.json")
+        if os.path.exists(p):
+            with open(p) as f:
+                rows.append(json.load(f))
+    if not rows:
+        return 0
+    print("")
+    print("== scale summary (time compressed x%.0f: mean job %s s)" % (rows[0]["factor"], rows[0]["mean_s"]))
+    cols = [("nodes", "nodes"), ("util", "util"), ("packer", "packer_util"), ("ratio", "util_vs_packer"),
+            ("starts/s", "starts_per_s"), ("peak/s", "peak_starts_per_s_5s"),
+            ("lat p50 ms", lambda r: r["latency_ms"]["p50"]), ("lat p99 ms", lambda r: r["latency_ms"]["p99"]),
+            ("fair worst", "fair_worst_rel_err"), ("g16 wait mean", lambda r: r["wait_s"]["gang16"]["mean"]),
+            ("g16 p99", lambda r: r["wait_s"]["gang16"]["p99"]), ("gw ms/start", "gw_cpu_ms_per_start"),
+            ("pg ms/start", "pg_cpu_ms_per_start"), ("gw RSS MiB", "gw_rss_max_mb"),
+            ("pg rows/s", "pg_rows_written_per_s"), ("hb upd/s", "pg_nodes_updates_per_s"),
+            ("overcommit", "overcommit_runs")]
+    print("  ".join("%12s" % c for c, _ in cols))
+    for r in rows:
+        print("  ".join("%12s" % (k(r) if callable(k) else r.get(k)) for _, k in cols))
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("wait-nodes")
+    p.add_argument("--url", required=True)
+    p.add_argument("--key", required=True)
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--timeout", type=int, default=120)
+    p = sub.add_parser("tenants")
+    p.add_argument("--url", required=True)
+    p.add_argument("--key", required=True)
+    p.add_argument("--jobs", required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("snap")
+    p.add_argument("--gw", type=int, required=True)
+    p.add_argument("--pg", type=int, required=True)
+    p.add_argument("--sim", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("report")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--gpus", type=int, default=8)
+    p = sub.add_parser("summary")
+    p.add_argument("--out", required=True)
+    a = ap.parse_args()
+    return {"wait-nodes": cmd_wait_nodes, "tenants": cmd_tenants, "snap": cmd_snap,
+            "report": cmd_report, "summary": cmd_summary}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

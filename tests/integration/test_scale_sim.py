@@ -1,0 +1,155 @@
+"""A short simulated cluster (issue 20): 200 simulated nodes of 8 GPUs
+(bin/kl-scalesim, the real cluster protocol: per-node credentials, heartbeats,
+lease polls, gang rendezvous, results) run a Philly-shaped backlog of
+1-GPU, multi-GPU, 8-GPU and 2-16-node gang jobs from four tenants of
+weights 1-4 (bench/philly.py). Correctness only, never a time: every job
+ends once, no node is given more GPUs than it has (no device holds two runs
+at once), and while every tenant still has work queued, tenants start GPUs
+roughly in proportion to their weights.
+
+The test owns its stack: a gateway with no rate limit, and no other node."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import stack as stk
+
+sys.path.insert(0, os.path.join(stk.REPO, "bench"))
+import philly  # noqa: E402
+
+SIM_BIN = os.path.join(stk.BUILD_ROOT, "bin", "kl-scalesim")
+NODES, GPUS, JOBS = 200, 8, 3000
+WEIGHTS = {"sim-w1": 1, "sim-w2": 2, "sim-w3": 3, "sim-w4": 4}
+
+
+class ScaleStack(stk.Stack):
+    """No compute node of its own; submits are not rate-limited and the
+    simulator's 200 nodes may share one address."""
+
+    def gateway_env(self, **extra):
+        env = super().gateway_env(**extra)
+        env.update({"KOWLOON_RATE_LIMIT_RPS": "0", "KOWLOON_MAX_CONNS_PER_IP": "0",
+                    "KOWLOON_MAX_QUEUED_PER_TENANT": "0", "KOWLOON_MAX_RUNNING_PER_TENANT": "0",
+                    "KOWLOON_MAX_CONNECTIONS": "4096", "KOWLOON_LOG_LEVEL": "info"})
+        return env
+
+
+@pytest.fixture(scope="module")
+def sim_stack():
+    if not os.access(SIM_BIN, os.X_OK):
+        pytest.fail(f"{SIM_BIN} is missing: run `make all`", pytrace=False)
+    s = ScaleStack(node_names=(), node_timeout_s=10)
+    try:
+        s.start()
+    except BaseException:
+        s.close()
+        raise
+    yield s
+    s.close()
+    if not os.environ.get("KOWLOON_TEST_KEEP"):
+        s.remove()
+
+
+def runs_of(path):
+    """Every run part the simulator ended: (job, attempt, rank) -> fields."""
+    parts = {}
+    with open(path) as f:
+        for line in f:
+            x = line.rstrip("\n").split("\t")
+            key = (x[0], int(x[1]), int(x[3]))
+            assert key not in parts, f"run part {key} ended twice on the nodes"
+            parts[key] = {"node": int(x[2]), "nodes": int(x[4]), "ngpu": int(x[5]),
+                          "t_lease": int(x[6]), "t_end": int(x[8]), "state": x[11]}
+    return parts
+
+
+@pytest.mark.timeout(180)
+def test_a_simulated_cluster_runs_every_job_once_without_over_committing_a_gpu(sim_stack):
+    s = sim_stack
+    admin = s.client("admin")
+    clients = {}
+    for t, w in WEIGHTS.items():
+        admin.post("/v1/tenants", json={"name": t, "weight": w}).raise_for_status()
+        clients[t] = s.client(key=s.create_key(t))
+    _, jobs = philly.generate(JOBS, mean_s=0.5, seed=7, tenants=len(WEIGHTS))
+    names = sorted(WEIGHTS)
+    # The backlog first, with no node up: the cluster fills in fair-share
+    # order, not in the order jobs arrived on an idle cluster.
+    owner = {}
+    for j in jobs:
+        tenant = names[j["i"] % len(names)]
+        r = clients[tenant].post("/v1/jobs", json=philly.job_body(j))
+        assert r.status_code in (200, 201, 202), r.text
+        owner[r.json()["id"]] = (tenant, j)
+    assert len(owner) == JOBS
+
+    runs_path = os.path.join(s.root, "sim-runs.tsv")
+    summary_path = os.path.join(s.root, "sim-summary.json")
+    env = dict(os.environ, KOWLOON_CLUSTER_TOKEN=s.cluster_token)
+    with open(os.path.join(s.logs, "kl-scalesim.log"), "w") as log:
+        sim = subprocess.Popen([SIM_BIN, "nodes", "--gateway", s.cluster_base, "--nodes", str(NODES),
+                                "--gpus", str(GPUS), "--runs", runs_path, "--summary", summary_path,
+                                "--prefix", "simnode"], env=env, stdout=log, stderr=log)
+    try:
+        stk.wait_until(lambda: int(s.psql_value(
+            "SELECT count(*) FROM jobs WHERE state NOT IN ('succeeded', 'failed', 'cancelled')")) == 0,
+            150, 0.5, "every job of the backlog to end")
+    finally:
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(timeout=60)
+    assert sim.returncode == 0, stk.tail(os.path.join(s.logs, "kl-scalesim.log"))
+
+    # every job ended once: succeeded at its first attempt, each part ran once
+    rows = s.psql("SELECT id::text, state, attempts FROM jobs")
+    assert len(rows) == JOBS
+    assert all(state == "succeeded" and attempts == "1" for _, state, attempts in rows), \
+        [r for r in rows if r[1] != "succeeded" or r[2] != "1"][:5]
+    parts = runs_of(runs_path)
+    by_job = {}
+    for (job, attempt, rank), p in parts.items():
+        assert p["state"] == "succeeded", (job, p)
+        by_job.setdefault(job, []).append((rank, p))
+    assert set(by_job) == set(owner)
+    for job, ps in by_job.items():
+        j = owner[job][1]
+        assert len(ps) == j["nodes"], (job, j, ps)
+        assert len({p["node"] for _, p in ps}) == j["nodes"]     # a gang on distinct nodes
+        assert all(p["ngpu"] == j["gpus"] for _, p in ps)
+
+    # never more GPUs placed on a node than it has, never a device twice
+    with open(summary_path) as f:
+        summary = json.load(f)
+    assert summary["overcommit_runs"] == 0, summary
+    assert summary["slot_overcommits"] == 0, summary
+    assert summary["runs_refused"] == 0 and summary["rdv_failed"] == 0, summary
+
+    # Fair share: GPU units (nodes x gpus) started from the first run's end
+    # (the cluster full: starts wait for GPUs to free) while every tenant
+    # still had work queued (until the first one's last job started),
+    # against the weights. Loose: from half to twice each tenant's fair
+    # share, the heaviest ahead of the lightest. (Equal shares, no
+    # weighting at all, would put the weight-1 tenant at 2.5 times its
+    # share. Today's scheduler puts it at about 1.7: each tenant's peek
+    # window fills with jobs too big for the free GPUs, most for the
+    # heaviest tenants, which are looked at most; README "Scale".)
+    start = {}
+    for job, ps in by_job.items():
+        start[job] = max(p["t_lease"] for _, p in ps)
+    full = min(p["t_end"] for p in parts.values())
+    drained = min(max(start[job] for job in owner if owner[job][0] == t) for t in names)
+    units = {t: 0 for t in names}
+    for job, t0 in start.items():
+        if full <= t0 < drained:
+            tenant, j = owner[job]
+            units[tenant] += j["gpus"] * j["nodes"]
+    total, wsum = sum(units.values()), sum(WEIGHTS.values())
+    assert total > 0
+    for t in names:
+        share, fair = units[t] / total, WEIGHTS[t] / wsum
+        assert 0.5 * fair <= share <= 2.0 * fair, (t, share, fair, units)
+    assert units["sim-w4"] > units["sim-w1"], units
