@@ -61,6 +61,7 @@ typedef struct gw_config {
     int rate_limit_rps, rate_limit_burst;            /* writes, per API key; rps 0: off */
     int read_rate_limit_rps, read_rate_limit_burst;  /* reads, per API key; rps 0: off */
     int key_cache_ms;       /* how long an answer on an API key is kept; 0: not at all */
+    int stats_cache_ms;     /* how long a stats history answer is kept; 0: not at all */
     int job_cache_mb;       /* memory for ended jobs' answers (jobcache.h); 0: none */
     int max_queued_per_tenant, max_running_per_tenant; /* 0: no quota */
     const char *blob_dir;   /* default beside the binary */

@@ -146,6 +146,10 @@ static svc_opt opts[] = {
      .min = 0, .max = 1000,
      .help = "how long an API key's lookup is reused; a key revoked on any gateway stops working "
              "on this one within this time (0: look up every request)"},
+    {.flag = "stats-cache-ms", .env = "KOWLOON_STATS_CACHE_MS", .type = SVC_OPT_INT, .def = "5000",
+     .min = 0, .max = 60000,
+     .help = "how long a GET /v1/stats/history answer is reused per tenant and window (0: "
+             "queried every time)"},
     {.flag = "job-cache-mb", .env = "KOWLOON_JOB_CACHE_MB", .type = SVC_OPT_INT, .def = "64",
      .min = 0, .max = 65536,
      .help = "memory kept for ended jobs as GET /v1/jobs/{id} answers them (an ended job never "
@@ -321,6 +325,7 @@ static void config_load(gw_config *c)
         .read_rate_limit_rps = opt_int("read-rate-limit-rps"),
         .read_rate_limit_burst = opt_int("read-rate-limit-burst"),
         .key_cache_ms = opt_int("key-cache-ms"),
+        .stats_cache_ms = opt_int("stats-cache-ms"),
         .job_cache_mb = opt_int("job-cache-mb"),
         .max_queued_per_tenant = opt_int("max-queued-per-tenant"),
         .max_running_per_tenant = opt_int("max-running-per-tenant"),
@@ -718,7 +723,7 @@ int main(int argc, char **argv)
     app.jobs = gw_jobcache_new((size_t)app.cfg.job_cache_mb << 20);
     app.eta = gw_eta_new(5000);
     /* 64 (tenant, window) answers of 5 s: a dashboard polls every 10 s */
-    app.stats = gw_stats_new(64, 5000);
+    app.stats = gw_stats_new(64, app.cfg.stats_cache_ms);
     app.metrics = app.limits ? gw_metrics_new(&app) : NULL;
     app.whnet = gw_whnet_new(app.cfg.webhook_allow_private, app.cfg.webhook_allow_nets, err,
                              sizeof(err));

@@ -32,6 +32,9 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 # the gateway's price table (--prices): per CPU-core-hour, per GPU-hour
 PRICES = "cpu=3600, cuda=360, cuda:Fake GPU=7200"
 HTTP_TIMEOUT = 15  # seconds for any single request
+# the gateway's --stats-cache-ms: a test waits this long (polling) for a
+# fresh GET /v1/stats/history, not the default 5 s
+STATS_CACHE_MS = 1000
 
 DTYPES = {"float32": "<f4", "float64": "<f8", "int32": "<i4"}
 
@@ -504,6 +507,7 @@ class Stack:
             # there: the rest of loopback stays refused), and retry soon
             "KOWLOON_WEBHOOK_ALLOW_NETS": "127.0.0.1/32",
             "KOWLOON_WEBHOOK_RETRY_BASE_MS": "3000",
+            "KOWLOON_STATS_CACHE_MS": str(STATS_CACHE_MS),
         })
         env.update({k: str(v) for k, v in extra.items()})
         return env

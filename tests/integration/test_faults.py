@@ -13,6 +13,16 @@ import requests
 from stack import free_port, tensor, ts
 
 
+pytestmark = pytest.mark.destructive
+
+
+@pytest.fixture(scope="module")
+def stack(own_stack):
+    """These tests freeze and kill the stack's nodes and gateway: a stack
+    of this module's own (conftest.py)."""
+    return own_stack
+
+
 def events(stack, job_id):
     rows = stack.psql(
         "SELECT state, attempt, coalesce(node_name, ''), "
