@@ -54,6 +54,7 @@ typedef struct gw_config {
     int max_output_mb;      /* outputs of one job, all tensors together */
     int node_timeout_s;
     int reconcile_interval_s;
+    int timeout_grace_s;    /* a run this long past its timeout_s without a report is failed */
     int db_pool;
     int heartbeat_s;
     int drain_s;

@@ -98,6 +98,10 @@ static svc_opt opts[] = {
     {.flag = "heartbeat-s", .env = "KOWLOON_HEARTBEAT_S", .type = SVC_OPT_INT, .def = "2",
      .min = 1, .max = 600,
      .help = "heartbeat interval told to nodes"},
+    {.flag = "timeout-grace-s", .env = "KOWLOON_TIMEOUT_GRACE_S", .type = SVC_OPT_INT, .def = "15",
+     .min = 1, .max = 3600,
+     .help = "a run with no report this long past its timeout_s is presumed stuck and its job "
+             "fails with timeout (the node enforces timeout_s first)"},
     {.flag = "reconcile-interval-s", .env = "KOWLOON_RECONCILE_INTERVAL_S", .type = SVC_OPT_INT,
      .def = "3", .min = 1, .max = 3600,
      .help = "how often the ready queue is rebuilt from PostgreSQL"},
@@ -315,6 +319,7 @@ static void config_load(gw_config *c)
         .max_output_mb = opt_int("max-output-mb"),
         .node_timeout_s = opt_int("node-timeout-s"),
         .reconcile_interval_s = opt_int("reconcile-interval-s"),
+        .timeout_grace_s = opt_int("timeout-grace-s"),
         .db_pool = opt_int("db-pool"),
         .heartbeat_s = opt_int("heartbeat-s"),
         .drain_s = opt_int("drain-s"),

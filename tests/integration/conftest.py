@@ -109,13 +109,14 @@ def pytest_runtest_makereport(item, call):
 
 # ------------------------------------------------------------ the stacks
 
-def _stack_up():
-    """Starts a stack (120 s at most); returns it, or fails the test that
-    asked for it with the daemons' log tails kept for the summary."""
+def _stack_up(**kw):
+    """Starts a stack (stack.Stack(**kw), 120 s at most); returns it, or
+    fails the test that asked for it with the daemons' log tails kept for
+    the summary."""
     s, problem = None, None
     failures = _state["failures"]
     try:
-        s = stk.Stack()
+        s = stk.Stack(**kw)
         _state["stacks"].append(s)
         signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, 120)  # the whole start-up
@@ -158,7 +159,7 @@ def stack():
 
 
 @pytest.fixture(scope="module")
-def own_stack():
+def own_stack(request):
     """A stack for one module alone, for tests that break daemons on
     purpose; such a module overrides `stack` with it:
 
@@ -167,8 +168,10 @@ def own_stack():
         @pytest.fixture(scope="module")
         def stack(own_stack):
             return own_stack
-    """
-    s, failures = _stack_up()
+
+    The module's STACK_GATEWAY_ENV (a dict, optional) goes to every gateway
+    of that stack: a period its tests wait out, made short."""
+    s, failures = _stack_up(gateway_env=getattr(request.module, "STACK_GATEWAY_ENV", None))
     yield s
     _stack_down(s, failures)
 
