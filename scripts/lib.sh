@@ -302,11 +302,12 @@ kl_test_workers() {
     echo "$n"
 }
 
-# Prints the pytest arguments that run the suite on N workers: whole files
-# per worker (a file's tests keep their order and module fixtures), none
-# for N <= 1 (one process, no xdist).
+# Prints the pytest arguments that run the suite on N workers, one a line
+# (mapfile -t ARGS < <(kl_pytest_workers N)): whole files per worker (a
+# file's tests keep their order and module fixtures); none for N <= 1 (one
+# process, no xdist).
 kl_pytest_workers() {
-    [ "${1:-1}" -gt 1 ] && echo "-n $1 --dist loadfile"
+    [ "${1:-1}" -gt 1 ] && printf '%s\n' -n "$1" --dist loadfile
     return 0
 }
 

@@ -45,8 +45,8 @@ if stage fuzz kl_run_contained tests/fuzz/run.sh; then kl_record fuzz "PASS ($to
 
 workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers)}
 echo "=== integration tests (pytest tests/integration, $workers workers; the slowest tests listed at the end)"
-stage integration kl_run_contained python3 -m pytest -q $(kl_pytest_workers "$workers") \
-    --durations=15 tests/integration
+mapfile -t xdist < <(kl_pytest_workers "$workers")
+stage integration kl_run_contained python3 -m pytest -q "${xdist[@]}" --durations=15 tests/integration
 rc=$?
 case $rc in
     0) kl_record integration "PASS ($took s, $workers workers)" ;;
