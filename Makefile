@@ -63,7 +63,7 @@ CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lnccl -lcudart
 PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
 .DELETE_ON_ERROR:
-.PHONY: all clean run stop test test-unit check-layers lint schema test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
+.PHONY: all clean deps run stop test test-unit check-layers lint schema test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
 all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN) $(FAKE_PLUGINS) $(BIN)/kl-scalesim
 	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))  $(if $(GLOO),✓ Gloo (multi-node CPU runs),✗ Gloo (no libgloo-dev: multi-node CPU runs refused))"
 
@@ -160,18 +160,22 @@ check-layers: all
 test-unit: $(UT_BIN) check-layers
 	@set -e; for t in $(UT_BIN); do echo "== $$t"; $$t; done
 
-# The two commands of the README, and the rest of the tooling, live in scripts/.
-# run and test install the Debian packages first: the build needs their headers.
+# The commands of the README, and the rest of the tooling, live in scripts/.
+# deps installs the Debian and Python packages (once); run installs them
+# too, test and test-asan only check and ask for `make deps` when one lacks.
+deps:
+	@scripts/install-deps.sh
 run:
 	@scripts/install-deps.sh
 	@$(MAKE) --no-print-directory all
 	@scripts/run.sh
 stop:
 	@scripts/stop.sh
+# test prints its wall time, the build's included (scripts/test.sh: each part's).
 test:
-	@scripts/install-deps.sh
-	@$(MAKE) --no-print-directory all
-	@scripts/test.sh
+	@scripts/install-deps.sh --check
+	@t0=$$(date +%s); $(MAKE) --no-print-directory all && scripts/test.sh; rc=$$?; \
+	  echo "make test: $$(( $$(date +%s) - t0 )) s wall"; exit $$rc
 bench: all $(if $(GLOO),$(B)/bench/gloo_allreduce,)
 	@bench/run.sh
 bench-kernels: all
@@ -184,7 +188,7 @@ fuzz:
 fuzz-api: all
 	@tests/api_fuzz/run.sh --full
 test-asan:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh --check
 	@scripts/test-asan.sh
 
 clean:

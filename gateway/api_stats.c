@@ -1,7 +1,7 @@
 /* api_stats.c — GET /v1/stats/history: a tenant's queue depth and
  * throughput per minute over the last hour (or minutes=), for the
  * dashboard. The caller's own tenant; an admin key may name another with
- * tenant=. Answers are kept 5 s per tenant and window (stats.h). */
+ * tenant=. Answers are kept --stats-cache-ms (5 s) per tenant and window (stats.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -57,6 +57,7 @@ typedef struct gw_config {
     long task_log_mb;        /* a task part's log, at most */
     long node_timeout_s;
     long reconcile_interval_s;
+    long timeout_grace_s;    /* a run this long past its timeout_s without a report is failed */
     long db_pool;
     long heartbeat_s;
     long drain_s;
@@ -64,6 +65,7 @@ typedef struct gw_config {
     long rate_limit_rps, rate_limit_burst;            /* writes, per API key; rps 0: off */
     long read_rate_limit_rps, read_rate_limit_burst;  /* reads, per API key; rps 0: off */
     long key_cache_ms;       /* how long an answer on an API key is kept; 0: not at all */
+    long stats_cache_ms;     /* how long a stats history answer is kept; 0: not at all */
     long job_cache_mb;       /* memory for ended jobs' answers (jobcache.h); 0: none */
     long max_queued_per_tenant, max_running_per_tenant; /* 0: no quota */
     const char *blob_dir;   /* default beside the binary */

@@ -130,6 +130,11 @@ static svc_opt opts[] = {
      .at = SVC_OPT_INT(gw_config, heartbeat_s), .def = "2",
      .min = 1, .max = 600,
      .help = "heartbeat interval told to nodes"},
+    {.flag = "timeout-grace-s", .env = "KOWLOON_TIMEOUT_GRACE_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, timeout_grace_s), .def = "15",
+     .min = 1, .max = 3600,
+     .help = "a run with no report this long past its timeout_s is presumed stuck and its job "
+             "fails with timeout (the node enforces timeout_s first)"},
     {.flag = "reconcile-interval-s", .env = "KOWLOON_RECONCILE_INTERVAL_S", .type = SVC_OPT_INT,
      .at = SVC_OPT_INT(gw_config, reconcile_interval_s),
      .def = "3", .min = 1, .max = 3600,
@@ -194,6 +199,11 @@ static svc_opt opts[] = {
      .min = 0, .max = 1000,
      .help = "how long an API key's lookup is reused; a key revoked on any gateway stops working "
              "on this one within this time (0: look up every request)"},
+    {.flag = "stats-cache-ms", .env = "KOWLOON_STATS_CACHE_MS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, stats_cache_ms), .def = "5000",
+     .min = 0, .max = 60000,
+     .help = "how long a GET /v1/stats/history answer is reused per tenant and window (0: "
+             "queried every time)"},
     {.flag = "job-cache-mb", .env = "KOWLOON_JOB_CACHE_MB", .type = SVC_OPT_INT,
      .at = SVC_OPT_INT(gw_config, job_cache_mb), .def = "64",
      .min = 0, .max = 65536,
@@ -733,7 +743,7 @@ int main(int argc, char **argv)
     app.jobs = gw_jobcache_new((size_t)app.cfg.job_cache_mb << 20);
     app.eta = gw_eta_new(5000);
     /* 64 (tenant, window) answers of 5 s: a dashboard polls every 10 s */
-    app.stats = gw_stats_new(64, 5000);
+    app.stats = gw_stats_new(64, app.cfg.stats_cache_ms);
     app.metrics = app.limits ? gw_metrics_new(&app) : NULL;
     app.whnet = gw_whnet_new(app.cfg.webhook_allow_private, app.cfg.webhook_allow_nets, err,
                              sizeof(err));

@@ -44,9 +44,6 @@
  * call. */
 #define RECONCILE_PAGE 512
 #define RECONCILE_PAGES 4
-/* A run with no report this long past its timeout_s is presumed stuck; the
- * node enforces timeout_s first. */
-#define TIMEOUT_GRACE_S 15
 
 /* A run the scheduler knows on a node: which devices it holds there, so
  * that its report frees them at once (not at the next refresh). */
@@ -323,7 +320,7 @@ static void reap(gw_sched *s)
     /* A new scheduler first gives nodes a node timeout to report runs that
      * ended while no gateway could record them. */
     if (now - s->leader_since_ms >= window &&
-        gw_store_runs_overdue(s->app->store, TIMEOUT_GRACE_S, &list, &n) == 0) {
+        gw_store_runs_overdue(s->app->store, s->app->cfg.timeout_grace_s, &list, &n) == 0) {
         for (int i = 0; i < n; i++)
             if (gw_store_job_fail(s->app->store, list[i].job_id, list[i].attempt, "failed",
                                   "timeout", "no result from the node within timeout_s plus grace",

@@ -2,9 +2,19 @@
 # scripts/install-deps.sh — installs what building and testing Kowloon needs:
 # Debian packages (headers, PostgreSQL, Redis, tools) and the Python packages
 # of tests/requirements.txt. Idempotent; when everything is present it only
-# looks (well under a second). Works as root, or through sudo.
+# looks (well under a second). Works as root, or through sudo. `make deps`
+# runs it.
+#
+# --check: installs nothing; says what is missing and fails, telling the
+# user to run `make deps` (what `make test` does before it builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+check=0
+case ${1:-} in
+    --check) check=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+esac
 
 PACKAGES=(
     libmicrohttpd-dev libgnutls28-dev libjansson-dev libpq-dev libhiredis-dev libcurl4-openssl-dev libc-ares-dev
@@ -68,7 +78,11 @@ apt_retry() {
 want=("${PACKAGES[@]}")
 python3 -m pip --version >/dev/null 2>&1 || want+=(python3-pip)
 mapfile -t missing < <(missing_packages "${want[@]}")
-if [ "${#missing[@]}" -gt 0 ]; then
+if [ "$check" = 1 ]; then
+    problem=
+    [ "${#missing[@]}" -eq 0 ] || problem="Debian packages missing: ${missing[*]}"
+fi
+if [ "$check" = 0 ] && [ "${#missing[@]}" -gt 0 ]; then
     echo "install-deps: installing ${missing[*]}"
     # Keep package scripts from starting system PostgreSQL/Redis services:
     # Kowloon runs its own private instances on other ports.
@@ -119,6 +133,18 @@ for line in open(sys.argv[1]):
         sys.exit(1)
 PY
 }
+
+if [ "$check" = 1 ]; then
+    if ! python_ok; then
+        problem="${problem:+$problem; }Python packages of $REQUIREMENTS missing or too old"
+    fi
+    if [ -n "$problem" ]; then
+        echo "install-deps: $problem" >&2
+        echo "install-deps: run \`make deps\` (once; it installs them, as root or through sudo)" >&2
+        exit 1
+    fi
+    exit 0
+fi
 
 if ! python_ok; then
     echo "install-deps: installing Python packages of $REQUIREMENTS"

@@ -288,6 +288,29 @@ kl_redis_stop() {
     kl_stop_pidfile "$1/pids/redis.pid" redis redis-server 10
 }
 
+# ---------------------------------------------------------------- test workers
+
+# Prints how many pytest-xdist workers the integration suite gets here: the
+# tests mostly wait (on daemons, on each other's jobs), so two per core
+# beat one per core, and past that the stacks (five processes each) only
+# compete; at most 8.
+kl_test_workers() {
+    local n
+    n=$(nproc 2>/dev/null || echo 2)
+    n=$((n * 2))
+    [ "$n" -gt 8 ] && n=8
+    echo "$n"
+}
+
+# Prints the pytest arguments that run the suite on N workers, one a line
+# (mapfile -t ARGS < <(kl_pytest_workers N)): whole files per worker (a
+# file's tests keep their order and module fixtures); none for N <= 1 (one
+# process, no xdist).
+kl_pytest_workers() {
+    [ "${1:-1}" -gt 1 ] && printf '%s\n' -n "$1" --dist loadfile
+    return 0
+}
+
 # ---------------------------------------------------------------- containment
 
 # The parts of a test run and how each ended ("PASS ...", "FAIL ...",

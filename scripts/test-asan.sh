@@ -77,7 +77,10 @@ else
     kl_record unit "FAIL (${unit_failed[*]})"
 fi
 
-echo "=== integration tests against bin-san (pytest tests/integration)"
+# As many workers as make test (scripts/test.sh), each with its own stack.
+workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers)}
+mapfile -t xdist < <(kl_pytest_workers "$workers")
+echo "=== integration tests against bin-san (pytest tests/integration, $workers workers)"
 t0=$SECONDS
 # A tree of the shape stack.py expects, with the sanitizer binaries as bin/.
 TROOT=$WORK/root
@@ -97,10 +100,10 @@ TMPDIR=$WORK/tmp KOWLOON_TEST_KEEP=1 KOWLOON_TEST_ROOT=$TROOT \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:detect_odr_violation=1 \
 UBSAN_OPTIONS=print_stacktrace=1 \
 KOWLOON_TEST_SESSION_S=${KOWLOON_TEST_SESSION_S:-2400} \
-    kl_run_contained python3 -m pytest -q tests/integration
+    kl_run_contained python3 -m pytest -q "${xdist[@]}" --durations=15 tests/integration
 rc=$?
 case $rc in
-    0) kl_record integration "PASS ($((SECONDS - t0)) s)" ;;
+    0) kl_record integration "PASS ($((SECONDS - t0)) s, $workers workers)" ;;
     5) kl_record integration "SKIP (no tests collected)" ;;
     *) kl_record integration "FAIL (pytest exit $rc)"; keep=1 ;;
 esac

@@ -3,6 +3,11 @@
 # integration suite (which starts its own PostgreSQL, Redis, gateway and nodes
 # on free ports). Runs every part, prints a summary, and fails if any part
 # failed. Whatever a part started and left running is stopped when it ends.
+# Each part's wall time is in the summary.
+#
+# The integration suite runs on pytest-xdist workers, one private stack each
+# (tests/integration/conftest.py): KOWLOON_TEST_WORKERS of them (default
+# kl_test_workers, scripts/lib.sh; 1 runs it in one process, no xdist).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -15,42 +20,49 @@ trap 'echo "test.sh: interrupted" >&2; exit 130' INT TERM
 # reason is in the last screen of a long CI log.
 LOGS=$ROOT/.test-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
-stage() { # stage NAME COMMAND...: runs COMMAND, its output to the screen and to the log
-    local name=$1; shift
+stage() { # stage NAME COMMAND...: runs COMMAND, its output to the screen and to the log;
+          # its wall time in seconds goes to $took
+    local name=$1 t0=$SECONDS rc; shift
     # tee -i: Ctrl-C must not kill the pipe while the part cleans up
     "$@" 2>&1 | tee -i "$LOGS/$name.log"
-    return "${PIPESTATUS[0]}"
+    rc=${PIPESTATUS[0]}
+    took=$((SECONDS - t0))
+    return "$rc"
 }
+took=0
 why() { # why NAME: the lines of a failed part's log that say why
     grep -E -a 'PROBLEM|NOT counted|broke|^accepted=|FAILED|FAIL:|Error|ERROR|error:|failures=[1-9]|5xx=[1-9]|crash|Assertion|AddressSanitizer|timed out|Timeout' \
         "$LOGS/$1.log" | grep -v -E '^\s*$' | tail -n 25
 }
 
+t_all=$SECONDS
 echo "=== unit tests (make test-unit)"
-if stage unit kl_run_contained make --no-print-directory test-unit; then kl_record unit PASS; else kl_record unit FAIL; fi
+if stage unit kl_run_contained make --no-print-directory test-unit; then kl_record unit "PASS ($took s)"; else kl_record unit "FAIL ($took s)"; fi
 
 echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness; make fuzz runs 60 s)"
 export FUZZ_SECONDS=${FUZZ_SECONDS:-10}
-if stage fuzz kl_run_contained tests/fuzz/run.sh; then kl_record fuzz PASS; else kl_record fuzz FAIL; fi
+if stage fuzz kl_run_contained tests/fuzz/run.sh; then kl_record fuzz "PASS ($took s)"; else kl_record fuzz "FAIL ($took s)"; fi
 
-echo "=== integration tests (pytest tests/integration)"
-stage integration kl_run_contained python3 -m pytest -q tests/integration
+workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers)}
+echo "=== integration tests (pytest tests/integration, $workers workers; the slowest tests listed at the end)"
+mapfile -t xdist < <(kl_pytest_workers "$workers")
+stage integration kl_run_contained python3 -m pytest -q "${xdist[@]}" --durations=15 tests/integration
 rc=$?
 case $rc in
-    0) kl_record integration PASS ;;
+    0) kl_record integration "PASS ($took s, $workers workers)" ;;
     5) kl_record integration "SKIP (no tests collected)" ;;
-    *) kl_record integration "FAIL (pytest exit $rc)" ;;
+    *) kl_record integration "FAIL (pytest exit $rc, $took s)" ;;
 esac
 
 echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one)"
-if stage chaos tests/chaos/run.sh; then kl_record chaos PASS; else kl_record chaos FAIL; fi
+if stage chaos tests/chaos/run.sh; then kl_record chaos "PASS ($took s)"; else kl_record chaos "FAIL ($took s)"; fi
 
 echo "=== API fuzzing, short run (tests/api_fuzz/run.sh; make fuzz-api runs the full one)"
-if stage api-fuzz tests/api_fuzz/run.sh; then kl_record api-fuzz PASS; else kl_record api-fuzz FAIL; fi
+if stage api-fuzz tests/api_fuzz/run.sh; then kl_record api-fuzz "PASS ($took s)"; else kl_record api-fuzz "FAIL ($took s)"; fi
 
 for i in "${!kl_parts[@]}"; do
     case ${kl_results[$i]} in
         FAIL*) echo; echo "=== why ${kl_parts[$i]} failed (from .test-logs/${kl_parts[$i]}.log)"; why "${kl_parts[$i]}" ;;
     esac
 done
-kl_summary summary
+kl_summary "summary ($((SECONDS - t_all)) s)"

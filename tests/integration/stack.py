@@ -32,6 +32,9 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 # the gateway's price table (--prices): per CPU-core-hour, per GPU-hour
 PRICES = "cpu=3600, cuda=360, cuda:Fake GPU=7200"
 HTTP_TIMEOUT = 15  # seconds for any single request
+# the gateway's --stats-cache-ms: a test waits this long (polling) for a
+# fresh GET /v1/stats/history, not the default 5 s
+STATS_CACHE_MS = 1000
 
 DTYPES = {"float32": "<f4", "float64": "<f8", "int32": "<i4"}
 
@@ -325,7 +328,9 @@ class Client:
 class Stack:
     """Owns every process of the test cluster and its temporary directory."""
 
-    def __init__(self, node_names=("node-a", "node-b"), node_timeout_s=3):
+    def __init__(self, node_names=("node-a", "node-b"), node_timeout_s=3, gateway_env=None):
+        """gateway_env: KOWLOON_* settings every gateway of this stack gets
+        (a module's own stack shortens a period its tests wait out)."""
         for b in (GATEWAY_BIN, COMPUTE_BIN):
             if not os.access(b, os.X_OK):
                 raise StackError(f"{b} is missing; run `make all` first")
@@ -337,6 +342,7 @@ class Stack:
         self.node_names = list(node_names)
         self.node_ports = {}
         self.node_timeout_s = node_timeout_s
+        self.gateway_extra = dict(gateway_env or {})
         self.cluster_token = uuid.uuid4().hex + uuid.uuid4().hex
         self.pg_port = self.redis_port = self.gw_port = self.gw_cluster_port = None
         self.tracker = []  # (client, job_id) of every job submitted
@@ -504,7 +510,9 @@ class Stack:
             # there: the rest of loopback stays refused), and retry soon
             "KOWLOON_WEBHOOK_ALLOW_NETS": "127.0.0.1/32",
             "KOWLOON_WEBHOOK_RETRY_BASE_MS": "3000",
+            "KOWLOON_STATS_CACHE_MS": str(STATS_CACHE_MS),
         })
+        env.update({k: str(v) for k, v in self.gateway_extra.items()})
         env.update({k: str(v) for k, v in extra.items()})
         return env
 

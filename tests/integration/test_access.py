@@ -387,7 +387,9 @@ def make_a_jobs(A):
                    {"x": {"dtype": "float32", "shape": [2, 1], "data": [0, 1]},
                     "y": {"dtype": "int32", "shape": [2], "data": [0, 7]}}, labels=labels)
     jobs["failed"] = A.wait(bad["id"], 30)
-    run = A.submit("sleep", {"seconds": 30}, labels=labels)
+    # running for as long as any test looks at it, however loaded the
+    # machine (30 s ran out under load); the suite cancels it afterwards
+    run = A.submit("sleep", {"seconds": 600}, labels=labels)
     jobs["running"] = A.wait(run["id"], 15, states=("running",))
     jobs["queued"] = A.submit(**PARKED, labels=labels)
     c = A.submit(**PARKED, labels=labels)

@@ -60,7 +60,7 @@ def test_node_with_missing_plugin_runs_on_cpu_and_says_why(stack, admin):
     wait_until(lambda: {n["name"]: n for n in admin.nodes()}.get(name, {"state": "down"})["state"] != "up",
                10, 0.2, f"{name} to leave")
     # the scheduler may keep a departed node in view for a moment (see
-    # test_zz_node_loss::test_deregistered_node_is_never_dispatched_to):
+    # test_node_loss::test_deregistered_node_is_never_dispatched_to):
     # let that pass so the next tests are not disturbed by it
     time.sleep(2)
 

@@ -238,11 +238,16 @@ def test_gateway_killed_mid_upload_never_serves_a_half_blob(stack, A):
     data = os.urandom(8 << 20)
     full_id = "sha256:" + hashlib.sha256(data).hexdigest()
     half_id = "sha256:" + hashlib.sha256(data[: 3 << 20]).hexdigest()
+    tmp = os.path.join(stack.blob_dir, "tmp")
+    before = {e.name for e in os.scandir(tmp)}
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(b"POST /v1/blobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n"
               b"Authorization: Bearer " + stack.keys["A"].encode() + b"\r\n"
               b"Content-Length: %d\r\n\r\n" % len(data) + data[: 3 << 20])
-    time.sleep(0.5)
+
+    def half_written():  # the gateway holds a part of the upload on disk
+        return any(e.name not in before and e.stat().st_size > 0 for e in os.scandir(tmp))
+    wait_until(half_written, 30, 0.02, "a part of the upload on disk")
     gw.kill9()
     s.close()
     names = {os.path.basename(p) for p in glob.glob(os.path.join(stack.blob_dir, "sha256", "*", "*"))}

@@ -160,6 +160,7 @@ def test_failed_authentication_is_limited_per_address(stack):
         assert requests.get(base + "/v1/jobs", timeout=10,
                             headers={"Authorization": f"Bearer {stack.keys['A']}"}).status_code == 200
         statuses = []
+        t0 = time.monotonic()
         for _ in range(25):
             r = requests.get(base + "/v1/jobs", timeout=10,
                              headers={"Authorization": f"Bearer kl_{uuid.uuid4().hex}"})
@@ -169,7 +170,23 @@ def test_failed_authentication_is_limited_per_address(stack):
             else:
                 assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited", r.text
                 assert int(r.headers["Retry-After"]) >= 1
-        assert statuses[:10] == [401] * 10 and statuses[12:] == [429] * 13, statuses
+        took = time.monotonic() - t0
+        # the burst of 10, then one more a second at most (a loaded machine
+        # may take seconds over the 25)
+        assert statuses[:10] == [401] * 10, statuses
+        assert statuses[10:].count(401) <= int(took) + 2, (took, statuses)
+        assert statuses[10:].count(429) >= 15 - int(took) - 2, (took, statuses)
+        # a key it does not know waits like any other: asked right after a
+        # refusal (the bucket is empty then), it is refused too
+        for _ in range(20):
+            r = requests.get(base + "/v1/jobs", timeout=10,
+                             headers={"Authorization": f"Bearer kl_{uuid.uuid4().hex}"})
+            if r.status_code == 429:
+                break
+        assert r.status_code == 429, r.text
+        r = requests.get(base + "/v1/jobs", timeout=10,
+                         headers={"Authorization": f"Bearer {stack.keys['B']}"})
+        assert r.status_code == 429, r.text
         # a key this gateway has seen valid (A, before the flood) is never
         # refused by the failure limiter, even once its cached answer has
         # expired (--key-cache-ms 500) and it is looked up again
@@ -177,11 +194,8 @@ def test_failed_authentication_is_limited_per_address(stack):
         ok = requests.get(base + "/v1/jobs", timeout=10,
                           headers={"Authorization": f"Bearer {stack.keys['A']}"})
         assert ok.status_code == 200, ok.text
-        # a key it does not know waits like any other, then gets through
-        r = requests.get(base + "/v1/jobs", timeout=10,
-                         headers={"Authorization": f"Bearer {stack.keys['B']}"})
-        assert r.status_code == 429, r.text
-        time.sleep(2.1)
+        # then B gets through once the bucket has refilled (Retry-After)
+        time.sleep(int(r.headers["Retry-After"]) + 0.1)
         ok = requests.get(base + "/v1/jobs", timeout=10,
                           headers={"Authorization": f"Bearer {stack.keys['B']}"})
         assert ok.status_code == 200, ok.text

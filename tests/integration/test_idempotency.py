@@ -165,7 +165,10 @@ def test_twenty_concurrent_identical_submits_make_one_job(A, stack):
     with stack.second_gateway("gateway-idem-2") as base2:
         holder = stack.psql_background(
             "BEGIN; LOCK TABLE job_idempotency IN SHARE ROW EXCLUSIVE MODE; SELECT pg_sleep(1); COMMIT;")
-        time.sleep(0.3)
+        wait_until(lambda: stack.psql_value(
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " WHERE c.relname = 'job_idempotency' AND l.mode = 'ShareRowExclusiveLock'"
+            " AND l.granted") == "1", 10, 0.02, "the lock on job_idempotency")
         res = concurrent_submits([stack.base, base2], key, A.key, body(run), 20)
         holder.wait(timeout=30)
     assert all(s in (200, 202) for s, _ in res), res

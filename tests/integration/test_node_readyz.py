@@ -1,7 +1,7 @@
 """A node's readiness (GET /readyz) is not its liveness (GET /healthz): it is
 ready only while the gateway has it registered and it is not draining, which
 is what a Kubernetes DaemonSet's rolling update waits for (deploy/k8s/).
-Draining is checked in test_zz_node_loss (SIGTERM with a run in flight)."""
+Draining is checked in test_node_loss (SIGTERM with a run in flight)."""
 
 import signal
 

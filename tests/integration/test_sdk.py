@@ -495,6 +495,7 @@ def test_cli_run_writes_outputs_and_json(stack, tmp_path):
         assert r.returncode == 0 and isinstance(json.loads(r.stdout), list), r.stderr
 
 
+@pytest.mark.timeout(150)  # ten CLI runs; 44-60 s on a loaded 2-core machine
 def test_cli_watch_cancel_and_exit_codes(stack, kl):
     job = kl.submit("sleep", seconds=1)
     r = cli(stack, "watch", job.id)

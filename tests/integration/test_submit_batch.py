@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import requests
 
-from stack import decode, free_port, tensor
+from stack import decode, free_port, tensor, wait_until
 
 CONNS = 200
 
@@ -99,7 +99,10 @@ def test_a_batch_failing_half_way_answers_every_submit_and_leaves_no_partial_row
     # poisoned job would be committed by itself and test nothing).
     holder = stack.psql_background(
         "BEGIN; LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE; SELECT pg_sleep(1.5); COMMIT;")
-    time.sleep(0.3)
+    wait_until(lambda: stack.psql_value(
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+        " WHERE c.relname = 'jobs' AND l.mode = 'ShareRowExclusiveLock' AND l.granted") == "1",
+        10, 0.02, "the lock on jobs")
     go.wait()
     while any(w.is_alive() for w in workers):
         peak.append(threads_of(proc.pid))

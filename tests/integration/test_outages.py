@@ -1,5 +1,5 @@
 """Redis and PostgreSQL trouble: Redis losing its data, Redis down and
-PostgreSQL down. Runs after every other file; each test restores what it
+PostgreSQL down, on a stack of the module's own; each test restores what it
 broke."""
 
 import signal
@@ -10,6 +10,16 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from stack import StackError, wait_until
+
+
+pytestmark = pytest.mark.destructive
+
+
+@pytest.fixture(scope="module")
+def stack(own_stack):
+    """These tests stop Redis and PostgreSQL and flush Redis: a stack of
+    this module's own (conftest.py)."""
+    return own_stack
 
 
 def redis_cmd(stack, *args):

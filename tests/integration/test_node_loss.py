@@ -1,5 +1,5 @@
 """Losing a node mid-run: the job is re-queued and runs again on the other
-node. Runs last (file order); the killed node is restarted afterwards."""
+node. The killed node is restarted afterwards; the module has its own stack."""
 
 import signal
 import time
@@ -8,6 +8,16 @@ import pytest
 import requests
 
 from stack import free_port, ts
+
+
+pytestmark = pytest.mark.destructive
+
+
+@pytest.fixture(scope="module")
+def stack(own_stack):
+    """These tests kill, stop and add nodes: a stack of this module's own
+    (conftest.py)."""
+    return own_stack
 
 
 def extra_node_while_busy(A, stack, name, busy_s):
