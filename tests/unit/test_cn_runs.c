@@ -469,15 +469,21 @@ static void test_the_run_that_loses_the_device_fails_for_good_and_the_others_are
                             &err),
                      CN_RUN_NEW);
     json_t *bad = wait_run(f->runs, "bad.1", 5000);
-    assert_string_equal(str(bad, "state"), "failed");
-    assert_string_equal(err_code(bad), "device_error");
-    const char *msg = json_string_value(json_object_get(json_object_get(bad, "error"), "message"));
-    assert_non_null(strstr(msg, "cudaErrorIllegalAddress"));
-    /* the run that was only there ends retryable */
     json_t *other = wait_run(f->runs, "long.1", 5000);
+    assert_string_equal(str(bad, "state"), "failed");
     assert_string_equal(str(other, "state"), "failed");
-    assert_string_equal(err_code(other), "backend_error");
-    msg = json_string_value(json_object_get(json_object_get(other, "error"), "message"));
+    /* A sticky error is the whole context's: the run that sees it first is
+     * the one blamed (device_error, final), usually the faulting kernel's
+     * own; on a loaded machine the sleeping run's stream query may see it
+     * first. Either way exactly one run is blamed and the other ends
+     * retryable. */
+    int bad_blamed = strcmp(err_code(bad), "device_error") == 0;
+    json_t *blamed = bad_blamed ? bad : other, *spared = bad_blamed ? other : bad;
+    assert_string_equal(err_code(blamed), "device_error");
+    const char *msg = json_string_value(json_object_get(json_object_get(blamed, "error"), "message"));
+    assert_non_null(strstr(msg, "cudaErrorIllegalAddress"));
+    assert_string_equal(err_code(spared), "backend_error");
+    msg = json_string_value(json_object_get(json_object_get(spared, "error"), "message"));
     assert_non_null(strstr(msg, "GPU was lost while the run used it"));
     /* and so does any run after it; the node was told once */
     assert_int_equal(submit(f->runs, "{\"job_id\":\"after\",\"attempt\":1,\"kernel\":\"saxpy\",\"params\":{\"a\":2},"
