@@ -159,6 +159,8 @@ check-layers: all
 	@scripts/check-layers.sh $(B)
 test-unit: $(UT_BIN) check-layers
 	@set -e; for t in $(UT_BIN); do echo "== $$t"; $$t; done
+	@echo "== tests/unit/test_bench_philly.py (the scale workload and packer)"
+	@python3 -m pytest -q -p no:cacheprovider tests/unit/test_bench_philly.py
 
 # The commands of the README, and the rest of the tooling, live in scripts/.
 # deps installs the Debian and Python packages (once); run installs them

@@ -17,9 +17,12 @@
 #include "cn_blobcache.h"
 
 /* A fake id; the cache never hashes. */
+/* Per thread: the churners build ids at once, and a slot being rewritten
+ * reads "sha256:" for a moment (another id, whose bytes would then be
+ * served for this one: the test's race, not the cache's). */
 static const char *id_of(char c)
 {
-    static char ids[256][72];
+    static __thread char ids[256][72];
     char *s = ids[(unsigned char)c];
     snprintf(s, 72, "sha256:");
     memset(s + 7, c, 64);
