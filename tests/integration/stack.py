@@ -127,6 +127,21 @@ def tail(path, lines=60):
         return f"<cannot read {path}: {e}>"
 
 
+def started(s):
+    """A module fixture's stack: yields s started, then stops it and removes
+    its directory (kept when KOWLOON_TEST_KEEP is set). A start that fails
+    closes what it began."""
+    try:
+        s.start()
+    except Exception:
+        s.close()
+        raise
+    yield s
+    s.close()
+    if not os.environ.get("KOWLOON_TEST_KEEP"):
+        s.remove()
+
+
 def wait_until(pred, timeout, interval=0.1, what="condition"):
     """Polls pred() until it returns something truthy; returns that value."""
     deadline = time.monotonic() + timeout

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 import stack as stk
-from stack import decode, wait_until
+from stack import decode, wait_until, started
 
 NODES = ("mn-a", "mn-b", "mn-c", "mn-d")
 OCTET = {"Content-Type": "application/octet-stream"}
@@ -30,16 +30,7 @@ class HttpBlobStack(stk.Stack):
 
 @pytest.fixture(scope="module")
 def cluster():
-    s = HttpBlobStack(node_names=NODES)
-    try:
-        s.start()
-    except Exception:
-        s.close()
-        raise
-    yield s
-    s.close()
-    if not os.environ.get("KOWLOON_TEST_KEEP"):
-        s.remove()
+    yield from started(HttpBlobStack(node_names=NODES))
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 import stack as stk
-from stack import tensor, wait_until
+from stack import tensor, wait_until, started
 
 OCTET = {"Content-Type": "application/octet-stream"}
 QUOTA = 4 << 20
@@ -38,16 +38,7 @@ class QuotaStack(stk.Stack):
 
 @pytest.fixture(scope="module")
 def qs():
-    s = QuotaStack(node_names=("qnode-a", "qnode-b"))
-    try:
-        s.start()
-    except Exception:
-        s.close()
-        raise
-    yield s
-    s.close()
-    if not os.environ.get("KOWLOON_TEST_KEEP"):
-        s.remove()
+    yield from started(QuotaStack(node_names=("qnode-a", "qnode-b")))
 
 
 def tenant(qs, name):

@@ -20,33 +20,14 @@ import pytest
 import requests
 
 import stack as stk
-from stack import wait_until
-
-IMAGE = "localhost/kowloon-python:1"
+from stack import wait_until, started
+from task_engine import IMAGE, containers, engine_env, image_conf
 
 
 @pytest.fixture(scope="module")
 def conf():
     """The engine's containers.conf, once the test image exists."""
-    if not shutil.which("podman"):
-        pytest.skip("podman is not installed (scripts/install-deps.sh installs it)")
-    p = subprocess.run([os.path.join(stk.REPO, "scripts", "task-image.sh"), IMAGE],
-                       capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        pytest.skip(f"cannot build the task image: {p.stderr[-500:]}")
-    return p.stdout.strip().splitlines()[-1]
-
-
-def engine_env(conf):
-    return dict(os.environ, CONTAINERS_CONF=conf)
-
-
-def containers(conf, **labels):
-    args = ["podman", "ps", "-a", "--format", "{{.Names}}"]
-    for k, v in labels.items():
-        args += ["--filter", f"label=kowloon.{k}={v}"]
-    out = subprocess.run(args, capture_output=True, text=True, env=engine_env(conf), timeout=30)
-    return [line for line in out.stdout.split() if line]
+    return image_conf()
 
 
 class TaskStack(stk.Stack):
@@ -72,16 +53,7 @@ class TaskStack(stk.Stack):
 
 @pytest.fixture(scope="module")
 def ts(conf):
-    s = TaskStack(conf, node_names=("tk-a", "tk-b", "tk-cpu"))
-    try:
-        s.start()
-    except Exception:
-        s.close()
-        raise
-    yield s
-    s.close()
-    if not os.environ.get("KOWLOON_TEST_KEEP"):
-        s.remove()
+    yield from started(TaskStack(conf, node_names=("tk-a", "tk-b", "tk-cpu")))
 
 
 @pytest.fixture(scope="module")

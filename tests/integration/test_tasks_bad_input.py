@@ -9,6 +9,7 @@ import os
 import pytest
 
 import stack as stk
+from stack import started
 
 IMAGE = "localhost/kowloon-python:1"
 ZERO_BLOB = "sha256:" + "0" * 64
@@ -21,16 +22,7 @@ class ImagesStack(stk.Stack):
 
 @pytest.fixture(scope="module")
 def bs():
-    s = ImagesStack(node_names=())
-    try:
-        s.start()
-    except Exception:
-        s.close()
-        raise
-    yield s
-    s.close()
-    if not os.environ.get("KOWLOON_TEST_KEEP"):
-        s.remove()
+    yield from started(ImagesStack(node_names=()))
 
 
 def task(**kw):
