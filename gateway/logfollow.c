@@ -32,6 +32,8 @@ typedef struct follower {
     int closed, ended, cut;
     int dirty;                /* woken: look now */
     int64_t tenant_id;
+    int64_t key_id;           /* the request's API key: re-checked as waits do */
+    int revoked;              /* it was revoked: the stream ends saying so (f->mu) */
     char job_id[37];
     int part;
     int64_t have;             /* bytes of the attempt's log queued so far */
@@ -154,8 +156,13 @@ static void follower_finish_from_blob(gw_logfollow *f, follower *w, const char *
 }
 
 /* Brings w up to date; 1 when it is over (ended or closed). */
-static int follower_look(gw_logfollow *f, follower *w)
+static int follower_look(gw_logfollow *f, follower *w, int revoked)
 {
+    if (revoked) {
+        static const char line[] = "[kowloon] the API key of this stream was revoked: it ends here\n";
+        follower_put(w, line, sizeof line - 1, 1);
+        return 1;
+    }
     pthread_mutex_lock(&w->mu);
     int closed = w->closed;
     int64_t from = w->have;
@@ -202,11 +209,44 @@ static int follower_look(gw_logfollow *f, follower *w)
     return over;
 }
 
+/* Marks the followers whose API key was revoked (one query for all, as
+ * for held waits: a revoked key's streams end within the key cache's
+ * period). f->mu held on entry and exit, dropped around the query. */
+static void keys_check(gw_logfollow *f)
+{
+    static int64_t ids[LOGFOLLOW_MAX];   /* the follow thread's alone */
+    static int active[LOGFOLLOW_MAX];
+    int n = 0;
+    for (follower *w = f->list; w && n < LOGFOLLOW_MAX; w = w->next)
+        if (w->key_id > 0 && !w->revoked)
+            ids[n++] = w->key_id;
+    if (n == 0)
+        return;
+    pthread_mutex_unlock(&f->mu);
+    int rc = gw_store_keys_active(f->app->store, ids, n, active);
+    pthread_mutex_lock(&f->mu);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (active[i])
+            continue;
+        for (follower *w = f->list; w; w = w->next)
+            if (w->key_id == ids[i]) {
+                w->revoked = w->dirty = 1;
+                f->woken = 1;
+            }
+    }
+}
+
 static void *follow_main(void *arg)
 {
     gw_logfollow *f = arg;
+    int64_t next_keys = 0;
+    int key_ms = f->app->cfg.key_cache_ms > 0 ? (int)f->app->cfg.key_cache_ms : 250;
     pthread_mutex_lock(&f->mu);
     while (!f->stop) {
+        if (svc_now_mono_ms() >= next_keys) {
+            keys_check(f);
+            next_keys = svc_now_mono_ms() + key_ms;
+        }
         if (!f->woken) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -218,6 +258,7 @@ static void *follow_main(void *arg)
         int all = !f->woken; /* a timed round looks at every follower */
         f->woken = 0;
         follower *todo[LOGFOLLOW_MAX];
+        int revoked[LOGFOLLOW_MAX];
         int n = 0;
         for (follower *w = f->list; w && n < LOGFOLLOW_MAX; w = w->next) {
             if (all || w->dirty) {
@@ -225,12 +266,13 @@ static void *follow_main(void *arg)
                 pthread_mutex_lock(&w->mu);
                 w->refs++;
                 pthread_mutex_unlock(&w->mu);
+                revoked[n] = w->revoked;
                 todo[n++] = w;
             }
         }
         pthread_mutex_unlock(&f->mu);
         for (int i = 0; i < n; i++) {
-            if (follower_look(f, todo[i])) {
+            if (follower_look(f, todo[i], revoked[i])) {
                 pthread_mutex_lock(&f->mu);
                 for (follower **p = &f->list; *p; p = &(*p)->next) {
                     if (*p == todo[i]) {
@@ -306,7 +348,6 @@ void gw_logfollow_free(gw_logfollow *f)
 int gw_logfollow_open(gw_logfollow *f, svc_req *req, int64_t tenant_id, int64_t key_id,
                       const char *job_id, int part)
 {
-    (void)key_id;
     if (!f)
         return gw_reply_unavailable(req, "this gateway (shutting down)");
     follower *w = calloc(1, sizeof *w);
@@ -315,6 +356,7 @@ int gw_logfollow_open(gw_logfollow *f, svc_req *req, int64_t tenant_id, int64_t 
     pthread_mutex_init(&w->mu, NULL);
     w->refs = 2; /* the stream's, the list's */
     w->tenant_id = tenant_id;
+    w->key_id = key_id;
     w->part = part;
     snprintf(w->job_id, sizeof w->job_id, "%s", job_id);
     pthread_mutex_lock(&f->mu);

@@ -228,6 +228,32 @@ def test_logs_arrive_live_through_follow_and_sse_and_stay_after_the_end(ts, A):
         r.close()
 
 
+def test_a_revoked_key_ends_its_follow_stream(ts, A):
+    """A followed log outlives no revocation: within the key cache's period
+    the stream ends with a line that says why, while the task runs on."""
+    key = ts.create_key("A")
+    c = ts.client(key=key)
+    job = submit(c, py("import time\nprint('up', flush=True)\ntime.sleep(60)\n"))
+    follow = c.get(f"/v1/jobs/{job['id']}/logs?follow=1", stream=True, timeout=(5, 120))
+    assert follow.status_code == 200
+    got, done = [], threading.Event()
+
+    def read():
+        _read_stream(follow, got, threading.Event())
+        done.set()
+    threading.Thread(target=read, daemon=True).start()
+    wait_until(lambda: b"up" in b"".join(got), 90, 0.05, "the first line followed")
+    assert ts.revoke_key(key).returncode == 0
+    t0 = time.monotonic()
+    assert done.wait(30), "the follow stream outlived its key's revocation"
+    took = time.monotonic() - t0
+    text = b"".join(got).decode()
+    assert text.endswith("[kowloon] the API key of this stream was revoked: it ends here\n"), text
+    assert took < 10, f"the stream outlived the revocation by {took:.1f} s"
+    assert A.job(job["id"])["state"] == "running"  # the tenant's other keys see it run on
+    assert A.post(f"/v1/jobs/{job['id']}/cancel").status_code in (200, 202)
+
+
 def test_a_live_log_is_served_with_range_while_the_task_runs(ts, A):
     code = ("import time\n"
             "print('0123456789', flush=True)\n"
