@@ -35,7 +35,9 @@
 #      (bench/tasks_engine.py), then through the gateway (bench/tasks.py):
 #      submit -> first log line and -> result against `podman run`, a 1 GiB
 #      input read in the container against the host, 200 short tasks in a
-#      backlog on the two nodes against the engine's own rate.
+#      backlog on the two nodes against the engine's own rate. Where
+#      slurmctld is found, Slurm's sbatch -> start / -> end and srun of a
+#      trivial job on a private cluster (bench/slurm_start.py), for comparison.
 # The figures (JSON per phase, summary.txt, perf.data and its reports) are kept
 # in KL_BENCH_OUT. Rate limits, quotas and connection caps are turned off for
 # the run (only the options the gateway's --help lists) and the output says
@@ -53,8 +55,8 @@
 # KL_BENCH_ONLY=data (only phase 9), =dist (only phase 10), =tasks (only
 # phase 11), =control (phases 1-8) or =scale (only phase 12, bench/scale.sh:
 # the simulated cluster of issue 20 on stacks of its own; its knobs are
-# listed there), KL_BENCH_TASK_RUNS [10] and KL_BENCH_TASK_BACKLOG [200]
-# (phase 11), KL_BENCH_OUT
+# listed there), KL_BENCH_TASK_RUNS [10], KL_BENCH_TASK_BACKLOG [200] and
+# KL_BENCH_SLURM_RUNS [20] (phase 11), KL_BENCH_OUT
 # [var/bench/<UTC time>], KL_BENCH_KEEP=1 keeps the temp directory (logs)
 # after the run; it is also kept when the run fails. KL_BENCH_GW_ARGS adds
 # options to the gateway's command line (to try a setting). KOWLOON_TEST_ROOT=
@@ -553,6 +555,15 @@ if [ "$ONLY" = all ] || [ "$ONLY" = tasks ]; then
         for p in "$GW_PID" "${NODE_PIDS[@]}"; do
             kill -0 "$p" 2>/dev/null || { say "bench: a stack process (pid $p) died during the tasks phase"; RESULT_RC=1; }
         done
+    fi
+    # Slurm's own start overhead on this machine, for comparison (a private
+    # slurm-wlm cluster like test_slurm.py's; Slurm's defaults, then
+    # SchedulerParameters=sched_min_interval=0,batch_sched_delay=0)
+    if PATH=$PATH:/usr/sbin:/sbin command -v slurmctld >/dev/null 2>&1; then
+        say ""
+        say "== 11. tasks: Slurm sbatch/srun of a trivial job, for comparison (bench/slurm_start.py)"
+        python3 "$ROOT/bench/slurm_start.py" --runs "${KL_BENCH_SLURM_RUNS:-20}" --fast \
+            --json "$RES/slurm.json" || say "slurm: the comparison failed (above); not counted against the bench"
     fi
 fi
 # ---------------------------------------------------------------- 12. scale
