@@ -18,6 +18,7 @@
 #include "blobfile.h"
 #include "cn_blobio.h"
 #include "logship.h"
+#include "svc_err.h"
 #include "task_cgroup.h"
 #include "task_engine.h"
 #include "task_fw.h"
@@ -25,7 +26,7 @@
 
 /* The result code of a part that failed for a reason of its own (res.code
  * says which); KL_ECANCELED is a stop the run manager asked for. */
-#define CN_TASK_EFAILED (-100)
+#define CN_TASK_EFAILED SVC_E_TASK_FAILED
 
 /* What every task on this node shares; main fills it (task_cfg_open). */
 typedef struct cn_task_cfg {

@@ -12,8 +12,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "svc_err.h"
+
 enum {
-    CN_TASK_EQUOTA = -1000,   /* out/ holds more bytes or files than allowed */
+    CN_TASK_EQUOTA = SVC_E_TASK_QUOTA, /* out/ holds more bytes or files than allowed */
 };
 
 #define CN_TASK_OUTPUTS_MAX 1024  /* files out/ may hold */

@@ -14,5 +14,9 @@ const char *svc_strerror(int code)
     int block = (-code - (SVC_ERRNO_MAX + 1)) / 64;
     if (block == SVC_E_BLOCK_NPY)
         return svc_npy_strerror(code);
+    if (code == SVC_E_TASK_FAILED)
+        return "the task part failed (its result says why)";
+    if (code == SVC_E_TASK_QUOTA)
+        return "the task's outputs are over their quota";
     return "unknown error";
 }

@@ -54,6 +54,12 @@ static void test_codes_past_errno_are_named_by_their_block(void **state)
         assert_true(c < -SVC_ERRNO_MAX);
         assert_string_equal(svc_strerror(c), svc_npy_strerror(c));
     }
+    /* the node's task codes: past errno, apart from every other, named */
+    assert_true(SVC_E_TASK_FAILED < -SVC_ERRNO_MAX && SVC_E_TASK_QUOTA < -SVC_ERRNO_MAX);
+    assert_true(SVC_E_TASK_FAILED != SVC_E_TASK_QUOTA);
+    assert_true(SVC_E_TASK_FAILED < SVC_E_BLOCK(SVC_E_BLOCK_NPY) - 63);
+    assert_string_not_equal(svc_strerror(SVC_E_TASK_FAILED), "unknown error");
+    assert_string_not_equal(svc_strerror(SVC_E_TASK_QUOTA), "unknown error");
     assert_string_equal(svc_strerror(SVC_E_BLOCK(7) - 1), "unknown error");
 }
 
