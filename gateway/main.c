@@ -248,7 +248,7 @@ static svc_opt opts[] = {
      .def = "10000", .min = 0, .max = 100000000,
      .help = "queued jobs a tenant may have; a submit over it gets 429 quota_queued (0: no quota)"},
     {.flag = "max-running-per-tenant", .env = "KOWLOON_MAX_RUNNING_PER_TENANT",
-     .type = SVC_OPT_INT, .def = "1000", .min = 0, .max = 100000000,
+     .type = SVC_OPT_INT, .at = SVC_OPT_INT(gw_config, max_running_per_tenant), .def = "1000", .min = 0, .max = 100000000,
      .help = "running jobs a tenant may have; the scheduler leaves the rest queued (0: no quota)"},
     {.flag = "metrics-public", .env = "KOWLOON_METRICS_PUBLIC", .type = SVC_OPT_BOOL,
      .at = SVC_OPT_BOOL(gw_config, metrics_public), .def = "0",
@@ -302,7 +302,7 @@ static svc_opt opts[] = {
      .def = "64", .min = 1, .max = 4096,
      .help = "webhook deliveries one gateway makes at once; a new one starts as soon as one ends"},
     {.flag = "webhook-tenant-inflight", .env = "KOWLOON_WEBHOOK_TENANT_INFLIGHT",
-     .type = SVC_OPT_INT, .def = "8", .min = 1, .max = 4096,
+     .type = SVC_OPT_INT, .at = SVC_OPT_INT(gw_config, webhook_tenant_inflight), .def = "8", .min = 1, .max = 4096,
      .help = "of them, one tenant's at most: a tenant whose receivers hang fills only its own share"},
     {.flag = "webhook-retention-s", .env = "KOWLOON_WEBHOOK_RETENTION_S", .type = SVC_OPT_INT,
      .at = SVC_OPT_INT(gw_config, webhook_retention_s),
@@ -358,6 +358,13 @@ static void config_load(gw_config *c)
 {
     static char migrations[1024], openapi[1024], blob_dir[1024], ui_dir[1024];
     *c = (gw_config){0};
+    /* an option bound to no field would be parsed and then ignored: a bug
+     * every start shows at once */
+    for (const svc_opt *o = opts; o->flag; o++)
+        if (!o->at) {
+            fprintf(stderr, "kowloon-gateway: option --%s is bound to no config field\n", o->flag);
+            exit(70);
+        }
     svc_config_bind(opts, c);
     c->migrations = beside_exe(c->migrations, "sql", migrations, sizeof(migrations));
     c->openapi = beside_exe(c->openapi, "openapi/openapi.yaml", openapi, sizeof(openapi));
