@@ -12,7 +12,6 @@
 #include "metrics.h"
 #include "quota.h"
 #include "rendezvous.h"
-#include "scheduler.h"
 #include "svc_json.h"
 #include "svc_sha256.h"
 #include "gw_task.h"
@@ -58,8 +57,7 @@ static int requeue_after(gw_app *app, const char *node_id, const char *job_id, i
     if (rc == 0 && out.q.nodes > 1)
         gang_ended(app, job_id, attempt);
     if (rc == 0 && out.requeued) {
-        gw_queue_push_queued(app->queue, &out.q);
-        gw_sched_wake(app->sched);
+        gw_queue_push_queued(app->queue, &out.q); /* wakes the scheduler */
     } else if (rc == 0) {
         gw_waits_job_changed(app->waits, job_id);   /* failed or cancelled */
     }

@@ -1,6 +1,7 @@
 /* queue.c — the ready queue, the delayed set and the scheduler lock in
  * Redis (queue.h), through a connection pool of redis.c. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,9 @@
 
 struct gw_queue {
     gw_redis *redis;
+    pthread_mutex_t hook_mu;       /* guards on_push against its removal */
+    void (*on_push)(void *arg);
+    void *on_push_arg;
 };
 
 struct gw_redis *gw_queue_redis(gw_queue *q)
@@ -33,6 +37,7 @@ gw_queue *gw_queue_open(const char *url, int pool_size)
     gw_queue *q = calloc(1, sizeof(*q));
     if (!q)
         return NULL;
+    pthread_mutex_init(&q->hook_mu, NULL);
     gw_redis_opts o = {.name = "queue", .size = pool_size, .timeout_ms = 2000};
     if (!(q->redis = gw_redis_open(url, &o, err, sizeof(err)))) {
         svc_error("redis: %s", err);
@@ -47,6 +52,7 @@ void gw_queue_close(gw_queue *q)
     if (!q)
         return;
     gw_redis_close(q->redis);
+    pthread_mutex_destroy(&q->hook_mu);
     free(q);
 }
 
@@ -199,13 +205,30 @@ static int push_delayed(gw_queue *q, const gw_queued *const *jobs, int n, int *a
     return 0;
 }
 
+void gw_queue_on_push(gw_queue *q, void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&q->hook_mu);
+    q->on_push = fn;
+    q->on_push_arg = arg;
+    pthread_mutex_unlock(&q->hook_mu);
+}
+
 int gw_queue_push_queued(gw_queue *q, const gw_queued *j)
 {
-    int added = 0;
-    if (!delayed(j, svc_now_wall_ms()))
-        return gw_queue_push(q, j);
-    const gw_queued *one[1] = {j};
-    return push_delayed(q, one, 1, &added);
+    int added = 0, rc;
+    if (!delayed(j, svc_now_wall_ms())) {
+        rc = gw_queue_push(q, j);
+    } else {
+        const gw_queued *one[1] = {j};
+        rc = push_delayed(q, one, 1, &added);
+    }
+    /* told even when Redis failed: the scheduler's pass rebuilds the
+     * queue from PostgreSQL then */
+    pthread_mutex_lock(&q->hook_mu);
+    if (q->on_push)
+        q->on_push(q->on_push_arg);
+    pthread_mutex_unlock(&q->hook_mu);
+    return rc;
 }
 
 int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)

@@ -44,6 +44,11 @@ int gw_queue_push(gw_queue *q, const gw_queued *j);
 /* Adds a re-queued job: to the delayed set while its back-off lasts (its
  * not_before is in the future), else to the ready queue. */
 int gw_queue_push_queued(gw_queue *q, const gw_queued *j);
+/* Who is told when gw_queue_push_queued has pushed a job (the scheduler
+ * registers its wake here, so what requeues a job need not know it); fn
+ * NULL: no one. fn runs on the pushing thread, after the push (also one
+ * that failed), and must not block. */
+void gw_queue_on_push(gw_queue *q, void (*fn)(void *arg), void *arg);
 /* Adds every job of list that is missing from both sets, each where it
  * belongs; *added says how many were. */
 int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added);

@@ -725,6 +725,11 @@ static void *sched_main(void *arg)
     return NULL;
 }
 
+static void sched_wake_hook(void *arg)
+{
+    gw_sched_wake(arg);
+}
+
 gw_sched *gw_sched_start(gw_app *app)
 {
     gw_sched *s = calloc(1, sizeof(*s));
@@ -741,6 +746,8 @@ gw_sched *gw_sched_start(gw_app *app)
         free(s);
         return NULL;
     }
+    /* a job requeued anywhere (outcome.c) wakes this scheduler */
+    gw_queue_on_push(app->queue, sched_wake_hook, s);
     return s;
 }
 
@@ -748,6 +755,7 @@ void gw_sched_stop(gw_sched *s)
 {
     if (!s)
         return;
+    gw_queue_on_push(s->app->queue, NULL, NULL);
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     pthread_cond_broadcast(&s->cv);
