@@ -163,8 +163,9 @@ test-unit: $(UT_BIN) check-layers
 	@python3 -m pytest -q -p no:cacheprovider tests/unit/test_bench_philly.py
 
 # The commands of the README, and the rest of the tooling, live in scripts/.
-# deps installs the Debian and Python packages (once); run installs them
-# too, test and test-asan only check and ask for `make deps` when one lacks.
+# deps, run, test and test-asan all check the Debian and Python packages
+# first (under a second) and install only what is missing: a machine that
+# has them runs no apt-get, and a fresh clone needs nothing before make test.
 deps:
 	@scripts/install-deps.sh
 run:
@@ -175,7 +176,7 @@ stop:
 	@scripts/stop.sh
 # test prints its wall time, the build's included (scripts/test.sh: each part's).
 test:
-	@scripts/install-deps.sh --check
+	@scripts/install-deps.sh
 	@t0=$$(date +%s); $(MAKE) --no-print-directory all && scripts/test.sh; rc=$$?; \
 	  echo "make test: $$(( $$(date +%s) - t0 )) s wall"; exit $$rc
 bench: all $(if $(GLOO),$(B)/bench/gloo_allreduce,)
@@ -190,7 +191,7 @@ fuzz:
 fuzz-api: all
 	@tests/api_fuzz/run.sh --full
 test-asan:
-	@scripts/install-deps.sh --check
+	@scripts/install-deps.sh
 	@scripts/test-asan.sh
 
 clean:
