@@ -12,10 +12,12 @@ static int backend_ok(const gw_place_node *c, const char *want)
 }
 
 /* Devices a part of r takes on c: none on a CPU node (its "gpus" are
- * ranks, threads of the run), else gpus (at least 1). */
+ * ranks, threads of the run) nor for a task that asks for none (the node
+ * passes it no device), else gpus (at least 1: a kernel on a GPU node
+ * runs on one). */
 static int devices_needed(const gw_place_node *c, const gw_place_req *r)
 {
-    if (strcmp(c->backend, "cuda") != 0 || c->ngpus <= 0)
+    if (strcmp(c->backend, "cuda") != 0 || c->ngpus <= 0 || (r->image && r->gpus <= 0))
         return 0;
     return r->gpus > 0 ? r->gpus : 1;
 }

@@ -39,7 +39,7 @@ typedef struct gw_place_node {
 
 typedef struct gw_place_req {
     const char *backend;   /* any | cpu | cuda */
-    int gpus;              /* per node; <= 0 counts as 1 on a GPU node */
+    int gpus;              /* per node; <= 0 counts as 1 on a GPU node (a task's 0 is none) */
     int nodes;             /* <= 1: one node */
     int gpu_mem_mb;        /* 0: any */
     uint32_t image;        /* a task: its image key; 0: a kernel job */

@@ -280,10 +280,31 @@ static void test_tasks_need_an_engine_and_prefer_nodes_with_their_image(void **s
     assert_int_equal(pick.node[0], 0);
 }
 
+/* A task that asks for no GPU takes no device of a GPU node: it runs
+ * beside a run that holds every device, where a slot is free. */
+static void test_a_task_without_gpus_takes_no_device(void **state)
+{
+    (void)state;
+    gw_place_node n[1] = {N("g2", "cuda", 2, 1, 2, 1)};
+    n[0].tasks = 1;
+    n[0].nimages = -1;
+    n[0].gpu[0].load = n[0].gpu[1].load = 1;   /* one 2-GPU run holds both */
+    gw_place_req none = {.backend = "any", .gpus = 0, .nodes = 1, .image = 42};
+    gw_place_req one = {.backend = "any", .gpus = 1, .nodes = 1, .image = 42};
+    gw_place_req kernel = {.backend = "any", .gpus = 0, .nodes = 1};
+    gw_place_pick p;
+    assert_int_equal(gw_place_job(n, 1, &none, NULL, &p), 0);
+    assert_int_equal(p.ngpu, 0);
+    /* a task with a GPU, and a kernel (it runs on one), wait for a device */
+    assert_int_equal(gw_place_job(n, 1, &one, NULL, &p), -1);
+    assert_int_equal(gw_place_job(n, 1, &kernel, NULL, &p), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_least_loaded_node_wins),
+        cmocka_unit_test(test_a_task_without_gpus_takes_no_device),
         cmocka_unit_test(test_load_is_relative_to_slots),
         cmocka_unit_test(test_ties_go_to_more_free_slots_then_name),
         cmocka_unit_test(test_full_down_and_backed_off_nodes_are_skipped),
