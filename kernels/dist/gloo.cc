@@ -38,6 +38,9 @@ using std::chrono::milliseconds;
 constexpr int kStoreSliceMs = 250;
 // How often the watcher polls the run's cancel flag.
 constexpr int kCancelPollMs = 20;
+// The key (after the prefix) under which a rank that gave up during the
+// rendezvous says why.
+constexpr const char *kAbortKey = "abort";
 
 // An error of ours thrown through Gloo (from the Store) and caught at the
 // C boundary with its code.
@@ -157,8 +160,25 @@ class kl_gloo_store : public gloo::rendezvous::Store {
                 free(data);
             } else if (rc != KL_ETIMEDOUT) {
                 throw kl_error(rc, "rendezvous: cannot get " + name(key));
+            } else {
+                given_up();
             }
         }
+    }
+
+    // A rank that failed before the mesh was up leaves no socket to close:
+    // it says so under the abort key (kl_comm_open), which the others look
+    // for between slices rather than wait for its keys until their timeout.
+    void given_up()
+    {
+        kl_store *s = c_->dist->store;
+        void *data = nullptr;
+        size_t len = 0;
+        if (s->get(s->ctx, (c_->prefix + "_" + kAbortKey).c_str(), &data, &len, 1) != 0)
+            return;
+        std::string why(static_cast<const char *>(data), len);
+        free(data);
+        throw kl_error(KL_EBACKEND, "rendezvous: another rank gave up: " + why);
     }
 
     kl_comm *c_;
@@ -351,6 +371,10 @@ int kl_comm_open(const kl_dist *dist, int rank, const char *prefix, volatile int
             throw kl_error(c->failed.load(), "aborted");
     });
     if (rc < 0) {
+        // Best effort: the peers fall back to their timeout if this fails.
+        const char *why = rc == KL_ECANCELED ? "cancelled" : "failed";
+        std::string key = c->prefix + "_" + kAbortKey;
+        dist->store->set(dist->store->ctx, key.c_str(), why, strlen(why));
         kl_comm_close(c);
         return rc;
     }

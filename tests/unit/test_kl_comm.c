@@ -249,6 +249,31 @@ static void a_cancel_during_rendezvous_ends_the_open(void **state)
     kl_test_store_free(&s);
 }
 
+/* A rank cancelled while the others still wait for a third in the
+ * rendezvous has no socket to close: the others learn it from the store
+ * (its abort key), not at their 60 s timeout. */
+static void a_rank_cancelled_during_rendezvous_fails_the_others_at_once(void **state)
+{
+    (void)state;
+    kl_test_store s;
+    kl_test_store_init(&s);
+    volatile int cancel = 0;
+    rank_job jobs[2]; /* ranks 0 and 2 of a world of 3; rank 1 never opens */
+    jobs[0] = (rank_job){.store = &s, .nodes = 3, .local = 1, .rank = 0, .timeout_ms = 60000};
+    jobs[1] = (rank_job){.store = &s, .nodes = 3, .local = 1, .rank = 2, .timeout_ms = 60000, .cancel = &cancel};
+    double t0 = now_s();
+    start_all(jobs, 2, open_main);
+    sleep_ms(200);
+    __atomic_store_n(&cancel, 1, __ATOMIC_RELAXED);
+    join_all(jobs, 2);
+    assert_true(now_s() - t0 < 10);
+    assert_int_equal(jobs[1].open_rc, KL_ECANCELED);
+    assert_int_equal(jobs[0].open_rc, KL_EBACKEND);
+    assert_null(jobs[0].comm);
+    assert_non_null(strstr(jobs[0].err.message, "another rank gave up: cancelled"));
+    kl_test_store_free(&s);
+}
+
 /* Ranks 0 and 1 all-reduce; rank 2 closes instead of joining. */
 static void *closing_main(void *p)
 {
@@ -424,6 +449,7 @@ int main(void)
         cmocka_unit_test(abort_wakes_a_rank_blocked_in_a_collective),
         cmocka_unit_test(a_raised_cancel_flag_wakes_a_blocked_rank),
         cmocka_unit_test(a_cancel_during_rendezvous_ends_the_open),
+        cmocka_unit_test(a_rank_cancelled_during_rendezvous_fails_the_others_at_once),
         cmocka_unit_test(a_peer_that_closes_mid_collective_fails_the_others_at_once),
         cmocka_unit_test(bad_arguments_are_einval),
     };
