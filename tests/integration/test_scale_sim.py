@@ -131,10 +131,12 @@ def test_a_simulated_cluster_runs_every_job_once_without_over_committing_a_gpu(s
     # Fair share: GPU units (nodes x gpus) started from the first run's end
     # (the cluster full: starts wait for GPUs to free) while every tenant
     # still had work queued (until the first one's last job started),
-    # against the weights. Loose: from half to twice each tenant's fair
-    # share, the heaviest ahead of the lightest. (Equal shares, no
-    # weighting at all, would put the weight-1 tenant at 2.5 times its
-    # share. Today's scheduler puts it at about 1.7: each tenant's peek
+    # against the weights. Loose: from half of each tenant's fair share to
+    # 2.25 times it, and the weight-4 tenant at least 1.25 times the
+    # weight-1 one's units. (Equal shares, no weighting at all, would put
+    # the weight-1 tenant at 2.5 times its share and the ratio at 1.
+    # Today's scheduler puts it at about 1.7 (2.0 once under ASan, whose
+    # slower passes see more devices free at once): each tenant's peek
     # window fills with jobs too big for the free GPUs, most for the
     # heaviest tenants, which are looked at most; README "Scale".)
     start = {}
@@ -151,5 +153,5 @@ def test_a_simulated_cluster_runs_every_job_once_without_over_committing_a_gpu(s
     assert total > 0
     for t in names:
         share, fair = units[t] / total, WEIGHTS[t] / wsum
-        assert 0.5 * fair <= share <= 2.0 * fair, (t, share, fair, units)
-    assert units["sim-w4"] > units["sim-w1"], units
+        assert 0.5 * fair <= share <= 2.25 * fair, (t, share, fair, units)
+    assert units["sim-w4"] >= 1.25 * units["sim-w1"], units

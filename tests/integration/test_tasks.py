@@ -170,7 +170,9 @@ def _read_stream(resp, into, stop):
             into.append(chunk)
             if stop.is_set():
                 break
-    except requests.RequestException:
+    except (requests.RequestException, OSError, AttributeError):
+        # closed from the test's thread while this one reads: urllib3 then
+        # finds its file gone (AttributeError on None), which is the end
         pass
 
 

@@ -345,6 +345,9 @@ static void a_cancel_across_nodes_stops_every_node(void **state)
     double t0 = now_s();
     kl_test_nodes_run(nodes, 2);
     pthread_join(t, NULL);
+    if (now_s() - t0 >= 30)
+        fprintf(stderr, "after %.1f s: node 0 %d (%s), node 1 %d (%s)\n", now_s() - t0, nodes[0].rc,
+                nodes[0].err.message, nodes[1].rc, nodes[1].err.message);
     assert_true(now_s() - t0 < 30); /* not node 0's 60 s timeout */
     assert_int_equal(nodes[1].rc, KL_ECANCELED);
     assert_true(nodes[0].rc == KL_EBACKEND || nodes[0].rc == KL_ETIMEDOUT);
