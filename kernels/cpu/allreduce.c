@@ -318,14 +318,28 @@ typedef struct ard_run {
     int iters, world, local;
     double expected[KL_ALLREDUCE_PERIOD];
     ard_rank *ranks;
+    int aborted;          /* a local rank failed: the others stop too */
 } ard_run;
 
 /* Fails the other local ranks' communicators, so that none waits for a
- * rank of this node that has stopped (the peers on other nodes fail too). */
+ * rank of this node that has stopped (the peers on other nodes fail too).
+ * A rank whose communicator is not published yet sees `aborted` once it
+ * publishes (ard_publish): both sides are sequentially consistent, so one
+ * of the two always sees the other. */
 static void ard_abort_all(ard_run *run)
 {
+    __atomic_store_n(&run->aborted, 1, __ATOMIC_SEQ_CST);
     for (int l = 0; l < run->local; l++)
-        kl_comm_abort(__atomic_load_n(&run->ranks[l].comm, __ATOMIC_ACQUIRE));
+        kl_comm_abort(__atomic_load_n(&run->ranks[l].comm, __ATOMIC_SEQ_CST));
+}
+
+/* Makes me's communicator c abortable by the other local ranks; aborts it
+ * at once if one of them failed while it was opening. */
+static void ard_publish(ard_rank *me, kl_comm *c)
+{
+    __atomic_store_n(&me->comm, c, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&me->run->aborted, __ATOMIC_SEQ_CST))
+        kl_comm_abort(c);
 }
 
 static int ard_steps(ard_rank *me)
@@ -338,7 +352,7 @@ static int ard_steps(ard_rank *me)
     me->meet_s = now_s() - t_meet;
     if (rc < 0)
         return rc;
-    __atomic_store_n(&me->comm, c, __ATOMIC_RELEASE);
+    ard_publish(me, c);
     const size_t bytes = (size_t)run->count * kl_dtype_size(run->dtype);
     if (!(me->buf = malloc(bytes))) {
         kl_err_set(&me->err, NULL, "allreduce: rank %d cannot allocate %zu bytes", me->global, bytes);
