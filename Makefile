@@ -12,14 +12,16 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -MMD -MP -pthread 
 # kernels/ sees kernels/ only, service/ sees itself and kernels/, each daemon
 # sees itself, service/ and kernels/ — never the other daemon. A source's
 # first folder picks its set (INC_<folder>); scripts/check-layers.sh holds
-# the objects' .d files to it.
+# the objects' .d files to it. A folder's rooms (its sub-folders: gateway/api,
+# gateway/sched, ...) are part of its layer and share its flags.
+rooms = $(patsubst %/,-I%,$(sort $(dir $(wildcard $(1)/*/*.[ch] $(1)/*/*.cc))))
 INC_kernels := -Ikernels -Ikernels/dist
-INC_service := -Iservice $(INC_kernels)
-INC_gateway := -Igateway $(INC_service) $(shell pkg-config --cflags-only-I libpq 2>/dev/null) -I/usr/include/postgresql
-INC_compute := -Icompute $(INC_service)
+INC_service := -Iservice $(call rooms,service) $(INC_kernels)
+INC_gateway := -Igateway $(call rooms,gateway) $(INC_service) $(shell pkg-config --cflags-only-I libpq 2>/dev/null) -I/usr/include/postgresql
+INC_compute := -Icompute $(call rooms,compute) $(INC_service)
 INC_bench   := $(INC_kernels)
 INC = $(INC_$(firstword $(subst /, ,$<)))
-# C++ only for service/svc_dtoa.cc, the C face of double-conversion.
+# C++ only for service/data/svc_dtoa.cc, the C face of double-conversion.
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++17 -Wall -Wextra -Werror -fPIC -fno-exceptions -fno-rtti -MMD -MP $(SAN)
 LDFLAGS += -pthread $(SAN)
@@ -32,15 +34,15 @@ Q = $(if $(V),,@)
 B   = build$(if $(SAN),-san,)
 BIN = bin$(if $(SAN),-san,)
 
-SVC_SRC  := $(wildcard service/*.c)
-SVC_CXX  := $(wildcard service/*.cc)
+SVC_SRC  := $(wildcard service/*.c service/*/*.c)
+SVC_CXX  := $(wildcard service/*.cc service/*/*.cc)
 # Gloo (libgloo-dev) carries the CPU collectives of multi-node runs; without
 # it kernels/dist/comm_none.c stands in and such runs say they cannot run.
 GLOO    ?= $(wildcard /usr/include/gloo/config.h)
 KL_SRC   := $(wildcard kernels/*.c kernels/cpu/*.c) $(if $(GLOO),,kernels/dist/comm_none.c)
 KL_CXX   := $(if $(GLOO),kernels/dist/gloo.cc,)
-GW_SRC   := $(wildcard gateway/*.c)
-CN_SRC   := $(wildcard compute/*.c)
+GW_SRC   := $(wildcard gateway/*.c gateway/*/*.c)
+CN_SRC   := $(wildcard compute/*.c compute/*/*.c)
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
 UT_SRC   := $(wildcard tests/unit/test_*.c)
 

@@ -99,7 +99,7 @@ def main():
         gw.wait_registered(name)
         cmd = ["python3", "-c", "print(1)"]
         bare_run(conf, cmd)   # warm: the image's layers in the page cache
-        # the isolation the node adds (compute/task_argv.c), on dirs like a part's
+        # the isolation the node adds (compute/task/task_argv.c), on dirs like a part's
         part = os.path.join(root, "part")
         for d in ("in", "work", "out", "meta"):
             os.makedirs(os.path.join(part, d))

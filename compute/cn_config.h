@@ -39,7 +39,7 @@ typedef struct cn_config {
     const char *dist_host;
     long dist_timeout_s;
     int slurm;
-    /* tasks (compute/task_cfg.c) */
+    /* tasks (compute/task/task_cfg.c) */
     const char *task_engine;
     const char *task_engine_cmd;
     const char *task_containers_conf;

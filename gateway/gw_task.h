@@ -3,7 +3,7 @@
  * image, command, env, workdir, network) and the object a node leases
  * (docs/tasks_contract.md section 2: inline files and small inputs in
  * base64, the rest blob references, limits in bytes). The names are
- * checked by service/svc_task.h, the same rules the node applies. No I/O:
+ * checked by service/data/svc_task.h, the same rules the node applies. No I/O:
  * the blobs it names and the large inline inputs it holds are the caller's
  * to look up and to store (api_jobs.c); the unit tests drive it alone. */
 #ifndef GW_TASK_H

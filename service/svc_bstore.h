@@ -4,7 +4,7 @@
  * blob under a real name, and a file under a real name is complete and holds
  * the bytes its name says. Several gateways may share the directory (NFS,
  * Lustre), and so may compute nodes on the same filesystem: they map inputs
- * from it and write outputs into it (compute/cn_blobio.c). Names are content
+ * from it and write outputs into it (compute/runs/cn_blobio.c). Names are content
  * addresses: a writer that finds its name taken compares the bytes there
  * with its own and replaces them when they differ (planted or torn), and a
  * file someone else wrote can be hashed again (svc_bstore_verify).

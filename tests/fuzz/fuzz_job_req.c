@@ -1,5 +1,5 @@
 /* fuzz_job_req.c — libFuzzer harness for the POST /v1/jobs body parser and
- * validator (gateway/request.c: envelope, then svc_kargs_bind against the
+ * validator (gateway/api/request.c: envelope, then svc_kargs_bind against the
  * kernel catalog and the tensor codec).
  *
  * The input is the raw request body. It is loaded the way svc_http.c loads
@@ -26,7 +26,7 @@
 #include "svc_kargs.h"
 #include "svc_tensor.h"
 
-#define FUZZ_MAX_ELEMS (1LL << 28)   /* as gateway/request.c */
+#define FUZZ_MAX_ELEMS (1LL << 28)   /* as gateway/api/request.c */
 
 static void check(int ok, const char *what)
 {
@@ -73,7 +73,7 @@ static void rebind(const gw_job_req *r)
     check(p2 && i2, "stored params or inputs do not load back");
     svc_kargs ka;
     kl_err ke = {{0}, {0}};
-    int rc = svc_kargs_bind(k, p2, i2, KL_MAX_ELEMS, r->gpus, &ka, &ke); /* as compute/cn_args.c */
+    int rc = svc_kargs_bind(k, p2, i2, KL_MAX_ELEMS, r->gpus, &ka, &ke); /* as compute/runs/cn_args.c */
     if (rc != 0)
         fprintf(stderr, "rebind: %s: %s\nparams %s\n", ke.field, ke.message, params_s);
     check(rc == 0, "the node would refuse a job the gateway accepted");

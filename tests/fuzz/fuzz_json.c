@@ -1,4 +1,4 @@
-/* fuzz_json.c — libFuzzer harness for the body parser (service/svc_json.c).
+/* fuzz_json.c — libFuzzer harness for the body parser (service/data/svc_json.c).
  *
  * The input is a request body. svc_json_parse must agree with the parse it
  * replaces, json_loadb(JSON_DECODE_ANY | JSON_REJECT_DUPLICATES): the same

@@ -1,5 +1,5 @@
 /* fuzz_multipart.c — libFuzzer harness for the streaming multipart/form-data
- * parser (service/svc_multipart.c).
+ * parser (service/http/svc_multipart.c).
  *
  * Input: byte 0 picks the piece sizes, the rest is a body for the boundary
  * "BOUNDARY-x". The body is parsed twice, fed whole and fed in pieces of 1

@@ -1,4 +1,4 @@
-/* fuzz_npy.c — libFuzzer harness for the .npy header (service/svc_npy.c).
+/* fuzz_npy.c — libFuzzer harness for the .npy header (service/data/svc_npy.c).
  *
  * The input is parsed as the start of an uploaded .npy file. A header that
  * is accepted must be self-consistent (rank 0..8, dimensions >= 0, length

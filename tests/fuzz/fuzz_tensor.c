@@ -1,5 +1,5 @@
 /* fuzz_tensor.c — libFuzzer harness for the tensor codec
- * (service/svc_tensor.c, base64 from service/svc_util.c).
+ * (service/data/svc_tensor.c, base64 from service/svc_util.c).
  *
  * The input is JSON text, loaded as the HTTP layer loads bodies, and decoded
  * with svc_tensor_from_json. A decoded tensor must be self-consistent

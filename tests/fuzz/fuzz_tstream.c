@@ -1,5 +1,5 @@
 /* fuzz_tstream.c — libFuzzer harness for the streaming JSON writer of
- * results (service/svc_tstream.c, numbers from svc_dtoa.cc).
+ * results (service/data/svc_tstream.c, numbers from svc_dtoa.cc).
  *
  * The input picks a dtype, a shape and the tensor's raw bytes (any bit
  * patterns: NaN, infinities, denormals, -0.0), the encoding, and the sizes

@@ -27,15 +27,15 @@ case $SECONDS_EACH in ''|*[!0-9]*) echo "fuzz: FUZZ_SECONDS must be a number of 
 
 # The harness links only what it exercises, compiled here from the sources.
 SRC_b64="service/svc_util.c"
-SRC_json="service/svc_json.c service/svc_util.c service/svc_dtoa.cc"
-SRC_tensor="service/svc_tensor.c service/svc_json.c service/svc_util.c service/svc_sha256.c
-            service/svc_dtoa.cc"
-SRC_job_req="gateway/request.c gateway/blob.c service/svc_kargs.c service/svc_tensor.c service/svc_json.c service/svc_util.c
-             service/svc_sha256.c service/svc_dtoa.cc kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ') kernels/dist/comm_none.c"
-SRC_tstream="service/svc_tstream.c service/svc_tensor.c service/svc_json.c service/svc_util.c service/svc_sha256.c
-             service/svc_dtoa.cc"
-SRC_npy="service/svc_npy.c"
-SRC_multipart="service/svc_multipart.c"
+SRC_json="service/data/svc_json.c service/svc_util.c service/data/svc_dtoa.cc"
+SRC_tensor="service/data/svc_tensor.c service/data/svc_json.c service/svc_util.c service/svc_sha256.c
+            service/data/svc_dtoa.cc"
+SRC_job_req="gateway/api/request.c gateway/blob.c service/data/svc_kargs.c service/data/svc_tensor.c service/data/svc_json.c service/svc_util.c
+             service/svc_sha256.c service/data/svc_dtoa.cc kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ') kernels/dist/comm_none.c"
+SRC_tstream="service/data/svc_tstream.c service/data/svc_tensor.c service/data/svc_json.c service/svc_util.c service/svc_sha256.c
+             service/data/svc_dtoa.cc"
+SRC_npy="service/data/svc_npy.c"
+SRC_multipart="service/http/svc_multipart.c"
 LIBS_b64=""
 LIBS_json="-ljansson -lm -ldouble-conversion -lstdc++"
 LIBS_tensor="-ljansson -lm -lcrypto -ldouble-conversion -lstdc++"
@@ -50,7 +50,7 @@ ALL="job_req tensor b64 json npy multipart tstream"
 
 CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -pthread -Wall -Wextra -Wno-unused-parameter
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-        -Iservice -Ikernels -Ikernels/dist -Igateway"
+        -Iservice -Iservice/data -Iservice/http -Ikernels -Ikernels/dist -Igateway -Igateway/api"
 
 # OpenBLAS starts a thread pool when it loads; the harnesses never run a
 # kernel, so one thread is all they need.
@@ -65,7 +65,7 @@ build() {
     local defs
     defs=$(eval echo "\${DEFS_$h:-}")
     # Rebuilt when a source, a header or this script is newer than the binary.
-    if [ -x "$bin" ] && [ -z "$(find $src service/*.h kernels/*.h kernels/cpu/*.h kernels/dist/*.h gateway/*.h \
+    if [ -x "$bin" ] && [ -z "$(find $src service/*.h service/*/*.h kernels/*.h kernels/cpu/*.h kernels/dist/*.h gateway/*.h gateway/*/*.h \
                                     tests/fuzz/run.sh -newer "$bin" 2>/dev/null | head -n 1)" ]; then
         return 0
     fi
@@ -75,7 +75,7 @@ build() {
     local f csrc="" objs=""
     for f in $src; do
         case $f in
-            *.cc) "${CLANG}++" -std=c++17 -O1 -g -fno-omit-frame-pointer -Iservice \
+            *.cc) "${CLANG}++" -std=c++17 -O1 -g -fno-omit-frame-pointer -Iservice -Iservice/data \
                       -fsanitize=fuzzer-no-link,address,undefined -c "$f" -o "$OUT/$(basename "$f").o" \
                       >>"$OUT/logs/build_$h.log" 2>&1 || { cat "$OUT/logs/build_$h.log" >&2; return 1; }
                   objs="$objs $OUT/$(basename "$f").o" ;;

@@ -1,4 +1,4 @@
-"""Gang reservation and backfill (gateway/placement.h) on the test stack's
+"""Gang reservation and backfill (gateway/sched/placement.h) on the test stack's
 two one-slot CPU nodes: a 4-rank gang (2 nodes x 2 ranks) that cannot start
 while a small job runs reserves both nodes from that job's end (started_at +
 timeout_s); a small job that ends by then runs on the free node meanwhile,

@@ -1,4 +1,4 @@
-"""Weighted fair share between tenants (gateway/placement.h): a tenant that
+"""Weighted fair share between tenants (gateway/sched/placement.h): a tenant that
 floods the queue does not starve another, and tenants with work waiting
 start jobs in proportion to their weights (POST /v1/tenants {weight})."""
 

@@ -1,6 +1,6 @@
 """A node that restarts counts its ended runs (the lease poll's seq) from 0
 again. What its previous process last reported (a high seq, no free slot)
-must not make the gateway hand the new process nothing (gateway/lease.c)."""
+must not make the gateway hand the new process nothing (gateway/sched/lease.c)."""
 
 import requests
 

@@ -1,7 +1,7 @@
 """Bad task requests (issue 18) against the real gateway: each is refused
 with its status and a JSON error naming the field, and leaves nothing
 behind — no job row, no queued entry, no blob. The checks are the
-gateway's (gateway/task.c with service/svc_task.h, the rules nodes apply
+gateway's (gateway/task.c with service/data/svc_task.h, the rules nodes apply
 too); no node is needed, so this stack has none."""
 
 import os

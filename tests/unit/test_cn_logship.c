@@ -1,7 +1,7 @@
-/* test_cn_logship.c — live task logs (compute/logship.c) with a fake sink
+/* test_cn_logship.c — live task logs (compute/task/logship.c) with a fake sink
  * in the gateway's place: batches by offset, a batch the gateway refused
  * sent again from the same offsets, the end of a part shipped to its last
- * byte, a batch's byte bound; and the blob file cache (compute/blobfile.c)
+ * byte, a batch's byte bound; and the blob file cache (compute/runs/blobfile.c)
  * a node without the shared directory mounts task inputs from: fetched
  * once, checked, shared by every run, evicted only when unpinned. */
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 /* test_cn_task_argv.c — the engine's command line and the program's
- * environment (compute/task_argv.c): every isolation flag of contract §4,
+ * environment (compute/task/task_argv.c): every isolation flag of contract §4,
  * GPUs as podman (CDI) and docker name them, the image ending the engine's
  * options, mounts the -v syntax could misread refused, and the variables
  * torchrun, torch.distributed and jax.distributed read. */

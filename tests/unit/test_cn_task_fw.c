@@ -1,4 +1,4 @@
-/* test_cn_task_fw.c — what a gang part may not reach (compute/task_fw.c):
+/* test_cn_task_fw.c — what a gang part may not reach (compute/task/task_fw.c):
  * deny entries read into rules (a local address covers every local one,
  * a remote one is itself, a block is a block), and the iptables words of
  * each rule. Installing needs root and iptables: the engine tests

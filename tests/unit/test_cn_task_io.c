@@ -1,5 +1,5 @@
-/* test_cn_task_io.c — a task part's files on the node (compute/task_io.c)
- * and what it says (compute/task_log.c): the output scan (regular files
+/* test_cn_task_io.c — a task part's files on the node (compute/task/task_io.c)
+ * and what it says (compute/task/task_log.c): the output scan (regular files
  * only, named by path, within a quota of bytes and files), the tenant's
  * files placed with their directories, the .npy copy, a removal that
  * follows no symlink; the log cap and its "dropped" line, the end of

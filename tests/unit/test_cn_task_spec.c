@@ -1,5 +1,5 @@
 /* test_cn_task_spec.c — a run request's "task" as the node decodes it
- * (compute/task_spec.c, compute/cn_args.c, service/svc_task.c): what it keeps,
+ * (compute/task/task_spec.c, compute/runs/cn_args.c, service/data/svc_task.c): what it keeps,
  * what it refuses and with which status and field; and how a part's end
  * maps to contract §5's codes (cn_task_end_code). */
 #include <setjmp.h>

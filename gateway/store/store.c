@@ -807,7 +807,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_JOBS_ACTIVE_COUNTS] = {
     "SELECT state, kernel, priority, count(*) FROM jobs WHERE state IN ('queued', 'running')"
     " GROUP BY state, kernel, priority", 0},
-/* The event log that SSE streams read (store_events.c, gateway/events.c). */
+/* The event log that SSE streams read (store_events.c, gateway/events/events.c). */
 [ST_EVENTS_LAST] = {"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM job_events_id_seq", 0},
 /* xmin of the snapshot, and the next xid to be assigned: xmax is only the
  * last ended xid + 1, and a writer may hold a higher one; age() of an xid
