@@ -1,12 +1,10 @@
 /* nodecred.c — the cluster token's strength, node credentials and their
- * cache (nodecred.h). The cache is a set-associative table of credential
- * hashes, 8 ways per set, one mutex per set; the credential itself is never
- * kept. */
+ * cache (nodecred.h), the latter over the secrets' cache (ttlcache.h); the
+ * credential itself is never kept. */
 #include "nodecred.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +12,8 @@
 
 #include "svc_sha256.h"
 #include "svc_util.h"
+#include "ttlcache.h"
 
-#define WAYS 8
 #define CRED_PREFIX "kn_"
 #define CRED_BYTES 32
 #define CRED_CHARS 43 /* base64url of 32 bytes, without its padding */
@@ -122,22 +120,15 @@ int gw_nodecred_hash(const char *cred, char hex[GW_NODECRED_HASH_SIZE])
 
 /* ---- the cache ------------------------------------------------------- */
 
-typedef struct nc_entry {
-    char hex[GW_NODECRED_HASH_SIZE];
-    int64_t expires_ms;          /* 0: empty */
+/* What a credential names: a gw_ttlcache of these by the credential's
+ * digest (its hash's 64 hex digits read back as 32 bytes). */
+typedef struct nc_value {
     char node_id[37];
     char name[128];
-} nc_entry;
-
-typedef struct nc_set {
-    pthread_mutex_t mu;
-    nc_entry way[WAYS];
-} nc_set;
+} nc_value;
 
 struct gw_nodecreds {
-    int ttl_ms;
-    size_t nsets;
-    nc_set *sets;
+    gw_ttlcache *tc;
 };
 
 gw_nodecreds *gw_nodecreds_new(int capacity, int ttl_ms)
@@ -145,14 +136,10 @@ gw_nodecreds *gw_nodecreds_new(int capacity, int ttl_ms)
     gw_nodecreds *c = calloc(1, sizeof *c);
     if (c == NULL)
         return NULL;
-    c->ttl_ms = ttl_ms > 0 ? ttl_ms : 0;
-    c->nsets = capacity > 0 ? ((size_t)capacity + WAYS - 1) / WAYS : 1;
-    if ((c->sets = calloc(c->nsets, sizeof *c->sets)) == NULL) {
+    if ((c->tc = gw_ttlcache_new(capacity, ttl_ms, sizeof(nc_value))) == NULL) {
         free(c);
         return NULL;
     }
-    for (size_t i = 0; i < c->nsets; i++)
-        pthread_mutex_init(&c->sets[i].mu, NULL);
     return c;
 }
 
@@ -160,75 +147,56 @@ void gw_nodecreds_free(gw_nodecreds *c)
 {
     if (c == NULL)
         return;
-    for (size_t i = 0; i < c->nsets; i++)
-        pthread_mutex_destroy(&c->sets[i].mu);
-    free(c->sets);
+    gw_ttlcache_free(c->tc);
     free(c);
 }
 
-/* The set of a hash: its leading 16 hex digits spread uniformly already. */
-static nc_set *set_of(gw_nodecreds *c, const char *hex)
+/* hex (64 hex digits) as 32 bytes: 0, or -1 when it is not one. */
+static int digest_of(const char *hex, unsigned char digest[32])
 {
-    char lead[17];
-    snprintf(lead, sizeof lead, "%.16s", hex);
-    return &c->sets[strtoull(lead, NULL, 16) % c->nsets];
+    if (strlen(hex) != GW_NODECRED_HASH_SIZE - 1)
+        return -1;
+    for (int i = 0; i < 32; i++) {
+        char byte[3] = {hex[2 * i], hex[2 * i + 1], 0};
+        if (!isxdigit((unsigned char)byte[0]) || !isxdigit((unsigned char)byte[1]))
+            return -1;
+        digest[i] = (unsigned char)strtoul(byte, NULL, 16);
+    }
+    return 0;
 }
 
 int gw_nodecreds_get(gw_nodecreds *c, const char *hex, int64_t now_ms, char node_id[37],
                      char *name, size_t namelen)
 {
-    if (c == NULL || c->ttl_ms == 0 || strlen(hex) != GW_NODECRED_HASH_SIZE - 1)
+    unsigned char digest[32];
+    nc_value v;
+    if (c == NULL || digest_of(hex, digest) != 0 || gw_ttlcache_get(c->tc, digest, now_ms, &v) != 1)
         return -ENOENT;
-    nc_set *s = set_of(c, hex);
-    int rc = -ENOENT;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < WAYS && rc != 0; i++) {
-        nc_entry *e = &s->way[i];
-        if (e->expires_ms > now_ms && strcmp(e->hex, hex) == 0) {
-            memcpy(node_id, e->node_id, 37);
-            snprintf(name, namelen, "%s", e->name);
-            rc = 0;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-    return rc;
+    memcpy(node_id, v.node_id, 37);
+    snprintf(name, namelen, "%s", v.name);
+    return 0;
 }
 
 void gw_nodecreds_put(gw_nodecreds *c, const char *hex, const char *node_id, const char *name,
                       int64_t asked_ms)
 {
-    if (c == NULL || c->ttl_ms == 0 || strlen(hex) != GW_NODECRED_HASH_SIZE - 1)
+    unsigned char digest[32];
+    if (c == NULL || gw_ttlcache_ttl_ms(c->tc) == 0 || digest_of(hex, digest) != 0)
         return;
-    nc_set *s = set_of(c, hex);
-    pthread_mutex_lock(&s->mu);
-    /* the same hash, else an empty or expired way, else the one expiring first */
-    nc_entry *pick = &s->way[0];
-    for (int i = 0; i < WAYS; i++) {
-        nc_entry *e = &s->way[i];
-        if (strcmp(e->hex, hex) == 0) {
-            pick = e;
-            break;
-        }
-        if (e->expires_ms < pick->expires_ms)
-            pick = e;
-    }
-    snprintf(pick->hex, sizeof pick->hex, "%s", hex);
-    snprintf(pick->node_id, sizeof pick->node_id, "%s", node_id);
-    snprintf(pick->name, sizeof pick->name, "%s", name);
-    pick->expires_ms = asked_ms + c->ttl_ms;
-    pthread_mutex_unlock(&s->mu);
+    nc_value v;
+    memset(&v, 0, sizeof v);
+    snprintf(v.node_id, sizeof v.node_id, "%s", node_id);
+    snprintf(v.name, sizeof v.name, "%s", name);
+    gw_ttlcache_put(c->tc, digest, &v, asked_ms);
+}
+
+static int names_node(const void *value, const void *node_id)
+{
+    return strcmp(((const nc_value *)value)->node_id, node_id) == 0;
 }
 
 void gw_nodecreds_forget(gw_nodecreds *c, const char *node_id)
 {
-    if (c == NULL)
-        return;
-    for (size_t k = 0; k < c->nsets; k++) {
-        nc_set *s = &c->sets[k];
-        pthread_mutex_lock(&s->mu);
-        for (int i = 0; i < WAYS; i++)
-            if (s->way[i].expires_ms != 0 && strcmp(s->way[i].node_id, node_id) == 0)
-                memset(&s->way[i], 0, sizeof s->way[i]);
-        pthread_mutex_unlock(&s->mu);
-    }
+    if (c != NULL)
+        gw_ttlcache_forget(c->tc, names_node, node_id);
 }
