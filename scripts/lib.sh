@@ -87,7 +87,9 @@ kl_pidfile_alive() {
     pid=$(tr -dc '0-9' <"$pidfile")
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
     if [ -n "$pattern" ] && [ -r "/proc/$pid/cmdline" ]; then
-        tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$pattern" || return 1
+        local cmd
+        cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)   # not piped into grep -q: pipefail + SIGPIPE
+        grep -qF -- "$pattern" <<<"$cmd" || return 1
     fi
     echo "$pid"
 }

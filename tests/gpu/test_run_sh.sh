@@ -39,7 +39,10 @@ PYTHONPATH=$tmp/site KL_GPU_NCCL_DIRS=/nonexistent KL_GPU_BUILD=$tmp/build OUT=$
     tests/gpu/run.sh --build-only --only kernels >"$tmp/build.txt" 2>&1 || fail "the build failed"
 grep -qF "NCCL $ver: $site (Python package)" "$tmp/build.txt" || fail "NCCL not reported as the Python package"
 grep -q "^built check_kernels" "$tmp/build.txt" || fail "check_kernels not built"
-ldd "$tmp/build/check_kernels" | grep -q "$site/lib/libnccl.so.2" || fail "check_kernels does not load the wheel's libnccl.so.2"
+# ldd's output is read whole first: under pipefail, `ldd | grep -q` fails
+# whenever grep's early exit cuts ldd off (SIGPIPE), match or not
+libs=$(ldd "$tmp/build/check_kernels")
+grep -qF "$site/lib/libnccl.so.2" <<<"$libs" || fail "check_kernels does not load the wheel's libnccl.so.2"
 echo "ok: NCCL found as a Python package, linked and loaded from it"
 
 # 2. a hang: killed at its timeout, its lines kept, the run failed
