@@ -15,8 +15,13 @@
 #include "svc_log.h"
 #include "svc_util.h"
 
-/* How often a held poll looks for work another gateway made for it. */
+/* How often a held poll looks for work another gateway made for it: often
+ * while another gateway holds the scheduler lock (its claims wake nothing
+ * here), rarely while this one does (its claims and cancels wake the polls
+ * they concern; the rare look finds a cancel asked on another gateway, or
+ * a claim the previous holder made). */
 #define LEASE_RECHECK_MS 500
+#define LEASE_RECHECK_LEADER_MS 5000
 /* Outputs of at most this many bytes come back inline with the node's
  * report and stay in the result row: a blob file of their own would cost
  * more than their bytes. */
@@ -37,6 +42,7 @@ typedef struct waiter {
     int max;
     uint64_t seq;                  /* the node's ended runs when it sent the poll */
     int64_t deadline, next_look;   /* monotonic ms */
+    int64_t woke;                  /* monotonic ms look was set: woken polls go in that order */
     int look;                      /* woken: look now */
     int end;                       /* answer now, with nothing (replaced, node left) */
     int busy;                      /* the thread is looking at it */
@@ -67,6 +73,7 @@ struct gw_leases {
     node_room rooms[LEASE_ROOMS];
     waiter *list;
     int stop;
+    int leading;                   /* this gateway holds the scheduler lock */
     pthread_t thread;
 };
 
@@ -234,6 +241,42 @@ static void wait_until(gw_leases *l, int64_t until_mono)
     pthread_cond_timedwait(&l->cv, &l->mu, &ts);
 }
 
+/* Sets w's look, remembering when it was first woken; mu held. */
+static void wake_waiter(waiter *w)
+{
+    if (!w->look)
+        w->woke = svc_now_mono_ms();
+    w->look = 1;
+}
+
+/* The waiter to serve next, or NULL (then *next: when one is due); mu held.
+ * Woken polls and ended ones first, the longest waiting first (a wake is a
+ * claim or cancel the node waits for); then the periodic looks that are
+ * due, the most overdue first. None is passed over for being late in the
+ * list: under load every poll gets its turn in order. */
+static waiter *next_waiter(gw_leases *l, int64_t now, int64_t *next)
+{
+    waiter *woken = NULL, *due = NULL;
+    int64_t woken_at = 0;
+    for (waiter *x = l->list; x; x = x->next) {
+        if (x->busy)
+            continue;
+        if (x->look || x->end || x->deadline <= now) {
+            int64_t at = x->end ? 0 : x->look ? x->woke : x->deadline;
+            if (!woken || at < woken_at) {
+                woken = x;
+                woken_at = at;
+            }
+        } else if (x->next_look <= now) {
+            if (!due || x->next_look < due->next_look)
+                due = x;
+        } else {
+            *next = x->deadline < *next ? x->deadline : x->next_look < *next ? x->next_look : *next;
+        }
+    }
+    return woken ? woken : due;
+}
+
 /* The lease thread: looks for work for the polls that need a look, answers
  * those that got some or whose wait ended, and at a stop answers the rest. */
 static void *leases_main(void *arg)
@@ -242,15 +285,7 @@ static void *leases_main(void *arg)
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         int64_t now = svc_now_mono_ms(), next = now + LEASE_RECHECK_MS;
-        waiter *w = NULL;
-        for (waiter *x = l->list; x && !w; x = x->next) {
-            if (x->busy)
-                continue;
-            if (x->look || x->end || x->deadline <= now || x->next_look <= now)
-                w = x;
-            else
-                next = x->deadline < next ? x->deadline : x->next_look < next ? x->next_look : next;
-        }
+        waiter *w = next_waiter(l, now, &next);
         if (!w) {
             wait_until(l, next);
             continue;
@@ -283,7 +318,7 @@ static void *leases_main(void *arg)
             answer(w, reply);
             pthread_mutex_lock(&l->mu);
         } else {
-            w->next_look = now + LEASE_RECHECK_MS;
+            w->next_look = now + (l->leading ? LEASE_RECHECK_LEADER_MS : LEASE_RECHECK_MS);
         }
     }
     /* Stopping: every poll held is answered with nothing. */
@@ -361,7 +396,8 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
     w->max = max;
     w->seq = seq;
     w->look = 1;
-    w->deadline = svc_now_mono_ms() + wait_ms;
+    w->woke = svc_now_mono_ms();
+    w->deadline = w->woke + wait_ms;
     w->next_look = w->deadline;
     pthread_mutex_lock(&l->mu);
     int stopped = l->stop;
@@ -378,7 +414,7 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
          * gateway is found by the periodic look). */
         if (r && r->no_cancels && (r->no_runs || w->max == 0)) {
             w->look = 0;
-            w->next_look = svc_now_mono_ms() + LEASE_RECHECK_MS;
+            w->next_look = svc_now_mono_ms() + (l->leading ? LEASE_RECHECK_LEADER_MS : LEASE_RECHECK_MS);
         }
         w->next = l->list;
         l->list = w;
@@ -403,7 +439,7 @@ static void poke(gw_leases *l, const char *node_id, int end)
     int hit = 0;
     for (waiter *x = l->list; x; x = x->next)
         if (strcmp(x->node_id, node_id) == 0) {
-            x->look = 1;
+            wake_waiter(x);
             x->end |= end;
             hit = 1;
         }
@@ -441,12 +477,34 @@ void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint6
             if (strcmp(x->node_id, node_id) == 0 && x->seq <= seq) {
                 x->max = r->free;
                 /* more room only helps if there is something to take */
-                if (!r->no_runs)
-                    x->look = hit = 1;
+                if (!r->no_runs) {
+                    wake_waiter(x);
+                    hit = 1;
+                }
             }
     }
     if (hit)
         pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void gw_leases_set_leading(gw_leases *l, int leading)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->leading = leading;
+    /* Taking the lock: what the last holder claimed woke nothing here, so
+     * every held poll looks once now. Losing it: the claims are now
+     * another gateway's; every held poll looks again soon. */
+    int64_t soon = svc_now_mono_ms() + LEASE_RECHECK_MS;
+    for (waiter *x = l->list; x; x = x->next) {
+        if (leading)
+            wake_waiter(x);
+        else if (x->next_look > soon)
+            x->next_look = soon;
+    }
+    pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
 }
 

@@ -3,8 +3,10 @@
  * claimed for the node, or cancels of its runs, are there to hand out, or
  * until its wait ends. One thread looks for work for the polls that need a
  * look: at once when woken (the scheduler claimed for that node here, a
- * cancel was asked here, the node's free slots grew), and every
- * LEASE_RECHECK_MS for what another gateway did. */
+ * cancel was asked here, the node's free slots grew), the longest woken
+ * first; and periodically for what another gateway did: every 500 ms while
+ * another gateway holds the scheduler lock, every 5 s while this one does
+ * (its own claims and cancels wake the polls they concern). */
 #ifndef GW_LEASE_H
 #define GW_LEASE_H
 
@@ -38,6 +40,9 @@ void gw_leases_wake(gw_leases *l, const char *node_id, int claimed);
  * held here, or the next one if sent before that, asks for that many from
  * now on (the newest report wins). */
 void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint64_t seq);
+/* This gateway took (1) or lost (0) the scheduler lock: the periodic look
+ * becomes rare (or frequent again). NULL l is a no-op. */
+void gw_leases_set_leading(gw_leases *l, int leading);
 /* node_id left: its poll held here is answered at once, and its last
  * report forgotten. */
 void gw_leases_end(gw_leases *l, const char *node_id);

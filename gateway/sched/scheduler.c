@@ -670,9 +670,11 @@ static void *sched_main(void *arg)
                 gw_queue_forget_legacy(s->app->queue);
                 nodes_refresh(s);
                 next_reconcile = 0;
+                gw_leases_set_leading(s->app->leases, 1);
             } else if (!held && s->leader) {
                 svc_warn("scheduler: lost the scheduler lock; dispatching stops here");
                 s->leader = 0;
+                gw_leases_set_leading(s->app->leases, 0);
             }
             next_lock = now + LOCK_TTL_MS / 5;
         }
