@@ -94,30 +94,6 @@ CREATE INDEX job_events_job ON job_events (job_id, id);
 
 -- The public job object is built here, in one place, so every endpoint that
 -- returns a job returns the same shape.
-CREATE FUNCTION kowloon_ts(t timestamptz) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-$$;
+-- kowloon_ts: in sql/objects.sql now, re-applied at every start.
 
-CREATE FUNCTION kowloon_job_json(j jobs) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object(
-        'id', j.id,
-        'state', j.state,
-        'kernel', j.kernel,
-        'params', j.params,
-        'priority', j.priority,
-        'timeout_s', j.timeout_s,
-        'max_attempts', j.max_attempts,
-        'attempts', j.attempts,
-        'resources', jsonb_build_object('backend', j.backend_req, 'gpus', j.gpus),
-        'labels', j.labels,
-        'node', j.node_name,
-        'backend', j.backend,
-        'cancel_requested', j.cancel_requested,
-        'error', CASE WHEN j.error_code IS NULL THEN NULL
-                      ELSE jsonb_build_object('code', j.error_code, 'message', j.error_message) END,
-        'created_at', kowloon_ts(j.created_at),
-        'started_at', kowloon_ts(j.started_at),
-        'finished_at', kowloon_ts(j.finished_at))
-$$;
+-- kowloon_job_json: in sql/objects.sql now, re-applied at every start.

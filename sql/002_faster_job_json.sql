@@ -2,10 +2,7 @@
 
 -- to_char is STABLE, not IMMUTABLE: declared IMMUTABLE, kowloon_ts could not
 -- be inlined and was planned anew at every call, three times per job object.
-CREATE OR REPLACE FUNCTION kowloon_ts(t timestamptz) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-$$;
+-- kowloon_ts: in sql/objects.sql now, re-applied at every start.
 
 -- Tensor bytes are floats that do not compress: store them out of line
 -- without trying.

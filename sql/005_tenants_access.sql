@@ -25,16 +25,4 @@ CREATE INDEX jobs_tenant_active ON jobs (tenant_id, state) WHERE state IN ('queu
 CREATE INDEX api_keys_prefix_active ON api_keys (key_prefix) WHERE revoked_at IS NULL;
 
 -- The tenant object of the admin API, built in one place like the job's.
-CREATE FUNCTION kowloon_tenant_json(t tenants) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object(
-        'name', t.name,
-        'rate_rps', t.rate_rps,
-        'rate_burst', t.rate_burst,
-        'max_queued', t.max_queued,
-        'max_running', t.max_running,
-        'created_at', kowloon_ts(t.created_at),
-        'queued', (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'queued'),
-        'running', (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'running'),
-        'keys', (SELECT count(*) FROM api_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL))
-$$;
+-- kowloon_tenant_json: in sql/objects.sql now, re-applied at every start.

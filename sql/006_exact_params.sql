@@ -10,32 +10,8 @@ ALTER TABLE jobs ALTER COLUMN params TYPE json USING params::json;
 COMMENT ON COLUMN jobs.params IS
     'kernel parameters as the gateway wrote them (json, not jsonb: numbers keep their exact text)';
 
-DROP FUNCTION kowloon_job_json(jobs);
-CREATE FUNCTION kowloon_job_json(j jobs) RETURNS json
-LANGUAGE sql STABLE AS $$
-    SELECT json_build_object(
-        'id', j.id,
-        'state', j.state,
-        'kernel', j.kernel,
-        'params', j.params,
-        'priority', j.priority,
-        'timeout_s', j.timeout_s,
-        'max_attempts', j.max_attempts,
-        'attempts', j.attempts,
-        'resources', json_build_object('backend', j.backend_req, 'gpus', j.gpus),
-        'labels', j.labels,
-        'node', j.node_name,
-        'backend', j.backend,
-        'info', j.info,
-        'cancel_requested', j.cancel_requested,
-        'error', CASE WHEN j.error_code IS NULL THEN NULL
-                      ELSE json_build_object('code', j.error_code, 'message', j.error_message) END,
-        'created_at', kowloon_ts(j.created_at),
-        'started_at', kowloon_ts(j.started_at),
-        'finished_at', kowloon_ts(j.finished_at))
-$$;
-COMMENT ON FUNCTION kowloon_job_json(jobs) IS
-    'the public job object; json so that params keep their exact text';
+DROP FUNCTION IF EXISTS kowloon_job_json(jobs);
+-- kowloon_job_json: in sql/objects.sql now, re-applied at every start.
 
 -- Rows written before this migration may hold a float parameter as an
 -- integer literal past int64 (jsonb's rendering of 1e+19); give those back

@@ -71,27 +71,4 @@ COMMENT ON FUNCTION kowloon_usage(jobs, timestamptz, jsonb, text, jsonb, jsonb) 
 
 -- The job object, now with its usage (null until a job that ran ends),
 -- after what the kernel reported and before the timestamps: 011's order.
-CREATE OR REPLACE FUNCTION kowloon_job_json(j jobs) RETURNS json
-LANGUAGE sql STABLE AS $$
-    SELECT json_build_object(
-        'id', j.id,
-        'state', j.state,
-        'kernel', j.kernel,
-        'params', j.params,
-        'labels', j.labels,
-        'priority', j.priority,
-        'resources', json_build_object('backend', j.backend_req, 'gpus', j.gpus),
-        'timeout_s', j.timeout_s,
-        'max_attempts', j.max_attempts,
-        'attempts', j.attempts,
-        'cancel_requested', j.cancel_requested,
-        'node', j.node_name,
-        'backend', j.backend,
-        'info', j.info,
-        'usage', j.usage,
-        'created_at', kowloon_ts(j.created_at),
-        'started_at', kowloon_ts(j.started_at),
-        'finished_at', kowloon_ts(j.finished_at),
-        'error', CASE WHEN j.error_code IS NULL THEN NULL
-                      ELSE json_build_object('code', j.error_code, 'message', j.error_message) END)
-$$;
+-- kowloon_job_json: in sql/objects.sql now, re-applied at every start.

@@ -26,31 +26,5 @@ ALTER TABLE jobs ADD COLUMN progress jsonb;
 COMMENT ON COLUMN jobs.progress IS
     'the last progress its kernel reported: {"fraction": 0..1, kernel-specific numbers}; NULL before any';
 
-DROP FUNCTION kowloon_job_json(jobs);
-CREATE FUNCTION kowloon_job_json(j jobs) RETURNS json
-LANGUAGE sql STABLE AS $$
-    SELECT json_build_object(
-        'id', j.id,
-        'state', j.state,
-        'kernel', j.kernel,
-        'params', j.params,
-        'labels', j.labels,
-        'priority', j.priority,
-        'resources', json_build_object('backend', j.backend_req, 'gpus', j.gpus),
-        'timeout_s', j.timeout_s,
-        'max_attempts', j.max_attempts,
-        'attempts', j.attempts,
-        'cancel_requested', j.cancel_requested,
-        'node', j.node_name,
-        'backend', j.backend,
-        'info', j.info,
-        'progress', j.progress,
-        'usage', j.usage,
-        'created_at', kowloon_ts(j.created_at),
-        'started_at', kowloon_ts(j.started_at),
-        'finished_at', kowloon_ts(j.finished_at),
-        'error', CASE WHEN j.error_code IS NULL THEN NULL
-                      ELSE json_build_object('code', j.error_code, 'message', j.error_message) END)
-$$;
-COMMENT ON FUNCTION kowloon_job_json(jobs) IS
-    'the public job object; json so that params keep their exact text';
+DROP FUNCTION IF EXISTS kowloon_job_json(jobs);
+-- kowloon_job_json: in sql/objects.sql now, re-applied at every start.

@@ -55,34 +55,4 @@ $$;
 COMMENT ON FUNCTION kowloon_placement(jobs) IS
     'the job object''s placement: [{node_rank, node, ranks, gpus}] of the current or last attempt';
 
-CREATE OR REPLACE FUNCTION kowloon_job_json(j jobs) RETURNS json
-LANGUAGE sql STABLE AS $$
-    SELECT json_build_object(
-        'id', j.id,
-        'state', j.state,
-        'kernel', j.kernel,
-        'params', j.params,
-        'labels', j.labels,
-        'priority', j.priority,
-        'resources', CASE WHEN j.gpu_memory_gb IS NULL
-                          THEN json_build_object('backend', j.backend_req, 'gpus', j.gpus,
-                                                 'nodes', j.nodes)
-                          ELSE json_build_object('backend', j.backend_req, 'gpus', j.gpus,
-                                                 'nodes', j.nodes, 'gpu_memory_gb', j.gpu_memory_gb)
-                     END,
-        'timeout_s', j.timeout_s,
-        'max_attempts', j.max_attempts,
-        'attempts', j.attempts,
-        'cancel_requested', j.cancel_requested,
-        'node', j.node_name,
-        'placement', kowloon_placement(j),
-        'backend', j.backend,
-        'info', j.info,
-        'progress', j.progress,
-        'usage', j.usage,
-        'created_at', kowloon_ts(j.created_at),
-        'started_at', kowloon_ts(j.started_at),
-        'finished_at', kowloon_ts(j.finished_at),
-        'error', CASE WHEN j.error_code IS NULL THEN NULL
-                      ELSE json_build_object('code', j.error_code, 'message', j.error_message) END)
-$$;
+-- kowloon_job_json: in sql/objects.sql now, re-applied at every start.

@@ -49,63 +49,9 @@ COMMENT ON COLUMN nodes.tasks IS
     'the node''s task engine as it last said (registration, heartbeats): {engine, version, images} '
     'or {engine: "none", reason}; NULL: a node that says nothing of tasks (runs none)';
 
-CREATE OR REPLACE FUNCTION kowloon_tenant_json(t tenants) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object(
-        'name', t.name,
-        'rate_rps', t.rate_rps,
-        'rate_burst', t.rate_burst,
-        'max_queued', t.max_queued,
-        'max_running', t.max_running,
-        'weight', t.weight,
-        'task_images', to_jsonb(t.task_images),
-        'task_egress', t.task_egress,
-        'created_at', kowloon_ts(t.created_at),
-        'queued', (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'queued'),
-        'running', (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'running'),
-        'keys', (SELECT count(*) FROM api_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL))
-$$;
+-- kowloon_tenant_json: in sql/objects.sql now, re-applied at every start.
 
 -- The job object (018_gangs.sql's) with kind, task, exit_code and logs:
 -- kernel is null for a task. api_jobs.c's job_json_queued writes a queued
 -- job's first members in this order.
-CREATE OR REPLACE FUNCTION kowloon_job_json(j jobs) RETURNS json
-LANGUAGE sql STABLE AS $$
-    SELECT json_build_object(
-        'id', j.id,
-        'state', j.state,
-        'kind', j.kind,
-        'kernel', CASE WHEN j.kind = 'task' THEN NULL ELSE j.kernel END,
-        'task', j.task,
-        'params', j.params,
-        'labels', j.labels,
-        'priority', j.priority,
-        'resources', CASE WHEN j.kind = 'task' THEN
-                          json_strip_nulls(json_build_object('backend', j.backend_req, 'gpus', j.gpus,
-                              'nodes', j.nodes, 'gpu_memory_gb', j.gpu_memory_gb,
-                              'memory_gb', (j.task_run #>> '{limits,memory_bytes}')::float8 / 1073741824,
-                              'cpus', (j.task_run #>> '{limits,cpus}')::float8))
-                          WHEN j.gpu_memory_gb IS NULL
-                          THEN json_build_object('backend', j.backend_req, 'gpus', j.gpus,
-                                                 'nodes', j.nodes)
-                          ELSE json_build_object('backend', j.backend_req, 'gpus', j.gpus,
-                                                 'nodes', j.nodes, 'gpu_memory_gb', j.gpu_memory_gb)
-                     END,
-        'timeout_s', j.timeout_s,
-        'max_attempts', j.max_attempts,
-        'attempts', j.attempts,
-        'cancel_requested', j.cancel_requested,
-        'node', j.node_name,
-        'placement', kowloon_placement(j),
-        'backend', j.backend,
-        'info', j.info,
-        'progress', j.progress,
-        'usage', j.usage,
-        'exit_code', j.exit_code,
-        'logs', CASE WHEN j.kind = 'task' THEN '/v1/jobs/' || j.id || '/logs' END,
-        'created_at', kowloon_ts(j.created_at),
-        'started_at', kowloon_ts(j.started_at),
-        'finished_at', kowloon_ts(j.finished_at),
-        'error', CASE WHEN j.error_code IS NULL THEN NULL
-                      ELSE json_build_object('code', j.error_code, 'message', j.error_message) END)
-$$;
+-- kowloon_job_json: in sql/objects.sql now, re-applied at every start.

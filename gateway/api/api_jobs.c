@@ -412,7 +412,7 @@ static json_t *resources_json(const gw_job_req *jr)
     return o;
 }
 
-/* The job object as kowloon_job_json (sql/023_tasks.sql) writes a queued
+/* The job object as kowloon_job_json (sql/objects.sql) writes a queued
  * job, up to its "logs"; submit_done adds the timestamps and "error" once
  * PostgreSQL has given created_at. Same members, same order. New
  * reference, NULL on ENOMEM. */

@@ -1366,6 +1366,36 @@ static int migration_apply(PGconn *pg, const char *dir, const char *file, char *
     return rc;
 }
 
+/* Applies dir/objects.sql, the replaceable objects (functions) written
+ * once, after the migrations: at every start, in one transaction. A
+ * directory without it (an older tree's) is left as its migrations made
+ * it. */
+static int objects_apply(PGconn *pg, const char *dir, char *err, size_t errlen)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/objects.sql", dir);
+    char *sql = file_read(path);
+    if (!sql) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -EIO;
+    }
+    int rc = exec_script(pg, "BEGIN", err, errlen);
+    if (!rc)
+        rc = exec_script(pg, sql, err, errlen);
+    if (!rc)
+        rc = exec_script(pg, "COMMIT", err, errlen);
+    if (rc) {
+        char ignored[8];
+        exec_script(pg, "ROLLBACK", ignored, sizeof(ignored));
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, " (in objects.sql)");
+    }
+    free(sql);
+    return rc;
+}
+
 int gw_store_migrate(gw_store *s, const char *dir, char *err, size_t errlen)
 {
     DIR *d = opendir(dir);
@@ -1401,6 +1431,8 @@ int gw_store_migrate(gw_store *s, const char *dir, char *err, size_t errlen)
                          err, errlen);
     for (int i = 0; !rc && i < n; i++)
         rc = migration_apply(c->pg, dir, files[i], err, errlen);
+    if (!rc)
+        rc = objects_apply(c->pg, dir, err, errlen);
     char ignored[8];
     exec_script(c->pg, "SELECT pg_advisory_unlock(7071955)", ignored, sizeof(ignored));
     store__release(s, c);
