@@ -392,11 +392,20 @@ static void *ard_main(void *p)
     return NULL;
 }
 
-/* The error of the run: the first rank's that is not a consequence of
- * another's (a cancel or a closed peer), else the first. */
-static int ard_result(ard_run *run, kl_err *err)
+/* The error of the run: cancelled when its cancel flag is up (a rank may
+ * have failed first on a peer that stopped for the same cancel); else the
+ * first rank's that is not a consequence of another's (a cancel or a
+ * closed peer), else the first. */
+static int ard_result(ard_run *run, const volatile int *cancel, kl_err *err)
 {
     int pick = -1;
+    int failed = 0;
+    for (int l = 0; l < run->local; l++)
+        failed |= run->ranks[l].rc != 0;
+    if (failed && cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) {
+        kl_err_set(err, NULL, "allreduce: cancelled");
+        return KL_ECANCELED;
+    }
     for (int l = 0; l < run->local; l++) {
         if (run->ranks[l].rc == 0)
             continue;
@@ -444,7 +453,7 @@ static int allreduce_run_dist(const kl_args *args, kl_tensor *outs, kl_err *err)
     }
     for (int l = 0; l < started; l++)
         pthread_join(run.ranks[l].tid, NULL);
-    int rc = ard_result(&run, err);
+    int rc = ard_result(&run, args->cancel, err);
     if (rc == 0 && d->node_rank == 0) {
         const ard_rank *r0 = &run.ranks[0];
         double *time_us = scalar_out(&outs[0], KL_F64), *algbw = scalar_out(&outs[1], KL_F64);

@@ -266,6 +266,7 @@ typedef struct mlpd_run {
     double accuracy;
     const float *w0;          /* local rank 0's weights, once done */
     struct mlpd_rank *ranks;
+    int aborted;              /* a local rank failed: the others stop too */
 } mlpd_run;
 
 typedef struct mlpd_rank {
@@ -280,10 +281,13 @@ typedef struct mlpd_rank {
     pthread_t tid;
 } mlpd_rank;
 
+/* Fails every local rank's communicator; one still opening sees
+ * `aborted` when it publishes its own (as allreduce.c's ard_abort_all). */
 static void mlpd_abort_all(mlpd_run *run)
 {
+    __atomic_store_n(&run->aborted, 1, __ATOMIC_SEQ_CST);
     for (int l = 0; l < run->local; l++)
-        kl_comm_abort(__atomic_load_n(&run->ranks[l].comm, __ATOMIC_ACQUIRE));
+        kl_comm_abort(__atomic_load_n(&run->ranks[l].comm, __ATOMIC_SEQ_CST));
 }
 
 /* The world's sum of v, a count or a loss: each rank's part, all-reduced. */
@@ -345,7 +349,9 @@ static int mlpd_train(mlpd_rank *me)
     int rc = kl_comm_open(run->args->dist, me->global, "train_mlp", run->args->cancel, &c, &me->err);
     if (rc < 0)
         return rc;
-    __atomic_store_n(&me->comm, c, __ATOMIC_RELEASE);
+    __atomic_store_n(&me->comm, c, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&run->aborted, __ATOMIC_SEQ_CST))
+        kl_comm_abort(c);
     me->w = malloc(sizeof(float) * (size_t)m->size);
     me->v = calloc((size_t)m->size, sizeof(float));
     me->g = malloc(sizeof(float) * (size_t)m->size);
@@ -379,11 +385,18 @@ static void *mlpd_main(void *p)
     return NULL;
 }
 
-/* The run's error: the first rank's that is not a consequence of another's
- * (a cancel), else the first; 0 when all succeeded. */
+/* The run's error: cancelled when its cancel flag is up; else the first
+ * rank's that is not a consequence of another's (a cancel), else the
+ * first; 0 when all succeeded. */
 static int mlpd_result(const mlpd_run *run, kl_err *err)
 {
     int pick = -1;
+    const volatile int *cancel = run->args->cancel;
+    for (int l = 0; l < run->local; l++)
+        if (run->ranks[l].rc < 0 && cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) {
+            kl_err_set(err, NULL, "train_mlp: cancelled");
+            return KL_ECANCELED;
+        }
     for (int l = 0; l < run->local; l++)
         if (run->ranks[l].rc < 0 &&
             (pick < 0 || (run->ranks[pick].rc == KL_ECANCELED && run->ranks[l].rc != KL_ECANCELED)))

@@ -41,6 +41,10 @@ constexpr int kCancelPollMs = 20;
 // The key (after the prefix) under which a rank that gave up during the
 // rendezvous says why.
 constexpr const char *kAbortKey = "abort";
+// How often one rank per node looks for that key while its collectives
+// run: a peer that died or was cancelled mid-collective may leave this
+// node's sends waiting on a socket that never fails (below).
+constexpr int kAbortPollMs = 1000;
 
 // An error of ours thrown through Gloo (from the Store) and caught at the
 // C boundary with its code.
@@ -99,7 +103,14 @@ struct kl_comm {
     // connectFullMesh has returned.
     std::mutex mu;
     bool connected = false;
-    // The cancel watcher.
+    // The collective's output buffer while one runs (mu): an abort wakes
+    // its waits directly. Gloo (Debian's 2022 build) fails a pair's queued
+    // operations when the pair fails, but not an unbound-buffer send that
+    // is already partly written (Pair::signalException walks tx_ for bound
+    // buffers only), so a rank sending a large segment when its peer died,
+    // or when it was aborted, would wait for its whole timeout.
+    gloo::transport::UnboundBuffer *inflight = nullptr;
+    // The watcher: the run's cancel flag, the abort key, the kicks.
     volatile int *cancel = nullptr;
     std::thread watcher;
     std::mutex wmu;
@@ -196,7 +207,17 @@ void err_set(kl_err *err, const char *msg)
 void comm_fail(kl_comm *c, int code, const char *why)
 {
     int none = 0;
-    c->failed.compare_exchange_strong(none, code);
+    bool first = c->failed.compare_exchange_strong(none, code);
+    // The first failure tells the other ranks through the store (best
+    // effort): one that waits in the rendezvous, or in a collective whose
+    // sockets never fail, stops now. A timeout is everyone's: not told.
+    // (The node's store retries a gateway that is away within its own
+    // timeout: the failing rank may wait that long here.)
+    if (first && code != KL_ETIMEDOUT) {
+        const char *say = code == KL_ECANCELED ? "cancelled" : "failed";
+        kl_store *s = c->dist->store;
+        s->set(s->ctx, (c->prefix + "_" + kAbortKey).c_str(), say, strlen(say));
+    }
     std::lock_guard<std::mutex> lock(c->mu);
     if (c->connected) {
         try {
@@ -264,18 +285,78 @@ template <typename F> int comm_call(kl_comm *c, const char *what, kl_err *err, F
     }
 }
 
-void watch_cancel(kl_comm *c)
+// 1 when another rank wrote the abort key (why in *why).
+bool peer_gave_up(kl_comm *c, std::string *why)
 {
-    std::unique_lock<std::mutex> lock(c->wmu);
-    while (!c->stopping) {
-        if (__atomic_load_n(c->cancel, __ATOMIC_RELAXED)) {
-            lock.unlock();
-            kl_comm_abort(c);
-            return;
-        }
-        c->wcv.wait_for(lock, milliseconds(kCancelPollMs));
+    kl_store *s = c->dist->store;
+    void *data = nullptr;
+    size_t len = 0;
+    if (s->get(s->ctx, (c->prefix + "_" + kAbortKey).c_str(), &data, &len, 1) != 0)
+        return false;
+    why->assign(static_cast<const char *>(data), len);
+    free(data);
+    return true;
+}
+
+// Wakes the waits of the collective in flight, once the communicator
+// failed: each wake makes Gloo's algorithm go on to its next operation,
+// which fails on the failed pairs and ends the collective.
+void kick(kl_comm *c)
+{
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->inflight) {
+        c->inflight->abortWaitSend();
+        c->inflight->abortWaitRecv();
     }
 }
+
+// The watcher, until kl_comm_close: aborts on the run's cancel flag; on
+// the first rank of each node of a multi-node world, aborts when another
+// rank wrote the abort key; once failed, keeps waking the collective in
+// flight until it ends.
+void watch(kl_comm *c)
+{
+    const bool poll_abort = c->dist->nodes > 1 && c->rank % c->dist->local_ranks == 0;
+    auto next_poll = Clock::now() + milliseconds(kAbortPollMs);
+    std::unique_lock<std::mutex> lock(c->wmu);
+    while (!c->stopping) {
+        lock.unlock();
+        if (c->failed.load()) {
+            kick(c);
+        } else if (c->cancel && __atomic_load_n(c->cancel, __ATOMIC_RELAXED)) {
+            kl_comm_abort(c);
+        } else if (poll_abort && Clock::now() >= next_poll) {
+            std::string why;
+            bool connected;
+            {
+                std::lock_guard<std::mutex> g(c->mu);
+                connected = c->connected;
+            }
+            if (connected && peer_gave_up(c, &why))
+                comm_fail(c, KL_EBACKEND, ("another rank gave up: " + why).c_str());
+            next_poll = Clock::now() + milliseconds(kAbortPollMs);
+        }
+        lock.lock();
+        if (!c->stopping)
+            c->wcv.wait_for(lock, milliseconds(kCancelPollMs));
+    }
+}
+
+// Marks out as the collective in flight for as long as it lives: declared
+// after the options that own the buffer, it is gone before them.
+struct inflight_guard {
+    kl_comm *c;
+    inflight_guard(kl_comm *comm, gloo::transport::UnboundBuffer *buf) : c(comm)
+    {
+        std::lock_guard<std::mutex> lock(c->mu);
+        c->inflight = buf;
+    }
+    ~inflight_guard()
+    {
+        std::lock_guard<std::mutex> lock(c->mu);
+        c->inflight = nullptr;
+    }
+};
 
 template <typename T> gloo::AllreduceOptions::Func reduce_fn(kl_allreduce_op op)
 {
@@ -290,7 +371,9 @@ template <typename T> gloo::AllreduceOptions::Func reduce_fn(kl_allreduce_op op)
 template <typename T> void allreduce_as(kl_comm *c, void *buf, int64_t count, kl_allreduce_op op)
 {
     gloo::AllreduceOptions opts(c->ctx);
-    opts.setOutput<T>(static_cast<T *>(buf), (size_t)count);
+    auto out = c->ctx->createUnboundBuffer(buf, (size_t)count * sizeof(T));
+    inflight_guard guard(c, out.get());
+    opts.setOutput<T>(std::move(out));
     opts.setReduceFunction(reduce_fn<T>(op));
     opts.setTag(c->tag++);
     opts.setTimeout(c->timeout);
@@ -300,7 +383,9 @@ template <typename T> void allreduce_as(kl_comm *c, void *buf, int64_t count, kl
 template <typename T> void broadcast_as(kl_comm *c, void *buf, int64_t count, int root)
 {
     gloo::BroadcastOptions opts(c->ctx);
-    opts.setOutput<T>(static_cast<T *>(buf), (size_t)count);
+    auto out = c->ctx->createUnboundBuffer(buf, (size_t)count * sizeof(T));
+    inflight_guard guard(c, out.get());
+    opts.setOutput<T>(std::move(out));
     opts.setRoot(root);
     opts.setTag(c->tag++);
     opts.setTimeout(c->timeout);
@@ -354,8 +439,8 @@ int kl_comm_open(const kl_dist *dist, int rank, const char *prefix, volatile int
     c->timeout = milliseconds(dist->timeout_ms);
     c->cancel = cancel;
     rc = comm_call(c, "rendezvous", err, [c]() {
-        if (c->cancel)
-            c->watcher = std::thread(watch_cancel, c);
+        if (c->cancel || c->dist->nodes > 1)
+            c->watcher = std::thread(watch, c);
         gloo::transport::tcp::attr attr(c->dist->host && *c->dist->host ? c->dist->host : "127.0.0.1");
         c->dev = gloo::transport::tcp::CreateDevice(attr);
         c->ctx = std::make_shared<comm_context>(c->rank, c->size);
@@ -371,10 +456,6 @@ int kl_comm_open(const kl_dist *dist, int rank, const char *prefix, volatile int
             throw kl_error(c->failed.load(), "aborted");
     });
     if (rc < 0) {
-        // Best effort: the peers fall back to their timeout if this fails.
-        const char *why = rc == KL_ECANCELED ? "cancelled" : "failed";
-        std::string key = c->prefix + "_" + kAbortKey;
-        dist->store->set(dist->store->ctx, key.c_str(), why, strlen(why));
         kl_comm_close(c);
         return rc;
     }

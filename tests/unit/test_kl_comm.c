@@ -213,6 +213,107 @@ static void abort_wakes_a_rank_blocked_in_a_collective(void **state)
     kl_test_store_free(&s);
 }
 
+/* As blocked_main, with a buffer far past the sockets' buffers: rank 0
+ * blocks sending, not receiving. */
+static void *blocked_big_main(void *p)
+{
+    rank_job *j = p;
+    job_open(j);
+    if (j->open_rc == 0 && j->rank == 0) {
+        const int64_t n = 16 << 20;
+        float *x = calloc((size_t)n, sizeof *x);
+        j->rc = x ? kl_comm_allreduce(j->comm, x, n, KL_F32, KL_ALLREDUCE_SUM, &j->err) : KL_ENOMEM;
+        free(x);
+    }
+    return NULL;
+}
+
+static void abort_wakes_a_rank_blocked_sending(void **state)
+{
+    (void)state;
+    kl_test_store s;
+    kl_test_store_init(&s);
+    rank_job jobs[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = (rank_job){.store = &s, .nodes = 2, .local = 1, .rank = r, .timeout_ms = 60000};
+    start_all(jobs, 2, blocked_big_main);
+    pthread_join(jobs[1].tid, NULL);
+    sleep_ms(500);
+    const double t0 = now_s();
+    kl_comm_abort(jobs[0].comm);
+    pthread_join(jobs[0].tid, NULL);
+    assert_true(now_s() - t0 < 30);
+    assert_int_equal(jobs[0].rc, KL_ECANCELED);
+    kl_comm_close(jobs[0].comm);
+    kl_comm_close(jobs[1].comm);
+    kl_test_store_free(&s);
+}
+
+static void a_peer_closing_wakes_a_rank_blocked_sending(void **state)
+{
+    (void)state;
+    kl_test_store s;
+    kl_test_store_init(&s);
+    rank_job jobs[2];
+    for (int r = 0; r < 2; r++)
+        jobs[r] = (rank_job){.store = &s, .nodes = 2, .local = 1, .rank = r, .timeout_ms = 60000};
+    start_all(jobs, 2, blocked_big_main);
+    pthread_join(jobs[1].tid, NULL);
+    sleep_ms(500);
+    const double t0 = now_s();
+    kl_comm_abort(jobs[1].comm);
+    kl_comm_close(jobs[1].comm);
+    pthread_join(jobs[0].tid, NULL);
+    assert_true(now_s() - t0 < 30);
+    assert_true(jobs[0].rc < 0);
+    kl_comm_close(jobs[0].comm);
+    kl_test_store_free(&s);
+}
+
+/* Opens, then all-reduces a 64 MiB buffer until a call fails. */
+static void *busy_big_main(void *p)
+{
+    rank_job *j = p;
+    job_open(j);
+    const int64_t n = 16 << 20;
+    float *x = calloc((size_t)n, sizeof *x);
+    if (!x)
+        j->rc = KL_ENOMEM;
+    for (int i = 0; x && j->open_rc == 0 && i < 1000; i++)
+        if ((j->rc = kl_comm_allreduce(j->comm, x, n, KL_F32, KL_ALLREDUCE_SUM, &j->err)) < 0)
+            break;
+    free(x);
+    return NULL;
+}
+
+/* Cancelled while both ranks stream large segments to each other: its
+ * send is partly written, which Gloo's own pair failure never wakes. The
+ * cancelled rank stops at once, and so does its peer. */
+static void a_cancel_mid_send_stops_both_ranks(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 3; round++) {
+        kl_test_store s;
+        kl_test_store_init(&s);
+        volatile int cancel = 0;
+        rank_job jobs[2];
+        for (int r = 0; r < 2; r++)
+            jobs[r] = (rank_job){.store = &s, .nodes = 2, .local = 1, .rank = r, .timeout_ms = 60000,
+                                 .cancel = r == 1 ? &cancel : NULL};
+        start_all(jobs, 2, busy_big_main);
+        sleep_ms(400 + 150 * round);
+        const double t0 = now_s();
+        __atomic_store_n(&cancel, 1, __ATOMIC_RELAXED);
+        join_all(jobs, 2);
+        assert_true(now_s() - t0 < 10);
+        assert_int_equal(jobs[1].rc, KL_ECANCELED);
+        assert_true(jobs[0].rc < 0);
+        for (int r = 0; r < 2; r++)
+            kl_comm_close(jobs[r].comm);
+        kl_test_store_free(&s);
+    }
+}
+
 static void a_raised_cancel_flag_wakes_a_blocked_rank(void **state)
 {
     (void)state;
@@ -448,6 +549,9 @@ int main(void)
         cmocka_unit_test(a_rank_that_never_comes_is_a_timeout),
         cmocka_unit_test(abort_wakes_a_rank_blocked_in_a_collective),
         cmocka_unit_test(a_raised_cancel_flag_wakes_a_blocked_rank),
+        cmocka_unit_test(abort_wakes_a_rank_blocked_sending),
+        cmocka_unit_test(a_peer_closing_wakes_a_rank_blocked_sending),
+        cmocka_unit_test(a_cancel_mid_send_stops_both_ranks),
         cmocka_unit_test(a_cancel_during_rendezvous_ends_the_open),
         cmocka_unit_test(a_rank_cancelled_during_rendezvous_fails_the_others_at_once),
         cmocka_unit_test(a_peer_that_closes_mid_collective_fails_the_others_at_once),
