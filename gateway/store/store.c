@@ -30,6 +30,15 @@
 #define HELD_BY(t, n)                                                                            \
     "(" t ".node_id = " n "::uuid OR EXISTS (SELECT 1 FROM job_ranks hr WHERE hr.job_id = " t    \
     ".id AND hr.attempt = " t ".attempts AND hr.node_id = " n "::uuid))"
+/* The jobs row t is a multi-node task whose current attempt has ended, and
+ * node n held a part of it: that part may still be finishing (the job ends
+ * with node_rank 0's report, another part's log can come a moment later).
+ * Its log, and nothing else of it, is still taken: the live bytes, the log
+ * blob and its record (the job object does not change). */
+#define LATE_PART_OF(t, n)                                                                       \
+    "(" t ".kind = 'task' AND " t ".nodes > 1 AND (" t ".state || '') IN ('succeeded', 'failed', " \
+    "'cancelled') AND EXISTS (SELECT 1 FROM job_ranks lr WHERE lr.job_id = " t ".id AND "          \
+    "lr.attempt = " t ".attempts AND lr.node_id = " n "::uuid))"
 #define ASYNC_COMMIT "cfg AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
 /* An Idempotency-Key names its job for 24 hours (the draft's suggestion,
  * and what Stripe keeps); past that, a submit may take the key over and
@@ -888,8 +897,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "             logs = CASE WHEN $5::text IS NULL THEN logs ELSE coalesce(logs, '{}'::jsonb)"
     "               || jsonb_build_object($4::text, jsonb_build_object('blob', $5::text,"
     "                    'bytes', $6::bigint, 'dropped', $7::bigint, 'attempt', attempts)) END"
-    "           WHERE id = $1::uuid AND attempts = $2 AND kind = 'task' AND " RUNNING_BY_ID
-    "             AND " HELD_BY("jobs", "$8")
+    "           WHERE id = $1::uuid AND attempts = $2 AND kind = 'task' AND ((" RUNNING_BY_ID
+    "             AND " HELD_BY("jobs", "$8") ") OR ($4::int > 0 AND " LATE_PART_OF("jobs", "$8") "))"
     "           RETURNING id, tenant_id, attempts),"
     " b AS (INSERT INTO job_blob_refs (job_id, blob_id, tenant_id)"
     "       SELECT j.id, $5::text, j.tenant_id FROM j WHERE $5::text IS NOT NULL AND EXISTS"
@@ -912,7 +921,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                        WHERE c.job_id = x.job_id AND c.attempt = x.attempt"
     "                          AND c.part = x.part), 0) AS have"
     "       FROM x JOIN jobs j ON j.id = x.job_id AND j.attempts = x.attempt"
-    "         AND j.kind = 'task' AND " RUNNING_BY_ID " AND " HELD_BY("j", "$2")
+    "         AND j.kind = 'task' AND ((" RUNNING_BY_ID " AND " HELD_BY("j", "$2") ") OR (x.part > 0"
+    "           AND " LATE_PART_OF("j", "$2") "))"
     "       WHERE x.part BETWEEN 0 AND 63),"
     " n AS (SELECT h.*, substring(h.data FROM (h.have - h.off + 1)::int"
     "                  FOR greatest(least(h.off + length(h.data), $3::bigint) - h.have, 0)::int) AS add"
@@ -940,10 +950,11 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " WHERE n.state = 'up' AND n.tasks ->> 'engine' IS NOT NULL AND n.tasks ->> 'engine' <> 'none'"
     " GROUP BY i.image ORDER BY i.image", 0},
 [ST_NODE_BY_CREDENTIAL] = {"SELECT id::text, name FROM nodes WHERE credential_hash = decode($1, 'hex')", 1},
-/* A row when attempt $3 of job $2 is running and node $1 holds it. */
+/* A row when attempt $3 of job $2 is running and node $1 holds it, or the
+ * job is a multi-node task that ended with a part on $1 (LATE_PART_OF). */
 [ST_NODE_RUN_HELD] = {
-    "SELECT 1 FROM jobs WHERE id = $2::uuid AND attempts = $3::int AND " RUNNING_BY_ID
-    "   AND " HELD_BY("jobs", "$1"), 3},
+    "SELECT 1 FROM jobs WHERE id = $2::uuid AND attempts = $3::int AND ((" RUNNING_BY_ID
+    "   AND " HELD_BY("jobs", "$1") ") OR " LATE_PART_OF("jobs", "$1") ")", 3},
 /* Multi-node job $1: whether attempt $2 is its running one and node $3
  * holds a part of it, and whether $3 ever held a part of the job; no row
  * for a job that is not multi-node. */

@@ -466,6 +466,25 @@ def test_fair_share_serves_tasks_and_kernels_of_two_tenants_in_turn(ts):
     assert any(ended[i]["kind"] == "task" for i in late)
 
 
+def test_a_gang_part_that_ends_after_the_job_keeps_its_log(ts, A):
+    """The job of a gang ends with node_rank 0's report; part 1 prints only
+    after that and exits later still. Its live bytes and its log blob come
+    after the end, and are kept: `?part=1` shows them."""
+    code = ("import os, time\n"
+            "if os.environ['NODE_RANK'] == '1':\n"
+            "    time.sleep(3)\n"
+            "    print('late part', os.environ['NODE_RANK'], flush=True)\n"
+            "    time.sleep(1)\n")
+    gang = submit(A, py(code), resources={"nodes": 2, "gpus": 0})
+    done = A.wait(gang["id"], 120)
+    assert done["state"] == "succeeded", json.dumps(done)
+    wait_until(lambda: logs(A, gang["id"], part=1).text == "late part 1\n", 30, 0.1,
+               "part 1's late log")
+    assert logs(A, gang["id"]).text == ""
+    # and the job object did not change after its end
+    assert A.job(gang["id"]) == done
+
+
 def test_backfill_fills_a_tasks_reservation_with_a_short_kernel_only(ts, A):
     """On the two engine nodes (the kernel-only node drained): a kernel runs
     on one; a 2-node task gang cannot start and reserves both from that
