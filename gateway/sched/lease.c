@@ -241,6 +241,12 @@ static void wait_until(gw_leases *l, int64_t until_mono)
     pthread_cond_timedwait(&l->cv, &l->mu, &ts);
 }
 
+/* How long until a held poll's next periodic look; mu held. */
+static int64_t recheck_ms(const gw_leases *l)
+{
+    return l->leading ? LEASE_RECHECK_LEADER_MS : LEASE_RECHECK_MS;
+}
+
 /* Sets w's look, remembering when it was first woken; mu held. */
 static void wake_waiter(waiter *w)
 {
@@ -318,7 +324,7 @@ static void *leases_main(void *arg)
             answer(w, reply);
             pthread_mutex_lock(&l->mu);
         } else {
-            w->next_look = now + (l->leading ? LEASE_RECHECK_LEADER_MS : LEASE_RECHECK_MS);
+            w->next_look = now + recheck_ms(l);
         }
     }
     /* Stopping: every poll held is answered with nothing. */
@@ -414,7 +420,7 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
          * gateway is found by the periodic look). */
         if (r && r->no_cancels && (r->no_runs || w->max == 0)) {
             w->look = 0;
-            w->next_look = svc_now_mono_ms() + (l->leading ? LEASE_RECHECK_LEADER_MS : LEASE_RECHECK_MS);
+            w->next_look = svc_now_mono_ms() + recheck_ms(l);
         }
         w->next = l->list;
         l->list = w;

@@ -36,8 +36,8 @@
  * Its log, and nothing else of it, is still taken: the live bytes, the log
  * blob and its record (the job object does not change). */
 #define LATE_PART_OF(t, n)                                                                       \
-    "(" t ".kind = 'task' AND " t ".nodes > 1 AND (" t ".state || '') IN ('succeeded', 'failed', " \
-    "'cancelled') AND EXISTS (SELECT 1 FROM job_ranks lr WHERE lr.job_id = " t ".id AND "          \
+    "(" t ".kind = 'task' AND " t ".nodes > 1 AND (" t ".state || '') IN " ENDED_STATES           \
+    " AND EXISTS (SELECT 1 FROM job_ranks lr WHERE lr.job_id = " t ".id AND "                      \
     "lr.attempt = " t ".attempts AND lr.node_id = " n "::uuid))"
 #define ASYNC_COMMIT "cfg AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
 /* An Idempotency-Key names its job for 24 hours (the draft's suggestion,
@@ -1338,23 +1338,17 @@ static int migration_applied(PGconn *pg, const char *version)
     return applied;
 }
 
-static int migration_apply(PGconn *pg, const char *dir, const char *file, char *err, size_t errlen)
+/* Runs script sql (the text of file) in one transaction, recording version
+ * in schema_migrations in it when given; on failure rolls back, err ending
+ * with " (in file)". 0 or -EIO. */
+static int script_apply(PGconn *pg, const char *sql, const char *file, const char *version,
+                        char *err, size_t errlen)
 {
-    char path[1024], version[256];
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    snprintf(version, sizeof(version), "%.*s", (int)(strlen(file) - 4), file);
-    if (migration_applied(pg, version))
-        return 0;
-    char *sql = file_read(path);
-    if (!sql) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return -EIO;
-    }
-    const char *v[1] = {version};
     int rc = exec_script(pg, "BEGIN", err, errlen);
     if (!rc)
         rc = exec_script(pg, sql, err, errlen);
-    if (!rc) {
+    if (!rc && version) {
+        const char *v[1] = {version};
         PGresult *r = PQexecParams(pg, "INSERT INTO schema_migrations (version) VALUES ($1)",
                                    1, NULL, v, NULL, NULL, 0);
         if (PQresultStatus(r) != PGRES_COMMAND_OK) {
@@ -1370,9 +1364,25 @@ static int migration_apply(PGconn *pg, const char *dir, const char *file, char *
         exec_script(pg, "ROLLBACK", ignored, sizeof(ignored));
         size_t used = strlen(err);
         snprintf(err + used, errlen - used, " (in %s)", file);
-    } else {
-        svc_info("migration applied: %s", file);
     }
+    return rc;
+}
+
+static int migration_apply(PGconn *pg, const char *dir, const char *file, char *err, size_t errlen)
+{
+    char path[1024], version[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    snprintf(version, sizeof(version), "%.*s", (int)(strlen(file) - 4), file);
+    if (migration_applied(pg, version))
+        return 0;
+    char *sql = file_read(path);
+    if (!sql) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -EIO;
+    }
+    int rc = script_apply(pg, sql, file, version, err, errlen);
+    if (!rc)
+        svc_info("migration applied: %s", file);
     free(sql);
     return rc;
 }
@@ -1392,17 +1402,7 @@ static int objects_apply(PGconn *pg, const char *dir, char *err, size_t errlen)
         snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
         return -EIO;
     }
-    int rc = exec_script(pg, "BEGIN", err, errlen);
-    if (!rc)
-        rc = exec_script(pg, sql, err, errlen);
-    if (!rc)
-        rc = exec_script(pg, "COMMIT", err, errlen);
-    if (rc) {
-        char ignored[8];
-        exec_script(pg, "ROLLBACK", ignored, sizeof(ignored));
-        size_t used = strlen(err);
-        snprintf(err + used, errlen - used, " (in objects.sql)");
-    }
+    int rc = script_apply(pg, sql, "objects.sql", NULL, err, errlen);
     free(sql);
     return rc;
 }

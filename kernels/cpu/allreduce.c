@@ -324,22 +324,12 @@ typedef struct ard_run {
 /* Fails the other local ranks' communicators, so that none waits for a
  * rank of this node that has stopped (the peers on other nodes fail too).
  * A rank whose communicator is not published yet sees `aborted` once it
- * publishes (ard_publish): both sides are sequentially consistent, so one
- * of the two always sees the other. */
+ * publishes (kl__comm_publish). */
 static void ard_abort_all(ard_run *run)
 {
     __atomic_store_n(&run->aborted, 1, __ATOMIC_SEQ_CST);
     for (int l = 0; l < run->local; l++)
         kl_comm_abort(__atomic_load_n(&run->ranks[l].comm, __ATOMIC_SEQ_CST));
-}
-
-/* Makes me's communicator c abortable by the other local ranks; aborts it
- * at once if one of them failed while it was opening. */
-static void ard_publish(ard_rank *me, kl_comm *c)
-{
-    __atomic_store_n(&me->comm, c, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&me->run->aborted, __ATOMIC_SEQ_CST))
-        kl_comm_abort(c);
 }
 
 static int ard_steps(ard_rank *me)
@@ -352,7 +342,7 @@ static int ard_steps(ard_rank *me)
     me->meet_s = now_s() - t_meet;
     if (rc < 0)
         return rc;
-    ard_publish(me, c);
+    kl__comm_publish(&me->comm, c, &run->aborted);
     const size_t bytes = (size_t)run->count * kl_dtype_size(run->dtype);
     if (!(me->buf = malloc(bytes))) {
         kl_err_set(&me->err, NULL, "allreduce: rank %d cannot allocate %zu bytes", me->global, bytes);
@@ -396,15 +386,14 @@ static void *ard_main(void *p)
  * have failed first on a peer that stopped for the same cancel); else the
  * first rank's that is not a consequence of another's (a cancel or a
  * closed peer), else the first. */
-static int ard_result(ard_run *run, const volatile int *cancel, kl_err *err)
+static int ard_result(ard_run *run, const kl_args *args, kl_err *err)
 {
     int pick = -1;
-    int failed = 0;
-    for (int l = 0; l < run->local; l++)
-        failed |= run->ranks[l].rc != 0;
-    if (failed && cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) {
-        kl_err_set(err, NULL, "allreduce: cancelled");
-        return KL_ECANCELED;
+    for (int l = 0; l < run->local; l++) {
+        if (run->ranks[l].rc != 0 && kl__canceled(args)) {
+            kl_err_set(err, NULL, "allreduce: cancelled");
+            return KL_ECANCELED;
+        }
     }
     for (int l = 0; l < run->local; l++) {
         if (run->ranks[l].rc == 0)
@@ -453,7 +442,7 @@ static int allreduce_run_dist(const kl_args *args, kl_tensor *outs, kl_err *err)
     }
     for (int l = 0; l < started; l++)
         pthread_join(run.ranks[l].tid, NULL);
-    int rc = ard_result(&run, args->cancel, err);
+    int rc = ard_result(&run, args, err);
     if (rc == 0 && d->node_rank == 0) {
         const ard_rank *r0 = &run.ranks[0];
         double *time_us = scalar_out(&outs[0], KL_F64), *algbw = scalar_out(&outs[1], KL_F64);

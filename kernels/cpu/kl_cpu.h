@@ -4,6 +4,7 @@
 #define KL_CPU_H
 
 #include "kl.h"
+#include "kl_comm.h"
 #include "kl_kernels.h"
 
 /* Below this many elements a memory-bound kernel runs on one thread: the
@@ -34,6 +35,18 @@ void kl__cputime_leave(void);
 static inline int kl__canceled(const kl_args *args)
 {
     return args->cancel && __atomic_load_n(args->cancel, __ATOMIC_RELAXED);
+}
+
+/* Makes a local rank's communicator c abortable by the run's other local
+ * ranks (published in *slot, which their abort walks), and aborts it at
+ * once when one of them failed while it was opening (*aborted, set before
+ * that walk). Both sides sequentially consistent: one always sees the
+ * other. For the multi-node kernels (allreduce, train_mlp). */
+static inline void kl__comm_publish(kl_comm **slot, kl_comm *c, const int *aborted)
+{
+    __atomic_store_n(slot, c, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(aborted, __ATOMIC_SEQ_CST))
+        kl_comm_abort(c);
 }
 
 /* A run's own stop flag, shared by its threads so one that sees the cancel

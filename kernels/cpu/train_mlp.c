@@ -282,7 +282,7 @@ typedef struct mlpd_rank {
 } mlpd_rank;
 
 /* Fails every local rank's communicator; one still opening sees
- * `aborted` when it publishes its own (as allreduce.c's ard_abort_all). */
+ * `aborted` when it publishes its own (kl__comm_publish). */
 static void mlpd_abort_all(mlpd_run *run)
 {
     __atomic_store_n(&run->aborted, 1, __ATOMIC_SEQ_CST);
@@ -349,9 +349,7 @@ static int mlpd_train(mlpd_rank *me)
     int rc = kl_comm_open(run->args->dist, me->global, "train_mlp", run->args->cancel, &c, &me->err);
     if (rc < 0)
         return rc;
-    __atomic_store_n(&me->comm, c, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&run->aborted, __ATOMIC_SEQ_CST))
-        kl_comm_abort(c);
+    kl__comm_publish(&me->comm, c, &run->aborted);
     me->w = malloc(sizeof(float) * (size_t)m->size);
     me->v = calloc((size_t)m->size, sizeof(float));
     me->g = malloc(sizeof(float) * (size_t)m->size);
@@ -391,9 +389,8 @@ static void *mlpd_main(void *p)
 static int mlpd_result(const mlpd_run *run, kl_err *err)
 {
     int pick = -1;
-    const volatile int *cancel = run->args->cancel;
     for (int l = 0; l < run->local; l++)
-        if (run->ranks[l].rc < 0 && cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) {
+        if (run->ranks[l].rc < 0 && kl__canceled(run->args)) {
             kl_err_set(err, NULL, "train_mlp: cancelled");
             return KL_ECANCELED;
         }

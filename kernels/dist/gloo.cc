@@ -38,8 +38,8 @@ using std::chrono::milliseconds;
 constexpr int kStoreSliceMs = 250;
 // How often the watcher polls the run's cancel flag.
 constexpr int kCancelPollMs = 20;
-// The key (after the prefix) under which a rank that gave up during the
-// rendezvous says why.
+// The key (after the prefix) under which the first rank to fail (not by a
+// timeout) says so to the others (comm_fail).
 constexpr const char *kAbortKey = "abort";
 // How often one rank per node looks for that key while its collectives
 // run: a peer that died or was cancelled mid-collective may leave this
@@ -120,6 +120,19 @@ struct kl_comm {
 
 namespace {
 
+// 1 when another rank wrote the abort key (why in *why).
+bool peer_gave_up(kl_comm *c, std::string *why)
+{
+    kl_store *s = c->dist->store;
+    void *data = nullptr;
+    size_t len = 0;
+    if (s->get(s->ctx, (c->prefix + "_" + kAbortKey).c_str(), &data, &len, 1) != 0)
+        return false;
+    why->assign(static_cast<const char *>(data), len);
+    free(data);
+    return true;
+}
+
 // Gloo's rendezvous Store over a kl_store, with keys "<prefix>_<key>".
 // Values are kept once read: Gloo may ask for a key it waited for.
 class kl_gloo_store : public gloo::rendezvous::Store {
@@ -178,18 +191,13 @@ class kl_gloo_store : public gloo::rendezvous::Store {
     }
 
     // A rank that failed before the mesh was up leaves no socket to close:
-    // it says so under the abort key (kl_comm_open), which the others look
+    // it says so under the abort key (comm_fail), which the others look
     // for between slices rather than wait for its keys until their timeout.
     void given_up()
     {
-        kl_store *s = c_->dist->store;
-        void *data = nullptr;
-        size_t len = 0;
-        if (s->get(s->ctx, (c_->prefix + "_" + kAbortKey).c_str(), &data, &len, 1) != 0)
-            return;
-        std::string why(static_cast<const char *>(data), len);
-        free(data);
-        throw kl_error(KL_EBACKEND, "rendezvous: another rank gave up: " + why);
+        std::string why;
+        if (peer_gave_up(c_, &why))
+            throw kl_error(KL_EBACKEND, "rendezvous: another rank gave up: " + why);
     }
 
     kl_comm *c_;
@@ -283,19 +291,6 @@ template <typename F> int comm_call(kl_comm *c, const char *what, kl_err *err, F
     } catch (...) {
         return comm_caught(c, what, "unknown error", KL_EBACKEND, err);
     }
-}
-
-// 1 when another rank wrote the abort key (why in *why).
-bool peer_gave_up(kl_comm *c, std::string *why)
-{
-    kl_store *s = c->dist->store;
-    void *data = nullptr;
-    size_t len = 0;
-    if (s->get(s->ctx, (c->prefix + "_" + kAbortKey).c_str(), &data, &len, 1) != 0)
-        return false;
-    why->assign(static_cast<const char *>(data), len);
-    free(data);
-    return true;
 }
 
 // Wakes the waits of the collective in flight, once the communicator

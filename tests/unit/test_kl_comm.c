@@ -228,15 +228,23 @@ static void *blocked_big_main(void *p)
     return NULL;
 }
 
+/* Ranks 0 and 1 of two nodes, 60 s timeouts, started on fn; rank 1 takes
+ * cancel1 (NULL: none). */
+static void start_two(kl_test_store *s, rank_job jobs[2], volatile int *cancel1, void *(*fn)(void *))
+{
+    for (int r = 0; r < 2; r++)
+        jobs[r] = (rank_job){.store = s, .nodes = 2, .local = 1, .rank = r, .timeout_ms = 60000,
+                             .cancel = r == 1 ? cancel1 : NULL};
+    start_all(jobs, 2, fn);
+}
+
 static void abort_wakes_a_rank_blocked_sending(void **state)
 {
     (void)state;
     kl_test_store s;
     kl_test_store_init(&s);
     rank_job jobs[2];
-    for (int r = 0; r < 2; r++)
-        jobs[r] = (rank_job){.store = &s, .nodes = 2, .local = 1, .rank = r, .timeout_ms = 60000};
-    start_all(jobs, 2, blocked_big_main);
+    start_two(&s, jobs, NULL, blocked_big_main);
     pthread_join(jobs[1].tid, NULL);
     sleep_ms(500);
     const double t0 = now_s();
@@ -255,9 +263,7 @@ static void a_peer_closing_wakes_a_rank_blocked_sending(void **state)
     kl_test_store s;
     kl_test_store_init(&s);
     rank_job jobs[2];
-    for (int r = 0; r < 2; r++)
-        jobs[r] = (rank_job){.store = &s, .nodes = 2, .local = 1, .rank = r, .timeout_ms = 60000};
-    start_all(jobs, 2, blocked_big_main);
+    start_two(&s, jobs, NULL, blocked_big_main);
     pthread_join(jobs[1].tid, NULL);
     sleep_ms(500);
     const double t0 = now_s();
@@ -297,10 +303,7 @@ static void a_cancel_mid_send_stops_both_ranks(void **state)
         kl_test_store_init(&s);
         volatile int cancel = 0;
         rank_job jobs[2];
-        for (int r = 0; r < 2; r++)
-            jobs[r] = (rank_job){.store = &s, .nodes = 2, .local = 1, .rank = r, .timeout_ms = 60000,
-                                 .cancel = r == 1 ? &cancel : NULL};
-        start_all(jobs, 2, busy_big_main);
+        start_two(&s, jobs, &cancel, busy_big_main);
         sleep_ms(400 + 150 * round);
         const double t0 = now_s();
         __atomic_store_n(&cancel, 1, __ATOMIC_RELAXED);
