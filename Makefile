@@ -159,8 +159,14 @@ schema: $(BIN)/kowloon-gateway
 # The layers the build promises (DESIGN.md), read from the objects' .d files.
 check-layers: all
 	@scripts/check-layers.sh $(B)
-test-unit: $(UT_BIN) check-layers
-	@set -e; for t in $(UT_BIN); do echo "== $$t"; $$t; done
+# One target per unit test binary, so that `make -j -O test-unit` (what
+# make test runs) runs them side by side and prints each one's output whole.
+UT_RUN := $(UT_BIN:%=%.run) $(B)/tests/test_bench_philly.py.run
+.PHONY: $(UT_RUN)
+test-unit: $(UT_RUN) check-layers
+$(filter-out %.py.run,$(UT_RUN)): %.run: %
+	@echo "== $<"; $<
+$(B)/tests/test_bench_philly.py.run:
 	@echo "== tests/unit/test_bench_philly.py (the scale workload and packer)"
 	@python3 -m pytest -q -p no:cacheprovider tests/unit/test_bench_philly.py
 
@@ -179,7 +185,7 @@ stop:
 # test prints its wall time, the build's included (scripts/test.sh: each part's).
 test:
 	@scripts/install-deps.sh
-	@t0=$$(date +%s); $(MAKE) --no-print-directory all && scripts/test.sh; rc=$$?; \
+	@t0=$$(date +%s); $(MAKE) --no-print-directory -j$$(nproc) all && scripts/test.sh; rc=$$?; \
 	  echo "make test: $$(( $$(date +%s) - t0 )) s wall"; exit $$rc
 bench: all $(if $(GLOO),$(B)/bench/gloo_allreduce,)
 	@bench/run.sh

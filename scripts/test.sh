@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# scripts/test.sh — `make test` after the build: the C unit tests, then the
-# integration suite (which starts its own PostgreSQL, Redis, gateway and nodes
-# on free ports). Runs every part, prints a summary, and fails if any part
-# failed. Whatever a part started and left running is stopped when it ends.
-# Each part's wall time is in the summary.
+# scripts/test.sh — `make test` after the build: the C unit tests (one per
+# core at a time), the integration suite (which starts its own PostgreSQL,
+# Redis, gateway and nodes on free ports), then the short API fuzz with the
+# short chaos run and parser fuzz beside it. Runs every part, prints a
+# summary, and fails if any part failed. Whatever a part started and left
+# running is stopped when it ends. Each part's wall time is in the summary.
 #
 # The integration suite runs on pytest-xdist workers, one private stack each
 # (tests/integration/conftest.py): KOWLOON_TEST_WORKERS of them (default
@@ -36,12 +37,8 @@ why() { # why NAME: the lines of a failed part's log that say why
 }
 
 t_all=$SECONDS
-echo "=== unit tests (make test-unit)"
-if stage unit kl_run_contained make --no-print-directory test-unit; then kl_record unit "PASS ($took s)"; else kl_record unit "FAIL ($took s)"; fi
-
-echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness; make fuzz runs 60 s)"
-export FUZZ_SECONDS=${FUZZ_SECONDS:-10}
-if stage fuzz kl_run_contained tests/fuzz/run.sh; then kl_record fuzz "PASS ($took s)"; else kl_record fuzz "FAIL ($took s)"; fi
+echo "=== unit tests (make test-unit, $(nproc) at a time)"
+if stage unit kl_run_contained make --no-print-directory -j"$(nproc)" -O test-unit; then kl_record unit "PASS ($took s)"; else kl_record unit "FAIL ($took s)"; fi
 
 workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers)}
 echo "=== integration tests (pytest tests/integration, $workers workers; the slowest tests listed at the end)"
@@ -54,11 +51,32 @@ case $rc in
     *) kl_record integration "FAIL (pytest exit $rc, $took s)" ;;
 esac
 
-echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one)"
-if stage chaos tests/chaos/run.sh; then kl_record chaos "PASS ($took s)"; else kl_record chaos "FAIL ($took s)"; fi
-
+# The API fuzz keeps about a core busy (its rounds wait on held requests
+# and event streams), the chaos run less, and the parser fuzz runs each
+# harness for a fixed time: the three run side by side (the first two on
+# stacks of their own, on free ports), the other two's output printed whole
+# when they end.
+beside() { # beside NAME COMMAND...: runs COMMAND in the background into NAME's log
+    local name=$1; shift
+    ( t0=$(date +%s); "$@" >"$LOGS/$name.log" 2>&1; echo "$? $(($(date +%s) - t0))" >"$LOGS/$name.rc" ) &
+}
+ended() { # ended NAME: prints NAME's output and records its result (after wait)
+    local rc took
+    read -r rc took <"$LOGS/$1.rc" || { rc=1 took=0; }
+    echo "=== $1: its output"
+    cat "$LOGS/$1.log"
+    if [ "$rc" = 0 ]; then kl_record "$1" "PASS ($took s)"; else kl_record "$1" "FAIL ($took s)"; fi
+}
+echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one), in the background"
+beside chaos tests/chaos/run.sh
+echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness, one at a time; make fuzz runs 60 s), in the background"
+export FUZZ_SECONDS=${FUZZ_SECONDS:-10} FUZZ_JOBS=${FUZZ_JOBS:-1}
+beside fuzz kl_run_contained tests/fuzz/run.sh
 echo "=== API fuzzing, short run (tests/api_fuzz/run.sh; make fuzz-api runs the full one)"
 if stage api-fuzz tests/api_fuzz/run.sh; then kl_record api-fuzz "PASS ($took s)"; else kl_record api-fuzz "FAIL ($took s)"; fi
+wait
+ended chaos
+ended fuzz
 
 for i in "${!kl_parts[@]}"; do
     case ${kl_results[$i]} in

@@ -21,6 +21,12 @@ rest on its public one):
   admin      the admin operations (tag `admin`) with an admin key; last,
              as it may change any tenant's limits and revoke keys
 
+The tenant round (without GET /v1/events), two rounds of GET /v1/events
+alone (its cases hold a second each: one for the examples and coverage
+phases, one for fuzzing) and the anonymous and crossed rounds, which
+change nothing, run side by side, each one schemathesis process; tenant A,
+whose key the tenant rounds send, has no rate limit for the run.
+
 Every response goes through all of schemathesis's checks (no 5xx; status
 code, content type, headers and body conform to the spec; schema-invalid
 requests refused, schema-valid ones accepted, auth enforced, 405 + Allow
@@ -48,6 +54,7 @@ files), KOWLOON_TEST_ROOT (another build tree, as for the integration tests).
 
 import argparse
 import collections
+import concurrent.futures
 import glob
 import json
 import os
@@ -73,14 +80,18 @@ import stack as stk  # noqa: E402  (the integration suite's stack; not edited he
 
 SEED_NODE = "fuzz-seed"
 # The fuzz gateway's per-key rate limits (writes and reads alike), set
-# explicitly so that the tenant round can stay under them (CLIENT_RATE):
-# the fuzz should reach the handlers, not the limiter. The pinned requests
-# check a 429 on purpose.
+# explicitly: the pinned requests check a 429 on purpose, with tenant B's
+# key. The fuzz should reach the handlers, not the limiter: tenant A, whose
+# key the tenant rounds use, has no rate limit (unthrottle), and the admin
+# round, which may set any tenant's limits (its own included), stays under
+# the defaults (CLIENT_RATE).
 GATEWAY_ENV = {"KOWLOON_RATE_LIMIT_RPS": "50", "KOWLOON_RATE_LIMIT_BURST": "100",
                "KOWLOON_READ_RATE_LIMIT_RPS": "50", "KOWLOON_READ_RATE_LIMIT_BURST": "100"}
 CLIENT_RATE = "40/s"
 
-# max_examples: per operation and phase; max_time: seconds of each round
+# max_examples: per operation and phase; workers: schemathesis's own (more
+# than 1 is not safe: Hypothesis fails in threads now and then); max_time:
+# seconds of each round
 # (its fuzzing and stateful phases repeat until they are spent; none: one
 # pass); cluster_passes: cluster rounds, each followed by removing the nodes
 # it registered; timeout: the hard limit of one schemathesis process (over
@@ -91,6 +102,7 @@ MODES = {
     "full": {"max_examples": 200, "cluster_passes": 3, "timeout": 600, "workers": 1,
              "max_time": {"cluster": 40, "tenant": 300, "tenant-delete": 30, "anonymous": 90, "crossed-tenant": 45,
                           "anonymous-cluster": 30, "crossed-cluster": 30, "crossed-token": 30,
+                          "events-cover": 120, "events-fuzz": 120,
                           "admin": 90},
              "min_requests": 10000, "seed": None},
 }
@@ -196,11 +208,20 @@ def kill_group(p):
         pass
 
 
-def run_round(name, s, workdir, mode, seed, auth, filters, rate=None, refused=None, url=None):
+def unthrottle(s, tenant):
+    """Lifts tenant's rate limit (rate_rps 0: none), from its next request on."""
+    r = stk.requests.post(s.base + "/v1/tenants", json={"name": tenant, "rate_rps": 0}, timeout=15,
+                          headers={"Authorization": f"Bearer {s.keys['admin']}"})
+    if r.status_code != 200 or r.json().get("rate_rps") != 0:
+        raise FuzzError(f"POST /v1/tenants {tenant} rate_rps=0 -> {r.status_code} {r.text[:200]}")
+
+
+def run_round(name, s, workdir, mode, seed, auth, filters, rate=None, refused=None, url=None,
+              wait=1):
     """One `schemathesis run` against url (the public listener by default);
     returns its figures. refused(path): true for the paths the credential
     must not pass, where a 2xx is a failure (an authentication or
-    authorization bypass)."""
+    authorization bypass). wait: the seconds of every Prefer: wait (hooks.py)."""
     rdir = os.path.join(workdir, name)
     os.makedirs(rdir, exist_ok=True)
     argv = ["schemathesis", "--config-file", CONFIG, "run", SPEC, "--url", url or s.base,
@@ -221,6 +242,7 @@ def run_round(name, s, workdir, mode, seed, auth, filters, rate=None, refused=No
     env["SCHEMATHESIS_HOOKS"] = "hooks"
     env.setdefault("KOWLOON_FUZZ_NODE_URL", "http://127.0.0.1:9/")
     env["KOWLOON_FUZZ_PROTECTED_TENANTS"] = "A,B,ops"  # the tenants of Stack's keys
+    env["KOWLOON_FUZZ_WAIT"] = str(wait)
     out_path = os.path.join(rdir, "schemathesis.out")
     t0 = time.monotonic()
     with open(out_path, "w") as out:
@@ -592,25 +614,40 @@ def main():
             pinned.call("/v1/nodes", "GET", A, 200)  # every fuzzed registration lists per spec
             log(f"  removed {remove_fuzzed_nodes(s, keep=(FUZZ_NODE,))} fuzzed node registrations")
 
-        # deleteJob waits for the end: it would take the seeded jobs the
-        # pinned requests read
-        figs.append(run_round("tenant", s, work, mode, seed, A,
-                              ["--exclude-tag", "cluster", "--exclude-operation-id", "deleteJob"],
-                              rate=CLIENT_RATE, refused=ADMIN_PATH.search))
-        check_gateway(s, "the tenant round")
-        figs.append(run_round("anonymous", s, work, mode, seed, None, ["--exclude-tag", "cluster"],
-                              refused=all_but_open))
-        figs.append(run_round("anonymous-cluster", s, work, mode, seed, None,
-                              ["--include-tag", "cluster"], refused=all_but_open, url=cluster))
-        check_gateway(s, "the anonymous rounds")
-        figs.append(run_round("crossed-tenant", s, work, mode, seed, token,
-                              ["--exclude-tag", "cluster"], refused=all_but_open))
-        figs.append(run_round("crossed-cluster", s, work, mode, seed, A,
-                              ["--include-tag", "cluster"], refused=all_but_open, url=cluster))
-        figs.append(run_round("crossed-token", s, work, mode, seed, token,
+        unthrottle(s, "A")
+
+        def refusals():
+            """The rounds whose every request must be refused: they change
+            nothing, so they run beside the tenant round (its event streams
+            and Prefer: wait requests hold a second each)."""
+            return [run_round("anonymous", s, work, mode, seed, None, ["--exclude-tag", "cluster"],
+                              refused=all_but_open),
+                    run_round("anonymous-cluster", s, work, mode, seed, None,
+                              ["--include-tag", "cluster"], refused=all_but_open, url=cluster),
+                    run_round("crossed-tenant", s, work, mode, seed, token,
+                              ["--exclude-tag", "cluster"], refused=all_but_open),
+                    run_round("crossed-cluster", s, work, mode, seed, A,
+                              ["--include-tag", "cluster"], refused=all_but_open, url=cluster),
+                    run_round("crossed-token", s, work, mode, seed, token,
                               ["--include-tag", "cluster", "--exclude-operation-id",
-                               "registerNode"], refused=all_but_register, url=cluster))
-        check_gateway(s, "the crossed rounds")
+                               "registerNode"], refused=all_but_register, url=cluster)]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+            refused_rounds = pool.submit(refusals)
+            # The tenant's event stream (no id: nothing links to it) in two
+            # rounds of its own beside the rest, each of its cases held a second.
+            streams = [pool.submit(run_round, name, s, work, mode, seed, A,
+                                   ["--include-operation-id", "streamEvents", "--phases", phases],
+                                   refused=ADMIN_PATH.search)
+                       for name, phases in (("events-cover", "examples,coverage"), ("events-fuzz", "fuzzing"))]
+            # deleteJob waits for the end: it would take the seeded jobs the
+            # pinned requests read
+            figs.append(run_round("tenant", s, work, mode, seed, A,
+                                  ["--exclude-tag", "cluster", "--exclude-operation-id", "deleteJob",
+                                   "--exclude-operation-id", "streamEvents"],
+                                  refused=ADMIN_PATH.search))
+            figs.extend(f.result() for f in streams)
+            figs.extend(refused_rounds.result())
+        check_gateway(s, "the tenant, anonymous and crossed rounds")
         n = remove_fuzzed_nodes(s, keep=(FUZZ_NODE,))
         if n:
             raise FuzzError(f"{n} node(s) registered without the cluster token")
@@ -622,7 +659,7 @@ def main():
         figs.append(run_round("tenant-delete", s, work, mode, seed, A,
                               ["--include-operation-id", "deleteJob", "--include-operation-id",
                                "createJob", "--include-operation-id", "listJobs"],
-                              rate=CLIENT_RATE, refused=ADMIN_PATH.search))
+                              refused=ADMIN_PATH.search, wait=0))
         check_gateway(s, "the tenant-delete round")
         # Last: it may change any tenant's limits (tenants A and B included)
         # and revoke keys.

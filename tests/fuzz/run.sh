@@ -2,7 +2,8 @@
 # tests/fuzz/run.sh — `make fuzz`: builds the libFuzzer harnesses of
 # tests/fuzz/fuzz_*.c with clang (AddressSanitizer + UndefinedBehavior-
 # Sanitizer, every UB report fatal, leaks checked) into build-fuzz/, then
-# runs each for FUZZ_SECONDS (default 60) seconds, one after the other.
+# runs each for FUZZ_SECONDS (default 60) seconds, FUZZ_JOBS (default: the
+# number of cores) at a time.
 #
 #   tests/fuzz/run.sh [harness...]      job_req tensor b64 json npy multipart tstream
 #                                       (default: all)
@@ -20,10 +21,12 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 
 SECONDS_EACH=${FUZZ_SECONDS:-60}
+JOBS=${FUZZ_JOBS:-$(nproc)}
 CLANG=${FUZZ_CC:-$(command -v clang || command -v clang-14 || true)}
 OUT=build-fuzz
 [ -n "$CLANG" ] || { echo "fuzz: clang not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
 case $SECONDS_EACH in ''|*[!0-9]*) echo "fuzz: FUZZ_SECONDS must be a number of seconds" >&2; exit 2 ;; esac
+case $JOBS in ''|0|*[!0-9]*) echo "fuzz: FUZZ_JOBS must be a number of processes" >&2; exit 2 ;; esac
 
 # The harness links only what it exercises, compiled here from the sources.
 SRC_b64="service/svc_util.c"
@@ -76,9 +79,9 @@ build() {
     for f in $src; do
         case $f in
             *.cc) "${CLANG}++" -std=c++17 -O1 -g -fno-omit-frame-pointer -Iservice -Iservice/data \
-                      -fsanitize=fuzzer-no-link,address,undefined -c "$f" -o "$OUT/$(basename "$f").o" \
+                      -fsanitize=fuzzer-no-link,address,undefined -c "$f" -o "$OUT/${h}_$(basename "$f").o" \
                       >>"$OUT/logs/build_$h.log" 2>&1 || { cat "$OUT/logs/build_$h.log" >&2; return 1; }
-                  objs="$objs $OUT/$(basename "$f").o" ;;
+                  objs="$objs $OUT/${h}_$(basename "$f").o" ;;
             *) csrc="$csrc $f" ;;
         esac
     done
@@ -132,16 +135,29 @@ for h in $harnesses; do
     case " $ALL " in *" $h "*) ;; *) echo "fuzz: no harness '$h' (have: $ALL)" >&2; exit 2 ;; esac
 done
 mkdir -p "$OUT/logs"
-status=0
-for h in $harnesses; do
-    if ! build "$h"; then
-        echo "fuzz $h: executions=0 crashes=0 (build FAILED)"
-        status=1
-        continue
-    fi
-done
-[ "$status" = 0 ] || exit 1
-for h in $harnesses; do
-    fuzz_one "$h" || status=1
-done
-exit "$status"
+
+# pool STEP: runs "STEP h" for every harness, FUZZ_JOBS at a time (each is
+# one process on one core), then prints their output in harness order;
+# fails when any step failed.
+pool() {
+    local step=$1 h running=0 status=0
+    for h in $harnesses; do
+        if [ "$running" -ge "$JOBS" ]; then
+            wait -n
+            running=$((running - 1))
+        fi
+        ( "$step" "$h" >"$OUT/logs/$step.$h.out" 2>&1; echo $? >"$OUT/logs/$step.$h.rc" ) &
+        running=$((running + 1))
+    done
+    wait
+    for h in $harnesses; do
+        cat "$OUT/logs/$step.$h.out"
+        [ "$(cat "$OUT/logs/$step.$h.rc")" = 0 ] || status=1
+    done
+    return "$status"
+}
+build_step() {
+    build "$1" || { echo "fuzz $1: executions=0 crashes=0 (build FAILED)"; return 1; }
+}
+pool build_step || exit 1
+pool fuzz_one
