@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Slurm's start overhead on this machine, for comparison with Kowloon's
-tasks (bench/tasks.py): a private one-host slurm-wlm cluster like the one
-tests/integration/test_slurm.py starts (munged with a generated key,
-slurmctld and slurmd from a generated slurm.conf, free ports, everything
-under a temporary directory, removed at the end), then a trivial job N
-times:
+tasks (bench/tasks.py): the private one-host slurm-wlm cluster that
+tests/integration/test_slurm.py starts (tests/integration/slurmstack.py:
+munged with a generated key, slurmctld and slurmd from a generated
+slurm.conf, free ports, everything under a temporary directory, removed at
+the end), then a trivial job N times:
 
   sbatch -> start   from just before `sbatch --wrap 'date +%s.%N > F; ...'`
                     runs to the time the job writes as its first command;
@@ -39,152 +39,14 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun",
-            "squeue", "sinfo", "scancel")
-PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-
-
-def _bin(name):
-    return shutil.which(name, path=PATH)
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(pred, timeout, interval, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        if pred():
-            return
-        if time.monotonic() >= deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(interval)
-
-
-class Slurm:
-    """munged, slurmctld and slurmd of a one-host cluster under root (the
-    same configuration as test_slurm.py's, less its KillWait)."""
-
-    def __init__(self, root, sched_params=None):
-        self.root = root
-        self.sched_params = sched_params
-        self.host = socket.gethostname().split(".")[0]
-        self.conf = os.path.join(root, "slurm.conf")
-        self.munge_dir = os.path.join(root, "munge")
-        self.log_dir = os.path.join(root, "log")
-        self.pids = {}
-
-    def env(self):
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KOWLOON_", "SLURM"))}
-        env["SLURM_CONF"] = self.conf
-        return env
-
-    def run(self, *argv, check=True, timeout=30):
-        r = subprocess.run([_bin(argv[0]), *argv[1:]], env=self.env(), capture_output=True,
-                           text=True, timeout=timeout, cwd=self.root)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed ({r.returncode}): {r.stdout}{r.stderr}")
-        return r
-
-    def _write_conf(self):
-        sock = os.path.join(self.munge_dir, "munge.sock")
-        state, spool = os.path.join(self.root, "state"), os.path.join(self.root, "spool")
-        for d in (state, spool):
-            os.makedirs(d, mode=0o755)
-        extra = f"SchedulerParameters={self.sched_params}\n" if self.sched_params else ""
-        with open(self.conf, "w") as f:
-            f.write(f"""ClusterName=kowloonbench
-SlurmctldHost={self.host}(127.0.0.1)
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={sock}
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={state}
-SlurmdSpoolDir={spool}
-SlurmctldPidFile={self.root}/slurmctld.pid
-SlurmdPidFile={self.root}/slurmd.pid
-SlurmctldLogFile={self.log_dir}/slurmctld.log
-SlurmdLogFile={self.log_dir}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/builtin
-{extra}SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-InactiveLimit=0
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=100 State=UNKNOWN
-PartitionName=kowloon Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
-""")
-
-    def _daemon(self, name, argv, pidfile):
-        r = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=30,
-                           cwd=self.root)
-        if r.returncode != 0:
-            raise RuntimeError(f"{name} did not start ({r.returncode}): {r.stderr}")
-        wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 10, 0.1,
-                   f"{name} pid file")
-        self.pids[name] = int(open(pidfile).read().strip())
-
-    def start(self):
-        os.makedirs(self.munge_dir, mode=0o755)
-        os.makedirs(self.log_dir, mode=0o755)
-        key = os.path.join(self.munge_dir, "munge.key")
-        subprocess.run([_bin("mungekey"), "--create", f"--keyfile={key}"], check=True,
-                       capture_output=True, timeout=30)
-        os.chmod(key, 0o400)
-        self._daemon("munged", [_bin("munged"), "--force",
-                                f"--socket={self.munge_dir}/munge.sock", f"--key-file={key}",
-                                f"--log-file={self.log_dir}/munged.log",
-                                f"--pid-file={self.munge_dir}/munged.pid",
-                                f"--seed-file={self.munge_dir}/munged.seed"],
-                     f"{self.munge_dir}/munged.pid")
-        self._write_conf()
-        self._daemon("slurmctld", [_bin("slurmctld"), "-f", self.conf, "-i"],
-                     f"{self.root}/slurmctld.pid")
-        self._daemon("slurmd", [_bin("slurmd"), "-f", self.conf], f"{self.root}/slurmd.pid")
-
-        def idle():
-            out = self.run("sinfo", "-h", "-o", "%t", check=False).stdout.split()
-            return out and out[0] == "idle"
-        wait_until(idle, 30, 0.3, "the slurm node to be idle")
-        return self
-
-    def stop(self):
-        for name in ("slurmd", "slurmctld", "munged"):
-            pid = self.pids.pop(name, None)
-            if pid is None:
-                continue
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
-            else:
-                os.kill(pid, signal.SIGKILL)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+from slurmstack import Slurm, missing_binaries  # noqa: E402  (the test cluster's)
 
 
 def _state(slurm, job):
@@ -235,7 +97,7 @@ def stats(xs):
 def measure(runs, sched_params):
     root = tempfile.mkdtemp(prefix="kowloon-slurmbench-")
     os.chmod(root, 0o755)
-    s = Slurm(root, sched_params)
+    s = Slurm(root, name="kowloonbench", sched_params=sched_params)
     try:
         s.start()
         # one of each first: the first job pays for loading plugins
@@ -274,7 +136,7 @@ def main():
                     help="also a run with SchedulerParameters=sched_min_interval=0,batch_sched_delay=0")
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args()
-    missing = [b for b in BINARIES if not _bin(b)]
+    missing = missing_binaries()
     if missing:
         print(f"slurm: skipped, missing {' '.join(missing)} (scripts/install-deps.sh installs them)")
         return 0

@@ -98,6 +98,9 @@ int gw_authfail_blocked(gw_authfail *f, const char *ip, int64_t now_ms);
 /* Counts one failed attempt (and logs, at most every 10 s per address,
  * when the address runs out of attempts). */
 void gw_authfail_count(gw_authfail *f, const char *ip, int64_t now_ms);
+/* A 429 before any lookup when the request's address has failed too often
+ * (both listeners); 0 to go on. */
+int gw_authfail_refuse(svc_req *req);
 
 /* Starts and stops the group commit of submits (app->committer): POST
  * /v1/jobs suspends its request and the committer answers it once its batch

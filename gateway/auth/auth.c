@@ -125,9 +125,7 @@ gw_reqctx *gw_reqctx_of(svc_req *req)
     return ctx != NULL ? ctx : svc_req_user_alloc(req, sizeof *ctx);
 }
 
-/* 429 before any lookup when the caller's address has failed too often;
- * 0 to go on. */
-static int refuse_failing_address(svc_req *req)
+int gw_authfail_refuse(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
     int wait_s = gw_authfail_blocked(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
@@ -163,7 +161,7 @@ static int key_check(svc_req *req, const char *key, gw_key_auth *ka)
         return 0;
     if (cached == -ENOENT && key != NULL && gw_keycache_was_valid(app->keys, key))
         return key_lookup_db(app, key, ka);
-    if (refuse_failing_address(req) != 0)
+    if (gw_authfail_refuse(req) != 0)
         return -EAGAIN;
     return cached == 0 || key == NULL ? -ENOENT : key_lookup_db(app, key, ka);
 }

@@ -15,18 +15,6 @@
 #include "svc_log.h"
 #include "svc_util.h"
 
-/* 429 before any lookup when the address failed too often; 0 to go on. */
-static int refuse_failing_address(svc_req *req)
-{
-    gw_app *app = svc_req_app(req);
-    int wait_s = gw_authfail_blocked(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
-    if (wait_s == 0)
-        return 0;
-    gw_reply_too_many(req, "rate_limited", wait_s,
-                      "too many failed authentications from this address; retry in %d s", wait_s);
-    return -1;
-}
-
 /* 401 with RFC 6750's challenge, the failure counted; -1. */
 static int unauthenticated(svc_req *req, const char *msg)
 {
@@ -158,7 +146,7 @@ int gw_authorize_cluster(svc_req *req, int access)
 {
     gw_app *app = svc_req_app(req);
     gw_reqctx *ctx;
-    if (refuse_failing_address(req) != 0)
+    if (gw_authfail_refuse(req) != 0)
         return -1;
     switch (GW_ACCESS_ROLE(access)) {
     case GW_ACCESS_CLUSTER:

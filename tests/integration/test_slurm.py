@@ -8,22 +8,18 @@ deregister before Slurm's SIGKILL."""
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
-import time
 
 import pytest
 import requests
 
-from stack import COMPUTE_BIN, REPO, StackError, _clean_env, free_port, tail, wait_until
+from slurmstack import Slurm, missing_binaries, slurm_bin
+from stack import COMPUTE_BIN, REPO, StackError, _clean_env, tail, wait_until
 
 SBATCH = os.path.join(REPO, "deploy", "slurm", "kowloon-nodes.sbatch")
-BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun",
-            "scancel", "scontrol", "squeue")
-MISSING = [b for b in BINARIES
-           if not shutil.which(b, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")]
+MISSING = missing_binaries()
 # KillWait of the test cluster: the script derives the nodes' drain grace
 # from it (KillWait - 10 s = 2 s), and the sleep job below outlasts that.
 KILL_WAIT_S = 12
@@ -38,137 +34,11 @@ def needs_slurm(test):
     return pytest.mark.skipif(os.geteuid() != 0, reason="slurmd needs root (CI runs as root)")(test)
 
 
-def _bin(name):
-    return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-
-
-class Slurm:
-    """munged, slurmctld and slurmd of a one-host cluster, in root."""
-
-    def __init__(self, root):
-        self.root = root
-        self.host = socket.gethostname().split(".")[0]
-        self.conf = os.path.join(root, "slurm.conf")
-        self.munge_dir = os.path.join(root, "munge")
-        self.log_dir = os.path.join(root, "log")
-        self.pids = {}
-
-    def env(self, **extra):
-        env = _clean_env()
-        env["SLURM_CONF"] = self.conf
-        env.update({k: str(v) for k, v in extra.items()})
-        return env
-
-    def run(self, *argv, timeout=30, check=True):
-        r = subprocess.run([_bin(argv[0]), *argv[1:]], env=self.env(), capture_output=True,
-                           text=True, timeout=timeout, cwd=self.root)
-        if check and r.returncode != 0:
-            raise StackError(f"{' '.join(argv)} failed ({r.returncode}): {r.stdout}{r.stderr}")
-        return r
-
-    def _write_conf(self):
-        sock = os.path.join(self.munge_dir, "munge.sock")
-        state, spool = os.path.join(self.root, "state"), os.path.join(self.root, "spool")
-        for d in (state, spool):
-            os.makedirs(d, mode=0o755)
-        with open(self.conf, "w") as f:
-            f.write(f"""ClusterName=kowloontest
-SlurmctldHost={self.host}(127.0.0.1)
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={sock}
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={state}
-SlurmdSpoolDir={spool}
-SlurmctldPidFile={self.root}/slurmctld.pid
-SlurmdPidFile={self.root}/slurmd.pid
-SlurmctldLogFile={self.log_dir}/slurmctld.log
-SlurmdLogFile={self.log_dir}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-KillWait={KILL_WAIT_S}
-InactiveLimit=0
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=100 State=UNKNOWN
-PartitionName=kowloon Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
-""")
-
-    def _daemon(self, name, argv, pidfile):
-        r = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=30,
-                           cwd=self.root)
-        if r.returncode != 0:
-            raise StackError(f"{name} did not start ({r.returncode}): {r.stderr}")
-        wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 10, 0.1,
-                   f"{name} pid file")
-        self.pids[name] = int(open(pidfile).read().strip())
-
-    def start(self):
-        os.makedirs(self.munge_dir, mode=0o755)
-        os.makedirs(self.log_dir, mode=0o755)
-        key = os.path.join(self.munge_dir, "munge.key")
-        subprocess.run([_bin("mungekey"), "--create", f"--keyfile={key}"], check=True,
-                       capture_output=True, timeout=30)
-        os.chmod(key, 0o400)
-        self._daemon("munged", [_bin("munged"), "--force",
-                                f"--socket={self.munge_dir}/munge.sock", f"--key-file={key}",
-                                f"--log-file={self.log_dir}/munged.log",
-                                f"--pid-file={self.munge_dir}/munged.pid",
-                                f"--seed-file={self.munge_dir}/munged.seed"],
-                     f"{self.munge_dir}/munged.pid")
-        self._write_conf()
-        # -i: no state from an earlier run (there is none in a new directory)
-        self._daemon("slurmctld", [_bin("slurmctld"), "-f", self.conf, "-i"],
-                     f"{self.root}/slurmctld.pid")
-        self._daemon("slurmd", [_bin("slurmd"), "-f", self.conf], f"{self.root}/slurmd.pid")
-
-        def idle():
-            out = self.run("sinfo", "-h", "-o", "%t", check=False).stdout.split()
-            return out and out[0] == "idle"
-        wait_until(idle, 30, 0.3, "the slurm node to be idle")
-        return self
-
-    def stop(self):
-        for name in ("slurmd", "slurmctld", "munged"):
-            pid = self.pids.pop(name, None)
-            if pid is None:
-                continue
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
-            else:
-                os.kill(pid, signal.SIGKILL)
-
-    def logs(self):
-        return "\n".join(f"----- {n} -----\n{tail(os.path.join(self.log_dir, n))}"
-                         for n in sorted(os.listdir(self.log_dir)))
-
-    def job_state(self, job_id):
-        r = self.run("squeue", "-h", "-j", job_id, "-o", "%T", check=False)
-        return r.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def slurm(stack):
     root = tempfile.mkdtemp(prefix="kowloon-slurm-")
     os.chmod(root, 0o755)
-    s = Slurm(root)
+    s = Slurm(root, kill_wait=KILL_WAIT_S)
     try:
         s.start()
     except (StackError, OSError, subprocess.SubprocessError) as e:
@@ -196,7 +66,7 @@ def allocation(slurm, stack):
     env = slurm.env(KOWLOON_GATEWAY=stack.cluster_base, KOWLOON_TOKEN_FILE=token,
                     KOWLOON_COMPUTE=COMPUTE_BIN, KOWLOON_NODE_BLOB_DIR=stack.blob_dir,
                     KOWLOON_HEARTBEAT_S=1, KOWLOON_LOG_LEVEL="debug")
-    r = subprocess.run([_bin("sbatch"), "--parsable", f"--output={out}", SBATCH], env=env,
+    r = subprocess.run([slurm_bin("sbatch"), "--parsable", f"--output={out}", SBATCH], env=env,
                        capture_output=True, text=True, timeout=30, cwd=slurm.root)
     assert r.returncode == 0, f"sbatch failed: {r.stdout}{r.stderr}"
     job = r.stdout.strip().split(";")[0]
