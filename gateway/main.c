@@ -516,7 +516,10 @@ static int cluster_token_load(gw_config *cfg)
     return 0;
 }
 
-static int cmd_serve(gw_app *app)
+/* What serve needs before its threads: the price table (recorded in
+ * PostgreSQL), the OpenAPI text, the blob store and the webhook resolver,
+ * each kept in app. 0, or the exit status after logging why not. */
+static int serve_prepare(gw_app *app)
 {
     char err[256];
     char *prices;
@@ -553,20 +556,13 @@ static int cmd_serve(gw_app *app)
         svc_error("--webhook-dns-servers: %s", err);
         return 1;
     }
+    return 0;
+}
 
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    svc_tls *tls = NULL;
-    if (((app->cfg.tls_cert && *app->cfg.tls_cert) || (app->cfg.tls_key && *app->cfg.tls_key)) &&
-        !(tls = svc_tls_new(app->cfg.tls_cert, app->cfg.tls_key, err, sizeof(err)))) {
-        svc_error("--tls-cert/--tls-key: %s", err);
-        return 2;
-    }
-
+/* Starts the scheduler, the lease, wait and event threads and the
+ * committers. 0, or -1 after logging and stopping those that started. */
+static int serve_threads_start(gw_app *app)
+{
     app->sched = gw_sched_start(app);
     app->leases = gw_leases_start(app);
     app->waits = gw_waits_start(app);
@@ -581,16 +577,17 @@ static int cmd_serve(gw_app *app)
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
         gw_sched_stop(app->sched);
-        svc_tls_free(tls);
-        gw_resolver_free(app->resolver);
-        return 1;
+        return -1;
     }
-    gw_blob_gc *gc = gw_blob_gc_start(app);
-    app->follow = gw_logfollow_start(app);
-    if (!app->follow)
-        svc_error("cannot start the thread of followed task logs: ?follow=1 answers 503");
-    app->webhooks = gw_webhooks_start(app);
-    app->adopter = gw_adopter_start(app);
+    return 0;
+}
+
+/* Starts the public listener (*srv) and, once it and the output hashers
+ * run, the cluster listener (*csrv); NULL for one that did not start, after
+ * logging why. */
+static void serve_listen(gw_app *app, svc_tls *tls, svc_server **srv, svc_server **csrv)
+{
+    char err[256];
     svc_server_opts so = {
         .listen = app->cfg.listen,
         .routes = gw_routes,
@@ -610,8 +607,8 @@ static int cmd_serve(gw_app *app)
         .app = app,
         .metrics = gw_metrics_registry(app->metrics),
     };
-    svc_server *srv = svc_server_start(&so, err, sizeof(err));
-    if (!srv)
+    *srv = svc_server_start(&so, err, sizeof(err));
+    if (!*srv)
         svc_error("cannot serve on %s: %s", app->cfg.listen, err);
     /* Nodes have a listener of their own, with its own routes and
      * authorization: the cluster token and nodes' credentials are never
@@ -620,32 +617,38 @@ static int cmd_serve(gw_app *app)
     co.listen = app->cfg.cluster_listen;
     co.routes = gw_cluster_routes;
     co.authorize = gw_authorize_cluster;
-    svc_server *csrv = srv && app->adopter ? svc_server_start(&co, err, sizeof(err)) : NULL;
+    *csrv = *srv && app->adopter ? svc_server_start(&co, err, sizeof(err)) : NULL;
     if (!app->adopter)
         svc_error("cannot start the threads that hash nodes' outputs");
-    if (srv && app->adopter && !csrv)
+    if (*srv && app->adopter && !*csrv)
         svc_error("cannot serve the cluster listener on %s: %s", app->cfg.cluster_listen, err);
-    if (!csrv) {
-        gw_logfollow_stop(app->follow);
-        svc_server_stop(srv);
-        gw_logfollow_free(app->follow);
-        gw_adopter_stop(app->adopter);
-        gw_webhooks_stop(app->webhooks);
-        gw_blob_gc_stop(gc);
-        gw_api_jobs_stop(app);
-        gw_api_beats_stop(app);
-        gw_events_free(app->events);
-        gw_waits_free(app->waits);
-        gw_leases_free(app->leases);
-        gw_sched_stop(app->sched);
-        svc_tls_free(tls);
-        gw_resolver_free(app->resolver);
-        return 1;
-    }
-    svc_info("kowloon-gateway serving tenants on %s and nodes on %s, %s (max body %ld MiB, "
-             "JSON %ld MiB)", app->cfg.listen, app->cfg.cluster_listen, tls ? "HTTPS" : "HTTP",
-             app->cfg.max_body_mb, app->cfg.max_json_body_mb);
-    gw_sched_serving(app->sched);
+}
+
+/* Stops and frees what cmd_serve started when the cluster listener did
+ * not start (srv may be NULL). */
+static void serve_unwind(gw_app *app, gw_blob_gc *gc, svc_server *srv, svc_tls *tls)
+{
+    gw_logfollow_stop(app->follow);
+    svc_server_stop(srv);
+    gw_logfollow_free(app->follow);
+    gw_adopter_stop(app->adopter);
+    gw_webhooks_stop(app->webhooks);
+    gw_blob_gc_stop(gc);
+    gw_api_jobs_stop(app);
+    gw_api_beats_stop(app);
+    gw_events_free(app->events);
+    gw_waits_free(app->waits);
+    gw_leases_free(app->leases);
+    gw_sched_stop(app->sched);
+    svc_tls_free(tls);
+    gw_resolver_free(app->resolver);
+}
+
+/* Serves until SIGINT or SIGTERM (SIGHUP rereads the certificate), then
+ * drains for --drain-s (readyz and submits answer 503; SIGINT skips it). */
+static void serve_until_signal(gw_app *app, svc_tls *tls)
+{
+    char err[256];
     while (!stop_signal) {
         pause();
         if (reload_signal) {
@@ -664,6 +667,12 @@ static int cmd_serve(gw_app *app)
     for (int64_t until = svc_now_mono_ms() + (int64_t)app->cfg.drain_s * 1000;
          svc_now_mono_ms() < until && stop_signal != SIGINT;)
         svc_sleep_ms(50);
+}
+
+/* Stops and frees, in order, all that cmd_serve started once it served. */
+static void serve_stop(gw_app *app, gw_blob_gc *gc, svc_server *srv, svc_server *csrv,
+                       svc_tls *tls)
+{
     /* Nodes' polls are answered first (they ask again elsewhere, or later),
      * then requests in flight finish. */
     gw_leases_stop(app->leases);
@@ -685,6 +694,51 @@ static int cmd_serve(gw_app *app)
     gw_sched_stop(app->sched);
     svc_tls_free(tls);
     gw_resolver_free(app->resolver);
+}
+
+static int cmd_serve(gw_app *app)
+{
+    char err[256];
+    int rc = serve_prepare(app);
+    if (rc)
+        return rc;
+
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    svc_tls *tls = NULL;
+    if (((app->cfg.tls_cert && *app->cfg.tls_cert) || (app->cfg.tls_key && *app->cfg.tls_key)) &&
+        !(tls = svc_tls_new(app->cfg.tls_cert, app->cfg.tls_key, err, sizeof(err)))) {
+        svc_error("--tls-cert/--tls-key: %s", err);
+        return 2;
+    }
+
+    if (serve_threads_start(app) != 0) {
+        svc_tls_free(tls);
+        gw_resolver_free(app->resolver);
+        return 1;
+    }
+    gw_blob_gc *gc = gw_blob_gc_start(app);
+    app->follow = gw_logfollow_start(app);
+    if (!app->follow)
+        svc_error("cannot start the thread of followed task logs: ?follow=1 answers 503");
+    app->webhooks = gw_webhooks_start(app);
+    app->adopter = gw_adopter_start(app);
+    svc_server *srv, *csrv;
+    serve_listen(app, tls, &srv, &csrv);
+    if (!csrv) {
+        serve_unwind(app, gc, srv, tls);
+        return 1;
+    }
+    svc_info("kowloon-gateway serving tenants on %s and nodes on %s, %s (max body %ld MiB, "
+             "JSON %ld MiB)", app->cfg.listen, app->cfg.cluster_listen, tls ? "HTTPS" : "HTTP",
+             app->cfg.max_body_mb, app->cfg.max_json_body_mb);
+    gw_sched_serving(app->sched);
+    serve_until_signal(app, tls);
+    serve_stop(app, gc, srv, csrv, tls);
     svc_info("kowloon-gateway stopped");
     return 0;
 }

@@ -145,42 +145,76 @@ static int digits(const char *s, int n)
     return v;
 }
 
+/* The date part "YYYY-MM-DD" at the start of s into *y, *mo, *d: 0, or
+ * -EINVAL when it is not a valid date from 1970 to 9999. */
+static int time_parse_date(const char *s, int *y, int *mo, int *d)
+{
+    if (strlen(s) < 10 || s[4] != '-' || s[7] != '-')
+        return -EINVAL;
+    *y = digits(s, 4), *mo = digits(s + 5, 2), *d = digits(s + 8, 2);
+    if (*y < 1970 || *y > 9999 || *mo < 1 || *mo > 12 || *d < 1 || *d > month_days(*y, *mo))
+        return -EINVAL;
+    return 0;
+}
+
+/* The fraction ".d{1,9}" at *p, if there is one, as milliseconds (digits past
+ * the third dropped) into *frac_ms; moves *p past it. 0 or -EINVAL. */
+static int time_parse_fraction(const char **p, int64_t *frac_ms)
+{
+    if (**p != '.')
+        return 0;
+    size_t n = strspn(*p + 1, "0123456789");
+    if (n < 1 || n > 9)
+        return -EINVAL;
+    for (size_t i = 0; i < 3; i++)
+        *frac_ms = *frac_ms * 10 + (i < n ? (*p)[1 + i] - '0' : 0);
+    *p += 1 + n;
+    return 0;
+}
+
+/* The zone "Z" or "+HH:MM" / "-HH:MM" that ends the string p, as seconds
+ * east of UTC into *offset_s. 0 or -EINVAL. */
+static int time_parse_offset(const char *p, int64_t *offset_s)
+{
+    if ((*p == 'Z' || *p == 'z') && !p[1]) {
+        *offset_s = 0;
+        return 0;
+    }
+    if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':') {
+        int oh = digits(p + 1, 2), om = digits(p + 4, 2);
+        if (oh < 0 || oh > 23 || om < 0 || om > 59)
+            return -EINVAL;
+        *offset_s = (*p == '+' ? 1 : -1) * (int64_t)(oh * 3600 + om * 60);
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* The time part "THH:MM:SS[.fff]<zone>" that follows the date, p at its 'T':
+ * the clock into *h, *mi, *se, the fraction into *frac_ms and the zone into
+ * *offset_s. 0 or -EINVAL. */
+static int time_parse_clock(const char *p, int *h, int *mi, int *se, int64_t *frac_ms,
+                            int64_t *offset_s)
+{
+    if ((*p != 'T' && *p != 't') || strlen(p) < 10 || p[3] != ':' || p[6] != ':')
+        return -EINVAL;
+    *h = digits(p + 1, 2), *mi = digits(p + 4, 2), *se = digits(p + 7, 2);
+    if (*h < 0 || *h > 23 || *mi < 0 || *mi > 59 || *se < 0 || *se > 59)
+        return -EINVAL;
+    p += 9;
+    if (time_parse_fraction(&p, frac_ms) != 0)
+        return -EINVAL;
+    return time_parse_offset(p, offset_s);
+}
+
 int gw_usage_time_parse(const char *s, int64_t *ms)
 {
-    size_t len = strlen(s);
-    if (len < 10 || s[4] != '-' || s[7] != '-')
-        return -EINVAL;
-    int y = digits(s, 4), mo = digits(s + 5, 2), d = digits(s + 8, 2), h = 0, mi = 0, se = 0;
+    int y, mo, d, h = 0, mi = 0, se = 0;
     int64_t frac_ms = 0, offset_s = 0;
-    if (y < 1970 || y > 9999 || mo < 1 || mo > 12 || d < 1 || d > month_days(y, mo))
+    if (time_parse_date(s, &y, &mo, &d) != 0)
         return -EINVAL;
-    const char *p = s + 10;
-    if (*p) {
-        if ((*p != 'T' && *p != 't') || strlen(p) < 10 || p[3] != ':' || p[6] != ':')
-            return -EINVAL;
-        h = digits(p + 1, 2), mi = digits(p + 4, 2), se = digits(p + 7, 2);
-        if (h < 0 || h > 23 || mi < 0 || mi > 59 || se < 0 || se > 59)
-            return -EINVAL;
-        p += 9;
-        if (*p == '.') {
-            size_t n = strspn(p + 1, "0123456789");
-            if (n < 1 || n > 9)
-                return -EINVAL;
-            for (size_t i = 0; i < 3; i++)
-                frac_ms = frac_ms * 10 + (i < n ? p[1 + i] - '0' : 0);
-            p += 1 + n;
-        }
-        if ((*p == 'Z' || *p == 'z') && !p[1]) {
-            offset_s = 0;
-        } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':') {
-            int oh = digits(p + 1, 2), om = digits(p + 4, 2);
-            if (oh < 0 || oh > 23 || om < 0 || om > 59)
-                return -EINVAL;
-            offset_s = (*p == '+' ? 1 : -1) * (int64_t)(oh * 3600 + om * 60);
-        } else {
-            return -EINVAL;
-        }
-    }
+    if (s[10] && time_parse_clock(s + 10, &h, &mi, &se, &frac_ms, &offset_s) != 0)
+        return -EINVAL;
     struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h,
                     .tm_min = mi, .tm_sec = se};
     *ms = ((int64_t)timegm(&tm) - offset_s) * 1000 + frac_ms;

@@ -390,36 +390,91 @@ static void progress(part *p, cn_task_progress *pr)
     json_decref(latest);
 }
 
+/* How far stopping a part has gone: stage 0 running, 1 SIGTERM sent (or
+ * tried: kill_ok 0 when the container did not exist yet), 2 SIGKILL sent,
+ * 3 the engine's CLI killed; stage_at when the stage began (monotonic ms). */
+typedef struct stopping {
+    int stage, kill_ok;
+    int64_t stage_at;
+} stopping;
+
+/* Waits up to poll_ms for output on the pipes still open; once both have
+ * closed, sleeps instead (a few ms at first: the engine exits next, usually
+ * at once). *closed_at: when they were first seen closed. */
+static void supervise_wait(const part *p, int ofd, int efd, int64_t *closed_at)
+{
+    struct pollfd pf[2];
+    int n = 0;
+    if (ofd >= 0)
+        pf[n++] = (struct pollfd){.fd = ofd, .events = POLLIN};
+    if (efd >= 0)
+        pf[n++] = (struct pollfd){.fd = efd, .events = POLLIN};
+    if (n > 0) {
+        poll(pf, (nfds_t)n, p->cfg->poll_ms);
+        return;
+    }
+    if (!*closed_at)
+        *closed_at = svc_now_mono_ms();
+    svc_sleep_ms(svc_now_mono_ms() - *closed_at < 200 ? 5 : p->cfg->poll_ms);
+}
+
+/* One look, at now, at whether the running engine (pid) must stop: its
+ * output quota (looked at every CN_TASK_QUOTA_EVERY_MS, *next_quota) or a
+ * cancel sets *why; then SIGTERM, SIGKILL after grace_s, and the engine's
+ * CLI killed when even that did not end it, each step when due. */
+static void supervise_stop(part *p, pid_t pid, int64_t now, int64_t *next_quota, stopping *st,
+                           int *why)
+{
+    const cn_task_cfg *c = p->cfg;
+    if (st->stage == 0 && now >= *next_quota) {
+        *next_quota = now + CN_TASK_QUOTA_EVERY_MS;
+        if (cn_task_outputs_scan(p->out, p->lim.output_bytes, NULL, NULL, NULL, NULL) ==
+            CN_TASK_EQUOTA)
+            *why = CN_TASK_STOP_QUOTA;
+    }
+    if (st->stage == 0 && *why == CN_TASK_STOP_NONE && cancelled(p))
+        *why = CN_TASK_STOP_CANCEL;
+    if (st->stage == 0 && *why != CN_TASK_STOP_NONE) {
+        st->stage = 1;
+        st->stage_at = now;
+        st->kill_ok = cn_engine_kill(&c->engine, p->name, "TERM") == 0;
+        cn_task_log_note(&p->log, "%s: SIGTERM sent; SIGKILL in %d s",
+                         *why == CN_TASK_STOP_QUOTA ? "output quota exceeded" : "stopping",
+                         c->grace_s);
+    } else if (st->stage == 1 && !st->kill_ok && now - st->stage_at < (int64_t)c->grace_s * 1000) {
+        /* asked to stop before the container existed: again */
+        st->kill_ok = cn_engine_kill(&c->engine, p->name, "TERM") == 0;
+    } else if (st->stage == 1 && now - st->stage_at >= (int64_t)c->grace_s * 1000) {
+        st->stage = 2;
+        st->stage_at = now;
+        cn_engine_kill(&c->engine, p->name, "KILL");
+        cn_task_log_note(&p->log, "the program did not stop within %d s of SIGTERM: "
+                                  "SIGKILL sent", c->grace_s);
+    } else if (st->stage == 2 && now - st->stage_at >= CN_TASK_KILL_WAIT_MS) {
+        st->stage = 3;
+        kill(pid, SIGKILL);   /* the engine's CLI itself is stuck */
+        p->engine_left = 1;
+    }
+}
+
 /* Starts the engine and follows the part until it ends. Returns 0 with
  * *status (the engine's exit status) and *why (STOP_*), or a failure. */
 static int supervise(part *p, cn_strv *argv, int *status, int *why)
 {
     const cn_task_cfg *c = p->cfg;
     pid_t pid;
-    int ofd = -1, efd = -1, wstatus = 0, reaped = 0, stage = 0, kill_ok = 0;
+    int ofd = -1, efd = -1, wstatus = 0, reaped = 0;
+    stopping st = {0};
     cn_task_progress pr;
     memset(&pr, 0, sizeof pr);
     *why = CN_TASK_STOP_NONE;
     int rc = cn_proc_spawn(argv->v, c->engine.envp, p->dir, &pid, &ofd, &efd);
     if (rc < 0)
         return fail(p, "engine_error", "cannot start %s: %s", c->engine.cmd, strerror(-rc));
-    int64_t now = svc_now_mono_ms(), reaped_at = 0, stage_at = 0, closed_at = 0;
+    int64_t now = svc_now_mono_ms(), reaped_at = 0, closed_at = 0;
     int64_t next_quota = now + CN_TASK_QUOTA_EVERY_MS, next_progress = now;
     for (;;) {
-        struct pollfd pf[2];
-        int n = 0;
-        if (ofd >= 0)
-            pf[n++] = (struct pollfd){.fd = ofd, .events = POLLIN};
-        if (efd >= 0)
-            pf[n++] = (struct pollfd){.fd = efd, .events = POLLIN};
-        if (n > 0) {
-            poll(pf, (nfds_t)n, c->poll_ms);
-        } else {
-            /* the pipes closed: the engine exits next, usually at once */
-            if (!closed_at)
-                closed_at = svc_now_mono_ms();
-            svc_sleep_ms(svc_now_mono_ms() - closed_at < 200 ? 5 : c->poll_ms);
-        }
+        supervise_wait(p, ofd, efd, &closed_at);
         drain(p, &ofd, 0);
         drain(p, &efd, 1);
         now = svc_now_mono_ms();
@@ -437,35 +492,7 @@ static int supervise(part *p, cn_strv *argv, int *status, int *why)
         }
         if (reaped)
             continue;
-        if (stage == 0 && now >= next_quota) {
-            next_quota = now + CN_TASK_QUOTA_EVERY_MS;
-            if (cn_task_outputs_scan(p->out, p->lim.output_bytes, NULL, NULL, NULL, NULL) ==
-                CN_TASK_EQUOTA)
-                *why = CN_TASK_STOP_QUOTA;
-        }
-        if (stage == 0 && *why == CN_TASK_STOP_NONE && cancelled(p))
-            *why = CN_TASK_STOP_CANCEL;
-        if (stage == 0 && *why != CN_TASK_STOP_NONE) {
-            stage = 1;
-            stage_at = now;
-            kill_ok = cn_engine_kill(&c->engine, p->name, "TERM") == 0;
-            cn_task_log_note(&p->log, "%s: SIGTERM sent; SIGKILL in %d s",
-                             *why == CN_TASK_STOP_QUOTA ? "output quota exceeded" : "stopping",
-                             c->grace_s);
-        } else if (stage == 1 && !kill_ok && now - stage_at < (int64_t)c->grace_s * 1000) {
-            /* asked to stop before the container existed: again */
-            kill_ok = cn_engine_kill(&c->engine, p->name, "TERM") == 0;
-        } else if (stage == 1 && now - stage_at >= (int64_t)c->grace_s * 1000) {
-            stage = 2;
-            stage_at = now;
-            cn_engine_kill(&c->engine, p->name, "KILL");
-            cn_task_log_note(&p->log, "the program did not stop within %d s of SIGTERM: "
-                                      "SIGKILL sent", c->grace_s);
-        } else if (stage == 2 && now - stage_at >= CN_TASK_KILL_WAIT_MS) {
-            stage = 3;
-            kill(pid, SIGKILL);   /* the engine's CLI itself is stuck */
-            p->engine_left = 1;
-        }
+        supervise_stop(p, pid, now, &next_quota, &st, why);
     }
     if (ofd >= 0)
         close(ofd);
@@ -680,14 +707,13 @@ static void cleanup(part *p)
     free(p->paths);
 }
 
-void cn_task_execute(const cn_task_run *run, cn_task_result *res)
+/* Sets up p for run (res, zeroed, is where its result goes): its id, its
+ * container's name, the paths of its directory and its limits (the node's
+ * defaults where the task gives none). */
+static void part_init(part *p, const cn_task_run *run, cn_task_result *res)
 {
     cn_task_cfg *c = run->cfg;
     const cn_run_req *req = run->req;
-    part pt, *p = &pt;
-    cn_strv argv = {0};
-    int status = 0, why = CN_TASK_STOP_NONE, rc;
-
     memset(res, 0, sizeof *res);
     res->exit_code = -1;
     memset(p, 0, sizeof *p);
@@ -697,7 +723,6 @@ void cn_task_execute(const cn_task_run *run, cn_task_result *res)
     p->res = res;
     p->cg.efd = p->cg.ofd = -1;
     p->gpus = run->ngpu;
-    int64_t t0 = svc_now_mono_ms(), t1 = t0, t2 = t0;
     if (req->node_rank >= 0)
         snprintf(p->id, sizeof p->id, "%s.p%d", req->run_id, req->node_rank);
     else
@@ -719,17 +744,17 @@ void cn_task_execute(const cn_task_run *run, cn_task_result *res)
         p->lim.output_bytes = c->defaults.output_bytes;
     if (!p->lim.log_bytes)
         p->lim.log_bytes = c->defaults.log_bytes;
-    if (!(p->paths = calloc(CN_TASK_MOUNTS_MAX * 2, sizeof *p->paths))) {
-        fail(p, "engine_error", "out of memory");
-        goto done;
-    }
-    __atomic_store_n(run->phase, 0, __ATOMIC_RELEASE);
-    if ((rc = mkdirs(p)) != 0)
-        goto done;
-    if ((rc = cn_task_log_open(&p->log, p->logpath, p->lim.log_bytes)) < 0) {
-        fail(p, "engine_error", "cannot create the log %s: %s", p->logpath, strerror(-rc));
-        goto done;
-    }
+}
+
+/* Opens the part's log and, when the node ships logs, adds it to the
+ * shipper. 0, or a failure. */
+static int part_log_open(part *p)
+{
+    cn_task_cfg *c = p->cfg;
+    const cn_run_req *req = p->run->req;
+    int rc = cn_task_log_open(&p->log, p->logpath, p->lim.log_bytes);
+    if (rc < 0)
+        return fail(p, "engine_error", "cannot create the log %s: %s", p->logpath, strerror(-rc));
     p->log_open = 1;
     if (c->ship) {
         /* the shipper reads through a descriptor of its own */
@@ -740,62 +765,102 @@ void cn_task_execute(const cn_task_run *run, cn_task_result *res)
             close(rfd);
         }
     }
+    return 0;
+}
+
+/* Everything before the engine starts: the part's directory, log, files,
+ * inputs and mounts, the gang's rendezvous, the memory cgroup (cgroup v1)
+ * and the engine's command line (argv). 0, or nonzero when the part ends
+ * here (failed, or cancelled: res->rc KL_ECANCELED). */
+static int part_prepare(part *p, cn_strv *argv)
+{
+    cn_task_cfg *c = p->cfg;
+    const cn_run_req *req = p->run->req;
+    int rc;
+    if (!(p->paths = calloc(CN_TASK_MOUNTS_MAX * 2, sizeof *p->paths)))
+        return fail(p, "engine_error", "out of memory");
+    __atomic_store_n(p->run->phase, 0, __ATOMIC_RELEASE);
+    if ((rc = mkdirs(p)) != 0 || (rc = part_log_open(p)) != 0)
+        return rc;
     if (place_files(p) != 0 || place_inputs(p) != 0)
-        goto done;
+        return -1;
     add_mount(p, p->in, "/kowloon/in", 1);
     add_mount(p, p->work, "/kowloon/work", 0);
     add_mount(p, p->out, "/kowloon/out", 0);
     add_mount(p, p->meta, "/kowloon/meta", 0);
     if (cancelled(p)) {
-        res->rc = KL_ECANCELED;
-        goto done;
+        p->res->rc = KL_ECANCELED;
+        return -1;
     }
     if (req->node_rank >= 0 && req->nodes > 1 && rendezvous(p) != 0)
-        goto done;
+        return -1;
     if (c->cg_v1) {
         char base[64];
         snprintf(base, sizeof base, "kowloon/%s", c->tag);
-        if ((rc = cn_task_cg_create(&p->cg, c->cg_root, base, p->id, p->lim.memory_bytes)) < 0) {
-            fail(p, "engine_error", "cannot make the memory cgroup of the part: %s",
-                 strerror(-rc));
-            goto done;
-        }
+        if ((rc = cn_task_cg_create(&p->cg, c->cg_root, base, p->id, p->lim.memory_bytes)) < 0)
+            return fail(p, "engine_error", "cannot make the memory cgroup of the part: %s",
+                        strerror(-rc));
     }
     /* The node tells an OOM kill itself on cgroup v1 (the eventfd): then
      * nothing of the exited container is needed and the engine removes it,
      * as a bare `run --rm` would. Elsewhere the node asks the engine
      * (inspect) and removes it afterwards. */
     p->rm = c->cg_v1;
-    if (build_argv(p, &argv) != 0)
+    return build_argv(p, argv) != 0 ? -1 : 0;
+}
+
+/* Logs (debug) the engine's command line as an operator would type it
+ * (it is never run by a shell). */
+static void log_argv(const part *p, const cn_strv *argv)
+{
+    if (!svc_log_enabled(SVC_LOG_DEBUG))
+        return;
+    char line[8192];
+    size_t n = 0;
+    for (int i = 0; i < argv->n && n < sizeof line - 1; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s'%s'", i ? " " : "", argv->v[i]);
+    svc_debug("task engine command run=%s: %s", p->id, line);
+}
+
+/* The part's end once the engine exited with status, stopped for why
+ * (STOP_*): the failure or cancel in res, else (rank 0 or a single part)
+ * its outputs. */
+static void part_judge(part *p, int status, int why)
+{
+    if (why == CN_TASK_STOP_QUOTA) {
+        fail(p, "output_quota", "the program wrote more than %lld bytes under /kowloon/out; it "
+                                "was stopped and no output is kept",
+             (long long)p->lim.output_bytes);
+    } else if (why == CN_TASK_STOP_CANCEL) {
+        p->res->rc = KL_ECANCELED;
+    } else if (classify(p, status) == 0 && p->run->req->node_rank <= 0) {
+        /* a gang's outputs are rank 0's, as a kernel's */
+        collect_outputs(p);
+    }
+}
+
+void cn_task_execute(const cn_task_run *run, cn_task_result *res)
+{
+    part pt, *p = &pt;
+    cn_strv argv = {0};
+    int status = 0, why = CN_TASK_STOP_NONE;
+
+    part_init(p, run, res);
+    int64_t t0 = svc_now_mono_ms(), t1 = t0, t2 = t0;
+    if (part_prepare(p, &argv) != 0)
         goto done;
     t1 = svc_now_mono_ms();
     __atomic_store_n(run->phase, 1, __ATOMIC_RELEASE);
     svc_info("task started run=%s image=%s container=%s gpus=%d", p->id, p->spec->image, p->name,
              p->gpus);
-    if (svc_log_enabled(SVC_LOG_DEBUG)) {
-        /* the command line as an operator would type it (never run by a shell) */
-        char line[8192];
-        size_t n = 0;
-        for (int i = 0; i < argv.n && n < sizeof line - 1; i++)
-            n += (size_t)snprintf(line + n, sizeof line - n, "%s'%s'", i ? " " : "", argv.v[i]);
-        svc_debug("task engine command run=%s: %s", p->id, line);
-    }
+    log_argv(p, &argv);
     if (supervise(p, &argv, &status, &why) != 0)
         goto done;
     if (status == 125)
         p->engine_left = 1;   /* the engine failed: whatever it made goes by hand */
     t2 = svc_now_mono_ms();
     __atomic_store_n(run->phase, 2, __ATOMIC_RELEASE);
-    if (why == CN_TASK_STOP_QUOTA) {
-        fail(p, "output_quota", "the program wrote more than %lld bytes under /kowloon/out; it "
-                                "was stopped and no output is kept",
-             (long long)p->lim.output_bytes);
-    } else if (why == CN_TASK_STOP_CANCEL) {
-        res->rc = KL_ECANCELED;
-    } else if (classify(p, status) == 0 && req->node_rank <= 0) {
-        /* a gang's outputs are rank 0's, as a kernel's */
-        collect_outputs(p);
-    }
+    part_judge(p, status, why);
 done:
     if (!t2 || t2 < t1)
         t2 = svc_now_mono_ms();

@@ -138,75 +138,85 @@ static int node_tasks(svc_req *req, const json_t *tasks, char **out)
     return 0;
 }
 
-int gw_api_node_register(svc_req *req)
+/* Replies 400 invalid_argument on field with msg; returns -1. */
+static int register_bad(svc_req *req, const char *field, const char *msg)
 {
-    gw_app *app = svc_req_app(req);
-    json_t *b = svc_req_json(req);
+    svc_reply_error(req, 400, "invalid_argument", field, NULL, "%s", msg);
+    return -1;
+}
+
+/* Checks a registration's name, url, backend, backend_reason, slots,
+ * credential and kernels (tasks and gpus: node_tasks, node_gpus). 0, or -1
+ * after replying 400 on the first that is wrong. */
+static int register_check(svc_req *req, json_t *b)
+{
     const char *name = json_string_value(json_object_get(b, "name"));
     const char *url = json_string_value(json_object_get(b, "url"));
     const char *backend = json_string_value(json_object_get(b, "backend"));
     json_t *jreason = json_object_get(b, "backend_reason");
-    const char *reason = json_string_value(jreason);
     json_t *kernels = json_object_get(b, "kernels");
     json_t *slots = json_object_get(b, "slots");
     if (!name || !*name || svc_utf8_chars(name) > 120)
-        return svc_reply_error(req, 400, "invalid_argument", "name", NULL, "name: 1-120 characters");
+        return register_bad(req, "name", "name: 1-120 characters");
     if (!url || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
         strlen(url) > 500)
-        return svc_reply_error(req, 400, "invalid_argument", "url", NULL, "url must be an http(s) URL of at most 500 bytes");
+        return register_bad(req, "url", "url must be an http(s) URL of at most 500 bytes");
     if (!backend || (strcmp(backend, "cpu") && strcmp(backend, "cuda")))
-        return svc_reply_error(req, 400, "invalid_argument", "backend", NULL, "backend must be cpu or cuda");
-    if (jreason && !reason)
-        return svc_reply_error(req, 400, "invalid_argument", "backend_reason", NULL,
-                               "backend_reason must be a string");
+        return register_bad(req, "backend", "backend must be cpu or cuda");
+    if (jreason && !json_string_value(jreason))
+        return register_bad(req, "backend_reason", "backend_reason must be a string");
     if (!json_is_integer(slots) || json_integer_value(slots) < 1 || json_integer_value(slots) > 1024)
-        return svc_reply_error(req, 400, "invalid_argument", "slots", NULL, "slots must be 1-1024");
+        return register_bad(req, "slots", "slots must be 1-1024");
     /* A node that registered before (a restart, a gateway that forgot it)
      * proves it is the name's holder with the credential it was given. */
     json_t *jcred = json_object_get(b, "credential");
-    const char *presented = json_string_value(jcred);
-    if (jcred && !json_is_null(jcred) && !gw_nodecred_valid(presented))
-        return svc_reply_error(req, 400, "invalid_argument", "credential", NULL,
-                               "credential must be the one an earlier registration of this node "
-                               "gave it");
+    if (jcred && !json_is_null(jcred) && !gw_nodecred_valid(json_string_value(jcred)))
+        return register_bad(req, "credential",
+                            "credential must be the one an earlier registration of this node "
+                            "gave it");
     size_t i;
     json_t *k;
     int kernels_ok = json_is_array(kernels);
     json_array_foreach(kernels, i, k)
         kernels_ok &= json_is_string(k);
     if (!kernels_ok)
-        return svc_reply_error(req, 400, "invalid_argument", "kernels", NULL,
-                               "kernels must be an array of kernel names");
-    char *tasks_s;
-    if (node_tasks(req, json_object_get(b, "tasks"), &tasks_s) != 0)
-        return 0;
-    json_t *gpus = node_gpus(req, json_object_get(b, "gpus"));
-    if (!gpus) {
-        free(tasks_s);
-        return 0;
-    }
+        return register_bad(req, "kernels", "kernels must be an array of kernel names");
+    return 0;
+}
+
+/* Makes a credential (into cred) and records the registration reg, to
+ * which it adds the gpus (taken: freed here) and kernels as JSON text, the
+ * new credential's hash and that of the one presented (NULL: none). 0 (id
+ * and *issued as gw_store_node_register sets them) or a negative code:
+ * -EEXIST the name is held by a live node, -EIO PostgreSQL. */
+static int register_store(gw_app *app, gw_node_reg *reg, json_t *gpus, const json_t *kernels,
+                          const char *presented, char cred[GW_NODECRED_SIZE], char id[37],
+                          int *issued)
+{
     char *gpus_s = json_dumps(gpus, JSON_COMPACT);
     char *kernels_s = json_dumps(kernels, JSON_COMPACT);
     json_decref(gpus);
-    char id[37], cred[GW_NODECRED_SIZE], new_hash[GW_NODECRED_HASH_SIZE];
-    char old_hash[GW_NODECRED_HASH_SIZE];
-    int issued = 0;
+    char new_hash[GW_NODECRED_HASH_SIZE], old_hash[GW_NODECRED_HASH_SIZE];
     int rc = gpus_s && kernels_s ? gw_nodecred_make(cred) : -ENOMEM;
     if (rc == 0 && (gw_nodecred_hash(cred, new_hash) != 0 ||
                     (presented && gw_nodecred_hash(presented, old_hash) != 0)))
         rc = -ENOMEM;
     if (rc == 0) {
-        gw_node_reg reg = {.name = name, .url = url, .backend = backend,
-                           .reason = reason ? reason : "", .gpus_json = gpus_s,
-                           .kernels_json = kernels_s, .tasks_json = tasks_s,
-                           .slots = (int)json_integer_value(slots),
-                           .presented_hash = presented ? old_hash : NULL, .new_hash = new_hash,
-                           .timeout_s = app->cfg.node_timeout_s};
-        rc = gw_store_node_register(app->store, &reg, id, &issued);
+        reg->gpus_json = gpus_s;
+        reg->kernels_json = kernels_s;
+        reg->presented_hash = presented ? old_hash : NULL;
+        reg->new_hash = new_hash;
+        rc = gw_store_node_register(app->store, reg, id, issued);
     }
     free(gpus_s);
     free(kernels_s);
-    free(tasks_s);
+    return rc;
+}
+
+/* Replies to a registration that register_store refused with rc. */
+static int register_refused(svc_req *req, gw_app *app, const char *name, const char *presented,
+                            int rc)
+{
     if (rc == -EEXIST) {
         char after[16];
         snprintf(after, sizeof after, "%ld", app->cfg.node_timeout_s);
@@ -221,8 +231,39 @@ int gw_api_node_register(svc_req *req)
     }
     if (rc == -EIO)
         return gw_reply_unavailable(req, "PostgreSQL");
+    return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot make a credential (%d)", rc);
+}
+
+int gw_api_node_register(svc_req *req)
+{
+    gw_app *app = svc_req_app(req);
+    json_t *b = svc_req_json(req);
+    if (register_check(req, b) != 0)
+        return 0;
+    const char *name = json_string_value(json_object_get(b, "name"));
+    const char *url = json_string_value(json_object_get(b, "url"));
+    const char *backend = json_string_value(json_object_get(b, "backend"));
+    const char *reason = json_string_value(json_object_get(b, "backend_reason"));
+    const char *presented = json_string_value(json_object_get(b, "credential"));
+    json_t *slots = json_object_get(b, "slots");
+    char *tasks_s;
+    if (node_tasks(req, json_object_get(b, "tasks"), &tasks_s) != 0)
+        return 0;
+    json_t *gpus = node_gpus(req, json_object_get(b, "gpus"));
+    if (!gpus) {
+        free(tasks_s);
+        return 0;
+    }
+    char id[37], cred[GW_NODECRED_SIZE];
+    int issued = 0;
+    gw_node_reg reg = {.name = name, .url = url, .backend = backend, .reason = reason ? reason : "",
+                       .tasks_json = tasks_s, .slots = (int)json_integer_value(slots),
+                       .timeout_s = app->cfg.node_timeout_s};
+    int rc = register_store(app, &reg, gpus, json_object_get(b, "kernels"), presented, cred, id,
+                            &issued);
+    free(tasks_s);
     if (rc)
-        return svc_reply_error(req, 500, "internal", NULL, NULL, "cannot make a credential (%d)", rc);
+        return register_refused(req, app, name, presented, rc);
     svc_info("node registered: %s (%s) at %s backend=%s slots=%d%s%s%s", name, id, url, backend,
              (int)json_integer_value(slots), issued ? " with a new credential" : " with its credential",
              reason && *reason ? " reason=" : "", reason ? reason : "");

@@ -161,6 +161,77 @@ static int collect_ids(gw_waits *ws, char (*ids)[37], int max)
     return n;
 }
 
+/* Ends recorded elsewhere: one query for the jobs of the waiters (up to
+ * WAITS_BATCH * 4), marking those whose job ended to be looked at. mu held
+ * on entry and exit (dropped around the query). */
+static void ends_check(gw_waits *ws)
+{
+    static char ids[WAITS_BATCH * 4][37];   /* only the wait thread uses it */
+    int n = collect_ids(ws, ids, WAITS_BATCH * 4);
+    pthread_mutex_unlock(&ws->mu);
+    int *ended = calloc((size_t)n, sizeof(int));
+    int rc = ended ? gw_store_jobs_ended(ws->app->store, (const char (*)[37])ids, n, ended) : -ENOMEM;
+    pthread_mutex_lock(&ws->mu);
+    for (waiter *w = ws->list; rc == 0 && w; w = w->next)
+        for (int i = 0; i < n; i++)
+            if (ended[i] && strcmp(ids[i], w->job_id) == 0)
+                w->look = 1;
+    free(ended);
+}
+
+/* Takes off the list, into due, up to WAITS_BATCH waiters that need a look
+ * (marked, past their deadline, or all at a stop); returns how many. *next
+ * is lowered to the earliest deadline of those left. mu held. */
+static int take_due(gw_waits *ws, waiter **due, int64_t now, int64_t *next)
+{
+    int nd = 0;
+    for (waiter **pp = &ws->list; *pp && nd < WAITS_BATCH;) {
+        waiter *w = *pp;
+        if (w->look || w->deadline <= now || ws->stop) {
+            *pp = w->next;
+            due[nd++] = w;
+            continue;
+        }
+        if (w->deadline < *next)
+            *next = w->deadline;
+        pp = &w->next;
+    }
+    return nd;
+}
+
+/* Looks at one waiter taken off the list: answers it (and frees it) when its
+ * key was revoked, its job ended or is gone, or its time ran out (or the
+ * thread stops); else puts it back on the list. Not under mu on entry. */
+static void look_at(gw_waits *ws, waiter *w, int stopping)
+{
+    if (w->revoked) {
+        answer(w, NULL);
+        return;
+    }
+    json_t *job = NULL;
+    int rc = gw_store_job_get(ws->app->store, w->tenant_id, w->job_id, &job);
+    int out_of_time = svc_now_mono_ms() >= w->deadline || stopping;
+    if ((rc == 0 && terminal(job)) || out_of_time) {
+        answer(w, rc == 0 ? job : NULL);
+        return;
+    }
+    if (rc == -ENOENT) {
+        /* ended and deleted (DELETE /v1/jobs/{id}) before we looked */
+        svc_reply_error(w->req, 404, "not_found", NULL, NULL, "no such job");
+        svc_req_resume(w->req);
+        free(w);
+        return;
+    }
+    /* Woken by a change that was not its end (a re-queue), or
+     * PostgreSQL did not answer: it waits on. */
+    json_decref(job);
+    w->look = 0;
+    pthread_mutex_lock(&ws->mu);
+    w->next = ws->list;
+    ws->list = w;
+    pthread_mutex_unlock(&ws->mu);
+}
+
 /* The wait thread: looks for the ends of the waiters' jobs (one query
  * every WAITS_RECHECK_MS), answers the waiters whose job ended or whose time
  * ran out, and at a stop answers every one with its job as it is. */
@@ -168,7 +239,6 @@ static void *waits_main(void *arg)
 {
     gw_waits *ws = arg;
     int64_t next_recheck = 0, next_keys = 0;
-    static char ids[WAITS_BATCH * 4][37];
     pthread_mutex_lock(&ws->mu);
     while (!ws->stop || ws->list) {
         int64_t now = svc_now_mono_ms();
@@ -178,34 +248,13 @@ static void *waits_main(void *arg)
             next_keys = now + ws->key_check_ms;
         }
         if (ws->list && now >= next_recheck && !ws->stop) {
-            /* Ends recorded elsewhere: one query for the waiters' jobs. */
-            int n = collect_ids(ws, ids, WAITS_BATCH * 4);
-            pthread_mutex_unlock(&ws->mu);
-            int *ended = calloc((size_t)n, sizeof(int));
-            int rc = ended ? gw_store_jobs_ended(ws->app->store, (const char (*)[37])ids, n, ended) : -ENOMEM;
-            pthread_mutex_lock(&ws->mu);
-            for (waiter *w = ws->list; rc == 0 && w; w = w->next)
-                for (int i = 0; i < n; i++)
-                    if (ended[i] && strcmp(ids[i], w->job_id) == 0)
-                        w->look = 1;
-            free(ended);
+            ends_check(ws);
             next_recheck = svc_now_mono_ms() + WAITS_RECHECK_MS;
             now = svc_now_mono_ms();
         }
         waiter *due[WAITS_BATCH];
-        int nd = 0;
         int64_t next = ws->list ? (next_recheck < next_keys ? next_recheck : next_keys) : now + 1000;
-        for (waiter **pp = &ws->list; *pp && nd < WAITS_BATCH;) {
-            waiter *w = *pp;
-            if (w->look || w->deadline <= now || ws->stop) {
-                *pp = w->next;
-                due[nd++] = w;
-                continue;
-            }
-            if (w->deadline < next)
-                next = w->deadline;
-            pp = &w->next;
-        }
+        int nd = take_due(ws, due, now, &next);
         if (nd == 0) {
             struct timespec ts = {.tv_sec = next / 1000, .tv_nsec = (long)(next % 1000) * 1000000L};
             pthread_cond_timedwait(&ws->cv, &ws->mu, &ts);
@@ -213,35 +262,8 @@ static void *waits_main(void *arg)
         }
         int stopping = ws->stop;
         pthread_mutex_unlock(&ws->mu);
-        for (int i = 0; i < nd; i++) {
-            waiter *w = due[i];
-            if (w->revoked) {
-                answer(w, NULL);
-                continue;
-            }
-            json_t *job = NULL;
-            int rc = gw_store_job_get(ws->app->store, w->tenant_id, w->job_id, &job);
-            int out_of_time = svc_now_mono_ms() >= w->deadline || stopping;
-            if ((rc == 0 && terminal(job)) || out_of_time) {
-                answer(w, rc == 0 ? job : NULL);
-                continue;
-            }
-            if (rc == -ENOENT) {
-                /* ended and deleted (DELETE /v1/jobs/{id}) before we looked */
-                svc_reply_error(w->req, 404, "not_found", NULL, NULL, "no such job");
-                svc_req_resume(w->req);
-                free(w);
-                continue;
-            }
-            /* Woken by a change that was not its end (a re-queue), or
-             * PostgreSQL did not answer: it waits on. */
-            json_decref(job);
-            w->look = 0;
-            pthread_mutex_lock(&ws->mu);
-            w->next = ws->list;
-            ws->list = w;
-            pthread_mutex_unlock(&ws->mu);
-        }
+        for (int i = 0; i < nd; i++)
+            look_at(ws, due[i], stopping);
         pthread_mutex_lock(&ws->mu);
     }
     pthread_mutex_unlock(&ws->mu);

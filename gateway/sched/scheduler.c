@@ -529,6 +529,88 @@ static int flush_batch(gw_sched *s, gw_claim *batch, const char **members, int *
     return got;
 }
 
+/* Groups the peek's n entries (each tenant's together) into pt, and gives
+ * each tenant its virtual time in vt[k], raised to the floor; the floor
+ * rises to the least of them. A tenant back from idle thus starts at the
+ * least virtual time of the tenants that were waiting at the last pass.
+ * The number of tenants, or -1 on ENOMEM. */
+static int pass_tenants(gw_sched *s, int n, pass_tenant *pt, double *vt)
+{
+    int nt = 0;
+    for (int i = 0; i < n; i++) {
+        if (nt == 0 || s->ready[i].tenant_id != s->ready[pt[nt - 1].start].tenant_id) {
+            pt[nt] = (pass_tenant){.start = i, .pos = i, .t = tenant_of(s, s->ready[i].tenant_id)};
+            nt++;
+        }
+        pt[nt - 1].end = i + 1;
+    }
+    for (int k = 0; k < nt; k++)
+        if (!vt_of(s, s->ready[pt[k].start].tenant_id))
+            return -1;
+    double floor = -1;
+    for (int k = 0; k < nt; k++) {
+        pt[k].vt = vt_of(s, s->ready[pt[k].start].tenant_id);   /* no more inserts: stable */
+        if (*pt[k].vt < s->vfloor)
+            *pt[k].vt = s->vfloor;
+        vt[k] = *pt[k].vt;
+        floor = floor < 0 || vt[k] < floor ? vt[k] : floor;
+    }
+    if (floor > s->vfloor)
+        s->vfloor = floor;
+    return nt;
+}
+
+/* The reservation of a pass: made for the first job that fits nowhere now,
+ * the nodes it holds from start on (reserved), and the nodes the job being
+ * placed may use (allowed: backfill). */
+typedef struct pass_res {
+    int have;
+    int64_t start;
+    uint8_t *reserved, *allowed;
+} pass_res;
+
+/* Places e on the nodes as they are now (view refreshed), within the
+ * reservation res if there is one, filling c; counts the placement in the
+ * scheduler's view and sets *free_slot. When e does not fit and there is
+ * no reservation yet, e reserves the nodes that free first. 1 when placed,
+ * else 0. Takes mu. */
+static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_claim *c,
+                      int64_t now, pass_res *res, int *free_slot)
+{
+    gw_place_req req = {.backend = e->backend, .gpus = e->gpus, .nodes = e->nodes,
+                        .gpu_mem_mb = e->gpu_mem_mb, .image = e->image};
+    gw_place_pick pick;
+    pthread_mutex_lock(&s->mu);
+    nodes_view(s, view);
+    if (req.image)
+        req.image_anywhere = gw_place_image_listed(view, s->nnodes, req.image);
+    if (res->have)
+        gw_place_backfill_mask(s->nnodes, res->reserved, res->start, now, e->timeout_s,
+                               res->allowed);
+    int placed = gw_place_job(view, s->nnodes, &req, res->have ? res->allowed : NULL, &pick) == 0 &&
+                 claim_fill(s, c, e, &pick) == 0;
+    if (placed) {
+        place_count(s, e->job_id, &pick, e->timeout_s, now);
+        *free_slot = nodes_view(s, view);
+    } else if (!res->have) {
+        int64_t at = gw_place_reserve(view, s->nnodes, &req, now, res->reserved);
+        res->have = at >= 0;
+        res->start = at;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return placed;
+}
+
+/* Charges tenant t (its virtual time *vt) for e, placed in this pass. */
+static void pass_charge(pass_tenant *t, double *vt, const gw_ready *e)
+{
+    double units = (double)(e->nodes > 1 ? e->nodes : 1) * (e->gpus > 1 ? e->gpus : 1);
+    *vt += gw_place_fair_charge(units, t->t ? t->t->weight : 1);
+    *t->vt = *vt;
+    if (t->t)
+        t->t->running++;   /* counted at placement; the next refresh corrects */
+}
+
 /* One placement pass. The heads of every tenant's ready queue are looked
  * at in fair-share order: the tenant running the least per unit of weight
  * next (placements of this pass counted), within a tenant the most urgent
@@ -546,8 +628,9 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     static uint8_t cand[SCAN_MAX], reserved[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];
     const char *members[PEEK_MAX];
-    int dispatched = 0, nb = 0, n = 0, nt = 0, have_res = 0;
-    int64_t mono = svc_now_mono_ms(), now = svc_now_wall_ms(), res_start = 0;
+    int dispatched = 0, nb = 0, n = 0;
+    pass_res res = {.reserved = reserved, .allowed = allowed};
+    int64_t mono = svc_now_mono_ms(), now = svc_now_wall_ms();
     int per_tenant = PEEK_MAX;
     if (mono >= s->next_deep_ms) {
         per_tenant = SCAN_MAX / 8;
@@ -558,29 +641,9 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     pthread_mutex_unlock(&s->mu);
     if (!free_slot || gw_queue_peek(s->app->queue, per_tenant, s->ready, SCAN_MAX, &n) != 0)
         return 0;
-    /* The peek holds each tenant's entries together. A tenant back from
-     * idle starts at the floor: the least virtual time of the tenants
-     * that were waiting at the last pass. */
-    for (int i = 0; i < n; i++) {
-        if (nt == 0 || s->ready[i].tenant_id != s->ready[pt[nt - 1].start].tenant_id) {
-            pt[nt] = (pass_tenant){.start = i, .pos = i, .t = tenant_of(s, s->ready[i].tenant_id)};
-            nt++;
-        }
-        pt[nt - 1].end = i + 1;
-    }
-    for (int k = 0; k < nt; k++)
-        if (!vt_of(s, s->ready[pt[k].start].tenant_id))
-            return 0;
-    double floor = -1;
-    for (int k = 0; k < nt; k++) {
-        pt[k].vt = vt_of(s, s->ready[pt[k].start].tenant_id);   /* no more inserts: stable */
-        if (*pt[k].vt < s->vfloor)
-            *pt[k].vt = s->vfloor;
-        vt[k] = *pt[k].vt;
-        floor = floor < 0 || vt[k] < floor ? vt[k] : floor;
-    }
-    if (floor > s->vfloor)
-        s->vfloor = floor;
+    int nt = pass_tenants(s, n, pt, vt);
+    if (nt < 0)
+        return 0;
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
         for (int k = 0; k < nt; k++) {
             cand[k] = pt[k].pos < pt[k].end;
@@ -595,33 +658,9 @@ static int dispatch_pass(gw_sched *s, int64_t until)
             pt[k].pos = pt[k].end;
             continue;
         }
-        gw_place_req req = {.backend = e->backend, .gpus = e->gpus, .nodes = e->nodes,
-                            .gpu_mem_mb = e->gpu_mem_mb, .image = e->image};
-        gw_place_pick pick;
-        pthread_mutex_lock(&s->mu);
-        nodes_view(s, view);
-        if (req.image)
-            req.image_anywhere = gw_place_image_listed(view, s->nnodes, req.image);
-        if (have_res)
-            gw_place_backfill_mask(s->nnodes, reserved, res_start, now, e->timeout_s, allowed);
-        int placed = gw_place_job(view, s->nnodes, &req, have_res ? allowed : NULL, &pick) == 0 &&
-                     claim_fill(s, &batch[nb], e, &pick) == 0;
-        if (placed) {
-            place_count(s, e->job_id, &pick, e->timeout_s, now);
-            free_slot = nodes_view(s, view);
-        } else if (!have_res) {
-            int64_t at = gw_place_reserve(view, s->nnodes, &req, now, reserved);
-            have_res = at >= 0;
-            res_start = at;
-        }
-        pthread_mutex_unlock(&s->mu);
-        if (!placed)
+        if (!pass_place(s, e, view, &batch[nb], now, &res, &free_slot))
             continue;
-        double units = (double)(e->nodes > 1 ? e->nodes : 1) * (e->gpus > 1 ? e->gpus : 1);
-        vt[k] += gw_place_fair_charge(units, pt[k].t ? pt[k].t->weight : 1);
-        *pt[k].vt = vt[k];
-        if (pt[k].t)
-            pt[k].t->running++;   /* counted at placement; the next refresh corrects */
+        pass_charge(&pt[k], &vt[k], e);
         members[nb++] = e->member;
         if (nb == PEEK_MAX) {
             int got = flush_batch(s, batch, members, &nb);

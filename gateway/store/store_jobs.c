@@ -93,6 +93,67 @@ enum { P_ID, P_TENANT, P_KERNEL, P_PARAMS, P_PRIO, P_TIMEOUT, P_ATTEMPTS, P_BACK
        P_LABELS, P_META, P_DATA, P_OFF, P_LEN, P_BJOB, P_BID, P_BSIZE, P_IKEY, P_IHASH, P_WEBHOOK,
        P_WH_EVENTS, P_NODES, P_GPU_MEM, P_TASK, P_TASK_RUN, P__COUNT };
 
+/* Appends job j to the arrays of ST_JOBS_INSERT (all but P_DATA); its
+ * inline bytes start at off in the binary parameter. */
+static void insert_row(arr *a, const gw_job_new *j, size_t off)
+{
+    arr_add(&a[P_ID], j->id, 0);
+    arr_addf(&a[P_TENANT], j->tenant_id);
+    arr_add(&a[P_KERNEL], j->kernel, 1);
+    arr_add(&a[P_PARAMS], j->params_json, 1);
+    arr_addf(&a[P_PRIO], j->priority);
+    arr_addf(&a[P_TIMEOUT], j->timeout_s);
+    arr_addf(&a[P_ATTEMPTS], j->max_attempts);
+    arr_add(&a[P_BACKEND], j->backend, 1);
+    arr_addf(&a[P_GPUS], j->gpus);
+    arr_addf(&a[P_NODES], j->nodes > 0 ? j->nodes : 1);
+    if (j->gpu_memory_gb > 0) {
+        char gb[32];
+        snprintf(gb, sizeof gb, "%.9g", j->gpu_memory_gb);
+        arr_add(&a[P_GPU_MEM], gb, 0);
+    } else {
+        arr_add(&a[P_GPU_MEM], "NULL", 0);
+    }
+    arr_add(&a[P_LABELS], j->labels_json, 1);
+    arr_add(&a[P_META], j->inputs_meta, 1);
+    arr_addf(&a[P_OFF], (long long)off);
+    arr_addf(&a[P_LEN], (long long)j->inputs_len);
+    arr_add(&a[P_WEBHOOK], j->webhook ? j->webhook : "NULL", j->webhook != NULL);
+    arr_add(&a[P_WH_EVENTS], j->webhook ? j->webhook_events : "NULL", j->webhook != NULL);
+    arr_add(&a[P_IKEY], j->idem_key ? j->idem_key : "NULL", j->idem_key != NULL);
+    arr_add(&a[P_IHASH], j->idem_key ? j->idem_hash : "NULL", 0);
+    arr_add(&a[P_TASK], j->task_json ? j->task_json : "NULL", j->task_json != NULL);
+    arr_add(&a[P_TASK_RUN], j->task_run_json ? j->task_run_json : "NULL",
+            j->task_run_json != NULL);
+    for (int b = 0; b < j->nblobs; b++) {
+        arr_add(&a[P_BJOB], j->id, 0);
+        arr_add(&a[P_BID], j->blob_ids[b], 1);
+        arr_addf(&a[P_BSIZE], (long long)j->blob_sizes[b]);
+    }
+}
+
+/* Reads ST_JOBS_INSERT's rows back into the jobs, matched by ordinality
+ * (column 0): the idempotency outcome, and seq and created_ms of a job
+ * inserted. 0, or -EIO on a row that names no job of the batch. */
+static int insert_read_back(PGresult *r, gw_job_new *const *jobs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        long k = strtol(PQgetvalue(r, i, 0), NULL, 10);
+        if (k < 1 || k > n)
+            return -EIO;
+        gw_job_new *j = jobs[k - 1];
+        j->idem = GW_IDEM_NEW;
+        if (PQgetisnull(r, i, 1)) {
+            store__copy(r, i, 3, j->idem_job, sizeof j->idem_job);
+            j->idem = strcmp(PQgetvalue(r, i, 4), "1") == 0 ? GW_IDEM_REPLAY : GW_IDEM_REUSED;
+            continue;
+        }
+        j->seq = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+        j->created_ms = strtoll(PQgetvalue(r, i, 2), NULL, 10);
+    }
+    return 0;
+}
+
 /* One ST_JOBS_INSERT for the whole batch (store.h): the arrays built
  * here, the inline bytes copied into one binary parameter, and each job's
  * seq and created_ms read back by ordinality. */
@@ -106,42 +167,10 @@ int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
     size_t off = 0;
     for (int k = 0; k < n && data; k++) {
         const gw_job_new *j = jobs[k];
-        arr_add(&a[P_ID], j->id, 0);
-        arr_addf(&a[P_TENANT], j->tenant_id);
-        arr_add(&a[P_KERNEL], j->kernel, 1);
-        arr_add(&a[P_PARAMS], j->params_json, 1);
-        arr_addf(&a[P_PRIO], j->priority);
-        arr_addf(&a[P_TIMEOUT], j->timeout_s);
-        arr_addf(&a[P_ATTEMPTS], j->max_attempts);
-        arr_add(&a[P_BACKEND], j->backend, 1);
-        arr_addf(&a[P_GPUS], j->gpus);
-        arr_addf(&a[P_NODES], j->nodes > 0 ? j->nodes : 1);
-        if (j->gpu_memory_gb > 0) {
-            char gb[32];
-            snprintf(gb, sizeof gb, "%.9g", j->gpu_memory_gb);
-            arr_add(&a[P_GPU_MEM], gb, 0);
-        } else {
-            arr_add(&a[P_GPU_MEM], "NULL", 0);
-        }
-        arr_add(&a[P_LABELS], j->labels_json, 1);
-        arr_add(&a[P_META], j->inputs_meta, 1);
-        arr_addf(&a[P_OFF], (long long)off);
-        arr_addf(&a[P_LEN], (long long)j->inputs_len);
-        arr_add(&a[P_WEBHOOK], j->webhook ? j->webhook : "NULL", j->webhook != NULL);
-        arr_add(&a[P_WH_EVENTS], j->webhook ? j->webhook_events : "NULL", j->webhook != NULL);
+        insert_row(a, j, off);
         if (j->inputs_len)
             memcpy(data + off, j->inputs_data, j->inputs_len);
         off += j->inputs_len;
-        arr_add(&a[P_IKEY], j->idem_key ? j->idem_key : "NULL", j->idem_key != NULL);
-        arr_add(&a[P_IHASH], j->idem_key ? j->idem_hash : "NULL", 0);
-        arr_add(&a[P_TASK], j->task_json ? j->task_json : "NULL", j->task_json != NULL);
-        arr_add(&a[P_TASK_RUN], j->task_run_json ? j->task_run_json : "NULL",
-                j->task_run_json != NULL);
-        for (int b = 0; b < j->nblobs; b++) {
-            arr_add(&a[P_BJOB], j->id, 0);
-            arr_add(&a[P_BID], j->blob_ids[b], 1);
-            arr_addf(&a[P_BSIZE], (long long)j->blob_sizes[b]);
-        }
     }
     const char *v[P__COUNT];
     int lens[P__COUNT] = {0}, fmts[P__COUNT] = {0};
@@ -163,22 +192,8 @@ int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n)
             rc = !c->pg ? -EIO : gw_store_sqlstate_transient(c->sqlstate) ? -EAGAIN : -EPROTO;
         else if (PQntuples(r) != n)
             rc = -EIO; /* cannot happen: the statement inserts every row or none */
-        for (int i = 0; !rc && i < n; i++) {
-            long k = strtol(PQgetvalue(r, i, 0), NULL, 10);
-            if (k < 1 || k > n) {
-                rc = -EIO;
-                break;
-            }
-            gw_job_new *j = jobs[k - 1];
-            j->idem = GW_IDEM_NEW;
-            if (PQgetisnull(r, i, 1)) {
-                store__copy(r, i, 3, j->idem_job, sizeof j->idem_job);
-                j->idem = strcmp(PQgetvalue(r, i, 4), "1") == 0 ? GW_IDEM_REPLAY : GW_IDEM_REUSED;
-                continue;
-            }
-            j->seq = strtoll(PQgetvalue(r, i, 1), NULL, 10);
-            j->created_ms = strtoll(PQgetvalue(r, i, 2), NULL, 10);
-        }
+        else
+            rc = insert_read_back(r, jobs, n);
         PQclear(r);
         store__release(s, c);
     }
@@ -428,6 +443,35 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
 enum { S_ID, S_ATT, S_BACKEND, S_INFO, S_META, S_DATA, S_OFF, S_LEN, S_USAGE, S_PRICES, S_U1, S_U2,
        S_NODE, S_KERNEL, S__COUNT };
 
+/* Appends report g to the arrays of ST_JOBS_SUCCEED_INLINE (all but
+ * S_DATA, S_PRICES and S_NODE); its bytes start at off in the binary
+ * parameter. */
+static void succeed_row(arr *a, const gw_success *g, size_t off)
+{
+    arr_add(&a[S_ID], g->job_id, 0);
+    arr_addf(&a[S_ATT], g->attempt);
+    arr_add(&a[S_BACKEND], g->backend, 1);
+    arr_add(&a[S_INFO], g->info_json, 1);
+    arr_add(&a[S_META], g->meta_json, 1);
+    arr_addf(&a[S_OFF], (long long)off);
+    arr_addf(&a[S_LEN], (long long)g->len);
+    /* an unquoted NULL is SQL's NULL: no measurement from the node */
+    arr_add(&a[S_USAGE], g->usage_json ? g->usage_json : "NULL", g->usage_json != NULL);
+    arr_add(&a[S_U1], g->usage_u1 && g->usage_u2 ? g->usage_u1 : "NULL", g->usage_u1 && g->usage_u2);
+    arr_add(&a[S_U2], g->usage_u1 && g->usage_u2 ? g->usage_u2 : "NULL", g->usage_u1 && g->usage_u2);
+    arr_add(&a[S_KERNEL], g->kernel ? g->kernel : "", 1);
+}
+
+/* Marks recorded the rows that ST_JOBS_SUCCEED_INLINE returned: the
+ * attempts that were current; the rest were late or duplicate reports. */
+static void succeed_mark_recorded(PGresult *r, gw_success *rows, int n)
+{
+    for (int i = 0; r && i < PQntuples(r); i++)
+        for (int k = 0; k < n; k++)
+            if (strcmp(PQgetvalue(r, i, 0), rows[k].job_id) == 0)
+                rows[k].recorded = 1;
+}
+
 int gw_store_jobs_succeed_inline(gw_store *s, const char *node_id, gw_success *rows, int n)
 {
     arr a[S__COUNT] = {{0}};
@@ -440,18 +484,7 @@ int gw_store_jobs_succeed_inline(gw_store *s, const char *node_id, gw_success *r
     size_t off = 0;
     for (int k = 0; k < n && data; k++) {
         const gw_success *g = &rows[k];
-        arr_add(&a[S_ID], g->job_id, 0);
-        arr_addf(&a[S_ATT], g->attempt);
-        arr_add(&a[S_BACKEND], g->backend, 1);
-        arr_add(&a[S_INFO], g->info_json, 1);
-        arr_add(&a[S_META], g->meta_json, 1);
-        arr_addf(&a[S_OFF], (long long)off);
-        arr_addf(&a[S_LEN], (long long)g->len);
-        /* an unquoted NULL is SQL's NULL: no measurement from the node */
-        arr_add(&a[S_USAGE], g->usage_json ? g->usage_json : "NULL", g->usage_json != NULL);
-        arr_add(&a[S_U1], g->usage_u1 && g->usage_u2 ? g->usage_u1 : "NULL", g->usage_u1 && g->usage_u2);
-        arr_add(&a[S_U2], g->usage_u1 && g->usage_u2 ? g->usage_u2 : "NULL", g->usage_u1 && g->usage_u2);
-        arr_add(&a[S_KERNEL], g->kernel ? g->kernel : "", 1);
+        succeed_row(a, g, off);
         if (g->len)
             memcpy(data + off, g->data, g->len);
         off += g->len;
@@ -476,12 +509,7 @@ int gw_store_jobs_succeed_inline(gw_store *s, const char *node_id, gw_success *r
         PGresult *r = store__exec(c, ST_JOBS_SUCCEED_INLINE, v, lens, fmts, 0);
         if (!r)
             rc = store__fail_rc(c);
-        /* The rows returned are the attempts that were current: the rest
-         * were late or duplicate reports. */
-        for (int i = 0; r && i < PQntuples(r); i++)
-            for (int k = 0; k < n; k++)
-                if (strcmp(PQgetvalue(r, i, 0), rows[k].job_id) == 0)
-                    rows[k].recorded = 1;
+        succeed_mark_recorded(r, rows, n);
         PQclear(r);
         store__release(s, c);
     }
