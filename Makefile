@@ -44,14 +44,19 @@ KL_CXX   := $(if $(GLOO),kernels/dist/gloo.cc,)
 GW_SRC   := $(wildcard gateway/*.c gateway/*/*.c)
 CN_SRC   := $(wildcard compute/*.c compute/*/*.c)
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
-UT_SRC   := $(wildcard tests/unit/test_*.c)
+UT_SRC   := $(wildcard tests/unit/*/test_*.c)
 
 SVC_OBJ  := $(SVC_SRC:%.c=$(B)/%.o) $(SVC_CXX:%.cc=$(B)/%.o)
 KL_OBJ   := $(KL_SRC:%.c=$(B)/%.o) $(KL_CXX:%.cc=$(B)/%.o)
 GW_OBJ   := $(GW_SRC:%.c=$(B)/%.o)
 CN_OBJ   := $(CN_SRC:%.c=$(B)/%.o)
 CU_OBJ   := $(CU_SRC:%.cu=$(B)/%.o)
-UT_BIN   := $(UT_SRC:tests/unit/%.c=$(B)/tests/%)
+# tests/unit has a room per layer (kernels/, service/, gateway/, compute/,
+# bench/); each binary lands at its source's place under $(B)/
+# (build/tests/unit/kernels/test_kl_args). Not build/tests/ flat, as before
+# the rooms: the .d files a build tree of then still holds name the sources'
+# old paths, and make would stop on a target they name.
+UT_BIN   := $(UT_SRC:%.c=$(B)/%)
 # Stand-ins for the CUDA plugin (tests/plugins/fake_cuda.c): the node's
 # tests load them with --plugin on machines without a GPU.
 FAKE_PLUGINS := $(B)/tests/kl_fake_cuda.so $(B)/tests/kl_fake_cuda_abi4.so $(B)/tests/kl_fake_cuda_noabi.so
@@ -110,23 +115,25 @@ lib/kowloon-cuda.so: $(CU_OBJ) $(B)/libkl.a
 	@$(if $(Q),echo "  NVLD    $@")
 	$(Q)$(NVCC) -shared -o $@ $(CU_OBJ) $(B)/libkl.a $(CU_LIBS) $(KL_LIBS)
 
-# Unit tests link what their prefix names: test_kl_* the kernel library,
-# test_svc_* the service runtime, test_gw_* / test_cn_* a daemon's objects.
+# Unit tests link what their prefix names, and live in the room of tests/unit
+# it names: test_kl_* (kernels/) the kernel library, test_svc_* (service/)
+# the service runtime, test_gw_* (gateway/) / test_cn_* (compute/) a daemon's
+# objects, test_bench_* (bench/) the scale simulator's core.
 # Each sees the include folders of the layer it tests.
 UT_CC = $(CC) $(CPPFLAGS) $(CFLAGS) -Wno-unused-parameter $(LDFLAGS) -o $@ $< $(filter %.o %.a,$^) -lcmocka
-$(B)/tests/test_kl_%: tests/unit/test_kl_%.c $(B)/libkl.a
+$(B)/tests/unit/kernels/test_kl_%: tests/unit/kernels/test_kl_%.c $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(UT_CC) $(INC_kernels) $(KL_LIBS)
-$(B)/tests/test_svc_%: tests/unit/test_svc_%.c $(B)/libsvc.a $(B)/libkl.a
+$(B)/tests/unit/service/test_svc_%: tests/unit/service/test_svc_%.c $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(UT_CC) $(INC_service) $(SVC_LIBS) $(KL_LIBS)
-$(B)/tests/test_gw_%: tests/unit/test_gw_%.c $(filter-out %/main.o,$(GW_OBJ)) $(B)/libsvc.a $(B)/libkl.a
+$(B)/tests/unit/gateway/test_gw_%: tests/unit/gateway/test_gw_%.c $(filter-out %/main.o,$(GW_OBJ)) $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(UT_CC) $(INC_gateway) $(GW_LIBS) $(SVC_LIBS) $(KL_LIBS)
-$(B)/tests/test_bench_%: tests/unit/test_bench_%.c $(B)/bench/scalesim_core.o
+$(B)/tests/unit/bench/test_bench_%: tests/unit/bench/test_bench_%.c $(B)/bench/scalesim_core.o
 	@mkdir -p $(dir $@)
 	$(Q)$(UT_CC) -Ibench -ljansson
-$(B)/tests/test_cn_%: tests/unit/test_cn_%.c $(filter-out %/main.o,$(CN_OBJ)) $(B)/libsvc.a $(B)/libkl.a
+$(B)/tests/unit/compute/test_cn_%: tests/unit/compute/test_cn_%.c $(filter-out %/main.o,$(CN_OBJ)) $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(UT_CC) $(INC_compute) $(SVC_LIBS) $(KL_LIBS) $(CN_LIBS)
 
@@ -142,8 +149,8 @@ $(B)/tests/kl_fake_cuda_noabi.so: tests/plugins/fake_cuda.c $(B)/libkl.a
 	@mkdir -p $(dir $@)
 	$(Q)$(FAKE_CC) -DFAKE_NO_ABI_SYMBOL
 # test_cn_backend and test_cn_runs load them.
-$(B)/tests/test_cn_backend $(B)/tests/test_cn_runs: $(FAKE_PLUGINS)
-$(B)/tests/test_cn_backend $(B)/tests/test_cn_runs: CPPFLAGS += -DKL_FAKE_PLUGIN_DIR='"$(B)/tests"'
+$(B)/tests/unit/compute/test_cn_backend $(B)/tests/unit/compute/test_cn_runs: $(FAKE_PLUGINS)
+$(B)/tests/unit/compute/test_cn_backend $(B)/tests/unit/compute/test_cn_runs: CPPFLAGS += -DKL_FAKE_PLUGIN_DIR='"$(B)/tests"'
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
@@ -153,7 +160,7 @@ $(B)/tests/test_cn_backend $(B)/tests/test_cn_runs: CPPFLAGS += -DKL_FAKE_PLUGIN
 lint:
 	@python3 scripts/lint.py
 # sql/schema.sql: the schema the migrations produce, written anew from a
-# throwaway PostgreSQL (tests/integration/test_schema.py checks it).
+# throwaway PostgreSQL (tests/integration/ops/test_schema.py checks it).
 schema: $(BIN)/kowloon-gateway
 	@python3 scripts/schema.py
 # The layers the build promises (DESIGN.md), read from the objects' .d files.
@@ -161,14 +168,14 @@ check-layers: all
 	@scripts/check-layers.sh $(B)
 # One target per unit test binary, so that `make -j -O test-unit` (what
 # make test runs) runs them side by side and prints each one's output whole.
-UT_RUN := $(UT_BIN:%=%.run) $(B)/tests/test_bench_philly.py.run
+UT_RUN := $(UT_BIN:%=%.run) $(B)/tests/unit/bench/test_bench_philly.py.run
 .PHONY: $(UT_RUN)
 test-unit: $(UT_RUN) check-layers
 $(filter-out %.py.run,$(UT_RUN)): %.run: %
 	@echo "== $<"; $<
-$(B)/tests/test_bench_philly.py.run:
-	@echo "== tests/unit/test_bench_philly.py (the scale workload and packer)"
-	@python3 -m pytest -q -p no:cacheprovider tests/unit/test_bench_philly.py
+$(B)/tests/unit/bench/test_bench_philly.py.run:
+	@echo "== tests/unit/bench/test_bench_philly.py (the scale workload and packer)"
+	@python3 -m pytest -q -p no:cacheprovider tests/unit/bench/test_bench_philly.py
 
 # The commands of the README, and the rest of the tooling, live in scripts/.
 # deps, run, test and test-asan all check the Debian and Python packages

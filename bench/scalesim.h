@@ -1,5 +1,5 @@
 /* scalesim.h — the bookkeeping of kl-scalesim's simulated nodes, apart from
- * its I/O so that it is tested alone (tests/unit/test_bench_scalesim.c):
+ * its I/O so that it is tested alone (tests/unit/bench/test_bench_scalesim.c):
  * what a lease's run request says, which devices a run holds on its node
  * (and whether the gateway placed it on devices already busy: an
  * over-commit), how long it "runs", and the JSON a node sends back. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Slurm's start overhead on this machine, for comparison with Kowloon's
 tasks (bench/tasks.py): the private one-host slurm-wlm cluster that
-tests/integration/test_slurm.py starts (tests/integration/slurmstack.py:
+tests/integration/cluster/test_slurm.py starts (tests/integration/slurmstack.py:
 munged with a generated key, slurmctld and slurmd from a generated
 slurm.conf, free ports, everything under a temporary directory, removed at
 the end), then a trivial job N times:

@@ -4,7 +4,7 @@
  * cublasCreate costs milliseconds and cublasDestroy synchronises the whole
  * device, so neither belongs in a run. The create and destroy functions
  * are the caller's, so the bookkeeping is tested without a GPU
- * (tests/unit/test_kl_hcache.c). */
+ * (tests/unit/kernels/test_kl_hcache.c). */
 #ifndef KL_HCACHE_H
 #define KL_HCACHE_H
 

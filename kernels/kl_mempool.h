@@ -3,7 +3,7 @@
  * gives freed memory back to the driver at every synchronisation, so each
  * run maps its buffers again; a release threshold keeps that much reserved
  * between runs. The device calls are the caller's functions, so the policy
- * is tested without a GPU (tests/unit/test_kl_mempool.c). */
+ * is tested without a GPU (tests/unit/kernels/test_kl_mempool.c). */
 #ifndef KL_MEMPOOL_H
 #define KL_MEMPOOL_H
 

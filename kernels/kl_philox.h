@@ -4,7 +4,7 @@
  * Box–Muller normals. Written once for host and device code (KL_HD), so the
  * CPU reference and the CUDA plugin draw bit-identical 32-bit words; the
  * float normals then differ only by the libm ulps of logf/sincosf.
- * tests/unit/test_kl_philox.c checks the Random123 known-answer vectors. */
+ * tests/unit/kernels/test_kl_philox.c checks the Random123 known-answer vectors. */
 #ifndef KL_PHILOX_H
 #define KL_PHILOX_H
 

@@ -14,7 +14,7 @@
  * cudaHostRegister) can carry fences too, so that their owner can wait
  * before unmapping them.
  * Allocation and fences are the caller's functions, so the bookkeeping is
- * tested without a GPU (tests/unit/test_kl_pinpool.c). */
+ * tested without a GPU (tests/unit/kernels/test_kl_pinpool.c). */
 #ifndef KL_PINPOOL_H
 #define KL_PINPOOL_H
 

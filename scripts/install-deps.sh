@@ -21,8 +21,8 @@ PACKAGES=(
     libopenblas-dev libcmocka-dev libdouble-conversion-dev libssl-dev postgresql postgresql-contrib redis-server
     docker-compose g++ clang libclang-rt-14-dev wrk pkg-config curl
     openssl  # test_tls.py makes its certificates
-    prometheus  # promtool, which checks /metrics in tests/integration/test_metrics.py
-    # the dashboard: Chart.js it serves, and what tests/integration/test_ui.py
+    prometheus  # promtool, which checks /metrics in tests/integration/ops/test_metrics.py
+    # the dashboard: Chart.js it serves, and what tests/integration/clients/test_ui.py
     # drives it with (headless Chromium through selenium) and runs its
     # JavaScript client in (Node >= 18)
     libjs-chart.js chromium chromium-driver nodejs

@@ -2,7 +2,7 @@
 # scripts/test-asan.sh — `make test-asan`: builds everything with
 # AddressSanitizer and UndefinedBehaviorSanitizer (objects in build-san/,
 # daemons in bin-san/, no CUDA plugin), then runs
-#   1. the C unit tests of build-san/tests/, LeakSanitizer on: a leak, an
+#   1. the C unit tests of build-san/tests/unit/, LeakSanitizer on: a leak, an
 #      ASan report or a UBSan report fails the test that caused it;
 #   2. the integration suite against bin-san/ (KOWLOON_TEST_ROOT), and fails
 #      when any daemon log holds an ASan or UBSan report. Leak checks are off
@@ -49,11 +49,11 @@ for b in bin-san/kowloon-gateway bin-san/kowloon-compute; do
 done
 kl_record build "PASS ($((SECONDS - t0)) s)"
 
-echo "=== unit tests under ASan/UBSan/LSan (build-san/tests)"
+echo "=== unit tests under ASan/UBSan/LSan (build-san/tests/unit)"
 t0=$SECONDS
 unit_failed=()
-for src in tests/unit/test_*.c; do
-    t=build-san/tests/$(basename "$src" .c)
+for src in tests/unit/*/test_*.c; do
+    t=build-san/${src%.c}
     log=$WORK/$(basename "$t").log
     echo "== $t"
     if [ ! -x "$t" ]; then

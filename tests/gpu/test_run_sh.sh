@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu/test_run_sh.sh — run.sh's own behaviour, on any machine with
-# nvcc (no GPU needed; tests/integration/test_gpu_run_sh.py runs it):
+# nvcc (no GPU needed; tests/integration/kernels/test_gpu_run_sh.py runs it):
 #   1. NCCL found as a Python package only (a site-packages folder shaped
 #      like the nvidia-nccl-cu13 wheel: nvidia/nccl/{include,lib}, the
 #      library as libnccl.so.2 alone), said so, linked and found at run time;

@@ -54,7 +54,8 @@ def _on_sigterm(signum, frame):
 # The files that take longest (about a minute each alone, serial run of
 # 2026-12-04): on xdist workers they are handed out first, so that none of
 # them is what one worker still runs while the others are done. Files not
-# named (new ones too) follow in their usual order.
+# named (new ones too) follow in their usual order. Basenames: the files
+# live in the rooms below (jobs/, cluster/, ...), each name once.
 HEAVY_FIRST = ("test_datapath.py", "test_events.py", "test_faults.py", "test_ui.py",
                "test_gpu_run_sh.py", "test_webhooks.py", "test_task_node.py", "test_node_loss.py",
                "test_multinode_run.py", "test_http_abuse.py", "test_slurm.py", "test_sdk.py")

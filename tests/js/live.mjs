@@ -1,4 +1,4 @@
-// live.mjs — ui/kowloon.js against a real gateway (tests/integration/test_ui.py
+// live.mjs — ui/kowloon.js against a real gateway (tests/integration/clients/test_ui.py
 // starts the stack and passes KOWLOON_URL and KOWLOON_KEY): submit, watch a
 // job to its end (events or polling, whichever the gateway offers), result,
 // an output as .npy, paging, kernels, nodes, cancel, errors. Exits non-zero

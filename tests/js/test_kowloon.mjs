@@ -2,7 +2,7 @@
 // small scripted HTTP server: the SSE parser, events over fetch with
 // reconnection by Last-Event-ID, the fallback to polling where the gateway
 // has no event stream, paging, errors, .npy inputs, and the key kept out of
-// every URL. tests/integration/test_ui.py runs it, and live.mjs against the
+// every URL. tests/integration/clients/test_ui.py runs it, and live.mjs against the
 // real stack.
 import assert from "node:assert/strict";
 import http from "node:http";

@@ -16,7 +16,7 @@ from daemon_options import env_options
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
 from openapi_spec_validator import validate
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
 SPEC = os.path.join(ROOT, "openapi", "openapi.yaml")
 

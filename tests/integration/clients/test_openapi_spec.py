@@ -10,7 +10,7 @@ import pytest
 import yaml
 from openapi_spec_validator import validate
 
-SPEC = os.path.join(os.path.dirname(__file__), "..", "..", "openapi", "openapi.yaml")
+SPEC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "openapi", "openapi.yaml")
 
 
 class StrictLoader(yaml.SafeLoader):

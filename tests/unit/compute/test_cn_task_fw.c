@@ -2,7 +2,7 @@
  * deny entries read into rules (a local address covers every local one,
  * a remote one is itself, a block is a block), and the iptables words of
  * each rule. Installing needs root and iptables: the engine tests
- * (tests/integration/test_task_node.py) do that. */
+ * (tests/integration/tasks/test_task_node.py) do that. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

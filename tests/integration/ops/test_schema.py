@@ -10,7 +10,7 @@ import sys
 
 from stack import GATEWAY_BIN
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # the gateway under test (KOWLOON_TEST_ROOT: the sanitizer build's under make test-asan)
 SCHEMA = [sys.executable, os.path.join(ROOT, "scripts", "schema.py"), "--gateway", GATEWAY_BIN]
 

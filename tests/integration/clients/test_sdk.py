@@ -29,6 +29,8 @@ sys.path.insert(0, SDK_SRC)
 import kowloon  # noqa: E402
 from kowloon import _wire  # noqa: E402
 
+# The kernels' numpy references, from their tests in the kernels room.
+sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels")))
 import test_kernel_heat2d as heat  # noqa: E402  (numpy references, not re-collected here)
 import test_kernel_kmeans as km  # noqa: E402
 import test_kernel_montecarlo as mc  # noqa: E402

@@ -1,11 +1,11 @@
 """bench/philly.py: the Philly-shaped workload and the offline packer of the
-cluster-scale bench (python3 -m pytest -q tests/unit/test_bench_philly.py)."""
+cluster-scale bench (python3 -m pytest -q tests/unit/bench/test_bench_philly.py)."""
 
 import math
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench"))
 import philly  # noqa: E402
 
 

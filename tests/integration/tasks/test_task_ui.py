@@ -15,6 +15,7 @@ chromedriver is absent, as test_ui.py."""
 import json
 import mimetypes
 import os
+import sys
 import threading
 import time
 import urllib.parse
@@ -23,6 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import stack as stk
+
+# The dashboard's browser helpers, from its tests in the clients room.
+sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients")))
 from test_ui import browser, by_css, console_problems, shot, sign_in, wait_for  # noqa: F401
 
 CHARTJS = "/usr/share/javascript/chart.js/chart.min.js"
