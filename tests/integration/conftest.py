@@ -51,18 +51,14 @@ def _on_sigterm(signum, frame):
     os._exit(143)
 
 
-# The files that take longest, the longest first (each file's summed test
-# times on 4 workers, 2026-12-04: 92 s down to 21 s): on xdist workers they
-# are handed out first, so that none of them is what one worker still runs
-# while the others are done (the tasks/ room, last in collection order, did
-# that). Files not named (new ones too) follow in their usual order.
-# Basenames: the files live in the rooms below (jobs/, cluster/, ...), each
-# name once.
-HEAVY_FIRST = ("test_datapath.py", "test_tasks.py", "test_events.py", "test_faults.py", "test_ui.py",
-               "test_node_loss.py", "test_webhooks.py", "test_task_node.py", "test_multinode_run.py",
-               "test_task_clients.py", "test_task_gang.py", "test_gpu_run_sh.py", "test_sdk.py",
-               "test_http_abuse.py", "test_slurm.py", "test_cluster_auth.py", "test_scale_sim.py",
-               "test_task_ui.py")
+# The files that take longest (about a minute each alone, serial run of
+# 2026-12-04): on xdist workers they are handed out first, so that none of
+# them is what one worker still runs while the others are done. Files not
+# named (new ones too) follow in their usual order. Basenames: the files
+# live in the rooms below (jobs/, cluster/, ...), each name once.
+HEAVY_FIRST = ("test_datapath.py", "test_events.py", "test_faults.py", "test_ui.py",
+               "test_gpu_run_sh.py", "test_webhooks.py", "test_task_node.py", "test_node_loss.py",
+               "test_multinode_run.py", "test_http_abuse.py", "test_slurm.py", "test_sdk.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
