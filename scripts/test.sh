@@ -31,6 +31,9 @@ stage() { # stage NAME COMMAND...: runs COMMAND, its output to the screen and to
     return "$rc"
 }
 took=0
+record() { # record NAME RC: NAME's result in the summary, PASS for RC 0, with $took
+    if [ "$2" = 0 ]; then kl_record "$1" "PASS ($took s)"; else kl_record "$1" "FAIL ($took s)"; fi
+}
 why() { # why NAME: the lines of a failed part's log that say why
     grep -E -a 'PROBLEM|NOT counted|broke|^accepted=|FAILED|FAIL:|Error|ERROR|error:|failures=[1-9]|5xx=[1-9]|crash|Assertion|AddressSanitizer|timed out|Timeout' \
         "$LOGS/$1.log" | grep -v -E '^\s*$' | tail -n 25
@@ -38,7 +41,8 @@ why() { # why NAME: the lines of a failed part's log that say why
 
 t_all=$SECONDS
 echo "=== unit tests (make test-unit, $(nproc) at a time)"
-if stage unit kl_run_contained make --no-print-directory -j"$(nproc)" -O test-unit; then kl_record unit "PASS ($took s)"; else kl_record unit "FAIL ($took s)"; fi
+stage unit kl_run_contained make --no-print-directory -j"$(nproc)" -O test-unit
+record unit $?
 
 workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers)}
 echo "=== integration tests (pytest tests/integration, $workers workers; the slowest tests listed at the end)"
@@ -61,11 +65,11 @@ beside() { # beside NAME COMMAND...: runs COMMAND in the background into NAME's 
     ( t0=$(date +%s); "$@" >"$LOGS/$name.log" 2>&1; echo "$? $(($(date +%s) - t0))" >"$LOGS/$name.rc" ) &
 }
 ended() { # ended NAME: prints NAME's output and records its result (after wait)
-    local rc took
+    local rc
     read -r rc took <"$LOGS/$1.rc" || { rc=1 took=0; }
     echo "=== $1: its output"
     cat "$LOGS/$1.log"
-    if [ "$rc" = 0 ]; then kl_record "$1" "PASS ($took s)"; else kl_record "$1" "FAIL ($took s)"; fi
+    record "$1" "$rc"
 }
 echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one), in the background"
 beside chaos tests/chaos/run.sh
@@ -73,7 +77,8 @@ echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness, one at a
 export FUZZ_SECONDS=${FUZZ_SECONDS:-10} FUZZ_JOBS=${FUZZ_JOBS:-1}
 beside fuzz kl_run_contained tests/fuzz/run.sh
 echo "=== API fuzzing, short run (tests/api_fuzz/run.sh; make fuzz-api runs the full one)"
-if stage api-fuzz tests/api_fuzz/run.sh; then kl_record api-fuzz "PASS ($took s)"; else kl_record api-fuzz "FAIL ($took s)"; fi
+stage api-fuzz tests/api_fuzz/run.sh
+record api-fuzz $?
 wait
 ended chaos
 ended fuzz

@@ -146,9 +146,11 @@ static int register_bad(svc_req *req, const char *field, const char *msg)
 }
 
 /* Checks a registration's name, url, backend, backend_reason, slots,
- * credential and kernels (tasks and gpus: node_tasks, node_gpus). 0, or -1
- * after replying 400 on the first that is wrong. */
-static int register_check(svc_req *req, json_t *b)
+ * credential and kernels (tasks and gpus: node_tasks, node_gpus) and
+ * fills reg's name, url, backend, reason and slots and *presented (the
+ * credential presented; NULL: none) from them. 0, or -1 after replying 400
+ * on the first that is wrong. */
+static int register_check(svc_req *req, json_t *b, gw_node_reg *reg, const char **presented)
 {
     const char *name = json_string_value(json_object_get(b, "name"));
     const char *url = json_string_value(json_object_get(b, "url"));
@@ -181,6 +183,13 @@ static int register_check(svc_req *req, json_t *b)
         kernels_ok &= json_is_string(k);
     if (!kernels_ok)
         return register_bad(req, "kernels", "kernels must be an array of kernel names");
+    const char *reason = json_string_value(jreason);
+    reg->name = name;
+    reg->url = url;
+    reg->backend = backend;
+    reg->reason = reason ? reason : "";
+    reg->slots = (int)json_integer_value(slots);
+    *presented = json_string_value(jcred);
     return 0;
 }
 
@@ -238,14 +247,10 @@ int gw_api_node_register(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
     json_t *b = svc_req_json(req);
-    if (register_check(req, b) != 0)
+    gw_node_reg reg = {.timeout_s = app->cfg.node_timeout_s};
+    const char *presented;
+    if (register_check(req, b, &reg, &presented) != 0)
         return 0;
-    const char *name = json_string_value(json_object_get(b, "name"));
-    const char *url = json_string_value(json_object_get(b, "url"));
-    const char *backend = json_string_value(json_object_get(b, "backend"));
-    const char *reason = json_string_value(json_object_get(b, "backend_reason"));
-    const char *presented = json_string_value(json_object_get(b, "credential"));
-    json_t *slots = json_object_get(b, "slots");
     char *tasks_s;
     if (node_tasks(req, json_object_get(b, "tasks"), &tasks_s) != 0)
         return 0;
@@ -256,17 +261,15 @@ int gw_api_node_register(svc_req *req)
     }
     char id[37], cred[GW_NODECRED_SIZE];
     int issued = 0;
-    gw_node_reg reg = {.name = name, .url = url, .backend = backend, .reason = reason ? reason : "",
-                       .tasks_json = tasks_s, .slots = (int)json_integer_value(slots),
-                       .timeout_s = app->cfg.node_timeout_s};
+    reg.tasks_json = tasks_s;
     int rc = register_store(app, &reg, gpus, json_object_get(b, "kernels"), presented, cred, id,
                             &issued);
     free(tasks_s);
     if (rc)
-        return register_refused(req, app, name, presented, rc);
-    svc_info("node registered: %s (%s) at %s backend=%s slots=%d%s%s%s", name, id, url, backend,
-             (int)json_integer_value(slots), issued ? " with a new credential" : " with its credential",
-             reason && *reason ? " reason=" : "", reason ? reason : "");
+        return register_refused(req, app, reg.name, presented, rc);
+    svc_info("node registered: %s (%s) at %s backend=%s slots=%d%s%s%s", reg.name, id, reg.url,
+             reg.backend, reg.slots, issued ? " with a new credential" : " with its credential",
+             *reg.reason ? " reason=" : "", reg.reason);
     gw_nodecreds_forget(app->nodecreds, id);
     gw_leases_forget(app->leases, id);
     unheld_due(id, 0, 1);

@@ -210,8 +210,7 @@ def kill_group(p):
 
 def unthrottle(s, tenant):
     """Lifts tenant's rate limit (rate_rps 0: none), from its next request on."""
-    r = stk.requests.post(s.base + "/v1/tenants", json={"name": tenant, "rate_rps": 0}, timeout=15,
-                          headers={"Authorization": f"Bearer {s.keys['admin']}"})
+    r = s.admin.post("/v1/tenants", json={"name": tenant, "rate_rps": 0})
     if r.status_code != 200 or r.json().get("rate_rps") != 0:
         raise FuzzError(f"POST /v1/tenants {tenant} rate_rps=0 -> {r.status_code} {r.text[:200]}")
 
