@@ -98,6 +98,36 @@ def read_all(s, timeout=10):
         out += b
 
 
+def read_one(s, timeout=10):
+    """One whole response on a connection the server keeps open: (bytes,
+    how) as read_all, "done" once the head and its Content-Length are in."""
+    out = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        head, sep, rest = out.partition(b"\r\n\r\n")
+        if sep:
+            n = 0
+            for line in head.split(b"\r\n")[1:]:
+                k, _, v = line.partition(b":")
+                if k.strip().lower() == b"content-length":
+                    n = int(v)
+            if len(rest) >= n:
+                return out, "done"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return out, "timeout"
+        s.settimeout(left)
+        try:
+            b = s.recv(65536)
+        except socket.timeout:
+            return out, "timeout"
+        except (ConnectionResetError, BrokenPipeError):
+            return out, "reset"
+        if not b:
+            return out, "eof"
+        out += b
+
+
 class Reply:
     """The first response in raw bytes (MHD's own error pages may be
     followed by garbage, see test_malformed_content_length_is_400)."""
@@ -270,15 +300,23 @@ def test_slow_clients_do_not_starve_others(gw, stack):
 
 
 def test_per_ip_limit_answers_503_on_the_extra_connections_but_serves_health(gw):
+    """Which connections are over the address's limit is decided as each is
+    accepted, and the server's pool threads accept concurrently: the test
+    counts them rather than expect the last ones opened."""
     socks = open_many(gw, "127.0.0.5", PER_IP + 3)
     try:
-        time.sleep(0.3)
+        # every connection, over the limit or not, is served a health check
+        # (a reserved route) and kept
+        for s in socks:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        for s in socks:
+            r = Reply(*read_one(s, 5))
+            assert r.status == 200, r
+        # any other route: served on PER_IP of them, 503 on the 3 over it
         statuses = []
-        for i, s in enumerate(socks):
-            # the extra connections still get health checks (a reserved route)
-            path = b"/healthz" if i == len(socks) - 1 else b"/openapi.yaml"
+        for s in socks:
             try:
-                s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                s.sendall(b"GET /openapi.yaml HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
             except OSError:
                 pass
             r = Reply(*read_all(s, 5))
@@ -286,7 +324,7 @@ def test_per_ip_limit_answers_503_on_the_extra_connections_but_serves_health(gw)
             if r.status == 503:
                 assert r.json()["error"]["code"] == "unavailable", r
                 assert r.headers.get("retry-after") == "1", r
-        assert statuses == [200] * PER_IP + [503, 503, 200], statuses
+        assert sorted(statuses) == [200] * PER_IP + [503] * 3, statuses
         assert healthz(gw).status == 200  # another address is not limited
     finally:
         for s in socks:
@@ -302,19 +340,23 @@ def test_per_ip_limit_answers_503_on_the_extra_connections_but_serves_health(gw)
 def test_past_the_per_ip_limit_an_address_gets_a_small_allowance_then_nothing(gw):
     socks = open_many(gw, "127.0.0.6", PER_IP + RESERVED_PER_IP + 3)
     try:
-        # past the allowance: shut at once, without a byte; the allowance kept
+        # past the allowance: shut at once, without a byte; the allowance
+        # kept (which ones: the order in which the pool threads accepted)
         shut = shut_now(socks, expect=3)
-        assert set(shut) == set(socks[PER_IP + RESERVED_PER_IP:]), \
-            sorted(socks.index(x) for x in shut)
-        # the allowance serves health checks ...
-        s = socks[PER_IP]
+        assert len(shut) == 3, sorted(socks.index(x) for x in shut)
+        assert shut_now(socks, within=0.3) == shut, "more than the allowance was shut"
+        kept = [s for s in socks if s not in shut]
+        # the allowance serves health checks (any kept connection does) ...
+        s = kept[0]
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
-        r = Reply(*read_all(s, 1))
+        r = Reply(*read_one(s, 1))
         assert r.status == 200, r
-        # ... and the ones over the limit that send nothing are cut within ~2 s
+        # ... and the kept ones that send nothing are cut: those over the
+        # limit within ~2 s, the rest at the 3 s idle timeout
         t0 = time.monotonic()
-        r = Reply(*read_all(socks[PER_IP + 1], 6))
-        assert r.raw == b"" and r.how in ("eof", "reset"), r
+        quiet = kept[1:]
+        cut = shut_now(quiet, within=2 + SLACK_S, expect=len(quiet))
+        assert len(cut) == len(quiet), f"{len(quiet) - len(cut)} idle connections still open"
         assert time.monotonic() - t0 < 2 + SLACK_S
     finally:
         for s in socks:
@@ -361,21 +403,25 @@ def test_one_address_cannot_take_the_reserved_share(roomy_gw):
     addresses' allowance: 16 here): one address takes its allowance and no
     more, another still gets its own, and a third finds the share taken."""
     g = roomy_gw
+    # Which of an address's connections are the ones over its limit is
+    # decided as each is accepted, by whichever pool thread accepts it: the
+    # test counts them rather than expect the last ones opened.
     a = open_many(g, "127.0.3.1", PER_IP + RESERVED_SHARE)
     b, c = [], []
     try:
-        over = a[PER_IP:]
-        shut = shut_now(over, expect=len(over) - RESERVED_PER_IP)
-        assert len(over) - len(shut) == RESERVED_PER_IP, len(shut)
-        ask_health([s for s in over if s not in shut])
+        shut = shut_now(a, expect=RESERVED_SHARE - RESERVED_PER_IP)
+        assert len(shut) == RESERVED_SHARE - RESERVED_PER_IP, len(shut)
+        ask_health([s for s in a if s not in shut])
         b = open_many(g, "127.0.3.2", PER_IP + RESERVED_PER_IP)
-        ask_health(b[PER_IP:])
+        ask_health(b)
         c = open_many(g, "127.0.3.3", PER_IP + 1)
-        assert shut_now(c, expect=1) == [c[-1]], "a connection past the reserved share was kept"
+        assert len(shut_now(c, expect=1)) == 1, "a connection past the reserved share was kept"
+        assert len(shut_now(c, within=0.3)) == 1, "more than the one past the share was shut"
         assert shut_now(b, within=0.2) == [], "a second address lost its allowance to the first"
         # what the allowance keeps was served
-        r = Reply(*read_all(b[-1], 1))
-        assert r.status == 200, r
+        for s in b:
+            r = Reply(*read_one(s, 5))
+            assert r.status == 200, r
     finally:
         for s in a + b + c:
             s.close()
