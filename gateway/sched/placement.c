@@ -205,8 +205,13 @@ static int64_t free_at(const gw_place_node *c, const gw_place_req *r, int64_t no
     return d > at ? d : at;
 }
 
+static int reservable(const gw_place_node *node, const gw_place_req *r, const int64_t *held, int i)
+{
+    return (held == NULL || held[i] == 0) && gw_place_capable(node, r);
+}
+
 int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
-                         uint8_t *reserved)
+                         const int64_t *held, uint8_t *reserved)
 {
     int want = r->nodes > 1 ? r->nodes : 1, m = 0;
     memset(reserved, 0, (size_t)n);
@@ -214,7 +219,7 @@ int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *
     if (!at)
         return -1;
     for (int i = 0; i < n; i++)
-        if (gw_place_capable(&nodes[i], r))
+        if (reservable(&nodes[i], r, held, i))
             at[m++] = free_at(&nodes[i], r, now);
     if (m < want) {
         free(at);
@@ -228,7 +233,7 @@ int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *
     int taken = 0;
     for (int pass = 0; pass < 2 && taken < want; pass++)
         for (int i = 0; i < n && taken < want; i++) {
-            if (reserved[i] || !gw_place_capable(&nodes[i], r))
+            if (reserved[i] || !reservable(&nodes[i], r, held, i))
                 continue;
             int64_t t = free_at(&nodes[i], r, now);
             if ((pass == 0 && t < start) || (pass == 1 && t == start)) {
@@ -239,12 +244,12 @@ int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *
     return start;
 }
 
-void gw_place_backfill_mask(int n, const uint8_t *reserved, int64_t start_ms, int64_t now,
-                            int timeout_s, uint8_t *allowed)
+void gw_place_backfill_mask(int n, const int64_t *held, int64_t now, int timeout_s,
+                            uint8_t *allowed)
 {
-    int ends_in_time = start_ms != INT64_MAX && now + (int64_t)timeout_s * 1000 <= start_ms;
+    int64_t end = now + (int64_t)timeout_s * 1000;
     for (int i = 0; i < n; i++)
-        allowed[i] = !reserved[i] || ends_in_time;
+        allowed[i] = held[i] == 0 || (held[i] != INT64_MAX && end <= held[i]);
 }
 
 int gw_place_fair_pick(const double *vtime, const double *head, const uint8_t *candidate, int k)

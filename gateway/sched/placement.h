@@ -76,16 +76,18 @@ int gw_place_capable(const gw_place_node *node, const gw_place_req *r);
 /* The reservation of a job that does not fit now: the earliest time (epoch
  * ms, >= now) at which r->nodes capable nodes have a free slot (and, where
  * devices are not shared, enough idle devices) by their runs' ends, with
- * reserved[i] set for those nodes. -1 (and nothing
- * reserved) when fewer than r->nodes nodes are capable. */
+ * reserved[i] set for those nodes. Nodes an earlier reservation holds
+ * (held[i] != 0; held may be NULL) are left out. -1 (and nothing reserved)
+ * when fewer than r->nodes nodes are capable and not held. */
 int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
-                         uint8_t *reserved);
+                         const int64_t *held, uint8_t *reserved);
 
-/* Which nodes a job of timeout_s may use while a reservation holds
- * (reserved, starting at start_ms): every node not reserved, and the
- * reserved ones too when the job ends (now + timeout_s) by start_ms. */
-void gw_place_backfill_mask(int n, const uint8_t *reserved, int64_t start_ms, int64_t now,
-                            int timeout_s, uint8_t *allowed);
+/* Which nodes a job of timeout_s may use while reservations hold nodes
+ * (held[i]: the start of the reservation holding node i, 0 when none):
+ * every node not held, and a held one too when the job ends (now +
+ * timeout_s) by that reservation's start. */
+void gw_place_backfill_mask(int n, const int64_t *held, int64_t now, int timeout_s,
+                            uint8_t *allowed);
 
 /* Weighted fair share as stride scheduling: each tenant has a virtual
  * time that every start advances by the job's units (nodes x gpus) over

@@ -32,6 +32,8 @@
  * the deeper ones at most this often. */
 #define DEEP_SCAN_MS 200
 #define SCHED_MAX_NODES 4096
+/* Reservations one pass makes at most (dispatch_pass). */
+#define RESERVE_MAX 64
 /* How often retries whose back-off has ended move to the ready queue. */
 #define PROMOTE_MS 100
 /* Least time between two placement passes that claimed something. Under
@@ -560,53 +562,71 @@ static int pass_tenants(gw_sched *s, int n, pass_tenant *pt, double *vt)
     return nt;
 }
 
-/* The reservation of a pass: made for the first job that fits nowhere now,
- * the nodes it holds from start on (reserved), and the nodes the job being
- * placed may use (allowed: backfill). */
+/* The reservations of a pass: a job that fits nowhere now reserves the
+ * nodes that free first among those no earlier reservation of the pass
+ * holds (held[i]: the start of the reservation holding node i, 0 when
+ * none); allowed: the nodes the job being placed may use (backfill); mask:
+ * the nodes a reservation being made takes. */
 typedef struct pass_res {
-    int have;
-    int64_t start;
-    uint8_t *reserved, *allowed;
+    int n;
+    int64_t *held;
+    uint8_t *allowed, *mask;
 } pass_res;
 
+/* What pass_place did with a job. */
+enum { PASS_SKIPPED, PASS_PLACED, PASS_RESERVED };
+
 /* Places e on the nodes as they are now (view refreshed), within the
- * reservation res if there is one, filling c; counts the placement in the
- * scheduler's view and sets *free_slot. When e does not fit and there is
- * no reservation yet, e reserves the nodes that free first. 1 when placed,
- * else 0. Takes mu. */
+ * reservations of the pass, filling c; counts the placement in the
+ * scheduler's view and sets *free_slot. When e does not fit, it reserves
+ * the nodes that free first among those not held yet (at most RESERVE_MAX
+ * reservations a pass). Takes mu. */
 static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_claim *c,
                       int64_t now, pass_res *res, int *free_slot)
 {
     gw_place_req req = {.backend = e->backend, .gpus = e->gpus, .nodes = e->nodes,
                         .gpu_mem_mb = e->gpu_mem_mb, .image = e->image};
     gw_place_pick pick;
+    int how = PASS_SKIPPED;
     pthread_mutex_lock(&s->mu);
     nodes_view(s, view);
     if (req.image)
         req.image_anywhere = gw_place_image_listed(view, s->nnodes, req.image);
-    if (res->have)
-        gw_place_backfill_mask(s->nnodes, res->reserved, res->start, now, e->timeout_s,
-                               res->allowed);
-    int placed = gw_place_job(view, s->nnodes, &req, res->have ? res->allowed : NULL, &pick) == 0 &&
-                 claim_fill(s, c, e, &pick) == 0;
-    if (placed) {
+    if (res->n)
+        gw_place_backfill_mask(s->nnodes, res->held, now, e->timeout_s, res->allowed);
+    if (gw_place_job(view, s->nnodes, &req, res->n ? res->allowed : NULL, &pick) == 0 &&
+        claim_fill(s, c, e, &pick) == 0) {
         place_count(s, e->job_id, &pick, e->timeout_s, now);
         *free_slot = nodes_view(s, view);
-    } else if (!res->have) {
-        int64_t at = gw_place_reserve(view, s->nnodes, &req, now, res->reserved);
-        res->have = at >= 0;
-        res->start = at;
+        how = PASS_PLACED;
+    } else if (res->n < RESERVE_MAX) {
+        int64_t at = gw_place_reserve(view, s->nnodes, &req, now, res->held, res->mask);
+        if (at >= 0) {
+            for (int i = 0; i < s->nnodes; i++)
+                if (res->mask[i])
+                    res->held[i] = at;
+            res->n++;
+            how = PASS_RESERVED;
+        }
     }
     pthread_mutex_unlock(&s->mu);
-    return placed;
+    return how;
 }
 
-/* Charges tenant t (its virtual time *vt) for e, placed in this pass. */
-static void pass_charge(pass_tenant *t, double *vt, const gw_ready *e)
+/* What e costs its tenant's virtual time. */
+static double pass_cost(const pass_tenant *t, const gw_ready *e)
 {
     double units = (double)(e->nodes > 1 ? e->nodes : 1) * (e->gpus > 1 ? e->gpus : 1);
-    *vt += gw_place_fair_charge(units, t->t ? t->t->weight : 1);
-    *t->vt = *vt;
+    return gw_place_fair_charge(units, t->t ? t->t->weight : 1);
+}
+
+/* Charges tenant t for e, placed in this pass: its virtual time in the
+ * pass (*vt) and the one kept between passes. */
+static void pass_charge(pass_tenant *t, double *vt, const gw_ready *e)
+{
+    double cost = pass_cost(t, e);
+    *vt += cost;
+    *t->vt += cost;
     if (t->t)
         t->t->running++;   /* counted at placement; the next refresh corrects */
 }
@@ -615,9 +635,15 @@ static void pass_charge(pass_tenant *t, double *vt, const gw_ready *e)
  * at in fair-share order: the tenant running the least per unit of weight
  * next (placements of this pass counted), within a tenant the most urgent
  * first. Each job that fits goes to the least loaded nodes and devices
- * (placement.h). The first job that fits nowhere now but could once nodes
- * free up reserves the nodes that free first; from then on a job goes on a
- * reserved node only when its timeout_s ends before that time (backfill).
+ * (placement.h). A job that fits nowhere now but could once nodes free up
+ * reserves the nodes that free first, and its tenant's turn in this pass
+ * is counted as if it had started (not between passes: it has not): a
+ * tenant whose next jobs are too big for the devices free now thus holds
+ * nodes in proportion to its share while they drain, instead of seeing
+ * lighter tenants take every device that frees (each pass used to make one
+ * reservation, and a tenant of weight 1 got 1.7 times its share in
+ * test_scale_sim). From then on a job goes on a reserved node only when its
+ * timeout_s ends before that reservation's start (backfill).
  * Claims go in batches of PEEK_MAX, until no slot is free, every entry was
  * looked at, or the clock reaches until. Returns how many were claimed. */
 static int dispatch_pass(gw_sched *s, int64_t until)
@@ -625,11 +651,12 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     static gw_place_node view[SCHED_MAX_NODES];
     static pass_tenant pt[SCAN_MAX];
     static double vt[SCAN_MAX], head[SCAN_MAX];
-    static uint8_t cand[SCAN_MAX], reserved[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
+    static uint8_t cand[SCAN_MAX], mask[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
+    static int64_t held[SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];
     const char *members[PEEK_MAX];
     int dispatched = 0, nb = 0, n = 0;
-    pass_res res = {.reserved = reserved, .allowed = allowed};
+    pass_res res = {.held = held, .allowed = allowed, .mask = mask};
     int64_t mono = svc_now_mono_ms(), now = svc_now_wall_ms();
     int per_tenant = PEEK_MAX;
     if (mono >= s->next_deep_ms) {
@@ -644,6 +671,7 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     int nt = pass_tenants(s, n, pt, vt);
     if (nt < 0)
         return 0;
+    memset(held, 0, sizeof(held[0]) * (size_t)s->nnodes);
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
         for (int k = 0; k < nt; k++) {
             cand[k] = pt[k].pos < pt[k].end;
@@ -658,7 +686,10 @@ static int dispatch_pass(gw_sched *s, int64_t until)
             pt[k].pos = pt[k].end;
             continue;
         }
-        if (!pass_place(s, e, view, &batch[nb], now, &res, &free_slot))
+        int how = pass_place(s, e, view, &batch[nb], now, &res, &free_slot);
+        if (how == PASS_RESERVED)
+            vt[k] += pass_cost(&pt[k], e);
+        if (how != PASS_PLACED)
             continue;
         pass_charge(&pt[k], &vt[k], e);
         members[nb++] = e->member;

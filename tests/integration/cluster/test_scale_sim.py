@@ -5,7 +5,7 @@ lease polls, gang rendezvous, results) run a Philly-shaped backlog of
 weights 1-4 (bench/philly.py). Correctness only, never a time: every job
 ends once, no node is given more GPUs than it has (no device holds two runs
 at once), and while every tenant still has work queued, tenants start GPUs
-roughly in proportion to their weights.
+in proportion to their weights (within a third).
 
 The test owns its stack: a gateway with no rate limit, and no other node."""
 
@@ -131,14 +131,13 @@ def test_a_simulated_cluster_runs_every_job_once_without_over_committing_a_gpu(s
     # Fair share: GPU units (nodes x gpus) started from the first run's end
     # (the cluster full: starts wait for GPUs to free) while every tenant
     # still had work queued (until the first one's last job started),
-    # against the weights. Loose: from half of each tenant's fair share to
-    # 2.25 times it, and the weight-4 tenant at least 1.25 times the
-    # weight-1 one's units. (Equal shares, no weighting at all, would put
-    # the weight-1 tenant at 2.5 times its share and the ratio at 1.
-    # Today's scheduler puts it at about 1.7 (2.0 once under ASan, whose
-    # slower passes see more devices free at once): each tenant's peek
-    # window fills with jobs too big for the free GPUs, most for the
-    # heaviest tenants, which are looked at most; README "Scale".)
+    # against the weights: each tenant within 0.75-1.33 times its fair
+    # share, and the weight-4 tenant at least 3 times the weight-1 one's
+    # units (equal shares, no weighting at all, would put the weight-1
+    # tenant at 2.5 times its share and the ratio at 1). The scheduler
+    # measured 0.96-1.12 in this run, under ASan too; before reservations
+    # were counted in a tenant's turn (dispatch_pass), the weight-1 tenant
+    # got 1.7-2.4 times its share.
     start = {}
     for job, ps in by_job.items():
         start[job] = max(p["t_lease"] for _, p in ps)
@@ -153,5 +152,5 @@ def test_a_simulated_cluster_runs_every_job_once_without_over_committing_a_gpu(s
     assert total > 0
     for t in names:
         share, fair = units[t] / total, WEIGHTS[t] / wsum
-        assert 0.5 * fair <= share <= 2.25 * fair, (t, share, fair, units)
-    assert units["sim-w4"] >= 1.25 * units["sim-w1"], units
+        assert 0.75 * fair <= share <= 1.33 * fair, (t, share, fair, units)
+    assert units["sim-w4"] >= 3 * units["sim-w1"], units

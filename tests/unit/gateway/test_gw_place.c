@@ -174,9 +174,9 @@ static void test_a_reservation_waits_for_idle_devices(void **state)
     gw_place_req r8 = {.backend = "cuda", .gpus = 8, .nodes = 1};
     gw_place_req r4 = {.backend = "cuda", .gpus = 4, .nodes = 1};
     uint8_t reserved[1];
-    assert_int_equal(gw_place_reserve(n, 1, &r8, now, reserved), now + 9000);
+    assert_int_equal(gw_place_reserve(n, 1, &r8, now, NULL, reserved), now + 9000);
     assert_int_equal(reserved[0], 1);
-    assert_int_equal(gw_place_reserve(n, 1, &r4, now, reserved), now + 5000);
+    assert_int_equal(gw_place_reserve(n, 1, &r4, now, NULL, reserved), now + 5000);
 }
 
 /* A job that fits nowhere reserves the nodes that free first (by their
@@ -196,25 +196,41 @@ static void test_reservation_and_backfill(void **state)
     gw_place_pick p;
     assert_int_equal(gw_place_job(n, 4, &gang, NULL, &p), -1);
     uint8_t reserved[4], allowed[4];
-    int64_t at = gw_place_reserve(n, 4, &gang, now, reserved);
+    int64_t at = gw_place_reserve(n, 4, &gang, now, NULL, reserved);
     assert_true(at == now + 20000);   /* d now, a at +5 s, b at +20 s */
     assert_int_equal(reserved[0], 1);
     assert_int_equal(reserved[1], 1);
     assert_int_equal(reserved[2], 0);
     assert_int_equal(reserved[3], 1);
+    int64_t held[4] = {0};
+    for (int i = 0; i < 4; i++)
+        held[i] = reserved[i] ? at : 0;
     gw_place_req small = {.backend = "cpu", .gpus = 1, .nodes = 1};
-    gw_place_backfill_mask(4, reserved, at, now, 30, allowed);   /* 30 s: past the start */
+    gw_place_backfill_mask(4, held, now, 30, allowed);   /* 30 s: past the start */
     assert_int_equal(gw_place_job(n, 4, &small, allowed, &p), -1);   /* d is reserved */
-    gw_place_backfill_mask(4, reserved, at, now, 10, allowed);   /* 10 s: done by then */
+    gw_place_backfill_mask(4, held, now, 10, allowed);   /* 10 s: done by then */
     assert_int_equal(gw_place_job(n, 4, &small, allowed, &p), 0);
     assert_int_equal(p.node[0], 3);
+    /* a second reservation leaves the held nodes out: c, the only one
+     * left, frees at +99 s, and a job of 95 s may still backfill there */
+    gw_place_req two = {.backend = "cpu", .gpus = 2, .nodes = 1};
+    int64_t at2 = gw_place_reserve(n, 4, &two, now, held, reserved);
+    assert_true(at2 == now + 90000);
+    assert_int_equal(reserved[0] + reserved[1] + reserved[3], 0);
+    assert_int_equal(reserved[2], 1);
+    held[2] = at2;
+    gw_place_backfill_mask(4, held, now, 85, allowed);
+    assert_int_equal(allowed[0] + allowed[1] + allowed[3], 0);   /* past the gang's start */
+    assert_int_equal(allowed[2], 1);                             /* done by c's */
+    /* none left: a third reservation finds no node */
+    assert_true(gw_place_reserve(n, 4, &two, now, (int64_t[4]){1, 1, 1, 1}, reserved) == -1);
     /* more nodes than the cluster has capable ones: no reservation */
     gang.nodes = 5;
-    assert_true(gw_place_reserve(n, 4, &gang, now, reserved) == -1);
+    assert_true(gw_place_reserve(n, 4, &gang, now, NULL, reserved) == -1);
     /* a node with runs of unknown end is the last choice */
     gang.nodes = 4;
     n[2].nends = 0;
-    assert_true(gw_place_reserve(n, 4, &gang, now, reserved) == INT64_MAX);
+    assert_true(gw_place_reserve(n, 4, &gang, now, NULL, reserved) == INT64_MAX);
 }
 
 /* Stride fair share: the least virtual time goes next (a tie to the more
