@@ -109,10 +109,21 @@ def reset_peak(pid):
         f.write("5")
 
 
+_PORTS_GIVEN = set()
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now that this process has not handed out before: the
+    kernel may give the same free port to two binds in a row, and a caller
+    that asks for two (a gateway's API and cluster listeners) binds neither
+    until it starts the daemon (a CI run once saw both on one port)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
 
 
 def tail(path, lines=60):

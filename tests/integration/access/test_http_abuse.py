@@ -77,12 +77,15 @@ def connect(g, src="127.0.0.1", timeout=10):
     return s
 
 
-def read_all(s, timeout=10):
+def read_all(s, timeout=10, done=None):
     """Everything the server sends until it closes: (bytes, how) where how
-    is "eof", "reset" or "timeout"."""
+    is "eof", "reset" or "timeout" — or "done" as soon as done(bytes so
+    far) is true."""
     out = b""
     deadline = time.monotonic() + timeout
     while True:
+        if done is not None and done(out):
+            return out, "done"
         left = deadline - time.monotonic()
         if left <= 0:
             return out, "timeout"
@@ -96,36 +99,24 @@ def read_all(s, timeout=10):
         if not b:
             return out, "eof"
         out += b
+
+
+def one_response_in(raw):
+    """Whether raw holds a whole response: its head and Content-Length bytes."""
+    head, sep, rest = raw.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    n = 0
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            n = int(v)
+    return len(rest) >= n
 
 
 def read_one(s, timeout=10):
-    """One whole response on a connection the server keeps open: (bytes,
-    how) as read_all, "done" once the head and its Content-Length are in."""
-    out = b""
-    deadline = time.monotonic() + timeout
-    while True:
-        head, sep, rest = out.partition(b"\r\n\r\n")
-        if sep:
-            n = 0
-            for line in head.split(b"\r\n")[1:]:
-                k, _, v = line.partition(b":")
-                if k.strip().lower() == b"content-length":
-                    n = int(v)
-            if len(rest) >= n:
-                return out, "done"
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return out, "timeout"
-        s.settimeout(left)
-        try:
-            b = s.recv(65536)
-        except socket.timeout:
-            return out, "timeout"
-        except (ConnectionResetError, BrokenPipeError):
-            return out, "reset"
-        if not b:
-            return out, "eof"
-        out += b
+    """One whole response on a connection the server keeps open."""
+    return read_all(s, timeout, one_response_in)
 
 
 class Reply:
