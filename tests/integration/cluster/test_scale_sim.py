@@ -135,7 +135,7 @@ def test_a_simulated_cluster_runs_every_job_once_without_over_committing_a_gpu(s
     # share, and the weight-4 tenant at least 3 times the weight-1 one's
     # units (equal shares, no weighting at all, would put the weight-1
     # tenant at 2.5 times its share and the ratio at 1). The scheduler
-    # measured 0.96-1.12 in this run, under ASan too; before reservations
+    # measured 0.96-1.12 in this test, under ASan too; before reservations
     # were counted in a tenant's turn (dispatch_pass), the weight-1 tenant
     # got 1.7-2.4 times its share.
     start = {}

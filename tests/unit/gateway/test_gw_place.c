@@ -212,7 +212,8 @@ static void test_reservation_and_backfill(void **state)
     assert_int_equal(gw_place_job(n, 4, &small, allowed, &p), 0);
     assert_int_equal(p.node[0], 3);
     /* a second reservation leaves the held nodes out: c, the only one
-     * left, frees at +99 s, and a job of 95 s may still backfill there */
+     * left, frees a slot at +90 s, and a job of 85 s may still backfill
+     * there (not on the gang's nodes, held from +20 s) */
     gw_place_req two = {.backend = "cpu", .gpus = 2, .nodes = 1};
     int64_t at2 = gw_place_reserve(n, 4, &two, now, held, reserved);
     assert_true(at2 == now + 90000);
