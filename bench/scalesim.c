@@ -37,7 +37,6 @@
 #define TICK_MS 5
 #define REGISTER_CONCURRENCY 32
 #define LEASE_WAIT_MS 10000
-#define RDV_TIMEOUT_MS 30000
 #define REPORT_GAP_MS 2
 #define BACKOFF_MS 500
 
@@ -80,6 +79,7 @@ static struct {
     char gw[512], token[256], model[64], prefix[32];
     sim_node *nodes;
     int nnodes, gpus, hb_ms;
+    int rdv_timeout_ms;   /* --rdv-timeout-s: a gang part's wait for its rendezvous */
     int64_t mem_bytes;
     double factor;
     int reg_inflight;
@@ -334,6 +334,8 @@ static void take_lease(int i, json_t *reply)
         }
         ss_run *got = ss_node_take(&sn->n, &r, now);
         if (!got) {
+            fprintf(stderr, "kl-scalesim: node %s: job %s attempt %d refused: all %d run entries held\n",
+                    sn->name, r.job_id, r.attempt, SS_MAX_RUNS);
             S.runs_refused++;
             continue;
         }
@@ -436,7 +438,11 @@ static void done(xfer *x, CURLcode cc)
             char key[64];
             if (!ss_rdv_next(r, &put, key, sizeof key))
                 ss_run_start(r, now);
-        } else if (status == 409 || now - r->t_lease > RDV_TIMEOUT_MS) {
+        } else if (status == 409 || now - r->t_lease > S.rdv_timeout_ms) {
+            fprintf(stderr, "kl-scalesim: node %s: job %s attempt %d rank %d: rendezvous failed "
+                    "(%s %ld after %lld ms)\n", S.nodes[x->node].name, r->job_id, r->attempt,
+                    r->node_rank, x->kind == X_RDV_PUT ? "PUT" : "GET", status,
+                    (long long)(now - r->t_lease));
             r->failed = 1;
             S.rdv_failed++;
             end_run(x->node, r, now);
@@ -491,7 +497,10 @@ static void tick_nodes(void)
             if (r->state == SS_RUNNING && now >= r->t_start + ss_duration_ms(r->seconds, S.factor))
                 end_run(i, r, now);
             else if (r->state == SS_RDV && !r->rdv_busy && now >= r->rdv_next) {
-                if (now - r->t_lease > RDV_TIMEOUT_MS) {
+                if (now - r->t_lease > S.rdv_timeout_ms) {
+                    fprintf(stderr, "kl-scalesim: node %s: job %s attempt %d rank %d: no rendezvous "
+                            "within %d ms\n", sn->name, r->job_id, r->attempt, r->node_rank,
+                            S.rdv_timeout_ms);
                     r->failed = 1;
                     S.rdv_failed++;
                     end_run(i, r, now);
@@ -617,7 +626,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: kl-scalesim nodes --gateway URL --nodes N [--gpus 8] [--gpu-mem-gb 80]\n"
             "         [--model NAME] [--time-factor 1] [--prefix sim] [--duration-s S]\n"
-            "         [--runs FILE] [--summary FILE] [--stats-s 5]   (token: KOWLOON_CLUSTER_TOKEN)\n"
+            "         [--runs FILE] [--summary FILE] [--stats-s 5] [--rdv-timeout-s 30]\n"
+            "         (token: KOWLOON_CLUSTER_TOKEN)\n"
             "       kl-scalesim submit --url URL --jobs FILE [--concurrency 64] --out FILE\n");
 }
 
@@ -674,8 +684,10 @@ static int run_nodes(int argc, char **argv)
     S.factor = atof(arg_of(argc, argv, "--time-factor", "1"));
     double dur = atof(arg_of(argc, argv, "--duration-s", "0"));
     double stats_s = atof(arg_of(argc, argv, "--stats-s", "5"));
+    /* as long as a node waits by default (--dist-timeout-s) */
+    S.rdv_timeout_ms = (int)(atof(arg_of(argc, argv, "--rdv-timeout-s", "30")) * 1000);
     const char *runs = arg_of(argc, argv, "--runs", NULL), *sum = arg_of(argc, argv, "--summary", NULL);
-    if (S.nnodes < 1 || S.gpus < 1 || S.gpus > SS_MAX_GPUS || S.factor <= 0) {
+    if (S.nnodes < 1 || S.gpus < 1 || S.gpus > SS_MAX_GPUS || S.factor <= 0 || S.rdv_timeout_ms <= 0) {
         usage();
         return 2;
     }
