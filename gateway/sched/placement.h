@@ -66,6 +66,11 @@ typedef struct gw_place_pick {
 int gw_place_job(const gw_place_node *nodes, int n, const gw_place_req *r, const uint8_t *allowed,
                  gw_place_pick *out);
 
+/* The one copy placement keeps of backend b ("cuda", "cpu", "any"; b
+ * itself when it is none of them). Views and requests built with it are
+ * compared by pointer instead of by strcmp, per node and per job. */
+const char *gw_place_backend(const char *b);
+
 /* 1 when one of the n nodes with a task engine lists image key image. */
 int gw_place_image_listed(const gw_place_node *nodes, int n, uint32_t image);
 

@@ -34,6 +34,8 @@
 #define SCHED_MAX_NODES 4096
 /* Reservations one pass makes at most (dispatch_pass). */
 #define RESERVE_MAX 64
+/* Shapes of jobs that fit nowhere a pass remembers (pass_res). */
+#define UNFIT_MAX 16
 /* How often retries whose back-off has ended move to the ready queue. */
 #define PROMOTE_MS 100
 /* Least time between two placement passes that claimed something. Under
@@ -82,6 +84,9 @@ struct gw_sched {
     char owner[96];
     sched_node nodes[SCHED_MAX_NODES];
     int nnodes;
+    /* Counts every change to nodes (mu held): a pass rebuilds its view of
+     * the nodes only when it moved (pass_place), not for every job. */
+    uint64_t nodes_gen;
     /* Every tenant's running quota and running jobs (PostgreSQL's at the
      * last refresh, plus claims since; sorted by id): a placement checks
      * the quota here, not with a query. Only the scheduler thread uses it. */
@@ -139,6 +144,7 @@ void gw_sched_runs_ended(gw_sched *s, const char *node_id, const char *const *jo
         if (strcmp(s->nodes[i].n.id, node_id) == 0)
             for (int k = 0; k < n; k++)
                 node_run_end(&s->nodes[i], job_ids[k]);
+    s->nodes_gen++;
     s->wake = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -281,6 +287,7 @@ static void nodes_refresh(gw_sched *s)
         svc_warn("scheduler: %d nodes are up; placing on the %d with the latest heartbeats",
                  n, SCHED_MAX_NODES);
     s->nnodes = m;
+    s->nodes_gen++;
     for (int k = 0; k < nr; k++) {
         sched_node *sn = node_by_id(s, runs[k].node_id);
         if (sn)
@@ -362,27 +369,40 @@ static int reconcile(gw_sched *s)
     return done;
 }
 
-/* The placement view of the nodes; 1 when some node has a free slot. mu
- * held (the view points into the nodes' ends). */
-static int nodes_view(gw_sched *s, gw_place_node *view)
+/* Node k's entry of the placement view. mu held (the view points into
+ * the node's ends). */
+static void node_view(const gw_sched *s, int k, gw_place_node *v)
 {
-    int free_slot = 0;
-    for (int k = 0; k < s->nnodes; k++) {
-        const sched_node *sn = &s->nodes[k];
-        gw_place_node *v = &view[k];
-        *v = (gw_place_node){.name = sn->n.name, .backend = sn->n.backend, .slots = sn->n.slots,
-                             .running = sn->running,
-                             .ngpus = sn->n.ngpus < GW_PLACE_MAX_GPUS ? sn->n.ngpus : GW_PLACE_MAX_GPUS,
-                             .available = sn->n.up && !sn->n.draining, .tasks = sn->n.tasks,
-                             .images = sn->n.images, .nimages = sn->n.nimages};
-        for (int g = 0; g < v->ngpus; g++)
-            v->gpu[g] = (gw_place_gpu){sn->n.gpu_mem_mb[g], sn->gpu_load[g], sn->n.gpu_util[g],
-                                       sn->gpu_end[g]};
-        v->ends = sn->ends;
-        v->nends = sn->nends;
-        free_slot |= v->available && v->running < v->slots;
-    }
-    return free_slot;
+    const sched_node *sn = &s->nodes[k];
+    *v = (gw_place_node){.name = sn->n.name, .backend = gw_place_backend(sn->n.backend),
+                         .slots = sn->n.slots, .running = sn->running,
+                         .ngpus = sn->n.ngpus < GW_PLACE_MAX_GPUS ? sn->n.ngpus : GW_PLACE_MAX_GPUS,
+                         .available = sn->n.up && !sn->n.draining, .tasks = sn->n.tasks,
+                         .images = sn->n.images, .nimages = sn->n.nimages};
+    for (int g = 0; g < v->ngpus; g++)
+        v->gpu[g] = (gw_place_gpu){sn->n.gpu_mem_mb[g], sn->gpu_load[g], sn->n.gpu_util[g],
+                                   sn->gpu_end[g]};
+    v->ends = sn->ends;
+    v->nends = sn->nends;
+}
+
+/* 1 when a node of the view has a free slot. */
+static int view_free_slot(const gw_place_node *view, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (view[k].available && view[k].running < view[k].slots)
+            return 1;
+    return 0;
+}
+
+/* The placement view of the nodes, and the nodes_gen it shows (*gen);
+ * 1 when some node has a free slot. mu held. */
+static int nodes_view(gw_sched *s, gw_place_node *view, uint64_t *gen)
+{
+    for (int k = 0; k < s->nnodes; k++)
+        node_view(s, k, &view[k]);
+    *gen = s->nodes_gen;
+    return view_free_slot(view, s->nnodes);
 }
 
 /* Gives back what placement counted for a claim that did not happen. mu
@@ -395,6 +415,7 @@ static void unplace(gw_sched *s, const gw_claim *c)
         if (sn)
             node_run_end(sn, c->job_id);
     }
+    s->nodes_gen++;
 }
 
 /* Claims the placed jobs of batch (taken out of Redis first, so that no
@@ -497,6 +518,7 @@ static void place_count(gw_sched *s, const char *job_id, const gw_place_pick *p,
         int ngpu = p->ngpu < sn->n.ngpus ? p->ngpu : sn->n.ngpus;
         node_run_add(sn, job_id, p->gpu[k], ngpu, now + (int64_t)timeout_s * 1000);
     }
+    s->nodes_gen++;
 }
 
 /* Fills c (gang: malloc'd, freed by the caller) from p. mu held. */
@@ -571,7 +593,45 @@ typedef struct pass_res {
     int n;
     int64_t *held;
     uint8_t *allowed, *mask;
+    uint64_t gen;             /* the nodes_gen the pass's view shows */
+    /* Shapes that fitted nowhere since the view was built, with the least
+     * timeout_s that did not: within a pass the nodes only fill up and
+     * reservations only grow (a longer timeout_s is allowed on fewer
+     * reserved nodes), so a job of that shape and timeout_s fits nowhere
+     * either, and is not placed again over every node. */
+    struct unfit { gw_place_req req; int timeout_s; } unfit[UNFIT_MAX];
+    int nunfit;
 } pass_res;
+
+/* 1 when the pass already saw a job of r's shape that fitted nowhere
+ * with no more timeout_s than timeout_s. */
+static int unfit_known(const pass_res *res, const gw_place_req *r, int timeout_s)
+{
+    for (int i = 0; i < res->nunfit; i++) {
+        const gw_place_req *u = &res->unfit[i].req;
+        if (u->backend == r->backend && u->gpus == r->gpus && u->nodes == r->nodes &&
+            u->gpu_mem_mb == r->gpu_mem_mb && u->image == r->image &&
+            res->unfit[i].timeout_s <= timeout_s)
+            return 1;
+    }
+    return 0;
+}
+
+/* Remembers that r fitted nowhere with timeout_s (while there is room). */
+static void unfit_add(pass_res *res, const gw_place_req *r, int timeout_s)
+{
+    for (int i = 0; i < res->nunfit; i++) {
+        const gw_place_req *u = &res->unfit[i].req;
+        if (u->backend == r->backend && u->gpus == r->gpus && u->nodes == r->nodes &&
+            u->gpu_mem_mb == r->gpu_mem_mb && u->image == r->image) {
+            if (timeout_s < res->unfit[i].timeout_s)
+                res->unfit[i].timeout_s = timeout_s;
+            return;
+        }
+    }
+    if (res->nunfit < UNFIT_MAX)
+        res->unfit[res->nunfit++] = (struct unfit){*r, timeout_s};
+}
 
 /* What pass_place did with a job. */
 enum { PASS_SKIPPED, PASS_PLACED, PASS_RESERVED };
@@ -584,20 +644,33 @@ enum { PASS_SKIPPED, PASS_PLACED, PASS_RESERVED };
 static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_claim *c,
                       int64_t now, pass_res *res, int *free_slot)
 {
-    gw_place_req req = {.backend = e->backend, .gpus = e->gpus, .nodes = e->nodes,
+    gw_place_req req = {.backend = gw_place_backend(e->backend), .gpus = e->gpus, .nodes = e->nodes,
                         .gpu_mem_mb = e->gpu_mem_mb, .image = e->image};
     gw_place_pick pick;
     int how = PASS_SKIPPED;
     pthread_mutex_lock(&s->mu);
-    nodes_view(s, view);
+    /* rebuilt only when a node changed since (a report, a refresh): a
+     * copy of every node for every job was 38 % of the scheduler's time */
+    if (res->gen != s->nodes_gen) {
+        *free_slot = nodes_view(s, view, &res->gen);
+        res->nunfit = 0;
+    }
     if (req.image)
         req.image_anywhere = gw_place_image_listed(view, s->nnodes, req.image);
-    if (res->n)
-        gw_place_backfill_mask(s->nnodes, res->held, now, e->timeout_s, res->allowed);
-    if (gw_place_job(view, s->nnodes, &req, res->n ? res->allowed : NULL, &pick) == 0 &&
-        claim_fill(s, c, e, &pick) == 0) {
+    int fits = 0;
+    if (!unfit_known(res, &req, e->timeout_s)) {
+        if (res->n)
+            gw_place_backfill_mask(s->nnodes, res->held, now, e->timeout_s, res->allowed);
+        fits = gw_place_job(view, s->nnodes, &req, res->n ? res->allowed : NULL, &pick) == 0;
+        if (!fits)
+            unfit_add(res, &req, e->timeout_s);
+    }
+    if (fits && claim_fill(s, c, e, &pick) == 0) {
         place_count(s, e->job_id, &pick, e->timeout_s, now);
-        *free_slot = nodes_view(s, view);
+        for (int k = 0; k < pick.nnodes; k++)
+            node_view(s, pick.node[k], &view[pick.node[k]]);
+        res->gen = s->nodes_gen;   /* the view was current before the count */
+        *free_slot = view_free_slot(view, s->nnodes);
         how = PASS_PLACED;
     } else if (res->n < RESERVE_MAX) {
         int64_t at = gw_place_reserve(view, s->nnodes, &req, now, res->held, res->mask);
@@ -664,7 +737,7 @@ static int dispatch_pass(gw_sched *s, int64_t until)
         s->next_deep_ms = mono + DEEP_SCAN_MS;
     }
     pthread_mutex_lock(&s->mu);
-    int free_slot = nodes_view(s, view);
+    int free_slot = nodes_view(s, view, &res.gen);
     pthread_mutex_unlock(&s->mu);
     if (!free_slot || gw_queue_peek(s->app->queue, per_tenant, s->ready, SCAN_MAX, &n) != 0)
         return 0;

@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "scheduler.h"
 
@@ -317,6 +319,85 @@ static void test_a_task_without_gpus_takes_no_device(void **state)
     assert_int_equal(gw_place_job(n, 1, &kernel, NULL, &p), -1);
 }
 
+/* gw_place_backend gives one pointer per backend, and a view or request
+ * built from it places as one built from any other copy of the strings
+ * (the scheduler interns them; tests and callers need not). */
+static void test_interned_backends_place_as_plain_strings(void **state)
+{
+    char cuda[8], cpu[8], any[8];
+    strcpy(cuda, "cuda");
+    strcpy(cpu, "cpu");
+    strcpy(any, "any");
+    assert_ptr_equal(gw_place_backend(cuda), gw_place_backend("cuda"));
+    assert_ptr_not_equal(gw_place_backend(cuda), cuda);
+    assert_ptr_equal(gw_place_backend(cpu), gw_place_backend("cpu"));
+    assert_string_equal(gw_place_backend("rocm"), "rocm");
+    const char *be[2][2] = {{cpu, cuda}, {gw_place_backend(cpu), gw_place_backend(cuda)}};
+    const char *want[2][4] = {{cpu, cuda, any, "rocm"},
+                              {gw_place_backend(cpu), gw_place_backend(cuda), gw_place_backend(any),
+                               gw_place_backend("rocm")}};
+    int expect[4] = {0, 1, 1, -1};   /* cpu: the CPU node; cuda, any: the idle GPU node */
+    for (int vb = 0; vb < 2; vb++)
+        for (int rb = 0; rb < 2; rb++)
+            for (int k = 0; k < 4; k++) {
+                gw_place_node n[] = {N("cpu-1", be[vb][0], 4, 3, 0, 1), N("gpu-1", be[vb][1], 4, 0, 2, 1)};
+                assert_int_equal(gw_place(n, 2, want[rb][k], 1), expect[k]);
+            }
+}
+
+static int cmp_time(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* On random views, the reservation starts when the want-th node of those
+ * it may hold frees (what sorting every node's time says), holds exactly
+ * want nodes, none held before, none freeing later than the start. */
+static void test_reservations_start_at_the_want_th_node_to_free(void **state)
+{
+    enum { NODES = 200 };
+    static gw_place_node n[NODES];
+    static int64_t ends[NODES][8], held[NODES], sorted[NODES];
+    uint8_t reserved[NODES];
+    int64_t now = 1000000;
+    srand(7);
+    for (int round = 0; round < 300; round++) {
+        for (int i = 0; i < NODES; i++) {
+            n[i] = (gw_place_node)N("x", "cpu", 4, 4, 0, rand() % 10 != 0);
+            /* few distinct times, so that ties are common */
+            for (int k = 0; k < 4; k++)
+                ends[i][k] = now + 1000 * (rand() % 20);
+            qsort(ends[i], 4, sizeof(ends[i][0]), cmp_time);
+            n[i].ends = ends[i];
+            n[i].nends = rand() % 8 == 0 ? 0 : 4;   /* some never end (unknown) */
+            held[i] = rand() % 4 == 0 ? now + 5000 : 0;
+        }
+        gw_place_req r = {.backend = "cpu", .nodes = 1 + rand() % 24};
+        int m = 0;
+        for (int i = 0; i < NODES; i++)
+            if (n[i].available && !held[i])
+                sorted[m++] = n[i].nends ? (n[i].ends[0] > now ? n[i].ends[0] : now) : INT64_MAX;
+        qsort(sorted, (size_t)m, sizeof(sorted[0]), cmp_time);
+        int64_t at = gw_place_reserve(n, NODES, &r, now, held, reserved);
+        if (m < r.nodes) {
+            assert_int_equal(at, -1);
+            continue;
+        }
+        assert_int_equal(at, sorted[r.nodes - 1]);
+        int taken = 0;
+        for (int i = 0; i < NODES; i++) {
+            if (!reserved[i])
+                continue;
+            taken++;
+            assert_true(n[i].available && held[i] == 0);
+            int64_t t = n[i].nends ? (n[i].ends[0] > now ? n[i].ends[0] : now) : INT64_MAX;
+            assert_true(t <= at);
+        }
+        assert_int_equal(taken, r.nodes);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +416,8 @@ int main(void)
         cmocka_unit_test(test_a_reservation_waits_for_idle_devices),
         cmocka_unit_test(test_reservation_and_backfill),
         cmocka_unit_test(test_fair_pick),
+        cmocka_unit_test(test_interned_backends_place_as_plain_strings),
+        cmocka_unit_test(test_reservations_start_at_the_want_th_node_to_free),
         cmocka_unit_test(test_tasks_need_an_engine_and_prefer_nodes_with_their_image),
     };
     return cmocka_run_group_tests_name("gw_place", tests, NULL, NULL);
