@@ -192,6 +192,10 @@ int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n);
  * only). Both lists are the caller's (gw_dispatch_free). 0, -EIO, -ENOMEM. */
 int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch **runs,
                         int *nruns, gw_dispatch **cancels, int *ncancels);
+/* has[i] = 1 when a lease look for node ids[i] would find something now
+ * (runs or cancels: gw_store_lease_take), for n nodes in one query. 0,
+ * -EIO, -ENOMEM. */
+int gw_store_nodes_with_work(gw_store *s, const char (*ids)[37], int n, int *has);
 /* Runs leased to node_id more than grace_s ago that the node does not hold:
  * held is a PostgreSQL text array literal of "<job_id>.<attempt>". Records
  * of job_id, attempt and node_name. */

@@ -821,30 +821,42 @@ int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n)
     return rc;
 }
 
-int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended)
+/* Statement id over the uuid array ids (its one parameter), which returns
+ * ids: hit[i] = 1 for each ids[i] among them. 0, -EIO, -ENOMEM. */
+static int ids_matching(gw_store *s, int id, const char (*ids)[37], int n, int *hit)
 {
     if (n <= 0)
         return 0;
     for (int i = 0; i < n; i++)
-        ended[i] = 0;
+        hit[i] = 0;
     char *arr = uuid_array(ids[0], sizeof(ids[0]), n);
     if (!arr)
         return -ENOMEM;
     const char *v[1] = {arr};
     store__conn *c = store__acquire(s);
     int rc = c ? 0 : -EIO;
-    PGresult *r = c ? store__exec(c, ST_JOBS_ENDED, v, NULL, NULL, 0) : NULL;
+    PGresult *r = c ? store__exec(c, id, v, NULL, NULL, 0) : NULL;
     if (c && !r)
         rc = -EIO;
     for (int k = 0; r && k < PQntuples(r); k++)
         for (int i = 0; i < n; i++)
             if (strcmp(ids[i], PQgetvalue(r, k, 0)) == 0)
-                ended[i] = 1;
+                hit[i] = 1;
     PQclear(r);
     if (c)
         store__release(s, c);
     free(arr);
     return rc;
+}
+
+int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended)
+{
+    return ids_matching(s, ST_JOBS_ENDED, ids, n, ended);
+}
+
+int gw_store_nodes_with_work(gw_store *s, const char (*ids)[37], int n, int *has)
+{
+    return ids_matching(s, ST_NODES_WITH_WORK, ids, n, has);
 }
 
 int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)

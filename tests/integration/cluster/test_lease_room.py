@@ -2,7 +2,14 @@
 again. What its previous process last reported (a high seq, no free slot)
 must not make the gateway hand the new process nothing (gateway/sched/lease.c)."""
 
+import contextlib
+import threading
+import time
+
+import pytest
 import requests
+
+import stack as stk
 
 
 def test_a_restarted_node_gets_runs_despite_its_old_report(A, stack):
@@ -34,3 +41,110 @@ def test_a_restarted_node_gets_runs_despite_its_old_report(A, stack):
         if job:
             A.cancel(job["id"])
         requests.delete(f"{base}/v1/cluster/nodes/{node}", headers=h, timeout=5)
+
+
+# The lease thread probes the polls it holds for work another gateway made
+# for them, in one statement for all of them (ST_NODES_WITH_WORK), and a
+# poll whose node it knows to be quiet is answered at the end of its wait
+# without a look. What another gateway does must still reach the node.
+
+REG = {"url": "http://127.0.0.1:9", "backend": "cuda", "slots": 1, "kernels": ["sleep"],
+       "gpus": [{"name": "Fake GPU", "memory_bytes": 1 << 30}]}
+
+
+def register(stack, base, name):
+    r = requests.post(f"{base}/v1/cluster/nodes/register", timeout=5,
+                      headers={"Authorization": f"Bearer {stack.cluster_token}"},
+                      json=dict(REG, name=name))
+    assert r.status_code == 200, r.text
+    return r.json()["id"], {"Authorization": f"Bearer {r.json()['credential']}"}
+
+
+@contextlib.contextmanager
+def beating(base, node, h, held):
+    """Heartbeats for node every 0.5 s (the stack judges nodes quickly),
+    listing the run ids in held, while the block runs."""
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(0.5):
+            try:
+                requests.post(f"{base}/v1/cluster/nodes/{node}/heartbeat", headers=h, timeout=5,
+                              json={"running": len(held), "slots": 1, "runs": list(held)})
+            except requests.RequestException:
+                pass
+    t = threading.Thread(target=beat, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+
+
+def poll_until(base, node, h, found, max_runs, seconds, wait_ms=4000):
+    """Polls node's lease (each poll held up to wait_ms) until found(answer)
+    or seconds pass; returns the answer that matched, or None."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        r = requests.post(f"{base}/v1/cluster/nodes/{node}/lease", headers=h, timeout=30,
+                          json={"max": max_runs, "wait_ms": wait_ms})
+        assert r.status_code == 200, r.text
+        if found(r.json()):
+            return r.json()
+    return None
+
+
+@pytest.mark.timeout(120)
+def test_a_cancel_asked_on_another_gateway_reaches_a_poll_held_here(A, stack):
+    base = stack.cluster_base
+    node, h = register(stack, base, "node-probe-cancel")
+    port = stk.free_port()
+    proc = stack.start_gateway("gateway-probe", port, KOWLOON_DRAIN_S=0)
+    job, held = None, []
+    try:
+        with beating(base, node, h, held):
+            job = A.submit("sleep", {"seconds": 600}, resources={"backend": "cuda", "gpus": 1})
+            got = poll_until(base, node, h,
+                             lambda b: any(x["job_id"] == job["id"] for x in b["runs"]), 1, 30)
+            assert got, "the run never reached the node"
+            held.append(f"{job['id']}.{got['runs'][0]['attempt']}")
+            # The node's next polls find nothing: its room is quiet here. The
+            # cancel is asked on the other gateway, which wakes no poll here.
+            r = stack.client("A", base=f"http://127.0.0.1:{port}").cancel(job["id"])
+            assert r.status_code in (200, 202), r.text
+            got = poll_until(base, node, h,
+                             lambda b: any(x["job_id"] == job["id"] for x in b["cancel"]), 0, 40)
+            assert got, "the cancel asked on the other gateway never reached the node"
+    finally:
+        proc.stop()
+        stack.procs.pop("gateway-probe", None)
+        if job:
+            A.cancel(job["id"])
+        requests.delete(f"{base}/v1/cluster/nodes/{node}", headers=h, timeout=5)
+
+
+@pytest.mark.timeout(120)
+def test_a_poll_held_by_a_gateway_without_the_scheduler_gets_the_run_claimed_elsewhere(A, stack):
+    proc = stack.start_gateway("gateway-probe", stk.free_port(), KOWLOON_DRAIN_S=0)
+    base = proc.cluster_base
+    node, h = register(stack, base, "node-probe-claim")
+    job = None
+    try:
+        with open(proc.log_path) as f:
+            assert "holds the scheduler lock" not in f.read()
+        with beating(base, node, h, []):
+            # the node's first look there finds nothing: it is quiet there
+            r = requests.post(f"{base}/v1/cluster/nodes/{node}/lease", headers=h, timeout=30,
+                              json={"max": 1, "wait_ms": 0})
+            assert r.status_code == 200 and r.json()["runs"] == [], r.text
+            job = A.submit("sleep", {"seconds": 0}, resources={"backend": "cuda", "gpus": 1})
+            got = poll_until(base, node, h,
+                             lambda b: any(x["job_id"] == job["id"] for x in b["runs"]), 1, 40)
+            assert got, "the run the scheduler claimed never reached the poll held by the other gateway"
+    finally:
+        if job:
+            A.cancel(job["id"])
+        requests.delete(f"{base}/v1/cluster/nodes/{node}", headers=h, timeout=5)
+        proc.stop()
+        stack.procs.pop("gateway-probe", None)
