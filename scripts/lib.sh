@@ -224,7 +224,7 @@ kl_pg_start() {
     [ $(( ${#sockdir} + 20 )) -gt 100 ] && sockdir=
     kl_info "postgres: starting on 127.0.0.1:$port"
     if ! kl__pg_as "$bindir/pg_ctl" -D "$home/data" -l "$log" -w -t 60 \
-            -o "-p $port -k '$sockdir' -c listen_addresses=127.0.0.1 -c unix_socket_permissions=0700 -c fsync=on" \
+            -o "-p $port -k '$sockdir' -c listen_addresses=127.0.0.1 -c unix_socket_permissions=0700 -c fsync=on ${KL_PG_EXTRA_OPTS:-}" \
             start >/dev/null; then
         kl_log_tail "$log"
         return 1

@@ -22,8 +22,6 @@
 #include "svc_log.h"
 #include "svc_util.h"
 
-/* Longest run id: a UUID, a dot, an attempt number. */
-#define GW_RUN_ID_MAX 48
 /* How long a run may be leased and not yet listed by its node's heartbeat:
  * the heartbeat's list may have been taken just before the run arrived. */
 #define UNHELD_GRACE_S 10
@@ -287,40 +285,6 @@ int gw_api_node_register(svc_req *req)
     return svc_reply_json(req, 200, reply);
 }
 
-/* Runs leased to node id a while ago that its heartbeat does not list
- * (runs: its run ids) never reached it, or it restarted and lost them: they
- * go back to the queue, counted like a node lost. */
-static void requeue_unheld(gw_app *app, const char *id, const json_t *runs)
-{
-    size_t n = json_array_size(runs), cap = n * (GW_RUN_ID_MAX + 1) + 3, len = 0;
-    char *held = malloc(cap);
-    if (!held)
-        return;
-    held[len++] = '{';
-    size_t i;
-    const json_t *r;
-    json_array_foreach(runs, i, r) {
-        /* A run id is "<uuid>.<attempt>": nothing to quote in an array literal. */
-        const char *rid = json_string_value(r);
-        if (strlen(rid) > GW_RUN_ID_MAX || strspn(rid, "0123456789abcdef-.") != strlen(rid))
-            continue;
-        len += (size_t)snprintf(held + len, cap - len, "%s%s", len > 1 ? "," : "", rid);
-    }
-    snprintf(held + len, cap - len, "}");
-    gw_dispatch *lost;
-    int nlost;
-    if (gw_store_runs_unheld(app->store, id, held, UNHELD_GRACE_S, &lost, &nlost) == 0) {
-        for (int k = 0; k < nlost; k++) {
-            svc_warn("job %s attempt %d: node %s does not hold the run leased to it; re-queued",
-                     lost[k].job_id, lost[k].attempt, lost[k].node_name);
-            gw_outcome_requeue(app, lost[k].job_id, lost[k].attempt, 0, "node_lost",
-                            "the node lost the run (it restarted, or never received it)");
-        }
-        gw_dispatch_free(lost, nlost);
-    }
-    free(held);
-}
-
 /* 1 when v is absent or a number within [lo, hi]. */
 static int number_in(const json_t *v, double lo, double hi)
 {
@@ -363,13 +327,46 @@ typedef struct beat {
     int running, fault, found;
     json_t *state;            /* the device state, or NULL (keep the last) */
     json_t *tasks;            /* the task images, when they changed, or NULL */
+    json_t *held;             /* its run ids when its look for unheld runs is due, or NULL */
 } beat;
 
 static void beat_free(beat *bt)
 {
     json_decref(bt->state);
     json_decref(bt->tasks);
+    json_decref(bt->held);
     free(bt);
+}
+
+/* Runs leased a while ago to the nodes of a batch of heartbeats that are
+ * due a look (held set) which their heartbeat does not list never reached
+ * them, or the node restarted and lost them: they go back to the queue,
+ * counted like a node lost. One query for the whole batch (a query per
+ * beat was 170 a second at 1,000 nodes). */
+static void requeue_unheld(gw_app *app, gw_commit_item *const *items, int n)
+{
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++) {
+        const beat *bt = (const beat *)items[i];
+        if (bt->held)
+            json_array_append_new(arr, json_pack("{s:s, s:O}", "id", bt->id, "held", bt->held));
+    }
+    char *text = arr && json_array_size(arr) > 0 ? json_dumps(arr, JSON_COMPACT) : NULL;
+    json_decref(arr);
+    if (!text)
+        return;
+    gw_dispatch *lost;
+    int nlost;
+    if (gw_store_runs_unheld(app->store, text, UNHELD_GRACE_S, &lost, &nlost) == 0) {
+        for (int k = 0; k < nlost; k++) {
+            svc_warn("job %s attempt %d: node %s does not hold the run leased to it; re-queued",
+                     lost[k].job_id, lost[k].attempt, lost[k].node_name);
+            gw_outcome_requeue(app, lost[k].job_id, lost[k].attempt, 0, "node_lost",
+                               "the node lost the run (it restarted, or never received it)");
+        }
+        gw_dispatch_free(lost, nlost);
+    }
+    free(text);
 }
 
 int gw_api_node_heartbeat(svc_req *req)
@@ -404,14 +401,14 @@ int gw_api_node_heartbeat(svc_req *req)
     free(tasks_s);
     if (tasks_bad)
         return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
-    if (unheld_due(id, svc_now_mono_ms(), 0))
-        requeue_unheld(app, id, runs);
     beat *bt = calloc(1, sizeof(*bt));
     if (!bt) {
         json_decref(tasks);
         return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
     }
     bt->tasks = tasks;
+    if (unheld_due(id, svc_now_mono_ms(), 0))
+        bt->held = json_incref(runs);
     bt->app = app;
     bt->req = req;
     snprintf(bt->id, sizeof bt->id, "%s", id);
@@ -459,6 +456,8 @@ static int beats_commit(void *arg, gw_commit_item *const *items, int n)
     int nfound;
     int rc = gw_store_nodes_heartbeat(app->store, text, &found, &nfound);
     free(text);
+    if (rc == 0)
+        requeue_unheld(app, items, n);
     for (int i = 0; rc == 0 && i < n; i++) {
         beat *bt = (beat *)items[i];
         for (int k = 0; k < nfound && !bt->found; k++)

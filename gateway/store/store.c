@@ -619,11 +619,17 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "        OR (NOT r.cancel_sent AND NOT (x.attempts = r.attempt AND x.state = 'succeeded')"
     "            AND (NOT (x.attempts = r.attempt AND x.state = 'running') OR x.cancel_requested)))"
     ") w", 1},
+/* Runs leased a while ago ($2 s) that their node's heartbeat does not
+ * list, for every node of a batch of heartbeats at once: $1 is [{id: node,
+ * held: ["<job>.<attempt>", ...]}]. */
 [ST_RUNS_UNHELD] = {
-    "SELECT j.id::text, j.attempts, j.node_name"
-    " FROM jobs j WHERE j.node_id = $1::uuid AND j.state = 'running'"
-    "   AND j.leased_at < clock_timestamp() - make_interval(secs => $3::float8)"
-    "   AND NOT ((j.id::text || '.' || j.attempts) = ANY ($2::text[]))", 3},
+    "WITH b AS (SELECT (e->>'id')::uuid AS node,"
+    "                  ARRAY(SELECT jsonb_array_elements_text(e->'held')) AS held"
+    "           FROM jsonb_array_elements($1::jsonb) e)"
+    " SELECT j.id::text, j.attempts, j.node_name"
+    " FROM b JOIN jobs j ON j.node_id = b.node AND j.state = 'running'"
+    " WHERE j.leased_at < clock_timestamp() - make_interval(secs => $2::float8)"
+    "   AND NOT ((j.id::text || '.' || j.attempts) = ANY (b.held))", 2},
 [ST_RUNS_OVERDUE] = {
     "SELECT j.id::text, j.attempts, j.node_name"
     " FROM jobs j WHERE j.state = 'running'"

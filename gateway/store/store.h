@@ -196,11 +196,10 @@ int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch *
  * (runs or cancels: gw_store_lease_take), for n nodes in one query. 0,
  * -EIO, -ENOMEM. */
 int gw_store_nodes_with_work(gw_store *s, const char (*ids)[37], int n, int *has);
-/* Runs leased to node_id more than grace_s ago that the node does not hold:
- * held is a PostgreSQL text array literal of "<job_id>.<attempt>". Records
- * of job_id, attempt and node_name. */
-int gw_store_runs_unheld(gw_store *s, const char *node_id, const char *held, int grace_s,
-                         gw_dispatch **out, int *n);
+/* Runs leased more than grace_s ago that their node does not hold, for
+ * many nodes in one query: beats is a JSON array [{id: node, held: [run
+ * ids "<job_id>.<attempt>"]}]. Records of job_id, attempt and node_name. */
+int gw_store_runs_unheld(gw_store *s, const char *beats, int grace_s, gw_dispatch **out, int *n);
 /* Up to 64 running jobs past timeout_s + grace_s since they started, oldest
  * first. Records of job_id, attempt and node_name. */
 int gw_store_runs_overdue(gw_store *s, int grace_s, gw_dispatch **out, int *n);

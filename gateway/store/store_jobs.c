@@ -779,12 +779,11 @@ void gw_dispatch_free(gw_dispatch *list, int n)
     free(list);
 }
 
-int gw_store_runs_unheld(gw_store *s, const char *node_id, const char *held, int grace_s,
-                         gw_dispatch **out, int *n)
+int gw_store_runs_unheld(gw_store *s, const char *beats, int grace_s, gw_dispatch **out, int *n)
 {
     char grace[16];
     snprintf(grace, sizeof(grace), "%d", grace_s);
-    const char *v[3] = {node_id, held, grace};
+    const char *v[2] = {beats, grace};
     return load_running_p(s, ST_RUNS_UNHELD, v, out, n);
 }
 

@@ -148,3 +148,32 @@ def test_a_poll_held_by_a_gateway_without_the_scheduler_gets_the_run_claimed_els
         requests.delete(f"{base}/v1/cluster/nodes/{node}", headers=h, timeout=5)
         proc.stop()
         stack.procs.pop("gateway-probe", None)
+
+
+@pytest.mark.timeout(120)
+def test_runs_two_nodes_do_not_hold_are_requeued_from_one_batch_of_heartbeats(A, stack):
+    """The look for runs a node does not hold is made for a whole batch of
+    heartbeats at once: runs leased to two nodes whose heartbeats list none
+    of them go back to the queue (node_lost), each node's own."""
+    base = stack.cluster_base
+    nodes = [register(stack, base, f"node-unheld-{k}") for k in range(2)]
+    jobs = []
+    try:
+        for node, h in nodes:
+            job = A.submit("sleep", {"seconds": 600}, resources={"backend": "cuda", "gpus": 1})
+            jobs.append(job["id"])
+            got = poll_until(base, node, h, lambda b: bool(b["runs"]), 1, 30)
+            assert got, f"no run reached node {node}"
+        with contextlib.ExitStack() as beats:
+            for node, h in nodes:
+                beats.enter_context(beating(base, node, h, []))   # held: none
+            ids = ",".join(f"'{j}'" for j in jobs)
+            # re-queued: node_lost until placed again, then a second attempt
+            stk.wait_until(lambda: [r[0] for r in stack.psql(
+                f"SELECT (error_code = 'node_lost' OR attempts >= 2)::text FROM jobs"
+                f" WHERE id IN ({ids})")] == ["true"] * 2, 60, 0.5, "both runs re-queued as lost")
+    finally:
+        for j in jobs:
+            A.cancel(j)
+        for node, h in nodes:
+            requests.delete(f"{base}/v1/cluster/nodes/{node}", headers=h, timeout=5)
