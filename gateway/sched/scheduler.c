@@ -322,6 +322,11 @@ static void reap(gw_sched *s)
     int64_t failed = gw_store_last_failure_ms(s->app->store);
     if ((!failed || now - failed >= window) && now - s->leader_since_ms >= window)
         gw_store_nodes_expire(s->app->store, s->app->cfg.node_timeout_s, &marked);
+    /* The nodes just marked down leave placement before their jobs are
+     * queued again: a pass with the old view put a lost gang's next
+     * attempt back on the lost node (test_task_gang saw a third attempt). */
+    if (marked > 0)
+        nodes_refresh(s);
     gw_dispatch *list;
     int n;
     if (gw_store_jobs_on_down_nodes(s->app->store, &list, &n) == 0)
