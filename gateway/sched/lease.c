@@ -295,16 +295,16 @@ static int quiet(gw_leases *l, const char *node_id, int max)
 }
 
 /* Asks PostgreSQL, in one statement, which held polls' nodes have work
- * now, and wakes those (their room forgotten: the look must happen). Takes
- * and gives back mu; 0, or -1 when the probe could not be made (every
- * held poll then looks, as it would have without the probe). */
-static int probe(gw_leases *l)
+ * now, and wakes those (their room forgotten: the look must happen). When
+ * the probe could not be made, every held poll looks, as it would have
+ * without the probe. Takes and gives back mu. */
+static void probe(gw_leases *l)
 {
     int n = 0;
     for (waiter *x = l->list; x; x = x->next)
         n += !x->end;
     if (n == 0)
-        return 0;
+        return;
     char(*ids)[37] = malloc(sizeof(*ids) * (size_t)n);
     int *has = malloc(sizeof(*has) * (size_t)n);
     int k = 0;
@@ -328,7 +328,6 @@ static int probe(gw_leases *l)
     }
     free(ids);
     free(has);
-    return rc == 0 ? 0 : -1;
 }
 
 /* The lease thread: looks for work for the polls that need a look, answers

@@ -608,33 +608,34 @@ typedef struct pass_res {
     int nunfit;
 } pass_res;
 
-/* 1 when the pass already saw a job of r's shape that fitted nowhere
- * with no more timeout_s than timeout_s. */
-static int unfit_known(const pass_res *res, const gw_place_req *r, int timeout_s)
+/* The pass's entry for r's shape (backend, devices, nodes, memory,
+ * image), or NULL. */
+static struct unfit *unfit_of(pass_res *res, const gw_place_req *r)
 {
     for (int i = 0; i < res->nunfit; i++) {
         const gw_place_req *u = &res->unfit[i].req;
         if (u->backend == r->backend && u->gpus == r->gpus && u->nodes == r->nodes &&
-            u->gpu_mem_mb == r->gpu_mem_mb && u->image == r->image &&
-            res->unfit[i].timeout_s <= timeout_s)
-            return 1;
+            u->gpu_mem_mb == r->gpu_mem_mb && u->image == r->image)
+            return &res->unfit[i];
     }
-    return 0;
+    return NULL;
+}
+
+/* 1 when the pass already saw a job of r's shape that fitted nowhere
+ * with no more timeout_s than timeout_s. */
+static int unfit_known(pass_res *res, const gw_place_req *r, int timeout_s)
+{
+    const struct unfit *u = unfit_of(res, r);
+    return u && u->timeout_s <= timeout_s;
 }
 
 /* Remembers that r fitted nowhere with timeout_s (while there is room). */
 static void unfit_add(pass_res *res, const gw_place_req *r, int timeout_s)
 {
-    for (int i = 0; i < res->nunfit; i++) {
-        const gw_place_req *u = &res->unfit[i].req;
-        if (u->backend == r->backend && u->gpus == r->gpus && u->nodes == r->nodes &&
-            u->gpu_mem_mb == r->gpu_mem_mb && u->image == r->image) {
-            if (timeout_s < res->unfit[i].timeout_s)
-                res->unfit[i].timeout_s = timeout_s;
-            return;
-        }
-    }
-    if (res->nunfit < UNFIT_MAX)
+    struct unfit *u = unfit_of(res, r);
+    if (u && timeout_s < u->timeout_s)
+        u->timeout_s = timeout_s;
+    else if (!u && res->nunfit < UNFIT_MAX)
         res->unfit[res->nunfit++] = (struct unfit){*r, timeout_s};
 }
 

@@ -645,16 +645,17 @@ class Stack:
         return Client(self.cluster_base, self.node_credential(name))
 
     def register_node(self, name, backend="cpu", kernels=("sleep",), slots=1, credential=None,
-                      token=None, gpus=None, drain=True):
-        """Registers a node by hand on the cluster listener (what a
-        scripted node does); returns the response. Drained at once unless
-        drain is False: a node that never runs anything must not be given
-        the other tests' jobs while it counts as up."""
+                      token=None, gpus=None, drain=True, base=None):
+        """Registers a node by hand on the cluster listener (base: another
+        gateway's; what a scripted node does); returns the response.
+        Drained at once unless drain is False: a node that never runs
+        anything must not be given the other tests' jobs while it counts
+        as up."""
         body = {"name": name, "url": "http://127.0.0.1:9", "backend": backend, "slots": slots,
                 "kernels": list(kernels), "gpus": gpus or []}
         if credential:
             body["credential"] = credential
-        r = requests.post(self.cluster_base + "/v1/cluster/nodes/register", json=body,
+        r = requests.post((base or self.cluster_base) + "/v1/cluster/nodes/register", json=body,
                           headers={"Authorization": f"Bearer {token or self.cluster_token}"},
                           timeout=HTTP_TIMEOUT)
         if r.status_code == 200 and drain:

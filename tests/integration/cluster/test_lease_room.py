@@ -48,14 +48,11 @@ def test_a_restarted_node_gets_runs_despite_its_old_report(A, stack):
 # poll whose node it knows to be quiet is answered at the end of its wait
 # without a look. What another gateway does must still reach the node.
 
-REG = {"url": "http://127.0.0.1:9", "backend": "cuda", "slots": 1, "kernels": ["sleep"],
-       "gpus": [{"name": "Fake GPU", "memory_bytes": 1 << 30}]}
-
-
 def register(stack, base, name):
-    r = requests.post(f"{base}/v1/cluster/nodes/register", timeout=5,
-                      headers={"Authorization": f"Bearer {stack.cluster_token}"},
-                      json=dict(REG, name=name))
+    """A one-slot CUDA node registered on base's cluster listener, not
+    drained; its id and credential header."""
+    r = stack.register_node(name, backend="cuda", gpus=[{"name": "Fake GPU", "memory_bytes": 1 << 30}],
+                            drain=False, base=base)
     assert r.status_code == 200, r.text
     return r.json()["id"], {"Authorization": f"Bearer {r.json()['credential']}"}
 
