@@ -387,12 +387,7 @@ async def throughput(args):
     if server_wall:
         print("   server: min(created_at) -> max(finished_at): %.2f s  => %.1f jobs/s"
               % (server_wall, res["server_jobs_per_s"]))
-    print("   results checked: %d sampled, %s" % (res["checked"], "all correct" if not problems
-                                                  else "%d PROBLEM(S)" % len(problems)))
-    for p in problems[:10]:
-        print("     ! " + p)
-    save(args.json, res)
-    return 1 if problems else 0
+    return checked_and_saved(args, res, problems)
 
 
 # ---------------------------------------------------------------- latency
@@ -564,6 +559,11 @@ async def latency(args):
           " running (finished-started) p50 %s p99 %s"
           % (fmt_ms(res["ack_p50_s"]), fmt_ms(res["ack_p99_s"]), fmt_ms(res["wait_p50_s"]),
              fmt_ms(res["wait_p99_s"]), fmt_ms(res["run_p50_s"]), fmt_ms(res["run_p99_s"])))
+    return checked_and_saved(args, res, problems)
+
+
+def checked_and_saved(args, res, problems):
+    """Prints what the result checks found, saves res; 1 if any was wrong."""
     print("   results checked: %d sampled, %s" % (res["checked"], "all correct" if not problems
                                                   else "%d PROBLEM(S)" % len(problems)))
     for p in problems[:10]:
@@ -654,7 +654,8 @@ def cmd_pgbench(args):
 
 # ---------------------------------------------------------------- CPU sampling
 
-def _cpu_ticks(pid):
+def proc_ticks(pid):
+    """utime + stime of PID in clock ticks (None when it is gone)."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -663,7 +664,8 @@ def _cpu_ticks(pid):
         return None
 
 
-def _children(ppid):
+def proc_children(ppid):
+    """The pids whose parent is PPID."""
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -714,7 +716,7 @@ def cmd_cpu(args):
     def pids_now():
         g = {k: list(v) for k, v in groups.items()}
         if args.pg:
-            g["postgres"] = [args.pg] + _children(args.pg)
+            g["postgres"] = [args.pg] + proc_children(args.pg)
         for comm in args.comm or []:
             for d in os.listdir("/proc"):
                 if d.isdigit():
@@ -729,7 +731,7 @@ def cmd_cpu(args):
     watch_name, watch_pid = (args.watch.split("=") if args.watch else (None, 0))
     threads_max = rss_max = 0
     g0 = pids_now()
-    t0 = {k: {p: _cpu_ticks(p) for p in v} for k, v in g0.items()}
+    t0 = {k: {p: proc_ticks(p) for p in v} for k, v in g0.items()}
     m0 = _total_ticks()
     w0 = time.monotonic()
     while True:
@@ -748,7 +750,7 @@ def cmd_cpu(args):
     for k, v in g1.items():
         used = 0
         for p in v:
-            b = _cpu_ticks(p)
+            b = proc_ticks(p)
             a = t0.get(k, {}).get(p, 0) or 0
             if b is not None:
                 used += b - a

@@ -40,6 +40,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import philly  # noqa: E402
+from klbench import proc_children, proc_status, proc_ticks  # noqa: E402
 
 
 def api(url, key, method="GET", body=None, timeout=30):
@@ -90,40 +91,15 @@ def cmd_tenants(a):
 
 
 def ticks(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            x = f.read().rsplit(")", 1)[1].split()
-        return int(x[11]) + int(x[12])
-    except (OSError, ValueError, IndexError):
-        return 0
+    return proc_ticks(pid) or 0
 
 
 def rss_kb(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def children(ppid):
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
-                        out.append(int(d))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
+    return proc_status(pid).get("rss_kb", 0)
 
 
 def cmd_snap(a):
-    pg = [a.pg] + children(a.pg)
+    pg = [a.pg] + proc_children(a.pg)
     snap = {"t_ms": int(time.time() * 1000), "hz": os.sysconf("SC_CLK_TCK"),
             "gw_ticks": ticks(a.gw), "pg_ticks": {str(p): ticks(p) for p in pg},
             "sim_ticks": ticks(a.sim), "gw_rss_kb": rss_kb(a.gw), "sim_rss_kb": rss_kb(a.sim)}

@@ -115,6 +115,7 @@ typedef struct gw_app {
     gw_stats *stats;        /* GET /v1/stats/history's answers, for a moment (stats.h) */
     gw_metrics *metrics;    /* what GET /metrics serves (metrics.h); NULL: nothing counted */
     json_t *prices;         /* the parsed price table: {"currency", "rates"} */
+    json_t *job_fields;     /* the job object's members in kowloon_job_json's order */
     gw_whnet *whnet;        /* where webhooks may go (webhook_net.h) */
     gw_webhooks *webhooks;  /* the delivery worker (webhooks.h) */
     gw_resolver *resolver;  /* webhook hosts' lookups, off the HTTP threads (resolver.h) */

@@ -517,7 +517,7 @@ static int cluster_token_load(gw_config *cfg)
 }
 
 /* What serve needs before its threads: the price table (recorded in
- * PostgreSQL), the OpenAPI text, the blob store and the webhook resolver,
+ * PostgreSQL), the job object's member order, the OpenAPI text, the blob store and the webhook resolver,
  * each kept in app. 0, or the exit status after logging why not. */
 static int serve_prepare(gw_app *app)
 {
@@ -534,6 +534,11 @@ static int serve_prepare(gw_app *app)
         return 1;
     svc_info("usage priced by %s", app->cfg.prices && *app->cfg.prices ? app->cfg.prices
                                                                      : "no rates (cost 0)");
+    /* sql/objects.sql decides the order; the 202 of a submit follows it */
+    if (gw_store_job_fields(app->store, &app->job_fields) != 0) {
+        svc_error("cannot read the job object's members from PostgreSQL (kowloon_job_json)");
+        return 1;
+    }
     if (!(app->openapi = file_slurp(app->cfg.openapi, &app->openapi_len)))
         svc_warn("cannot read %s: /openapi.yaml will answer 404", app->cfg.openapi);
     if (!(app->blobs = svc_bstore_open(app->cfg.blob_dir, SVC_BSTORE_CREATE, err, sizeof(err)))) {
@@ -828,5 +833,6 @@ int main(int argc, char **argv)
     svc_bstore_close(app.blobs);
     free(app.openapi);
     json_decref(app.prices);
+    json_decref(app.job_fields);
     return rc;
 }

@@ -578,17 +578,7 @@ int svc_bstore_open_read(svc_bstore *s, const char *id, int *fd, uint64_t *size)
 
 int svc_bstore_stat(svc_bstore *s, const char *id, uint64_t *size)
 {
-    char path[PATH_MAX];
-    struct stat st;
-    if (!svc_blob_id_valid(id))
-        return -ENOENT;
-    blob_path(s, id, path, sizeof path);
-    if (stat(path, &st) != 0)
-        return -errno;
-    if (!S_ISREG(st.st_mode))
-        return -ENOENT;
-    *size = (uint64_t)st.st_size;
-    return 0;
+    return svc_bstore_path(s, id, NULL, 0, size);
 }
 
 int svc_bstore_verify(svc_bstore *s, const char *id, uint64_t max, uint64_t *size)
@@ -644,9 +634,10 @@ int svc_bstore_path(svc_bstore *s, const char *id, char *out, size_t len, uint64
         return -errno;
     if (!S_ISREG(st.st_mode))
         return -ENOENT;
-    if (strlen(path) >= len)
+    if (out != NULL && strlen(path) >= len)
         return -ENAMETOOLONG;
-    snprintf(out, len, "%s", path);
+    if (out != NULL)
+        snprintf(out, len, "%s", path);
     *size = (uint64_t)st.st_size;
     return 0;
 }

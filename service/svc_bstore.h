@@ -86,7 +86,8 @@ int svc_bstore_stat(svc_bstore *s, const char *id, uint64_t *size);
  * wrote: the store's own writers never leave such a file. */
 int svc_bstore_verify(svc_bstore *s, const char *id, uint64_t max, uint64_t *size);
 /* The path of a blob's file (for a container engine to mount it read-only
- * in place) and its size; 0, -ENOENT, -ENAMETOOLONG or -errno. */
+ * in place; out NULL asks only whether it is there) and its size; 0, -ENOENT,
+ * -ENAMETOOLONG or -errno. */
 int svc_bstore_path(svc_bstore *s, const char *id, char *out, size_t len, uint64_t *size);
 /* Removes a blob's bytes; 0 or -errno (-ENOENT when it was not there). */
 int svc_bstore_remove(svc_bstore *s, const char *id);

@@ -137,6 +137,32 @@ size_t svc_utf8_chars(const char *s)
     return n;
 }
 
+int svc_utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i++], more, min;
+        if (c < 0x80)
+            continue;
+        if (c >= 0xc2 && c <= 0xdf)
+            more = 1, min = 0x80, c &= 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+            more = 2, min = 0x800, c &= 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+            more = 3, min = 0x10000, c &= 0x07;
+        else
+            return 0;
+        for (; more > 0; more--, i++) {
+            if (i >= n || (p[i] & 0xc0) != 0x80)
+                return 0;
+            c = (c << 6) | (p[i] & 0x3f);
+        }
+        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+            return 0;
+    }
+    return 1;
+}
+
 char *svc_content_disposition(const char *filename, char *out, size_t len)
 {
     static const char attr[] = "!#$&+-.^_`|~"; /* RFC 8187 attr-char besides ALNUM */

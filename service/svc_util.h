@@ -33,6 +33,11 @@ int svc_secure_equal(const char *a, const char *b);
  * the HTTP server check that before handlers see it). */
 size_t svc_utf8_chars(const char *s);
 
+/* 1 if p[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), what jansson and PostgreSQL take;
+ * a NUL byte counts as a character here. */
+int svc_utf8_valid(const char *p, size_t n);
+
 /* A Content-Disposition value for a download named filename (any bytes:
  * a name may come from a URL path): "attachment; filename=\"<safe>\";
  * filename*=UTF-8''<percent-encoded>" (RFC 6266, RFC 8187). The quoted

@@ -26,33 +26,6 @@ COMMENT ON TABLE job_ranks IS 'one row per node of each attempt of a multi-node 
 -- a node's poll looks for its parts not yet taken, and its running parts
 CREATE INDEX job_ranks_node_open ON job_ranks (node_id) WHERE ended_at IS NULL;
 
--- Where each node_rank of a job runs (the job object's placement): one
--- entry per node of the current or last attempt, in node_rank order, with
--- the global ranks it holds (gpus per node each) and its device indices
--- ([] on CPU nodes or where the node chose). NULL until first placed. A
--- single-node job reads only its own row: job_ranks is looked at for
--- multi-node jobs alone.
-CREATE FUNCTION kowloon_placement(j jobs) RETURNS json
-LANGUAGE sql STABLE AS $$
-    SELECT CASE
-        WHEN j.nodes > 1 THEN
-            (SELECT json_agg(json_build_object(
-                        'node_rank', r.node_rank, 'node', r.node_name,
-                        'ranks', (SELECT json_agg(g) FROM generate_series(
-                                    r.node_rank * greatest(j.gpus, 1),
-                                    (r.node_rank + 1) * greatest(j.gpus, 1) - 1) g),
-                        'gpus', to_json(r.gpu_ids)) ORDER BY r.node_rank)
-             FROM job_ranks r
-             WHERE r.job_id = j.id
-               AND r.attempt = (SELECT max(x.attempt) FROM job_ranks x WHERE x.job_id = j.id))
-        WHEN j.node_name IS NOT NULL THEN
-            json_build_array(json_build_object(
-                'node_rank', 0, 'node', j.node_name,
-                'ranks', (SELECT json_agg(g) FROM generate_series(0, greatest(j.gpus, 1) - 1) g),
-                'gpus', to_json(coalesce(j.gpu_ids, '{}'::int[]))))
-    END
-$$;
-COMMENT ON FUNCTION kowloon_placement(jobs) IS
-    'the job object''s placement: [{node_rank, node, ranks, gpus}] of the current or last attempt';
+-- kowloon_placement: in sql/objects.sql now, re-applied at every start.
 
 -- kowloon_job_json: in sql/objects.sql now, re-applied at every start.

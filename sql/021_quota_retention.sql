@@ -62,51 +62,8 @@ GROUP BY h.tenant_id, h.blob_id, b.size;
 INSERT INTO tenant_totals (tenant_id, blob_bytes)
 SELECT tenant_id, sum(size) FROM blob_usage GROUP BY tenant_id;
 
--- References gained: (tenant, blob) pairs, one per reference. Locks are
--- taken in key order (blob_usage, then tenant_totals), and these are the
--- last locks a statement takes, so concurrent statements never wait on
--- each other in a cycle. PL/pgSQL (here and below) so that the plans are
--- kept per connection: the batch of submits runs this.
-CREATE FUNCTION kowloon_blob_hold(tenant_ids bigint[], blob_ids text[]) RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    WITH n AS (SELECT t, b, count(*) AS k FROM unnest(tenant_ids, blob_ids) AS x(t, b) GROUP BY t, b),
-     u AS (INSERT INTO blob_usage AS bu (tenant_id, blob_id, size, holders)
-           SELECT n.t, n.b, bl.size, n.k FROM n JOIN blobs bl ON bl.id = n.b ORDER BY n.t, n.b
-           ON CONFLICT (tenant_id, blob_id) DO UPDATE SET holders = bu.holders + EXCLUDED.holders
-           RETURNING bu.tenant_id, bu.size, bu.xmax = 0 AS created)
-    INSERT INTO tenant_totals AS tt (tenant_id, blob_bytes)
-    SELECT tenant_id, sum(size) FILTER (WHERE created) FROM u
-    GROUP BY tenant_id HAVING bool_or(created) ORDER BY tenant_id
-    ON CONFLICT (tenant_id) DO UPDATE SET blob_bytes = tt.blob_bytes + EXCLUDED.blob_bytes;
-END
-$$;
-COMMENT ON FUNCTION kowloon_blob_hold(bigint[], text[]) IS
-    'references added: counts them in blob_usage and charges each tenant for the blobs new to it';
-
--- References dropped; a blob whose last reference of a tenant goes stops
--- being charged to it.
-CREATE FUNCTION kowloon_blob_release(tenant_ids bigint[], blob_ids text[]) RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    PERFORM 1 FROM blob_usage bu
-    WHERE (bu.tenant_id, bu.blob_id) IN (SELECT t, b FROM unnest(tenant_ids, blob_ids) AS x(t, b))
-    ORDER BY bu.tenant_id, bu.blob_id FOR UPDATE;
-    WITH n AS (SELECT t, b, count(*) AS k FROM unnest(tenant_ids, blob_ids) AS x(t, b) GROUP BY t, b),
-     d AS (DELETE FROM blob_usage bu USING n
-           WHERE bu.tenant_id = n.t AND bu.blob_id = n.b AND bu.holders <= n.k
-           RETURNING bu.tenant_id, bu.size)
-    INSERT INTO tenant_totals AS tt (tenant_id, blob_bytes)
-    SELECT tenant_id, -sum(size) FROM d GROUP BY tenant_id ORDER BY tenant_id
-    ON CONFLICT (tenant_id) DO UPDATE SET blob_bytes = tt.blob_bytes + EXCLUDED.blob_bytes;
-    WITH n AS (SELECT t, b, count(*) AS k FROM unnest(tenant_ids, blob_ids) AS x(t, b) GROUP BY t, b)
-    UPDATE blob_usage bu SET holders = bu.holders - n.k FROM n
-    WHERE bu.tenant_id = n.t AND bu.blob_id = n.b;
-END
-$$;
-COMMENT ON FUNCTION kowloon_blob_release(bigint[], text[]) IS
-    'references removed: uncounts them in blob_usage and stops charging a tenant for a blob it no '
-    'longer holds at all';
+-- kowloon_blob_hold and kowloon_blob_release (what the triggers below
+-- call): in sql/objects.sql now, re-applied at every start.
 
 -- Statement-level, with transition tables: one pass per statement (a batch
 -- of submits, a page of expired jobs), its locks taken in order. A

@@ -1,5 +1,7 @@
 -- sql/objects.sql — the replaceable objects of the schema, each written
--- once: the functions that render a job and a tenant as the API shows them.
+-- once: the functions that render a job and a tenant as the API shows them,
+-- a job's usage and placement, and the blob accounting the reference
+-- triggers call.
 -- The gateway applies it after the migrations at every start (`migrate` and
 -- `serve`), in one transaction under the migrations' lock, so a change here
 -- is a change to this file alone: no new migration redefines them. Only
@@ -33,6 +35,140 @@ LANGUAGE sql STABLE AS $$
         'running', (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND j.state = 'running'),
         'keys', (SELECT count(*) FROM api_keys k WHERE k.tenant_id = t.id AND k.revoked_at IS NULL))
 $$;
+
+-- The usage of job j ending at ended, its attempt measured by its node
+-- (node: {"run_s", "cpu_s", "gpus", "gpu_model"}, NULL when no node
+-- reported, as when the reaper gives up on a run: then run_s is the
+-- gateway's own view, started_at to ended, and cpu_s 0). backend is where
+-- the run happened when known; outputs the result meta (nbytes per output)
+-- of a success. prices is the gateway's price table
+-- {"currency", "rates": {"cpu", "cuda", "cuda:<GPU model>"}}: USD (say) per
+-- CPU-core-hour of CPU time on the CPU, per GPU-hour on CUDA, the model's
+-- own rate before the generic one; no rate costs 0. PL/pgSQL so that its
+-- plans are kept per connection: it runs on the result path.
+CREATE OR REPLACE FUNCTION kowloon_usage(j jobs, ended timestamptz, node jsonb, ran_on text,
+                              outputs jsonb, prices jsonb) RETURNS json
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    be text := ran_on;
+    model text := node->>'gpu_model';
+    run_s float8;
+    cpu_s float8 := greatest(coalesce((node->>'cpu_s')::float8, 0), 0);
+    n_gpus int := 0;
+    rate float8;
+    bytes_in bigint;
+    bytes_out bigint;
+BEGIN
+    IF be IS NULL OR (be = 'cuda' AND model IS NULL) THEN
+        SELECT coalesce(be, nd.backend), coalesce(model, nd.gpus->0->>'name') INTO be, model
+        FROM nodes nd WHERE nd.id = j.node_id;
+    END IF;
+    be := coalesce(be, 'cpu');
+    run_s := greatest(coalesce((node->>'run_s')::float8,
+                               extract(epoch FROM ended - j.started_at)::float8), 0);
+    IF be = 'cuda' THEN
+        n_gpus := coalesce((node->>'gpus')::int, greatest(j.gpus, 1));
+        rate := coalesce(prices->'rates'->>('cuda:' || model), prices->'rates'->>'cuda')::float8;
+    ELSE
+        model := NULL;
+        rate := (prices->'rates'->>'cpu')::float8;
+    END IF;
+    SELECT coalesce(sum((e->>'nbytes')::bigint), 0) INTO bytes_in
+    FROM job_inputs i, jsonb_array_elements(i.meta) e WHERE i.job_id = j.id;
+    SELECT coalesce(sum((e->>'nbytes')::bigint), 0) INTO bytes_out
+    FROM jsonb_array_elements(coalesce(outputs, '[]')) e;
+    RETURN json_strip_nulls(json_build_object(
+        'queue_s', round(greatest(extract(epoch FROM j.started_at - j.created_at), 0)::numeric, 3),
+        'run_s', round(run_s::numeric, 3),
+        'backend', be,
+        'gpus', n_gpus,
+        'gpu_model', model,
+        'gpu_s', round((n_gpus * run_s)::numeric, 3),
+        'cpu_s', round(cpu_s::numeric, 6),
+        'bytes_in', bytes_in,
+        'bytes_out', bytes_out,
+        'cost', round(((CASE WHEN be = 'cuda' THEN n_gpus * run_s ELSE cpu_s END)
+                       / 3600 * coalesce(rate, 0))::numeric, 9),
+        'currency', prices->>'currency'));
+END
+$$;
+COMMENT ON FUNCTION kowloon_usage(jobs, timestamptz, jsonb, text, jsonb, jsonb) IS
+    'a job''s usage and cost as it ends';
+
+-- Where each node_rank of a job runs (the job object's placement): one
+-- entry per node of the current or last attempt, in node_rank order, with
+-- the global ranks it holds (gpus per node each) and its device indices
+-- ([] on CPU nodes or where the node chose). NULL until first placed. A
+-- single-node job reads only its own row: job_ranks is looked at for
+-- multi-node jobs alone.
+CREATE OR REPLACE FUNCTION kowloon_placement(j jobs) RETURNS json
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN j.nodes > 1 THEN
+            (SELECT json_agg(json_build_object(
+                        'node_rank', r.node_rank, 'node', r.node_name,
+                        'ranks', (SELECT json_agg(g) FROM generate_series(
+                                    r.node_rank * greatest(j.gpus, 1),
+                                    (r.node_rank + 1) * greatest(j.gpus, 1) - 1) g),
+                        'gpus', to_json(r.gpu_ids)) ORDER BY r.node_rank)
+             FROM job_ranks r
+             WHERE r.job_id = j.id
+               AND r.attempt = (SELECT max(x.attempt) FROM job_ranks x WHERE x.job_id = j.id))
+        WHEN j.node_name IS NOT NULL THEN
+            json_build_array(json_build_object(
+                'node_rank', 0, 'node', j.node_name,
+                'ranks', (SELECT json_agg(g) FROM generate_series(0, greatest(j.gpus, 1) - 1) g),
+                'gpus', to_json(coalesce(j.gpu_ids, '{}'::int[]))))
+    END
+$$;
+COMMENT ON FUNCTION kowloon_placement(jobs) IS
+    'the job object''s placement: [{node_rank, node, ranks, gpus}] of the current or last attempt';
+
+-- References gained: (tenant, blob) pairs, one per reference. Locks are
+-- taken in key order (blob_usage, then tenant_totals), and these are the
+-- last locks a statement takes, so concurrent statements never wait on
+-- each other in a cycle. PL/pgSQL (here and below) so that the plans are
+-- kept per connection: the batch of submits runs this.
+CREATE OR REPLACE FUNCTION kowloon_blob_hold(tenant_ids bigint[], blob_ids text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    WITH n AS (SELECT t, b, count(*) AS k FROM unnest(tenant_ids, blob_ids) AS x(t, b) GROUP BY t, b),
+     u AS (INSERT INTO blob_usage AS bu (tenant_id, blob_id, size, holders)
+           SELECT n.t, n.b, bl.size, n.k FROM n JOIN blobs bl ON bl.id = n.b ORDER BY n.t, n.b
+           ON CONFLICT (tenant_id, blob_id) DO UPDATE SET holders = bu.holders + EXCLUDED.holders
+           RETURNING bu.tenant_id, bu.size, bu.xmax = 0 AS created)
+    INSERT INTO tenant_totals AS tt (tenant_id, blob_bytes)
+    SELECT tenant_id, sum(size) FILTER (WHERE created) FROM u
+    GROUP BY tenant_id HAVING bool_or(created) ORDER BY tenant_id
+    ON CONFLICT (tenant_id) DO UPDATE SET blob_bytes = tt.blob_bytes + EXCLUDED.blob_bytes;
+END
+$$;
+COMMENT ON FUNCTION kowloon_blob_hold(bigint[], text[]) IS
+    'references added: counts them in blob_usage and charges each tenant for the blobs new to it';
+
+-- References dropped; a blob whose last reference of a tenant goes stops
+-- being charged to it.
+CREATE OR REPLACE FUNCTION kowloon_blob_release(tenant_ids bigint[], blob_ids text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM 1 FROM blob_usage bu
+    WHERE (bu.tenant_id, bu.blob_id) IN (SELECT t, b FROM unnest(tenant_ids, blob_ids) AS x(t, b))
+    ORDER BY bu.tenant_id, bu.blob_id FOR UPDATE;
+    WITH n AS (SELECT t, b, count(*) AS k FROM unnest(tenant_ids, blob_ids) AS x(t, b) GROUP BY t, b),
+     d AS (DELETE FROM blob_usage bu USING n
+           WHERE bu.tenant_id = n.t AND bu.blob_id = n.b AND bu.holders <= n.k
+           RETURNING bu.tenant_id, bu.size)
+    INSERT INTO tenant_totals AS tt (tenant_id, blob_bytes)
+    SELECT tenant_id, -sum(size) FROM d GROUP BY tenant_id ORDER BY tenant_id
+    ON CONFLICT (tenant_id) DO UPDATE SET blob_bytes = tt.blob_bytes + EXCLUDED.blob_bytes;
+    WITH n AS (SELECT t, b, count(*) AS k FROM unnest(tenant_ids, blob_ids) AS x(t, b) GROUP BY t, b)
+    UPDATE blob_usage bu SET holders = bu.holders - n.k FROM n
+    WHERE bu.tenant_id = n.t AND bu.blob_id = n.b;
+END
+$$;
+COMMENT ON FUNCTION kowloon_blob_release(bigint[], text[]) IS
+    'references removed: uncounts them in blob_usage and stops charging a tenant for a blob it no '
+    'longer holds at all';
 
 -- The public job object: every endpoint that returns a job returns this
 -- shape; json, not jsonb, so that params keep their exact text. kernel is

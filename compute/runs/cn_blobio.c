@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,13 +48,22 @@ static long cn__stall(const cn_blobio_gateway *g)
     return g->stall_ms > 0 ? g->stall_ms : CN_STALL_DEFAULT_MS;
 }
 
-/* "{base}{path}" without a doubled slash. */
-static void cn__url(char *out, size_t n, const char *base, const char *path)
+/* The gateway's base URL, without a trailing slash, then the path that fmt
+ * formats. */
+static void cn__url(const cn_blobio_gateway *g, char *out, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void cn__url(const cn_blobio_gateway *g, char *out, size_t n, const char *fmt, ...)
 {
-    size_t len = strlen(base);
-    while (len > 0 && base[len - 1] == '/')
+    size_t len = strlen(g->url);
+    while (len > 0 && g->url[len - 1] == '/')
         len--;
-    snprintf(out, n, "%.*s%s", (int)len, base, path);
+    int w = snprintf(out, n, "%.*s", (int)len, g->url);
+    if (w < 0 || (size_t)w >= n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + w, n - (size_t)w, fmt, ap);
+    va_end(ap);
 }
 
 /* The message of a JSON error reply, or "". */
@@ -68,14 +78,12 @@ static int cn__gw_fetch(void *cls, const char *id, void *buf, size_t size, svc_c
                         size_t msglen)
 {
     const cn_blobio_gateway *g = cls;
-    char url[1024], path[128];
+    char url[1024], cred[CN_CRED_SIZE];
     svc_response r;
     int ret = CN_BLOBIO_EFAIL;
 
     *got = 0;
-    snprintf(path, sizeof path, "/v1/cluster/blobs/%s", id);
-    cn__url(url, sizeof url, g->url, path);
-    char cred[CN_CRED_SIZE];
+    cn__url(g, url, sizeof url, "/v1/cluster/blobs/%s", id);
     cn_cred_get(g->cred, cred);
     int rc = svc_http_get_into(url, cred, buf, size, on_chunk, chunk_cls, cn__stall(g), cancel,
                                &r);
@@ -106,13 +114,11 @@ static int cn__gw_fetch_range(void *cls, const char *id, uint64_t off, void *buf
                               const volatile int *cancel, char *msg, size_t msglen)
 {
     const cn_blobio_gateway *g = cls;
-    char url[1024], path[128];
+    char url[1024], cred[CN_CRED_SIZE];
     svc_response r;
     int ret = CN_BLOBIO_EFAIL;
 
-    snprintf(path, sizeof path, "/v1/cluster/blobs/%s", id);
-    cn__url(url, sizeof url, g->url, path);
-    char cred[CN_CRED_SIZE];
+    cn__url(g, url, sizeof url, "/v1/cluster/blobs/%s", id);
     cn_cred_get(g->cred, cred);
     int rc = svc_http_get_range_into(url, cred, off, buf, size, cn__stall(g), cancel, &r);
     memset(cred, 0, sizeof cred);
@@ -136,13 +142,12 @@ static int cn__gw_push(void *cls, const char *job_id, int attempt, const void *d
                        size_t msglen)
 {
     const cn_blobio_gateway *g = cls;
-    char url[1024], path[160], cred[CN_CRED_SIZE];
+    char url[1024], cred[CN_CRED_SIZE];
     svc_response r;
     int ret = CN_BLOBIO_EFAIL;
 
     /* the gateway takes it as an output of this run only */
-    snprintf(path, sizeof path, "/v1/cluster/blobs?job_id=%.40s&attempt=%d", job_id, attempt);
-    cn__url(url, sizeof url, g->url, path);
+    cn__url(g, url, sizeof url, "/v1/cluster/blobs?job_id=%.40s&attempt=%d", job_id, attempt);
     cn_cred_get(g->cred, cred);
     int rc = svc_http_post_raw(url, cred, "application/octet-stream", data, n, cn__stall(g),
                                cancel, &r);
@@ -172,13 +177,12 @@ static int cn__gw_adopt(void *cls, const char *job_id, int attempt, const char *
                         char *msg, size_t msglen)
 {
     const cn_blobio_gateway *g = cls;
-    char url[1024], path[240], cred[CN_CRED_SIZE];
+    char url[1024], cred[CN_CRED_SIZE];
     svc_response r;
     int ret = CN_BLOBIO_EFAIL;
 
-    snprintf(path, sizeof path, "/v1/cluster/blobs/%s?job_id=%.40s&attempt=%d", id, job_id,
-             attempt);
-    cn__url(url, sizeof url, g->url, path);
+    cn__url(g, url, sizeof url, "/v1/cluster/blobs/%s?job_id=%.40s&attempt=%d", id, job_id,
+            attempt);
     json_t *body = json_pack("{s:I}", "size", (json_int_t)size);
     cn_cred_get(g->cred, cred);
     int rc = body ? svc_http_call("PUT", url, cred, body, CN_ADOPT_TIMEOUT_MS, &r) : -1;
@@ -380,17 +384,21 @@ static void cn__run_all(cn__task_fn fn, void **tasks, int n, int *rcs, const vol
     pthread_mutex_destroy(&g.mu);
 }
 
-/* The result of a group: the first real failure in input order (a task
- * stopped because another failed reports KL_ECANCELED, which says
- * nothing), or KL_ECANCELED when the run was cancelled. errs[i] go with it. */
-static int cn__group_result(const int *rcs, const kl_err *errs, int n, const volatile int *cancel,
-                            kl_err *err)
+/* Runs a group of tasks (cn__run_all) and gives its result: the first real
+ * failure in input order, with that task's kl_err (the first member of
+ * every task struct) in *err (a task stopped because another failed
+ * reports KL_ECANCELED, which says nothing), or KL_ECANCELED when the run
+ * was cancelled. */
+static int cn__run_group(cn__task_fn fn, void **tasks, int n, const volatile int *cancel,
+                         kl_err *err)
 {
+    int rcs[KL_MAX_IO];
+    cn__run_all(fn, tasks, n, rcs, cancel);
     if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE))
         return KL_ECANCELED;
     for (int i = 0; i < n; i++)
         if (rcs[i] != 0 && rcs[i] != KL_ECANCELED) {
-            *err = errs[i];
+            *err = *(const kl_err *)tasks[i];
             return rcs[i];
         }
     for (int i = 0; i < n; i++)
@@ -402,13 +410,13 @@ static int cn__group_result(const int *rcs, const kl_err *errs, int n, const vol
 /* ---- inputs ------------------------------------------------------------ */
 
 typedef struct cn__fetch_task {
+    kl_err err;           /* first: cn__run_group reads it through the task */
     const cn_blobio *io;
     cn_blobcache *cache;
     const char *name;     /* the input's name in the catalog */
     svc_tensor *t;        /* the reference; gets its data on success */
     kl_tensor *view;
     int64_t lo, hi;       /* rows of dim 0 to fetch by range; lo < 0: all */
-    kl_err err;
 } cn__fetch_task;
 
 static int cn__hash_chunk(void *cls, const void *data, size_t n)
@@ -638,7 +646,7 @@ int cn_blobio_fetch_inputs_rows(const cn_blobio *io, cn_blobcache *cache, svc_ka
 {
     cn__fetch_task fts[KL_MAX_IO];
     void *tasks[KL_MAX_IO];
-    int rcs[KL_MAX_IO], n = 0;
+    int n = 0;
     const kl_kernel *k = ka->args.kernel;
 
     for (int i = 0; i < KL_MAX_IO && i < k->ninputs; i++) {
@@ -653,11 +661,7 @@ int cn_blobio_fetch_inputs_rows(const cn_blobio *io, cn_blobcache *cache, svc_ka
     }
     if (n == 0)
         return 0;
-    cn__run_all(cn__fetch_one, tasks, n, rcs, cancel);
-    kl_err errs[KL_MAX_IO];
-    for (int i = 0; i < n; i++)
-        errs[i] = fts[i].err;
-    int rc = cn__group_result(rcs, errs, n, cancel, err);
+    int rc = cn__run_group(cn__fetch_one, tasks, n, cancel, err);
     if (rc != 0)
         for (int i = 0; i < n; i++) {
             if (fts[i].t->release)
@@ -674,6 +678,7 @@ int cn_blobio_fetch_inputs_rows(const cn_blobio *io, cn_blobcache *cache, svc_ka
 /* ---- outputs ----------------------------------------------------------- */
 
 typedef struct cn__push_task {
+    kl_err err;           /* first: cn__run_group reads it through the task */
     const cn_blobio *io;
     const char *job_id;   /* the run the output is of */
     int attempt;
@@ -682,7 +687,6 @@ typedef struct cn__push_task {
     size_t nbytes;
     int borrowed;         /* the caller's buffer: not freed once pushed */
     char *id;             /* CN_BLOB_ID_SIZE bytes */
-    kl_err err;
 } cn__push_task;
 
 /* Sleeps ms unless *stop is raised first; 1 when it was. */
@@ -818,7 +822,7 @@ int cn_blobio_push_outputs(const cn_blobio *io, const char *job_id, int attempt,
 {
     cn__push_task pts[KL_MAX_IO];
     void *tasks[KL_MAX_IO];
-    int rcs[KL_MAX_IO], n = 0;
+    int n = 0;
 
     for (int i = 0; i < KL_MAX_IO && i < k->noutputs; i++) {
         if (kl_tensor_bytes(&outs[i]) < min_bytes)
@@ -831,11 +835,7 @@ int cn_blobio_push_outputs(const cn_blobio *io, const char *job_id, int attempt,
     }
     if (n == 0)
         return 0;
-    cn__run_all(cn__push_one, tasks, n, rcs, cancel);
-    kl_err errs[KL_MAX_IO];
-    for (int i = 0; i < n; i++)
-        errs[i] = pts[i].err;
-    return cn__group_result(rcs, errs, n, cancel, err);
+    return cn__run_group(cn__push_one, tasks, n, cancel, err);
 }
 
 int cn_blobio_push_buffers(const cn_blobio *io, const char *job_id, int attempt, int n,
@@ -848,8 +848,7 @@ int cn_blobio_push_buffers(const cn_blobio *io, const char *job_id, int attempt,
         cn__push_task pts[KL_MAX_IO];
         kl_tensor views[KL_MAX_IO];
         void *tasks[KL_MAX_IO];
-        kl_err errs[KL_MAX_IO];
-        int rcs[KL_MAX_IO], k = n - base < KL_MAX_IO ? n - base : KL_MAX_IO;
+        int k = n - base < KL_MAX_IO ? n - base : KL_MAX_IO;
         for (int i = 0; i < k; i++) {
             /* an empty buffer still needs an address for the transfer */
             views[i] = (kl_tensor){.data = sizes[base + i] ? (void *)data[base + i] : (void *)""};
@@ -859,10 +858,7 @@ int cn_blobio_push_buffers(const cn_blobio *io, const char *job_id, int attempt,
                                      .id = ids[base + i]};
             tasks[i] = &pts[i];
         }
-        cn__run_all(cn__push_one, tasks, k, rcs, cancel);
-        for (int i = 0; i < k; i++)
-            errs[i] = pts[i].err;
-        int rc = cn__group_result(rcs, errs, k, cancel, err);
+        int rc = cn__run_group(cn__push_one, tasks, k, cancel, err);
         if (rc != 0)
             return rc;
     }

@@ -77,7 +77,7 @@ typedef struct submit {
     char webhook_host[256];        /* its host when a name: resolved before the commit */
     char webhook_events[64];
     char backend[8];
-    json_t *job;                   /* the job object up to "info"; the rest once committed */
+    json_t *job;                   /* the job object's members known at submit; the rest once committed */
     int wait_s;                    /* Prefer: wait=N: answer when the job ends (or N s) */
     int64_t key_id;                /* the caller's API key: a wait ends (401) once it is revoked */
     char idem_key[GW_IDEM_KEY_MAX + 1]; /* Idempotency-Key; "" when none */
@@ -412,10 +412,11 @@ static json_t *resources_json(const gw_job_req *jr)
     return o;
 }
 
-/* The job object as kowloon_job_json (sql/objects.sql) writes a queued
- * job, up to its "logs"; submit_done adds the timestamps and "error" once
- * PostgreSQL has given created_at. Same members, same order. New
- * reference, NULL on ENOMEM. */
+/* The members of a queued job's object that kowloon_job_json
+ * (sql/objects.sql) writes; submit_done adds the timestamps and "error" once
+ * PostgreSQL has given created_at, and puts them in the order that
+ * kowloon_job_json declares (app->job_fields). New reference, NULL on
+ * ENOMEM. */
 static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *params,
                                json_t *task)
 {
@@ -476,15 +477,6 @@ static void submit_committed(void *arg, gw_commit_item *const *items, int n)
     gw_sched_wake(app->sched);
 }
 
-static int reply_store_error(svc_req *req, int rc)
-{
-    if (rc == -ENOENT)
-        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
-    if (rc == -EIO)
-        return gw_reply_unavailable(req, "PostgreSQL");
-    return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
-}
-
 /* A submit whose Idempotency-Key names the job of an earlier request with
  * the same fingerprint: that job as it is now, 202 while it has not ended
  * (the first answer's status, with its Location), 200 once it has; Prefer:
@@ -508,7 +500,7 @@ static void submit_replay(submit *s)
                         "the job this Idempotency-Key made (%s) was deleted; send a new key for a "
                         "new job", id);
     } else if (rc != 0) {
-        reply_store_error(req, rc);
+        gw_reply_store_error(req, rc, "job");
     } else {
         const char *st = json_string_value(json_object_get(job, "state"));
         int pending = st && (strcmp(st, "queued") == 0 || strcmp(st, "running") == 0);
@@ -563,10 +555,14 @@ static void submit_done(void *arg, gw_commit_item *it)
         json_object_set_new(s->job, "started_at", json_null());
         json_object_set_new(s->job, "finished_at", json_null());
         json_object_set_new(s->job, "error", json_null());
-        snprintf(loc, sizeof(loc), "/v1/jobs/%s", s->row.id);
-        svc_reply_header(req, "Location", loc);
-        svc_reply_json(req, 202, s->job);
-        s->job = NULL;
+        json_t *job = svc_json_ordered(s->job, s->app->job_fields);
+        if (job) {
+            snprintf(loc, sizeof(loc), "/v1/jobs/%s", s->row.id);
+            svc_reply_header(req, "Location", loc);
+            svc_reply_json(req, 202, job);
+        } else {
+            svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
+        }
     } else if (it->rc == -EIO || it->rc == -EAGAIN) {
         gw_reply_unavailable(req, "PostgreSQL");
     } else if (it->rc == -ENOMEM) {
@@ -857,7 +853,7 @@ int gw_api_jobs_get(svc_req *req)
     if (!text) {
         int rc = gw_store_job_get(app->store, who.tenant_id, id, &job);
         if (rc)
-            return reply_store_error(req, rc);
+            return gw_reply_store_error(req, rc, "job");
         const char *st = json_string_value(json_object_get(job, "state"));
         if (wait_s > 0 && st && (strcmp(st, "queued") == 0 || strcmp(st, "running") == 0)) {
             json_decref(job);
@@ -951,7 +947,7 @@ int gw_api_jobs_list(svc_req *req)
     int rc = gw_store_job_list(app->store, who.tenant_id, &f, &jobs, &next);
     free(label_json);
     if (rc)
-        return reply_store_error(req, rc);
+        return gw_reply_store_error(req, rc, "job");
     char next_s[24];
     snprintf(next_s, sizeof(next_s), "%lld", (long long)next);
     return svc_reply_json(req, 200, json_pack("{s:o, s:o}", "jobs", jobs, "next_cursor",
@@ -1151,7 +1147,7 @@ int gw_api_jobs_result(svc_req *req)
         return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", state),
                                "the job is %s; a result exists only once it has succeeded", state);
     if (rc)
-        return reply_store_error(req, rc);
+        return gw_reply_store_error(req, rc, "job");
     if (enc && strcmp(enc, "blob") == 0 &&
         (rc = inline_outputs_to_blobs(app, who.tenant_id, meta, data, len)) != 0) {
         json_decref(meta);
@@ -1356,7 +1352,7 @@ int gw_api_jobs_output(svc_req *req)
         return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", state),
                                "the job is %s; outputs exist only once it has succeeded", state);
     if (rc)
-        return reply_store_error(req, rc);
+        return gw_reply_store_error(req, rc, "job");
     json_decref(info);
     svc_tensor t;
     const char *name = NULL;
@@ -1408,7 +1404,7 @@ int gw_api_jobs_cancel(svc_req *req)
         return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", was),
                                "the job is already %s", was);
     if (rc)
-        return reply_store_error(req, rc);
+        return gw_reply_store_error(req, rc, "job");
     gw_waits_job_changed(app->waits, id);
     gw_events_written(app->events);
     if (strcmp(was, "running") == 0) {

@@ -25,12 +25,8 @@ int gw_api_jobs_delete(svc_req *req)
         return svc_reply_error(req, 409, "conflict", NULL, json_pack("{s:s}", "state", was),
                                "the job is %s; only an ended job can be deleted (cancel it first)",
                                was);
-    if (rc == -ENOENT)
-        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
-    if (rc == -EIO)
-        return gw_reply_unavailable(req, "PostgreSQL");
     if (rc)
-        return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
+        return gw_reply_store_error(req, rc, "job");
     /* This gateway stops answering it at once; the others once their key
      * lookup sees the tenant's count of deleted jobs move (jobcache.h). */
     snprintf(lower, sizeof lower, "%s", id);

@@ -16,10 +16,8 @@ static int secret_reply(svc_req *req, int rotate)
     gw_caller who = gw_req_caller(req);
     char secret[64], created[32];
     int rc = gw_store_wh_secret(app->store, who.tenant_id, rotate, secret, created);
-    if (rc == -EIO)
-        return gw_reply_unavailable(req, "PostgreSQL");
     if (rc)
-        return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
+        return gw_reply_store_error(req, rc, "tenant");
     svc_reply_header(req, "Cache-Control", "no-store");
     return svc_reply_json(req, 200, json_pack("{s:s, s:s}", "secret", secret, "created_at", created));
 }
@@ -43,11 +41,7 @@ int gw_api_jobs_deliveries(svc_req *req)
         return 0;
     json_t *out;
     int rc = gw_store_wh_list(app->store, who.tenant_id, id, &out);
-    if (rc == -ENOENT)
-        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such job");
-    if (rc == -EIO)
-        return gw_reply_unavailable(req, "PostgreSQL");
     if (rc)
-        return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
+        return gw_reply_store_error(req, rc, "job");
     return svc_reply_json(req, 200, out);
 }

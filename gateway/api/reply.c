@@ -1,6 +1,7 @@
 /* reply.c — 503 and 429 replies (reply.h). */
 #include "reply.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -9,6 +10,15 @@ int gw_reply_unavailable(svc_req *req, const char *what)
     svc_reply_header(req, "Retry-After", "2");
     return svc_reply_error(req, 503, "unavailable", NULL, NULL,
                            "%s is unavailable; retry shortly", what);
+}
+
+int gw_reply_store_error(svc_req *req, int rc, const char *what)
+{
+    if (rc == -ENOENT)
+        return svc_reply_error(req, 404, "not_found", NULL, NULL, "no such %s", what);
+    if (rc == -EIO)
+        return gw_reply_unavailable(req, "PostgreSQL");
+    return svc_reply_error(req, 500, "internal", NULL, NULL, "internal error (%d)", rc);
 }
 
 int gw_retry_after_s(int64_t wait_ms)

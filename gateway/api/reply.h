@@ -1,5 +1,5 @@
 /* reply.h — the gateway's "not now" replies, one shape for each: 503 when a
- * store it needs cannot be asked, 429 with the Retry-After of a wait (rate
+ * store it needs cannot be asked (and a store call's failure as a reply), 429 with the Retry-After of a wait (rate
  * limits, failed authentications, quotas). Below auth.c and limits.c, which
  * both answer with them. */
 #ifndef GW_REPLY_H
@@ -11,6 +11,10 @@
 
 /* Replies 503 unavailable naming the store that failed, with Retry-After. */
 int gw_reply_unavailable(svc_req *req, const char *what);
+
+/* The reply to a store call's failure rc: -ENOENT 404 "no such <what>",
+ * -EIO 503 (PostgreSQL, as gw_reply_unavailable), anything else 500. */
+int gw_reply_store_error(svc_req *req, int rc, const char *what);
 
 /* The Retry-After of a wait of wait_ms: whole seconds, rounded up, >= 1,
  * at most a day. */

@@ -162,6 +162,10 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " FROM rk LEFT JOIN j ON j.id = rk.id", 25},
 [ST_JOB_GET] = {"SELECT kowloon_job_json(j)::text FROM jobs j"
                 " WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
+/* the job object's members in kowloon_job_json's order: a job of NULLs
+ * has them all */
+[ST_JOB_FIELDS] = {"SELECT json_agg(k ORDER BY n)::text"
+                   " FROM json_object_keys(kowloon_job_json(NULL::jobs)) WITH ORDINALITY AS x(k, n)", 0},
 [ST_JOB_LIST] = {
     "SELECT kowloon_job_json(j)::text, j.seq FROM jobs j WHERE j.tenant_id = $1"
     " AND ($2::text IS NULL OR j.state = $2) AND ($3::text IS NULL OR j.kernel = $3)"

@@ -113,6 +113,10 @@ enum { GW_IDEM_NEW = 0, GW_IDEM_REPLAY, GW_IDEM_REUSED };
  * -ENOMEM. */
 int gw_store_jobs_insert(gw_store *s, gw_job_new *const *jobs, int n);
 int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **job);
+/* The job object's member names in the order kowloon_job_json
+ * (sql/objects.sql) writes them: *names a new JSON array of strings. 0,
+ * -EIO. */
+int gw_store_job_fields(gw_store *s, json_t **names);
 
 typedef struct gw_job_filter {
     const char *state, *kernel;

@@ -270,6 +270,27 @@ int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **jo
     return rc;
 }
 
+int gw_store_job_fields(gw_store *s, json_t **names)
+{
+    PGresult *r;
+    *names = NULL;
+    if (store__run(s, ST_JOB_FIELDS, NULL, &r) != 0)
+        return -EIO;
+    json_t *a = PQntuples(r) == 1 ? store__json(r, 0, 0) : NULL;
+    PQclear(r);
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v)
+        if (!json_is_string(v))
+            break;
+    if (!json_is_array(a) || json_array_size(a) == 0 || i < json_array_size(a)) {
+        json_decref(a);
+        return -EIO;
+    }
+    *names = a;
+    return 0;
+}
+
 int gw_store_job_list(gw_store *s, int64_t tenant_id, const gw_job_filter *f,
                       json_t **jobs, int64_t *next_seq)
 {

@@ -301,29 +301,10 @@ static int push(scan *sc, int obj, size_t at)
  * jansson takes in a string. */
 static int text_ok(const unsigned char *p, size_t n)
 {
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i++], more, min;
-        if (c < 0x20)
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 0x20)
             return 0;
-        if (c < 0x80)
-            continue;
-        if (c >= 0xc2 && c <= 0xdf)
-            more = 1, min = 0x80, c &= 0x1f;
-        else if (c >= 0xe0 && c <= 0xef)
-            more = 2, min = 0x800, c &= 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4)
-            more = 3, min = 0x10000, c &= 0x07;
-        else
-            return 0;
-        for (; more > 0; more--, i++) {
-            if (i >= n || (p[i] & 0xc0) != 0x80)
-                return 0;
-            c = (c << 6) | (p[i] & 0x3f);
-        }
-        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-            return 0;
-    }
-    return 1;
+    return svc_utf8_valid((const char *)p, n);
 }
 
 /* 1 if the raw member name t[0..n) (between its quotes) is one of
@@ -1013,6 +994,28 @@ static int dump_value(obuf *b, const json_t *j, int depth)
         put(b, "null", 4);
         return 0;
     }
+}
+
+json_t *svc_json_ordered(const json_t *obj, const json_t *names)
+{
+    json_t *out = json_object(), *v;
+    size_t i;
+    const char *k;
+    if (!out)
+        return NULL;
+    json_array_foreach(names, i, v) {
+        const char *name = json_string_value(v);
+        json_t *have = name ? json_object_get(obj, name) : NULL;
+        if (name && json_object_set(out, name, have ? have : json_null()) != 0)
+            goto oom;
+    }
+    json_object_foreach((json_t *)obj, k, v)
+        if (!json_object_get(out, k) && json_object_set(out, k, v) != 0)
+            goto oom;
+    return out;
+oom:
+    json_decref(out);
+    return NULL;
 }
 
 char *svc_json_dump(const json_t *j, size_t *len)

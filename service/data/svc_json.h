@@ -108,4 +108,11 @@ int svc_json_numbers_next(const char *text, size_t len, size_t *pos, svc_json_nu
  * when len is not NULL), or NULL on ENOMEM or a tree deeper than 2048. */
 char *svc_json_dump(const json_t *j, size_t *len);
 
+/* obj's members in the order of names (a JSON array of strings): a new
+ * object with each name of names, its value obj's (null where obj has
+ * none), then obj's members that names lacks, in obj's order. NULL on
+ * ENOMEM. What lets a reply the C side builds follow an order SQL
+ * declares. */
+json_t *svc_json_ordered(const json_t *obj, const json_t *names);
+
 #endif

@@ -12,6 +12,8 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "svc_util.h"
+
 /* ---- the client ------------------------------------------------------- */
 
 void svc_head_peer(struct MHD_Connection *conn, char *out, size_t len)
@@ -145,34 +147,10 @@ static int refuse_size_framing(struct MHD_Connection *conn, const svc_head_facts
     return why != NULL ? refuse(out, 400, "bad_request", NULL, "the request has %s", why) : 0;
 }
 
-/* 1 if s is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
- * nothing above U+10FFFF), as jansson and PostgreSQL require. */
+/* 1 if s is well-formed UTF-8, as jansson and PostgreSQL require. */
 static int utf8_valid(const char *s)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p != '\0') {
-        unsigned c = *p++;
-        int more;
-        unsigned min;
-        if (c < 0x80)
-            continue;
-        if (c >= 0xc2 && c <= 0xdf)
-            more = 1, min = 0x80, c &= 0x1f;
-        else if (c >= 0xe0 && c <= 0xef)
-            more = 2, min = 0x800, c &= 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4)
-            more = 3, min = 0x10000, c &= 0x07;
-        else
-            return 0;
-        for (; more > 0; more--, p++) {
-            if ((*p & 0xc0) != 0x80)
-                return 0;
-            c = (c << 6) | (*p & 0x3f);
-        }
-        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-            return 0;
-    }
-    return 1;
+    return svc_utf8_valid(s, strlen(s));
 }
 
 /* 1 if name is an RFC 9110 token (what a header field name must be). */

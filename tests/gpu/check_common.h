@@ -21,6 +21,8 @@
 #ifndef KL_CHECK_COMMON_H
 #define KL_CHECK_COMMON_H
 
+#include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +147,67 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Device seconds of fn() on stream s (0: the default stream), the median
+ * of reps launches after one warm-up. */
+template <typename F> static double time_device(F fn, int reps, cudaStream_t s = 0)
+{
+    cudaEvent_t a, b;
+    CHECK_CUDA(cudaEventCreate(&a));
+    CHECK_CUDA(cudaEventCreate(&b));
+    fn(); /* warm-up */
+    std::vector<double> ts;
+    for (int i = 0; i < reps; i++) {
+        CHECK_CUDA(cudaEventRecord(a, s));
+        fn();
+        CHECK_CUDA(cudaEventRecord(b, s));
+        CHECK_CUDA(cudaEventSynchronize(b));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+        ts.push_back(ms * 1e-3);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return median(ts);
+}
+
+/* Wall seconds of a plugin run on GPU 0, the median of reps runs after one
+ * warm-up (which pays for cuBLAS and pool set-up). seen(out) reads and
+ * frees each run's outputs. NAN, with a failure counted, when a run fails. */
+template <typename F> static double time_plugin_runs(const kl_args *a, int reps, F seen)
+{
+    std::vector<double> ts;
+    for (int i = 0; i <= reps; i++) {
+        kl_tensor out[8];
+        kl_err err;
+        double t0 = now_s();
+        int rc = check_run(a, 1, out, &err);
+        double t = now_s() - t0;
+        if (rc < 0) {
+            printf("FAIL plugin run for timing: %s\n", err.message);
+            failures++;
+            return NAN;
+        }
+        seen(out);
+        if (i > 0)
+            ts.push_back(t);
+    }
+    return median(ts);
+}
+
+/* Runs a on GPU 0 with *cancel raised 100 ms after the start (a->cancel
+ * must point at it); the run's rc, and its wall seconds in *took. */
+static int check_run_cancelled(const kl_args *a, volatile int *cancel, kl_tensor *out, kl_err *err,
+                               double *took)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, raise_later, (void *)cancel);
+    double t0 = now_s();
+    int rc = check_run(a, 1, out, err);
+    *took = now_s() - t0;
+    pthread_join(t, NULL);
+    return rc;
 }
 
 #ifdef KL_CHECK_SEED

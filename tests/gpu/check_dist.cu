@@ -30,45 +30,7 @@
 #include <unistd.h>
 
 #include "check_common.h"
-
-/* ---- a kl_store over files: set writes <dir>/<key> atomically (rename),
- * get polls for it ---- */
-
-static int file_set(void *ctx, const char *key, const void *data, size_t len)
-{
-    char path[512], tmp[600];
-    snprintf(path, sizeof path, "%s/%s", (const char *)ctx, key);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return KL_EBACKEND;
-    const int ok = fwrite(data, 1, len, f) == len;
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0)
-        return KL_EBACKEND;
-    return 0;
-}
-
-static int file_get(void *ctx, const char *key, void **data, size_t *len, int timeout_ms)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", (const char *)ctx, key);
-    const struct timespec tick = {0, 10 * 1000 * 1000};
-    for (int waited = 0;; waited += 10) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            char buf[4096];
-            size_t n = fread(buf, 1, sizeof buf, f);
-            fclose(f);
-            *data = malloc(n ? n : 1);
-            memcpy(*data, buf, n);
-            *len = n;
-            return 0;
-        }
-        if (waited >= timeout_ms)
-            return KL_ETIMEDOUT;
-        nanosleep(&tick, NULL);
-    }
-}
+#include "../unit/kernels/kl_test_fstore.h"
 
 static kl_args allreduce_args(int ranks)
 {
@@ -188,7 +150,7 @@ static int node_main(int node, const char *dir, int timeout_ms, int expect_timeo
     int ids[4];
     for (int i = 0; i < G; i++)
         ids[i] = node * G + i;
-    kl_store store = {(void *)dir, file_set, file_get};
+    kl_store store = {(void *)dir, kl_test_fstore_set, kl_test_fstore_get};
     kl_dist dist;
     memset(&dist, 0, sizeof dist);
     dist.nodes = 2;

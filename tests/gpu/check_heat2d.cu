@@ -150,12 +150,8 @@ static void check_cancel_and_refusals(void)
     a.cancel = &cancel;
     kl_err err;
     memset(&err, 0, sizeof err);
-    pthread_t t;
-    pthread_create(&t, NULL, raise_later, (void *)&cancel);
-    double t0 = now_s();
-    int rc = check_run(&a, 1, out, &err);
-    double took = now_s() - t0;
-    pthread_join(t, NULL);
+    double took;
+    int rc = check_run_cancelled(&a, &cancel, out, &err, &took);
     bool ok = rc == KL_ECANCELED && out[0].data == NULL && took < 0.1 + 0.15;
     printf("%s %-56s %.0f ms (rc %d)\n", ok ? "PASS" : "FAIL", "heat2d 8192x8192 cancelled after 100 ms", took * 1e3,
            rc);
@@ -173,27 +169,6 @@ static void check_cancel_and_refusals(void)
     failures += !ok;
 }
 
-/* Device seconds of fn() on stream s, median of `reps` after a warm-up. */
-template <typename F> static double time_stream(cudaStream_t s, F fn, int reps)
-{
-    cudaEvent_t a, b;
-    CHECK_CUDA(cudaEventCreate(&a));
-    CHECK_CUDA(cudaEventCreate(&b));
-    fn();
-    std::vector<double> ts;
-    for (int i = 0; i < reps; i++) {
-        CHECK_CUDA(cudaEventRecord(a, s));
-        fn();
-        CHECK_CUDA(cudaEventRecord(b, s));
-        CHECK_CUDA(cudaEventSynchronize(b));
-        float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-        ts.push_back(ms * 1e-3);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return median(ts);
-}
 
 /* The stencil on device-resident buffers against a D2D copy of one grid. */
 static void bench_device(int64_t h, int64_t w, int64_t steps, const char *note)
@@ -211,14 +186,14 @@ static void bench_device(int64_t h, int64_t w, int64_t steps, const char *note)
     float resid = 0;
     kl_err err;
     int rc = 0;
-    double t_heat = time_stream(
-        s, [&] { rc |= kl__cuda_heat2d_dev(buf, (int)h, (int)w, 0.2f, steps, NULL, s, &resid, &err); }, 5);
+    double t_heat = time_device(
+        [&] { rc |= kl__cuda_heat2d_dev(buf, (int)h, (int)w, 0.2f, steps, NULL, s, &resid, &err); }, 5, s);
     if (rc < 0) {
         printf("FAIL heat2d device run for timing: %s\n", err.message);
         failures++;
     }
-    double t_copy = time_stream(
-        s, [&] { CHECK_CUDA(cudaMemcpyAsync(dcopy, buf[0], bytes, cudaMemcpyDeviceToDevice, s)); }, 10);
+    double t_copy = time_device(
+        [&] { CHECK_CUDA(cudaMemcpyAsync(dcopy, buf[0], bytes, cudaMemcpyDeviceToDevice, s)); }, 10, s);
     cudaFree(buf[0]);
     cudaFree(buf[1]);
     cudaFree(dcopy);
@@ -236,24 +211,12 @@ static void bench_plugin(int64_t n, int64_t steps)
     std::vector<float> g = frand_grid(n, n);
     kl_tensor tg = grid_tensor(g.data(), n, n);
     kl_args a = heat_args(&tg, 0.2, steps);
-    std::vector<double> ts;
-    for (int i = 0; i < 4; i++) {
-        kl_tensor out[2];
-        kl_err err;
-        double t0 = now_s();
-        int rc = check_run(&a, 1, out, &err);
-        double t = now_s() - t0;
-        if (rc < 0) {
-            printf("FAIL plugin run for timing: %s\n", err.message);
-            failures++;
-            return;
-        }
+    double t = time_plugin_runs(&a, 3, [](kl_tensor *out) {
         kl_tensor_free(&out[0]);
         kl_tensor_free(&out[1]);
-        if (i > 0) /* the first run pays for the memory pool */
-            ts.push_back(t);
-    }
-    double t = median(ts);
+    });
+    if (isnan(t))
+        return;
     printf("heat2d %lldx%lld x %lld steps: plugin end to end (host grid in and out) %.1f ms, %.1f Gcell-updates/s\n",
            (long long)n, (long long)n, (long long)steps, t * 1e3, (double)(n - 2) * (n - 2) * steps / t * 1e-9);
 }

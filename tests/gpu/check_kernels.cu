@@ -230,12 +230,8 @@ static void check_sleep_and_cancel(void)
     volatile int cancel = 0;
     a.params[KL_SLEEP_SECONDS] = kl_value{10, 0, 1};
     a.cancel = &cancel;
-    pthread_t t;
-    pthread_create(&t, NULL, raise_later, (void *)&cancel);
-    double t0 = now_s();
-    rc = check_run(&a, 1, out, &err);
-    double took = now_s() - t0;
-    pthread_join(t, NULL);
+    double took;
+    rc = check_run_cancelled(&a, &cancel, out, &err, &took);
     ok = rc == KL_ECANCELED && took < 0.1 + 0.05 + 0.03;
     printf("%s %-40s %.0f ms\n", ok ? "PASS" : "FAIL", "sleep cancelled after 100 ms", took * 1e3);
     failures += !ok;
@@ -261,47 +257,9 @@ static void check_sleep_and_cancel(void)
     failures += !ok;
 }
 
-/* Device time of `reps` launches of fn, median per launch, in seconds. */
-template <typename F> static double time_device(F fn, int reps)
-{
-    cudaEvent_t a, b;
-    CHECK_CUDA(cudaEventCreate(&a));
-    CHECK_CUDA(cudaEventCreate(&b));
-    fn(); /* warm-up */
-    std::vector<double> ts;
-    for (int i = 0; i < reps; i++) {
-        CHECK_CUDA(cudaEventRecord(a));
-        fn();
-        CHECK_CUDA(cudaEventRecord(b));
-        CHECK_CUDA(cudaEventSynchronize(b));
-        float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-        ts.push_back(ms * 1e-3);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return median(ts);
-}
-
 static double time_plugin(const kl_args *a, int reps)
 {
-    std::vector<double> ts;
-    for (int i = 0; i < reps + 1; i++) {
-        kl_tensor out[1];
-        kl_err err;
-        double t0 = now_s();
-        int rc = check_run(a, 1, out, &err);
-        double t = now_s() - t0;
-        if (rc < 0) {
-            printf("FAIL plugin run for timing: %s\n", err.message);
-            failures++;
-            return NAN;
-        }
-        kl_tensor_free(&out[0]);
-        if (i > 0) /* the first run pays for cuBLAS and pool set-up */
-            ts.push_back(t);
-    }
-    return median(ts);
+    return time_plugin_runs(a, reps, [](kl_tensor *out) { kl_tensor_free(&out[0]); });
 }
 
 __global__ static void fill_uniform(float *x, int64_t n, uint64_t seed) /* splitmix64 to [-1, 1) */

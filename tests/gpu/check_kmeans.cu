@@ -229,24 +229,10 @@ static void check_edges(void)
 /* Median seconds of plugin runs (after one warm-up) and the iterations run. */
 static double time_plugin(const kl_args *a, int reps, int *iterations_run)
 {
-    std::vector<double> ts;
-    for (int i = 0; i <= reps; i++) {
-        kl_tensor out[4];
-        kl_err err;
-        double t0 = now_s();
-        int rc = check_run(a, 1, out, &err);
-        double t = now_s() - t0;
-        if (rc < 0) {
-            printf("FAIL plugin run for timing: %s\n", err.message);
-            failures++;
-            return NAN;
-        }
+    return time_plugin_runs(a, reps, [&](kl_tensor *out) {
         *iterations_run = ((int32_t *)out[3].data)[0];
         free_outs(out);
-        if (i > 0)
-            ts.push_back(t);
-    }
-    return median(ts);
+    });
 }
 
 static void bench(int64_t n, int64_t d, int k, int m)

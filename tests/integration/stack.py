@@ -5,6 +5,7 @@ that waits on a broken server fails, it never hangs."""
 
 import base64
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -12,10 +13,12 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import requests
@@ -37,6 +40,48 @@ HTTP_TIMEOUT = 15  # seconds for any single request
 STATS_CACHE_MS = 1000
 
 DTYPES = {"float32": "<f4", "float64": "<f8", "int32": "<i4"}
+
+
+class HookReceiver:
+    """A webhook receiver on 127.0.0.1 that answers fail_first requests
+    with 500, then 204; it keeps every request (headers and body)."""
+
+    def __init__(self, fail_first=0):
+        self.fail_first = fail_first
+        self.requests = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with outer.lock:
+                    outer.requests.append((dict(self.headers.items()), body))
+                    n = len(outer.requests)
+                self.send_response(500 if n <= outer.fail_first else 204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def bodies(self):
+        """The bodies received so far, as JSON."""
+        with self.lock:
+            return [json.loads(b) for _, b in self.requests]
+
+    def count(self):
+        with self.lock:
+            return len(self.requests)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class StackError(RuntimeError):
@@ -607,6 +652,16 @@ class Stack:
     def blob_dir(self):
         """The gateway's blob store, which the nodes share (one host)."""
         return os.path.join(self.root, "blobs")
+
+    def plant_blob(self, bid, data):
+        """Writes data as blob bid's file in the shared blob folder, as a
+        node or an operator might (no check that it hashes to bid); its path."""
+        d = os.path.join(self.blob_dir, "sha256", bid[7:9])
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, bid[7:])
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
 
     @property
     def state_dir(self):

@@ -392,13 +392,6 @@ def test_a_forged_output_entry_is_refused(stack, A, B, case):
 
 # ------------------------------------------------------------ planted bytes
 
-def plant(stack, bid, data):
-    d = os.path.join(stack.blob_dir, "sha256", bid[7:9])
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, bid[7:])
-    with open(path, "wb") as f:
-        f.write(data)
-    return path
 
 
 def test_planted_bytes_are_never_adopted(stack, A, fake):
@@ -407,7 +400,7 @@ def test_planted_bytes_are_never_adopted(stack, A, fake):
     j, _, _, _ = held_saxpy(A, fake)
     genuine = os.urandom(8192)
     bid = blob_id(genuine)
-    path = plant(stack, bid, os.urandom(len(genuine)))
+    path = stack.plant_blob(bid, os.urandom(len(genuine)))
     before = snapshot(stack, j["id"])
     r = Client(stack.cluster_base, fake.credential).request(
         "PUT", f"/v1/cluster/blobs/{bid}?job_id={j['id']}&attempt=1", json={"size": len(genuine)})
@@ -420,7 +413,7 @@ def test_planted_bytes_are_never_adopted(stack, A, fake):
 def test_a_genuine_upload_replaces_bytes_planted_under_its_hash(stack, A):
     genuine = os.urandom(1 << 20)
     bid = blob_id(genuine)
-    path = plant(stack, bid, b"\0" * len(genuine))     # same size, other bytes
+    path = stack.plant_blob(bid, b"\0" * len(genuine))     # same size, other bytes
     assert upload(A, genuine) == bid
     with open(path, "rb") as f:
         assert f.read() == genuine
@@ -428,7 +421,7 @@ def test_a_genuine_upload_replaces_bytes_planted_under_its_hash(stack, A):
     # a planted file of another size, too
     genuine2 = os.urandom(4096)
     bid2 = blob_id(genuine2)
-    plant(stack, bid2, b"planted")
+    stack.plant_blob(bid2, b"planted")
     assert upload(A, genuine2) == bid2
     assert A.get(f"/v1/blobs/{bid2}").content == genuine2
 

@@ -261,13 +261,6 @@ def held_run(stack, A):
         node.close()
 
 
-def put_file(stack, bid, data):
-    d = os.path.join(stack.blob_dir, "sha256", bid[7:9])
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, bid[7:])
-    with open(path, "wb") as f:
-        f.write(data)
-    return path
 
 
 def test_gateway_records_a_node_written_blob_only_when_its_file_is_there(stack, held_run):
@@ -281,7 +274,7 @@ def test_gateway_records_a_node_written_blob_only_when_its_file_is_there(stack, 
     assert r.status_code == 404, r.text
     assert stack.psql_value(f"SELECT count(*) FROM blobs WHERE id = '{bid}'") == "0"
     # a file under that name (as a node writes it) but another size: refused
-    put_file(stack, bid, data)
+    stack.plant_blob(bid, data)
     r = gw.request("PUT", f"/v1/cluster/blobs/{bid}{q}", json={"size": 999})
     assert r.status_code == 422 and r.json()["error"]["field"] == "size", r.text
     assert stack.psql_value(f"SELECT count(*) FROM blobs WHERE id = '{bid}'") == "0"

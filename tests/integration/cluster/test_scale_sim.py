@@ -47,16 +47,7 @@ class ScaleStack(stk.Stack):
 def sim_stack():
     if not os.access(SIM_BIN, os.X_OK):
         pytest.fail(f"{SIM_BIN} is missing: run `make all`", pytrace=False)
-    s = ScaleStack(node_names=(), node_timeout_s=10)
-    try:
-        s.start()
-    except BaseException:
-        s.close()
-        raise
-    yield s
-    s.close()
-    if not os.environ.get("KOWLOON_TEST_KEEP"):
-        s.remove()
+    yield from stk.started(ScaleStack(node_names=(), node_timeout_s=10))
 
 
 def runs_of(path):

@@ -4,6 +4,8 @@ gateway's threads do not grow with the submitting connections; the 202's job
 is the job a later GET reads; small inline inputs stay in the job's row and
 large ones become blobs."""
 
+import os
+import shutil
 import threading
 import time
 import uuid
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 import requests
 
+import stack as stk
 from stack import decode, free_port, tensor, wait_until
 
 CONNS = 200
@@ -164,6 +167,33 @@ def test_the_202_job_is_the_job_a_get_reads(A, stack):
     assert list(posted["labels"]) == list(got["labels"])
     assert posted["state"] == "queued" and posted["attempts"] == 0
     assert posted["started_at"] is None and posted["finished_at"] is None
+
+
+def test_the_202_follows_the_member_order_objects_sql_declares(stack, tmp_path):
+    """The order of the job object's members is written once, in
+    sql/objects.sql: a gateway reads it from kowloon_job_json at start, and
+    the 202 it builds itself follows it. A gateway started with an
+    objects.sql whose labels come before priority answers in that order."""
+    sql = tmp_path / "sql"
+    shutil.copytree(os.path.join(stk.REPO, "sql"), sql)
+    text = (sql / "objects.sql").read_text()
+    labels, priority = "        'labels', j.labels,\n", "        'priority', j.priority,\n"
+    assert labels + priority in text
+    (sql / "objects.sql").write_text(text.replace(labels + priority, priority + labels))
+    try:
+        with stack.second_gateway(KOWLOON_MIGRATIONS=str(sql)) as base:
+            c = stack.client("A", base=base)
+            r = c.post_job(saxpy({"order": "swapped"}))
+            assert r.status_code == 202, r.text
+            posted = list(r.json())
+            # a job still queued when it is read also has "queue"
+            got = [k for k in c.get("/v1/jobs/" + r.json()["id"]).json() if k != "queue"]
+        assert posted.index("priority") == posted.index("labels") - 1, posted
+        assert posted == got
+    finally:
+        # objects.sql as committed, for the other tests' gateway
+        r = stack.gateway_cli("migrate")
+        assert r.returncode == 0, r.stderr
 
 
 def test_small_inline_inputs_stay_in_the_row_and_large_ones_become_blobs(A, stack):

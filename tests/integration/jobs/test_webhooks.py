@@ -14,8 +14,6 @@ import threading
 import time
 import urllib.parse
 
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 import stack as stk
@@ -24,49 +22,12 @@ X = {"dtype": "float32", "shape": [4], "data": [1, 2, 3, 4]}
 Y = {"dtype": "float32", "shape": [4], "data": [1, 1, 1, 1]}
 
 
-class Receiver:
-    """An HTTP receiver on 127.0.0.1 that answers fail_first requests with
-    500, then 204; it keeps every request (headers and body)."""
-
-    def __init__(self, fail_first=0):
-        self.fail_first = fail_first
-        self.requests = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with outer.lock:
-                    outer.requests.append((dict(self.headers.items()), body))
-                    n = len(outer.requests)
-                self.send_response(500 if n <= outer.fail_first else 204)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def count(self):
-        with self.lock:
-            return len(self.requests)
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def receiver():
     made = []
 
     def make(fail_first=0):
-        r = Receiver(fail_first)
+        r = stk.HookReceiver(fail_first)
         made.append(r)
         return r
     yield make

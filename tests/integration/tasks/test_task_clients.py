@@ -473,14 +473,21 @@ class TaskStack(stk.Stack):
                            env=dict(os.environ, CONTAINERS_CONF=self.conf))
 
 
-@pytest.fixture(scope="module")
-def tstack():
+def serve_task_stack():
+    """A started TaskStack, yielded once, then stopped and its containers
+    and files removed (the files kept with KOWLOON_TEST_KEEP): the body of
+    a module fixture (here and test_task_ui.py)."""
     s = TaskStack(task_image()).start()
     yield s
     s.close()
     s.remove_containers()
     if not os.environ.get("KOWLOON_TEST_KEEP"):
         s.remove()
+
+
+@pytest.fixture(scope="module")
+def tstack():
+    yield from serve_task_stack()
 
 
 @pytest.fixture

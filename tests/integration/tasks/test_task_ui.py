@@ -299,13 +299,8 @@ print("done", flush=True)
 
 @pytest.fixture(scope="module")
 def tstack():
-    from test_task_clients import TaskStack, task_image
-    s = TaskStack(task_image()).start()
-    yield s
-    s.close()
-    s.remove_containers()
-    if not os.environ.get("KOWLOON_TEST_KEEP"):
-        s.remove()
+    from test_task_clients import serve_task_stack
+    yield from serve_task_stack()
 
 
 @pytest.mark.timeout(240)

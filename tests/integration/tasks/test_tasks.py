@@ -9,8 +9,6 @@ build or run the test image (scripts/task-image.sh, cached)."""
 import io
 import json
 import os
-import shutil
-import subprocess
 import threading
 import time
 import urllib.parse
@@ -21,7 +19,7 @@ import requests
 
 import stack as stk
 from stack import wait_until, started
-from task_engine import IMAGE, containers, engine_env, image_conf
+from task_engine import IMAGE, containers, image_conf
 
 
 @pytest.fixture(scope="module")
@@ -230,37 +228,12 @@ def test_logs_arrive_live_through_follow_and_sse_and_stay_after_the_end(ts, A):
         r.close()
 
 
-class _Hook:
-    """A webhook receiver on 127.0.0.1 that keeps each body it is sent."""
-
-    def __init__(self):
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        bodies = self.bodies = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *a):
-                pass
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_a_task_has_what_a_kernel_job_has(ts, A):
     """Idempotency-Key, labels and their filter, Prefer: wait and a webhook
     work for a task as for a kernel: the replayed submit names the first
     job, the held GET answers when the task ends, with its exit code, and
     the receiver gets job.succeeded carrying the task's fields."""
-    hook = _Hook()
+    hook = stk.HookReceiver()
     try:
         tag = os.urandom(6).hex()
         body = {"task": py("print('hello')"), "labels": {"suite": tag}, "webhook": hook.url}
@@ -279,9 +252,9 @@ def test_a_task_has_what_a_kernel_job_has(ts, A):
         assert r.headers["Preference-Applied"] == "wait=60"
         listed = A.list(label=f"suite:{tag}").json()["jobs"]
         assert [j["id"] for j in listed] == [jid]
-        wait_until(lambda: any(b.get("type") == "job.succeeded" for b in hook.bodies), 30, 0.1,
+        wait_until(lambda: any(b.get("type") == "job.succeeded" for b in hook.bodies()), 30, 0.1,
                    "the task's webhook")
-        sent = [b for b in hook.bodies if b.get("type") == "job.succeeded"]
+        sent = [b for b in hook.bodies() if b.get("type") == "job.succeeded"]
         assert len(sent) == 1
         data = sent[0]["data"]
         assert (data["id"], data["kind"], data["exit_code"]) == (jid, "task", 0)

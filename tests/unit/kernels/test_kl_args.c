@@ -13,15 +13,7 @@
 
 #include "kl.h"
 #include "kl_kernels.h"
-
-static kl_args args_for(const char *name)
-{
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find(name);
-    assert_non_null(a.kernel);
-    return a;
-}
+#include "kl_test_args.h"
 
 static void set_param(kl_args *a, const char *name, double v)
 {

@@ -25,6 +25,7 @@
 #include "kl.h"
 #include "kl_comm.h"
 #include "kl_test_clock.h"
+#include "kl_test_fstore.h"
 #include "kl_test_store.h"
 
 #define COUNT 10007 /* not a multiple of the world: uneven ring segments */
@@ -238,15 +239,22 @@ static void start_two(kl_test_store *s, rank_job jobs[2], volatile int *cancel1,
     start_all(jobs, 2, fn);
 }
 
+/* Two ranks: rank 1 opens and returns; rank 0 all-reduces 64 MiB that rank
+ * 1 never takes part in, and blocks sending (given 500 ms to get there). */
+static void start_blocked_sender(kl_test_store *s, rank_job jobs[2])
+{
+    kl_test_store_init(s);
+    start_two(s, jobs, NULL, blocked_big_main);
+    pthread_join(jobs[1].tid, NULL);
+    sleep_ms(500);
+}
+
 static void abort_wakes_a_rank_blocked_sending(void **state)
 {
     (void)state;
     kl_test_store s;
-    kl_test_store_init(&s);
     rank_job jobs[2];
-    start_two(&s, jobs, NULL, blocked_big_main);
-    pthread_join(jobs[1].tid, NULL);
-    sleep_ms(500);
+    start_blocked_sender(&s, jobs);
     const double t0 = now_s();
     kl_comm_abort(jobs[0].comm);
     pthread_join(jobs[0].tid, NULL);
@@ -261,11 +269,8 @@ static void a_peer_closing_wakes_a_rank_blocked_sending(void **state)
 {
     (void)state;
     kl_test_store s;
-    kl_test_store_init(&s);
     rank_job jobs[2];
-    start_two(&s, jobs, NULL, blocked_big_main);
-    pthread_join(jobs[1].tid, NULL);
-    sleep_ms(500);
+    start_blocked_sender(&s, jobs);
     const double t0 = now_s();
     kl_comm_abort(jobs[1].comm);
     kl_comm_close(jobs[1].comm);
@@ -418,48 +423,13 @@ static void a_peer_that_closes_mid_collective_fails_the_others_at_once(void **st
     kl_test_store_free(&s);
 }
 
-/* A store two processes share: one file per key in a folder, written
- * whole (rename), polled for by get. */
-static int fs_set(void *ctx, const char *key, const void *data, size_t len)
-{
-    char path[512], tmp[600];
-    snprintf(path, sizeof path, "%s/%s", (const char *)ctx, key);
-    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return KL_EBACKEND;
-    int ok = fwrite(data, 1, len, f) == len;
-    ok = fclose(f) == 0 && ok;
-    return ok && rename(tmp, path) == 0 ? 0 : KL_EBACKEND;
-}
-
-static int fs_get(void *ctx, const char *key, void **data, size_t *len, int timeout_ms)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", (const char *)ctx, key);
-    for (int waited = 0;; waited += 5) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            char buf[4096];
-            size_t n = fread(buf, 1, sizeof buf, f);
-            fclose(f);
-            *data = malloc(n ? n : 1);
-            memcpy(*data, buf, n);
-            *len = n;
-            return 0;
-        }
-        if (waited >= timeout_ms)
-            return KL_ETIMEDOUT;
-        sleep_ms(5);
-    }
-}
 
 static void a_peer_process_killed_mid_collective_fails_the_other_at_once(void **state)
 {
     (void)state;
     char dir[] = "/tmp/kl-comm-test-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    kl_store fs = {.ctx = dir, .set = fs_set, .get = fs_get};
+    kl_store fs = {.ctx = dir, .set = kl_test_fstore_set, .get = kl_test_fstore_get};
     kl_dist d = {.nodes = 2, .local_ranks = 1, .store = &fs, .host = "127.0.0.1", .timeout_ms = 60000};
     /* Before any thread of this test exists: the child is rank 1, which
      * joins, then waits to be killed while rank 0 all-reduces alone. */

@@ -382,14 +382,9 @@ static void heat2d_cancel_during_run_stops_every_thread(void **state)
         volatile int cancel = 0;
         kl_args a = heat_args(&tg, 0.2, 100000, threads);
         a.cancel = &cancel;
-        pthread_t t;
-        kl_test_raise raiser = {&cancel, 50};
-        assert_int_equal(pthread_create(&t, NULL, raise_later, &raiser), 0);
         kl_err err = {0};
-        double t0 = now_s();
-        int rc = kl_run_cpu(&a, out, &err);
-        double took = now_s() - t0;
-        pthread_join(t, NULL);
+        double took;
+        int rc = kl_test_run_cancelled(&a, 50, out, &err, &took);
         assert_int_equal(rc, KL_ECANCELED);
         assert_string_equal(err.message, "heat2d: cancelled");
         assert_true(took < 0.05 + 0.25);

@@ -16,18 +16,10 @@
 #include "kl.h"
 #include "kl_test_clock.h"
 #include "kl_kernels.h"
+#include "kl_test_args.h"
 
 #define KL_TEST_SEED 0x9e3779b97f4a7c15ull
 #include "kl_test_rand.h"
-
-static kl_args args_for(const char *name)
-{
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find(name);
-    assert_non_null(a.kernel);
-    return a;
-}
 
 static void given(kl_args *a, int i, double v)
 {
@@ -360,14 +352,9 @@ static void sleep_honours_cancel_within_50ms(void **state)
     kl_args a = args_for("sleep");
     given(&a, KL_SLEEP_SECONDS, 10);
     a.cancel = &cancel;
-    pthread_t t;
-    double t0 = now_s();
-    kl_test_raise raiser = {&cancel, 100};
-    assert_int_equal(pthread_create(&t, NULL, raise_later, &raiser), 0);
     kl_err err = {0};
-    assert_int_equal(kl_run_cpu(&a, out, &err), KL_ECANCELED);
-    double took = now_s() - t0;
-    pthread_join(t, NULL);
+    double took;
+    assert_int_equal(kl_test_run_cancelled(&a, 100, out, &err, &took), KL_ECANCELED);
     assert_true(took >= 0.1 && took < 0.1 + 0.05 + 0.03); /* 30 ms of scheduling slack */
     assert_null(out[0].data);
     assert_non_null(strstr(err.message, "cancelled"));

@@ -25,16 +25,35 @@ static void *plugin_load(void)
     return h;
 }
 
-static void open_answers_with_devices_or_with_a_reason(void **state)
+/* Each test gets the plugin loaded in *state (NULL where it is not built). */
+static int load(void **state)
 {
-    (void)state;
-    void *h = plugin_load();
+    *state = plugin_load();
+    return 0;
+}
+
+static int unload(void **state)
+{
+    if (*state)
+        dlclose(*state);
+    return 0;
+}
+
+/* The plugin's open function, or NULL with the test skipped (no plugin). */
+static kl_plugin_open_fn open_of(void *h)
+{
     if (!h) {
         skip();
-        return;
+        return NULL;
     }
     kl_plugin_open_fn open = (kl_plugin_open_fn)dlsym(h, KL_PLUGIN_SYMBOL);
     assert_non_null(open);
+    return open;
+}
+
+static void open_answers_with_devices_or_with_a_reason(void **state)
+{
+    kl_plugin_open_fn open = open_of(*state);
     kl_plugin p;
     memset(&p, 0, sizeof p);
     char why[256] = "unchanged";
@@ -51,31 +70,21 @@ static void open_answers_with_devices_or_with_a_reason(void **state)
         assert_true(why[0] != '\0' && strcmp(why, "unchanged") != 0);
         assert_null(p.run); /* nothing filled that a caller might use */
     }
-    dlclose(h);
 }
 
 static void open_without_a_table_is_refused(void **state)
 {
-    (void)state;
-    void *h = plugin_load();
-    if (!h) {
-        skip();
-        return;
-    }
-    kl_plugin_open_fn open = (kl_plugin_open_fn)dlsym(h, KL_PLUGIN_SYMBOL);
-    assert_non_null(open);
+    kl_plugin_open_fn open = open_of(*state);
     char why[128];
     assert_true(open(NULL, why, sizeof why) < 0);
     assert_true(why[0] != '\0');
-    dlclose(h);
 }
 
 /* The version is a symbol of its own, which the node reads before it calls
  * anything else (kl_plugin.h). */
 static void abi_symbol_says_this_abi(void **state)
 {
-    (void)state;
-    void *h = plugin_load();
+    void *h = *state;
     if (!h) {
         skip();
         return;
@@ -85,15 +94,14 @@ static void abi_symbol_says_this_abi(void **state)
     kl_plugin_abi_fn abi;
     memcpy(&abi, &sym, sizeof abi);
     assert_int_equal(abi(), KL_PLUGIN_ABI);
-    dlclose(h);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(open_answers_with_devices_or_with_a_reason),
-        cmocka_unit_test(open_without_a_table_is_refused),
-        cmocka_unit_test(abi_symbol_says_this_abi),
+        cmocka_unit_test_setup_teardown(open_answers_with_devices_or_with_a_reason, load, unload),
+        cmocka_unit_test_setup_teardown(open_without_a_table_is_refused, load, unload),
+        cmocka_unit_test_setup_teardown(abi_symbol_says_this_abi, load, unload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

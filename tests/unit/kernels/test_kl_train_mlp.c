@@ -261,29 +261,34 @@ static void matches_naive(const hyper *h)
     set_free(&s);
 }
 
+/* The cases matches_naive runs, on one rank (or none: ranks 0) and on many. */
+static const hyper NAIVE_ONE_RANK[] = {
+    /* 50 rows in batches of 7: the last batch has 1 row */
+    {.hidden = 6, .classes = 3, .epochs = 4, .batch = 7, .lr = 0.1, .momentum = 0.9, .seed = 5, .ranks = 1},
+    /* full batch, no momentum */
+    {.hidden = 4, .classes = 2, .epochs = 3, .batch = 50, .lr = 0.5, .momentum = 0, .seed = 1, .ranks = 0},
+};
+static const hyper NAIVE_MANY_RANKS[] = {
+    /* shards of 2, 2, 3 rows, and a last batch of 1 row: two empty ranks */
+    {.hidden = 6, .classes = 3, .epochs = 4, .batch = 7, .lr = 0.1, .momentum = 0.9, .seed = 5, .ranks = 3},
+    /* batches of 2 on 3 ranks: one rank always idle */
+    {.hidden = 5, .classes = 4, .epochs = 2, .batch = 2, .lr = 0.05, .momentum = 0.5, .seed = 9, .ranks = 3},
+    /* batch of 1 on 16 ranks */
+    {.hidden = 3, .classes = 2, .epochs = 1, .batch = 1, .lr = 0.05, .momentum = 0.8, .seed = 2, .ranks = 16},
+};
+
 static void matches_naive_trainer_on_one_rank(void **state)
 {
     (void)state;
-    /* 50 rows in batches of 7: the last batch has 1 row */
-    matches_naive(&(hyper){.hidden = 6, .classes = 3, .epochs = 4, .batch = 7, .lr = 0.1, .momentum = 0.9, .seed = 5,
-                           .ranks = 1});
-    /* full batch, no momentum */
-    matches_naive(&(hyper){.hidden = 4, .classes = 2, .epochs = 3, .batch = 50, .lr = 0.5, .momentum = 0, .seed = 1,
-                           .ranks = 0});
+    for (size_t i = 0; i < sizeof NAIVE_ONE_RANK / sizeof NAIVE_ONE_RANK[0]; i++)
+        matches_naive(&NAIVE_ONE_RANK[i]);
 }
 
 static void matches_naive_trainer_on_three_ranks(void **state)
 {
     (void)state;
-    /* shards of 2, 2, 3 rows, and a last batch of 1 row: two empty ranks */
-    matches_naive(&(hyper){.hidden = 6, .classes = 3, .epochs = 4, .batch = 7, .lr = 0.1, .momentum = 0.9, .seed = 5,
-                           .ranks = 3});
-    /* batches of 2 on 3 ranks: one rank always idle */
-    matches_naive(&(hyper){.hidden = 5, .classes = 4, .epochs = 2, .batch = 2, .lr = 0.05, .momentum = 0.5, .seed = 9,
-                           .ranks = 3});
-    /* batch of 1 on 16 ranks */
-    matches_naive(&(hyper){.hidden = 3, .classes = 2, .epochs = 1, .batch = 1, .lr = 0.05, .momentum = 0.8, .seed = 2,
-                           .ranks = 16});
+    for (size_t i = 0; i < sizeof NAIVE_MANY_RANKS / sizeof NAIVE_MANY_RANKS[0]; i++)
+        matches_naive(&NAIVE_MANY_RANKS[i]);
 }
 
 static const hyper BLOBS = {.hidden = 32, .classes = 3, .epochs = 8, .batch = 32, .lr = 0.05, .momentum = 0.9,
@@ -628,13 +633,8 @@ static void stops_when_cancelled(void **state)
     assert_null(out[0].data);
 
     cancel = 0;
-    pthread_t t;
-    kl_test_raise raiser = {&cancel, 50};
-    pthread_create(&t, NULL, raise_later, &raiser);
-    double t0 = now_s();
-    assert_int_equal(kl_run_cpu(&a, out, &err), KL_ECANCELED);
-    double took = now_s() - t0;
-    pthread_join(t, NULL);
+    double took;
+    assert_int_equal(kl_test_run_cancelled(&a, 50, out, &err, &took), KL_ECANCELED);
     assert_true(took < 0.05 + 0.2);
     set_free(&s);
 }

@@ -425,26 +425,34 @@ static void test_body_at_limit_is_accepted(void **state)
     free(body);
 }
 
+/* Sends the head req (a request's head, none of its body) on a connection of
+ * its own and reads what the server answers within 5 s into buf. */
+static void head_only(const char *req, char *buf, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)svc_server_port(srv))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    memset(buf, 0, len);
+    ssize_t n = read(fd, buf, len - 1);
+    close(fd);
+    assert_true(n > 0);
+}
+
 /* The server must answer from the headers alone: the test sends none of the
  * announced gigabyte and still gets its 413. */
 static void test_content_length_over_limit_is_413_without_reading_body(void **state)
 {
     (void)state;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)svc_server_port(srv))};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     const char req[] = "POST /v1/items HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        "Content-Length: 1000000000\r\n\r\n";
-    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    assert_int_equal(poll(&p, 1, 5000), 1);
-    char buf[2048] = {0};
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    assert_true(n > 0);
+    char buf[2048];
+    head_only(req, buf, sizeof buf);
     assert_memory_equal(buf, "HTTP/1.1 413", 12);
     assert_non_null(strstr(buf, "payload_too_large"));
-    close(fd);
 }
 
 static void test_chunked_body_over_limit_is_413(void **state)
@@ -471,22 +479,13 @@ static void test_chunked_body_over_limit_is_413(void **state)
 static void test_head_check_refuses_from_the_head_alone(void **state)
 {
     (void)state;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)svc_server_port(srv))};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     const char req[] = "POST /v1/limited HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
                        "X-Limit: 1000\r\nContent-Length: 100000\r\n\r\n";
-    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    assert_int_equal(poll(&p, 1, 5000), 1);
-    char buf[2048] = {0};
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    assert_true(n > 0);
+    char buf[2048];
+    head_only(req, buf, sizeof buf);
     assert_memory_equal(buf, "HTTP/1.1 413", 12);
     assert_non_null(strstr(buf, "over_own_limit"));
     assert_non_null(strstr(buf, "from the head"));
-    close(fd);
 }
 
 /* raw() with an X-Limit header: a chunked upload of chunked bytes. */

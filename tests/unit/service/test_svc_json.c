@@ -536,6 +536,32 @@ static void no_limits_is_the_plain_parse(void **state)
     free(arrs);
 }
 
+static void ordered_follows_the_names_then_keeps_the_rest(void **state)
+{
+    (void)state;
+    json_t *obj = json_pack("{s:i, s:i, s:i, s:i}", "d", 4, "a", 1, "c", 3, "x", 9);
+    json_t *names = json_pack("[s, s, s, s]", "a", "b", "c", "d");
+    json_t *o = svc_json_ordered(obj, names);
+    assert_non_null(o);
+    const char *want[] = {"a", "b", "c", "d", "x"}, *k;
+    json_t *v;
+    size_t n = 0;
+    json_object_foreach(o, k, v) {
+        assert_true(n < 5);
+        assert_string_equal(k, want[n]);
+        n++;
+    }
+    assert_int_equal(n, 5);
+    assert_true(json_is_null(json_object_get(o, "b")));  /* a name obj lacks: null */
+    assert_int_equal(json_integer_value(json_object_get(o, "x")), 9); /* kept, last */
+    assert_int_equal(json_integer_value(json_object_get(o, "d")), 4);
+    /* the values are shared, not copied */
+    assert_ptr_equal(json_object_get(o, "a"), json_object_get(obj, "a"));
+    json_decref(o);
+    json_decref(names);
+    json_decref(obj);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -556,6 +582,7 @@ int main(void)
         cmocka_unit_test(value_limit_counts_every_value_once),
         cmocka_unit_test(unknown_top_level_fields_are_refused_by_name),
         cmocka_unit_test(no_limits_is_the_plain_parse),
+        cmocka_unit_test(ordered_follows_the_names_then_keeps_the_rest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -174,6 +174,16 @@ static svc_sse *wait_chan(void)
     return NULL;
 }
 
+/* Opens GET /events on a connection of its own, reads the response head
+ * into buf (*len bytes) and the server's channel into *c; the fd. */
+static int open_stream(char *buf, size_t size, size_t *len, svc_sse **c)
+{
+    int fd = connect_get("/events");
+    assert_true(read_until(fd, buf, size, len, "\r\n\r\n", 2000));
+    *c = wait_chan();
+    return fd;
+}
+
 static void drop_chan(void)
 {
     pthread_mutex_lock(&chan_mu);
@@ -254,11 +264,10 @@ static void test_idle_streams_hold_no_thread_and_pushed_events_arrive(void **sta
 static void test_a_client_gone_closes_the_channel(void **state)
 {
     (void)state;
-    int fd = connect_get("/events");
     char buf[1024] = "";
     size_t len = 0;
-    assert_true(read_until(fd, buf, sizeof(buf), &len, "\r\n\r\n", 2000));
-    svc_sse *c = wait_chan();
+    svc_sse *c;
+    int fd = open_stream(buf, sizeof buf, &len, &c);
     close(fd);
     /* The server learns of it when it writes next. */
     int closed = 0;
@@ -274,11 +283,10 @@ static void test_a_client_gone_closes_the_channel(void **state)
 static void test_stop_ends_open_streams_cleanly(void **state)
 {
     (void)state;
-    int fd = connect_get("/events");
     char buf[1024] = "";
     size_t len = 0;
-    assert_true(read_until(fd, buf, sizeof(buf), &len, "\r\n\r\n", 2000));
-    svc_sse *c = wait_chan();
+    svc_sse *c;
+    int fd = open_stream(buf, sizeof buf, &len, &c);
     assert_int_equal(svc_sse_send(c, "1", NULL, "before"), 0);
     assert_true(read_until(fd, buf, sizeof(buf), &len, "data: before\n\n", 2000));
     int64_t t0 = svc_now_mono_ms();

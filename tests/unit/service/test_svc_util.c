@@ -209,6 +209,24 @@ static void test_random_hex_has_requested_length(void **state)
     assert_int_equal(strlen(big), 400);
 }
 
+static void test_utf8_valid_takes_rfc3629_and_refuses_the_rest(void **state)
+{
+    (void)state;
+    assert_true(svc_utf8_valid("", 0));
+    assert_true(svc_utf8_valid("h\xc3\xa9llo", 6));
+    assert_true(svc_utf8_valid("\xf0\x9f\x98\x80", 4)); /* U+1F600 */
+    assert_true(svc_utf8_valid("\xf4\x8f\xbf\xbf", 4)); /* U+10FFFF, the last */
+    assert_true(svc_utf8_valid("a\0b", 3));                /* NUL is a character here */
+    assert_false(svc_utf8_valid("\xc0\xaf", 2));          /* overlong '/' */
+    assert_false(svc_utf8_valid("\xe0\x80\xaf", 3));     /* overlong, three bytes */
+    assert_false(svc_utf8_valid("\xed\xa0\x80", 3));     /* a surrogate, U+D800 */
+    assert_false(svc_utf8_valid("\xf4\x90\x80\x80", 4)); /* above U+10FFFF */
+    assert_false(svc_utf8_valid("\xc3", 1));               /* cut short */
+    assert_false(svc_utf8_valid("\xc3\xa9", 1));          /* cut short by n, not by NUL */
+    assert_false(svc_utf8_valid("\x80", 1));               /* a lone continuation byte */
+    assert_false(svc_utf8_valid("\xc3(", 2));              /* a lead without its continuation */
+}
+
 static void test_utf8_chars_counts_code_points_not_bytes(void **state)
 {
     (void)state;
@@ -294,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_random_hex_has_requested_length),
         cmocka_unit_test(test_secure_equal),
         cmocka_unit_test(test_utf8_chars_counts_code_points_not_bytes),
+        cmocka_unit_test(test_utf8_valid_takes_rfc3629_and_refuses_the_rest),
         cmocka_unit_test(test_fnv1a_matches_the_reference_vectors),
         cmocka_unit_test(test_content_disposition_quotes_and_encodes_the_name),
         cmocka_unit_test(test_log_level_parse_and_filter),
