@@ -77,8 +77,9 @@ else
     kl_record unit "FAIL (${unit_failed[*]})"
 fi
 
-# As many workers as make test (scripts/test.sh), each with its own stack.
-workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers)}
+# Two workers a core (make test runs three), each with its own stack: the
+# sanitized daemons spend far more CPU than the plain ones.
+workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers 2)}
 mapfile -t xdist < <(kl_pytest_workers "$workers")
 echo "=== integration tests against bin-san (pytest tests/integration, $workers workers)"
 t0=$SECONDS

@@ -400,7 +400,7 @@ class Chaos:
     sometimes overlap (a node restarting while PostgreSQL is down, say), and
     counts each one from what the system shows afterwards."""
 
-    def __init__(self, stack, per_kind, t_end, rnd):
+    def __init__(self, stack, per_kind, t_end, rnd, kinds=KINDS):
         self.stack, self.per_kind, self.t_end = stack, per_kind, t_end
         self.count = collections.Counter()
         self.unverified = []
@@ -408,7 +408,7 @@ class Chaos:
         self.mu = threading.Lock()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._main, args=(k, random.Random(rnd.random())),
-                                         daemon=True) for k in KINDS]
+                                         daemon=True) for k in kinds]
         self.local = threading.local()
 
     @property
