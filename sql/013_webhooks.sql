@@ -54,28 +54,5 @@ CREATE TABLE webhook_attempts (
 );
 COMMENT ON COLUMN webhook_attempts.status IS 'the receiver''s HTTP status; NULL when no answer came';
 
--- Fired at the end of the statement that changed the job, when its
--- job_events row is written and visible: the newest event of the job is
--- the one this change wrote. The payload is the job object as it is now.
-CREATE FUNCTION kowloon_webhook_enqueue() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO webhook_deliveries (job_id, tenant_id, event_id, event, url, payload)
-    SELECT NEW.id, NEW.tenant_id, e.id, NEW.state, NEW.webhook,
-           json_build_object('type', 'job.' || NEW.state,
-                             'timestamp', kowloon_ts(coalesce(e.at, clock_timestamp())),
-                             'data', kowloon_job_json(NEW))::text
-    FROM (SELECT 1) one
-    LEFT JOIN LATERAL (SELECT id, at FROM job_events WHERE job_id = NEW.id
-                       ORDER BY id DESC LIMIT 1) e ON true;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER jobs_webhook_insert AFTER INSERT ON jobs FOR EACH ROW
-    WHEN (NEW.webhook IS NOT NULL AND NEW.state = ANY (NEW.webhook_events))
-    EXECUTE FUNCTION kowloon_webhook_enqueue();
-CREATE TRIGGER jobs_webhook_update AFTER UPDATE OF state ON jobs FOR EACH ROW
-    WHEN (NEW.webhook IS NOT NULL AND NEW.state = ANY (NEW.webhook_events)
-          AND OLD.state IS DISTINCT FROM NEW.state)
-    EXECUTE FUNCTION kowloon_webhook_enqueue();
+-- kowloon_webhook_enqueue and the triggers jobs_webhook_insert and
+-- jobs_webhook_update that call it: in sql/objects.sql now.

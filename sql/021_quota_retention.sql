@@ -65,44 +65,8 @@ SELECT tenant_id, sum(size) FROM blob_usage GROUP BY tenant_id;
 -- kowloon_blob_hold and kowloon_blob_release (what the triggers below
 -- call): in sql/objects.sql now, re-applied at every start.
 
--- Statement-level, with transition tables: one pass per statement (a batch
--- of submits, a page of expired jobs), its locks taken in order. A
--- statement that adds no reference (most batches of submits: small inputs
--- stay in their rows) costs one look at an empty table.
-CREATE FUNCTION kowloon_refs_added() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    t bigint[];
-    b text[];
-BEGIN
-    SELECT array_agg(tenant_id), array_agg(blob_id) INTO t, b FROM added;
-    IF t IS NOT NULL THEN
-        PERFORM kowloon_blob_hold(t, b);
-    END IF;
-    RETURN NULL;
-END
-$$;
-CREATE FUNCTION kowloon_refs_removed() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    t bigint[];
-    b text[];
-BEGIN
-    SELECT array_agg(tenant_id), array_agg(blob_id) INTO t, b FROM removed;
-    IF t IS NOT NULL THEN
-        PERFORM kowloon_blob_release(t, b);
-    END IF;
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER blob_refs_added AFTER INSERT ON blob_refs
-    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_added();
-CREATE TRIGGER blob_refs_removed AFTER DELETE ON blob_refs
-    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_removed();
-CREATE TRIGGER job_blob_refs_added AFTER INSERT ON job_blob_refs
-    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_added();
-CREATE TRIGGER job_blob_refs_removed AFTER DELETE ON job_blob_refs
-    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_removed();
+-- kowloon_refs_added and kowloon_refs_removed, and the four triggers on
+-- blob_refs and job_blob_refs that call them: in sql/objects.sql now.
 
 -- Usage outlives its job: what a deleted job used is moved here, and GET
 -- /v1/usage sums both, so that bills do not change when jobs go.

@@ -1,11 +1,12 @@
 -- sql/objects.sql — the replaceable objects of the schema, each written
 -- once: the functions that render a job and a tenant as the API shows them,
--- a job's usage and placement, and the blob accounting the reference
--- triggers call.
+-- a job's usage and placement, the blob accounting and the webhook queue,
+-- and the triggers that call the last two.
 -- The gateway applies it after the migrations at every start (`migrate` and
 -- `serve`), in one transaction under the migrations' lock, so a change here
 -- is a change to this file alone: no new migration redefines them. Only
--- CREATE OR REPLACE, with the same argument and return types (a function
+-- CREATE OR REPLACE (triggers: created where missing, below), with the
+-- same argument and return types (a function
 -- keeps its identity, so statements other gateways prepared stay valid);
 -- a change of signature needs a migration that drops the old one first.
 -- The C side writes a queued job's first members in kowloon_job_json's
@@ -169,6 +170,99 @@ $$;
 COMMENT ON FUNCTION kowloon_blob_release(bigint[], text[]) IS
     'references removed: uncounts them in blob_usage and stops charging a tenant for a blob it no '
     'longer holds at all';
+
+-- Statement-level, with transition tables: one pass per statement (a batch
+-- of submits, a page of expired jobs), its locks taken in order. A
+-- statement that adds no reference (most batches of submits: small inputs
+-- stay in their rows) costs one look at an empty table.
+CREATE OR REPLACE FUNCTION kowloon_refs_added() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    t bigint[];
+    b text[];
+BEGIN
+    SELECT array_agg(tenant_id), array_agg(blob_id) INTO t, b FROM added;
+    IF t IS NOT NULL THEN
+        PERFORM kowloon_blob_hold(t, b);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE FUNCTION kowloon_refs_removed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    t bigint[];
+    b text[];
+BEGIN
+    SELECT array_agg(tenant_id), array_agg(blob_id) INTO t, b FROM removed;
+    IF t IS NOT NULL THEN
+        PERFORM kowloon_blob_release(t, b);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Fired at the end of the statement that changed the job, when its
+-- job_events row is written and visible: the newest event of the job is
+-- the one this change wrote. The payload is the job object as it is now.
+CREATE OR REPLACE FUNCTION kowloon_webhook_enqueue() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO webhook_deliveries (job_id, tenant_id, event_id, event, url, payload)
+    SELECT NEW.id, NEW.tenant_id, e.id, NEW.state, NEW.webhook,
+           json_build_object('type', 'job.' || NEW.state,
+                             'timestamp', kowloon_ts(coalesce(e.at, clock_timestamp())),
+                             'data', kowloon_job_json(NEW))::text
+    FROM (SELECT 1) one
+    LEFT JOIN LATERAL (SELECT id, at FROM job_events WHERE job_id = NEW.id
+                       ORDER BY id DESC LIMIT 1) e ON true;
+    RETURN NULL;
+END
+$$;
+
+
+-- The triggers that call them, each created where it is missing: a
+-- database made before this file held them has them from its migrations,
+-- and CREATE TRIGGER locks its table against writers, so it is not run
+-- again at every start. A change to a trigger's definition is a migration
+-- that drops it (this file then makes the new one).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'blob_refs_added'
+                   AND tgrelid = 'blob_refs'::regclass) THEN
+        CREATE TRIGGER blob_refs_added AFTER INSERT ON blob_refs
+            REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_added();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'blob_refs_removed'
+                   AND tgrelid = 'blob_refs'::regclass) THEN
+        CREATE TRIGGER blob_refs_removed AFTER DELETE ON blob_refs
+            REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_removed();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_blob_refs_added'
+                   AND tgrelid = 'job_blob_refs'::regclass) THEN
+        CREATE TRIGGER job_blob_refs_added AFTER INSERT ON job_blob_refs
+            REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_added();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_blob_refs_removed'
+                   AND tgrelid = 'job_blob_refs'::regclass) THEN
+        CREATE TRIGGER job_blob_refs_removed AFTER DELETE ON job_blob_refs
+            REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_removed();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'jobs_webhook_insert'
+                   AND tgrelid = 'jobs'::regclass) THEN
+        CREATE TRIGGER jobs_webhook_insert AFTER INSERT ON jobs FOR EACH ROW
+            WHEN (NEW.webhook IS NOT NULL AND NEW.state = ANY (NEW.webhook_events))
+            EXECUTE FUNCTION kowloon_webhook_enqueue();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'jobs_webhook_update'
+                   AND tgrelid = 'jobs'::regclass) THEN
+        CREATE TRIGGER jobs_webhook_update AFTER UPDATE OF state ON jobs FOR EACH ROW
+            WHEN (NEW.webhook IS NOT NULL AND NEW.state = ANY (NEW.webhook_events)
+                  AND OLD.state IS DISTINCT FROM NEW.state)
+            EXECUTE FUNCTION kowloon_webhook_enqueue();
+    END IF;
+END
+$$;
 
 -- The public job object: every endpoint that returns a job returns this
 -- shape; json, not jsonb, so that params keep their exact text. kernel is

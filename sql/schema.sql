@@ -21,7 +21,7 @@ SET client_min_messages = warning;
 SET row_security = off;
 
 --
--- Functions kowloon_blob_hold, kowloon_blob_release, kowloon_job_json, kowloon_placement, kowloon_tenant_json, kowloon_ts, kowloon_usage: sql/objects.sql
+-- Functions kowloon_blob_hold, kowloon_blob_release, kowloon_job_json, kowloon_placement, kowloon_refs_added, kowloon_refs_removed, kowloon_tenant_json, kowloon_ts, kowloon_usage, kowloon_webhook_enqueue: sql/objects.sql
 --
 
 --
@@ -211,44 +211,6 @@ COMMENT ON COLUMN public.jobs.exit_code IS 'a task''s exit status as its last at
 COMMENT ON COLUMN public.jobs.logs IS 'the whole log of each part of the last attempt that reported one, as the node stored it: {"<part>": {"blob", "bytes", "dropped", "attempt"}}; authoritative once the part ended';
 
 --
--- Name: kowloon_refs_added(); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.kowloon_refs_added() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    t bigint[];
-    b text[];
-BEGIN
-    SELECT array_agg(tenant_id), array_agg(blob_id) INTO t, b FROM added;
-    IF t IS NOT NULL THEN
-        PERFORM kowloon_blob_hold(t, b);
-    END IF;
-    RETURN NULL;
-END
-$$;
-
---
--- Name: kowloon_refs_removed(); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.kowloon_refs_removed() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    t bigint[];
-    b text[];
-BEGIN
-    SELECT array_agg(tenant_id), array_agg(blob_id) INTO t, b FROM removed;
-    IF t IS NOT NULL THEN
-        PERFORM kowloon_blob_release(t, b);
-    END IF;
-    RETURN NULL;
-END
-$$;
-
---
 -- Name: tenants; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -311,26 +273,6 @@ COMMENT ON COLUMN public.tenants.task_images IS 'image patterns (fnmatch) the te
 --
 
 COMMENT ON COLUMN public.tenants.task_egress IS 'the tenant''s single-node tasks may ask network "egress"';
-
---
--- Name: kowloon_webhook_enqueue(); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.kowloon_webhook_enqueue() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    INSERT INTO webhook_deliveries (job_id, tenant_id, event_id, event, url, payload)
-    SELECT NEW.id, NEW.tenant_id, e.id, NEW.state, NEW.webhook,
-           json_build_object('type', 'job.' || NEW.state,
-                             'timestamp', kowloon_ts(coalesce(e.at, clock_timestamp())),
-                             'data', kowloon_job_json(NEW))::text
-    FROM (SELECT 1) one
-    LEFT JOIN LATERAL (SELECT id, at FROM job_events WHERE job_id = NEW.id
-                       ORDER BY id DESC LIMIT 1) e ON true;
-    RETURN NULL;
-END
-$$;
 
 --
 -- Name: api_keys; Type: TABLE; Schema: public; Owner: -

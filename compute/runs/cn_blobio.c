@@ -73,21 +73,32 @@ static const char *cn__reply_message(const svc_response *r)
     return m ? m : "";
 }
 
+/* GETs blob id from the gateway into buf[0..size) with the node's
+ * credential: whole (on_chunk sees each piece), or its bytes off.. when
+ * ranged. svc_http_get_into's or svc_http_get_range_into's rc. */
+static int cn__gw_get(const cn_blobio_gateway *g, const char *id, int ranged, uint64_t off, void *buf,
+                      size_t size, svc_chunk_fn on_chunk, void *chunk_cls, const volatile int *cancel,
+                      svc_response *r)
+{
+    char url[1024], cred[CN_CRED_SIZE];
+    cn__url(g, url, sizeof url, "/v1/cluster/blobs/%s", id);
+    cn_cred_get(g->cred, cred);
+    int rc = ranged ? svc_http_get_range_into(url, cred, off, buf, size, cn__stall(g), cancel, r)
+                    : svc_http_get_into(url, cred, buf, size, on_chunk, chunk_cls, cn__stall(g),
+                                        cancel, r);
+    memset(cred, 0, sizeof cred);
+    return rc;
+}
+
 static int cn__gw_fetch(void *cls, const char *id, void *buf, size_t size, svc_chunk_fn on_chunk,
                         void *chunk_cls, const volatile int *cancel, int64_t *got, char *msg,
                         size_t msglen)
 {
-    const cn_blobio_gateway *g = cls;
-    char url[1024], cred[CN_CRED_SIZE];
     svc_response r;
     int ret = CN_BLOBIO_EFAIL;
 
     *got = 0;
-    cn__url(g, url, sizeof url, "/v1/cluster/blobs/%s", id);
-    cn_cred_get(g->cred, cred);
-    int rc = svc_http_get_into(url, cred, buf, size, on_chunk, chunk_cls, cn__stall(g), cancel,
-                               &r);
-    memset(cred, 0, sizeof cred);
+    int rc = cn__gw_get(cls, id, 0, 0, buf, size, on_chunk, chunk_cls, cancel, &r);
     if (rc == SVC_XFER_TOOBIG) {
         *got = r.length;
         ret = CN_BLOBIO_ESIZE;
@@ -113,15 +124,10 @@ static int cn__gw_fetch(void *cls, const char *id, void *buf, size_t size, svc_c
 static int cn__gw_fetch_range(void *cls, const char *id, uint64_t off, void *buf, size_t size,
                               const volatile int *cancel, char *msg, size_t msglen)
 {
-    const cn_blobio_gateway *g = cls;
-    char url[1024], cred[CN_CRED_SIZE];
     svc_response r;
     int ret = CN_BLOBIO_EFAIL;
 
-    cn__url(g, url, sizeof url, "/v1/cluster/blobs/%s", id);
-    cn_cred_get(g->cred, cred);
-    int rc = svc_http_get_range_into(url, cred, off, buf, size, cn__stall(g), cancel, &r);
-    memset(cred, 0, sizeof cred);
+    int rc = cn__gw_get(cls, id, 1, off, buf, size, NULL, NULL, cancel, &r);
     if (rc == SVC_XFER_ABORTED && cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE))
         ret = CN_BLOBIO_ECANCELED;
     else if (rc < 0)

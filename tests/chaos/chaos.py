@@ -707,11 +707,7 @@ def main():
     stack = ChaosStack(node_names=[f"node-{i + 1}" for i in range(a.nodes)],
                        node_timeout_s=NODE_TIMEOUT_S)
 
-    def on_term(signum, frame):
-        stack.close()
-        os._exit(128 + signum)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    close_on_signals(stack)
 
     failed, summary, problems = True, None, []
     try:
@@ -842,15 +838,34 @@ def main():
         log(problems[0])
     finally:
         stack.close()
-        if failed:
-            print(stack.log_tails(40), file=sys.stderr, flush=True)
-            # again after the log tails, so that the reasons end the output
-            for p in problems:
-                log("PROBLEM: " + p)
-        if failed or a.keep:
-            log(f"stack files kept in {stack.root}")
-        else:
-            stack.remove()
+    return finish(stack, failed, problems, a.keep, summary)
+
+
+def close_on_signals(stack, before=None):
+    """SIGTERM and SIGINT stop the stack's daemons (after before(), when
+    given) and exit 128 + the signal: nothing is left running."""
+    def on_term(signum, frame):
+        if before is not None:
+            before()
+        stack.close()
+        os._exit(128 + signum)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+
+
+def finish(stack, failed, problems, keep, summary):
+    """The end of a run whose stack is closed: on failure the daemons' log
+    tails, then the problems again (so that they end the output); the
+    stack's files removed unless it failed or keep; the summary last.
+    The exit status."""
+    if failed:
+        print(stack.log_tails(40), file=sys.stderr, flush=True)
+        for p in problems:
+            log("PROBLEM: " + p)
+    if failed or keep:
+        log(f"stack files kept in {stack.root}")
+    else:
+        stack.remove()
     if summary:
         print(summary, flush=True)
     return 1 if failed else 0

@@ -203,13 +203,7 @@ def main():
     stack = SimChaosStack(node_names=(), node_timeout_s=ch.NODE_TIMEOUT_S)
     sim = None
 
-    def on_term(signum, frame):
-        if sim is not None:
-            sim.kill()
-        stack.close()
-        os._exit(128 + signum)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    ch.close_on_signals(stack, lambda: sim is not None and sim.kill())
 
     failed, summary, problems = True, None, []
     try:
@@ -305,17 +299,7 @@ def main():
         if sim is not None and sim.poll() is None:
             sim.kill()
         stack.close()
-        if failed:
-            print(stack.log_tails(40), file=sys.stderr, flush=True)
-            for p in problems:
-                log("PROBLEM: " + p)
-        if failed or a.keep:
-            log(f"stack files kept in {stack.root}")
-        else:
-            stack.remove()
-    if summary:
-        print(summary, flush=True)
-    return 1 if failed else 0
+    return ch.finish(stack, failed, problems, a.keep, summary)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,7 @@ static const char *const op_names[] = {"sum", "max", "min"};
 
 static kl_args args_for(int64_t count, int f64, int op, int iters, int ranks)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("allreduce");
+    kl_args a = kernel_args("allreduce");
     a.params[KL_ALLREDUCE_COUNT] = kl_value{(double)count, 0, 1};
     a.params[KL_ALLREDUCE_DTYPE] = kl_value{0, f64, 1};
     a.params[KL_ALLREDUCE_OP] = kl_value{0, op, 1};

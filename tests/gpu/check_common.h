@@ -82,6 +82,15 @@ static int check_skip(const char *why)
     return 77;
 }
 
+/* The arguments of the kernel called name, nothing given yet. */
+static inline kl_args kernel_args(const char *name)
+{
+    kl_args a;
+    memset(&a, 0, sizeof a);
+    a.kernel = kl_kernel_find(name);
+    return a;
+}
+
 /* plugin.run with rank r on GPU r, for n ranks (at most 16). */
 static inline int check_run(const kl_args *a, int n, kl_tensor *out, kl_err *err)
 {

@@ -34,9 +34,7 @@
 
 static kl_args allreduce_args(int ranks)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("allreduce");
+    kl_args a = kernel_args("allreduce");
     a.params[KL_ALLREDUCE_COUNT] = kl_value{(double)(1 << 24), 0, 1};
     a.params[KL_ALLREDUCE_DTYPE] = kl_value{0, 0, 1};
     a.params[KL_ALLREDUCE_OP] = kl_value{0, KL_ALLREDUCE_SUM, 1};
@@ -63,9 +61,7 @@ static void make_blobs(float *x, int32_t *y)
 
 static kl_args mlp_args(const kl_tensor *tx, const kl_tensor *ty, int ranks)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("train_mlp");
+    kl_args a = kernel_args("train_mlp");
     const double v[] = {32, 4, 3, 64, 0.05, 0.9, 7};
     for (int i = 0; i < 7; i++) {
         a.params[i].num = v[i];

@@ -33,9 +33,7 @@ static int run_saxpy(kl_err *err)
 {
     static float x[1000], y[1000];
     kl_tensor tx = {KL_F32, 1, {1000}, x}, ty = {KL_F32, 1, {1000}, y};
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("saxpy");
+    kl_args a = kernel_args("saxpy");
     a.params[KL_SAXPY_A] = kl_value{2, 0, 1};
     a.inputs[KL_SAXPY_X] = &tx;
     a.inputs[KL_SAXPY_Y] = &ty;

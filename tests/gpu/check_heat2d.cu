@@ -46,9 +46,7 @@ static kl_tensor grid_tensor(float *data, int64_t h, int64_t w)
 
 static kl_args heat_args(const kl_tensor *g, double alpha, int64_t steps)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("heat2d");
+    kl_args a = kernel_args("heat2d");
     a.params[KL_HEAT2D_ALPHA] = kl_value{alpha, 0, 1};
     a.params[KL_HEAT2D_STEPS] = kl_value{(double)steps, 0, 1};
     a.inputs[KL_HEAT2D_GRID] = g;

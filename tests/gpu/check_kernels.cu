@@ -44,14 +44,6 @@ static kl_tensor tensor(float *data, int ndim, int64_t d0, int64_t d1 = 0, int64
     return t;
 }
 
-static kl_args args_for(const char *name)
-{
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find(name);
-    return a;
-}
-
 static int compare(const float *got, const float *ref, int64_t n, double atol, double rtol)
 {
     int bad = 0;
@@ -98,7 +90,7 @@ static void check_saxpy(int64_t n)
 {
     std::vector<float> x = frand_vec(n), y = frand_vec(n);
     kl_tensor tx = tensor(x.data(), 1, n), ty = tensor(y.data(), 1, n);
-    kl_args a = args_for("saxpy");
+    kl_args a = kernel_args("saxpy");
     a.params[KL_SAXPY_A] = kl_value{0.37, 0, 1};
     a.inputs[KL_SAXPY_X] = &tx;
     a.inputs[KL_SAXPY_Y] = &ty;
@@ -113,7 +105,7 @@ static void check_reduce(int ndim, int64_t d0, int64_t d1, int64_t d2, kl_reduce
     int64_t n = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
     std::vector<float> x = frand_vec(n);
     kl_tensor tx = tensor(x.data(), ndim, d0, d1, d2);
-    kl_args a = args_for("reduce");
+    kl_args a = kernel_args("reduce");
     a.params[KL_REDUCE_OP] = kl_value{0, (int)op, 1};
     a.inputs[KL_REDUCE_X] = &tx;
     char label[64];
@@ -158,7 +150,7 @@ static void check_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, bool with
     kl_tensor ta = batch ? tensor(A.data(), 3, batch, m, k) : tensor(A.data(), 2, m, k);
     kl_tensor tb = batch ? tensor(B.data(), 3, batch, k, n) : tensor(B.data(), 2, k, n);
     kl_tensor tc = batch ? tensor(C.data(), 3, batch, m, n) : tensor(C.data(), 2, m, n);
-    kl_args a = args_for("gemm");
+    kl_args a = kernel_args("gemm");
     a.params[KL_GEMM_ALPHA] = kl_value{alpha, 0, 1};
     a.params[KL_GEMM_BETA] = kl_value{beta, 0, 1};
     a.params[KL_GEMM_PRECISION] = kl_value{0, (int)p, 1};
@@ -218,7 +210,7 @@ static void check_sleep_and_cancel(void)
 {
     kl_tensor out[1];
     kl_err err;
-    kl_args a = args_for("sleep");
+    kl_args a = kernel_args("sleep");
     a.params[KL_SLEEP_SECONDS] = kl_value{0.2, 0, 1};
     int rc = check_run(&a, 1, out, &err);
     bool ok = rc == 0 && ((float *)out[0].data)[0] >= 0.2f && ((float *)out[0].data)[0] < 0.3f;
@@ -239,7 +231,7 @@ static void check_sleep_and_cancel(void)
     /* A cancel raised before a GPU kernel starts stops it too. */
     std::vector<float> A = frand_vec(256 * 256);
     kl_tensor ta = tensor(A.data(), 2, 256, 256);
-    kl_args g = args_for("gemm");
+    kl_args g = kernel_args("gemm");
     kl_args_defaults(&g);
     g.inputs[KL_GEMM_A] = &ta;
     g.inputs[KL_GEMM_B] = &ta;
@@ -326,7 +318,7 @@ static void bench_gemm_fp32(int64_t s)
 {
     std::vector<float> A = frand_vec(s * s), B = frand_vec(s * s);
     kl_tensor ta = tensor(A.data(), 2, s, s), tb = tensor(B.data(), 2, s, s);
-    kl_args a = args_for("gemm");
+    kl_args a = kernel_args("gemm");
     kl_args_defaults(&a);
     a.inputs[KL_GEMM_A] = &ta;
     a.inputs[KL_GEMM_B] = &tb;
@@ -377,7 +369,7 @@ static void bench_gemm_batched(int64_t batch, int64_t s)
 
     std::vector<float> A = frand_vec(batch * s * s), B = frand_vec(batch * s * s);
     kl_tensor ta = tensor(A.data(), 3, batch, s, s), tb = tensor(B.data(), 3, batch, s, s);
-    kl_args a = args_for("gemm");
+    kl_args a = kernel_args("gemm");
     kl_args_defaults(&a);
     a.inputs[KL_GEMM_A] = &ta;
     a.inputs[KL_GEMM_B] = &tb;
@@ -394,7 +386,7 @@ static void bench_reduce(int64_t n)
     size_t bytes = (size_t)n * sizeof(float);
     std::vector<float> x = frand_vec(n);
     kl_tensor tx = tensor(x.data(), 1, n);
-    kl_args a = args_for("reduce");
+    kl_args a = kernel_args("reduce");
     kl_args_defaults(&a);
     a.inputs[KL_REDUCE_X] = &tx;
     double t_plugin = time_plugin(&a, 3);

@@ -64,13 +64,11 @@ static kl_tensor f32(float *data, int64_t d0, int64_t d1)
 static kl_args km_args(const kl_tensor *points, const kl_tensor *init, int k, int iterations, double tol,
                        double seed)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("kmeans");
-    a.params[KL_KMEANS_K] = kl_value{(double)k, 0, 1};
-    a.params[KL_KMEANS_ITERATIONS] = kl_value{(double)iterations, 0, 1};
-    a.params[KL_KMEANS_TOL] = kl_value{tol, 0, 1};
-    a.params[KL_KMEANS_SEED] = kl_value{seed, 0, 1};
+    kl_args a = kernel_args("kmeans");
+    const int which[] = {KL_KMEANS_K, KL_KMEANS_ITERATIONS, KL_KMEANS_TOL, KL_KMEANS_SEED};
+    const double given[] = {(double)k, (double)iterations, tol, seed};
+    for (int i = 0; i < 4; i++)
+        a.params[which[i]] = kl_value{given[i], 0, 1};
     a.inputs[KL_KMEANS_POINTS] = points;
     a.inputs[KL_KMEANS_INIT] = init;
     return a;

@@ -209,9 +209,7 @@ struct option {
 
 static kl_args args_of(const option &o)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("montecarlo_option");
+    kl_args a = kernel_args("montecarlo_option");
     a.params[KL_MC_TYPE] = kl_value{0, strcmp(o.type, "put") == 0 ? KL_MC_PUT : KL_MC_CALL, 1};
     a.params[KL_MC_STYLE] = kl_value{0, strcmp(o.style, "asian") == 0 ? KL_MC_ASIAN : KL_MC_EUROPEAN, 1};
     const double nums[] = {o.s0, o.strike, o.rate, o.sigma, o.maturity, o.paths, o.steps, o.seed};

@@ -68,9 +68,7 @@ struct hyper {
 
 static kl_args args_for(const blobs &b, const hyper &h, int ranks)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("train_mlp");
+    kl_args a = kernel_args("train_mlp");
     const double v[] = {(double)h.hidden, (double)h.classes, (double)h.epochs, (double)h.batch,
                         h.lr, h.momentum, h.seed};
     for (int i = 0; i < 7; i++) {

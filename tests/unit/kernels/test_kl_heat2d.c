@@ -17,6 +17,7 @@
 #include "kl.h"
 #include "kl_test_clock.h"
 #include "kl_kernels.h"
+#include "kl_test_args.h"
 
 /* The direct loop rounds every operation apart, as the kernel does. */
 #if defined(__clang__)
@@ -45,10 +46,7 @@ static kl_tensor grid_tensor(float *data, int64_t h, int64_t w)
 
 static kl_args heat_args(const kl_tensor *grid, double alpha, double steps, int threads)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("heat2d");
-    assert_non_null(a.kernel);
+    kl_args a = args_for("heat2d");
     a.params[KL_HEAT2D_ALPHA] = (kl_value){.num = alpha, .given = 1};
     a.params[KL_HEAT2D_STEPS] = (kl_value){.num = steps, .given = 1};
     a.inputs[KL_HEAT2D_GRID] = grid;

@@ -15,6 +15,7 @@
 
 #include "kl.h"
 #include "kl_kernels.h"
+#include "kl_test_args.h"
 
 /* The naive loop rounds every operation apart, as the kernel does. */
 #if defined(__clang__)
@@ -66,10 +67,7 @@ static kl_tensor f32(float *data, int64_t d0, int64_t d1)
 static kl_args km_args(const kl_tensor *points, const kl_tensor *init, int k, int iterations, double tol,
                        double seed)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("kmeans");
-    assert_non_null(a.kernel);
+    kl_args a = args_for("kmeans");
     a.params[KL_KMEANS_K] = (kl_value){.num = k, .given = 1};
     a.params[KL_KMEANS_ITERATIONS] = (kl_value){.num = iterations, .given = 1};
     a.params[KL_KMEANS_TOL] = (kl_value){.num = tol, .given = 1};

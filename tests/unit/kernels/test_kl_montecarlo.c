@@ -17,6 +17,7 @@
 #include "kl.h"
 #include "kl_test_clock.h"
 #include "kl_kernels.h"
+#include "kl_test_args.h"
 #include "kl_philox.h"
 
 typedef struct option {
@@ -34,10 +35,7 @@ static const option atm = {KL_MC_CALL, KL_MC_EUROPEAN, 100, 100, 0.05, 0.2, 1, 2
 
 static kl_args args_of(const option *o, int threads)
 {
-    kl_args a;
-    memset(&a, 0, sizeof a);
-    a.kernel = kl_kernel_find("montecarlo_option");
-    assert_non_null(a.kernel);
+    kl_args a = args_for("montecarlo_option");
     a.params[KL_MC_TYPE] = (kl_value){.choice = o->type, .given = 1};
     a.params[KL_MC_STYLE] = (kl_value){.choice = o->style, .given = 1};
     const double nums[] = {o->s0, o->strike, o->rate, o->sigma, o->maturity, o->paths, o->steps, o->seed};

@@ -380,11 +380,19 @@ static void two_nodes_learn_what_one_node_of_as_many_ranks_learns(void **state)
     one_node_and_many_agree(512, 64, h, 2, 1); /* 64 x 64 x 256 products: ranks in turn, OpenBLAS threads */
 }
 
+/* A net of 4 hidden units and 2 classes, learning rate 0.1, momentum 0.5:
+ * what the tests of what a run reports and refuses train. */
+static hyper small_net(int epochs, int batch, int ranks)
+{
+    return (hyper){.hidden = 4, .classes = 2, .epochs = epochs, .batch = batch, .lr = 0.1,
+                   .momentum = 0.5, .ranks = ranks};
+}
+
 static void a_node_given_the_wrong_rows_is_refused(void **state)
 {
     (void)state;
     set s = blobs(40, 2, 2, 3.0);
-    hyper h = {.hidden = 4, .classes = 2, .epochs = 1, .batch = 8, .lr = 0.1, .momentum = 0.5, .ranks = 1};
+    hyper h = small_net(1, 8, 1);
     kl_test_store st;
     kl_test_store_init(&st);
     kl_dist d = kl_test_dist(&st, 2, 1, 1, 1000);
@@ -531,7 +539,7 @@ static void refuses_bad_params_and_shapes_naming_the_field(void **state)
 {
     (void)state;
     set s = blobs(20, 3, 2, 1.0);
-    hyper h = {.hidden = 4, .classes = 2, .epochs = 1, .batch = 5, .lr = 0.1, .momentum = 0.5, .ranks = 1};
+    hyper h = small_net(1, 5, 1);
     kl_args a = args_for(&s, &h);
     kl_err err = {0};
     assert_int_equal(kl_args_check(&a, &err), 0);
@@ -603,7 +611,7 @@ static void refuses_labels_out_of_range_at_run_time(void **state)
 {
     (void)state;
     set s = blobs(20, 3, 2, 1.0);
-    hyper h = {.hidden = 4, .classes = 2, .epochs = 1, .batch = 5, .lr = 0.1, .momentum = 0.5, .ranks = 2};
+    hyper h = small_net(1, 5, 2);
     const int32_t bad[] = {2, -1};
     for (int i = 0; i < 2; i++) {
         s.y[13] = bad[i];
@@ -667,7 +675,7 @@ static void reports_progress_each_epoch_then_the_accuracy(void **state)
 {
     (void)state;
     set s = blobs(40, 2, 2, 3.0);
-    hyper h = {.hidden = 4, .classes = 2, .epochs = 4, .batch = 8, .lr = 0.1, .momentum = 0.5, .ranks = 1};
+    hyper h = small_net(4, 8, 1);
     kl_args a = args_for(&s, &h);
     rec_sink rec = {.sink = {.report = rec_report}};
     a.progress = &rec.sink;
@@ -692,7 +700,7 @@ static void reports_ranks_and_steps(void **state)
 {
     (void)state;
     set s = blobs(30, 2, 2, 3.0);
-    hyper h = {.hidden = 4, .classes = 2, .epochs = 3, .batch = 8, .lr = 0.1, .momentum = 0.5, .ranks = 2};
+    hyper h = small_net(3, 8, 2);
     kl_args a = args_for(&s, &h);
     kl_info info = {0};
     a.info = &info;

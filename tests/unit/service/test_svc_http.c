@@ -698,6 +698,16 @@ static int count_chunks(void *cls, const void *data, size_t n)
     return 0;
 }
 
+/* svc_http_get_into of the test server's path into buf[0..size), zeroed
+ * first, with no token, chunk callback or cancel flag; its rc. */
+static int get_into(const char *path, char *buf, size_t size, svc_response *r)
+{
+    char url[128];
+    snprintf(url, sizeof url, "%s%s", base, path);
+    memset(buf, 0, size);
+    return svc_http_get_into(url, NULL, buf, size, NULL, NULL, 5000, NULL, r);
+}
+
 static void test_get_into_writes_the_body_into_the_callers_buffer(void **state)
 {
     (void)state;
@@ -718,17 +728,14 @@ static void test_get_into_writes_the_body_into_the_callers_buffer(void **state)
 static void test_get_into_refuses_a_body_larger_than_the_buffer(void **state)
 {
     (void)state;
-    char url[128], buf[4096];
+    char buf[4096];
     svc_response r;
     /* unannounced (chunked): found out on the way */
-    snprintf(url, sizeof url, "%s/v1/stream?bytes=5000", base);
-    assert_int_equal(svc_http_get_into(url, NULL, buf, sizeof buf, NULL, NULL, 5000, NULL, &r), SVC_XFER_TOOBIG);
+    assert_int_equal(get_into("/v1/stream?bytes=5000", buf, sizeof buf, &r), SVC_XFER_TOOBIG);
     assert_int_equal(r.length, -1);
     svc_response_clear(&r);
     /* announced (Content-Length): refused before a byte is stored */
-    snprintf(url, sizeof url, "%s/v1/big?mb=1", base);
-    memset(buf, 0, sizeof buf);
-    assert_int_equal(svc_http_get_into(url, NULL, buf, 100, NULL, NULL, 5000, NULL, &r), SVC_XFER_TOOBIG);
+    assert_int_equal(get_into("/v1/big?mb=1", buf, 100, &r), SVC_XFER_TOOBIG);
     assert_true(r.length > (1 << 20));
     assert_int_equal(buf[0], 0);
     svc_response_clear(&r);
@@ -737,11 +744,9 @@ static void test_get_into_refuses_a_body_larger_than_the_buffer(void **state)
 static void test_get_into_keeps_an_error_reply_out_of_the_buffer(void **state)
 {
     (void)state;
-    char url[128], buf[4096];
+    char buf[4096];
     svc_response r;
-    snprintf(url, sizeof url, "%s/v1/error", base);
-    memset(buf, 0, sizeof buf);
-    assert_int_equal(svc_http_get_into(url, NULL, buf, sizeof buf, NULL, NULL, 5000, NULL, &r), 0);
+    assert_int_equal(get_into("/v1/error", buf, sizeof buf, &r), 0);
     assert_int_equal(r.status, 409);
     assert_int_equal(buf[0], 0);
     assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "error"), "code")),
