@@ -845,7 +845,27 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "       (extract(epoch FROM j.started_at) * 1000)::bigint + j.timeout_s * 1000::bigint,"
     "       j.id::text"
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
-    " WHERE r.ended_at IS NULL AND j.state = 'running'", 0},
+    " WHERE r.ended_at IS NULL AND j.state = 'running'"
+    /* A part of an attempt that has ended (the gang requeued, cancelled or
+     * failed) holds its devices until its node reports it ended (its
+     * job_ranks row ended_at), re-registers or leaves (the gateway closes
+     * the row then, ST_NODE_PARTS_CLOSE): a cancel takes time to land, and
+     * a node with more slots than devices would otherwise be given them
+     * while the part still runs. On a node that is down it holds nothing
+     * (nothing is placed there); it frees "now" as far as reservations
+     * plan. */
+    " UNION ALL"
+    " SELECT r.node_id::text, r.gpu_ids::text,"
+    "       (extract(epoch FROM clock_timestamp()) * 1000)::bigint, j.id::text"
+    " FROM job_ranks r JOIN jobs j ON j.id = r.job_id JOIN nodes n ON n.id = r.node_id"
+    " WHERE r.ended_at IS NULL AND r.leased_at IS NOT NULL AND n.state = 'up'"
+    "   AND (r.attempt < j.attempts OR j.state <> 'running')", 0},
+/* The parts of ended attempts left open on node $1, which has just
+ * (re-)registered or left: it holds none of them now. */
+[ST_NODE_PARTS_CLOSE] = {
+    "UPDATE job_ranks r SET ended_at = clock_timestamp(), state = 'cancelled' FROM jobs j"
+    " WHERE j.id = r.job_id AND r.node_id = $1::uuid AND r.ended_at IS NULL"
+    "   AND (r.attempt < j.attempts OR j.state <> 'running')", 1},
 [ST_JOBS_ACTIVE_COUNTS] = {
     "SELECT state, kernel, priority, count(*) FROM jobs WHERE state IN ('queued', 'running')"
     " GROUP BY state, kernel, priority", 0},
@@ -1517,6 +1537,14 @@ int gw_store_node_register(gw_store *s, const gw_node_reg *reg, char id_out[37],
         *issued = strcmp(PQgetvalue(r, 0, 1), "1") == 0;
     }
     PQclear(r);
+    /* A node that registers holds no part of an ended attempt (it
+     * restarted, or never had them): their devices are free. Failing
+     * that, the registration fails and the node tries again. */
+    const char *pv[1] = {id_out};
+    if (!rc && !(r = store__exec(c, ST_NODE_PARTS_CLOSE, pv, NULL, NULL, 0)))
+        rc = -EIO;
+    else if (!rc)
+        PQclear(r);
     store__release(s, c);
     return rc;
 }
@@ -1543,7 +1571,9 @@ int gw_store_nodes_heartbeat(gw_store *s, const char *beats_json, char (**found)
 int gw_store_node_remove(gw_store *s, const char *id)
 {
     const char *v[1] = {id};
-    return exec_simple(s, ST_NODE_REMOVE, v, 1);
+    int rc = exec_simple(s, ST_NODE_REMOVE, v, 1);
+    /* the node left: whatever it ran has stopped */
+    return rc ? rc : exec_simple(s, ST_NODE_PARTS_CLOSE, v, 0);
 }
 
 /* Runs a statement whose single row and column is JSON text. */

@@ -116,6 +116,45 @@ def test_restarted_node_with_lost_run_requeues_it(A, stack):
     assert done["attempts"] == 2, done
 
 
+@pytest.mark.timeout(90)
+def test_a_part_of_an_ended_attempt_holds_its_slot_until_its_node_registers_again(A, stack):
+    """A gang part whose attempt has ended (the gang requeued or failed) is
+    cancelled on its node, which takes time: until its node reports it
+    ended, re-registers or leaves, the scheduler keeps its devices and
+    slot taken. (The simulated cluster caught the gateway giving a
+    cancelled part's GPUs to the next job in the same lease reply.) Here
+    each 1-slot node holds such a part, written into job_ranks as an ended
+    gang's would be: a new job waits; node-a restarts (registers again, so
+    it holds nothing) and the job runs there, while node-b's part still
+    holds node-b."""
+    stack.wait_nodes_up(stack.node_names, timeout=20)
+    ended = A.run("sleep", {"seconds": 0})
+    assert ended["state"] == "succeeded", ended
+    stack.psql(
+        "INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, leased_at)"
+        f" SELECT '{ended['id']}', 1, row_number() OVER (ORDER BY name) - 1, id, name, now()"
+        " FROM nodes WHERE state = 'up'")
+    try:
+        # The parts of a real gang are in the scheduler's view from their
+        # placement on; rows written behind its back are in it after its
+        # next rebuild from PostgreSQL (every second).
+        time.sleep(1.5)
+        waiting = A.submit("sleep", {"seconds": 0})
+        time.sleep(3)  # three of the scheduler's node refreshes: the job must not start
+        assert A.job(waiting["id"])["state"] == "queued", A.job(waiting["id"])
+        stack.kill_node("node-a")
+        stack.start_node("node-a")
+        done = A.wait(waiting["id"], 30)
+        assert done["state"] == "succeeded" and done["node"] == "node-a", done
+        open_parts = dict(stack.psql(
+            f"SELECT node_name, count(*) FROM job_ranks WHERE job_id = '{ended['id']}'"
+            " AND ended_at IS NULL GROUP BY node_name"))
+        assert open_parts == {"node-b": "1"}, open_parts
+    finally:
+        stack.psql(f"DELETE FROM job_ranks WHERE job_id = '{ended['id']}'")
+        stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
 @pytest.mark.timeout(60)
 def test_sigterm_drains_a_node_its_run_finishes_there_and_is_collected(A, stack):
     """SIGTERM to a node running a job: the node stops taking runs (503
