@@ -57,6 +57,7 @@ typedef struct gw_config {
     long task_log_mb;        /* a task part's log, at most */
     long node_timeout_s;
     long reconcile_interval_s;
+    long analyze_min_rows;      /* ANALYZE jobs once this many rows changed and the table doubled */
     long timeout_grace_s;    /* a run this long past its timeout_s without a report is failed */
     long db_pool;
     long heartbeat_s;

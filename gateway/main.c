@@ -139,6 +139,11 @@ static svc_opt opts[] = {
      .at = SVC_OPT_INT(gw_config, reconcile_interval_s),
      .def = "3", .min = 1, .max = 3600,
      .help = "how often the ready queue is rebuilt from PostgreSQL"},
+    {.flag = "analyze-min-rows", .env = "KOWLOON_ANALYZE_MIN_ROWS", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, analyze_min_rows), .def = "10000", .min = 0, .max = 1000000000,
+     .help = "the scheduler's gateway runs ANALYZE jobs (at most every 10 s) once this many rows "
+             "changed since its statistics and at least as many as they counted, so that plans "
+             "follow a burst into a small table; 0: leave it to autovacuum"},
     {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT,
      .at = SVC_OPT_INT(gw_config, db_pool), .def = "8", .min = 1,
      .max = 256,

@@ -860,6 +860,11 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id JOIN nodes n ON n.id = r.node_id"
     " WHERE r.ended_at IS NULL AND r.leased_at IS NOT NULL AND n.state = 'up'"
     "   AND (r.attempt < j.attempts OR j.state <> 'running')", 0},
+/* Rows of jobs changed since its statistics were taken, and the rows they
+ * counted (0 before any ANALYZE). */
+[ST_JOBS_GROWTH] = {"SELECT coalesce(s.n_mod_since_analyze, 0), greatest(c.reltuples, 0)::bigint"
+                    " FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid"
+                    " WHERE c.oid = 'jobs'::regclass", 0},
 /* The parts of ended attempts left open on node $1, which has just
  * (re-)registered or left: it holds none of them now. */
 [ST_NODE_PARTS_CLOSE] = {

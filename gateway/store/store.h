@@ -117,6 +117,11 @@ int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **jo
  * (sql/objects.sql) writes them: *names a new JSON array of strings. 0,
  * -EIO. */
 int gw_store_job_fields(gw_store *s, json_t **names);
+/* Runs ANALYZE jobs when at least min_rows rows changed since its
+ * statistics were taken and at least as many as they counted (the table
+ * doubled): the prepared statements' generic plans are made again for its
+ * size. 1 when it ran (*changed: the rows changed), 0 when not due, -EIO. */
+int gw_store_jobs_analyze_if_grown(gw_store *s, int64_t min_rows, int64_t *changed);
 
 typedef struct gw_job_filter {
     const char *state, *kernel;

@@ -270,6 +270,23 @@ int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **jo
     return rc;
 }
 
+int gw_store_jobs_analyze_if_grown(gw_store *s, int64_t min_rows, int64_t *changed)
+{
+    store__conn *c = store__acquire(s);
+    if (!c)
+        return -EIO;
+    PGresult *r = store__exec(c, ST_JOBS_GROWTH, NULL, NULL, NULL, 0);
+    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
+    int64_t mods = rc ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    int64_t counted = rc ? 0 : strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    PQclear(r);
+    *changed = mods;
+    if (!rc && min_rows > 0 && mods >= min_rows && mods >= counted)
+        rc = store__command(c, "ANALYZE jobs") == 0 ? 1 : -EIO;
+    store__release(s, c);
+    return rc;
+}
+
 int gw_store_job_fields(gw_store *s, json_t **names)
 {
     PGresult *r;
