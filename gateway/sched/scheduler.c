@@ -808,6 +808,8 @@ static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
 static void analyze_if_grown(gw_sched *s)
 {
     int64_t changed = 0;
+    if (s->app->cfg.analyze_min_rows <= 0)
+        return; /* left to autovacuum: nothing to look at */
     int rc = gw_store_jobs_analyze_if_grown(s->app->store, s->app->cfg.analyze_min_rows, &changed);
     if (rc == 1)
         svc_info("scheduler: analyzed jobs (%lld rows changed since its statistics): plans follow "
