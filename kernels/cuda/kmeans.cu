@@ -33,6 +33,18 @@ constexpr int KM_FINISH_THREADS = 128;
 constexpr int KM_BATCH = 8;                  /* iterations enqueued between two looks at the state */
 constexpr size_t KM_SMEM_BYTES = 48 * 1024;  /* shared memory a block gets without opting in */
 
+/* Floats of shared memory km_assign gives the centroids: k*d, then
+ * KM_UNROLL more centroids of zeros, in whole float4s. ptxas merges the
+ * loads of the unrolled loop's last few centroids into one wide load
+ * issued before it knows how many are left (seen under compute-sanitizer on
+ * an H100: a 12-byte read at n = k = d = 1); the pad keeps that load
+ * inside the block's allocation. */
+constexpr int KM_UNROLL = 4;
+__host__ __device__ constexpr int km_smem_floats(int k, int d)
+{
+    return ((k + KM_UNROLL) * d + 3) / 4 * 4;
+}
+
 /* Lives in device memory; written by km_decide (and km_begin), read by the
  * host after each batch. */
 struct km_state {
@@ -69,8 +81,8 @@ __global__ void __launch_bounds__(KM_THREADS)
     const float *cs = C;
     if (SMEM) {
         float *s = reinterpret_cast<float *>(km_smem);
-        for (int e = threadIdx.x; e < k * d; e += blockDim.x)
-            s[e] = C[e];
+        for (int e = threadIdx.x; e < km_smem_floats(k, d); e += blockDim.x)
+            s[e] = e < k * d ? C[e] : 0.f;
         __syncthreads();
         cs = s;
     }
@@ -84,7 +96,7 @@ __global__ void __launch_bounds__(KM_THREADS)
 #pragma unroll
             for (int q = 0; q < D; q++)
                 xr[q] = x[q];
-#pragma unroll 4
+#pragma unroll KM_UNROLL
             for (int c = 0; c < k; c++) {
                 const float *cr = cs + c * D;
                 float acc = 0.f;
@@ -261,7 +273,7 @@ struct km_dev {
 
 template <int D> static cudaError_t launch_assign_d(const km_dev &m, bool iterating, int buf)
 {
-    const size_t smem = sizeof(float) * (size_t)m.k * (size_t)m.d;
+    const size_t smem = sizeof(float) * (size_t)km_smem_floats(m.k, m.d);
     int blocks = 0;
     cudaError_t e;
     if (smem <= KM_SMEM_BYTES) {

@@ -9,7 +9,9 @@
 #      and nothing of it is left running;
 #   3. a checker whose turn comes with no budget left is SKIPPED saying so;
 #   4. where no GPU answers, each checker says SKIPPED: no CUDA device, and
-#      run.sh exits 3 (nothing ran).
+#      run.sh exits 3 (nothing ran);
+#   5. memcheck's verdict (memcheck_count.awk): NCCL's own probing of kernels
+#      it did not build for the GPU is not counted, every other report is.
 # Prints PASS or the first FAIL; exits 0 or 1.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -73,4 +75,36 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
     grep -qE '^check_kernels +SKIPPED: no CUDA device' "$tmp/nogpu.txt" || fail "no 'no CUDA device' line"
     echo "ok: without a GPU each checker says so and run.sh exits 3"
 fi
+# 5. memcheck's count: NCCL's own probing is not ours, a report past the
+# print limit is, and "N errors were not printed" is not the count
+probe() { printf '%s\n' "========= Program hit cudaErrorNoKernelImageForDevice (error 209) due to \"no kernel image is available for execution on the device\" on CUDA API call to cudaFuncGetAttributes." \
+    "=========     Saved host backtrace up to driver entry point at error" \
+    "=========         Host Frame:  [0x4cb045] in libcuda.so.1" "=========         Host Frame:  [$1] in $2" "========= "; }
+ours() { printf '%s\n' "========= Invalid __shared__ read of size 12 bytes" \
+    "=========     at void km_assign<1, true>(...)+0x2430" "=========     Access to 0x400 is out of bounds" \
+    "=========         Host Frame: cudaLaunchKernel [0xb4457] in check_kmeans" "========= "; }
+count() { awk -f tests/gpu/memcheck_count.awk; }
+[[ $( { probe 0x1babc0 libnccl.so.2; probe 0x1babc0 libnccl.so.2; echo "========= ERROR SUMMARY: 2 errors"; } | count) == "2 2 0" ]] ||
+    fail "two NCCL probes were not told from ours"
+[[ $( { probe 0x1 libnccl.so.2; ours; echo "========= ERROR SUMMARY: 3 errors";
+        echo "========= ERROR SUMMARY: 1 errors were not printed. Use --print-limit option"; } | count) == "3 1 2" ]] ||
+    fail "an invalid read, or the unprinted one, was not counted as ours"
+[[ $( { probe 0x2 check_allreduce; echo "========= ERROR SUMMARY: 1 errors"; } | count) == "1 0 1" ]] ||
+    fail "the same API error from our own code was taken for NCCL's"
+leak() { printf '%s\n' "========= Leaked 4 bytes at 0x7f5e66a00000" "=========         Host Frame: cuMemHostAlloc [0x32bd9f] in libcuda.so.1" \
+    "=========         Host Frame: $1 [0x8a108] in $2" "========= "; }
+[[ $( { leak ncclCommInitRankConfig libnccl.so.2; leak kl__cuda_kmeans check_kmeans; echo "========= LEAK SUMMARY: 8 bytes leaked in 2 allocations";
+        echo "========= ERROR SUMMARY: 2 errors"; } | count) == "2 1 1" ]] || fail "leaks were not told NCCL's from ours"
+# and run.sh fails a memcheck run on a report of ours whatever the checker said
+mkdir -p "$tmp/bin"
+{ echo '#!/usr/bin/env bash'; declare -f ours; echo 'ours; echo "========= ERROR SUMMARY: 1 errors"; exit 3'; } >"$tmp/bin/compute-sanitizer"
+chmod +x "$tmp/bin/compute-sanitizer"
+PATH=$tmp/bin:$PATH KL_GPU_BUILD=$tmp/build OUT=$tmp/out tests/gpu/run.sh --no-build --only kernels >"$tmp/memcheck.txt" 2>&1
+grep -qE '^memcheck check_kernels +FAIL \(1 memcheck error\(s\) of ours; 0 inside NCCL' "$tmp/memcheck.txt" ||
+    fail "run.sh did not fail the memcheck run on a report of ours"
+{ echo '#!/usr/bin/env bash'; declare -f probe; echo 'probe 0x1 libnccl.so.2; echo "========= ERROR SUMMARY: 1 errors"; echo "SUMMARY check_kernels: PASS"; exit 3'; } >"$tmp/bin/compute-sanitizer"
+PATH=$tmp/bin:$PATH KL_GPU_BUILD=$tmp/build OUT=$tmp/out tests/gpu/run.sh --no-build --only kernels >"$tmp/memcheck.txt" 2>&1
+grep -qE "^memcheck check_kernels +PASS \(1 memcheck report\(s\) inside NCCL not counted" "$tmp/memcheck.txt" ||
+    fail "run.sh failed a memcheck run whose only report was NCCL's probing"
+echo "ok: memcheck's verdict counts our reports, not NCCL's probing"
 echo "PASS tests/gpu/test_run_sh.sh"
