@@ -38,6 +38,21 @@ __device__ __forceinline__ unsigned diff_bits(float v, float u)
     return __float_as_uint(__fsub_rn(v, u)) & 0x7fffffffu;
 }
 
+/* One cell of a column walked downwards: n and u are the cells above and
+ * at i, carried from the row before; m the largest change so far. */
+template <bool RESID>
+__device__ __forceinline__ void step_cell(const float *__restrict__ src, float *__restrict__ dst, int i, int w,
+                                          float a, float &n, float &u, unsigned &m)
+{
+    float s = src[i + w];
+    float v = cell(u, n, s, src[i - 1], src[i + 1], a);
+    dst[i] = v;
+    if constexpr (RESID)
+        m = max(m, diff_bits(v, u));
+    n = u;
+    u = s;
+}
+
 /* src, dst are (h,w); the grid is flat: block b covers columns
  * (b % nbx)*BX .. +BX of rows 1 + (b / nbx)*RY .. +RY. */
 template <bool RESID>
@@ -51,27 +66,13 @@ __global__ void __launch_bounds__(BX) heat2d_step(const float *__restrict__ src,
     if (j >= 1 && j < w - 1) {
         int i = r0 * w + j; /* h*w <= KL_MAX_ELEMS < 2^31 */
         float n = src[i - w], u = src[i];
-        if (r1 - r0 == RY) {
+        if (r1 - r0 == RY) { /* a whole strip: unrolled */
 #pragma unroll
-            for (int k = 0; k < RY; k++, i += w) {
-                float s = src[i + w];
-                float v = cell(u, n, s, src[i - 1], src[i + 1], a);
-                dst[i] = v;
-                if constexpr (RESID)
-                    m = max(m, diff_bits(v, u));
-                n = u;
-                u = s;
-            }
-        } else {
-            for (int r = r0; r < r1; r++, i += w) {
-                float s = src[i + w];
-                float v = cell(u, n, s, src[i - 1], src[i + 1], a);
-                dst[i] = v;
-                if constexpr (RESID)
-                    m = max(m, diff_bits(v, u));
-                n = u;
-                u = s;
-            }
+            for (int k = 0; k < RY; k++, i += w)
+                step_cell<RESID>(src, dst, i, w, a, n, u, m);
+        } else { /* the last, shorter strip */
+            for (int r = r0; r < r1; r++, i += w)
+                step_cell<RESID>(src, dst, i, w, a, n, u, m);
         }
     }
     if constexpr (RESID) {
