@@ -70,7 +70,7 @@ CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lnccl -lcudart
 PLUGIN   := $(if $(NVCC),lib/kowloon-cuda.so,)
 
 .DELETE_ON_ERROR:
-.PHONY: all clean deps run stop test test-unit check-layers lint schema test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
+.PHONY: all clean deps run stop test test-unit check-layers lint schema sdk-sync test-integration bench bench-kernels bench-gloo chaos fuzz fuzz-api test-asan
 all: $(BIN)/kowloon-gateway $(BIN)/kowloon-compute $(PLUGIN) $(UT_BIN) $(FAKE_PLUGINS) $(BIN)/kl-scalesim
 	@echo "✓ $(BIN)/kowloon-gateway  ✓ $(BIN)/kowloon-compute  $(if $(NVCC),✓ lib/kowloon-cuda.so ($(NVCC)),✗ CUDA plugin (no nvcc))  $(if $(GLOO),✓ Gloo (multi-node CPU runs),✗ Gloo (no libgloo-dev: multi-node CPU runs refused))"
 
@@ -168,7 +168,7 @@ check-layers: all
 	@scripts/check-layers.sh $(B)
 # One target per unit test binary, so that `make -j -O test-unit` (what
 # make test runs) runs them side by side and prints each one's output whole.
-UT_RUN := $(UT_BIN:%=%.run) $(B)/tests/unit/bench/test_bench_philly.py.run
+UT_RUN := $(UT_BIN:%=%.run) $(B)/tests/unit/bench/test_bench_philly.py.run $(B)/tests/unit/sdk/test_unasync.py.run
 .PHONY: $(UT_RUN)
 test-unit: $(UT_RUN) check-layers
 $(filter-out %.py.run,$(UT_RUN)): %.run: %
@@ -176,6 +176,12 @@ $(filter-out %.py.run,$(UT_RUN)): %.run: %
 $(B)/tests/unit/bench/test_bench_philly.py.run:
 	@echo "== tests/unit/bench/test_bench_philly.py (the scale workload and packer)"
 	@python3 -m pytest -q -p no:cacheprovider tests/unit/bench/test_bench_philly.py
+$(B)/tests/unit/sdk/test_unasync.py.run:
+	@echo "== tests/unit/sdk/test_unasync.py (client.py is written from aio.py)"
+	@python3 -m pytest -q -p no:cacheprovider tests/unit/sdk/test_unasync.py
+# The Python SDK's synchronous client, written from the asyncio one.
+sdk-sync:
+	@python3 sdk/python/tools/unasync.py
 
 # The commands of the README, and the rest of the tooling, live in scripts/.
 # deps, run, test and test-asan all check the Debian and Python packages

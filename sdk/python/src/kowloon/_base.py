@@ -3,6 +3,7 @@ submit body, and the Job object's read-only view. No I/O here."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import codecs
 import dataclasses
@@ -14,7 +15,8 @@ import time
 import uuid
 from urllib.parse import quote
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 
@@ -414,3 +416,24 @@ def decode_output(resp_headers: Any, content: bytes, listed: Mapping[str, Any]) 
     else:
         shape = list(listed.get("shape") or [])
     return _wire.decode_raw(content, dtype, shape)
+
+
+# What the two clients do differently, so that their methods are written
+# once (tools/unasync.py makes client.py from aio.py, renaming the *_async
+# helpers to these).
+def gather(*results: Any) -> List[Any]:
+    """The results of calls already made, in order (asyncio.gather's twin)."""
+    return list(results)
+
+
+async def gather_async(*aws: Any) -> List[Any]:
+    """The results of the awaitables, run together, in order."""
+    return list(await asyncio.gather(*aws))
+
+
+def join_text(chunks: Iterator[str]) -> str:
+    return "".join(chunks)
+
+
+async def join_text_async(chunks: AsyncIterator[str]) -> str:
+    return "".join([t async for t in chunks])

@@ -15,8 +15,8 @@ import numpy as np
 
 from . import _wire
 from ._base import (Config, JobView, LabelFilter, LogCursor, RetryPolicy, build_submit,
-                    build_task_submit, decode_output, label_query, new_idempotency_key,
-                    output_path, usage_query, wait_chunk)
+                    build_task_submit, decode_output, gather_async, join_text_async,
+                    label_query, new_idempotency_key, output_path, usage_query, wait_chunk)
 from ._errors import (JobFailedError, KowloonError, NotFoundError, NotOfferedError,
                       TransportError, WaitTimeout, error_from_response)
 
@@ -195,7 +195,15 @@ class AsyncClient:
                           max_attempts: Optional[int] = None,
                           labels: Optional[Mapping[str, str]] = None) -> "AsyncJob":
         """Submits a task (your program in a container image); returns it
-        queued. As ``Client.submit_task``."""
+        queued.
+
+        ``command`` is the argv (a string is split as a shell would, without
+        running one); ``files`` maps paths under ``/kowloon/work`` to str
+        (text) or bytes (large ones go as blobs); ``inputs`` maps names to
+        numpy arrays (mounted read-only at ``/kowloon/in/NAME``, raw bytes,
+        or ``NAME.npy`` with ``input_format="npy"``) or bytes. ``resources``
+        as for kernels plus ``memory_gb`` and ``cpus`` per node; ``nodes``
+        > 1 runs a gang (torchrun-style environment)."""
         body, uploads = build_task_submit(
             image, command, env=env, files=files, inputs=inputs, input_format=input_format,
             workdir=workdir, network=network, output_quota_mb=output_quota_mb,
@@ -208,7 +216,9 @@ class AsyncClient:
         return AsyncJob(self, resp.json())
 
     async def list_images(self) -> Dict[str, Any]:
-        """What tasks may run (``GET /v1/images``); as ``Client.list_images``."""
+        """What tasks may run (``GET /v1/images``): ``allowed``, the image
+        patterns this tenant may use, and ``images``, the images the nodes
+        have that match (``{"image", "nodes"}``)."""
         return await self.request("GET", "/v1/images")
 
     async def run(self, kernel: str, *, timeout: Optional[float] = None, **kwargs: Any
@@ -216,8 +226,7 @@ class AsyncClient:
         """Submits, waits and returns the outputs as numpy arrays by name.
         Raises JobFailedError when the job fails or is cancelled and
         WaitTimeout after ``timeout`` seconds (None: no limit)."""
-        job = await self.submit(kernel, **kwargs)
-        return await job.result(timeout=timeout)
+        return await (await self.submit(kernel, **kwargs)).result(timeout=timeout)
 
     async def job(self, job_id: str) -> "AsyncJob":
         """The job with this id (``GET /v1/jobs/{id}``)."""
@@ -295,7 +304,11 @@ class AsyncJob(JobView):
 
     async def result(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """The outputs by name, waiting for the job first: a kernel's as
-        numpy arrays, a task's files as bytes. As ``Job.result``."""
+        numpy arrays, a task's files as bytes (names are their paths under
+        /kowloon/out; ``np.load(io.BytesIO(b))`` reads a ``.npy``). Each
+        output is downloaded raw (``GET /v1/jobs/{id}/outputs/{name}``), the
+        asyncio client's all at once. Raises JobFailedError when the job
+        failed or was cancelled."""
         if self._outputs is not None:
             return dict(self._outputs)
         await self.wait(timeout)
@@ -304,8 +317,8 @@ class AsyncJob(JobView):
         listing = await self._c.request("GET", f"/v1/jobs/{self.id}/result",
                                   params={"encoding": "blob"})
         names = list(listing["outputs"])
-        resps = await asyncio.gather(*(self._c._send("GET", output_path(self.id, n))
-                                       for n in names))
+        resps = await gather_async(*(self._c._send("GET", output_path(self.id, n))
+                                     for n in names))
         out = {n: (r.content if self.kind == "task"
                    else decode_output(r.headers, r.content, listing["outputs"][n]))
                for n, r in zip(names, resps)}
@@ -313,21 +326,20 @@ class AsyncJob(JobView):
         return dict(out)
 
     async def output(self, name: str) -> bytes:
-        """One output's bytes as stored, without waiting."""
+        """One output's bytes as stored (a task's file, a kernel's raw
+        tensor), without waiting."""
         return (await self._c._send("GET", output_path(self.id, name))).content
 
     def logs(self, follow: bool = False, part: int = 0
              ) -> Union[Awaitable[str], AsyncIterator[str]]:
-        """A task's log of gang part ``part``: ``await job.logs()`` is the
-        text so far; ``async for text in job.logs(follow=True)`` yields it
-        as it arrives until the job ends. As ``Job.logs``."""
+        """A task's log (stdout and stderr as they came) of gang part
+        ``part``: the text so far (``""`` before there is any), or with
+        ``follow=True`` an iterator of text as it arrives, ending when the
+        job ends. A dropped stream is resumed where it stopped (Range). In
+        the asyncio client the text so far is awaited and the iterator is
+        an async one."""
         chunks = self._log_chunks(LogCursor(self.id, part, follow))
-        if follow:
-            return chunks
-
-        async def whole() -> str:
-            return "".join([t async for t in chunks])
-        return whole()
+        return chunks if follow else join_text_async(chunks)
 
     async def _log_chunks(self, cur: LogCursor) -> AsyncIterator[str]:
         failures = 0

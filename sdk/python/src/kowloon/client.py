@@ -1,4 +1,7 @@
-"""The synchronous client: Client, Job and the job listing, on httpx."""
+"""The synchronous client: Client, Job and the job listing, on httpx.
+
+Written by sdk/python/tools/unasync.py from aio.py: change aio.py, then run
+it (`make sdk-sync`); a test fails while this file is stale."""
 
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ import numpy as np
 
 from . import _wire
 from ._base import (Config, JobView, LabelFilter, LogCursor, RetryPolicy, build_submit,
-                    build_task_submit, decode_output, label_query, new_idempotency_key,
-                    output_path, usage_query, wait_chunk)
+                    build_task_submit, decode_output, gather, join_text, label_query,
+                    new_idempotency_key, output_path, usage_query, wait_chunk)
 from ._errors import (JobFailedError, KowloonError, NotFoundError, NotOfferedError,
                       TransportError, WaitTimeout, error_from_response)
 
@@ -302,8 +305,9 @@ class Job(JobView):
         """The outputs by name, waiting for the job first: a kernel's as
         numpy arrays, a task's files as bytes (names are their paths under
         /kowloon/out; ``np.load(io.BytesIO(b))`` reads a ``.npy``). Each
-        output is downloaded raw (``GET /v1/jobs/{id}/outputs/{name}``).
-        Raises JobFailedError when the job failed or was cancelled."""
+        output is downloaded raw (``GET /v1/jobs/{id}/outputs/{name}``), the
+        asyncio client's all at once. Raises JobFailedError when the job
+        failed or was cancelled."""
         if self._outputs is not None:
             return dict(self._outputs)
         self.wait(timeout)
@@ -311,11 +315,12 @@ class Job(JobView):
             raise JobFailedError(self._data)
         listing = self._c.request("GET", f"/v1/jobs/{self.id}/result",
                                   params={"encoding": "blob"})
-        out: Dict[str, Any] = {}
-        for name, t in listing["outputs"].items():
-            resp = self._c._send("GET", output_path(self.id, name))
-            out[name] = (resp.content if self.kind == "task"
-                         else decode_output(resp.headers, resp.content, t))
+        names = list(listing["outputs"])
+        resps = gather(*(self._c._send("GET", output_path(self.id, n))
+                         for n in names))
+        out = {n: (r.content if self.kind == "task"
+                   else decode_output(r.headers, r.content, listing["outputs"][n]))
+               for n, r in zip(names, resps)}
         self._outputs = out
         return dict(out)
 
@@ -324,13 +329,16 @@ class Job(JobView):
         tensor), without waiting."""
         return self._c._send("GET", output_path(self.id, name)).content
 
-    def logs(self, follow: bool = False, part: int = 0) -> Union[str, Iterator[str]]:
+    def logs(self, follow: bool = False, part: int = 0
+             ) -> Union[str, Iterator[str]]:
         """A task's log (stdout and stderr as they came) of gang part
         ``part``: the text so far (``""`` before there is any), or with
         ``follow=True`` an iterator of text as it arrives, ending when the
-        job ends. A dropped stream is resumed where it stopped (Range)."""
+        job ends. A dropped stream is resumed where it stopped (Range). In
+        the asyncio client the text so far is awaited and the iterator is
+        an async one."""
         chunks = self._log_chunks(LogCursor(self.id, part, follow))
-        return chunks if follow else "".join(chunks)
+        return chunks if follow else join_text(chunks)
 
     def _log_chunks(self, cur: LogCursor) -> Iterator[str]:
         failures = 0
@@ -344,7 +352,7 @@ class Job(JobView):
                     if resp.status_code in (404, 416):
                         resp.read()
                         if resp.status_code == 404:
-                            self.refresh()   # NotFoundError when the job itself is not ours
+                            self.refresh()
                     elif resp.status_code >= 400:
                         resp.read()
                         raise error_from_response(resp.status_code, resp.headers, resp.content)
@@ -400,7 +408,8 @@ class Job(JobView):
                         err = error_from_response(resp.status_code, resp.headers, resp.content)
                         if resp.status_code == 404:
                             self.refresh()  # NotFoundError when the job itself is gone
-                            yield from self._events_by_wait(fallback_wait_s)
+                            for wev in self._events_by_wait(fallback_wait_s):
+                                yield wev
                             return
                         if resp.status_code in (429, 503) and failures < 20:
                             failures += 1
