@@ -235,7 +235,7 @@ static void ar_release(ar_run *a, int rc, int gpu0)
     /* A failed run may have collectives stuck on a lost peer or a stopped
      * GPU: aborting the communicators is what lets its streams drain. */
     if (a->have_comms && rc < 0) {
-        kl__cuda_comms_close(a->comms, n, 1);
+        kl__cuda_comms_close(a->args, a->devs, a->comms, n, 1);
         a->have_comms = false;
     }
     /* Whatever was enqueued runs to its end before the buffers and the
@@ -247,7 +247,7 @@ static void ar_release(ar_run *a, int rc, int gpu0)
         cudaStreamSynchronize(a->streams[r]);
     }
     if (a->have_comms)
-        kl__cuda_comms_close(a->comms, n, 0);
+        kl__cuda_comms_close(a->args, a->devs, a->comms, n, 0);
     for (int r = 0; r < n; r++) {
         cudaSetDevice(a->devs[r]);
         if (a->send[r])

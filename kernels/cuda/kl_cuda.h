@@ -141,8 +141,14 @@ int kl__cuda_comms_wait(const kl_args *args, ncclComm_t *comms, const cudaStream
                         kl_err *err);
 /* The same for one event (of the current device). */
 int kl__cuda_comms_wait_event(const kl_args *args, ncclComm_t *comms, int R, cudaEvent_t ev, kl_err *err);
-/* Destroys (or, abort set, aborts) the non-NULL comms and clears them. */
-void kl__cuda_comms_close(ncclComm_t *comms, int R, int abort);
+/* Ends the run's hold of its communicators and clears comms: aborts them
+ * (abort set: the run failed or was cancelled), or keeps a whole world of
+ * this node for the next run on the same devices (kl__cuda_comms_open
+ * takes it), or destroys them (a multi-node world). */
+void kl__cuda_comms_close(const kl_args *args, const int *devs, ncclComm_t *comms, int R, int abort);
+/* Destroys the kept worlds (the plugin's close); how many are kept. */
+void kl__cuda_comms_drop_kept(void);
+int kl__cuda_comms_kept(void);
 
 int kl__cuda_saxpy(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);
 int kl__cuda_reduce(const kl_args *args, const int *devs, kl_tensor *outs, kl_err *err);

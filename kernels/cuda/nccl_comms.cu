@@ -6,9 +6,21 @@
  * ncclCommInitRankConfig, non-blocking, inside one group. Non-blocking
  * communicators can be aborted while they wait, so a rank that never comes,
  * a peer that dies, a device that stops, a cancel or the timeout ends the
- * run (ncclCommAbort) instead of hanging it: on one node as across nodes. */
+ * run (ncclCommAbort) instead of hanging it: on one node as across nodes.
+ *
+ * A world on one node is kept when its run ends well, and the next run on
+ * the same devices, in the same order, takes it: ncclCommDestroy waits for
+ * NCCL's proxy thread, which looks every 500 ms (seen on an H100: every
+ * one-GPU allreduce run took 0.5 s more than its work, its communicator
+ * ready after 15 ms). KEEP_WORLDS worlds at most, the least recently used
+ * destroyed first; a failed or cancelled run aborts its own; the plugin's
+ * close destroys the rest. A multi-node world is never kept: its peers
+ * differ from run to run. */
 #include "kl_cuda.h"
+#include "kl_allreduce.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +32,95 @@
  * collectives. No peer can be lost there, so only a device that stopped
  * answering makes either long; a multi-node run uses --dist-timeout-s. */
 #define LOCAL_TIMEOUT_MS 120000
+
+#define KEEP_WORLDS 4
+
+struct kept_world {
+    int R;                  /* 0: the slot is empty */
+    int devs[KL_ALLREDUCE_MAX_RANKS];
+    ncclComm_t comms[KL_ALLREDUCE_MAX_RANKS];
+    uint64_t used;          /* keep_clock when it was put back */
+};
+static pthread_mutex_t keep_mu = PTHREAD_MUTEX_INITIALIZER;
+static kept_world keep[KEEP_WORLDS];
+static uint64_t keep_clock;
+
+/* Takes the kept world of devs[0..R) into comms: 1, or 0 when none. */
+static int keep_take(const int *devs, int R, ncclComm_t *comms)
+{
+    int found = 0;
+    pthread_mutex_lock(&keep_mu);
+    for (int k = 0; k < KEEP_WORLDS && !found; k++) {
+        kept_world *w = &keep[k];
+        if (w->R != R || memcmp(w->devs, devs, sizeof *devs * (size_t)R) != 0)
+            continue;
+        memcpy(comms, w->comms, sizeof *comms * (size_t)R);
+        w->R = 0;
+        found = 1;
+    }
+    pthread_mutex_unlock(&keep_mu);
+    return found;
+}
+
+/* Keeps the world of devs[0..R); the one it displaces (least recently
+ * used, when every slot is taken) is handed back in out/out_R to destroy. */
+static void keep_put(const int *devs, int R, const ncclComm_t *comms, ncclComm_t *out, int *out_R)
+{
+    pthread_mutex_lock(&keep_mu);
+    kept_world *slot = &keep[0];
+    for (int k = 0; k < KEEP_WORLDS; k++) {
+        if (keep[k].R == 0) {
+            slot = &keep[k];
+            break;
+        }
+        if (keep[k].used < slot->used)
+            slot = &keep[k];
+    }
+    *out_R = slot->R;
+    memcpy(out, slot->comms, sizeof *out * (size_t)slot->R);
+    slot->R = R;
+    memcpy(slot->devs, devs, sizeof *devs * (size_t)R);
+    memcpy(slot->comms, comms, sizeof *comms * (size_t)R);
+    slot->used = ++keep_clock;
+    pthread_mutex_unlock(&keep_mu);
+}
+
+static void destroy_all(ncclComm_t *comms, int R, int abort)
+{
+    for (int r = 0; r < R; r++) {
+        if (!comms[r])
+            continue;
+        if (abort)
+            ncclCommAbort(comms[r]);
+        else
+            ncclCommDestroy(comms[r]);
+        comms[r] = NULL;
+    }
+}
+
+int kl__cuda_comms_kept(void)
+{
+    int n = 0;
+    pthread_mutex_lock(&keep_mu);
+    for (int k = 0; k < KEEP_WORLDS; k++)
+        n += keep[k].R > 0;
+    pthread_mutex_unlock(&keep_mu);
+    return n;
+}
+
+void kl__cuda_comms_drop_kept(void)
+{
+    for (int k = 0; k < KEEP_WORLDS; k++) {
+        ncclComm_t comms[KL_ALLREDUCE_MAX_RANKS];
+        int R;
+        pthread_mutex_lock(&keep_mu);
+        R = keep[k].R;
+        memcpy(comms, keep[k].comms, sizeof *comms * (size_t)R);
+        keep[k].R = 0;
+        pthread_mutex_unlock(&keep_mu);
+        destroy_all(comms, R, 0);
+    }
+}
 
 static int timeout_ms(const kl_args *args)
 {
@@ -141,6 +242,13 @@ int kl__cuda_comms_open(const kl_args *args, const int *devs, int R, ncclComm_t 
     const int world = d ? d->nodes * R : R, base = d ? d->node_rank * R : 0;
     ncclUniqueId id;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    if (!d && R <= KL_ALLREDUCE_MAX_RANKS && keep_take(devs, R, comms)) {
+        /* one that failed since it was kept is not used again */
+        if ((rc = settle(args, comms, R, deadline_of(args), err)) == 0)
+            return 0;
+        destroy_all(comms, R, 1);
+        rc = 0;
+    }
     if (d && (rc = unique_id(args, &id, err)) < 0)
         return rc;
     if (!d) /* what ncclCommInitAll does, without its blocking wait */
@@ -168,7 +276,7 @@ int kl__cuda_comms_open(const kl_args *args, const int *devs, int R, ncclComm_t 
     rc = settle(args, comms, R, deadline_of(args), err);
 done:
     if (rc < 0)
-        kl__cuda_comms_close(comms, R, 1);
+        destroy_all(comms, R, 1);
     return rc;
 }
 
@@ -235,15 +343,18 @@ int kl__cuda_comms_wait_event(const kl_args *args, ncclComm_t *comms, int R, cud
     return wait_done(args, comms, R, deadline_of(args), [&] { return cudaEventQuery(ev); }, err);
 }
 
-void kl__cuda_comms_close(ncclComm_t *comms, int R, int abort)
+void kl__cuda_comms_close(const kl_args *args, const int *devs, ncclComm_t *comms, int R, int abort)
 {
-    for (int r = 0; r < R; r++) {
-        if (!comms[r])
-            continue;
-        if (abort)
-            ncclCommAbort(comms[r]);
-        else
-            ncclCommDestroy(comms[r]);
-        comms[r] = NULL;
+    int whole = R > 0 && R <= KL_ALLREDUCE_MAX_RANKS;
+    for (int r = 0; r < R; r++)
+        whole &= comms[r] != NULL;
+    if (abort || args->dist || !whole) {
+        destroy_all(comms, R, abort);
+        return;
     }
+    ncclComm_t old[KL_ALLREDUCE_MAX_RANKS];
+    int old_R = 0;
+    keep_put(devs, R, comms, old, &old_R);
+    memset(comms, 0, sizeof *comms * (size_t)R);
+    destroy_all(old, old_R, 0);
 }

@@ -158,6 +158,7 @@ static void plugin_close(void)
      * pool waits for the fences left by cancelled runs: whatever is still
      * in flight ends before its memory goes. No device reset: it would
      * break any other user of the CUDA context in this process. */
+    kl__cuda_comms_drop_kept();
     kl__cuda_blas_close();
     kl__cuda_hostmem_close();
 }

@@ -342,6 +342,7 @@ typedef struct mlp_run {
     float lr, mom;
     rank_state ranks[KL_MLP_MAX_RANKS];
     ncclComm_t comms[KL_MLP_MAX_RANKS];
+    int devs[KL_MLP_MAX_RANKS];  /* rank r's device */
     float *w0;                  /* the initial weights, then rank 0's result (m.size) */
     float *loss_out;            /* outs' loss (epochs) */
     int64_t t;                  /* steps queued so far */
@@ -451,9 +452,9 @@ done:
  * communicators, under this process' NCCL turn. */
 static int ranks_setup(mlp_run *run, const int *gpu_ids)
 {
-    int devs[KL_MLP_MAX_RANKS], rc;
+    int rc;
     for (int r = 0; r < run->R; r++) {
-        devs[r] = gpu_ids[r];
+        run->devs[r] = gpu_ids[r];
         if ((rc = rank_setup(run, &run->ranks[r])) < 0)
             return rc;
     }
@@ -461,7 +462,7 @@ static int ranks_setup(mlp_run *run, const int *gpu_ids)
         if ((rc = kl__cuda_nccl_turn_take(run->args, run->err)) < 0)
             return rc;
         run->have_turn = 1;
-        if ((rc = kl__cuda_comms_open(run->args, devs, run->R, run->comms, run->err)) < 0)
+        if ((rc = kl__cuda_comms_open(run->args, run->devs, run->R, run->comms, run->err)) < 0)
             return rc;
     }
     for (int r = 0; r < run->R; r++)
@@ -638,7 +639,7 @@ static void release(mlp_run *run, int rc)
     const int R = run->R;
     /* Aborting the communicators is what lets the streams drain. */
     if (rc < 0)
-        kl__cuda_comms_close(run->comms, R, 1);
+        kl__cuda_comms_close(run->args, run->devs, run->comms, R, 1);
     for (int r = 0; r < R; r++) {
         rank_state *k = &run->ranks[r];
         if (!k->s)
@@ -662,7 +663,7 @@ static void release(mlp_run *run, int rc)
         kl__cuda_free(k->part, k->s);
         kl__cuda_blas_end(k->ws, k->s);
     }
-    kl__cuda_comms_close(run->comms, R, 0);
+    kl__cuda_comms_close(run->args, run->devs, run->comms, R, 0);
     for (int r = 0; r < R; r++) {
         rank_state *k = &run->ranks[r];
         if (k->s) {

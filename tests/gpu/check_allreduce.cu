@@ -170,6 +170,64 @@ static void check_refusals_and_cancel(int ngpus)
     free_outs(out, rc);
 }
 
+/* A world of this node is kept when its run ends well and taken by the
+ * next run on the same GPUs (ncclCommDestroy costs ~0.5 s: NCCL's proxy
+ * thread looks every 500 ms); a cancelled run aborts its own; the
+ * plugin's close destroys the rest. The times are shown, not judged. */
+static void check_kept_worlds(int ngpus)
+{
+    kl_tensor out[4];
+    kl_err err;
+    double ms[2];
+    kl__cuda_comms_drop_kept();
+    bool ok = kl__cuda_comms_kept() == 0;
+    for (int i = 0; i < 2; i++) {
+        memset(&err, 0, sizeof err);
+        kl_args a = args_for(4099, 0, 0, 2, 1);
+        double t0 = now_s();
+        int rc = check_run(&a, 1, out, &err);
+        ms[i] = (now_s() - t0) * 1e3;
+        ok &= rc == 0 && kl__cuda_comms_kept() == 1;
+        free_outs(out, rc);
+    }
+    printf("%s %-52s first %.1f ms, second %.1f ms\n", ok ? "PASS" : "FAIL",
+           "a second run takes the first's kept communicator", ms[0], ms[1]);
+    failures += !ok;
+    if (ngpus >= 2) {
+        memset(&err, 0, sizeof err);
+        kl_args a = args_for(4099, 0, 0, 2, 2);
+        int rc = check_run(&a, 2, out, &err);
+        ok = rc == 0 && kl__cuda_comms_kept() == 2;
+        printf("%s %-52s %d kept\n", ok ? "PASS" : "FAIL", "another set of GPUs keeps a world of its own",
+               kl__cuda_comms_kept());
+        failures += !ok;
+        free_outs(out, rc);
+    }
+    /* a run that is cancelled once its communicator is taken aborts it
+     * (256 MB x 1000: seconds of work; not among the small cases) */
+    if (check_small) {
+        kl__cuda_comms_drop_kept();
+        return;
+    }
+    volatile int cancel = 0;
+    memset(&err, 0, sizeof err);
+    kl_args a = args_for((int64_t)1 << 26, 0, 0, 1000, 1);
+    a.cancel = &cancel;
+    pthread_t t;
+    pthread_create(&t, NULL, raise_after_50ms, (void *)&cancel);
+    int rc = check_run(&a, 1, out, &err);
+    pthread_join(t, NULL);
+    const int left = kl__cuda_comms_kept();
+    ok = rc == KL_ECANCELED && left == (ngpus >= 2 ? 1 : 0);
+    printf("%s %-52s rc %d, %d kept\n", ok ? "PASS" : "FAIL", "a cancelled run aborts the world it took", rc, left);
+    failures += !ok;
+    free_outs(out, rc);
+    kl__cuda_comms_drop_kept();
+    ok = kl__cuda_comms_kept() == 0;
+    printf("%s %-52s\n", ok ? "PASS" : "FAIL", "the plugin's close destroys the kept worlds");
+    failures += !ok;
+}
+
 /* D2D copy of `bytes` on GPU 0, as bytes / time in GB/s: what one rank's
  * all-reduce (a local copy) can reach. */
 static double d2d_copy_gbps(size_t bytes)
@@ -249,6 +307,7 @@ int main(int argc, char **argv)
     check_case(1, 0, KL_ALLREDUCE_SUM, ngpus);
     check_case(7, 1, KL_ALLREDUCE_MIN, ngpus);
     check_refusals_and_cancel(ngpus);
+    check_kept_worlds(ngpus);
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
     if (check_small)
         return check_end();
