@@ -531,7 +531,7 @@ CREATE TABLE public.job_ranks (
 -- Name: TABLE job_ranks; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.job_ranks IS 'one row per node of each attempt of a multi-node job: where its ranks ran and how that part ended';
+COMMENT ON TABLE public.job_ranks IS 'one row per node of each attempt of a multi-node job, and one for a single-node job''s run left on a node marked down: where the ranks ran and how that part ended';
 
 --
 -- Name: job_results; Type: TABLE; Schema: public; Owner: -

@@ -210,7 +210,7 @@ static int record_success(gw_app *app, const char *node_id, const char *job_id, 
 
 /* What follows the store's answer rc about a report: waiters woken, a
  * line logged, and the answer gw_outcome_record gives the node. */
-static int recorded(gw_app *app, const char *node_name, const json_t *report, const char *job_id,
+static int recorded(gw_app *app, const char *node_id, const json_t *report, const char *job_id,
                     int attempt, const char *state, int rc)
 {
     if (rc == 0) {
@@ -220,20 +220,30 @@ static int recorded(gw_app *app, const char *node_name, const json_t *report, co
         gw_metrics_reported(app->metrics, json_string_value(json_object_get(report, "kernel")),
                             state, json_is_integer(ms) ? (double)json_integer_value(ms) / 1000.0 : -1);
     }
+    if (rc == -EAGAIN && !json_object_get(report, "node_rank")) {
+        /* A single-node run whose job left its node (marked down) while it
+         * ran: the part that held its devices there (ST_JOBS_ON_DOWN) ends
+         * with this report, as a gang's part ends with its own. */
+        char (*others)[37] = NULL;
+        int n = 0;
+        gw_store_gang_rank_end(app->store, job_id, attempt, 0, node_id,
+                               strcmp(state, "succeeded") == 0 ? "succeeded" : "cancelled", &others, &n);
+        free(others);
+    }
     if (rc == -EAGAIN)
         svc_info("job %s attempt %d: report from node %s ignored (attempt no longer current, "
-                 "or not on that node)", job_id, attempt, node_name);
+                 "or not on that node)", job_id, attempt, node_id);
     else if (rc == -EPERM)
         svc_warn("job %s attempt %d: report from node %s refused: it does not hold that part",
-                 job_id, attempt, node_name);
+                 job_id, attempt, node_id);
     else if (rc == 0)
-        svc_debug("job %s attempt %d: %s on %s", job_id, attempt, state, node_name);
+        svc_debug("job %s attempt %d: %s on %s", job_id, attempt, state, node_id);
     else if (rc == -EPROTO)
         svc_error("job %s attempt %d: PostgreSQL refused the report from %s; it is dropped",
-                  job_id, attempt, node_name);
+                  job_id, attempt, node_id);
     else
         svc_warn("job %s attempt %d: the report from %s could not be recorded now (%s); the "
-                 "node sends it again", job_id, attempt, node_name, strerror(-rc));
+                 "node sends it again", job_id, attempt, node_id, strerror(-rc));
     return rc == 0 || rc == -EAGAIN || rc == -EPROTO || rc == -EPERM;
 }
 

@@ -388,9 +388,22 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * Read from the nodes that are down (materialized, so that the planner
  * cannot start from the running jobs instead: with the jobs table's
  * statistics behind a busy queue it did, and probed a node for every
- * running job, 0.5 s a reap at 1,000 nodes, a fifth of PostgreSQL's time). */
+ * running job, 0.5 s a reap at 1,000 nodes, a fifth of PostgreSQL's time).
+ * A single-node job's leased run on a node down for silence (not one
+ * that left) is written into job_ranks as a part (node_rank 0) before the
+ * job leaves the node: a node marked down may be alive (its heartbeats
+ * starved, or cut off for a while) and still running it, so the part
+ * holds its devices once the node is up again, is cancelled there, and is
+ * closed when the node no longer lists it (ST_RUNS_UNHELD), registers
+ * again or leaves, as a gang's part is. */
 [ST_JOBS_ON_DOWN] = {
-    "WITH d AS MATERIALIZED (SELECT id, name FROM nodes WHERE state = 'down')"
+    "WITH d AS MATERIALIZED (SELECT id, name, credential_hash IS NOT NULL AS alive FROM nodes"
+    "                        WHERE state = 'down'),"
+    " l AS (INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, gpu_ids, leased_at)"
+    "       SELECT j.id, j.attempts, 0, d.id, d.name, coalesce(j.gpu_ids, '{}'), j.leased_at"
+    "       FROM d JOIN jobs j ON j.node_id = d.id AND j.state = 'running'"
+    "       WHERE d.alive AND j.nodes = 1 AND j.leased_at IS NOT NULL"
+    "       ON CONFLICT DO NOTHING)"
     " SELECT j.id::text, j.attempts, d.name"
     " FROM d JOIN jobs j ON j.node_id = d.id AND j.state = 'running'"
     " UNION"
@@ -625,11 +638,20 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     ") w", 1},
 /* Runs leased a while ago ($2 s) that their node's heartbeat does not
  * list, for every node of a batch of heartbeats at once: $1 is [{id: node,
- * held: ["<job>.<attempt>", ...]}]. */
+ * held: ["<job>.<attempt>", ...]}]. The parts of ended attempts leased
+ * there as long ago that the node no longer lists are closed on the way:
+ * the node holds nothing of them, so their devices are free. */
 [ST_RUNS_UNHELD] = {
-    "WITH b AS (SELECT (e->>'id')::uuid AS node,"
+    "WITH " ASYNC_COMMIT ","
+    " b AS (SELECT (e->>'id')::uuid AS node,"
     "                  ARRAY(SELECT jsonb_array_elements_text(e->'held')) AS held"
-    "           FROM jsonb_array_elements($1::jsonb) e)"
+    "           FROM jsonb_array_elements($1::jsonb) e),"
+    " gone AS (UPDATE job_ranks r SET ended_at = clock_timestamp(), state = 'cancelled'"
+    "          FROM b, jobs j, cfg"
+    "          WHERE r.node_id = b.node AND r.ended_at IS NULL AND j.id = r.job_id"
+    "            AND r.leased_at < clock_timestamp() - make_interval(secs => $2::float8)"
+    "            AND (r.attempt < j.attempts OR (j.state || '') <> 'running')"
+    "            AND NOT ((r.job_id::text || '.' || r.attempt) = ANY (b.held)))"
     " SELECT j.id::text, j.attempts, j.node_name"
     " FROM b JOIN jobs j ON j.node_id = b.node AND j.state = 'running'"
     " WHERE j.leased_at < clock_timestamp() - make_interval(secs => $2::float8)"
@@ -847,11 +869,13 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
     " WHERE r.ended_at IS NULL AND j.state = 'running'"
     /* A part of an attempt that has ended (the gang requeued, cancelled or
-     * failed) holds its devices until its node reports it ended (its
-     * job_ranks row ended_at), re-registers or leaves (the gateway closes
-     * the row then, ST_NODE_PARTS_CLOSE): a cancel takes time to land, and
-     * a node with more slots than devices would otherwise be given them
-     * while the part still runs. On a node that is down it holds nothing
+     * failed, or a single-node job's run left on a node marked down,
+     * ST_JOBS_ON_DOWN) holds its devices until its node reports it ended
+     * (its job_ranks row ended_at), stops listing it (ST_RUNS_UNHELD),
+     * re-registers or leaves (the gateway closes the row then,
+     * ST_NODE_PARTS_CLOSE): a cancel takes time to land, and a node with
+     * more slots than devices would otherwise be given them while the part
+     * still runs. On a node that is down it holds nothing
      * (nothing is placed there); it frees "now" as far as reservations
      * plan. */
     " UNION ALL"
@@ -916,12 +940,16 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "         AND job_id = $1::uuid AND attempt = $2::int AND node_rank <> $3::int"
     "         AND ended_at IS NULL)"
     " SELECT h.held, o.node FROM h LEFT JOIN o ON true", 5},
-/* The nodes of attempt $2's parts still open; the parts on nodes that are
- * down are closed (failed) instead: nobody will report them. */
+/* The nodes of attempt $2's parts still open; the parts on nodes that left
+ * (deregistered: no credential) are closed (failed) instead: nobody will
+ * report them. A node that is down for silence keeps its parts open: it
+ * may be alive, and they hold their devices if it comes back, until it
+ * reports them, stops listing them (ST_RUNS_UNHELD) or registers again. */
 [ST_GANG_NODES] = {
     "WITH d AS (UPDATE job_ranks r SET ended_at = clock_timestamp(), state = 'failed' FROM nodes n"
     "           WHERE r.job_id = $1::uuid AND r.attempt = $2::int AND r.ended_at IS NULL"
-    "             AND n.id = r.node_id AND n.state = 'down' RETURNING r.node_rank)"
+    "             AND n.id = r.node_id AND n.state = 'down' AND n.credential_hash IS NULL"
+    "           RETURNING r.node_rank)"
     " SELECT DISTINCT r.node_id::text FROM job_ranks r JOIN nodes n ON n.id = r.node_id"
     " WHERE r.job_id = $1::uuid AND r.attempt = $2::int AND r.ended_at IS NULL"
     "   AND n.state <> 'down'", 2},

@@ -35,6 +35,7 @@ class FakeNode:
         self.taken = []          # every run request the lease handed out, as sent
         self.posting = threading.Event()   # a run was handed to this node
         self.stop_ev = threading.Event()
+        self.silent = threading.Event()    # set: no heartbeat, poll or report (cut off)
         self.id = None
         self.url = "http://127.0.0.1:9"    # never called: runs travel by lease
         self.state = None        # the heartbeat's "state" (device figures, fault), when set
@@ -61,6 +62,8 @@ class FakeNode:
 
     def _heartbeats(self):
         while not self.stop_ev.wait(0.5):
+            if self.silent.is_set():
+                continue
             with self.mu:
                 held = list(self.runs)
                 live = [k for k, v in self.runs.items() if v["state"] == "running"]
@@ -74,6 +77,9 @@ class FakeNode:
 
     def _poll(self):
         while not self.stop_ev.is_set():
+            if self.silent.is_set():
+                time.sleep(0.1)
+                continue
             with self.mu:
                 busy = sum(v["state"] == "running" for v in self.runs.values())
             try:
@@ -106,6 +112,8 @@ class FakeNode:
 
     def _report(self):
         while not self.stop_ev.wait(0.1):
+            if self.silent.is_set():
+                continue
             done = []
             with self.mu:
                 for rid, run in self.runs.items():

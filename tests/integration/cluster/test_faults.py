@@ -5,6 +5,7 @@ graceful SIGTERM of a gateway."""
 
 import signal
 import time
+from datetime import timezone
 
 import numpy as np
 import pytest
@@ -70,6 +71,56 @@ def test_job_cut_off_from_its_node_runs_again_and_is_recorded_once(A, stack):
     assert stack.psql_value(f"SELECT count(*) FROM job_results WHERE job_id = '{j['id']}'") == "1"
     assert stack.psql_value(
         f"SELECT attempt FROM job_results WHERE job_id = '{j['id']}'") == "2"
+    stack.wait_nodes_up(stack.node_names, timeout=30)
+
+
+@pytest.mark.timeout(90)
+def test_a_run_left_on_a_node_marked_down_holds_its_slot_until_the_node_lets_go(A, stack):
+    """A node marked down may be alive (its heartbeats starved, or cut off a
+    while) and still running its job, which has meanwhile run again
+    elsewhere. When it comes back, that old run must keep its devices and
+    slot until the node no longer holds it: the gateway wrote it into
+    job_ranks when the job left the node, cancels it there, and closes the
+    row once the node's heartbeat stops listing it. Before, the node came
+    back looking free and the next job was placed on it while it still ran
+    the old one (an over-commit; the simulated cluster saw gang parts
+    placed on such GPUs at saturation)."""
+    stack.wait_nodes_up(stack.node_names, timeout=30)
+    j = A.submit("sleep", {"seconds": 8}, max_attempts=3)
+    j = stack.wait_run_on_node(A.wait(j["id"], 10, states=("running",)))
+    victim = j["node"]
+    other = [n for n in stack.node_names if n != victim][0]
+    proc = stack.procs[victim]
+    proc.popen.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: A.job(j["id"])["attempts"] == 2 and A.job(j["id"])["state"] == "running",
+                   30, 0.1, "the job to run again elsewhere")
+        left = stack.psql(f"SELECT node_name, ended_at IS NULL FROM job_ranks WHERE job_id = '{j['id']}'"
+                          " AND attempt = 1")
+        assert left == [[victim, "t"]], left
+    finally:
+        proc.popen.send_signal(signal.SIGCONT)
+    # The victim is back, its slot still taken by attempt 1 and the other's
+    # by attempt 2: the next job waits for the victim to let attempt 1 go.
+    nxt = A.submit("sleep", {"seconds": 0})
+    done = A.wait(nxt["id"], 30)
+    assert done["state"] == "succeeded", done
+    hdr = {"Authorization": "Bearer " + stack.cluster_token}
+    old = requests.get(f"{stack.node_url(victim)}/v1/runs/{j['id']}.1", headers=hdr, timeout=2)
+    assert old.status_code == 200 and old.json()["state"] == "cancelled", old.text
+    # closed once the node's heartbeat (looked at every 5 s) no longer lists
+    # it, 10 s after its lease at the earliest
+    closed = wait_until(lambda: stack.psql_value(
+        f"SELECT extract(epoch FROM ended_at) FROM job_ranks WHERE job_id = '{j['id']}'"
+        " AND attempt = 1 AND ended_at IS NOT NULL"), 30, 0.2, "the old run's part to be closed")
+    def epoch(t):
+        return ts(t).replace(tzinfo=timezone.utc).timestamp()
+    if done["node"] == victim:  # placed there only once the old run let go (ms rounding aside)
+        assert epoch(done["started_at"]) >= float(closed) - 0.001, (done, closed)
+    else:  # or it waited for the other node's attempt 2
+        assert done["node"] == other, done
+        assert epoch(done["started_at"]) >= epoch(A.wait(j["id"], 30)["finished_at"]) - 0.001, done
+    assert A.wait(j["id"], 30)["state"] == "succeeded"
     stack.wait_nodes_up(stack.node_names, timeout=30)
 
 

@@ -211,13 +211,34 @@ def test_cancel_reaches_every_node_of_the_gang(A, stack, pair):
     assert A.wait(job_id, timeout=15)["state"] == "cancelled"
 
 
+def test_a_part_on_a_node_down_for_silence_stays_open_and_is_cancelled_when_it_returns(A, stack, pair):
+    """A node marked down because it went silent may be alive, still running
+    its part: the part stays open (it holds nothing while the node is down,
+    its devices once the node is back), the node is told to cancel it when
+    it returns, and the part closes when the node reports it. (A node that
+    left is another matter: below.)"""
+    job_id = parked_gang(A, stack, pair)
+    pair[1].silent.set()
+    try:
+        job = A.wait(job_id, timeout=20, states=("queued", "failed"))
+        assert job["state"] == "queued", job
+        assert stack.psql(f"SELECT ended_at IS NULL FROM job_ranks WHERE job_id = '{job_id}'"
+                          " AND node_rank = 1") == [["t"]]
+    finally:
+        pair[1].silent.clear()
+    assert wait_until(lambda: cancels(pair[1], job_id, 1), timeout=15)
+    assert wait_until(lambda: stack.psql(f"SELECT state FROM job_ranks WHERE job_id = '{job_id}'"
+                                         " AND node_rank = 1 AND ended_at IS NOT NULL"), timeout=15) == [["cancelled"]]
+    A.post(f"/v1/jobs/{job_id}/cancel")
+
+
 def test_a_lost_node_requeues_the_gang_and_the_others_are_told(A, stack, pair):
     job_id = parked_gang(A, stack, pair)
     pair[1].close()   # deregisters: the node is down
     job = A.wait(job_id, timeout=20, states=("queued", "failed"))
     assert job["state"] == "queued", job
     assert wait_until(lambda: cancels(pair[0], job_id, 1), timeout=10)
-    # the lost node's part is closed: nobody will report it
+    # the part of the node that left is closed: nobody will report it
     assert stack.psql(f"SELECT state FROM job_ranks WHERE job_id = '{job_id}' AND node_rank = 1"
                       " AND ended_at IS NOT NULL") == [["failed"]]
     A.post(f"/v1/jobs/{job_id}/cancel")

@@ -7,7 +7,7 @@ import time
 import pytest
 import requests
 
-from stack import free_port, ts
+from stack import free_port, ts, wait_until
 
 
 pytestmark = pytest.mark.destructive
@@ -120,19 +120,26 @@ def test_restarted_node_with_lost_run_requeues_it(A, stack):
 def test_a_part_of_an_ended_attempt_holds_its_slot_until_its_node_registers_again(A, stack):
     """A gang part whose attempt has ended (the gang requeued or failed) is
     cancelled on its node, which takes time: until its node reports it
-    ended, re-registers or leaves, the scheduler keeps its devices and
-    slot taken. (The simulated cluster caught the gateway giving a
-    cancelled part's GPUs to the next job in the same lease reply.) Here
-    each 1-slot node holds such a part, written into job_ranks as an ended
-    gang's would be: a new job waits; node-a restarts (registers again, so
-    it holds nothing) and the job runs there, while node-b's part still
-    holds node-b."""
+    ended, stops listing it in its heartbeats, re-registers or leaves, the
+    scheduler keeps its devices and slot taken. (The simulated cluster
+    caught the gateway giving a cancelled part's GPUs to the next job in
+    the same lease reply.) Here each 1-slot node holds such a part, written
+    into job_ranks as an ended gang's would be: a new job waits; node-a
+    restarts (registers again, so it holds nothing) and the job runs there,
+    while node-b's part still holds node-b; then node-b's heartbeats, which
+    never listed it, close it too.
+
+    These nodes never had the parts, so their heartbeats would let them go
+    once the lease is 10 s old (the grace for a lease still on its way):
+    leased "a minute from now" keeps that check off them for the test's
+    span, standing for nodes that still run them."""
     stack.wait_nodes_up(stack.node_names, timeout=20)
     ended = A.run("sleep", {"seconds": 0})
     assert ended["state"] == "succeeded", ended
     stack.psql(
         "INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, leased_at)"
-        f" SELECT '{ended['id']}', 1, row_number() OVER (ORDER BY name) - 1, id, name, now()"
+        f" SELECT '{ended['id']}', 1, row_number() OVER (ORDER BY name) - 1, id, name,"
+        " now() + interval '60 s'"
         " FROM nodes WHERE state = 'up'")
     try:
         # The parts of a real gang are in the scheduler's view from their
@@ -150,6 +157,10 @@ def test_a_part_of_an_ended_attempt_holds_its_slot_until_its_node_registers_agai
             f"SELECT node_name, count(*) FROM job_ranks WHERE job_id = '{ended['id']}'"
             " AND ended_at IS NULL GROUP BY node_name"))
         assert open_parts == {"node-b": "1"}, open_parts
+        stack.psql(f"UPDATE job_ranks SET leased_at = now() - interval '60 s' WHERE job_id = '{ended['id']}'")
+        assert wait_until(lambda: stack.psql(
+            f"SELECT state FROM job_ranks WHERE job_id = '{ended['id']}' AND node_name = 'node-b'"
+            " AND ended_at IS NOT NULL"), 20, 0.2, "node-b's heartbeat to let its part go") == [["cancelled"]]
     finally:
         stack.psql(f"DELETE FROM job_ranks WHERE job_id = '{ended['id']}'")
         stack.wait_nodes_up(stack.node_names, timeout=30)
