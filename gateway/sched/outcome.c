@@ -222,7 +222,7 @@ static int recorded(gw_app *app, const char *node_id, const json_t *report, cons
     }
     if (rc == -EAGAIN && !json_object_get(report, "node_rank")) {
         /* A single-node run whose job left its node (marked down) while it
-         * ran: the part that held its devices there (ST_JOBS_ON_DOWN) ends
+         * ran: the part that held its devices there (ST_JOB_REQUEUE) ends
          * with this report, as a gang's part ends with its own. */
         char (*others)[37] = NULL;
         int n = 0;

@@ -268,7 +268,9 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     /* A counted retry waits min(base * 2^(attempts-1), max) scaled by a
      * random factor in [0.5, 1) ("equal jitter"); an attempt given back
      * (the run never started) is placed again at once. */
-    "WITH cur AS (SELECT id, CASE WHEN cancel_requested THEN 'cancelled'"
+    "WITH cur AS (SELECT id, node_id AS was_node, node_name AS was_name, gpu_ids AS was_gpus,"
+    "                    leased_at AS was_leased, nodes AS was_nodes,"
+    "                    CASE WHEN cancel_requested THEN 'cancelled'"
     "                             WHEN attempts - $3::int < max_attempts THEN 'queued'"
     "                             ELSE 'failed' END AS next,"
     "                    CASE WHEN $3::int = 1 THEN NULL"
@@ -293,7 +295,23 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                 jobs.backend_req, jobs.gpus, jobs.node_name, jobs.not_before, jobs.tenant_id,"
     "                 jobs.nodes, jobs.gpu_memory_gb, jobs.timeout_s, jobs.task->>'image' AS image),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
-    "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j)"
+    "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j),"
+    /* A single-node run leased to a node that has not left, taken from it
+     * by the gateway's own decision ($11 NULL: its node was marked down, or
+     * does not list it), may go on there: a node marked down may be alive
+     * (its heartbeats starved, or cut off a while), and may be up again
+     * already (a late heartbeat). It becomes a part (node_rank 0) that
+     * holds its devices while the node is up, is cancelled there, and is
+     * closed when the node reports it, stops listing it (ST_RUNS_UNHELD),
+     * registers again or leaves, as a gang's part is. FOR UPDATE above
+     * sees a lease that committed meanwhile: a run leased while its node
+     * was being judged is not missed. */
+    " l AS (INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, gpu_ids, leased_at)"
+    "       SELECT cur.id, $2, 0, cur.was_node, cur.was_name, coalesce(cur.was_gpus, '{}'), cur.was_leased"
+    "       FROM cur JOIN nodes n ON n.id = cur.was_node"
+    "       WHERE $11::uuid IS NULL AND cur.was_nodes = 1 AND cur.was_leased IS NOT NULL"
+    "         AND n.credential_hash IS NOT NULL"
+    "       ON CONFLICT DO NOTHING)"
     " SELECT state, seq, priority, backend_req, gpus,"
     "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id,"
     "        nodes, " GPU_MEM_MB_SQL ", timeout_s, image FROM j", 11},
@@ -388,22 +406,9 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * Read from the nodes that are down (materialized, so that the planner
  * cannot start from the running jobs instead: with the jobs table's
  * statistics behind a busy queue it did, and probed a node for every
- * running job, 0.5 s a reap at 1,000 nodes, a fifth of PostgreSQL's time).
- * A single-node job's leased run on a node down for silence (not one
- * that left) is written into job_ranks as a part (node_rank 0) before the
- * job leaves the node: a node marked down may be alive (its heartbeats
- * starved, or cut off for a while) and still running it, so the part
- * holds its devices once the node is up again, is cancelled there, and is
- * closed when the node no longer lists it (ST_RUNS_UNHELD), registers
- * again or leaves, as a gang's part is. */
+ * running job, 0.5 s a reap at 1,000 nodes, a fifth of PostgreSQL's time). */
 [ST_JOBS_ON_DOWN] = {
-    "WITH d AS MATERIALIZED (SELECT id, name, credential_hash IS NOT NULL AS alive FROM nodes"
-    "                        WHERE state = 'down'),"
-    " l AS (INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, gpu_ids, leased_at)"
-    "       SELECT j.id, j.attempts, 0, d.id, d.name, coalesce(j.gpu_ids, '{}'), j.leased_at"
-    "       FROM d JOIN jobs j ON j.node_id = d.id AND j.state = 'running'"
-    "       WHERE d.alive AND j.nodes = 1 AND j.leased_at IS NOT NULL"
-    "       ON CONFLICT DO NOTHING)"
+    "WITH d AS MATERIALIZED (SELECT id, name FROM nodes WHERE state = 'down')"
     " SELECT j.id::text, j.attempts, d.name"
     " FROM d JOIN jobs j ON j.node_id = d.id AND j.state = 'running'"
     " UNION"
@@ -870,7 +875,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " WHERE r.ended_at IS NULL AND j.state = 'running'"
     /* A part of an attempt that has ended (the gang requeued, cancelled or
      * failed, or a single-node job's run left on a node marked down,
-     * ST_JOBS_ON_DOWN) holds its devices until its node reports it ended
+     * ST_JOB_REQUEUE) holds its devices until its node reports it ended
      * (its job_ranks row ended_at), stops listing it (ST_RUNS_UNHELD),
      * re-registers or leaves (the gateway closes the row then,
      * ST_NODE_PARTS_CLOSE): a cancel takes time to land, and a node with
