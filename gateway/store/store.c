@@ -367,9 +367,12 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " runs AS (SELECT node_id, gpu_ids, gpus AS k FROM jobs"
     "          WHERE state = 'running' AND node_id IS NOT NULL AND nodes = 1"
     "          UNION ALL"
+    /* the parts of the running attempts, and (as ST_RUNS_PLACED) the
+     * leased parts of ended attempts their nodes still hold */
     "          SELECT r.node_id, r.gpu_ids, cardinality(r.gpu_ids) FROM job_ranks r"
-    "          JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
-    "          WHERE r.ended_at IS NULL AND j.state = 'running'),"
+    "          JOIN jobs j ON j.id = r.job_id"
+    "          WHERE r.ended_at IS NULL AND ((j.attempts = r.attempt AND j.state = 'running')"
+    "                OR (r.leased_at IS NOT NULL AND (r.attempt < j.attempts OR j.state <> 'running')))),"
     " dev AS (SELECT n.id, d.ord::int - 1 AS idx, coalesce(d.v->>'name', 'GPU') AS model,"
     "                (d.v->>'memory_bytes')::bigint AS mem"
     "         FROM n CROSS JOIN LATERAL jsonb_array_elements(n.gpus) WITH ORDINALITY d(v, ord)"

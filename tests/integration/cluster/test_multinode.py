@@ -232,6 +232,33 @@ def test_a_part_on_a_node_down_for_silence_stays_open_and_is_cancelled_when_it_r
     A.post(f"/v1/jobs/{job_id}/cancel")
 
 
+def test_capacity_counts_a_part_its_node_still_holds_as_taken(A, stack):
+    """GET /v1/nodes' free GPUs agree with the scheduler: a leased part of an
+    ended attempt (cancelled, not yet let go by its node) holds its device.
+    The row is written here as a gang's would be, leased "a minute from
+    now" so that the node's heartbeats (it never had the part) do not close
+    it during the test."""
+    ended = A.run("sleep", {"seconds": 0}, resources={"backend": "cpu"})
+    model = f"Cap GPU {uuid.uuid4().hex[:6]}"
+    node = FakeNode(stack.cluster_base, stack.cluster_token, f"fake-cap-{uuid.uuid4().hex[:6]}",
+                    run_s=3600, gpu_name=model).start()
+
+    def free():
+        caps = [c for c in A.get("/v1/nodes").json()["capacity"] if c.get("gpu_model") == model]
+        return caps[0]["free_gpus"] if caps else None
+    try:
+        assert wait_until(lambda: free() == 1, timeout=10)
+        stack.psql("INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, gpu_ids, leased_at)"
+                   f" VALUES ('{ended['id']}', 1, 0, '{node.id}', '{node.name}', '{{0}}',"
+                   " now() + interval '60 s')")
+        assert free() == 0
+        stack.psql(f"UPDATE job_ranks SET ended_at = now() WHERE job_id = '{ended['id']}'")
+        assert free() == 1
+    finally:
+        stack.psql(f"DELETE FROM job_ranks WHERE job_id = '{ended['id']}'")
+        node.close()
+
+
 def test_a_lost_node_requeues_the_gang_and_the_others_are_told(A, stack, pair):
     job_id = parked_gang(A, stack, pair)
     pair[1].close()   # deregisters: the node is down
