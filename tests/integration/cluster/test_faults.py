@@ -37,18 +37,26 @@ def events(stack, job_id):
     return [(state, int(attempt), node, float(at)) for state, attempt, node, at in rows]
 
 
+def freeze_running_sleep(A, stack, seconds):
+    """Submits a sleep, waits until its node runs it, and SIGSTOPs that node
+    (a network cut: it stops answering, its run is not lost). Returns the
+    job, its node, the other node and the frozen node's process (the test
+    sends SIGCONT)."""
+    j = A.submit("sleep", {"seconds": seconds}, max_attempts=3)
+    j = stack.wait_run_on_node(A.wait(j["id"], 10, states=("running",)))
+    victim = j["node"]
+    proc = stack.procs[victim]
+    proc.popen.send_signal(signal.SIGSTOP)
+    return j, victim, [n for n in stack.node_names if n != victim][0], proc
+
+
 @pytest.mark.timeout(90)
 def test_job_cut_off_from_its_node_runs_again_and_is_recorded_once(A, stack):
     """SIGSTOP stands for a network cut: the node stops answering but its
     run is not lost. The job is re-queued after the node times out, runs on
     the other node, and the frozen node's attempt, resumed later, changes
     nothing."""
-    j = A.submit("sleep", {"seconds": 3}, max_attempts=3)
-    j = stack.wait_run_on_node(A.wait(j["id"], 10, states=("running",)))
-    victim = j["node"]
-    other = [n for n in stack.node_names if n != victim][0]
-    proc = stack.procs[victim]
-    proc.popen.send_signal(signal.SIGSTOP)
+    j, victim, other, proc = freeze_running_sleep(A, stack, 3)
     try:
         done = A.wait(j["id"], 40)
     finally:
@@ -86,12 +94,7 @@ def test_a_run_left_on_a_node_marked_down_holds_its_slot_until_the_node_lets_go(
     the old one (an over-commit; the simulated cluster saw gang parts
     placed on such GPUs at saturation)."""
     stack.wait_nodes_up(stack.node_names, timeout=30)
-    j = A.submit("sleep", {"seconds": 8}, max_attempts=3)
-    j = stack.wait_run_on_node(A.wait(j["id"], 10, states=("running",)))
-    victim = j["node"]
-    other = [n for n in stack.node_names if n != victim][0]
-    proc = stack.procs[victim]
-    proc.popen.send_signal(signal.SIGSTOP)
+    j, victim, other, proc = freeze_running_sleep(A, stack, 8)
     try:
         wait_until(lambda: A.job(j["id"])["attempts"] == 2 and A.job(j["id"])["state"] == "running",
                    30, 0.1, "the job to run again elsewhere")
