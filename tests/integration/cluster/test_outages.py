@@ -4,7 +4,6 @@ broke."""
 
 import signal
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
