@@ -15,7 +15,8 @@
  * ready after 15 ms). KEEP_WORLDS worlds at most, the least recently used
  * destroyed first; a failed or cancelled run aborts its own; the plugin's
  * close destroys the rest. A multi-node world is never kept: its peers
- * differ from run to run. */
+ * differ from run to run. KOWLOON_NCCL_KEEP=0 in the node's environment
+ * keeps none (read at each run's end). */
 #include "kl_cuda.h"
 #include "kl_allreduce.h"
 
@@ -348,7 +349,8 @@ void kl__cuda_comms_close(const kl_args *args, const int *devs, ncclComm_t *comm
     int whole = R > 0 && R <= KL_ALLREDUCE_MAX_RANKS;
     for (int r = 0; r < R; r++)
         whole &= comms[r] != NULL;
-    if (abort || args->dist || !whole) {
+    const char *keep_env = getenv("KOWLOON_NCCL_KEEP");
+    if (abort || args->dist || !whole || (keep_env && strcmp(keep_env, "0") == 0)) {
         destroy_all(comms, R, abort);
         return;
     }

@@ -193,10 +193,27 @@ static void check_kept_worlds(int ngpus)
     printf("%s %-52s first %.1f ms, second %.1f ms\n", ok ? "PASS" : "FAIL",
            "a second run takes the first's kept communicator", ms[0], ms[1]);
     failures += !ok;
-    if (ngpus >= 2) {
+    /* KOWLOON_NCCL_KEEP=0: the run takes the kept one and keeps nothing */
+    setenv("KOWLOON_NCCL_KEEP", "0", 1);
+    {
         memset(&err, 0, sizeof err);
-        kl_args a = args_for(4099, 0, 0, 2, 2);
-        int rc = check_run(&a, 2, out, &err);
+        kl_args a = args_for(4099, 0, 0, 2, 1);
+        int rc = check_run(&a, 1, out, &err);
+        ok = rc == 0 && kl__cuda_comms_kept() == 0;
+        printf("%s %-52s %d kept\n", ok ? "PASS" : "FAIL", "KOWLOON_NCCL_KEEP=0 keeps none",
+               kl__cuda_comms_kept());
+        failures += !ok;
+        free_outs(out, rc);
+    }
+    unsetenv("KOWLOON_NCCL_KEEP");
+    if (ngpus >= 2) { /* GPU 0's world again, then GPUs 0 and 1's */
+        int rc = -1;  /* nothing to free before the first run */
+        for (int ranks = 1; ranks <= 2; ranks++) {
+            free_outs(out, rc);
+            memset(&err, 0, sizeof err);
+            kl_args a = args_for(4099, 0, 0, 2, ranks);
+            rc = check_run(&a, ranks, out, &err);
+        }
         ok = rc == 0 && kl__cuda_comms_kept() == 2;
         printf("%s %-52s %d kept\n", ok ? "PASS" : "FAIL", "another set of GPUs keeps a world of its own",
                kl__cuda_comms_kept());
@@ -208,6 +225,13 @@ static void check_kept_worlds(int ngpus)
     if (check_small) {
         kl__cuda_comms_drop_kept();
         return;
+    }
+    { /* GPU 0's world kept (again) for the cancelled run to take */
+        memset(&err, 0, sizeof err);
+        kl_args a = args_for(4099, 0, 0, 2, 1);
+        int rc = check_run(&a, 1, out, &err);
+        failures += rc != 0;
+        free_outs(out, rc);
     }
     volatile int cancel = 0;
     memset(&err, 0, sizeof err);
