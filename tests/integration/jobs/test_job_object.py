@@ -53,13 +53,16 @@ def test_a_failed_job_ends_with_its_error(A):
 
 
 def long_reals(text):
-    """The numbers of a JSON text written with 16 or more significant
-    digits: what a double printed with 17 digits looks like (0.006 came
-    out as 0.0060000000000000001)."""
+    """The numbers of a JSON text written with more significant digits than
+    the shortest form that reads back as the same double: what a double
+    printed with 17 digits looks like (0.006 came out as
+    0.0060000000000000001). Some doubles need 16 or 17 digits even at their
+    shortest (a queue_s of 132.1243950384669): those are fine."""
+    def significant(t):
+        return len(t.lstrip("-").split("e")[0].split("E")[0].replace(".", "").lstrip("0").rstrip("0"))
     out = []
     for m in re.finditer(r'(?<![\w."])-?\d+\.\d+(?:[eE][-+]?\d+)?', text):
-        digits = m.group().lstrip("-").split("e")[0].split("E")[0].replace(".", "").lstrip("0")
-        if len(digits) >= 16:
+        if significant(m.group()) >= 16 and significant(m.group()) > significant(repr(float(m.group()))):
             out.append(m.group())
     return out
 
@@ -91,3 +94,4 @@ def test_job_objects_write_numbers_in_their_shortest_exact_form(A, stack):
         assert long_reals(t) == [], t[:400]
     # the unit fixes the form: 0.006, never 0.0060000000000000001
     assert long_reals('{"queue_s":0.0060000000000000001}') == ["0.0060000000000000001"]
+    assert long_reals('{"queue_s":132.1243950384669}') == []  # shortest already
