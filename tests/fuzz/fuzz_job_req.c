@@ -13,6 +13,8 @@
  *     gw_blob_to_json bind again on the node's side (svc_kargs_bind) to the
  *     same bytes. A job the gateway accepts must never be one the node
  *     refuses as invalid input.
+ * A task request (task, no kernel) is accepted here with its envelope only:
+ * its spec is gw_task_parse's, the submit handler's next step.
  * A refused request must name a status (400 or 422) and a message. */
 #include <stdint.h>
 #include <stdio.h>
@@ -101,6 +103,18 @@ static void rebind(const gw_job_req *r)
     gw_blob_free(&blob);
 }
 
+/* What any accepted request, a kernel call or a task, keeps. */
+static void envelope_ok(const gw_job_req *r)
+{
+    check(r->priority >= 0 && r->priority <= 9, "priority out of range");
+    check(r->timeout_s >= 1 && r->timeout_s <= 86400, "timeout_s out of range");
+    check(r->max_attempts >= 1 && r->max_attempts <= 10, "max_attempts out of range");
+    check(r->gpus >= 1 && r->gpus <= 16, "gpus out of range");
+    check(!strcmp(r->backend, "any") || !strcmp(r->backend, "cpu") || !strcmp(r->backend, "cuda"),
+          "backend is not any, cpu or cuda");
+    check(json_is_object(r->labels) && json_object_size(r->labels) <= GW_MAX_LABELS, "labels");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     json_error_t je;
@@ -123,14 +137,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(body);
         return 0;
     }
-    check(r.kernel != NULL, "accepted without a kernel");
-    check(r.priority >= 0 && r.priority <= 9, "priority out of range");
-    check(r.timeout_s >= 1 && r.timeout_s <= 86400, "timeout_s out of range");
-    check(r.max_attempts >= 1 && r.max_attempts <= 10, "max_attempts out of range");
-    check(r.gpus >= 1 && r.gpus <= 16, "gpus out of range");
-    check(!strcmp(r.backend, "any") || !strcmp(r.backend, "cpu") || !strcmp(r.backend, "cuda"),
-          "backend is not any, cpu or cuda");
-    check(json_is_object(r.labels) && json_object_size(r.labels) <= GW_MAX_LABELS, "labels");
+    envelope_ok(&r);
+    if (r.task) { /* its spec is gw_task_parse's, next in the submit handler (test_gw_task.c) */
+        check(r.kernel == NULL && json_object_get(body, "kernel") == NULL, "a task that also names a kernel");
+        gw_job_req_free(&r);
+        json_decref(body);
+        return 0;
+    }
+    check(r.kernel != NULL, "accepted without a kernel or a task");
     check(r.ka.args.kernel == r.kernel, "args name another kernel");
     kl_err ke = {{0}, {0}};
     check(kl_args_check(&r.ka.args, &ke) == 0, "accepted args fail kl_args_check");
