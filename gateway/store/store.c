@@ -39,6 +39,11 @@
     "(" t ".kind = 'task' AND " t ".nodes > 1 AND (" t ".state || '') IN " ENDED_STATES           \
     " AND EXISTS (SELECT 1 FROM job_ranks lr WHERE lr.job_id = " t ".id AND "                      \
     "lr.attempt = " t ".attempts AND lr.node_id = " n "::uuid))"
+/* The job_ranks row r is a part of an attempt of job j that has ended (the
+ * job requeued, ended, or moved on to a later attempt): its node may still
+ * run it until it lets go (ST_RUNS_PLACED, ST_CAPACITY, ST_RUNS_UNHELD,
+ * ST_NODE_PARTS_CLOSE). */
+#define ENDED_PART(r, j) "(" r ".attempt < " j ".attempts OR (" j ".state || '') <> 'running')"
 #define ASYNC_COMMIT "cfg AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
 /* An Idempotency-Key names its job for 24 hours (the draft's suggestion,
  * and what Stripe keeps); past that, a submit may take the key over and
@@ -372,7 +377,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "          SELECT r.node_id, r.gpu_ids, cardinality(r.gpu_ids) FROM job_ranks r"
     "          JOIN jobs j ON j.id = r.job_id"
     "          WHERE r.ended_at IS NULL AND ((j.attempts = r.attempt AND j.state = 'running')"
-    "                OR (r.leased_at IS NOT NULL AND (r.attempt < j.attempts OR j.state <> 'running')))),"
+    "                OR (r.leased_at IS NOT NULL AND " ENDED_PART("r", "j") "))),"
     " dev AS (SELECT n.id, d.ord::int - 1 AS idx, coalesce(d.v->>'name', 'GPU') AS model,"
     "                (d.v->>'memory_bytes')::bigint AS mem"
     "         FROM n CROSS JOIN LATERAL jsonb_array_elements(n.gpus) WITH ORDINALITY d(v, ord)"
@@ -658,7 +663,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "          FROM b, jobs j, cfg"
     "          WHERE r.node_id = b.node AND r.ended_at IS NULL AND j.id = r.job_id"
     "            AND r.leased_at < clock_timestamp() - make_interval(secs => $2::float8)"
-    "            AND (r.attempt < j.attempts OR (j.state || '') <> 'running')"
+    "            AND " ENDED_PART("r", "j")
     "            AND NOT ((r.job_id::text || '.' || r.attempt) = ANY (b.held)))"
     " SELECT j.id::text, j.attempts, j.node_name"
     " FROM b JOIN jobs j ON j.node_id = b.node AND j.state = 'running'"
@@ -891,7 +896,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "       (extract(epoch FROM clock_timestamp()) * 1000)::bigint, j.id::text"
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id JOIN nodes n ON n.id = r.node_id"
     " WHERE r.ended_at IS NULL AND r.leased_at IS NOT NULL AND n.state = 'up'"
-    "   AND (r.attempt < j.attempts OR j.state <> 'running')", 0},
+    "   AND " ENDED_PART("r", "j"), 0},
 /* Rows of jobs changed since its statistics were taken, and the rows they
  * counted (0 before any ANALYZE). */
 [ST_JOBS_GROWTH] = {"SELECT coalesce(s.n_mod_since_analyze, 0), greatest(c.reltuples, 0)::bigint"
@@ -902,7 +907,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_NODE_PARTS_CLOSE] = {
     "UPDATE job_ranks r SET ended_at = clock_timestamp(), state = 'cancelled' FROM jobs j"
     " WHERE j.id = r.job_id AND r.node_id = $1::uuid AND r.ended_at IS NULL"
-    "   AND (r.attempt < j.attempts OR j.state <> 'running')", 1},
+    "   AND " ENDED_PART("r", "j"), 1},
 [ST_JOBS_ACTIVE_COUNTS] = {
     "SELECT state, kernel, priority, count(*) FROM jobs WHERE state IN ('queued', 'running')"
     " GROUP BY state, kernel, priority", 0},
