@@ -198,6 +198,13 @@ def started(s):
         s.remove()
 
 
+def capacity(client, model):
+    """GET /v1/nodes' capacity entries of one GPU model."""
+    r = client.get("/v1/nodes")
+    assert r.status_code == 200, r.text
+    return [c for c in r.json()["capacity"] if c.get("gpu_model") == model]
+
+
 def wait_until(pred, timeout, interval=0.1, what="condition"):
     """Polls pred() until it returns something truthy; returns that value."""
     deadline = time.monotonic() + timeout

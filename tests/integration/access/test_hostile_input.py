@@ -13,7 +13,7 @@ import requests
 
 import stack as stk
 from fakenode import FakeNode
-from stack import decode, free_port, status_kb, tensor
+from stack import capacity, decode, free_port, status_kb, tensor
 
 X = [1.0, 2.0, 3.0]
 Y = [10.0, 20.0, 30.0]
@@ -214,12 +214,6 @@ def test_tenant_sees_no_node_urls_or_host_paths_admin_does(A, admin):
         assert "url" not in n and "backend_reason" not in n, n
         assert {"name", "backend", "gpus", "slots", "state"} <= set(n), n
     assert all("url" in n and "backend_reason" in n for n in admin.nodes())
-
-
-def capacity(client, model):
-    r = client.get("/v1/nodes")
-    assert r.status_code == 200, r.text
-    return [c for c in r.json()["capacity"] if c.get("gpu_model") == model]
 
 
 @pytest.mark.timeout(60)

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from fakenode import FakeNode
-from stack import wait_until
+from stack import capacity, wait_until
 
 # No node takes it (16 GPUs): it stays queued until a test places it.
 PARKED = {"kernel": "sleep", "params": {"seconds": 0}, "priority": 0,
@@ -244,7 +244,7 @@ def test_capacity_counts_a_part_its_node_still_holds_as_taken(A, stack):
                     run_s=3600, gpu_name=model).start()
 
     def free():
-        caps = [c for c in A.get("/v1/nodes").json()["capacity"] if c.get("gpu_model") == model]
+        caps = capacity(A, model)
         return caps[0]["free_gpus"] if caps else None
     try:
         assert wait_until(lambda: free() == 1, timeout=10)
