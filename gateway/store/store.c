@@ -44,6 +44,25 @@
  * run it until it lets go (ST_RUNS_PLACED, ST_CAPACITY, ST_RUNS_UNHELD,
  * ST_NODE_PARTS_CLOSE). */
 #define ENDED_PART(r, j) "(" r ".attempt < " j ".attempts OR (" j ".state || '') <> 'running')"
+/* A single-node run leased to a node that has not left, ended or taken
+ * from it by the gateway's own decision (the node argument `by` NULL: its
+ * node was marked down, does not list it, or sent no result within
+ * timeout + grace), may go on there: a node marked down may be alive (its
+ * heartbeats starved, or cut off a while), and may be up again already (a
+ * late heartbeat). It becomes a part (node_rank 0) that holds its devices
+ * while the node is up, is cancelled there, and is closed when the node
+ * reports it, stops listing it (ST_RUNS_UNHELD), registers again or
+ * leaves, as a gang's part is. `run` selects the run as it was: id,
+ * attempt, node_id, node_name, gpu_ids, leased_at, nodes. The statement's
+ * FOR UPDATE sees a lease that committed meanwhile: a run leased while its
+ * node was being judged is not missed. */
+#define LEFT_RUN_PART(by, run)                                                                   \
+    " l AS (INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, gpu_ids, leased_at)" \
+    "       SELECT lr.id, lr.attempt, 0, lr.node_id, lr.node_name, coalesce(lr.gpu_ids, '{}'), lr.leased_at" \
+    "       FROM (" run ") lr JOIN nodes n ON n.id = lr.node_id"                                   \
+    "       WHERE " by "::uuid IS NULL AND lr.nodes = 1 AND lr.leased_at IS NOT NULL"             \
+    "         AND n.credential_hash IS NOT NULL"                                                   \
+    "       ON CONFLICT DO NOTHING)"
 #define ASYNC_COMMIT "cfg AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
 /* An Idempotency-Key names its job for 24 hours (the draft's suggestion,
  * and what Stripe keeps); past that, a submit may take the key over and
@@ -265,9 +284,12 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "           FROM cfg WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
     /* a node's report ($9) counts only for a run it holds; NULL: the gateway's own decision */
     "             AND ($9::uuid IS NULL OR " HELD_BY("jobs", "$9") ")"
-    "           RETURNING id, attempts, node_name, state),"
+    "           RETURNING id, attempts, node_id, node_name, gpu_ids, leased_at, nodes, state),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
-    "       SELECT id, state, attempts, node_name, coalesce($4, 'cancel requested') FROM j)"
+    "       SELECT id, state, attempts, node_name, coalesce($4, 'cancel requested') FROM j),"
+    /* failed by the gateway (no result within timeout + grace): the node
+     * may still run it */
+    LEFT_RUN_PART("$9", "SELECT id, attempts AS attempt, node_id, node_name, gpu_ids, leased_at, nodes FROM j")
     " SELECT id FROM j", 9},
 [ST_JOB_REQUEUE] = {
     /* A counted retry waits min(base * 2^(attempts-1), max) scaled by a
@@ -301,22 +323,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                 jobs.nodes, jobs.gpu_memory_gb, jobs.timeout_s, jobs.task->>'image' AS image),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
     "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j),"
-    /* A single-node run leased to a node that has not left, taken from it
-     * by the gateway's own decision ($11 NULL: its node was marked down, or
-     * does not list it), may go on there: a node marked down may be alive
-     * (its heartbeats starved, or cut off a while), and may be up again
-     * already (a late heartbeat). It becomes a part (node_rank 0) that
-     * holds its devices while the node is up, is cancelled there, and is
-     * closed when the node reports it, stops listing it (ST_RUNS_UNHELD),
-     * registers again or leaves, as a gang's part is. FOR UPDATE above
-     * sees a lease that committed meanwhile: a run leased while its node
-     * was being judged is not missed. */
-    " l AS (INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, gpu_ids, leased_at)"
-    "       SELECT cur.id, $2, 0, cur.was_node, cur.was_name, coalesce(cur.was_gpus, '{}'), cur.was_leased"
-    "       FROM cur JOIN nodes n ON n.id = cur.was_node"
-    "       WHERE $11::uuid IS NULL AND cur.was_nodes = 1 AND cur.was_leased IS NOT NULL"
-    "         AND n.credential_hash IS NOT NULL"
-    "       ON CONFLICT DO NOTHING)"
+    LEFT_RUN_PART("$11", "SELECT id, $2::int AS attempt, was_node AS node_id, was_name AS node_name,"
+                         " was_gpus AS gpu_ids, was_leased AS leased_at, was_nodes AS nodes FROM cur")
     " SELECT state, seq, priority, backend_req, gpus,"
     "        coalesce((extract(epoch FROM not_before) * 1000)::bigint, 0), tenant_id,"
     "        nodes, " GPU_MEM_MB_SQL ", timeout_s, image FROM j", 11},

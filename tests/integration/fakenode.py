@@ -36,6 +36,7 @@ class FakeNode:
         self.posting = threading.Event()   # a run was handed to this node
         self.stop_ev = threading.Event()
         self.silent = threading.Event()    # set: no heartbeat, poll or report (cut off)
+        self.deaf = threading.Event()      # set: cancels are heard and not obeyed (a hung run)
         self.id = None
         self.url = "http://127.0.0.1:9"    # never called: runs travel by lease
         self.state = None        # the heartbeat's "state" (device figures, fault), when set
@@ -106,7 +107,7 @@ class FakeNode:
                 rid = f"{c['job_id']}.{c['attempt']}"
                 with self.mu:
                     run = self.runs.get(rid)
-                    if run and run["state"] == "running":
+                    if run and run["state"] == "running" and not self.deaf.is_set():
                         run["state"] = "cancelled"
                     self.events.append((time.monotonic(), "DELETE", rid, 200 if run else 404))
 

@@ -5,6 +5,7 @@ graceful SIGTERM of a gateway."""
 
 import signal
 import time
+import uuid
 from datetime import timezone
 
 import numpy as np
@@ -218,6 +219,48 @@ def test_restarted_gateway_keeps_a_runs_deadline_from_its_start(A, stack):
     # 2 s + 8 s grace (~10 s); a clock started again at the restart, 5.5 s
     # in at the earliest, gives 15.5 s or more
     assert 2 + GRACE_S - 1 <= took <= 2 + GRACE_S + 4.5, f"given up {took:.1f}s after the start"
+
+
+@pytest.mark.timeout(90)
+def test_a_run_failed_for_no_result_keeps_its_gpu_until_its_node_lets_it_go(A, stack):
+    """The gateway fails a job whose node sent no result within timeout_s +
+    grace, but the node may still be running it (a kernel its kill did not
+    stop, reports lost on the way). The run keeps its GPU until the node
+    lets it go: the gateway writes it into job_ranks, cancels it there, and
+    closes the row when the node reports it. Before, its GPU counted as
+    free the moment the job failed."""
+    from fakenode import FakeNode
+    from stack import capacity
+    model = f"Overdue GPU {uuid.uuid4().hex[:6]}"
+    node = FakeNode(stack.cluster_base, stack.cluster_token, "fake-overdue", run_s=3600,
+                    gpu_name=model).start()
+    node.deaf.set()
+    try:
+        j = A.submit("sleep", {"seconds": 1}, timeout_s=1, resources={"backend": "cuda", "gpus": 1})
+        assert node.posting.wait(10), "the job never reached the fake node"
+        done = A.wait(j["id"], 30)
+        assert done["state"] == "failed" and done["error"]["code"] == "timeout", done
+        rid = f"{j['id']}.1"
+        part = stack.psql(f"SELECT node_name, ended_at IS NULL FROM job_ranks WHERE job_id = '{j['id']}'"
+                          " AND attempt = 1")
+        assert part == [["fake-overdue", "t"]], part
+        # the node is told to cancel it and does not: its GPU stays taken
+        wait_until(lambda: node.seen("DELETE"), 15, 0.1, "the cancel to reach the node")
+        assert rid in node.runs
+        caps = capacity(A, model)
+        assert caps and caps[0]["free_gpus"] == 0, caps
+        # the node lets it go (its report of a stale attempt): the row closes, the GPU is free
+        node.deaf.clear()
+        with node.mu:
+            node.runs[rid]["state"] = "cancelled"
+        wait_until(lambda: stack.psql_value(
+            f"SELECT count(*) FROM job_ranks WHERE job_id = '{j['id']}' AND ended_at IS NOT NULL") == "1",
+            20, 0.1, "the part to be closed by the node's report")
+        wait_until(lambda: (capacity(A, model) or [{}])[0].get("free_gpus") == 1, 10, 0.1,
+                   "the GPU to be free again")
+        assert A.job(j["id"])["state"] == "failed"
+    finally:
+        node.close()
 
 
 @pytest.mark.timeout(90)
