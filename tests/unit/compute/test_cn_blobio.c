@@ -229,13 +229,25 @@ static const json_t *error_of(const json_t *run)
 
 static const float X[4] = {1, 2, 3, 4}, Y[4] = {10, 20, 30, 40};
 
+/* Runs saxpy on the 4-element blobs x and y as job (attempt 1), waits for it
+ * to end and checks that it ended in want_state; returns the run (the
+ * caller's to json_decref). */
+static json_t *run_saxpy(fixture *fx, const char *job, const char *x, const char *y,
+                         int output_blobs, const char *want_state)
+{
+    char id[64];
+    submit_saxpy(fx, job, x, y, 4, output_blobs);
+    snprintf(id, sizeof id, "%s.1", job);
+    json_t *run = wait_run(fx, id);
+    assert_string_equal(str(run, "state"), want_state);
+    return run;
+}
+
 static void test_blob_inputs_run_and_outputs_leave_as_blobs(void **state)
 {
     fixture *fx = *state;
     const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
-    submit_saxpy(fx, "j", x, y, 4, 1);
-    json_t *run = wait_run(fx, "j.1");
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = run_saxpy(fx, "j", x, y, 1, "succeeded");
     const json_t *out = json_object_get(json_object_get(run, "outputs"), "y");
     assert_non_null(out);
     assert_null(json_object_get(out, "b64"));
@@ -254,9 +266,7 @@ static void test_without_output_blobs_outputs_are_base64(void **state)
 {
     fixture *fx = *state;
     const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
-    submit_saxpy(fx, "b", x, y, 4, 0);
-    json_t *run = wait_run(fx, "b.1");
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = run_saxpy(fx, "b", x, y, 0, "succeeded");
     const json_t *out = json_object_get(json_object_get(run, "outputs"), "y");
     assert_string_equal(str(out, "b64"), "AABAQQAAwEEAABBCAABAQg==");  /* [12, 24, 36, 48] */
     assert_int_equal(fx->f.pushes, 0);
@@ -267,12 +277,9 @@ static void test_a_second_run_takes_its_inputs_from_the_cache(void **state)
 {
     fixture *fx = *state;
     const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
-    submit_saxpy(fx, "c1", x, y, 4, 1);
-    json_decref(wait_run(fx, "c1.1"));
+    json_decref(run_saxpy(fx, "c1", x, y, 1, "succeeded"));
     assert_int_equal(fx->f.fetches, 2);
-    submit_saxpy(fx, "c2", x, y, 4, 1);
-    json_t *run = wait_run(fx, "c2.1");
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = run_saxpy(fx, "c2", x, y, 1, "succeeded");
     assert_int_equal(fx->f.fetches, 2);  /* nothing crossed again */
     cn_blobcache_stats s;
     cn_blobcache_stats_get(fx->cache, &s);
@@ -287,9 +294,7 @@ static void test_a_blob_of_the_wrong_size_is_invalid_argument(void **state)
 {
     fixture *fx = *state;
     const char *x = store(&fx->f, X, 12), *y = store(&fx->f, Y, sizeof Y);
-    submit_saxpy(fx, "s", x, y, 4, 1);
-    json_t *run = wait_run(fx, "s.1");
-    assert_string_equal(str(run, "state"), "failed");
+    json_t *run = run_saxpy(fx, "s", x, y, 1, "failed");
     assert_string_equal(str(error_of(run), "code"), "invalid_argument");
     assert_string_equal(str(error_of(run), "field"), "inputs.x");
     assert_non_null(strstr(str(error_of(run), "message"), "has 12 bytes"));
@@ -303,9 +308,7 @@ static void test_an_unknown_blob_is_a_backend_error(void **state)
     const char *x = store(&fx->f, X, sizeof X);
     char missing[72];
     id_of("nothing", 7, missing);
-    submit_saxpy(fx, "u", x, missing, 4, 1);
-    json_t *run = wait_run(fx, "u.1");
-    assert_string_equal(str(run, "state"), "failed");
+    json_t *run = run_saxpy(fx, "u", x, missing, 1, "failed");
     assert_string_equal(str(error_of(run), "code"), "backend_error");
     assert_non_null(strstr(str(error_of(run), "message"), "no blob"));
     json_decref(run);
@@ -316,9 +319,7 @@ static void test_bytes_that_do_not_hash_to_their_id_are_a_backend_error(void **s
     fixture *fx = *state;
     const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
     fx->f.corrupt = 1;
-    submit_saxpy(fx, "h", x, y, 4, 1);
-    json_t *run = wait_run(fx, "h.1");
-    assert_string_equal(str(run, "state"), "failed");
+    json_t *run = run_saxpy(fx, "h", x, y, 1, "failed");
     assert_string_equal(str(error_of(run), "code"), "backend_error");
     assert_non_null(strstr(str(error_of(run), "message"), "hash to"));
     /* and nothing corrupt was cached */
@@ -347,15 +348,11 @@ static void test_a_push_is_retried_then_fails_the_run(void **state)
     fixture *fx = *state;
     const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
     fx->f.push_failures = 2;  /* the third try succeeds */
-    submit_saxpy(fx, "p1", x, y, 4, 1);
-    json_t *run = wait_run(fx, "p1.1");
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = run_saxpy(fx, "p1", x, y, 1, "succeeded");
     assert_int_equal(fx->f.pushes, 3);
     json_decref(run);
     fx->f.push_failures = 100;
-    submit_saxpy(fx, "p2", x, y, 4, 1);
-    run = wait_run(fx, "p2.1");
-    assert_string_equal(str(run, "state"), "failed");
+    run = run_saxpy(fx, "p2", x, y, 1, "failed");
     assert_string_equal(str(error_of(run), "code"), "backend_error");
     assert_non_null(strstr(str(error_of(run), "message"), "connection refused"));
     json_decref(run);
@@ -365,9 +362,7 @@ static void test_without_a_transport_a_blob_input_is_a_backend_error(void **stat
 {
     fixture *fx = *state;
     const char *x = store(&fx->f, X, sizeof X), *y = store(&fx->f, Y, sizeof Y);
-    submit_saxpy(fx, "n", x, y, 4, 0);
-    json_t *run = wait_run(fx, "n.1");
-    assert_string_equal(str(run, "state"), "failed");
+    json_t *run = run_saxpy(fx, "n", x, y, 0, "failed");
     assert_string_equal(str(error_of(run), "code"), "backend_error");
     json_decref(run);
 }
@@ -417,9 +412,7 @@ static void test_shared_inputs_are_mapped_and_outputs_written_and_adopted(void *
     float got[4];
     shared_put(fx, X, sizeof X, x);
     shared_put(fx, Y, sizeof Y, y);
-    submit_saxpy(fx, "j", x, y, 4, 1);
-    json_t *run = wait_run(fx, "j.1");
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = run_saxpy(fx, "j", x, y, 1, "succeeded");
     assert_int_equal(fx->f.fetches, 0);   /* nothing over the transport */
     assert_int_equal(fx->f.pushes, 0);
     assert_int_equal(fx->stats.mapped_inputs, 2);
@@ -444,9 +437,7 @@ static void test_an_output_the_gateway_does_not_see_is_pushed_instead(void **sta
     shared_put(fx, X, sizeof X, x);
     shared_put(fx, Y, sizeof Y, y);
     fx->f.refuse_adopt = 1;
-    submit_saxpy(fx, "j", x, y, 4, 1);
-    json_t *run = wait_run(fx, "j.1");
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = run_saxpy(fx, "j", x, y, 1, "succeeded");
     assert_int_equal(fx->f.adopts, 1);
     assert_int_equal(fx->f.pushes, 1);
     assert_string_equal(fx->f.run, "j.1");
@@ -461,9 +452,7 @@ static void test_a_blob_missing_from_the_shared_dir_is_fetched(void **state)
     char x[72];
     shared_put(fx, X, sizeof X, x);
     const char *y = store(&fx->f, Y, sizeof Y);  /* only the gateway has it */
-    submit_saxpy(fx, "j", x, y, 4, 0);
-    json_t *run = wait_run(fx, "j.1");
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = run_saxpy(fx, "j", x, y, 0, "succeeded");
     assert_int_equal(fx->f.fetches, 1);
     assert_int_equal(fx->stats.mapped_inputs, 1);
     json_decref(run);
@@ -539,9 +528,7 @@ static void test_a_shared_blob_of_the_wrong_size_is_invalid_argument(void **stat
     const float five[5] = {1, 2, 3, 4, 5};
     shared_put(fx, five, sizeof five, x);
     shared_put(fx, Y, sizeof Y, y);
-    submit_saxpy(fx, "j", x, y, 4, 1);
-    json_t *run = wait_run(fx, "j.1");
-    assert_string_equal(str(run, "state"), "failed");
+    json_t *run = run_saxpy(fx, "j", x, y, 1, "failed");
     assert_string_equal(str(error_of(run), "code"), "invalid_argument");
     assert_string_equal(str(error_of(run), "field"), "inputs.x");
     assert_int_equal(fx->f.fetches, 0);
@@ -579,8 +566,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_an_unknown_blob_is_a_backend_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bytes_that_do_not_hash_to_their_id_are_a_backend_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_stops_the_fetch, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shard_inputs_are_fetched_as_the_nodes_rows_only, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_shard_inputs_are_fetched_as_the_nodes_rows_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_push_is_retried_then_fails_the_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_without_a_transport_a_blob_input_is_a_backend_error, setup_no_io, teardown),
         cmocka_unit_test_setup_teardown(test_shared_inputs_are_mapped_and_outputs_written_and_adopted, setup, teardown),
