@@ -204,6 +204,14 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The test server's URL of path (static buffer). */
+static const char *url_of(const char *path)
+{
+    static char url[256];
+    snprintf(url, sizeof url, "%s%s", base, path);
+    return url;
+}
+
 /* ---- a raw libcurl request for what svc_http_call does not expose ------ */
 
 typedef struct {
@@ -254,24 +262,26 @@ static size_t on_read(char *buf, size_t sz, size_t n, void *u)
     return k;
 }
 
-/* content_type NULL: none sent. chunked > 0: upload that many bytes with
- * Transfer-Encoding: chunked instead of body. */
-static raw_resp raw(const char *method, const char *path, const char *content_type,
-                    const char *body, size_t chunked)
+/* header: one more header line, or NULL. content_type NULL: none sent.
+ * chunked > 0: upload that many bytes with Transfer-Encoding: chunked
+ * instead of body. */
+static raw_resp raw_with(const char *method, const char *path, const char *header,
+                         const char *content_type, const char *body, size_t chunked)
 {
     raw_resp r = {0};
-    char url[256], ct[128];
-    snprintf(url, sizeof url, "%s%s", base, path);
+    char ct[128];
     CURL *h = curl_easy_init();
     struct curl_slist *hl = curl_slist_append(NULL, "Expect:");
+    if (header != NULL)
+        hl = curl_slist_append(hl, header);
     if (content_type != NULL) {
         snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
         hl = curl_slist_append(hl, ct);
     }
     chunk_src src = {chunked};
-    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_URL, url_of(path));
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 20L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
@@ -293,6 +303,12 @@ static raw_resp raw(const char *method, const char *path, const char *content_ty
     return r;
 }
 
+static raw_resp raw(const char *method, const char *path, const char *content_type,
+                    const char *body, size_t chunked)
+{
+    return raw_with(method, path, NULL, content_type, body, chunked);
+}
+
 /* The error code of a reply body, or "" (static buffer). */
 static const char *error_code(const char *body)
 {
@@ -306,10 +322,8 @@ static const char *error_code(const char *body)
 
 static svc_response call(const char *method, const char *path, const char *bearer, json_t *body)
 {
-    char url[256];
     svc_response resp;
-    snprintf(url, sizeof url, "%s%s", base, path);
-    svc_http_call(method, url, bearer, body, 10000, &resp);
+    svc_http_call(method, url_of(path), bearer, body, 10000, &resp);
     json_decref(body);
     return resp;
 }
@@ -367,16 +381,15 @@ static void test_wrong_method_is_405_with_allow_header(void **state)
 static void test_json_route_without_json_content_type_is_415(void **state)
 {
     (void)state;
-    raw_resp r = raw("POST", "/v1/items", "text/plain", "{\"a\":1}", 0);
-    assert_int_equal(r.status, 415);
-    assert_string_equal(error_code(r.body), "unsupported_media_type");
-    free(r.body);
-    r = raw("POST", "/v1/items", NULL, NULL, 0);
-    assert_int_equal(r.status, 415);
-    free(r.body);
-    r = raw("POST", "/v1/items", "application/jsonx", "{}", 0);
-    assert_int_equal(r.status, 415);
-    free(r.body);
+    static const struct {
+        const char *content_type, *body;
+    } sent[] = {{"text/plain", "{\"a\":1}"}, {NULL, NULL}, {"application/jsonx", "{}"}};
+    for (size_t i = 0; i < sizeof sent / sizeof *sent; i++) {
+        raw_resp r = raw("POST", "/v1/items", sent[i].content_type, sent[i].body, 0);
+        assert_int_equal(r.status, 415);
+        assert_string_equal(error_code(r.body), "unsupported_media_type");
+        free(r.body);
+    }
 }
 
 static void test_json_route_accepts_charset_parameter_and_replies_with_headers(void **state)
@@ -426,9 +439,11 @@ static void test_body_at_limit_is_accepted(void **state)
 }
 
 /* Sends the head req (a request's head, none of its body) on a connection of
- * its own and reads what the server answers within 5 s into buf. */
-static void head_only(const char *req, char *buf, size_t len)
+ * its own and expects the server to answer 413 with error code within 5 s;
+ * returns the answer (static buffer). */
+static const char *head_refused_413(const char *req, const char *code)
 {
+    static char buf[2048];
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)svc_server_port(srv))};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -436,10 +451,13 @@ static void head_only(const char *req, char *buf, size_t len)
     assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     struct pollfd p = {.fd = fd, .events = POLLIN};
     assert_int_equal(poll(&p, 1, 5000), 1);
-    memset(buf, 0, len);
-    ssize_t n = read(fd, buf, len - 1);
+    memset(buf, 0, sizeof buf);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     assert_true(n > 0);
+    assert_memory_equal(buf, "HTTP/1.1 413", 12);
+    assert_non_null(strstr(buf, code));
+    return buf;
 }
 
 /* The server must answer from the headers alone: the test sends none of the
@@ -447,12 +465,8 @@ static void head_only(const char *req, char *buf, size_t len)
 static void test_content_length_over_limit_is_413_without_reading_body(void **state)
 {
     (void)state;
-    const char req[] = "POST /v1/items HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       "Content-Length: 1000000000\r\n\r\n";
-    char buf[2048];
-    head_only(req, buf, sizeof buf);
-    assert_memory_equal(buf, "HTTP/1.1 413", 12);
-    assert_non_null(strstr(buf, "payload_too_large"));
+    head_refused_413("POST /v1/items HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 1000000000\r\n\r\n", "payload_too_large");
 }
 
 static void test_chunked_body_over_limit_is_413(void **state)
@@ -479,43 +493,19 @@ static void test_chunked_body_over_limit_is_413(void **state)
 static void test_head_check_refuses_from_the_head_alone(void **state)
 {
     (void)state;
-    const char req[] = "POST /v1/limited HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
-                       "X-Limit: 1000\r\nContent-Length: 100000\r\n\r\n";
-    char buf[2048];
-    head_only(req, buf, sizeof buf);
-    assert_memory_equal(buf, "HTTP/1.1 413", 12);
-    assert_non_null(strstr(buf, "over_own_limit"));
-    assert_non_null(strstr(buf, "from the head"));
+    const char *answer = head_refused_413("POST /v1/limited HTTP/1.1\r\nHost: x\r\n"
+                                          "Content-Type: application/octet-stream\r\n"
+                                          "X-Limit: 1000\r\nContent-Length: 100000\r\n\r\n",
+                                          "over_own_limit");
+    assert_non_null(strstr(answer, "from the head"));
 }
 
-/* raw() with an X-Limit header: a chunked upload of chunked bytes. */
+/* A chunked upload of chunked bytes to /v1/limited, whose limit is X-Limit. */
 static raw_resp limited_upload(size_t limit, size_t chunked)
 {
-    raw_resp r = {0};
-    char url[256], lim[64];
-    snprintf(url, sizeof url, "%s/v1/limited", base);
+    char lim[64];
     snprintf(lim, sizeof lim, "X-Limit: %zu", limit);
-    CURL *h = curl_easy_init();
-    struct curl_slist *hl = curl_slist_append(NULL, "Expect:");
-    hl = curl_slist_append(hl, "Content-Type: application/octet-stream");
-    hl = curl_slist_append(hl, "Transfer-Encoding: chunked");
-    hl = curl_slist_append(hl, lim);
-    chunk_src src = {chunked};
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "POST");
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
-    curl_easy_setopt(h, CURLOPT_READDATA, &src);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-    r.rc = curl_easy_perform(h);
-    r.unsent = src.left;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
-    curl_slist_free_all(hl);
-    curl_easy_cleanup(h);
-    return r;
+    return raw_with("POST", "/v1/limited", lim, "application/octet-stream", NULL, chunked);
 }
 
 /* A body its route cut off: a little more is drained so that the sender
@@ -573,47 +563,36 @@ static void test_bearer_token_is_parsed_and_client_ip_known(void **state)
     svc_response_clear(&r);
 }
 
+/* The bearer token h_whoami reads from the Authorization header auth: NULL
+ * where it reads none (static buffer). */
+static const char *bearer_of(const char *auth)
+{
+    static char token[64];
+    char hdr[128];
+    snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
+    raw_resp r = raw_with("GET", "/v1/whoami", hdr, NULL, NULL, 0);
+    assert_int_equal(r.rc, CURLE_OK);
+    json_t *j = json_loads(r.body, 0, NULL);
+    const json_t *bearer = json_object_get(j, "bearer");
+    const char *got = NULL;
+    if (!json_is_null(bearer)) {
+        assert_true(json_is_string(bearer));
+        snprintf(token, sizeof token, "%s", json_string_value(bearer));
+        got = token;
+    }
+    json_decref(j);
+    free(r.body);
+    return got;
+}
+
 static void test_bearer_rejects_other_schemes(void **state)
 {
     (void)state;
     const char *bad[] = {"Basic dXNlcjpw", "Bearer", "Bearer ", "Bearertok", "Bearer a b"};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        char hdr[128], url[128];
-        snprintf(hdr, sizeof hdr, "Authorization: %s", bad[i]);
-        snprintf(url, sizeof url, "%s/v1/whoami", base);
-        raw_resp r = {0};
-        CURL *h = curl_easy_init();
-        struct curl_slist *hl = curl_slist_append(NULL, hdr);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
-        assert_int_equal(curl_easy_perform(h), CURLE_OK);
-        json_t *j = json_loads(r.body, 0, NULL);
-        assert_true(json_is_null(json_object_get(j, "bearer")));
-        json_decref(j);
-        free(r.body);
-        curl_slist_free_all(hl);
-        curl_easy_cleanup(h);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_null(bearer_of(bad[i]));
     /* The scheme is case-insensitive. */
-    svc_response r = {0};
-    raw_resp rr = {0};
-    char url[128];
-    snprintf(url, sizeof url, "%s/v1/whoami", base);
-    CURL *h = curl_easy_init();
-    struct curl_slist *hl = curl_slist_append(NULL, "Authorization: bearer  k2");
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &rr);
-    assert_int_equal(curl_easy_perform(h), CURLE_OK);
-    r.json = json_loads(rr.body, 0, NULL);
-    assert_string_equal(json_string_value(json_object_get(r.json, "bearer")), "k2");
-    svc_response_clear(&r);
-    free(rr.body);
-    curl_slist_free_all(hl);
-    curl_easy_cleanup(h);
+    assert_string_equal(bearer_of("bearer  k2"), "k2");
 }
 
 static void test_error_reply_has_code_message_field_and_extra(void **state)
@@ -702,21 +681,19 @@ static int count_chunks(void *cls, const void *data, size_t n)
  * first, with no token, chunk callback or cancel flag; its rc. */
 static int get_into(const char *path, char *buf, size_t size, svc_response *r)
 {
-    char url[128];
-    snprintf(url, sizeof url, "%s%s", base, path);
     memset(buf, 0, size);
-    return svc_http_get_into(url, NULL, buf, size, NULL, NULL, 5000, NULL, r);
+    return svc_http_get_into(url_of(path), NULL, buf, size, NULL, NULL, 5000, NULL, r);
 }
 
 static void test_get_into_writes_the_body_into_the_callers_buffer(void **state)
 {
     (void)state;
-    char url[128], buf[5000];
+    char buf[5000];
     size_t seen = 0;
     svc_response r;
-    snprintf(url, sizeof url, "%s/v1/stream?bytes=5000", base);
     memset(buf, 0, sizeof buf);
-    assert_int_equal(svc_http_get_into(url, "tok", buf, sizeof buf, count_chunks, &seen, 5000, NULL, &r), 0);
+    assert_int_equal(svc_http_get_into(url_of("/v1/stream?bytes=5000"), "tok", buf, sizeof buf, count_chunks,
+                                       &seen, 5000, NULL, &r), 0);
     assert_int_equal(r.status, 200);
     assert_int_equal(r.length, 5000);
     assert_int_equal(seen, 5000);
@@ -757,15 +734,13 @@ static void test_get_into_keeps_an_error_reply_out_of_the_buffer(void **state)
 static void test_raw_transfers_stop_when_cancelled(void **state)
 {
     (void)state;
-    char url[128], buf[64];
+    char buf[64];
     int cancel = 1;
     svc_response r;
-    snprintf(url, sizeof url, "%s/v1/stream?bytes=64", base);
-    assert_int_equal(svc_http_get_into(url, NULL, buf, sizeof buf, NULL, NULL, 5000, &cancel, &r),
-                     SVC_XFER_ABORTED);
+    assert_int_equal(svc_http_get_into(url_of("/v1/stream?bytes=64"), NULL, buf, sizeof buf, NULL, NULL, 5000,
+                                       &cancel, &r), SVC_XFER_ABORTED);
     svc_response_clear(&r);
-    snprintf(url, sizeof url, "%s/v1/raw", base);
-    assert_int_equal(svc_http_post_raw(url, NULL, "application/octet-stream", buf, sizeof buf, 5000,
+    assert_int_equal(svc_http_post_raw(url_of("/v1/raw"), NULL, "application/octet-stream", buf, sizeof buf, 5000,
                                        &cancel, &r), SVC_XFER_ABORTED);
     svc_response_clear(&r);
 }
@@ -773,11 +748,10 @@ static void test_raw_transfers_stop_when_cancelled(void **state)
 static void test_post_raw_sends_the_bytes_as_they_are(void **state)
 {
     (void)state;
-    char url[128], buf[1000];
+    char buf[1000];
     svc_response r;
     memset(buf, 0xab, sizeof buf);
-    snprintf(url, sizeof url, "%s/v1/raw", base);
-    assert_int_equal(svc_http_post_raw(url, "tok", "application/octet-stream", buf, sizeof buf, 5000,
+    assert_int_equal(svc_http_post_raw(url_of("/v1/raw"), "tok", "application/octet-stream", buf, sizeof buf, 5000,
                                        NULL, &r), 0);
     assert_int_equal(r.status, 200);
     assert_int_equal(json_integer_value(json_object_get(r.json, "len")), 1000);
