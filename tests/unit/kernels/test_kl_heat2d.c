@@ -29,15 +29,6 @@
 #define KL_TEST_SEED 0x2545f4914f6cdd1dull
 #include "kl_test_rand.h"
 
-static float *frand_grid(int64_t h, int64_t w)
-{
-    float *p = malloc(sizeof(float) * (size_t)(h * w));
-    assert_non_null(p);
-    for (int64_t i = 0; i < h * w; i++)
-        p[i] = frand();
-    return p;
-}
-
 static kl_tensor grid_tensor(float *data, int64_t h, int64_t w)
 {
     kl_tensor t = {.dtype = KL_F32, .ndim = 2, .shape = {h, w}, .data = data};
@@ -99,7 +90,7 @@ static void run_ok(const kl_args *a, kl_tensor out[2])
 
 static void matches_naive(int64_t h, int64_t w, double alpha, int steps, int threads)
 {
-    float *g = frand_grid(h, w);
+    float *g = frand_array(h * w);
     float *ref = malloc(sizeof(float) * (size_t)(h * w));
     assert_non_null(ref);
     memcpy(ref, g, sizeof(float) * (size_t)(h * w));
@@ -154,7 +145,7 @@ static void heat2d_boundary_cells_are_unchanged(void **state)
 {
     (void)state;
     const int64_t h = 33, w = 47;
-    float *g = frand_grid(h, w);
+    float *g = frand_array(h * w);
     kl_tensor tg = grid_tensor(g, h, w), out[2];
     kl_args a = heat_args(&tg, 0.25, 100, 0);
     run_ok(&a, out);
@@ -207,7 +198,7 @@ static void heat2d_residual_is_of_the_last_step(void **state)
 {
     (void)state;
     const int64_t h = 12, w = 13;
-    float *g = frand_grid(h, w);
+    float *g = frand_array(h * w);
     kl_tensor tg = grid_tensor(g, h, w), out1[2], prev[2], last[2];
     kl_args a = heat_args(&tg, 0.2, 1, 1);
     run_ok(&a, out1);
@@ -256,7 +247,7 @@ static void heat2d_nan_in_grid_makes_residual_nan(void **state)
 {
     (void)state;
     const int64_t h = 9, w = 40;
-    float *g = frand_grid(h, w);
+    float *g = frand_array(h * w);
     g[4 * w + 20] = NAN;
     kl_tensor tg = grid_tensor(g, h, w), out[2];
     kl_args a = heat_args(&tg, 0.2, 2, 1);
@@ -271,7 +262,7 @@ static void heat2d_nan_in_grid_makes_residual_nan(void **state)
 static void heat2d_steps_defaults_to_one(void **state)
 {
     (void)state;
-    float *g = frand_grid(5, 6), ref[30];
+    float *g = frand_array(5 * 6), ref[30];
     memcpy(ref, g, sizeof ref);
     float ref_resid = naive_heat(ref, 5, 6, 0.2f, 1);
     kl_tensor tg = grid_tensor(g, 5, 6), out[2];
@@ -357,7 +348,7 @@ static void heat2d_rejects_grids_of_wrong_shape_or_dtype(void **state)
 static void heat2d_cancel_raised_before_run_stops_it(void **state)
 {
     (void)state;
-    float *g = frand_grid(64, 64);
+    float *g = frand_array(64 * 64);
     volatile int cancel = 1;
     kl_tensor tg = grid_tensor(g, 64, 64), out[2];
     kl_args a = heat_args(&tg, 0.2, 1000, 1);
@@ -374,7 +365,7 @@ static void heat2d_cancel_raised_before_run_stops_it(void **state)
 static void heat2d_cancel_during_run_stops_every_thread(void **state)
 {
     (void)state;
-    float *g = frand_grid(1000, 1000);
+    float *g = frand_array(1000 * 1000);
     kl_tensor tg = grid_tensor(g, 1000, 1000), out[2];
     for (int threads = 1; threads <= 3; threads++) {
         volatile int cancel = 0;
