@@ -1,6 +1,6 @@
 /* bench_common.h — what the CPU kernel benchmarks (bench/bench_*.c) share:
- * a monotonic clock, the median of repeated timings, and reproducible
- * random inputs. Each benchmark is
+ * a monotonic clock (now_s, the kernel unit tests' own), the median of
+ * repeated timings, and reproducible random inputs. Each benchmark is
  * its own program, so these are per-program statics; one a program does not
  * use is marked so the compiler does not warn. */
 #ifndef KL_BENCH_COMMON_H
@@ -9,14 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-static inline double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "../tests/unit/kernels/kl_test_clock.h"
 
 static inline int cmp_double(const void *a, const void *b)
 {

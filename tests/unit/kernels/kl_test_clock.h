@@ -1,7 +1,8 @@
 /* kl_test_clock.h — what the kernel unit tests that time a run or cancel
- * one share: a monotonic clock in seconds, a thread body that raises a
- * cancel flag after a delay, as the node does when a run is cancelled, and
- * a CPU run with its cancel raised so.
+ * one share: a monotonic clock in seconds (the CPU benchmarks time with it
+ * too, bench/bench_common.h), a thread body that raises a cancel flag after
+ * a delay, as the node does when a run is cancelled, and a CPU run with its
+ * cancel raised so.
  */
 #ifndef KL_TEST_CLOCK_H
 #define KL_TEST_CLOCK_H
