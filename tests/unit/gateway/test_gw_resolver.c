@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "resolver.h"
+#include "../service/svc_test_net.h"
 #include "svc_util.h"
 
 enum { DNS_ANSWER, DNS_NXDOMAIN, DNS_SWALLOW };
@@ -80,13 +81,7 @@ static void dns_start(dns *d, int mode)
 {
     memset(d, 0, sizeof *d);
     d->mode = mode;
-    d->fd = socket(AF_INET, SOCK_DGRAM, 0);
-    assert_true(d->fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(d->fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t l = sizeof sa;
-    getsockname(d->fd, (struct sockaddr *)&sa, &l);
-    d->port = ntohs(sa.sin_port);
+    d->fd = svc_test_loopback(SOCK_DGRAM, &d->port);
     assert_int_equal(pthread_create(&d->thread, NULL, dns_main, d), 0);
 }
 

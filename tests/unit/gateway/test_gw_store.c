@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "store.h"
+#include "../service/svc_test_net.h"
 #include "svc_util.h"
 
 static void test_outages_are_transient(void **state)
@@ -53,15 +54,11 @@ static void test_refused_statements_are_final(void **state)
 static void test_a_server_that_never_answers_times_the_connect_out(void **state)
 {
     (void)state;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int port;
+    int fd = svc_test_loopback(SOCK_STREAM, &port);
     assert_int_equal(listen(fd, 16), 0);
-    socklen_t l = sizeof sa;
-    getsockname(fd, (struct sockaddr *)&sa, &l);
     char url[128];
-    snprintf(url, sizeof url, "postgresql://kowloon@127.0.0.1:%d/kowloon?sslmode=disable",
-             ntohs(sa.sin_port));
+    snprintf(url, sizeof url, "postgresql://kowloon@127.0.0.1:%d/kowloon?sslmode=disable", port);
     gw_store *s = gw_store_open(url, 1);
     assert_non_null(s);
     alarm(30); /* a hang fails the test, not a slow machine */

@@ -22,6 +22,7 @@
 #include "svc_client.h"
 #include "svc_http.h"
 #include "svc_log.h"
+#include "svc_test_net.h"
 #include "svc_util.h"
 
 #define MAX_BODY 1024
@@ -652,15 +653,10 @@ static void test_client_reports_transport_error(void **state)
 {
     (void)state;
     /* A port that was just free: nothing listens there. */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof sa;
-    bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    close(fd);
+    int port;
+    close(svc_test_loopback(SOCK_STREAM, &port));
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/x", ntohs(sa.sin_port));
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/x", port);
     svc_response r;
     assert_int_equal(svc_http_call("GET", url, NULL, NULL, 2000, &r), SVC_XFER_EIO);
     assert_int_equal(r.status, 0);

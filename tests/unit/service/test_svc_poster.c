@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "svc_client.h"
+#include "svc_test_net.h"
 #include "svc_util.h"
 
 /* A receiver: answers 204 to every request (good), or accepts connections
@@ -77,13 +78,8 @@ static void rx_start(rx *r, int answer)
 {
     memset(r, 0, sizeof *r);
     r->answer = answer;
-    r->fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(r->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    r->fd = svc_test_loopback(SOCK_STREAM, &r->port);
     assert_int_equal(listen(r->fd, 16), 0);
-    socklen_t l = sizeof sa;
-    getsockname(r->fd, (struct sockaddr *)&sa, &l);
-    r->port = ntohs(sa.sin_port);
     assert_int_equal(pthread_create(&r->thread, NULL, rx_main, r), 0);
 }
 
