@@ -161,22 +161,31 @@ static void test_a_receiver_that_never_answers_holds_back_no_other_post(void **s
     rx_stop(&good);
 }
 
+/* Adds *post, to a receiver of its own (answer: as rx_start), with
+ * timeout_ms and addr_ok, and runs a poster until the post ends; how it
+ * ended is left in *post. */
+static void post_alone(svc_post *post, int answer, long timeout_ms, svc_addr_ok_fn addr_ok)
+{
+    static char url[64];
+    rx r;
+    rx_start(&r, answer);
+    svc_poster *p = svc_poster_new();
+    ended e = {0};
+    *post = post_to(url, sizeof url, r.port);
+    assert_int_equal(svc_poster_add(p, post, timeout_ms, addr_ok, NULL), 0);
+    run_until(p, &e, post);
+    svc_poster_free(p);
+    rx_stop(&r);
+}
+
 static void test_a_post_ends_at_its_timeout(void **state)
 {
     (void)state;
-    rx hole;
-    rx_start(&hole, 0);
-    svc_poster *p = svc_poster_new();
-    ended e = {0};
-    char u[64];
-    svc_post stuck = post_to(u, sizeof u, hole.port);
-    assert_int_equal(svc_poster_add(p, &stuck, 200, NULL, NULL), 0);
-    run_until(p, &e, &stuck);
+    svc_post stuck;
+    post_alone(&stuck, 0, 200, NULL);
     assert_int_equal(stuck.status, 0);
     assert_true(stuck.error[0] != '\0');
     assert_true(stuck.duration_ms >= 150);
-    svc_poster_free(p);
-    rx_stop(&hole);
 }
 
 static int refuse_all(const void *cls, const struct sockaddr *sa, char *why, size_t whylen)
@@ -189,18 +198,10 @@ static int refuse_all(const void *cls, const struct sockaddr *sa, char *why, siz
 static void test_a_refused_address_ends_with_why(void **state)
 {
     (void)state;
-    rx good;
-    rx_start(&good, 1);
-    svc_poster *p = svc_poster_new();
-    ended e = {0};
-    char u[64];
-    svc_post refused = post_to(u, sizeof u, good.port);
-    assert_int_equal(svc_poster_add(p, &refused, 5000, refuse_all, NULL), 0);
-    run_until(p, &e, &refused);
+    svc_post refused;
+    post_alone(&refused, 1, 5000, refuse_all);
     assert_int_equal(refused.status, 0);
     assert_string_equal(refused.error, "address refused: the address is not allowed");
-    svc_poster_free(p);
-    rx_stop(&good);
 }
 
 int main(void)
