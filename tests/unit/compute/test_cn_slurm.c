@@ -29,6 +29,14 @@ static int read_env(const char *const *env, cn_slurm *s, char *err)
     return cn_slurm_read(fake_getenv, s, err, 256);
 }
 
+/* Reads env, expecting it accepted; the allocation goes to *s. */
+static void read_ok(const char *const *env, cn_slurm *s)
+{
+    char err[256];
+    if (read_env(env, s, err) != 0)
+        fail_msg("refused: %s", err);
+}
+
 static void expect_refused(const char *const *env, const char *needle)
 {
     cn_slurm s;
@@ -38,14 +46,24 @@ static void expect_refused(const char *const *env, const char *needle)
         fail_msg("error \"%s\" does not name %s", err, needle);
 }
 
+/* Reads env, expecting it accepted with the ngpus GPUs gpus, taken from the
+ * variable from; the allocation goes to *s. */
+static void expect_gpus(const char *const *env, const char *gpus, const char *from, int ngpus,
+                        cn_slurm *s)
+{
+    read_ok(env, s);
+    assert_string_equal(s->gpus, gpus);
+    assert_string_equal(s->gpus_from, from);
+    assert_int_equal(s->ngpus, ngpus);
+}
+
 static void test_cpu_task_is_named_after_host_and_job_and_gets_one_slot_per_cpu(void **state)
 {
     (void)state;
     const char *env[] = {"SLURM_JOB_ID", "4242", "SLURMD_NODENAME", "cn017",
                          "SLURM_CPUS_ON_NODE", "8", NULL};
     cn_slurm s;
-    char err[256];
-    assert_int_equal(read_env(env, &s, err), 0);
+    read_ok(env, &s);
     assert_string_equal(s.name, "cn017-slurm4242");
     assert_string_equal(s.host, "cn017");
     assert_string_equal(s.job_id, "4242");
@@ -62,19 +80,18 @@ static void test_the_credential_is_kept_on_the_hosts_own_tmp_per_allocation(void
 {
     (void)state;
     cn_slurm s;
-    char err[256];
     const char *job_tmp[] = {"SLURM_JOB_ID", "4242", "SLURMD_NODENAME", "cn017",
                              "SLURM_CPUS_ON_NODE", "8", "TMPDIR", "/scratch/4242", NULL};
-    assert_int_equal(read_env(job_tmp, &s, err), 0);
+    read_ok(job_tmp, &s);
     assert_string_equal(s.state_dir, "/scratch/4242/kowloon-node-4242");
     const char *no_tmp[] = {"SLURM_JOB_ID", "4243", "SLURMD_NODENAME", "cn017",
                             "SLURM_CPUS_ON_NODE", "8", NULL};
-    assert_int_equal(read_env(no_tmp, &s, err), 0);
+    read_ok(no_tmp, &s);
     assert_string_equal(s.state_dir, "/tmp/kowloon-node-4243");
     /* a TMPDIR that is no plain absolute path is not followed */
     const char *odd[] = {"SLURM_JOB_ID", "4244", "SLURMD_NODENAME", "cn017",
                          "SLURM_CPUS_ON_NODE", "8", "TMPDIR", "scratch/../etc", NULL};
-    assert_int_equal(read_env(odd, &s, err), 0);
+    read_ok(odd, &s);
     assert_string_equal(s.state_dir, "/tmp/kowloon-node-4244");
 }
 
@@ -84,9 +101,8 @@ static void test_two_allocations_on_one_host_get_two_names(void **state)
     const char *a[] = {"SLURM_JOB_ID", "7", "SLURMD_NODENAME", "h1", "SLURM_CPUS_ON_NODE", "1", NULL};
     const char *b[] = {"SLURM_JOB_ID", "8", "SLURMD_NODENAME", "h1", "SLURM_CPUS_ON_NODE", "1", NULL};
     cn_slurm sa, sb;
-    char err[256];
-    assert_int_equal(read_env(a, &sa, err), 0);
-    assert_int_equal(read_env(b, &sb, err), 0);
+    read_ok(a, &sa);
+    read_ok(b, &sb);
     assert_string_not_equal(sa.name, sb.name);
 }
 
@@ -96,8 +112,7 @@ static void test_cpus_per_task_wins_over_cpus_on_node(void **state)
     const char *env[] = {"SLURM_JOB_ID", "1", "SLURMD_NODENAME", "h", "SLURM_CPUS_ON_NODE", "32",
                          "SLURM_CPUS_PER_TASK", "6", NULL};
     cn_slurm s;
-    char err[256];
-    assert_int_equal(read_env(env, &s, err), 0);
+    read_ok(env, &s);
     assert_int_equal(s.cpus, 6);
 }
 
@@ -108,11 +123,7 @@ static void test_gpus_come_from_cuda_visible_devices_first(void **state)
                          "CUDA_VISIBLE_DEVICES", "0,1", "SLURM_STEP_GPUS", "4,5",
                          "SLURM_JOB_GPUS", "4,5,6", NULL};
     cn_slurm s;
-    char err[256];
-    assert_int_equal(read_env(env, &s, err), 0);
-    assert_string_equal(s.gpus, "0,1");
-    assert_string_equal(s.gpus_from, "CUDA_VISIBLE_DEVICES");
-    assert_int_equal(s.ngpus, 2);
+    expect_gpus(env, "0,1", "CUDA_VISIBLE_DEVICES", 2, &s);
     /* one run per GPU, the CPUs shared out between them */
     assert_int_equal(cn_slurm_slots(&s), 2);
     assert_int_equal(cn_slurm_threads(&s, 2), 8);
@@ -126,15 +137,8 @@ static void test_step_gpus_then_job_gpus_stand_in_for_cuda_visible_devices(void 
     const char *job[] = {"SLURM_JOB_ID", "9", "SLURMD_NODENAME", "g1", "SLURM_CPUS_ON_NODE", "4",
                          "SLURM_JOB_GPUS", "1,2,3", NULL};
     cn_slurm s;
-    char err[256];
-    assert_int_equal(read_env(step, &s, err), 0);
-    assert_string_equal(s.gpus, "2,3");
-    assert_string_equal(s.gpus_from, "SLURM_STEP_GPUS");
-    assert_int_equal(s.ngpus, 2);
-    assert_int_equal(read_env(job, &s, err), 0);
-    assert_string_equal(s.gpus, "1,2,3");
-    assert_string_equal(s.gpus_from, "SLURM_JOB_GPUS");
-    assert_int_equal(s.ngpus, 3);
+    expect_gpus(step, "2,3", "SLURM_STEP_GPUS", 2, &s);
+    expect_gpus(job, "1,2,3", "SLURM_JOB_GPUS", 3, &s);
 }
 
 static void test_gpu_uuids_and_no_dev_files_are_understood(void **state)
@@ -146,10 +150,9 @@ static void test_gpu_uuids_and_no_dev_files_are_understood(void **state)
     const char *none[] = {"SLURM_JOB_ID", "3", "SLURMD_NODENAME", "g", "SLURM_CPUS_ON_NODE", "2",
                           "CUDA_VISIBLE_DEVICES", "NoDevFiles", NULL};
     cn_slurm s;
-    char err[256];
-    assert_int_equal(read_env(uuids, &s, err), 0);
+    read_ok(uuids, &s);
     assert_int_equal(s.ngpus, 2);
-    assert_int_equal(read_env(none, &s, err), 0);
+    read_ok(none, &s);
     assert_int_equal(s.ngpus, 0);
     assert_string_equal(s.gpus, "");
     assert_int_equal(cn_slurm_slots(&s), 2);
