@@ -90,6 +90,14 @@ static const char *str(const json_t *run, const char *key)
     return json_string_value(json_object_get(run, key));
 }
 
+/* wait_run, checking that the run ended in state. */
+static json_t *wait_ended(cn_runs *m, const char *id, int64_t wait_ms, const char *state)
+{
+    json_t *run = wait_run(m, id, wait_ms);
+    assert_string_equal(str(run, "state"), state);
+    return run;
+}
+
 static const char *err_code(const json_t *run)
 {
     return json_string_value(json_object_get(json_object_get(run, "error"), "code"));
@@ -104,8 +112,7 @@ static void test_saxpy_runs_and_returns_outputs_in_base64(void **state)
                                      "\"y\":{\"dtype\":\"float32\",\"shape\":[2],\"data\":[10,20]}}}",
                             &err),
                      CN_RUN_NEW);
-    json_t *run = wait_run(f->runs, "j.1", 5000);
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = wait_ended(f->runs, "j.1", 5000, "succeeded");
     assert_string_equal(str(run, "backend"), "cpu");
     assert_true(json_is_null(json_object_get(run, "error")));
     const json_t *y = json_object_get(json_object_get(run, "outputs"), "y");
@@ -120,9 +127,7 @@ static void test_same_job_and_attempt_is_idempotent(void **state)
     fixture *f = *state;
     assert_int_equal(submit_sleep(f->runs, "idem", 1, 0.1, 60), CN_RUN_NEW);
     assert_int_equal(submit_sleep(f->runs, "idem", 1, 0.1, 60), CN_RUN_EXISTING);
-    json_t *run = wait_run(f->runs, "idem.1", 5000);
-    assert_string_equal(str(run, "state"), "succeeded");
-    json_decref(run);
+    json_decref(wait_ended(f->runs, "idem.1", 5000, "succeeded"));
     /* even once it has finished */
     assert_int_equal(submit_sleep(f->runs, "idem", 1, 0.1, 60), CN_RUN_EXISTING);
 }
@@ -145,8 +150,7 @@ static void test_ended_runs_report_their_usage(void **state)
 {
     fixture *f = *state;
     assert_int_equal(submit_sleep(f->runs, "u", 1, 0.3, 60), CN_RUN_NEW);
-    json_t *run = wait_run(f->runs, "u.1", 5000);
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = wait_ended(f->runs, "u.1", 5000, "succeeded");
     const json_t *u = json_object_get(run, "usage");
     assert_non_null(u);
     double run_s = json_number_value(json_object_get(u, "run_s"));
@@ -239,12 +243,8 @@ static void test_newer_attempt_cancels_the_older_one(void **state)
     fixture *f = *state;
     assert_int_equal(submit_sleep(f->runs, "sup", 1, 30, 60), CN_RUN_NEW);
     assert_int_equal(submit_sleep(f->runs, "sup", 2, 0, 60), CN_RUN_NEW);
-    json_t *run = wait_run(f->runs, "sup.1", 2000);
-    assert_string_equal(str(run, "state"), "cancelled");
-    json_decref(run);
-    run = wait_run(f->runs, "sup.2", 2000);
-    assert_string_equal(str(run, "state"), "succeeded");
-    json_decref(run);
+    json_decref(wait_ended(f->runs, "sup.1", 2000, "cancelled"));
+    json_decref(wait_ended(f->runs, "sup.2", 2000, "succeeded"));
 }
 
 static void test_load_lists_runs_until_collected(void **state)
@@ -291,8 +291,7 @@ static void test_shutdown_cancel_is_a_retryable_backend_error(void **state)
     assert_int_equal(submit_sleep(f->runs, "s", 1, 30, 60), CN_RUN_NEW);
     svc_sleep_ms(50);
     assert_int_equal(cn_runs_cancel_all(f->runs, 2000), 0);
-    json_t *run = wait_run(f->runs, "s.1", 0);
-    assert_string_equal(str(run, "state"), "failed");
+    json_t *run = wait_ended(f->runs, "s.1", 0, "failed");
     assert_string_equal(err_code(run), "backend_error");
     json_decref(run);
 }
@@ -390,8 +389,7 @@ static void test_progress_is_kept_per_run_and_taken_once(void **state)
                                      "\"data\":[0,1,10,11]}}}",
                             &err),
                      CN_RUN_NEW);
-    json_t *run = wait_run(f->runs, "pj.2", 5000);
-    assert_string_equal(str(run, "state"), "succeeded");
+    json_t *run = wait_ended(f->runs, "pj.2", 5000, "succeeded");
     /* the run's object carries its last report */
     const json_t *p = json_object_get(run, "progress");
     assert_true(json_is_object(p));
