@@ -128,10 +128,13 @@ static void wait_answered(fake *f, int n)
     pthread_mutex_unlock(&f->mu);
 }
 
-/* Item 0 is committed alone at once; items 1..n-1 arrive while it is in
- * flight and go in batches of batch_max in order. */
-static void run_behind_first(fake *f, gw_committer *c, titem *t, int n)
+/* Through a committer of one worker and batches of batch_max, stopped
+ * after: item 0 is committed alone at once; items 1..n-1 arrive while it is
+ * in flight and go in batches of batch_max in order. */
+static void run_behind_first(fake *f, int batch_max, titem *t, int n)
 {
+    gw_committer *c = gw_committer_start(&ops, f, 1, batch_max);
+    assert_non_null(c);
     set_hold(f, 1);
     assert_int_equal(gw_committer_add(c, &t[0].it), 0);
     wait_in_commit(f);
@@ -139,16 +142,14 @@ static void run_behind_first(fake *f, gw_committer *c, titem *t, int n)
         assert_int_equal(gw_committer_add(c, &t[i].it), 0);
     set_hold(f, 0);
     wait_answered(f, n);
+    gw_committer_stop(c);
 }
 
 static void test_waiting_submits_commit_in_batches_up_to_the_maximum(void **state)
 {
     fake *f = fake_new();
     titem *t = items_new(21);
-    gw_committer *c = gw_committer_start(&ops, f, 1, 8);
-    assert_non_null(c);
-    run_behind_first(f, c, t, 21);
-    gw_committer_stop(c);
+    run_behind_first(f, 8, t, 21);
     /* a lone submit waits for nothing; then everything waiting, 8 at most */
     assert_int_equal(f->ncalls, 4);
     assert_int_equal(f->sizes[0], 1);
@@ -170,9 +171,7 @@ static void test_a_failed_batch_is_retried_one_by_one_and_fails_only_its_bad_row
     fake *f = fake_new();
     titem *t = items_new(10);
     f->poison = 5;
-    gw_committer *c = gw_committer_start(&ops, f, 1, 16);
-    run_behind_first(f, c, t, 10);
-    gw_committer_stop(c);
+    run_behind_first(f, 16, t, 10);
     /* 1 alone, the batch of 9 refused, then each of the 9 alone */
     assert_int_equal(f->ncalls, 1 + 1 + 9);
     assert_int_equal(f->sizes[1], 9);
@@ -193,9 +192,7 @@ static void test_a_lost_connection_fails_the_whole_batch_without_retries(void **
     fake *f = fake_new();
     titem *t = items_new(6);
     f->lost = 1;
-    gw_committer *c = gw_committer_start(&ops, f, 1, 16);
-    run_behind_first(f, c, t, 6);
-    gw_committer_stop(c);
+    run_behind_first(f, 16, t, 6);
     assert_int_equal(f->ncalls, 2); /* the lone one, then the batch of 5: no retry */
     assert_int_equal(t[0].it.rc, 0);
     for (int i = 1; i < 6; i++) {
