@@ -16,6 +16,16 @@ static gw_key_auth auth_of(int64_t tenant)
                          .rate_burst = 7, .max_queued = 3};
 }
 
+/* A cache of 64 entries and ttl_ms that answered "kl_a" (tenant 1's key)
+ * at 0; the caller frees it. */
+static gw_keycache *cache_knowing_kl_a(int64_t ttl_ms)
+{
+    gw_keycache *c = gw_keycache_new(64, ttl_ms);
+    gw_key_auth ka = auth_of(1);
+    gw_keycache_put(c, "kl_a", &ka, 0);
+    return c;
+}
+
 static void test_valid_key_is_kept_until_the_ttl_from_when_it_was_asked(void **state)
 {
     gw_keycache *c = gw_keycache_new(64, 500);
@@ -45,9 +55,8 @@ static void test_unknown_key_is_remembered_as_unknown(void **state)
 
 static void test_revocation_is_seen_once_the_old_answer_expires(void **state)
 {
-    gw_keycache *c = gw_keycache_new(64, 500);
+    gw_keycache *c = cache_knowing_kl_a(500);
     gw_key_auth ka = auth_of(1), out;
-    gw_keycache_put(c, "kl_a", &ka, 0);
     /* the key is revoked at 100; the next lookup after expiry says so */
     assert_int_equal(gw_keycache_get(c, "kl_a", 499, &out), 1);
     assert_int_equal(gw_keycache_get(c, "kl_a", 500, &out), -ENOENT);
@@ -61,9 +70,8 @@ static void test_revocation_is_seen_once_the_old_answer_expires(void **state)
 
 static void test_clear_forgets_every_answer(void **state)
 {
-    gw_keycache *c = gw_keycache_new(64, 1000);
-    gw_key_auth ka = auth_of(1), out;
-    gw_keycache_put(c, "kl_a", &ka, 0);
+    gw_keycache *c = cache_knowing_kl_a(1000);
+    gw_key_auth out;
     gw_keycache_put(c, "kl_b", NULL, 0);
     gw_keycache_clear(c);
     assert_int_equal(gw_keycache_get(c, "kl_a", 1, &out), -ENOENT);
@@ -73,9 +81,8 @@ static void test_clear_forgets_every_answer(void **state)
 
 static void test_ttl_zero_keeps_nothing(void **state)
 {
-    gw_keycache *c = gw_keycache_new(64, 0);
-    gw_key_auth ka = auth_of(1), out;
-    gw_keycache_put(c, "kl_a", &ka, 0);
+    gw_keycache *c = cache_knowing_kl_a(0);
+    gw_key_auth out;
     assert_int_equal(gw_keycache_get(c, "kl_a", 0, &out), -ENOENT);
     gw_keycache_free(c);
 }
