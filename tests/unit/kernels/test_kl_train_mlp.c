@@ -84,14 +84,24 @@ static kl_args args_for(const set *s, const hyper *h)
     return a;
 }
 
-static void train(const set *s, const hyper *h, kl_tensor *out)
+/* Trains h on s into out (a failure fails the test), its progress reports
+ * going to progress and its notes to info (either NULL: none). */
+static void train_reporting(const set *s, const hyper *h, kl_progress_sink *progress, kl_info *info,
+                            kl_tensor *out)
 {
     kl_args a = args_for(s, h);
+    a.progress = progress;
+    a.info = info;
     kl_err err = {0};
     int rc = kl_run_cpu(&a, out, &err);
     if (rc != 0)
         print_error("train_mlp failed: %d %s: %s\n", rc, err.field, err.message);
     assert_int_equal(rc, 0);
+}
+
+static void train(const set *s, const hyper *h, kl_tensor *out)
+{
+    train_reporting(s, h, NULL, NULL, out);
 }
 
 static void outs_free(kl_tensor *out)
@@ -134,6 +144,26 @@ typedef struct naive {
     double *w, *loss, accuracy;
 } naive;
 
+/* The net's hidden layer for row x: hid = relu(x W1 + b1). */
+static void naive_hidden(const kl_mlp_dims *m, const double *w, const float *x, double *hid)
+{
+    for (int64_t j = 0; j < m->h; j++) {
+        double z = w[m->b1 + j];
+        for (int64_t k = 0; k < m->d; k++)
+            z += x[k] * w[m->w1 + k * m->h + j];
+        hid[j] = z > 0 ? z : 0;
+    }
+}
+
+/* The net's logit of class c from the hidden layer hid: (hid W2 + b2)[c]. */
+static double naive_logit(const kl_mlp_dims *m, const double *w, const double *hid, int64_t c)
+{
+    double z = w[m->b2 + c];
+    for (int64_t j = 0; j < m->h; j++)
+        z += hid[j] * w[m->w2 + j * m->c + c];
+    return z;
+}
+
 static naive naive_train(const set *s, const hyper *h)
 {
     const kl_mlp_dims m = kl__mlp_dims(s->n, s->d, h->hidden, h->classes);
@@ -165,19 +195,11 @@ static naive naive_train(const set *s, const hyper *h)
                     continue;
                 bt++;
                 const float *x = s->x + i * D;
-                for (int64_t j = 0; j < H; j++) {
-                    double z = w[m.b1 + j];
-                    for (int64_t k = 0; k < D; k++)
-                        z += x[k] * w[m.w1 + k * H + j];
-                    hid[j] = z > 0 ? z : 0;
-                }
+                naive_hidden(&m, w, x, hid);
                 double mx = -INFINITY, sum = 0;
                 for (int64_t c = 0; c < C; c++) {
-                    double z = w[m.b2 + c];
-                    for (int64_t j = 0; j < H; j++)
-                        z += hid[j] * w[m.w2 + j * C + c];
-                    l[c] = z;
-                    mx = z > mx ? z : mx;
+                    l[c] = naive_logit(&m, w, hid, c);
+                    mx = l[c] > mx ? l[c] : mx;
                 }
                 for (int64_t c = 0; c < C; c++)
                     sum += exp(l[c] - mx);
@@ -209,19 +231,11 @@ static naive naive_train(const set *s, const hyper *h)
     }
     int64_t right = 0;
     for (int64_t i = 0; i < s->n; i++) {
-        const float *x = s->x + i * D;
-        for (int64_t j = 0; j < H; j++) {
-            double z = w[m.b1 + j];
-            for (int64_t k = 0; k < D; k++)
-                z += x[k] * w[m.w1 + k * H + j];
-            hid[j] = z > 0 ? z : 0;
-        }
+        naive_hidden(&m, w, s->x + i * D, hid);
         int64_t best = 0;
         double top = -INFINITY;
         for (int64_t c = 0; c < C; c++) {
-            double z = w[m.b2 + c];
-            for (int64_t j = 0; j < H; j++)
-                z += hid[j] * w[m.w2 + j * C + c];
+            double z = naive_logit(&m, w, hid, c);
             if (z > top) {
                 top = z;
                 best = c;
@@ -676,12 +690,9 @@ static void reports_progress_each_epoch_then_the_accuracy(void **state)
     (void)state;
     set s = blobs(40, 2, 2, 3.0);
     hyper h = small_net(4, 8, 1);
-    kl_args a = args_for(&s, &h);
     rec_sink rec = {.sink = {.report = rec_report}};
-    a.progress = &rec.sink;
     kl_tensor out[6];
-    kl_err err = {0};
-    assert_int_equal(kl_run_cpu(&a, out, &err), 0);
+    train_reporting(&s, &h, &rec.sink, NULL, out);
     assert_int_equal(rec.n, 4);
     for (int e = 0; e < 4; e++) {
         assert_int_equal((int)kv(&rec.got[e], "epoch"), e + 1);
@@ -701,12 +712,9 @@ static void reports_ranks_and_steps(void **state)
     (void)state;
     set s = blobs(30, 2, 2, 3.0);
     hyper h = small_net(3, 8, 2);
-    kl_args a = args_for(&s, &h);
     kl_info info = {0};
-    a.info = &info;
     kl_tensor out[6];
-    kl_err err = {0};
-    assert_int_equal(kl_run_cpu(&a, out, &err), 0);
+    train_reporting(&s, &h, NULL, &info, out);
     const char *ranks = NULL, *steps = NULL;
     for (int i = 0; i < info.n; i++) {
         if (strcmp(info.kv[i].key, "ranks") == 0)
