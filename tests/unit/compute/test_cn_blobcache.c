@@ -59,16 +59,22 @@ static int has(cn_blobcache *bc, char c, size_t size)
     return 1;
 }
 
+static cn_blobcache_stats stats_of(cn_blobcache *bc)
+{
+    cn_blobcache_stats s;
+    cn_blobcache_stats_get(bc, &s);
+    return s;
+}
+
 static void test_hit_copies_the_bytes_and_counts(void **state)
 {
     cn_blobcache *bc;
-    cn_blobcache_stats s;
     assert_int_equal(cn_blobcache_create(100, &bc), 0);
     put(bc, 'a', 10);
     assert_true(has(bc, 'a', 10));
     assert_true(has(bc, 'a', 10));
     cn_blobcache_count_fetch(bc, 10);
-    cn_blobcache_stats_get(bc, &s);
+    cn_blobcache_stats s = stats_of(bc);
     assert_int_equal(s.hits, 2);
     assert_int_equal(s.misses, 1);
     assert_int_equal(s.used_bytes, 10);
@@ -98,16 +104,13 @@ static void test_least_recently_used_is_evicted_first(void **state)
 static void test_budget_holds_and_big_blobs_evict_several(void **state)
 {
     cn_blobcache *bc;
-    cn_blobcache_stats s;
     assert_int_equal(cn_blobcache_create(100, &bc), 0);
     for (char c = 'a'; c < 'a' + 10; c++)
         put(bc, c, 10);
-    cn_blobcache_stats_get(bc, &s);
-    assert_int_equal(s.used_bytes, 100);
+    assert_int_equal(stats_of(bc).used_bytes, 100);
     put(bc, 'z', 35);  /* needs the four oldest out */
-    cn_blobcache_stats_get(bc, &s);
-    assert_true(s.used_bytes <= 100);
-    assert_int_equal(s.used_bytes, 95);
+    assert_true(stats_of(bc).used_bytes <= 100);
+    assert_int_equal(stats_of(bc).used_bytes, 95);
     for (char c = 'a'; c < 'a' + 4; c++)
         assert_false(has(bc, c, 10));
     for (char c = 'e'; c < 'a' + 10; c++)
@@ -132,8 +135,7 @@ static void test_a_blob_larger_than_the_budget_is_not_cached(void **state)
     claim = (void *)1;
     assert_int_equal(cn_blobcache_get(off, id_of('a'), buf, 1, NULL, &claim, &actual), CN_BLOB_MISS);
     assert_null(claim);
-    cn_blobcache_stats s;
-    cn_blobcache_stats_get(off, &s);
+    cn_blobcache_stats s = stats_of(off);
     assert_int_equal(s.misses, 1);
     assert_int_equal(s.used_bytes, 0);
     cn_blobcache_destroy(off);
@@ -208,8 +210,7 @@ static void run_race(int fail_first, int want_fetches)
             assert_int_equal(rs[i].buf[j], 'r');
     }
     assert_int_equal(fetches, want_fetches);
-    cn_blobcache_stats s;
-    cn_blobcache_stats_get(bc, &s);
+    cn_blobcache_stats s = stats_of(bc);
     /* the abandoner asks once more */
     assert_int_equal(s.misses, want_fetches);
     assert_int_equal(s.hits, NTHREADS + fail_first - want_fetches);
@@ -296,8 +297,7 @@ static void test_concurrent_use_keeps_bytes_and_budget(void **state)
     }
     for (int i = 0; i < NTHREADS; i++)
         pthread_join(th[i], NULL);
-    cn_blobcache_stats s;
-    cn_blobcache_stats_get(bc, &s);
+    cn_blobcache_stats s = stats_of(bc);
     assert_true(s.used_bytes <= 2 * BIG);
     assert_int_equal(s.hits + s.misses, NTHREADS * 300);
     cn_blobcache_destroy(bc);
