@@ -33,6 +33,16 @@ typedef struct result {
 
 static const option atm = {KL_MC_CALL, KL_MC_EUROPEAN, 100, 100, 0.05, 0.2, 1, 200000, 1, 7};
 
+/* atm as an Asian option averaged over steps steps, priced on paths paths. */
+static option asian(double steps, double paths)
+{
+    option o = atm;
+    o.style = KL_MC_ASIAN;
+    o.steps = steps;
+    o.paths = paths;
+    return o;
+}
+
 static kl_args args_of(const option *o, int threads)
 {
     kl_args a = args_for("montecarlo_option");
@@ -216,10 +226,7 @@ static void cpu_matches_naive_double_reference_on_the_same_draws(void **state)
 static void same_seed_gives_same_bits_on_any_thread_count(void **state)
 {
     (void)state;
-    option o = atm;
-    o.style = KL_MC_ASIAN;
-    o.steps = 10;
-    o.paths = 50001;
+    option o = asian(10, 50001);
     result a = price_threads(&o, 1), b = price_threads(&o, 3), c = price_threads(&o, 0);
     assert_memory_equal(&a, &b, sizeof a);
     assert_memory_equal(&a, &c, sizeof a);
@@ -340,10 +347,7 @@ static void limits_and_defaults_are_in_the_catalog(void **state)
 static void stops_when_cancelled(void **state)
 {
     (void)state;
-    option o = atm;
-    o.style = KL_MC_ASIAN;
-    o.steps = 10000;
-    o.paths = 1e8; /* hours of work */
+    option o = asian(10000, 1e8); /* hours of work */
     kl_args a = args_of(&o, 0);
     volatile int cancel = 1;
     a.cancel = &cancel;
@@ -360,10 +364,7 @@ static void stops_when_cancelled(void **state)
 static void stops_soon_after_a_cancel_mid_run(void **state)
 {
     (void)state;
-    option o = atm;
-    o.style = KL_MC_ASIAN;
-    o.steps = 5000;
-    o.paths = 1e8;
+    option o = asian(5000, 1e8);
     kl_args a = args_of(&o, 0);
     volatile int cancel = 0;
     a.cancel = &cancel;
