@@ -424,32 +424,32 @@ static void test_refusals_of_framing_and_limits(void **state)
                                 "a-rather-long-file-name-to-pass-the-limit.bin\"\r\n\r\nx\r\n--" B "--",
                                 0, 64, NULL),
                         "part 1 has a header block longer than 64 bytes");
-    assert_string_equal(refused("--" B "\nContent-Disposition: form-data; name=\"a\"\n\nx\n--" B "--\n", 0, 0, NULL),
-                        "a boundary line ends in a bare LF; multipart lines must end in CRLF");
-    assert_string_equal(refused("preamble\n--" B "\nContent-Disposition: form-data; name=\"a\"\n\nx\n--" B "--\n",
-                                0, 0, NULL),
-                        "multipart body has no boundary line \"--" B "\" (lines must end in CRLF)");
-    assert_string_equal(refused("--" B "\r\nContent-Disposition: form-data; name=\"a\"\n\nx", 0, 0, NULL),
-                        "part 1 has a bare LF in its headers; multipart lines must end in CRLF");
-    assert_string_equal(refused("", 0, 0, NULL),
-                        "multipart body has no boundary line \"--" B "\" (lines must end in CRLF)");
-    assert_string_equal(refused(PART("a") "--" B "-x", 0, 0, NULL),
-                        "malformed closing boundary (a single '-' after the boundary)");
-    assert_string_equal(refused("--" B "\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n"
-                                "x\r\n--" B "tail\r\n--" B "--", 0, 0, NULL),
-                        "a line starts with the boundary but is not a boundary line "
-                        "(the boundary must not occur in a part)");
-    assert_string_equal(refused("--" B "\r\nContent-Disposition: form-data; name=\"a\r\n\r\nx\r\n--" B "--",
-                                0, 0, NULL),
-                        "part 1 has an unterminated quoted string in Content-Disposition");
-    assert_string_equal(refused("--" B "\r\nContent-Disposition: form-data; name=\"a\"\r\n"
-                                "content-disposition: form-data; name=\"b\"\r\n\r\nx\r\n--" B "--", 0, 0, NULL),
-                        "part 1 has two Content-Disposition headers");
-    assert_string_equal(refused("--" B "\r\nContent-Disposition: form-data;\r\n name=\"a\"\r\n\r\nx\r\n--" B "--",
-                                0, 0, NULL),
-                        "part 1 has a folded header line (obsolete; one line per header)");
-    assert_string_equal(refused("--" B "\r\nContent-Disposition form-data\r\n\r\nx\r\n--" B "--", 0, 0, NULL),
-                        "part 1 has a header line without a colon");
+    static const struct {
+        const char *body, *why;
+    } bad[] = {
+        {"--" B "\nContent-Disposition: form-data; name=\"a\"\n\nx\n--" B "--\n",
+         "a boundary line ends in a bare LF; multipart lines must end in CRLF"},
+        {"preamble\n--" B "\nContent-Disposition: form-data; name=\"a\"\n\nx\n--" B "--\n",
+         "multipart body has no boundary line \"--" B "\" (lines must end in CRLF)"},
+        {"--" B "\r\nContent-Disposition: form-data; name=\"a\"\n\nx",
+         "part 1 has a bare LF in its headers; multipart lines must end in CRLF"},
+        {"",
+         "multipart body has no boundary line \"--" B "\" (lines must end in CRLF)"},
+        {PART("a") "--" B "-x",
+         "malformed closing boundary (a single '-' after the boundary)"},
+        {"--" B "\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nx\r\n--" B "tail\r\n--" B "--",
+         "a line starts with the boundary but is not a boundary line (the boundary must not occur in a part)"},
+        {"--" B "\r\nContent-Disposition: form-data; name=\"a\r\n\r\nx\r\n--" B "--",
+         "part 1 has an unterminated quoted string in Content-Disposition"},
+        {"--" B "\r\nContent-Disposition: form-data; name=\"a\"\r\ncontent-disposition: form-data; name=\"b\"\r\n\r\nx\r\n--" B "--",
+         "part 1 has two Content-Disposition headers"},
+        {"--" B "\r\nContent-Disposition: form-data;\r\n name=\"a\"\r\n\r\nx\r\n--" B "--",
+         "part 1 has a folded header line (obsolete; one line per header)"},
+        {"--" B "\r\nContent-Disposition form-data\r\n\r\nx\r\n--" B "--",
+         "part 1 has a header line without a colon"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_string_equal(refused(bad[i].body, 0, 0, NULL), bad[i].why);
 }
 
 static int stop_data(void *cls, const char *d, size_t n)
