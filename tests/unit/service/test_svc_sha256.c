@@ -27,6 +27,14 @@ static void check_hmac(const unsigned char *key, size_t klen, const char *msg, s
     assert_string_equal(hex, want);
 }
 
+/* check_hmac of 50 bytes of value d (the data of RFC 4231's cases 3 and 4). */
+static void check_hmac_of_50(const unsigned char *key, size_t klen, unsigned char d, const char *want)
+{
+    char data[50];
+    memset(data, d, sizeof data);
+    check_hmac(key, klen, data, sizeof data, want);
+}
+
 static void test_hmac_rfc4231_case1_short_key(void **state)
 {
     (void)state;
@@ -48,23 +56,17 @@ static void test_hmac_rfc4231_case3_combined_key_and_data(void **state)
 {
     (void)state;
     unsigned char key[20];
-    char data[50];
     memset(key, 0xaa, sizeof key);
-    memset(data, 0xdd, sizeof data);
-    check_hmac(key, sizeof key, data, sizeof data,
-               "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+    check_hmac_of_50(key, sizeof key, 0xdd, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
 }
 
 static void test_hmac_rfc4231_case4_counting_key(void **state)
 {
     (void)state;
     unsigned char key[25];
-    char data[50];
     for (int i = 0; i < 25; i++)
         key[i] = (unsigned char)(i + 1);
-    memset(data, 0xcd, sizeof data);
-    check_hmac(key, sizeof key, data, sizeof data,
-               "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
+    check_hmac_of_50(key, sizeof key, 0xcd, "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
 }
 
 static void test_hmac_rfc4231_case6_key_longer_than_block_is_hashed(void **state)
