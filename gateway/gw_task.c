@@ -18,19 +18,6 @@
 #define TASK_DIMS 8            /* most dimensions of an input's shape */
 #define TASK_ELEMS_MAX ((int64_t)1 << 40)
 
-static int fail(gw_task_err *e, int status, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(gw_task_err *e, int status, const char *field, const char *fmt, ...)
-{
-    va_list ap;
-    e->status = status;
-    snprintf(e->field, sizeof e->field, "%s", field);
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 uint32_t gw_task_image_key(const char *image)
 {
     uint32_t h = svc_fnv1a(image ? image : "");
@@ -47,7 +34,7 @@ static int known_member(const char *k, const char *const *names)
 
 /* Refuses (400) a member of o that is not one of names; prefix names o. */
 static int members_check(const json_t *o, const char *prefix, const char *const *names,
-                         gw_task_err *e)
+                         gw_verr *e)
 {
     const char *k;
     json_t *v;
@@ -55,61 +42,61 @@ static int members_check(const json_t *o, const char *prefix, const char *const 
         if (!known_member(k, names)) {
             char field[160];
             snprintf(field, sizeof field, "%s.%.100s", prefix, k);
-            return fail(e, 400, field, "%s is not a member of %s", field, prefix);
+            return gw_verr_set(e, 400, field, "%s is not a member of %s", field, prefix);
         }
     }
     return 0;
 }
 
-static int command_parse(const json_t *cmd, gw_task_err *e)
+static int command_parse(const json_t *cmd, gw_verr *e)
 {
     if (!json_is_array(cmd))
-        return fail(e, cmd ? 400 : 422, "task.command",
+        return gw_verr_set(e, cmd ? 400 : 422, "task.command",
                     "task.command must be a list of strings (the program and its arguments)");
     size_t n = json_array_size(cmd), total = 0, i;
     if (n == 0 || n > SVC_TASK_ARGS_MAX)
-        return fail(e, 422, "task.command", "task.command must have 1 to %d entries",
+        return gw_verr_set(e, 422, "task.command", "task.command must have 1 to %d entries",
                     SVC_TASK_ARGS_MAX);
     json_t *a;
     json_array_foreach(cmd, i, a) {
         if (!json_is_string(a))
-            return fail(e, 400, "task.command", "task.command[%zu] must be a string", i);
+            return gw_verr_set(e, 400, "task.command", "task.command[%zu] must be a string", i);
         size_t len = json_string_length(a);
         if (len != strlen(json_string_value(a)))
-            return fail(e, 422, "task.command", "task.command[%zu] holds a NUL character", i);
+            return gw_verr_set(e, 422, "task.command", "task.command[%zu] holds a NUL character", i);
         if (i == 0 && len == 0)
-            return fail(e, 422, "task.command", "task.command[0], the program, must not be empty");
+            return gw_verr_set(e, 422, "task.command", "task.command[0], the program, must not be empty");
         if (len > SVC_TASK_ARG_MAX)
-            return fail(e, 422, "task.command", "task.command[%zu] is over %d bytes", i,
+            return gw_verr_set(e, 422, "task.command", "task.command[%zu] is over %d bytes", i,
                         SVC_TASK_ARG_MAX);
         total += len;
     }
     if (total > SVC_TASK_CMD_MAX)
-        return fail(e, 422, "task.command", "task.command is over %d bytes in all",
+        return gw_verr_set(e, 422, "task.command", "task.command is over %d bytes in all",
                     SVC_TASK_CMD_MAX);
     return 0;
 }
 
-static int env_parse(const json_t *env, gw_task_err *e)
+static int env_parse(const json_t *env, gw_verr *e)
 {
     if (!env)
         return 0;
     if (!json_is_object(env))
-        return fail(e, 400, "task.env", "task.env must be an object of strings");
+        return gw_verr_set(e, 400, "task.env", "task.env must be an object of strings");
     if (json_object_size(env) > SVC_TASK_ENV_MAX)
-        return fail(e, 422, "task.env", "task.env may set at most %d variables", SVC_TASK_ENV_MAX);
+        return gw_verr_set(e, 422, "task.env", "task.env may set at most %d variables", SVC_TASK_ENV_MAX);
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)env, k, v) {
         char field[160], why[200];
         snprintf(field, sizeof field, "task.env.%.128s", k);
         if (svc_task_env_name_check(k, why, sizeof why) != 0)
-            return fail(e, 422, field, "%s: %s", field, why);
+            return gw_verr_set(e, 422, field, "%s: %s", field, why);
         if (!json_is_string(v))
-            return fail(e, 400, field, "%s must be a string", field);
+            return gw_verr_set(e, 400, field, "%s must be a string", field);
         if (json_string_length(v) != strlen(json_string_value(v)) ||
             json_string_length(v) > SVC_TASK_ENV_VALUE_MAX)
-            return fail(e, 422, field, "%s must be at most %d bytes, without NUL", field,
+            return gw_verr_set(e, 422, field, "%s must be at most %d bytes, without NUL", field,
                         SVC_TASK_ENV_VALUE_MAX);
     }
     return 0;
@@ -256,20 +243,20 @@ static int data_flatten(const json_t *data, const char *dtype, size_t esize, uns
 }
 
 static int input_check(const char *name, const char *field, const json_t *in, const json_t *jd,
-                       const json_t *js, json_t *run_inputs, gw_task_req *t, gw_task_err *e);
+                       const json_t *js, json_t *run_inputs, gw_task_req *t, gw_verr *e);
 
 /* One input: its lease entry into run_inputs, and what the caller must do
  * (a blob to check, inline bytes to store). */
 static int input_parse(const char *name, const json_t *in, json_t *run_inputs, gw_task_req *t,
-                       gw_task_err *e)
+                       gw_verr *e)
 {
     static const char *const members[] = {"dtype", "shape", "data", "b64", "blob", "format", NULL};
     char field[160], why[200];
     snprintf(field, sizeof field, "task.inputs.%.64s", name);
     if (svc_task_input_name_check(name, why, sizeof why) != 0)
-        return fail(e, 422, field, "%s: %s", field, why);
+        return gw_verr_set(e, 422, field, "%s: %s", field, why);
     if (!json_is_object(in))
-        return fail(e, 400, field, "%s must be an object: {dtype, shape, data|b64|blob, format}",
+        return gw_verr_set(e, 400, field, "%s must be an object: {dtype, shape, data|b64|blob, format}",
                     field);
     if (members_check(in, field, members, e) != 0)
         return -1;
@@ -290,44 +277,44 @@ typedef struct input_form {
 } input_form;
 
 static int input_form_check(const char *field, const json_t *in, const json_t *jd,
-                            const json_t *js, input_form *f, gw_task_err *e)
+                            const json_t *js, input_form *f, gw_verr *e)
 {
     const json_t *jdata = json_object_get(in, "data"), *jb64 = json_object_get(in, "b64");
     const json_t *jblob = json_object_get(in, "blob"), *jf = json_object_get(in, "format");
     f->dtype = json_string_value(jd);
     f->format = jf ? json_string_value(jf) : "raw";
     if ((jd && !f->dtype) || (jf && !f->format))
-        return fail(e, 400, field, "%s: dtype and format must be strings", field);
+        return gw_verr_set(e, 400, field, "%s: dtype and format must be strings", field);
     if (strcmp(f->format, "raw") != 0 && strcmp(f->format, "npy") != 0)
-        return fail(e, 422, field, "%s.format must be raw or npy", field);
+        return gw_verr_set(e, 422, field, "%s.format must be raw or npy", field);
     f->esize = f->dtype ? svc_task_dtype_size(f->dtype) : 0;
     if (f->dtype && f->esize == 0)
-        return fail(e, 422, field, "%s.dtype %.32s is not one of bool, int8, int16, int32, "
+        return gw_verr_set(e, 422, field, "%s.dtype %.32s is not one of bool, int8, int16, int32, "
                     "int64, uint8, uint16, uint32, uint64, float16, float32, float64", field,
                     f->dtype);
     if ((f->dtype != NULL) != (js != NULL))
-        return fail(e, 422, field, "%s: dtype and shape go together (neither: plain bytes)", field);
+        return gw_verr_set(e, 422, field, "%s: dtype and shape go together (neither: plain bytes)", field);
     if (!f->dtype && strcmp(f->format, "npy") == 0)
-        return fail(e, 422, field, "%s: format npy needs a dtype and a shape", field);
+        return gw_verr_set(e, 422, field, "%s: format npy needs a dtype and a shape", field);
     f->elems = js ? shape_elems(js) : -1;
     if (js && f->elems < 0)
-        return fail(e, 422, field, "%s.shape must be a list of at most %d non-negative integers",
+        return gw_verr_set(e, 422, field, "%s.shape must be a list of at most %d non-negative integers",
                     field, TASK_DIMS);
     if ((jdata != NULL) + (jb64 != NULL) + (jblob != NULL) != 1)
-        return fail(e, 422, field, "%s needs exactly one of data, b64 or blob", field);
+        return gw_verr_set(e, 422, field, "%s needs exactly one of data, b64 or blob", field);
     if (jdata && !f->dtype)
-        return fail(e, 422, field, "%s: data needs a dtype and a shape", field);
+        return gw_verr_set(e, 422, field, "%s: data needs a dtype and a shape", field);
     f->want = f->dtype ? f->elems * (int64_t)f->esize : -1;
     return 0;
 }
 
 /* An input given by blob: recorded in t->blobs, its size checked later. */
 static int input_blob(const char *field, const json_t *jblob, const input_form *f,
-                      json_t *entry, gw_task_req *t, gw_task_err *e)
+                      json_t *entry, gw_task_req *t, gw_verr *e)
 {
     const char *id = json_string_value(jblob);
     if (!id || !svc_blob_id_valid(id))
-        return fail(e, 422, field, "%s.blob must be a blob id (sha256:<64 hex digits>)", field);
+        return gw_verr_set(e, 422, field, "%s.blob must be a blob id (sha256:<64 hex digits>)", field);
     json_object_set_new(entry, "blob", json_string(id));
     gw_task_blob *b = &t->blobs[t->nblobs++];
     snprintf(b->field, sizeof b->field, "%s", field);
@@ -340,33 +327,33 @@ static int input_blob(const char *field, const json_t *jblob, const input_form *
 /* An inline input's bytes (from b64, or data flattened to the dtype), in
  * *bytes (malloc'd) and *len. */
 static int input_bytes(const char *field, const json_t *in, const input_form *f,
-                       unsigned char **bytes, size_t *len, gw_task_err *e)
+                       unsigned char **bytes, size_t *len, gw_verr *e)
 {
     const json_t *jb64 = json_object_get(in, "b64"), *jdata = json_object_get(in, "data");
     if (jb64) {
         const char *s = json_string_value(jb64);
         if (!s || svc_b64_decode(s, json_string_length(jb64), bytes, len) != 0)
-            return fail(e, 422, field, "%s.b64 is not base64", field);
+            return gw_verr_set(e, 422, field, "%s.b64 is not base64", field);
         if (f->want >= 0 && (int64_t)*len != f->want) {
             free(*bytes);
             *bytes = NULL;
-            return fail(e, 422, field, "%s.b64 holds %zu bytes; dtype %s and its shape need %lld",
+            return gw_verr_set(e, 422, field, "%s.b64 holds %zu bytes; dtype %s and its shape need %lld",
                         field, *len, f->dtype, (long long)f->want);
         }
         return 0;
     }
     if ((uint64_t)f->want > (uint64_t)SVC_TASK_INLINE_MAX * 64)
-        return fail(e, 422, field, "%s.data is too large to send as JSON; upload it as a blob",
+        return gw_verr_set(e, 422, field, "%s.data is too large to send as JSON; upload it as a blob",
                     field);
     *bytes = malloc(f->want ? (size_t)f->want : 1);
     size_t n = 0;
     if (!*bytes)
-        return fail(e, 500, field, "out of memory");
+        return gw_verr_set(e, 500, field, "out of memory");
     if (data_flatten(jdata, f->dtype, f->esize, *bytes, (size_t)f->elems, &n, 0) != 0 ||
         (int64_t)n != f->elems) {
         free(*bytes);
         *bytes = NULL;
-        return fail(e, 422, field, "%s.data must hold %lld values of %s (its shape), nested "
+        return gw_verr_set(e, 422, field, "%s.data must hold %lld values of %s (its shape), nested "
                     "or flat", field, (long long)f->elems, f->dtype);
     }
     *len = (size_t)f->want;
@@ -375,14 +362,14 @@ static int input_bytes(const char *field, const json_t *in, const input_form *f,
 
 /* input_parse's body, with shape (js) as plain values. */
 static int input_check(const char *name, const char *field, const json_t *in, const json_t *jd,
-                       const json_t *js, json_t *run_inputs, gw_task_req *t, gw_task_err *e)
+                       const json_t *js, json_t *run_inputs, gw_task_req *t, gw_verr *e)
 {
     input_form f = {0};
     if (input_form_check(field, in, jd, js, &f, e) != 0)
         return -1;
     json_t *entry = json_object();
     if (!entry || json_object_set_new(run_inputs, name, entry) != 0)
-        return fail(e, 500, field, "out of memory");
+        return gw_verr_set(e, 500, field, "out of memory");
     if (f.dtype) {
         json_object_set_new(entry, "dtype", json_string(f.dtype));
         json_object_set(entry, "shape", (json_t *)js);
@@ -406,7 +393,7 @@ static int input_check(const char *name, const char *field, const json_t *in, co
     char *b64 = svc_b64_encode(bytes, len);
     free(bytes);
     if (!b64)
-        return fail(e, 500, field, "out of memory");
+        return gw_verr_set(e, 500, field, "out of memory");
     json_object_set_new(entry, "b64", json_string(b64));
     free(b64);
     return 0;
@@ -414,7 +401,7 @@ static int input_check(const char *name, const char *field, const json_t *in, co
 
 /* Two inputs may not meet in one KOWLOON_INPUT_<NAME> variable nor one
  * path under /kowloon/in (contract section 1). */
-static int inputs_distinct(const json_t *inputs, gw_task_err *e)
+static int inputs_distinct(const json_t *inputs, gw_verr *e)
 {
     const char *a, *b;
     json_t *va, *vb;
@@ -433,7 +420,7 @@ static int inputs_distinct(const json_t *inputs, gw_task_err *e)
             if (strcmp(ea, eb) == 0 || strcmp(pa, pb) == 0) {
                 char field[160];
                 snprintf(field, sizeof field, "task.inputs.%.64s", b);
-                return fail(e, 422, field, "inputs %s and %s would share %s", a, b,
+                return gw_verr_set(e, 422, field, "inputs %s and %s would share %s", a, b,
                             strcmp(pa, pb) == 0 ? "a path under /kowloon/in" : "a KOWLOON_INPUT_ variable");
             }
         }
@@ -441,18 +428,18 @@ static int inputs_distinct(const json_t *inputs, gw_task_err *e)
     return 0;
 }
 
-static int inputs_parse(const json_t *inputs, json_t *run, gw_task_req *t, gw_task_err *e)
+static int inputs_parse(const json_t *inputs, json_t *run, gw_task_req *t, gw_verr *e)
 {
     if (!inputs)
         return 0;
     if (!json_is_object(inputs))
-        return fail(e, 400, "task.inputs", "task.inputs must be an object of named inputs");
+        return gw_verr_set(e, 400, "task.inputs", "task.inputs must be an object of named inputs");
     if (json_object_size(inputs) > SVC_TASK_INPUTS_MAX)
-        return fail(e, 422, "task.inputs", "task.inputs may hold at most %d inputs",
+        return gw_verr_set(e, 422, "task.inputs", "task.inputs may hold at most %d inputs",
                     SVC_TASK_INPUTS_MAX);
     json_t *out = json_object();
     if (!out || json_object_set_new(run, "inputs", out) != 0)
-        return fail(e, 500, "task.inputs", "out of memory");
+        return gw_verr_set(e, 500, "task.inputs", "out of memory");
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)inputs, k, v)
@@ -461,19 +448,19 @@ static int inputs_parse(const json_t *inputs, json_t *run, gw_task_req *t, gw_ta
     return inputs_distinct(out, e);
 }
 
-static int files_parse(const json_t *files, json_t *run, gw_task_req *t, gw_task_err *e)
+static int files_parse(const json_t *files, json_t *run, gw_task_req *t, gw_verr *e)
 {
     static const char *const members[] = {"text", "b64", "blob", NULL};
     if (!files)
         return 0;
     if (!json_is_object(files))
-        return fail(e, 400, "task.files", "task.files must be an object of path: {text|b64|blob}");
+        return gw_verr_set(e, 400, "task.files", "task.files must be an object of path: {text|b64|blob}");
     if (json_object_size(files) > SVC_TASK_FILES_MAX)
-        return fail(e, 422, "task.files", "task.files may hold at most %d files",
+        return gw_verr_set(e, 422, "task.files", "task.files may hold at most %d files",
                     SVC_TASK_FILES_MAX);
     json_t *out = json_object();
     if (!out || json_object_set_new(run, "files", out) != 0)
-        return fail(e, 500, "task.files", "out of memory");
+        return gw_verr_set(e, 500, "task.files", "out of memory");
     size_t inline_bytes = 0;
     const char *k;
     json_t *v;
@@ -481,19 +468,19 @@ static int files_parse(const json_t *files, json_t *run, gw_task_req *t, gw_task
         char field[160], why[200];
         snprintf(field, sizeof field, "task.files.%.128s", k);
         if (svc_task_path_check(k, why, sizeof why) != 0)
-            return fail(e, 422, field, "%s: %s", field, why);
+            return gw_verr_set(e, 422, field, "%s: %s", field, why);
         if (!json_is_object(v) || json_object_size(v) != 1)
-            return fail(e, 400, field, "%s must be one of {\"text\"}, {\"b64\"}, {\"blob\"}", field);
+            return gw_verr_set(e, 400, field, "%s must be one of {\"text\"}, {\"b64\"}, {\"blob\"}", field);
         if (members_check(v, field, members, e) != 0)
             return -1;
         const json_t *x;
         json_t *entry = json_object();
         if (!entry || json_object_set_new(out, k, entry) != 0)
-            return fail(e, 500, field, "out of memory");
+            return gw_verr_set(e, 500, field, "out of memory");
         if ((x = json_object_get(v, "blob"))) {
             const char *id = json_string_value(x);
             if (!id || !svc_blob_id_valid(id))
-                return fail(e, 422, field, "%s.blob must be a blob id (sha256:<64 hex digits>)",
+                return gw_verr_set(e, 422, field, "%s.blob must be a blob id (sha256:<64 hex digits>)",
                             field);
             json_object_set_new(entry, "blob", json_string(id));
             gw_task_blob *b = &t->blobs[t->nblobs++];
@@ -506,11 +493,11 @@ static int files_parse(const json_t *files, json_t *run, gw_task_req *t, gw_task
         size_t len;
         if ((x = json_object_get(v, "text"))) {
             if (!json_is_string(x))
-                return fail(e, 400, field, "%s.text must be a string", field);
+                return gw_verr_set(e, 400, field, "%s.text must be a string", field);
             len = json_string_length(x);
             char *b64 = svc_b64_encode(json_string_value(x), len);
             if (!b64)
-                return fail(e, 500, field, "out of memory");
+                return gw_verr_set(e, 500, field, "out of memory");
             json_object_set_new(entry, "b64", json_string(b64));
             free(b64);
         } else {
@@ -518,13 +505,13 @@ static int files_parse(const json_t *files, json_t *run, gw_task_req *t, gw_task
             const char *s = json_string_value(x);
             unsigned char *bytes = NULL;
             if (!s || svc_b64_decode(s, json_string_length(x), &bytes, &len) != 0)
-                return fail(e, 422, field, "%s.b64 is not base64", field);
+                return gw_verr_set(e, 422, field, "%s.b64 is not base64", field);
             free(bytes);
             json_object_set(entry, "b64", (json_t *)x);
         }
         inline_bytes += len;
         if (inline_bytes > SVC_TASK_INLINE_MAX)
-            return fail(e, 422, "task.files", "task.files holds over %d bytes inline; send large "
+            return gw_verr_set(e, 422, "task.files", "task.files holds over %d bytes inline; send large "
                         "files as blobs ({\"blob\"})", SVC_TASK_INLINE_MAX);
     }
     /* a file may not also be the directory of another */
@@ -536,7 +523,7 @@ static int files_parse(const json_t *files, json_t *run, gw_task_req *t, gw_task
             if (strncmp(a, b, n) == 0 && b[n] == '/') {
                 char field[160];
                 snprintf(field, sizeof field, "task.files.%.128s", b);
-                return fail(e, 422, field, "%s: %s is a file, so it cannot be a folder too", field, a);
+                return gw_verr_set(e, 422, field, "%s: %s is a file, so it cannot be a folder too", field, a);
             }
         }
     }
@@ -544,16 +531,16 @@ static int files_parse(const json_t *files, json_t *run, gw_task_req *t, gw_task
 }
 
 static int limits_build(const json_t *task, const gw_task_limits *lim, json_t *run,
-                        gw_task_err *e)
+                        gw_verr *e)
 {
     const json_t *q = json_object_get(task, "output_quota_mb");
     int64_t out_bytes = lim->max_output_bytes;
     if (q) {
         if (!json_is_integer(q))
-            return fail(e, 400, "task.output_quota_mb", "task.output_quota_mb must be an integer");
+            return gw_verr_set(e, 400, "task.output_quota_mb", "task.output_quota_mb must be an integer");
         json_int_t mb = json_integer_value(q);
         if (mb < 1 || (int64_t)mb > (lim->max_output_bytes >> 20))
-            return fail(e, 422, "task.output_quota_mb", "task.output_quota_mb must be 1 to %lld "
+            return gw_verr_set(e, 422, "task.output_quota_mb", "task.output_quota_mb must be 1 to %lld "
                         "(this gateway's --max-output-mb)", (long long)(lim->max_output_bytes >> 20));
         out_bytes = (int64_t)mb << 20;
     }
@@ -565,11 +552,11 @@ static int limits_build(const json_t *task, const gw_task_limits *lim, json_t *r
     if (l && lim->cpus > 0)
         json_object_set_new(l, "cpus", json_real(lim->cpus));
     if (!l || json_object_set_new(run, "limits", l) != 0)
-        return fail(e, 500, "task", "out of memory");
+        return gw_verr_set(e, 500, "task", "out of memory");
     return 0;
 }
 
-int gw_task_parse(const json_t *task, const gw_task_limits *lim, gw_task_req *t, gw_task_err *e)
+int gw_task_parse(const json_t *task, const gw_task_limits *lim, gw_task_req *t, gw_verr *e)
 {
     static const char *const members[] = {"image", "command", "env", "workdir", "files",
                                           "inputs", "output_quota_mb", "network", NULL};
@@ -577,16 +564,16 @@ int gw_task_parse(const json_t *task, const gw_task_limits *lim, gw_task_req *t,
     memset(e, 0, sizeof *e);
     char why[200];
     if (!json_is_object(task))
-        return fail(e, 400, "task", "task must be an object: {image, command, ...}");
+        return gw_verr_set(e, 400, "task", "task must be an object: {image, command, ...}");
     if (members_check(task, "task", members, e) != 0)
         return -1;
     const json_t *img = json_object_get(task, "image");
     if (!img)
-        return fail(e, 422, "task.image", "task.image is required (an OCI image reference)");
+        return gw_verr_set(e, 422, "task.image", "task.image is required (an OCI image reference)");
     if (!json_is_string(img))
-        return fail(e, 400, "task.image", "task.image must be a string");
+        return gw_verr_set(e, 400, "task.image", "task.image must be a string");
     if (svc_task_image_check(json_string_value(img), why, sizeof why) != 0)
-        return fail(e, 422, "task.image", "task.image: %s", why);
+        return gw_verr_set(e, 422, "task.image", "task.image: %s", why);
     snprintf(t->image, sizeof t->image, "%s", json_string_value(img));
     const json_t *cmd = json_object_get(task, "command"), *env = json_object_get(task, "env");
     if (command_parse(cmd, e) != 0 || env_parse(env, e) != 0)
@@ -595,17 +582,17 @@ int gw_task_parse(const json_t *task, const gw_task_limits *lim, gw_task_req *t,
     const char *workdir = "/kowloon/work";
     if (wd) {
         if (!json_is_string(wd))
-            return fail(e, 400, "task.workdir", "task.workdir must be a string");
+            return gw_verr_set(e, 400, "task.workdir", "task.workdir must be a string");
         workdir = json_string_value(wd);
         if (svc_task_workdir_check(workdir, why, sizeof why) != 0)
-            return fail(e, 422, "task.workdir", "task.workdir: %s", why);
+            return gw_verr_set(e, 422, "task.workdir", "task.workdir: %s", why);
     }
     const json_t *net = json_object_get(task, "network");
     const char *network = "none";
     if (net) {
         network = json_string_value(net);
         if (!network || (strcmp(network, "none") != 0 && strcmp(network, "egress") != 0))
-            return fail(e, 422, "task.network", "task.network must be none or egress");
+            return gw_verr_set(e, 422, "task.network", "task.network must be none or egress");
     }
     t->egress = strcmp(network, "egress") == 0;
     t->echo = json_pack("{s:s, s:O, s:o, s:s, s:s}", "image", t->image, "command", cmd, "env",
@@ -615,7 +602,7 @@ int gw_task_parse(const json_t *task, const gw_task_limits *lim, gw_task_req *t,
                        env ? json_deep_copy(env) : json_object(), "workdir", workdir, "network",
                        network);
     if (!t->echo || !t->run)
-        return fail(e, 500, "task", "out of memory");
+        return gw_verr_set(e, 500, "task", "out of memory");
     if (files_parse(json_object_get(task, "files"), t->run, t, e) != 0 ||
         inputs_parse(json_object_get(task, "inputs"), t->run, t, e) != 0 ||
         limits_build(task, lim, t->run, e) != 0)

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gw_verr.h"
 #include "svc_task.h"
 
 /* An inline input of more bytes than this becomes a blob at submit (as a
@@ -20,14 +21,6 @@
  * lease. */
 #define GW_TASK_INLINE_INPUT_MAX (64 * 1024)
 #define GW_TASK_BLOBS_MAX (SVC_TASK_INPUTS_MAX + SVC_TASK_FILES_MAX)
-
-/* Why a request was refused: 400 for its form (types, unknown members),
- * 422 for a value refused; the field it names and a message. */
-typedef struct gw_task_err {
-    int status;
-    char field[160];
-    char message[300];
-} gw_task_err;
 
 /* A blob the request names: the caller checks it is the tenant's and has
  * size bytes (-1: any, a file or an input of plain bytes), then sets the
@@ -69,7 +62,7 @@ typedef struct gw_task_req {
 /* Checks task (the request's "task" member) and builds *out (release with
  * gw_task_req_free, also after a failure). 0, or -1 with *err. */
 int gw_task_parse(const json_t *task, const gw_task_limits *lim, gw_task_req *out,
-                  gw_task_err *err);
+                  gw_verr *err);
 void gw_task_req_free(gw_task_req *t);
 
 /* A task's outputs as a node reports them ({path: {"blob", "bytes",

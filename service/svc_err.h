@@ -4,8 +4,8 @@
  * are named errno values), and, where none does, a code past the errno
  * range in a block of its module's own. No two meanings share a value, and
  * svc_strerror names every code. Detail for the user (which field, why)
- * travels beside the code in the caller's message buffer or kl_err, never
- * in the code. */
+ * travels beside the code in the caller's message buffer, kl_err or (a
+ * request's, in the gateway) gw_verr, never in the code. */
 #ifndef SVC_ERR_H
 #define SVC_ERR_H
 

@@ -687,15 +687,14 @@ static gw_task_req *task_prepare(svc_req *req, const gw_job_req *jr, int64_t ten
     gw_task_limits lim = {.memory_gb = jr->memory_gb, .cpus = jr->cpus,
                           .max_output_bytes = (int64_t)app->cfg.max_output_mb << 20,
                           .log_bytes = (int64_t)app->cfg.task_log_mb << 20};
-    gw_task_err te;
+    gw_verr te;
     gw_task_req *t = malloc(sizeof *t);
     if (!t) {
         svc_reply_error(req, 500, "internal", NULL, NULL, "out of memory");
         return NULL;
     }
     if (gw_task_parse(jr->task, &lim, t, &te) != 0)
-        svc_reply_error(req, te.status, te.status == 500 ? "internal" : "invalid_argument",
-                        te.field[0] ? te.field : NULL, NULL, "%s", te.message);
+        gw_reply_verr(req, &te);
     else if (task_allowed(req, tenant_id, t) == 0)
         return t;
     gw_task_req_free(t);
@@ -747,13 +746,12 @@ int gw_api_jobs_submit(svc_req *req)
     /* body lives on while jr.task borrows from it */
     if (gw_job_req_parse(body, &jr, &ve) != 0) {
         json_decref(body);
-        return svc_reply_error(req, ve.status, "invalid_argument", ve.field[0] ? ve.field : NULL,
-                               NULL, "%s", ve.message);
+        return gw_reply_verr(req, &ve);
     }
     gw_task_req *task = NULL;
     submit *s = NULL;
     if (gw_job_req_check_output(&jr, (int64_t)app->cfg.max_output_mb << 20, &ve) != 0) {
-        svc_reply_error(req, ve.status, "invalid_argument", ve.field, NULL, "%s", ve.message);
+        gw_reply_verr(req, &ve);
         goto refused;
     }
     if (jr.task && !(task = task_prepare(req, &jr, who.tenant_id)))

@@ -41,3 +41,9 @@ int gw_reply_too_many(svc_req *req, const char *code, int retry_s, const char *f
     svc_reply_header(req, "Retry-After", ra);
     return svc_reply_error(req, 429, code, NULL, NULL, "%s", msg);
 }
+
+int gw_reply_verr(svc_req *req, const gw_verr *e)
+{
+    return svc_reply_error(req, e->status, e->status >= 500 ? "internal" : "invalid_argument",
+                           e->field[0] ? e->field : NULL, NULL, "%s", e->message);
+}

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "gw_verr.h"
 #include "svc_http.h"
 
 /* Replies 503 unavailable naming the store that failed, with Retry-After. */
@@ -15,6 +16,10 @@ int gw_reply_unavailable(svc_req *req, const char *what);
 /* The reply to a store call's failure rc: -ENOENT 404 "no such <what>",
  * -EIO 503 (PostgreSQL, as gw_reply_unavailable), anything else 500. */
 int gw_reply_store_error(svc_req *req, int rc, const char *what);
+
+/* Replies with a request's error detail (gw_verr.h): its status, the code
+ * invalid_argument (internal for a 500), its field when it names one. */
+int gw_reply_verr(svc_req *req, const gw_verr *e);
 
 /* The Retry-After of a wait of wait_ms: whole seconds, rounded up, >= 1,
  * at most a day. */

@@ -14,19 +14,6 @@
 /* What a 4 GiB blob of float32 holds. */
 #define MAX_ELEMS KL_MAX_ELEMS
 
-static int fail(gw_verr *e, int status, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(gw_verr *e, int status, const char *field, const char *fmt, ...)
-{
-    va_list ap;
-    e->status = status;
-    snprintf(e->field, sizeof(e->field), "%s", field);
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* Reads an optional integer member into *out within [lo, hi]. */
 static int int_member(const json_t *o, const char *name, const char *field, long lo, long hi,
                       int *out, gw_verr *e)
@@ -35,10 +22,10 @@ static int int_member(const json_t *o, const char *name, const char *field, long
     if (!v)
         return 0;
     if (!json_is_integer(v))
-        return fail(e, 400, field, "%s must be an integer", field);
+        return gw_verr_set(e, 400, field, "%s must be an integer", field);
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
-        return fail(e, 400, field, "%s must be between %ld and %ld", field, lo, hi);
+        return gw_verr_set(e, 400, field, "%s must be between %ld and %ld", field, lo, hi);
     *out = (int)x;
     return 0;
 }
@@ -63,18 +50,18 @@ static int labels_parse(const json_t *body, gw_job_req *r, gw_verr *e)
         return 0;
     }
     if (!json_is_object(l))
-        return fail(e, 400, "labels", "labels must be an object of strings");
+        return gw_verr_set(e, 400, "labels", "labels must be an object of strings");
     if (json_object_size(l) > GW_MAX_LABELS)
-        return fail(e, 400, "labels", "at most %d labels", GW_MAX_LABELS);
+        return gw_verr_set(e, 400, "labels", "at most %d labels", GW_MAX_LABELS);
     const char *k;
     json_t *v;
     json_object_foreach(l, k, v) {
         char field[64];
         snprintf(field, sizeof(field), "labels.%.50s", k);
         if (!gw_label_key_valid(k))
-            return fail(e, 400, field, "label keys are 1-64 characters of A-Z a-z 0-9 _ . -");
+            return gw_verr_set(e, 400, field, "label keys are 1-64 characters of A-Z a-z 0-9 _ . -");
         if (!json_is_string(v) || svc_utf8_chars(json_string_value(v)) > 256)
-            return fail(e, 400, field, "%s must be a string of at most 256 characters", field);
+            return gw_verr_set(e, 400, field, "%s must be a string of at most 256 characters", field);
     }
     r->labels = json_incref(l);
     return 0;
@@ -91,21 +78,21 @@ static int webhook_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     json_t *ev = json_object_get(body, "webhook_events");
     if (!w) {
         if (ev)
-            return fail(e, 422, "webhook_events", "webhook_events needs a webhook");
+            return gw_verr_set(e, 422, "webhook_events", "webhook_events needs a webhook");
         return 0;
     }
     if (!json_is_string(w))
-        return fail(e, 400, "webhook", "webhook must be a string (an http or https URL)");
+        return gw_verr_set(e, 400, "webhook", "webhook must be a string (an http or https URL)");
     if (json_string_length(w) > GW_WEBHOOK_URL_MAX)
-        return fail(e, 422, "webhook", "webhook must be at most %d characters", GW_WEBHOOK_URL_MAX);
+        return gw_verr_set(e, 422, "webhook", "webhook must be at most %d characters", GW_WEBHOOK_URL_MAX);
     if (strncmp(json_string_value(w), "http://", 7) != 0 &&
         strncmp(json_string_value(w), "https://", 8) != 0)
-        return fail(e, 422, "webhook", "webhook must be an http:// or https:// URL");
+        return gw_verr_set(e, 422, "webhook", "webhook must be an http:// or https:// URL");
     if (!ev) {
         snprintf(r->webhook_events, sizeof r->webhook_events, "succeeded,failed,cancelled");
     } else {
         if (!json_is_array(ev) || json_array_size(ev) == 0)
-            return fail(e, 400, "webhook_events", "webhook_events must be a non-empty array of "
+            return gw_verr_set(e, 400, "webhook_events", "webhook_events must be a non-empty array of "
                         "states (queued, running, succeeded, failed, cancelled)");
         int seen[5] = {0};
         size_t i;
@@ -116,14 +103,14 @@ static int webhook_parse(const json_t *body, gw_job_req *r, gw_verr *e)
             while (st && states[k] && strcmp(st, states[k]) != 0)
                 k++;
             if (!st || !states[k] || seen[k]++)
-                return fail(e, 400, "webhook_events", "webhook_events holds each of queued, "
+                return gw_verr_set(e, 400, "webhook_events", "webhook_events holds each of queued, "
                             "running, succeeded, failed, cancelled at most once");
             size_t n = strlen(r->webhook_events);
             snprintf(r->webhook_events + n, sizeof r->webhook_events - n, "%s%s", n ? "," : "", st);
         }
     }
     if (!(r->webhook = strdup(json_string_value(w))))
-        return fail(e, 500, "webhook", "out of memory");
+        return gw_verr_set(e, 500, "webhook", "out of memory");
     return 0;
 }
 
@@ -134,10 +121,10 @@ static int gpu_memory_parse(const json_t *res, gw_job_req *r, gw_verr *e)
     if (!m)
         return 0;
     if (!json_is_number(m))
-        return fail(e, 400, "resources.gpu_memory_gb", "resources.gpu_memory_gb must be a number");
+        return gw_verr_set(e, 400, "resources.gpu_memory_gb", "resources.gpu_memory_gb must be a number");
     double gb = json_number_value(m);
     if (!(gb > 0 && gb <= 1024))
-        return fail(e, 422, "resources.gpu_memory_gb",
+        return gw_verr_set(e, 422, "resources.gpu_memory_gb",
                     "resources.gpu_memory_gb must be more than 0 and at most 1024 (GB per GPU)");
     r->gpu_memory_gb = gb;
     return 0;
@@ -152,7 +139,7 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     if (!res)
         return 0;
     if (!json_is_object(res))
-        return fail(e, 400, "resources", "resources must be an object");
+        return gw_verr_set(e, 400, "resources", "resources must be an object");
     const char *k;
     json_t *v;
     json_object_foreach(res, k, v) {
@@ -160,12 +147,12 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
         if (task_only && !r->task) {
             char field[40];
             snprintf(field, sizeof field, "resources.%s", k);
-            return fail(e, 422, field, "%s is for tasks (a kernel's memory and CPUs are its "
+            return gw_verr_set(e, 422, field, "%s is for tasks (a kernel's memory and CPUs are its "
                         "node's)", field);
         }
         if (!task_only && strcmp(k, "backend") != 0 && strcmp(k, "gpus") != 0 &&
             strcmp(k, "nodes") != 0 && strcmp(k, "gpu_memory_gb") != 0)
-            return fail(e, 400, "resources", "resources.%.40s is not a known resource (backend, "
+            return gw_verr_set(e, 400, "resources", "resources.%.40s is not a known resource (backend, "
                         "gpus, nodes, gpu_memory_gb%s)", k, r->task ? ", memory_gb, cpus" : "");
     }
     static const struct { const char *name; double lo, hi; } per_node[] = {
@@ -177,10 +164,10 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
         if (!x)
             continue;
         if (!json_is_number(x))
-            return fail(e, 400, field, "%s must be a number", field);
+            return gw_verr_set(e, 400, field, "%s must be a number", field);
         double d = json_number_value(x);
         if (!(d >= per_node[i].lo && d <= per_node[i].hi))
-            return fail(e, 422, field, "%s must be from %g to %g (per node)", field,
+            return gw_verr_set(e, 422, field, "%s must be from %g to %g (per node)", field,
                         per_node[i].lo, per_node[i].hi);
         *(i == 0 ? &r->memory_gb : &r->cpus) = d;
     }
@@ -188,7 +175,7 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     if (b) {
         const char *s = json_string_value(b);
         if (!s || (strcmp(s, "any") && strcmp(s, "cpu") && strcmp(s, "cuda")))
-            return fail(e, 400, "resources.backend", "resources.backend must be any, cpu or cuda");
+            return gw_verr_set(e, 400, "resources.backend", "resources.backend must be any, cpu or cuda");
         snprintf(r->backend, sizeof(r->backend), "%s", s);
     }
     /* nodes' upper bound is the kernel's max_nodes (at most GW_MAX_NODES):
@@ -198,9 +185,9 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
         int_member(res, "nodes", "resources.nodes", INT32_MIN, INT32_MAX, &r->nodes, e))
         return -1;
     if (r->nodes < 1)
-        return fail(e, 400, "resources.nodes", "resources.nodes must be at least 1");
+        return gw_verr_set(e, 400, "resources.nodes", "resources.nodes must be at least 1");
     if (r->gpus < 1 && !r->task)
-        return fail(e, 422, "resources.gpus", "resources.gpus must be at least 1 for a kernel "
+        return gw_verr_set(e, 422, "resources.gpus", "resources.gpus must be at least 1 for a kernel "
                     "(0, no GPU, is for tasks)");
     return gpu_memory_parse(res, r, e);
 }
@@ -210,7 +197,7 @@ static int resources_parse(const json_t *body, gw_job_req *r, gw_verr *e)
 static int nodes_check(const gw_job_req *r, gw_verr *e)
 {
     if (!r->kernel)
-        return r->nodes <= GW_MAX_NODES ? 0 : fail(e, 422, "resources.nodes", "resources.nodes is "
+        return r->nodes <= GW_MAX_NODES ? 0 : gw_verr_set(e, 422, "resources.nodes", "resources.nodes is "
                                                    "%d; a task spans at most %d nodes", r->nodes,
                                                    GW_MAX_NODES);
     int max = r->kernel->max_nodes > 1 ? r->kernel->max_nodes : 1;
@@ -218,7 +205,7 @@ static int nodes_check(const gw_job_req *r, gw_verr *e)
         max = GW_MAX_NODES;
     if (r->nodes <= max)
         return 0;
-    return fail(e, 422, "resources.nodes", "resources.nodes is %d but kernel %s runs on at most %d "
+    return gw_verr_set(e, 422, "resources.nodes", "resources.nodes is %d but kernel %s runs on at most %d "
                 "node%s (max_nodes in GET /v1/kernels)", r->nodes, r->kernel->name, max,
                 max == 1 ? "" : "s");
 }
@@ -239,7 +226,7 @@ static int fields_known(const json_t *body, gw_verr *e)
         if (!ok) {
             char field[64];
             snprintf(field, sizeof(field), "%.60s", k);
-            return fail(e, 400, field, "%s is not a field of a job request", field);
+            return gw_verr_set(e, 400, field, "%s is not a field of a job request", field);
         }
     }
     return 0;
@@ -253,15 +240,15 @@ static int kind_check(const json_t *body, gw_job_req *r, gw_verr *e)
     /* well-formed members that do not go together: 422, as a kernel call
      * that does not fit its kernel */
     if (kv && r->task)
-        return fail(e, 422, "task", "a job runs a kernel or a task, not both");
+        return gw_verr_set(e, 422, "task", "a job runs a kernel or a task, not both");
     if (r->task && (json_object_get(body, "params") || json_object_get(body, "inputs")))
-        return fail(e, 422, json_object_get(body, "params") ? "params" : "inputs",
+        return gw_verr_set(e, 422, json_object_get(body, "params") ? "params" : "inputs",
                     "a task's inputs go in task.inputs; params and inputs are a kernel's");
     if (!kv && !r->task)
-        return fail(e, 400, "kernel", "kernel (a catalog kernel) or task (an image and a "
+        return gw_verr_set(e, 400, "kernel", "kernel (a catalog kernel) or task (an image and a "
                     "command) is required");
     if (kv && !json_is_string(kv))
-        return fail(e, 400, "kernel", "kernel must be a string");
+        return gw_verr_set(e, 400, "kernel", "kernel must be a string");
     return 0;
 }
 
@@ -284,7 +271,7 @@ int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
         return nodes_check(r, e) == 0 ? 0 : (gw_job_req_free(r), -1);
     r->kernel = kl_kernel_find(json_string_value(kv));
     if (!r->kernel) {
-        fail(e, 422, "kernel", "unknown kernel '%.100s'; GET /v1/kernels lists them",
+        gw_verr_set(e, 422, "kernel", "unknown kernel '%.100s'; GET /v1/kernels lists them",
              json_string_value(kv));
         goto bad;
     }
@@ -293,13 +280,13 @@ int gw_job_req_parse(const json_t *body, gw_job_req *r, gw_verr *e)
     json_t *params = json_object_get(body, "params");
     json_t *inputs = json_object_get(body, "inputs");
     if ((params && !json_is_object(params)) || (inputs && !json_is_object(inputs))) {
-        fail(e, 400, params && !json_is_object(params) ? "params" : "inputs",
+        gw_verr_set(e, 400, params && !json_is_object(params) ? "params" : "inputs",
              "%s must be an object", params && !json_is_object(params) ? "params" : "inputs");
         goto bad;
     }
     kl_err ke = {{0}, {0}};
     if (svc_kargs_bind(r->kernel, params, inputs, MAX_ELEMS, r->gpus, &r->ka, &ke) != 0) {
-        fail(e, 422, ke.field, "%s", ke.message);
+        gw_verr_set(e, 422, ke.field, "%s", ke.message);
         goto bad;
     }
     return 0;
@@ -316,7 +303,7 @@ int gw_job_req_check_output(const gw_job_req *r, int64_t max_bytes, gw_verr *e)
     int64_t bytes = kl_output_bytes(&r->ka.args, &field);
     if (bytes <= max_bytes)
         return 0;
-    return fail(e, 422, field ? field : "kernel",
+    return gw_verr_set(e, 422, field ? field : "kernel",
                 "the outputs of this %s job would take %lld bytes (%.1f MiB, sized by %s); this gateway "
                 "allows at most %lld MiB per job (--max-output-mb)",
                 r->kernel->name, (long long)bytes, (double)bytes / (1 << 20), field ? field : "the kernel",

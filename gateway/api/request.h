@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "gw_verr.h"
 #include "svc_kargs.h"
 
 typedef struct gw_job_req {
@@ -22,14 +23,6 @@ typedef struct gw_job_req {
     char *webhook;            /* URL, owned; NULL: none (its address is checked apart) */
     char webhook_events[64];  /* the states to deliver, comma-separated */
 } gw_job_req;
-
-/* What is wrong with a request: HTTP status (400 for the envelope, 422 for
- * the kernel call), error code, field and message. */
-typedef struct gw_verr {
-    int status;
-    char field[64];
-    char message[256];
-} gw_verr;
 
 #define GW_MAX_LABELS 32
 /* resources.nodes: the most nodes one job may span */

@@ -33,7 +33,7 @@ SRC_b64="service/svc_util.c"
 SRC_json="service/data/svc_json.c service/svc_util.c service/data/svc_dtoa.cc"
 SRC_tensor="service/data/svc_tensor.c service/data/svc_json.c service/svc_util.c service/svc_sha256.c
             service/data/svc_dtoa.cc"
-SRC_job_req="gateway/api/request.c gateway/blob.c service/data/svc_kargs.c service/data/svc_tensor.c service/data/svc_json.c service/svc_util.c
+SRC_job_req="gateway/api/request.c gateway/gw_verr.c gateway/blob.c service/data/svc_kargs.c service/data/svc_tensor.c service/data/svc_json.c service/svc_util.c
              service/svc_sha256.c service/data/svc_dtoa.cc kernels/kl.c $(ls kernels/cpu/*.c | tr '\n' ' ') kernels/dist/comm_none.c"
 SRC_tstream="service/data/svc_tstream.c service/data/svc_tensor.c service/data/svc_json.c service/svc_util.c service/svc_sha256.c
              service/data/svc_dtoa.cc"

@@ -19,7 +19,7 @@ static int parse(const char *text, int *status, char *field, gw_task_req *t)
     json_error_t je;
     json_t *j = json_loads(text, 0, &je);
     assert_non_null(j);
-    gw_task_err e;
+    gw_verr e;
     int rc = gw_task_parse(j, &LIM, t, &e);
     *status = e.status;
     snprintf(field, 160, "%s", e.field);
@@ -92,7 +92,7 @@ static void test_a_large_inline_input_is_left_to_become_a_blob(void **state)
     json_t *j = json_pack("{s:s, s:[s], s:{s:{s:s, s:[i], s:o}}}", "image", "p", "command", "x",
                           "inputs", "big", "dtype", "int32", "shape", 20000, "data", data);
     gw_task_req t;
-    gw_task_err e;
+    gw_verr e;
     assert_int_equal(gw_task_parse(j, &LIM, &t, &e), 0);
     assert_int_equal(t.nbig, 1);
     assert_int_equal(t.big[0].len, 80000);
@@ -152,7 +152,7 @@ static void test_an_over_long_command_is_refused(void **state)
         json_array_append_new(cmd, json_string("x"));
     json_t *j = json_pack("{s:s, s:o}", "image", "p", "command", cmd);
     gw_task_req t;
-    gw_task_err e;
+    gw_verr e;
     assert_int_equal(gw_task_parse(j, &LIM, &t, &e), -1);
     gw_task_req_free(&t);
     assert_string_equal(e.field, "task.command");
