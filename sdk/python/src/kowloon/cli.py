@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -79,6 +79,16 @@ def _table(rows: List[List[str]], head: List[str]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     for r in [head] + rows:
         print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
+
+
+def _emit(a: argparse.Namespace, data: Any, text: Callable[[Any], None]) -> int:
+    """Prints data: one JSON line with --json, else text(data) for a person.
+    Returns EXIT_OK."""
+    if a.json:
+        _out(data)
+    else:
+        text(data)
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ commands
@@ -246,16 +256,15 @@ def cmd_logs(c: Client, a: argparse.Namespace) -> int:
 
 
 def cmd_images(c: Client, a: argparse.Namespace) -> int:
-    body = c.list_images()
-    if a.json:
-        _out(body)
-        return EXIT_OK
+    return _emit(a, c.list_images(), _images_text)
+
+
+def _images_text(body: Dict[str, Any]) -> None:
     allowed = body.get("allowed") or []
     print("allowed: " + (", ".join(allowed) if allowed else
                          "none (the operator allows images with --task-images or per tenant)"))
     _table([[str(i.get("image")), str(i.get("nodes"))] for i in body.get("images") or []],
            ["IMAGE", "NODES"])
-    return EXIT_OK
 
 
 def cmd_jobs(c: Client, a: argparse.Namespace) -> int:
@@ -271,13 +280,10 @@ def cmd_jobs(c: Client, a: argparse.Namespace) -> int:
         jobs.append(j)
         if len(jobs) >= a.limit:
             break
-    if a.json:
-        _out([j.data for j in jobs])
-        return EXIT_OK
-    _table([[j.id, j.state, j.kernel or (j.task or {}).get("image", "task"),
-             j.data.get("node") or "-", j.data.get("created_at", "")]
-            for j in jobs], ["ID", "STATE", "KERNEL", "NODE", "CREATED"])
-    return EXIT_OK
+    return _emit(a, [j.data for j in jobs], lambda _: _table(
+        [[j.id, j.state, j.kernel or (j.task or {}).get("image", "task"),
+          j.data.get("node") or "-", j.data.get("created_at", "")] for j in jobs],
+        ["ID", "STATE", "KERNEL", "NODE", "CREATED"]))
 
 
 def _bar(frac: Optional[float], width: int = 24) -> str:
@@ -316,46 +322,38 @@ def cmd_watch(c: Client, a: argparse.Namespace) -> int:
 
 def cmd_cancel(c: Client, a: argparse.Namespace) -> int:
     job = c.job(a.id).cancel()
-    if a.json:
-        _out(job.data)
-    else:
-        extra = " (cancel requested)" if job.data.get("cancel_requested") and not job.done else ""
-        print(f"{job.id} {job.state}{extra}")
-    return EXIT_OK
+    extra = " (cancel requested)" if job.data.get("cancel_requested") and not job.done else ""
+    return _emit(a, job.data, lambda _: print(f"{job.id} {job.state}{extra}"))
 
 
 def cmd_nodes(c: Client, a: argparse.Namespace) -> int:
-    nodes = c.nodes()
-    if a.json:
-        _out(nodes)
-        return EXIT_OK
-    _table([[str(n.get("name")), str(n.get("state")), str(n.get("backend")),
-             ",".join(g.get("name", "?") for g in n.get("gpus") or []) or "-",
-             f"{n['running'] if 'running' in n else '?'}/{n.get('slots', 0)}",
-             "yes" if n.get("draining") else "no"] for n in nodes],
-           ["NAME", "STATE", "BACKEND", "GPUS", "BUSY", "DRAINING"])
-    return EXIT_OK
+    return _emit(a, c.nodes(), lambda nodes: _table(
+        [[str(n.get("name")), str(n.get("state")), str(n.get("backend")),
+          ",".join(g.get("name", "?") for g in n.get("gpus") or []) or "-",
+          f"{n['running'] if 'running' in n else '?'}/{n.get('slots', 0)}",
+          "yes" if n.get("draining") else "no"] for n in nodes],
+        ["NAME", "STATE", "BACKEND", "GPUS", "BUSY", "DRAINING"]))
 
 
 def cmd_kernels(c: Client, a: argparse.Namespace) -> int:
-    ks = c.kernels()
-    if a.json:
-        _out(ks)
-        return EXIT_OK
+    return _emit(a, c.kernels(), _kernels_text)
+
+
+def _kernels_text(ks: List[Dict[str, Any]]) -> None:
     for k in ks:
         params = ", ".join(p["name"] + ("" if p.get("required") else "?") for p in k.get("params", []))
         ins = ", ".join(i["name"] + ("?" if i.get("optional") else "") for i in k.get("inputs", []))
         outs = ", ".join(o["name"] for o in k.get("outputs", []))
         print(f"{k['name']}: ({ins}) -> ({outs})  params: {params or '-'}"
               f"  backends: {','.join(k.get('backends') or []) or '-'}")
-    return EXIT_OK
 
 
 def cmd_usage(c: Client, a: argparse.Namespace) -> int:
-    u = c.usage(from_=a.from_, to=a.to, group_by=a.group_by, tenant=a.tenant)
-    if a.json:
-        _out(u)
-        return EXIT_OK
+    return _emit(a, c.usage(from_=a.from_, to=a.to, group_by=a.group_by, tenant=a.tenant),
+                 lambda u: _usage_text(u, a.group_by))
+
+
+def _usage_text(u: Dict[str, Any], group_by: Optional[str]) -> None:
     print(f"tenant {u['tenant']}, jobs that ended from {u['from']} to {u['to']}, "
           f"cost in {u.get('currency') or '-'}")
     rows = [(str(g["key"]) if g["key"] is not None else "(none)", g) for g in u["groups"]]
@@ -363,9 +361,8 @@ def cmd_usage(c: Client, a: argparse.Namespace) -> int:
     _table([[k, str(g["jobs"]), f"{g['queue_s']:.1f}", f"{g['run_s']:.1f}", f"{g['gpu_s']:.1f}",
              f"{g['cpu_s']:.1f}", _bytes(g["bytes_in"]), _bytes(g["bytes_out"]),
              f"{g['cost']:.4f}"] for k, g in rows],
-           [(a.group_by or "").upper() or "-", "JOBS", "QUEUE_S", "RUN_S", "GPU_S", "CPU_S",
+           [(group_by or "").upper() or "-", "JOBS", "QUEUE_S", "RUN_S", "GPU_S", "CPU_S",
             "IN", "OUT", "COST"])
-    return EXIT_OK
 
 
 def _bytes(n: int) -> str:
