@@ -147,10 +147,7 @@ cleanup() {
     if [ "${KL_BENCH_KEEP:-0}" = 1 ] || [ "$rc" = 1 ] || [ "$rc" = 2 ]; then
         say "bench: kept $STATE (logs in $STATE/log; remove it when done)"
     else
-        local home
-        home=$(kl__pg_home "$STATE")
-        [ "$home" != "$STATE/pg" ] && case $home in /tmp/kowloon-pg.*) rm -rf "$home" ;; esac
-        rm -rf "$STATE"
+        kl_state_remove "$STATE"
     fi
     say "bench: figures in $RES"
     exit "$rc"

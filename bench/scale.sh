@@ -58,10 +58,7 @@ stack_down() {
         if [ "${KL_BENCH_KEEP:-0}" = 1 ]; then
             say "   kept $STATE"
         else
-            local home
-            home=$(kl__pg_home "$STATE")
-            [ "$home" != "$STATE/pg" ] && case $home in /tmp/kowloon-pg.*) rm -rf "$home" ;; esac
-            rm -rf "$STATE"
+            kl_state_remove "$STATE"
         fi
     fi
     STATE=

@@ -250,6 +250,17 @@ kl_pg_stop() {
     kl__pg_as "$bindir/pg_ctl" -D "$home/data" -m fast -w -t 60 stop >/dev/null
 }
 
+# Removes STATE (its PostgreSQL stopped) and, where kl_pg_start put the
+# cluster under /tmp because the postgres user could not reach STATE, that
+# directory too.
+kl_state_remove() {
+    local state home
+    state=$(kl__abs "$1")
+    home=$(kl__pg_home "$state")
+    [ "$home" != "$state/pg" ] && case $home in /tmp/kowloon-pg.*) rm -rf "$home" ;; esac
+    rm -rf "$state"
+}
+
 # ---------------------------------------------------------------- Redis
 
 # Starts a private, non-persistent Redis for STATE on 127.0.0.1:PORT
