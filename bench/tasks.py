@@ -37,9 +37,8 @@ import requests
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from tasks_engine import READ, bare_run, ms  # noqa: E402
+from tasks_engine import IMAGE, READ, bare_run, host_read_rate, ms  # noqa: E402
 
-IMAGE = "localhost/kowloon-python:1"
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
@@ -174,11 +173,7 @@ def main():
             print("blob upload:", r.status_code, r.text[:300])
             return 1
         path = os.path.join(a.blob_dir, "sha256", bid[7:9], bid[7:])
-        host = []
-        for _ in range(3):   # the first warms the page cache
-            w = subprocess.run([sys.executable, "-c", READ, path], capture_output=True,
-                               text=True).stdout.split()
-            host.append(int(w[1]) / float(w[2]))
+        hr = host_read_rate(path)
         inside = []
         for _ in range(3):
             jid = submit({"image": IMAGE, "command": ["python3", "-c", READ, "/kowloon/in/x"],
@@ -192,7 +187,7 @@ def main():
                 break
             inside.append(int(logs[1]) / float(logs[2]))
         if inside:
-            hr, cr = med(host[1:]), med(inside)
+            cr = med(inside)
             out["input"] = {"gib": a.gib, "host_gbps": hr / 1e9, "task_gbps": cr / 1e9,
                             "ratio": cr / hr, "upload_s": up}
             print(f"2. a {a.gib:g} GiB input (uploaded in {up:.1f} s) read in 16 MiB reads, warm cache, medians")

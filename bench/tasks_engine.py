@@ -53,6 +53,17 @@ print('read', n, dt, flush=True)
 """
 
 
+def host_read_rate(path):
+    """Bytes per second of READ reading path on the host: the median of two
+    runs after a first that warms the page cache."""
+    rates = []
+    for _ in range(3):
+        w = subprocess.run([sys.executable, "-c", READ, path], capture_output=True,
+                           text=True).stdout.split()
+        rates.append(int(w[1]) / float(w[2]))
+    return statistics.median(rates[1:])
+
+
 def ms(x):
     return f"{x * 1000:7.1f} ms"
 
@@ -136,7 +147,7 @@ def main():
         print(f"1. start overhead, {a.runs} runs of python3 -c 'print(1)', medians")
         print(f"   Kowloon node: request -> first line {ms(med(first_k))}   request -> result {ms(med(end_k))}")
         print(f"   bare podman:  start   -> first line {ms(med(first_b))}   start   -> exit   {ms(med(end_b))}")
-        print(f"   bare podman with the node's isolation flags (no cgroup parent):")
+        print("   bare podman with the node's isolation flags (no cgroup parent):")
         print(f"                 start   -> first line {ms(med(first_i))}   start   -> exit   {ms(med(end_i))}")
         print(f"   added by Kowloon over bare podman: first line {ms(med(first_k) - med(first_b))}, "
               f"result {ms(med(end_k) - med(end_b))}")
@@ -164,11 +175,7 @@ def main():
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         os.rename(path, dst)
         os.chmod(dst, 0o640)
-        host = []
-        for _ in range(3):   # the first warms the page cache
-            out = subprocess.run([sys.executable, "-c", READ, dst], capture_output=True,
-                                 text=True).stdout.split()
-            host.append(int(out[1]) / float(out[2]))
+        hr = host_read_rate(dst)
         inside = []
         for _ in range(3):
             jid = f"read-{os.urandom(2).hex()}"
@@ -186,7 +193,7 @@ def main():
                 bad = 1
             inside.append(int(words[1]) / float(words[2]))
         if inside:
-            hr, cr = statistics.median(host[1:]), statistics.median(inside)
+            cr = statistics.median(inside)
             print(f"2. a {a.gib:g} GiB input read in 16 MiB reads (warm page cache), medians of 2-3")
             print(f"   on the host        {hr / 1e9:6.2f} GB/s")
             print(f"   inside the task    {cr / 1e9:6.2f} GB/s (the store's file, mounted read-only)")
