@@ -247,6 +247,18 @@ class Trickler(threading.Thread):
         for s in self.socks:
             s.close()
 
+    def assert_all_cut(self, timeout_s):
+        """Waits for the server to close every connection and checks that it
+        closed each at timeout_s (give or take the slack) without a reply."""
+        self.join(timeout_s + SLACK_S + 2)
+        assert len(self.closed) == len(self.socks), \
+            f"{len(self.socks) - len(self.closed)} of {len(self.socks)} trickling clients " \
+            f"still connected after {time.monotonic() - self.t0:.1f}s (timeout {timeout_s}s)"
+        closed = sorted(self.closed.values())
+        assert timeout_s - 0.5 <= closed[0] and closed[-1] <= timeout_s + SLACK_S, closed
+        assert not self.answered, \
+            f"the server answered a request it had not wholly received: {self.answered}"
+
 
 def open_many(g, src, n):
     return [connect(g, src, timeout=5) for _ in range(n)]
@@ -257,12 +269,10 @@ def test_trickled_headers_are_cut_off_after_the_timeout(gw):
     # header deadline ends this
     t = Trickler(open_many(gw, "127.0.0.2", 1))
     t.start()
-    t.join(TIMEOUT_S + SLACK_S + 2)
-    t.close()
-    assert 0 in t.closed, f"a client trickling its headers was still connected after " \
-                          f"{time.monotonic() - t.t0:.1f}s (timeout {TIMEOUT_S}s)"
-    assert TIMEOUT_S - 0.5 <= t.closed[0] <= TIMEOUT_S + SLACK_S, t.closed
-    assert not t.answered, f"the server answered a request without a complete head: {t.answered}"
+    try:
+        t.assert_all_cut(TIMEOUT_S)
+    finally:
+        t.close()
 
 
 def test_slow_clients_do_not_starve_others(gw, stack):
@@ -279,13 +289,7 @@ def test_slow_clients_do_not_starve_others(gw, stack):
         client = stack.client("A", base=gw.base)
         r = client.post_job(json.loads(JOB))
         assert r.status_code == 202, r.text[:300]
-        t.join(TIMEOUT_S + SLACK_S + 2)
-        assert len(t.closed) == len(t.socks), \
-            f"{len(t.socks) - len(t.closed)} slow clients still connected after " \
-            f"{time.monotonic() - t.t0:.1f}s"
-        closed = sorted(t.closed.values())
-        assert TIMEOUT_S - 0.5 <= closed[0] and closed[-1] <= TIMEOUT_S + SLACK_S, closed
-        assert not t.answered, t.answered
+        t.assert_all_cut(TIMEOUT_S)
     finally:
         t.close()
 
@@ -487,13 +491,7 @@ def test_trickled_bodies_from_many_addresses_are_cut_and_others_served(gw, stack
         assert served == 5, served
         client = stack.client("A", base=gw.base)
         assert client.post_job(json.loads(JOB)).status_code == 202
-        t.join(BODY_TIMEOUT_S + SLACK_S + 2)
-        assert len(t.closed) == len(t.socks), \
-            f"{len(t.socks) - len(t.closed)} trickled bodies still open after " \
-            f"{time.monotonic() - t.t0:.1f}s (--body-timeout-s {BODY_TIMEOUT_S})"
-        closed = sorted(t.closed.values())
-        assert BODY_TIMEOUT_S - 0.5 <= closed[0] and closed[-1] <= BODY_TIMEOUT_S + SLACK_S, closed
-        assert not t.answered, t.answered
+        t.assert_all_cut(BODY_TIMEOUT_S)
         assert stack.count_jobs() == jobs + 1  # the one submit, none of the trickled
     finally:
         t.close()
