@@ -220,6 +220,13 @@ def anon(stack):
     return stack.client()
 
 
+@pytest.fixture
+def tenant(stack, request):
+    """A fresh tenant named after the test's module, so that what a test
+    counts or sums is its own jobs alone: (name, client)."""
+    return stack.new_tenant(request.module.__name__.removeprefix("test_"))
+
+
 # ------------------------------------------------------------ the summary
 
 def pytest_sessionfinish(session, exitstatus):

@@ -23,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import requests
 
+from fakenode import FakeNode
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # KOWLOON_TEST_ROOT points the suite at another build tree (default: this repo)
 BUILD_ROOT = os.path.abspath(os.environ.get("KOWLOON_TEST_ROOT", REPO))
@@ -654,6 +656,12 @@ class Stack:
             key = self.keys[who]
         return Client(base or self.base, key, self.tracker)
 
+    def new_tenant(self, prefix):
+        """A tenant no test has used (PREFIX-<8 hex digits>) and a Client with
+        a key of it: (name, client)."""
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        return name, self.client(key=self.create_key(name))
+
     # -- nodes
     @property
     def blob_dir(self):
@@ -694,6 +702,18 @@ class Stack:
                 "--heartbeat-s", "1", "--blob-dir", self.blob_dir if shared_blobs else "none",
                 *extra_args]
         return self._proc(proc_name or name, argv, env)
+
+    @contextlib.contextmanager
+    def fake_node(self, prefix, **kw):
+        """A scripted node (fakenode.FakeNode; keywords as there) named
+        PREFIX-<6 hex digits>, registered for the with-block and deregistered
+        after it."""
+        node = FakeNode(self.cluster_base, self.cluster_token,
+                        f"{prefix}-{uuid.uuid4().hex[:6]}", **kw).start()
+        try:
+            yield node
+        finally:
+            node.close()
 
     def node_credential(self, name):
         """The credential a real node of the stack keeps in its state file."""

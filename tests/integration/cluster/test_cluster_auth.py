@@ -70,10 +70,8 @@ def snapshot(stack, job_id=None):
 @pytest.fixture
 def fake(stack):
     """A scripted GPU node whose runs last until the test ends them."""
-    n = FakeNode(stack.cluster_base, stack.cluster_token, f"fake-{uuid.uuid4().hex[:6]}",
-                 kernels=("sleep", "saxpy"), run_s=3600).start()
-    yield n
-    n.close()
+    with stack.fake_node("fake", kernels=("sleep", "saxpy"), run_s=3600) as n:
+        yield n
 
 
 @pytest.fixture
@@ -369,9 +367,7 @@ def test_a_forged_output_entry_is_refused(stack, A, B, case):
         "not the kernel's output": {"x": {"dtype": "float32", "shape": [1], "data": [1]}},
         "the wrong dtype": {"slept": {"dtype": "int32", "shape": [1], "data": [1]}},
     }[case]
-    node = FakeNode(stack.cluster_base, stack.cluster_token, f"forger-{uuid.uuid4().hex[:6]}",
-                    run_s=0.1, outputs=outputs).start()
-    try:
+    with stack.fake_node("forger", run_s=0.1, outputs=outputs):
         j = A.submit("sleep", {"seconds": 0}, resources={"backend": "cuda", "gpus": 1})
         done = A.wait(j["id"], 30)
         assert done["state"] == "failed", done
@@ -386,8 +382,6 @@ def test_a_forged_output_entry_is_refused(stack, A, B, case):
         assert count(stack, f"SELECT count(*) FROM blob_refs WHERE blob_id = '{secret}'") == 1
         assert count(stack, f"SELECT count(*) FROM blob_refs WHERE blob_id = '{own}'") == 1
         assert A.get(f"/v1/jobs/{j['id']}/result").status_code == 409
-    finally:
-        node.close()
 
 
 # ------------------------------------------------------------ planted bytes

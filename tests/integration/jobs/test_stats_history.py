@@ -21,13 +21,6 @@ X = {"x": {"dtype": "float32", "shape": [4], "data": [1, 2, 3, 4]},
 TIME_FMT = "%Y-%m-%dT%H:%M:%SZ"
 
 
-@pytest.fixture
-def tenant(stack):
-    """A fresh tenant, so that the counts see only this test's jobs."""
-    name = f"hist-{uuid.uuid4().hex[:8]}"
-    return name, stack.client(key=stack.create_key(name))
-
-
 def history(client, **q):
     r = client.get("/v1/stats/history", params=q)
     assert r.status_code == 200, r.text

@@ -17,7 +17,6 @@ import uuid
 import numpy as np
 import pytest
 
-from fakenode import FakeNode
 from stack import REPO
 
 SDK_SRC = os.path.join(REPO, "sdk", "python", "src")
@@ -35,13 +34,6 @@ SUMS = ("queue_s", "run_s", "gpu_s", "cpu_s", "bytes_in", "bytes_out", "cost")
 def utc_day(offset_days=0):
     d = datetime.datetime.now(datetime.timezone.utc).date() + datetime.timedelta(days=offset_days)
     return d.isoformat()
-
-
-@pytest.fixture
-def tenant(stack):
-    """A fresh tenant, so that sums see only this test's jobs: (name, client)."""
-    name = f"usage-{uuid.uuid4().hex[:8]}"
-    return name, stack.client(key=stack.create_key(name))
 
 
 def usage(client, **q):
@@ -108,7 +100,7 @@ def test_jobs_record_usage_and_usage_sums_by_kernel_label_and_day(stack, tenant,
     body = usage(T, **{"from": utc_day(-3), "to": utc_day(-1)})
     assert body["totals"] == {"jobs": 0, **{k: 0 for k in SUMS}}
     # another tenant sees nothing of these jobs
-    other = stack.client(key=stack.create_key(f"usage-other-{uuid.uuid4().hex[:8]}"))
+    _, other = stack.new_tenant("usage-other")
     seen = usage(other, group_by="label:team")
     assert seen["totals"]["jobs"] == 0 and seen["groups"] == [], seen
     seen = usage(B, group_by="label:team")
@@ -158,9 +150,7 @@ def test_gpu_runs_are_billed_per_gpu_second_at_the_models_rate(stack, tenant):
     from the node's registration."""
     name, T = tenant
     measured = {"run_s": 1.5, "cpu_s": 0.25, "gpus": 1, "gpu_model": "Fake GPU"}
-    node = FakeNode(stack.cluster_base, stack.cluster_token, f"fake-usage-{uuid.uuid4().hex[:6]}",
-                    run_s=0.3, usage=measured).start()
-    try:
+    with stack.fake_node("fake-usage", run_s=0.3, usage=measured) as node:
         j = T.submit("sleep", {"seconds": 0.1}, resources={"backend": "cuda", "gpus": 1})
         j = T.wait(j["id"], 20)
         assert j["state"] == "succeeded", j
@@ -175,8 +165,6 @@ def test_gpu_runs_are_billed_per_gpu_second_at_the_models_rate(stack, tenant):
         assert u["gpu_model"] == "Fake GPU" and u["gpus"] == 1 and u["cpu_s"] == 0, u
         assert 0.2 <= u["run_s"] <= 10 and u["gpu_s"] == u["run_s"]
         assert u["cost"] == pytest.approx(2 * u["run_s"], abs=2e-3), u   # run_s shown to the ms
-    finally:
-        node.close()
     body = usage(T, group_by="kernel")
     assert body["totals"]["gpu_s"] == pytest.approx(1.5 + u["gpu_s"], abs=1e-3)
 
