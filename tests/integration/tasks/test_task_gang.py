@@ -15,21 +15,22 @@ Skipped, with the reason, without podman or without root and iptables
 (a node refuses gang parts it cannot firewall)."""
 
 import io
-import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 
 import numpy as np
 import pytest
 
 import stack as stk
-from fakegateway import FakeGateway
+import test_task_node
 from test_task_node import Node, containers, log_text
 
 IMAGE = "localhost/kowloon-torch:1"
+
+# the node tests' module fixtures: a state directory, a FakeGateway in it
+root, gw = test_task_node.root, test_task_node.gw
 
 # What a user writes: no Kowloon API at all, torch reads the environment.
 ALLREDUCE = r"""
@@ -114,20 +115,6 @@ def conf():
 
 
 # ---------------------------------------------------------------- node level
-
-@pytest.fixture(scope="module")
-def root():
-    d = tempfile.mkdtemp(prefix="kowloon-gang-")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def gw(root):
-    g = FakeGateway(blob_dir=os.path.join(root, "blobs"), token="gang-test-token")
-    yield g
-    g.close()
-
 
 @pytest.fixture(scope="module")
 def pair(gw, conf, root):
