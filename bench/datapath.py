@@ -28,6 +28,8 @@ import urllib.parse
 import numpy as np
 import requests
 
+from klbench import save
+
 MiB = 1 << 20
 
 
@@ -329,9 +331,7 @@ def main():
     b.b64_submit()
     b.reuse()
     b.big()
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(b.out, f, indent=1)
+    save(a.json, b.out, indent=1)
     sys.exit(1 if b.wrong else 0)
 
 

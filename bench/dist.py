@@ -30,6 +30,8 @@ from datetime import datetime
 import numpy as np
 import requests
 
+from klbench import save
+
 SIZES = [1 << k for k in range(10, 29, 2)]   # 1 KiB .. 256 MiB, powers of 4
 
 
@@ -217,9 +219,7 @@ def main():
     b.allreduce()
     b.rendezvous()
     b.train()
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(b.out, f, indent=1)
+    save(a.json, b.out, indent=1)
     if b.wrong:
         print(f"bench: {b.wrong} wrong result(s)")
         return 1

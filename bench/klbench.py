@@ -287,10 +287,11 @@ async def any_in_state(cl, label, state):
     return bool(doc["jobs"])
 
 
-def save(path, doc):
+def save(path, doc, indent=None):
+    """Writes doc to path as JSON; no path, nothing."""
     if path:
         with open(path, "w") as f:
-            json.dump(doc, f)
+            json.dump(doc, f, indent=indent)
 
 
 # ---------------------------------------------------------------- throughput
