@@ -182,8 +182,7 @@ def test_logs_arrive_live_through_follow_and_sse_and_stay_after_the_end(ts, A):
             "print('first line', flush=True)\n"
             "time.sleep(15)\n"
             "print('second line', flush=True)\n")
-    job = submit(A, py(code))
-    jid = job["id"]
+    jid = submit(A, py(code))["id"]
     # SSE on the job's stream and the tenant's
     sse = A.get(f"/v1/jobs/{jid}/events", stream=True, timeout=(5, 120))
     assert sse.status_code == 200
@@ -293,8 +292,7 @@ def test_a_live_log_is_served_with_range_while_the_task_runs(ts, A):
     code = ("import time\n"
             "print('0123456789', flush=True)\n"
             "time.sleep(120)\n")
-    job = submit(A, py(code))
-    jid = job["id"]
+    jid = submit(A, py(code))["id"]
     wait_until(lambda: logs(A, jid).text == "0123456789\n", 90, 0.1, "live log")
     r = A.get(f"/v1/jobs/{jid}/logs", headers={"Range": "bytes=2-4"})
     assert r.status_code == 206 and r.text == "234"
@@ -383,8 +381,7 @@ def test_a_node_killed_mid_task_loses_its_orphan_on_restart_and_the_job_reruns_o
             "print('attempt', os.environ['KOWLOON_ATTEMPT'], flush=True)\n"
             "time.sleep(6 if os.environ['KOWLOON_ATTEMPT'] == '1' else 0)\n"
             "open('/kowloon/out/done.txt', 'w').write(os.environ['KOWLOON_ATTEMPT'])\n")
-    job = submit(A, py(code))
-    jid = job["id"]
+    jid = submit(A, py(code))["id"]
     wait_until(lambda: "attempt 1" in logs(A, jid).text, 90, 0.1, "attempt 1 running")
     follow = A.get(f"/v1/jobs/{jid}/logs?follow=1", stream=True, timeout=(5, 120))
     followed = []
