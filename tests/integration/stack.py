@@ -23,8 +23,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import requests
 
-from fakenode import FakeNode
-
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # KOWLOON_TEST_ROOT points the suite at another build tree (default: this repo)
 BUILD_ROOT = os.path.abspath(os.environ.get("KOWLOON_TEST_ROOT", REPO))
@@ -708,6 +706,8 @@ class Stack:
         """A scripted node (fakenode.FakeNode; keywords as there) named
         PREFIX-<6 hex digits>, registered for the with-block and deregistered
         after it."""
+        # imported here: tests/chaos loads this file alone, its folder not on sys.path
+        from fakenode import FakeNode
         node = FakeNode(self.cluster_base, self.cluster_token,
                         f"{prefix}-{uuid.uuid4().hex[:6]}", **kw).start()
         try:
