@@ -625,12 +625,35 @@ def wait_terminal(stack, run_label, accepted_ids, timeout):
         time.sleep(0.5)
 
 
+def recorded_twice(pg):
+    """What PostgreSQL holds more than once, from fetch_pg_jobs' rows:
+    results past a job's first (every result of a job that did not
+    succeed) and terminal events past the first, as (count, a line per job
+    that has any)."""
+    count, detail = 0, []
+    for jid, j in pg.items():
+        extra = max(0, j["results"] - 1) + (j["results"] if j["state"] != "succeeded" else 0) \
+            + max(0, j["terminal_events"] - 1)
+        if extra:
+            count += extra
+            detail.append(f"{jid} {j}")
+    return count, detail
+
+
 def retry_after(r, cap=2.0):
     """Seconds to wait after a 429/503: its Retry-After, capped, with jitter."""
     try:
         return min(cap, float(r.headers.get("Retry-After", "1"))) * random.uniform(0.3, 1.0)
     except ValueError:
         return 1.0
+
+
+class Shed(Exception):
+    """The gateway shed a request (429/503): ask again after .wait seconds."""
+
+    def __init__(self, text, wait):
+        super().__init__(text)
+        self.wait = wait
 
 
 def api_check(stack, specs, jobs_to_check):
@@ -644,33 +667,38 @@ def api_check(stack, specs, jobs_to_check):
         http = getattr(local, "http", None) or requests.Session()
         local.http = http
         h = {"Authorization": f"Bearer {key}"}
+
+        def get(path, what, timeout):
+            """GET base+path: (its JSON body, None) on a 200, else (None, the
+            answer as a problem); raises Shed on a 429/503."""
+            r = http.get(f"{base}{path}", headers=h, timeout=timeout)
+            if r.status_code == 200:
+                return r.json(), None
+            answer = f"{what} -> {r.status_code} {r.text[:200]}"
+            if r.status_code in (429, 503):
+                raise Shed(answer, retry_after(r))
+            return None, answer
+
         err = None
         for attempt in range(10):
             try:
-                r = http.get(f"{base}/v1/jobs/{jid}", headers=h, timeout=15)
-                if r.status_code in (429, 503):
-                    err = f"GET job -> {r.status_code} {r.text[:200]}"
-                    time.sleep(retry_after(r))
-                    continue
-                if r.status_code != 200:
-                    return jid, (None, f"GET job -> {r.status_code} {r.text[:200]}")
-                j = r.json()
+                j, problem = get(f"/v1/jobs/{jid}", "GET job", 15)
+                if problem:
+                    return jid, (None, problem)
                 if j.get("labels", {}).get("cid") != str(idx):
                     return jid, (j.get("state"), f"labels {j.get('labels')} (cid {idx} expected)")
                 if j.get("state") != "succeeded":
                     return jid, (j.get("state"), None)
                 enc = ("b64", "json")[idx % 2]  # both encodings of the result
-                r = http.get(f"{base}/v1/jobs/{jid}/result?encoding={enc}", headers=h, timeout=30)
-                if r.status_code in (429, 503):
-                    err = f"GET result -> {r.status_code} {r.text[:200]}"
-                    time.sleep(retry_after(r))
-                    continue
-                if r.status_code != 200:
-                    return jid, ("succeeded", f"GET result -> {r.status_code} {r.text[:200]}")
-                body = r.json()
+                body, problem = get(f"/v1/jobs/{jid}/result?encoding={enc}", "GET result", 30)
+                if problem:
+                    return jid, ("succeeded", problem)
                 if body.get("id") != jid:
                     return jid, ("succeeded", f"result of {body.get('id')} returned for {jid}")
                 return jid, ("succeeded", specs[idx].check(body.get("outputs") or {}))
+            except Shed as e:
+                err = e
+                time.sleep(e.wait)
             except (requests.RequestException, ValueError) as e:
                 err = e
                 time.sleep(0.5)
@@ -749,14 +777,7 @@ def main():
         mislabelled = [jid for jid in by_id if jid in pg and pg[jid]["cid"] != by_id[jid]]
         unacked = {jid: j for jid, j in pg.items() if jid not in by_id}
         unacked_open = [jid for jid, j in unacked.items() if j["state"] not in TERMINAL]
-        duplicates = 0
-        dup_detail = []
-        for jid, j in pg.items():
-            extra = max(0, j["results"] - 1) + (j["results"] if j["state"] != "succeeded" else 0) \
-                + max(0, j["terminal_events"] - 1)
-            if extra:
-                duplicates += extra
-                dup_detail.append(f"{jid} {j}")
+        duplicates, dup_detail = recorded_twice(pg)
         no_result = [jid for jid, j in pg.items() if j["state"] == "succeeded" and j["results"] == 0]
         over_attempts = [jid for jid, j in pg.items() if j["attempts"] > j["max_attempts"]]
 

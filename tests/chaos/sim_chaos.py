@@ -144,13 +144,7 @@ def run_parts(path):
 def check(pg, accepted, jobs, parts):
     """The problems of the run, as (name, count, detail) for the summary."""
     lost = [jid for jid in accepted if jid not in pg or pg[jid]["state"] not in ch.TERMINAL]
-    dup, dup_detail = 0, []
-    for jid, j in pg.items():
-        extra = max(0, j["results"] - 1) + (j["results"] if j["state"] != "succeeded" else 0) \
-            + max(0, j["terminal_events"] - 1)
-        if extra:
-            dup += extra
-            dup_detail.append(f"{jid} {j}")
+    dup, dup_detail = ch.recorded_twice(pg)
     unrun = []
     for jid, j in pg.items():
         if j["state"] != "succeeded":
