@@ -229,13 +229,10 @@ def test_a_run_failed_for_no_result_keeps_its_gpu_until_its_node_lets_it_go(A, s
     lets it go: the gateway writes it into job_ranks, cancels it there, and
     closes the row when the node reports it. Before, its GPU counted as
     free the moment the job failed."""
-    from fakenode import FakeNode
     from stack import capacity
     model = f"Overdue GPU {uuid.uuid4().hex[:6]}"
-    node = FakeNode(stack.cluster_base, stack.cluster_token, "fake-overdue", run_s=3600,
-                    gpu_name=model).start()
-    node.deaf.set()
-    try:
+    with stack.fake_node("fake-overdue", run_s=3600, gpu_name=model) as node:
+        node.deaf.set()
         j = A.submit("sleep", {"seconds": 1}, timeout_s=1, resources={"backend": "cuda", "gpus": 1})
         assert node.posting.wait(10), "the job never reached the fake node"
         done = A.wait(j["id"], 30)
@@ -243,7 +240,7 @@ def test_a_run_failed_for_no_result_keeps_its_gpu_until_its_node_lets_it_go(A, s
         rid = f"{j['id']}.1"
         part = stack.psql(f"SELECT node_name, ended_at IS NULL FROM job_ranks WHERE job_id = '{j['id']}'"
                           " AND attempt = 1")
-        assert part == [["fake-overdue", "t"]], part
+        assert part == [[node.name, "t"]], part
         # the node is told to cancel it and does not: its GPU stays taken
         wait_until(lambda: node.seen("DELETE"), 15, 0.1, "the cancel to reach the node")
         assert rid in node.runs
@@ -259,8 +256,6 @@ def test_a_run_failed_for_no_result_keeps_its_gpu_until_its_node_lets_it_go(A, s
         wait_until(lambda: (capacity(A, model) or [{}])[0].get("free_gpus") == 1, 10, 0.1,
                    "the GPU to be free again")
         assert A.job(j["id"])["state"] == "failed"
-    finally:
-        node.close()
 
 
 @pytest.mark.timeout(90)
