@@ -1057,11 +1057,11 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " WHERE n.state = 'up' AND n.tasks ->> 'engine' IS NOT NULL AND n.tasks ->> 'engine' <> 'none'"
     " GROUP BY i.image ORDER BY i.image", 0},
 [ST_NODE_BY_CREDENTIAL] = {"SELECT id::text, name FROM nodes WHERE credential_hash = decode($1, 'hex')", 1},
-/* A row when attempt $3 of job $2 is running and node $1 holds it, or the
- * job is a multi-node task that ended with a part on $1 (LATE_PART_OF). */
+/* A row when attempt $2 of job $1 is running and node $3 holds it, or the
+ * job is a multi-node task that ended with a part on $3 (LATE_PART_OF). */
 [ST_NODE_RUN_HELD] = {
-    "SELECT 1 FROM jobs WHERE id = $2::uuid AND attempts = $3::int AND ((" RUNNING_BY_ID
-    "   AND " HELD_BY("jobs", "$1") ") OR " LATE_PART_OF("jobs", "$1") ")", 3},
+    "SELECT 1 FROM jobs WHERE id = $1::uuid AND attempts = $2::int AND ((" RUNNING_BY_ID
+    "   AND " HELD_BY("jobs", "$3") ") OR " LATE_PART_OF("jobs", "$3") ")", 3},
 /* Multi-node job $1: whether attempt $2 is its running one and node $3
  * holds a part of it, and whether $3 ever held a part of the job; no row
  * for a job that is not multi-node. */
@@ -1112,6 +1112,39 @@ int store__run(gw_store *s, int id, const char *const *vals, PGresult **r)
     *r = store__exec(c, id, vals, NULL, NULL, 0);
     store__release(s, c);
     return *r ? 0 : -EIO;
+}
+
+int store__run_row(gw_store *s, int id, const char *const *vals, int missing, PGresult **r)
+{
+    if (store__run(s, id, vals, r) != 0) {
+        *r = NULL;
+        return -EIO;
+    }
+    if (PQntuples(*r) == 1)
+        return 0;
+    PQclear(*r);
+    *r = NULL;
+    return missing;
+}
+
+int store__int64(gw_store *s, int id, const char *const *vals, int64_t *out)
+{
+    PGresult *r;
+    int rc = store__run_row(s, id, vals, -EIO, &r);
+    if (rc == 0) {
+        *out = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+    }
+    return rc;
+}
+
+int store__run_attempt(gw_store *s, int id, const char *job_id, int attempt, const char *node_id,
+                       PGresult **r)
+{
+    char att[16];
+    snprintf(att, sizeof att, "%d", attempt);
+    const char *v[3] = {job_id, att, node_id};
+    return store__run(s, id, v, r);
 }
 
 gw_store *gw_store_open(const char *conninfo, int pool_size)

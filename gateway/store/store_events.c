@@ -11,16 +11,7 @@
 
 int gw_store_events_last(gw_store *s, int64_t *last)
 {
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    PGresult *r = store__exec(c, ST_EVENTS_LAST, NULL, NULL, NULL, 0);
-    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
-    if (rc == 0)
-        *last = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    store__release(s, c);
-    return rc;
+    return store__int64(s, ST_EVENTS_LAST, NULL, last);
 }
 
 int gw_store_events_horizon(gw_store *s, int64_t *last, uint64_t *xmin, uint64_t *next)
@@ -119,14 +110,5 @@ int gw_store_events_read(gw_store *s, int64_t after, int64_t upto, int64_t tenan
 int gw_store_job_last_event(gw_store *s, const char *job_id, int64_t *id)
 {
     const char *v[1] = {job_id};
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    PGresult *r = store__exec(c, ST_EVENT_JOB_LAST, v, NULL, NULL, 0);
-    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
-    if (rc == 0)
-        *id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    store__release(s, c);
-    return rc;
+    return store__int64(s, ST_EVENT_JOB_LAST, v, id);
 }

@@ -10,11 +10,8 @@
 
 int gw_store_gang_attempt(gw_store *s, const char *job_id, int attempt)
 {
-    char att[16];
-    snprintf(att, sizeof att, "%d", attempt);
-    const char *v[2] = {job_id, att};
     PGresult *r;
-    if (store__run(s, ST_GANG_ATTEMPT, v, &r) != 0)
+    if (store__run_attempt(s, ST_GANG_ATTEMPT, job_id, attempt, NULL, &r) != 0)
         return -EIO;
     int rc = PQntuples(r) == 0 ? -ENOENT : strcmp(PQgetvalue(r, 0, 0), "1") == 0;
     PQclear(r);
@@ -58,13 +55,10 @@ int gw_store_gang_rank_end(gw_store *s, const char *job_id, int attempt, int nod
 
 int gw_store_gang_nodes(gw_store *s, const char *job_id, int attempt, char (**nodes)[37], int *n)
 {
-    char att[16];
-    snprintf(att, sizeof att, "%d", attempt);
-    const char *v[2] = {job_id, att};
     PGresult *r;
     *nodes = NULL;
     *n = 0;
-    if (store__run(s, ST_GANG_NODES, v, &r) != 0)
+    if (store__run_attempt(s, ST_GANG_NODES, job_id, attempt, NULL, &r) != 0)
         return -EIO;
     int rc = node_list(r, 0, nodes, n);
     PQclear(r);

@@ -80,6 +80,17 @@ int store__fail_rc(const store__conn *c);
 /* Runs statement id with text parameters on a pooled connection; on 0, *r
  * holds its result (caller clears it); -EIO. */
 int store__run(gw_store *s, int id, const char *const *vals, PGresult **r);
+/* store__run for a statement that answers one row: 0 with *r holding it
+ * (caller clears), else *r NULL and -EIO when it failed, missing when it
+ * answered no row or several. */
+int store__run_row(gw_store *s, int id, const char *const *vals, int missing, PGresult **r);
+/* store__run_row's row of one number: 0 with column 0 in *out, or -EIO
+ * (failed, or not one row). */
+int store__int64(gw_store *s, int id, const char *const *vals, int64_t *out);
+/* store__run for a statement on a run: its parameters are (job_id, attempt,
+ * node_id), the last left out of a statement that takes two. */
+int store__run_attempt(gw_store *s, int id, const char *job_id, int attempt, const char *node_id,
+                       PGresult **r);
 /* Runs a parameterless command (BEGIN, COMMIT, ROLLBACK) on c; 0 or -EIO
  * after logging. */
 int store__command(store__conn *c, const char *sql);

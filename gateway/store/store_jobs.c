@@ -224,32 +224,19 @@ int gw_store_idem_sweep(gw_store *s, int limit, int *removed)
 int gw_store_kernel_run_ms(gw_store *s, const char *kernel, int64_t *runs, int64_t *mean_ms)
 {
     const char *v[1] = {kernel};
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    PGresult *r = store__exec(c, ST_KERNEL_RUN_MS, v, NULL, NULL, 0);
-    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
+    PGresult *r;
+    int rc = store__run_row(s, ST_KERNEL_RUN_MS, v, -EIO, &r);
     if (!rc) {
         *runs = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
         *mean_ms = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+        PQclear(r);
     }
-    PQclear(r);
-    store__release(s, c);
     return rc;
 }
 
 int gw_store_slots_up(gw_store *s, int64_t *slots)
 {
-    store__conn *c = store__acquire(s);
-    if (!c)
-        return -EIO;
-    PGresult *r = store__exec(c, ST_SLOTS_UP, NULL, NULL, NULL, 0);
-    int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
-    if (!rc)
-        *slots = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    store__release(s, c);
-    return rc;
+    return store__int64(s, ST_SLOTS_UP, NULL, slots);
 }
 
 int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **job)

@@ -14,9 +14,7 @@ int gw_store_node_by_credential(gw_store *s, const char *hash_hex, char id[37], 
 {
     const char *v[1] = {hash_hex};
     PGresult *r;
-    if (store__run(s, ST_NODE_BY_CREDENTIAL, v, &r) != 0)
-        return -EIO;
-    int rc = PQntuples(r) == 1 ? 0 : -ENOENT;
+    int rc = store__run_row(s, ST_NODE_BY_CREDENTIAL, v, -ENOENT, &r);
     if (rc == 0) {
         store__copy(r, 0, 0, id, 37);
         store__copy(r, 0, 1, name, namelen);
@@ -27,11 +25,8 @@ int gw_store_node_by_credential(gw_store *s, const char *hash_hex, char id[37], 
 
 int gw_store_node_run_held(gw_store *s, const char *node_id, const char *job_id, int attempt)
 {
-    char att[16];
-    snprintf(att, sizeof att, "%d", attempt);
-    const char *v[3] = {node_id, job_id, att};
     PGresult *r;
-    if (store__run(s, ST_NODE_RUN_HELD, v, &r) != 0)
+    if (store__run_attempt(s, ST_NODE_RUN_HELD, job_id, attempt, node_id, &r) != 0)
         return -EIO;
     int held = PQntuples(r) > 0;
     PQclear(r);
@@ -40,11 +35,8 @@ int gw_store_node_run_held(gw_store *s, const char *node_id, const char *job_id,
 
 int gw_store_node_gang_member(gw_store *s, const char *node_id, const char *job_id, int attempt)
 {
-    char att[16];
-    snprintf(att, sizeof att, "%d", attempt);
-    const char *v[3] = {job_id, att, node_id};
     PGresult *r;
-    if (store__run(s, ST_NODE_GANG_MEMBER, v, &r) != 0)
+    if (store__run_attempt(s, ST_NODE_GANG_MEMBER, job_id, attempt, node_id, &r) != 0)
         return -EIO;
     int rc = PQntuples(r) == 0                       ? -ENOENT
              : strcmp(PQgetvalue(r, 0, 1), "1") != 0 ? -EPERM

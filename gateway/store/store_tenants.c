@@ -24,10 +24,7 @@ int gw_store_auth_key(gw_store *s, const char *key, gw_key_auth *out)
         return -ENOENT;
     const char *v[1] = {key};
     PGresult *r;
-    int rc = store__run(s, ST_AUTH_KEY, v, &r);
-    if (rc)
-        return rc;
-    rc = PQntuples(r) == 1 ? 0 : -ENOENT;
+    int rc = store__run_row(s, ST_AUTH_KEY, v, -ENOENT, &r);
     if (rc == 0) {
         out->tenant_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
         out->admin = PQgetvalue(r, 0, 1)[0] == 't';
@@ -47,15 +44,7 @@ int gw_store_tenant_queued(gw_store *s, int64_t tenant_id, int limit, int64_t *q
     snprintf(t, sizeof(t), "%lld", (long long)tenant_id);
     snprintf(l, sizeof(l), "%d", limit);
     const char *v[2] = {t, l};
-    PGresult *r;
-    int rc = store__run(s, ST_TENANT_QUEUED, v, &r);
-    if (rc)
-        return rc;
-    rc = PQntuples(r) == 1 ? 0 : -EIO;
-    if (rc == 0)
-        *queued = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    return rc;
+    return store__int64(s, ST_TENANT_QUEUED, v, queued);
 }
 
 int gw_store_tenant_running_ok(gw_store *s, const char *job_id, int def, int *ok)
@@ -120,10 +109,7 @@ int gw_store_key_issue(gw_store *s, const char *tenant, int admin, const char *k
 {
     const char *v[3] = {tenant, key, admin ? "true" : "false"};
     PGresult *r;
-    int rc = store__run(s, ST_KEY_ISSUE, v, &r);
-    if (rc)
-        return rc;
-    rc = PQntuples(r) == 1 ? 0 : -ENOENT;
+    int rc = store__run_row(s, ST_KEY_ISSUE, v, -ENOENT, &r);
     if (rc == 0) {
         store__copy(r, 0, 0, prefix, 16);
         store__copy(r, 0, 1, created_at, 32);
@@ -139,10 +125,7 @@ int gw_store_key_revoke_id(gw_store *s, int64_t id, char prefix[16])
     snprintf(i, sizeof i, "%lld", (long long)id);
     const char *v[1] = {i};
     PGresult *r;
-    int rc = store__run(s, ST_KEY_REVOKE_ID, v, &r);
-    if (rc)
-        return rc;
-    rc = PQntuples(r) == 1 ? 0 : -ENOENT;
+    int rc = store__run_row(s, ST_KEY_REVOKE_ID, v, -ENOENT, &r);
     if (rc == 0)
         store__copy(r, 0, 0, prefix, 16);
     PQclear(r);
@@ -212,10 +195,7 @@ int gw_store_node_drain(gw_store *s, const char *id, int draining, json_t **node
     const char *v[2] = {id, draining ? "true" : "false"};
     PGresult *r;
     *node = NULL;
-    int rc = store__run(s, ST_NODE_DRAIN, v, &r);
-    if (rc)
-        return rc;
-    rc = PQntuples(r) == 1 ? 0 : -ENOENT;
+    int rc = store__run_row(s, ST_NODE_DRAIN, v, -ENOENT, &r);
     if (rc == 0 && !(*node = store__json(r, 0, 0)))
         rc = -EIO;
     PQclear(r);

@@ -148,10 +148,7 @@ int gw_store_wh_secret(gw_store *s, int64_t tenant_id, int rotate, char *secret,
         return rc;
     const char *v[2] = {t, cand};
     PGresult *r;
-    rc = store__run(s, rotate ? ST_WH_SECRET_ROTATE : ST_WH_SECRET_ENSURE, v, &r);
-    if (rc)
-        return rc;
-    rc = PQntuples(r) == 1 ? 0 : -EIO;
+    rc = store__run_row(s, rotate ? ST_WH_SECRET_ROTATE : ST_WH_SECRET_ENSURE, v, -EIO, &r);
     if (rc == 0) {
         store__copy(r, 0, 0, secret, 64);
         store__copy(r, 0, 1, created, 32);
