@@ -67,6 +67,10 @@ gw_caller gw_req_caller(svc_req *req);
  * returns -1. The caller found is kept on the request: a second call
  * answers from it without a lookup or another token. */
 int gw_auth_tenant(svc_req *req, gw_caller *who);
+/* Replies 401 unauthenticated with msg and the challenge RFC 6750 asks for
+ * (WWW-Authenticate: challenge, the listener's Bearer realm), counts the
+ * failure against the caller's address, and returns -1. */
+int gw_reply_unauthenticated(svc_req *req, const char *challenge, const char *msg);
 /* The {id} of the path when it is a job's UUID; NULL after replying 404. */
 const char *gw_job_id_param(svc_req *req);
 /* The tenant= argument an admin may give to read another tenant's figures

@@ -166,14 +166,19 @@ static int key_check(svc_req *req, const char *key, gw_key_auth *ka)
     return cached == 0 || key == NULL ? -ENOENT : key_lookup_db(app, key, ka);
 }
 
-/* 401 with the challenge RFC 6750 asks for, and the failure counted. */
-static int reply_unauthenticated(svc_req *req, const char *msg)
+int gw_reply_unauthenticated(svc_req *req, const char *challenge, const char *msg)
 {
     gw_app *app = svc_req_app(req);
     gw_authfail_count(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
-    svc_reply_header(req, "WWW-Authenticate", "Bearer realm=\"kowloon\"");
+    svc_reply_header(req, "WWW-Authenticate", challenge);
     svc_reply_error(req, 401, "unauthenticated", NULL, NULL, "%s", msg);
     return -1;
+}
+
+/* gw_reply_unauthenticated on the public listener. */
+static int reply_unauthenticated(svc_req *req, const char *msg)
+{
+    return gw_reply_unauthenticated(req, "Bearer realm=\"kowloon\"", msg);
 }
 
 int gw_auth_tenant(svc_req *req, gw_caller *who)

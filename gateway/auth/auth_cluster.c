@@ -15,14 +15,10 @@
 #include "svc_log.h"
 #include "svc_util.h"
 
-/* 401 with RFC 6750's challenge, the failure counted; -1. */
+/* gw_reply_unauthenticated on the cluster listener. */
 static int unauthenticated(svc_req *req, const char *msg)
 {
-    gw_app *app = svc_req_app(req);
-    gw_authfail_count(app->authfail, svc_req_client_ip(req), svc_now_mono_ms());
-    svc_reply_header(req, "WWW-Authenticate", "Bearer realm=\"kowloon-cluster\"");
-    svc_reply_error(req, 401, "unauthenticated", NULL, NULL, "%s", msg);
-    return -1;
+    return gw_reply_unauthenticated(req, "Bearer realm=\"kowloon-cluster\"", msg);
 }
 
 static int has_cluster_token(svc_req *req)
