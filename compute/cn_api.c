@@ -189,28 +189,30 @@ static int cn__run_create(svc_req *req)
     }
 }
 
-static int cn__run_get(svc_req *req)
+/* Answers with the path's run (cancelled first when cancel is set) once it
+ * ended or the ?wait= seconds passed. */
+static int cn__run_answer(svc_req *req, int cancel)
 {
     const cn_node *n = svc_req_app(req);
+    const char *id = svc_req_param(req, "id");
     json_t *run = NULL;
     int64_t wait_ms;
 
     if (cn__wait_ms(req, &wait_ms) < 0)
         return 0;
-    int rc = cn_runs_get(n->runs, svc_req_param(req, "id"), wait_ms, 1, &run);
+    int rc = cancel ? cn_runs_cancel(n->runs, id, wait_ms, &run)
+                    : cn_runs_get(n->runs, id, wait_ms, 1, &run);
     return cn__reply_run(req, rc, run);
+}
+
+static int cn__run_get(svc_req *req)
+{
+    return cn__run_answer(req, 0);
 }
 
 static int cn__run_cancel(svc_req *req)
 {
-    const cn_node *n = svc_req_app(req);
-    json_t *run = NULL;
-    int64_t wait_ms;
-
-    if (cn__wait_ms(req, &wait_ms) < 0)
-        return 0;
-    int rc = cn_runs_cancel(n->runs, svc_req_param(req, "id"), wait_ms, &run);
-    return cn__reply_run(req, rc, run);
+    return cn__run_answer(req, 1);
 }
 
 static int cn__run_release(svc_req *req)
