@@ -16,22 +16,26 @@ static const DoubleToStringConverter converter(
         DoubleToStringConverter::EMIT_TRAILING_ZERO_AFTER_POINT,
     "Infinity", "NaN", 'e', -6, 21, 0, 0);
 
-// Returns the length written; the converter never needs more than 26 bytes
-// for a shortest form (17 digits, sign, point, "e-308"), within SVC_DTOA_MAX.
-size_t svc_dtoa_f32(float v, char *buf)
+// The shortest form of v by the converter's method to (ToShortestSingle
+// for a float, ToShortest for a double) into buf; returns the length
+// written. The converter never needs more than 26 bytes for a shortest form
+// (17 digits, sign, point, "e-308"), within SVC_DTOA_MAX.
+template <typename T>
+static size_t shortest(T v, char *buf, bool (DoubleToStringConverter::*to)(T, StringBuilder *) const)
 {
     StringBuilder sb(buf, SVC_DTOA_MAX);
-    converter.ToShortestSingle(v, &sb);
+    (converter.*to)(v, &sb);
     size_t n = (size_t)sb.position();
     sb.Finalize();
     return n;
 }
 
+size_t svc_dtoa_f32(float v, char *buf)
+{
+    return shortest(v, buf, &DoubleToStringConverter::ToShortestSingle);
+}
+
 size_t svc_dtoa_f64(double v, char *buf)
 {
-    StringBuilder sb(buf, SVC_DTOA_MAX);
-    converter.ToShortest(v, &sb);
-    size_t n = (size_t)sb.position();
-    sb.Finalize();
-    return n;
+    return shortest(v, buf, &DoubleToStringConverter::ToShortest);
 }
