@@ -460,6 +460,15 @@ void kl_info_set(kl_info *info, const char *key, const char *fmt, ...)
         info->n++;
 }
 
+void kl_progress_add(kl_progress *p, const char *key, double value)
+{
+    if (p->n >= KL_PROGRESS_MAX)
+        return;
+    p->kv[p->n].key = key;
+    p->kv[p->n].value = value;
+    p->n++;
+}
+
 void kl_progress_report(kl_progress_sink *sink, const kl_progress *p)
 {
     if (!sink)

@@ -135,6 +135,10 @@ typedef struct kl_progress {
     } kv[KL_PROGRESS_MAX];
 } kl_progress;
 
+/* Appends the number key (a static string) = value to p; nothing past
+ * KL_PROGRESS_MAX. */
+void kl_progress_add(kl_progress *p, const char *key, double value);
+
 /* Where a run's reports go (kl_args.progress). report runs on the kernel's
  * thread and must be quick: it copies p and returns. last_ms is
  * kl_progress_report's own. */

@@ -166,16 +166,11 @@ static int wait_done(heat2d_job *j, int64_t need)
 
 void kl__heat2d_progress(const kl_args *args, int64_t steps_done, int64_t steps, double residual)
 {
-    kl_progress p = {.fraction = residual < 0 ? (double)steps_done / (double)(steps + 1) : 1.0, .n = 2};
-    p.kv[0].key = "step";
-    p.kv[0].value = (double)steps_done;
-    p.kv[1].key = "steps";
-    p.kv[1].value = (double)steps;
-    if (residual >= 0) {
-        p.kv[2].key = "residual";
-        p.kv[2].value = residual;
-        p.n = 3;
-    }
+    kl_progress p = {.fraction = residual < 0 ? (double)steps_done / (double)(steps + 1) : 1.0};
+    kl_progress_add(&p, "step", (double)steps_done);
+    kl_progress_add(&p, "steps", (double)steps);
+    if (residual >= 0)
+        kl_progress_add(&p, "residual", residual);
     kl_progress_report(args->progress, &p);
 }
 

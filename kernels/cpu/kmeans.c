@@ -390,14 +390,10 @@ static int slices_for(int64_t n, int64_t k, int64_t d)
  * allowed (a run that converges sooner ends below 1). */
 void kl__kmeans_progress(const kl_args *args, int it, int iterations, double inertia)
 {
-    kl_progress p = {.fraction = (double)it / (double)iterations, .n = 1};
-    p.kv[0].key = "iteration";
-    p.kv[0].value = it;
-    if (inertia >= 0) {
-        p.kv[1].key = "inertia";
-        p.kv[1].value = inertia;
-        p.n = 2;
-    }
+    kl_progress p = {.fraction = (double)it / (double)iterations};
+    kl_progress_add(&p, "iteration", it);
+    if (inertia >= 0)
+        kl_progress_add(&p, "inertia", inertia);
     kl_progress_report(args->progress, &p);
 }
 

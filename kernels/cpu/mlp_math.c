@@ -208,17 +208,11 @@ int64_t kl__mlp_correct(const kl_mlp_dims *m, const float *w, const float *x, co
 
 void kl__mlp_progress(const kl_args *args, int64_t epoch, int64_t epochs, float loss, double acc)
 {
-    kl_progress p = {.fraction = acc < 0 ? (double)epoch / (double)(epochs + 1) : 1.0, .n = 3};
-    p.kv[0].key = "epoch";
-    p.kv[0].value = (double)epoch;
-    p.kv[1].key = "epochs";
-    p.kv[1].value = (double)epochs;
-    p.kv[2].key = "loss";
-    p.kv[2].value = loss;
-    if (acc >= 0) {
-        p.kv[3].key = "accuracy";
-        p.kv[3].value = acc;
-        p.n = 4;
-    }
+    kl_progress p = {.fraction = acc < 0 ? (double)epoch / (double)(epochs + 1) : 1.0};
+    kl_progress_add(&p, "epoch", (double)epoch);
+    kl_progress_add(&p, "epochs", (double)epochs);
+    kl_progress_add(&p, "loss", loss);
+    if (acc >= 0)
+        kl_progress_add(&p, "accuracy", acc);
     kl_progress_report(args->progress, &p);
 }

@@ -199,11 +199,9 @@ typedef struct mc_job {
 
 void kl__mc_progress(const kl_args *args, int64_t done, int64_t paths)
 {
-    kl_progress p = {.fraction = (double)done / (double)paths, .n = 2};
-    p.kv[0].key = "paths_done";
-    p.kv[0].value = (double)done;
-    p.kv[1].key = "paths";
-    p.kv[1].value = (double)paths;
+    kl_progress p = {.fraction = (double)done / (double)paths};
+    kl_progress_add(&p, "paths_done", (double)done);
+    kl_progress_add(&p, "paths", (double)paths);
     kl_progress_report(args->progress, &p);
 }
 
