@@ -45,6 +45,17 @@ void svc_time_format(int64_t epoch_ms, char *buf, size_t len)
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)ms);
 }
 
+struct timespec svc_deadline_ts(clockid_t clock, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    return ts;
+}
+
 void svc_sleep_ms(int64_t ms)
 {
     if (ms <= 0)

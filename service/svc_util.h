@@ -6,11 +6,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Monotonic milliseconds (for timeouts) and wall-clock milliseconds since
  * the Unix epoch (for records). */
 int64_t svc_now_mono_ms(void);
 int64_t svc_now_wall_ms(void);
+/* The time ms from now on clock, for pthread_cond_timedwait on a condition
+ * that waits on that clock (CLOCK_REALTIME unless its attributes say
+ * otherwise). */
+struct timespec svc_deadline_ts(clockid_t clock, int64_t ms);
 /* Formats epoch ms as "2026-12-02T12:00:00.123Z" into buf (>= 32 bytes). */
 void svc_time_format(int64_t epoch_ms, char *buf, size_t len);
 /* Sleeps ms milliseconds (restarts on EINTR). */

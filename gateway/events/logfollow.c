@@ -248,11 +248,7 @@ static void *follow_main(void *arg)
             next_keys = svc_now_mono_ms() + key_ms;
         }
         if (!f->woken) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += LOGFOLLOW_POLL_MS * 1000000L;
-            ts.tv_sec += ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
+            struct timespec ts = svc_deadline_ts(CLOCK_REALTIME, LOGFOLLOW_POLL_MS);
             pthread_cond_timedwait(&f->cv, &f->mu, &ts);
         }
         int all = !f->woken; /* a timed round looks at every follower */

@@ -64,11 +64,7 @@ static void *watchdog_main(void *arg)
     svc_conns *t = arg;
     pthread_mutex_lock(&t->mu);
     while (!t->stopping) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += WATCHDOG_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = svc_deadline_ts(CLOCK_MONOTONIC, WATCHDOG_MS);
         int rc = 0;
         while (!t->stopping && rc != ETIMEDOUT)
             rc = pthread_cond_timedwait(&t->cv, &t->mu, &ts);
