@@ -91,6 +91,20 @@ static inline kl_args kernel_args(const char *name)
     return a;
 }
 
+/* A float32 tensor of shape (d0[, d1[, d2]]) over data (not owned). */
+static inline kl_tensor f32_tensor(float *data, int ndim, int64_t d0, int64_t d1 = 0, int64_t d2 = 0)
+{
+    kl_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = KL_F32;
+    t.ndim = ndim;
+    t.shape[0] = d0;
+    t.shape[1] = d1;
+    t.shape[2] = d2;
+    t.data = data;
+    return t;
+}
+
 /* plugin.run with rank r on GPU r, for n ranks (at most 16). */
 static inline int check_run(const kl_args *a, int n, kl_tensor *out, kl_err *err)
 {

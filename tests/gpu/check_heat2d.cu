@@ -32,18 +32,6 @@ static std::vector<float> frand_grid(int64_t h, int64_t w)
     return v;
 }
 
-static kl_tensor grid_tensor(float *data, int64_t h, int64_t w)
-{
-    kl_tensor t;
-    memset(&t, 0, sizeof t);
-    t.dtype = KL_F32;
-    t.ndim = 2;
-    t.shape[0] = h;
-    t.shape[1] = w;
-    t.data = data;
-    return t;
-}
-
 static kl_args heat_args(const kl_tensor *g, double alpha, int64_t steps)
 {
     kl_args a = kernel_args("heat2d");
@@ -76,7 +64,7 @@ static int compare_grid(const float *got, const float *ref, int64_t n, int64_t w
 
 static void check_case(const char *label, std::vector<float> &g, int64_t h, int64_t w, double alpha, int64_t steps)
 {
-    kl_tensor tg = grid_tensor(g.data(), h, w), cpu[2], gpu[2];
+    kl_tensor tg = f32_tensor(g.data(), 2, h, w), cpu[2], gpu[2];
     kl_args a = heat_args(&tg, alpha, steps);
     kl_err e1, e2;
     memset(&e1, 0, sizeof e1);
@@ -142,7 +130,7 @@ static void check_cancel_and_refusals(void)
      * seen within a group of steps (a few ms). */
     const int64_t n = 8192;
     std::vector<float> g = frand_grid(n, n);
-    kl_tensor tg = grid_tensor(g.data(), n, n), out[2];
+    kl_tensor tg = f32_tensor(g.data(), 2, n, n), out[2];
     kl_args a = heat_args(&tg, 0.2, 100000);
     volatile int cancel = 0;
     a.cancel = &cancel;
@@ -207,7 +195,7 @@ static void bench_device(int64_t h, int64_t w, int64_t steps, const char *note)
 static void bench_plugin(int64_t n, int64_t steps)
 {
     std::vector<float> g = frand_grid(n, n);
-    kl_tensor tg = grid_tensor(g.data(), n, n);
+    kl_tensor tg = f32_tensor(g.data(), 2, n, n);
     kl_args a = heat_args(&tg, 0.2, steps);
     double t = time_plugin_runs(&a, 3, [](kl_tensor *out) {
         kl_tensor_free(&out[0]);

@@ -31,19 +31,6 @@ static std::vector<float> frand_vec(int64_t n)
     return v;
 }
 
-static kl_tensor tensor(float *data, int ndim, int64_t d0, int64_t d1 = 0, int64_t d2 = 0)
-{
-    kl_tensor t;
-    memset(&t, 0, sizeof t);
-    t.dtype = KL_F32;
-    t.ndim = ndim;
-    t.shape[0] = d0;
-    t.shape[1] = d1;
-    t.shape[2] = d2;
-    t.data = data;
-    return t;
-}
-
 static int compare(const float *got, const float *ref, int64_t n, double atol, double rtol)
 {
     int bad = 0;
@@ -89,7 +76,7 @@ static void check_case(const char *label, const kl_args *a, double atol, double 
 static void check_saxpy(int64_t n)
 {
     std::vector<float> x = frand_vec(n), y = frand_vec(n);
-    kl_tensor tx = tensor(x.data(), 1, n), ty = tensor(y.data(), 1, n);
+    kl_tensor tx = f32_tensor(x.data(), 1, n), ty = f32_tensor(y.data(), 1, n);
     kl_args a = kernel_args("saxpy");
     a.params[KL_SAXPY_A] = kl_value{0.37, 0, 1};
     a.inputs[KL_SAXPY_X] = &tx;
@@ -104,7 +91,7 @@ static void check_reduce(int ndim, int64_t d0, int64_t d1, int64_t d2, kl_reduce
     static const char *names[] = {"sum", "min", "max", "mean"};
     int64_t n = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
     std::vector<float> x = frand_vec(n);
-    kl_tensor tx = tensor(x.data(), ndim, d0, d1, d2);
+    kl_tensor tx = f32_tensor(x.data(), ndim, d0, d1, d2);
     kl_args a = kernel_args("reduce");
     a.params[KL_REDUCE_OP] = kl_value{0, (int)op, 1};
     a.inputs[KL_REDUCE_X] = &tx;
@@ -147,9 +134,9 @@ static void check_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, bool with
 {
     const int64_t bt = batch ? batch : 1;
     std::vector<float> A = frand_vec(bt * m * k), B = frand_vec(bt * k * n), C = frand_vec(bt * m * n);
-    kl_tensor ta = batch ? tensor(A.data(), 3, batch, m, k) : tensor(A.data(), 2, m, k);
-    kl_tensor tb = batch ? tensor(B.data(), 3, batch, k, n) : tensor(B.data(), 2, k, n);
-    kl_tensor tc = batch ? tensor(C.data(), 3, batch, m, n) : tensor(C.data(), 2, m, n);
+    kl_tensor ta = batch ? f32_tensor(A.data(), 3, batch, m, k) : f32_tensor(A.data(), 2, m, k);
+    kl_tensor tb = batch ? f32_tensor(B.data(), 3, batch, k, n) : f32_tensor(B.data(), 2, k, n);
+    kl_tensor tc = batch ? f32_tensor(C.data(), 3, batch, m, n) : f32_tensor(C.data(), 2, m, n);
     kl_args a = kernel_args("gemm");
     a.params[KL_GEMM_ALPHA] = kl_value{alpha, 0, 1};
     a.params[KL_GEMM_BETA] = kl_value{beta, 0, 1};
@@ -230,7 +217,7 @@ static void check_sleep_and_cancel(void)
 
     /* A cancel raised before a GPU kernel starts stops it too. */
     std::vector<float> A = frand_vec(256 * 256);
-    kl_tensor ta = tensor(A.data(), 2, 256, 256);
+    kl_tensor ta = f32_tensor(A.data(), 2, 256, 256);
     kl_args g = kernel_args("gemm");
     kl_args_defaults(&g);
     g.inputs[KL_GEMM_A] = &ta;
@@ -317,7 +304,7 @@ struct gemm_dev {
 static void bench_gemm_fp32(int64_t s)
 {
     std::vector<float> A = frand_vec(s * s), B = frand_vec(s * s);
-    kl_tensor ta = tensor(A.data(), 2, s, s), tb = tensor(B.data(), 2, s, s);
+    kl_tensor ta = f32_tensor(A.data(), 2, s, s), tb = f32_tensor(B.data(), 2, s, s);
     kl_args a = kernel_args("gemm");
     kl_args_defaults(&a);
     a.inputs[KL_GEMM_A] = &ta;
@@ -368,7 +355,7 @@ static void bench_gemm_batched(int64_t batch, int64_t s)
     cublasDestroy(h);
 
     std::vector<float> A = frand_vec(batch * s * s), B = frand_vec(batch * s * s);
-    kl_tensor ta = tensor(A.data(), 3, batch, s, s), tb = tensor(B.data(), 3, batch, s, s);
+    kl_tensor ta = f32_tensor(A.data(), 3, batch, s, s), tb = f32_tensor(B.data(), 3, batch, s, s);
     kl_args a = kernel_args("gemm");
     kl_args_defaults(&a);
     a.inputs[KL_GEMM_A] = &ta;
@@ -385,7 +372,7 @@ static void bench_reduce(int64_t n)
 {
     size_t bytes = (size_t)n * sizeof(float);
     std::vector<float> x = frand_vec(n);
-    kl_tensor tx = tensor(x.data(), 1, n);
+    kl_tensor tx = f32_tensor(x.data(), 1, n);
     kl_args a = kernel_args("reduce");
     kl_args_defaults(&a);
     a.inputs[KL_REDUCE_X] = &tx;

@@ -49,18 +49,6 @@ static std::vector<float> blobs(int64_t n, int64_t d, int64_t nc, double spread,
     return v;
 }
 
-static kl_tensor f32(float *data, int64_t d0, int64_t d1)
-{
-    kl_tensor t;
-    memset(&t, 0, sizeof t);
-    t.dtype = KL_F32;
-    t.ndim = 2;
-    t.shape[0] = d0;
-    t.shape[1] = d1;
-    t.data = data;
-    return t;
-}
-
 static kl_args km_args(const kl_tensor *points, const kl_tensor *init, int k, int iterations, double tol,
                        double seed)
 {
@@ -164,7 +152,7 @@ static void check_case(const char *label, const kl_args *a, bool exact_labels, d
 static void check_blobs(int64_t n, int64_t d, int k, double seed)
 {
     std::vector<float> X = blobs(n, d, k, 10, 0.05);
-    kl_tensor tx = f32(X.data(), n, d);
+    kl_tensor tx = f32_tensor(X.data(), 2, n, d);
     kl_args a = km_args(&tx, NULL, k, 100, 1e-4, seed);
     char label[96];
     snprintf(label, sizeof label, "blobs n=%lld d=%lld k=%d k-means++ seed %g", (long long)n, (long long)d, k, seed);
@@ -176,7 +164,7 @@ static void check_blobs(int64_t n, int64_t d, int k, double seed)
 static void check_uniform(int64_t n, int64_t d, int k, int iterations)
 {
     std::vector<float> X = uniform_points(n, d);
-    kl_tensor tx = f32(X.data(), n, d), ti = f32(X.data(), k, d);
+    kl_tensor tx = f32_tensor(X.data(), 2, n, d), ti = f32_tensor(X.data(), 2, k, d);
     kl_args a = km_args(&tx, &ti, k, iterations, 0, 0);
     char label[96];
     snprintf(label, sizeof label, "uniform n=%lld d=%lld k=%d init, %d iteration(s)", (long long)n, (long long)d, k,
@@ -187,23 +175,23 @@ static void check_uniform(int64_t n, int64_t d, int k, int iterations)
 static void check_edges(void)
 {
     float one[1] = {3.5f};
-    kl_tensor t1 = f32(one, 1, 1);
+    kl_tensor t1 = f32_tensor(one, 2, 1, 1);
     kl_args a = km_args(&t1, NULL, 1, 10, 0, 0);
     check_case("n=1 d=1 k=1", &a, true, 0, 0);
 
     std::vector<float> X = uniform_points(37, 3);
-    kl_tensor tx = f32(X.data(), 37, 3);
+    kl_tensor tx = f32_tensor(X.data(), 2, 37, 3);
     a = km_args(&tx, NULL, 37, 10, 0, 5);
     check_case("k = n = 37 (every point its own centroid)", &a, true, 0, 0);
 
     std::vector<float> B = blobs(20000, 4, 5, 10, 0.05);
-    kl_tensor tb = f32(B.data(), 20000, 4);
+    kl_tensor tb = f32_tensor(B.data(), 2, 20000, 4);
     a = km_args(&tb, NULL, 5, 100, 1e9, 2);
     check_case("tol 1e9 stops after one iteration", &a, true, 1e-5, 1e-5);
 
     std::vector<float> U = uniform_points(5000, 2);
     float init[3 * 2] = {-0.5f, 0, 0.5f, 0, 100, 100};
-    kl_tensor tu = f32(U.data(), 5000, 2), ti = f32(init, 3, 2);
+    kl_tensor tu = f32_tensor(U.data(), 2, 5000, 2), ti = f32_tensor(init, 2, 3, 2);
     a = km_args(&tu, &ti, 3, 30, 0, 0);
     kl_tensor out[4];
     kl_err err;
@@ -236,7 +224,7 @@ static double time_plugin(const kl_args *a, int reps, int *iterations_run)
 static void bench(int64_t n, int64_t d, int k, int m)
 {
     std::vector<float> X = uniform_points(n, d);
-    kl_tensor tx = f32(X.data(), n, d), ti = f32(X.data(), k, d);
+    kl_tensor tx = f32_tensor(X.data(), 2, n, d), ti = f32_tensor(X.data(), 2, k, d);
     int it1 = 0, itm = 0, its = 0;
     kl_args a = km_args(&tx, &ti, k, 1, 0, 0);
     double t1 = time_plugin(&a, 3, &it1);
