@@ -225,42 +225,34 @@ $$;
 -- database made before this file held them has them from its migrations,
 -- and CREATE TRIGGER locks its table against writers, so it is not run
 -- again at every start. A change to a trigger's definition is a migration
--- that drops it (this file then makes the new one).
+-- that drops it (this file then makes the new one). One row a trigger:
+-- its name, when it fires, its table, and the rest of its definition.
 DO $$
+DECLARE
+    t record;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'blob_refs_added'
-                   AND tgrelid = 'blob_refs'::regclass) THEN
-        CREATE TRIGGER blob_refs_added AFTER INSERT ON blob_refs
-            REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_added();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'blob_refs_removed'
-                   AND tgrelid = 'blob_refs'::regclass) THEN
-        CREATE TRIGGER blob_refs_removed AFTER DELETE ON blob_refs
-            REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_removed();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_blob_refs_added'
-                   AND tgrelid = 'job_blob_refs'::regclass) THEN
-        CREATE TRIGGER job_blob_refs_added AFTER INSERT ON job_blob_refs
-            REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_added();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'job_blob_refs_removed'
-                   AND tgrelid = 'job_blob_refs'::regclass) THEN
-        CREATE TRIGGER job_blob_refs_removed AFTER DELETE ON job_blob_refs
-            REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_removed();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'jobs_webhook_insert'
-                   AND tgrelid = 'jobs'::regclass) THEN
-        CREATE TRIGGER jobs_webhook_insert AFTER INSERT ON jobs FOR EACH ROW
-            WHEN (NEW.webhook IS NOT NULL AND NEW.state = ANY (NEW.webhook_events))
-            EXECUTE FUNCTION kowloon_webhook_enqueue();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'jobs_webhook_update'
-                   AND tgrelid = 'jobs'::regclass) THEN
-        CREATE TRIGGER jobs_webhook_update AFTER UPDATE OF state ON jobs FOR EACH ROW
-            WHEN (NEW.webhook IS NOT NULL AND NEW.state = ANY (NEW.webhook_events)
-                  AND OLD.state IS DISTINCT FROM NEW.state)
-            EXECUTE FUNCTION kowloon_webhook_enqueue();
-    END IF;
+    FOR t IN SELECT * FROM (VALUES
+        ('blob_refs_added', 'AFTER INSERT', 'blob_refs',
+         'REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_added()'),
+        ('blob_refs_removed', 'AFTER DELETE', 'blob_refs',
+         'REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_removed()'),
+        ('job_blob_refs_added', 'AFTER INSERT', 'job_blob_refs',
+         'REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_added()'),
+        ('job_blob_refs_removed', 'AFTER DELETE', 'job_blob_refs',
+         'REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION kowloon_refs_removed()'),
+        ('jobs_webhook_insert', 'AFTER INSERT', 'jobs',
+         'FOR EACH ROW WHEN (NEW.webhook IS NOT NULL AND NEW.state = ANY (NEW.webhook_events))'
+         ' EXECUTE FUNCTION kowloon_webhook_enqueue()'),
+        ('jobs_webhook_update', 'AFTER UPDATE OF state', 'jobs',
+         'FOR EACH ROW WHEN (NEW.webhook IS NOT NULL AND NEW.state = ANY (NEW.webhook_events)'
+         ' AND OLD.state IS DISTINCT FROM NEW.state) EXECUTE FUNCTION kowloon_webhook_enqueue()')
+    ) AS v(name, event, tab, rest)
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = t.name
+                       AND tgrelid = t.tab::regclass) THEN
+            EXECUTE format('CREATE TRIGGER %I %s ON %I %s', t.name, t.event, t.tab, t.rest);
+        END IF;
+    END LOOP;
 END
 $$;
 
