@@ -39,27 +39,12 @@ why() { # why NAME: the lines of a failed part's log that say why
         "$LOGS/$1.log" | grep -v -E '^\s*$' | tail -n 25
 }
 
-t_all=$SECONDS
-echo "=== unit tests (make test-unit, $(nproc) at a time)"
-stage unit kl_run_contained make --no-print-directory -j"$(nproc)" -O test-unit
-record unit $?
-
-workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers)}
-echo "=== integration tests (pytest tests/integration, $workers workers; the slowest tests listed at the end)"
-mapfile -t xdist < <(kl_pytest_workers "$workers")
-stage integration kl_run_contained python3 -m pytest -q "${xdist[@]}" --durations=15 tests/integration
-rc=$?
-case $rc in
-    0) kl_record integration "PASS ($took s, $workers workers)" ;;
-    5) kl_record integration "SKIP (no tests collected)" ;;
-    *) kl_record integration "FAIL (pytest exit $rc, $took s)" ;;
-esac
-
-# The API fuzz keeps about a core busy (its rounds wait on held requests
-# and event streams), the chaos run less, and the parser fuzz runs each
-# harness for a fixed time: the three run side by side (the first two on
-# stacks of their own, on free ports), the other two's output printed whole
-# when they end.
+# Parts that run beside others, each into its own log, their output
+# printed whole when they end. The parser fuzz runs each harness for a
+# fixed time on one core: beside the integration suite, whose workers
+# leave a fifth of the CPU idle while they wait on daemons. The API fuzz
+# keeps about a core busy and the chaos run less: the two run side by
+# side after the suite (on stacks of their own, on free ports).
 beside() { # beside NAME COMMAND...: runs COMMAND in the background into NAME's log
     local name=$1; shift
     ( t0=$(date +%s); "$@" >"$LOGS/$name.log" 2>&1; echo "$? $(($(date +%s) - t0))" >"$LOGS/$name.rc" ) &
@@ -71,11 +56,28 @@ ended() { # ended NAME: prints NAME's output and records its result (after wait)
     cat "$LOGS/$1.log"
     record "$1" "$rc"
 }
-echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one), in the background"
-beside chaos tests/chaos/run.sh
-echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness, one at a time; make fuzz runs 60 s), in the background"
+
+t_all=$SECONDS
+echo "=== unit tests (make test-unit, $(nproc) at a time)"
+stage unit kl_run_contained make --no-print-directory -j"$(nproc)" -O test-unit
+record unit $?
+
+echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness, one at a time; make fuzz runs 60 s), in the background beside the integration suite"
 export FUZZ_SECONDS=${FUZZ_SECONDS:-10} FUZZ_JOBS=${FUZZ_JOBS:-1}
 beside fuzz kl_run_contained tests/fuzz/run.sh
+workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers)}
+echo "=== integration tests (pytest tests/integration, $workers workers; the slowest tests listed at the end)"
+mapfile -t xdist < <(kl_pytest_workers "$workers")
+stage integration kl_run_contained python3 -m pytest -q "${xdist[@]}" --durations=15 tests/integration
+rc=$?
+case $rc in
+    0) kl_record integration "PASS ($took s, $workers workers)" ;;
+    5) kl_record integration "SKIP (no tests collected)" ;;
+    *) kl_record integration "FAIL (pytest exit $rc, $took s)" ;;
+esac
+
+echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one), in the background"
+beside chaos tests/chaos/run.sh
 echo "=== API fuzzing, short run (tests/api_fuzz/run.sh; make fuzz-api runs the full one)"
 stage api-fuzz tests/api_fuzz/run.sh
 record api-fuzz $?

@@ -615,23 +615,26 @@ def main():
 
         unthrottle(s, "A")
 
-        def refusals():
-            """The rounds whose every request must be refused: they change
-            nothing, so they run beside the tenant round (its event streams
-            and Prefer: wait requests hold a second each)."""
+        def anonymous():
+            """The rounds whose every request must be refused change nothing,
+            so they run beside the tenant round (its event streams and
+            Prefer: wait requests hold a second each), in two lines: the
+            anonymous ones, and the crossed ones (crossed())."""
             return [run_round("anonymous", s, work, mode, seed, None, ["--exclude-tag", "cluster"],
                               refused=all_but_open),
                     run_round("anonymous-cluster", s, work, mode, seed, None,
-                              ["--include-tag", "cluster"], refused=all_but_open, url=cluster),
-                    run_round("crossed-tenant", s, work, mode, seed, token,
+                              ["--include-tag", "cluster"], refused=all_but_open, url=cluster)]
+
+        def crossed():
+            return [run_round("crossed-tenant", s, work, mode, seed, token,
                               ["--exclude-tag", "cluster"], refused=all_but_open),
                     run_round("crossed-cluster", s, work, mode, seed, A,
                               ["--include-tag", "cluster"], refused=all_but_open, url=cluster),
                     run_round("crossed-token", s, work, mode, seed, token,
                               ["--include-tag", "cluster", "--exclude-operation-id",
                                "registerNode"], refused=all_but_register, url=cluster)]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-            refused_rounds = pool.submit(refusals)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+            refused_rounds = [pool.submit(anonymous), pool.submit(crossed)]
             # The tenant's event stream (no id: nothing links to it) in two
             # rounds of its own beside the rest, each of its cases held a second.
             streams = [pool.submit(run_round, name, s, work, mode, seed, A,
@@ -645,7 +648,8 @@ def main():
                                    "--exclude-operation-id", "streamEvents"],
                                   refused=ADMIN_PATH.search))
             figs.extend(f.result() for f in streams)
-            figs.extend(refused_rounds.result())
+            for f in refused_rounds:
+                figs.extend(f.result())
         check_gateway(s, "the tenant, anonymous and crossed rounds")
         n = remove_fuzzed_nodes(s, keep=(FUZZ_NODE,))
         if n:
