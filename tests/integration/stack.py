@@ -21,6 +21,9 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
+import psycopg
+import psycopg.adapt
+import psycopg.types.string
 import requests
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -403,6 +406,27 @@ class Client:
 
 # ---------------------------------------------------------------- stack
 
+# psql()'s rows are strings as psql prints them: every type PostgreSQL
+# sends is loaded as its text.
+_PG_TEXT = psycopg.adapt.AdaptersMap(psycopg.adapters)
+for _t in psycopg.adapters.types:
+    for _oid in (_t.oid, getattr(_t, "array_oid", 0)):
+        if _oid:
+            _PG_TEXT.register_loader(_oid, psycopg.types.string.TextLoader)
+
+
+def _pg_rows(conn, sql):
+    """The rows of every result of sql, in order."""
+    rows = []
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        while True:
+            if cur.description is not None:
+                rows.extend(cur.fetchall())
+            if not cur.nextset():
+                return rows
+
+
 class Stack:
     """Owns every process of the test cluster and its temporary directory."""
 
@@ -417,6 +441,7 @@ class Stack:
         self.logs = os.path.join(self.root, "logs")
         os.makedirs(self.logs)
         self.procs = {}
+        self._pg, self._pg_mu, self._pg_port, self._pg_timeout = None, threading.Lock(), None, None
         self.node_names = list(node_names)
         self.node_ports = {}
         self.node_timeout_s = node_timeout_s
@@ -448,6 +473,9 @@ class Stack:
         return self
 
     def close(self):
+        with self._pg_mu:
+            if self._pg is not None:
+                self._pg_drop()
         for name in list(self.procs)[::-1]:
             p = self.procs[name]
             p.stop(signal.SIGINT if name == "postgres" else signal.SIGTERM)
@@ -518,15 +546,50 @@ class Stack:
                                 env=dict(_clean_env(), PGCONNECT_TIMEOUT="5"))
 
     def psql(self, sql, timeout=15):
-        """Runs one SQL statement; returns the rows as lists of strings."""
-        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "kowloon",
-                            "-d", "kowloon", "-X", "-A", "-t", "-F", "\t",
-                            "-v", "ON_ERROR_STOP=1", "-c", sql],
-                           capture_output=True, text=True, timeout=timeout,
-                           env=dict(_clean_env(), PGCONNECT_TIMEOUT="5"))
-        if r.returncode != 0:
-            raise StackError(f"psql failed: {sql!r}: {r.stderr}")
-        return [line.split("\t") for line in r.stdout.splitlines() if line != ""]
+        """Runs SQL (one statement or several, autocommitted); returns the
+        rows of every result as lists of strings, as `psql -A -t` prints
+        them (NULL as "", a row that prints as an empty line left out).
+        One connection per stack (psycopg), made again after it broke: a
+        psql process and a server backend per call were a tenth of the
+        suite's CPU."""
+        with self._pg_mu:
+            try:
+                conn = self._pg_conn()
+                if self._pg_timeout != timeout:
+                    conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
+                    self._pg_timeout = timeout
+                rows = _pg_rows(conn, sql)
+            except psycopg.Error as e:
+                if self._pg is not None and self._pg.broken:
+                    self._pg_drop()
+                raise StackError(f"psql failed: {sql!r}: {e}") from None
+        text = "\n".join("\t".join("" if v is None else v for v in r) for r in rows)
+        return [line.split("\t") for line in text.splitlines() if line != ""]
+
+    def _pg_conn(self):
+        """The connection psql() uses: made on first use, and again when the
+        last one broke or PostgreSQL moved (a restart on another port); a
+        connection a restart closed is found by a ping and made again."""
+        if self._pg is not None and (self._pg_port != self.pg_port or self._pg.closed):
+            self._pg_drop()
+        if self._pg is not None:
+            try:
+                self._pg.execute("")
+            except psycopg.Error:
+                self._pg_drop()
+        if self._pg is None:
+            self._pg = psycopg.connect(host="127.0.0.1", port=self.pg_port, user="kowloon",
+                                       dbname="kowloon", connect_timeout=5, autocommit=True,
+                                       context=_PG_TEXT)
+            self._pg_port, self._pg_timeout = self.pg_port, None
+        return self._pg
+
+    def _pg_drop(self):
+        try:
+            self._pg.close()
+        except psycopg.Error:
+            pass
+        self._pg = None
 
     def redis_cmd(self, *args):
         """One Redis command over RESP; returns the first reply line."""
