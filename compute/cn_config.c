@@ -117,6 +117,9 @@ static svc_opt cn_opts[] = {
     {.flag = "task-firewall", .env = "KOWLOON_TASK_FIREWALL", .type = SVC_OPT_STRING, .at = SVC_OPT_STR(cn_config, task_firewall),
      .def = "iptables", .help = "iptables|off: how gang parts on the host network are kept off "
                                 "the cluster's services (off: unfiltered)"},
+    {.flag = "task-master-ports", .env = "KOWLOON_TASK_MASTER_PORTS", .type = SVC_OPT_STRING, .at = SVC_OPT_STR(cn_config, task_master_ports),
+     .def = "29500-29999", .help = "LO-HI: the ports a gang's rank 0 picks MASTER_PORT from; "
+                                   "keep them outside net.ipv4.ip_local_port_range"},
     {.flag = "log-level", .env = "KOWLOON_LOG_LEVEL", .type = SVC_OPT_STRING, .at = SVC_OPT_STR(cn_config, log_level), .def = "info",
      .help = "debug|info|warn|error"},
     {.flag = NULL},

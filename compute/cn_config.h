@@ -55,6 +55,7 @@ typedef struct cn_config {
     long task_images_refresh_s;
     const char *task_deny;
     const char *task_firewall;
+    const char *task_master_ports;
 } cn_config;
 
 /* Reads argv (flags) and the environment into c. 0; 1 for --help (nothing

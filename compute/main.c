@@ -483,6 +483,7 @@ static int cn__start_tasks(cn_daemon *d)
         .containers_conf = c->task_containers_conf, .node_name = d->node.name,
         .gateway = c->gateway, .node_url = d->node.url, .scratch = c->task_scratch,
         .images = c->task_images, .deny = c->task_deny, .firewall = c->task_firewall,
+        .master_ports = c->task_master_ports,
         .uid = c->task_uid, .grace_s = c->task_grace_s, .memory_mb = c->task_memory_mb,
         .pids = c->task_pids, .output_mb = c->task_output_mb, .log_mb = c->task_log_mb,
         .files_mb = c->task_blob_cache_mb, .images_refresh_s = c->task_images_refresh_s};

@@ -273,21 +273,15 @@ static int rendezvous(part *p)
     if (!st)
         return fail(p, "engine_error", "a gang part without a rendezvous");
     if (req->node_rank == 0) {
-        struct sockaddr_in a = {.sin_family = AF_INET};
-        socklen_t alen = sizeof a;
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         /* the port is free now and the program binds it moments later: the
-         * same bet torchrun makes for its own store */
-        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-            getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
-            if (fd >= 0)
-                close(fd);
-            return fail(p, "engine_error", "cannot reserve a port for MASTER_PORT: %s",
-                        strerror(errno));
-        }
-        close(fd);
+         * bet torchrun makes for its own store, made safer by a range no
+         * outgoing connection takes (CN_TASK_MASTER_PORTS) */
+        int port = cn_task_master_port(p->cfg);
+        if (port < 0)
+            return fail(p, "engine_error", "every port of --task-master-ports %d-%d is taken",
+                        p->cfg->port_lo, p->cfg->port_hi);
         snprintf(p->master_addr, sizeof p->master_addr, "%s", run->dist_host);
-        p->master_port = ntohs(a.sin_port);
+        p->master_port = port;
         char *v = NULL;
         json_t *j = json_pack("{s:s, s:i}", "addr", p->master_addr, "port", p->master_port);
         v = j ? json_dumps(j, JSON_COMPACT) : NULL;

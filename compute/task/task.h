@@ -52,6 +52,8 @@ typedef struct cn_task_cfg {
     pthread_mutex_t cg_mu;
     char (*cg_busy)[256];       /* parts' cgroups a process still held (cg_mu) */
     int ncg_busy, cg_busy_cap;
+    int port_lo, port_hi;       /* --task-master-ports */
+    unsigned port_next;         /* the next one to try (atomic) */
 } cn_task_cfg;
 
 /* Options the node was started with (main's table). */
@@ -62,8 +64,26 @@ typedef struct cn_task_opts {
     const char *images;
     const char *deny;           /* --task-deny, comma-separated */
     const char *firewall;       /* "iptables" or "off" */
+    const char *master_ports;   /* "LO-HI"; NULL: CN_TASK_MASTER_PORTS */
     long uid, grace_s, memory_mb, pids, output_mb, log_mb, files_mb, images_refresh_s;
 } cn_task_opts;
+
+/* Where a gang's rank 0 puts MASTER_PORT unless told otherwise: PyTorch's
+ * default port and the 499 after it, below Linux's ephemeral ports
+ * (32768-60999), so that no outgoing connection of the host can hold the
+ * port between its pick and the program's bind. */
+#define CN_TASK_MASTER_PORTS "29500-29999"
+
+/* "LO-HI" (or one port), 1024 <= LO <= HI <= 65535, into *lo and *hi. 0,
+ * or -1. */
+int cn_task_ports_parse(const char *s, int *lo, int *hi);
+
+/* A port of cfg's range that nothing on this host is bound to now, for a
+ * gang's MASTER_PORT: tried in turn from where the last pick stopped (a
+ * random place at start), so that gangs starting together, and the nodes
+ * sharing a host, get different ones. The port, or -1 when every port of
+ * the range is taken. */
+int cn_task_master_port(cn_task_cfg *cfg);
 
 /* Opens the engine, removes this node's orphaned containers, cgroups and
  * scratch, and fills cfg. 0 (an absent engine, when not asked for by

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +19,78 @@
 #include "task_io.h"
 
 #define CN_TASK_CG_ROOT "/sys/fs/cgroup"
+
+int cn_task_ports_parse(const char *s, int *lo, int *hi)
+{
+    char *end;
+    long a = strtol(s, &end, 10), b = a;
+    if (end == s)
+        return -1;
+    if (*end == '-') {
+        const char *t = end + 1;
+        b = strtol(t, &end, 10);
+        if (end == t)
+            return -1;
+    }
+    if (*end || a < 1024 || b < a || b > 65535)
+        return -1;
+    *lo = (int)a;
+    *hi = (int)b;
+    return 0;
+}
+
+/* Whether nothing on this host is bound to TCP port (on any address). */
+static int port_free(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+int cn_task_master_port(cn_task_cfg *cfg)
+{
+    unsigned n = (unsigned)(cfg->port_hi - cfg->port_lo + 1);
+    for (unsigned i = 0; i < n; i++) {
+        unsigned k = __atomic_fetch_add(&cfg->port_next, 1, __ATOMIC_RELAXED);
+        int port = cfg->port_lo + (int)(k % n);
+        if (port_free(port))
+            return port;
+    }
+    return -1;
+}
+
+/* --task-master-ports into cfg, the picks starting at a random place; a
+ * warning when the range shares ports with the kernel's ephemeral ones (an
+ * outgoing connection could then hold a port between its pick and the
+ * program's bind). 0, or -1 with err. */
+static int ports_open(cn_task_cfg *cfg, const char *ports, char *err, size_t errlen)
+{
+    if (!ports)
+        ports = CN_TASK_MASTER_PORTS;
+    if (cn_task_ports_parse(ports, &cfg->port_lo, &cfg->port_hi) < 0) {
+        snprintf(err, errlen, "--task-master-ports %s: LO-HI (or one port), 1024 <= LO <= HI "
+                              "<= 65535", ports);
+        return -1;
+    }
+    uint32_t start = 0;
+    if (svc_random_bytes(&start, sizeof start) < 0)
+        start = (uint32_t)getpid();
+    cfg->port_next = start;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int elo, ehi;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%d %d", &elo, &ehi) == 2 && cfg->port_lo <= ehi && elo <= cfg->port_hi)
+        svc_warn("tasks: --task-master-ports %d-%d overlaps the ephemeral ports %d-%d "
+                 "(net.ipv4.ip_local_port_range): a gang's MASTER_PORT may be taken before "
+                 "its program binds it", cfg->port_lo, cfg->port_hi, elo, ehi);
+    fclose(f);
+    return 0;
+}
 
 int cn_task_cfg_open(cn_task_cfg *cfg, const cn_task_opts *o, char *err, size_t errlen)
 {
@@ -44,6 +118,8 @@ int cn_task_cfg_open(cn_task_cfg *cfg, const cn_task_opts *o, char *err, size_t 
         snprintf(err, errlen, "--task-firewall must be iptables or off");
         return -1;
     }
+    if (ports_open(cfg, o->master_ports, err, errlen) < 0)
+        return -1;
     if (cn_engine_open(&cfg->engine, o->engine, o->engine_cmd, o->containers_conf, err,
                        errlen) < 0)
         return -1;
@@ -97,10 +173,10 @@ int cn_task_cfg_open(cn_task_cfg *cfg, const cn_task_opts *o, char *err, size_t 
             }
     }
     svc_info("tasks: engine=%s scratch=%s uid=%u grace_s=%d oom=%s gang_network=%s "
-             "orphans_removed=%d", cn_engine_name(&cfg->engine), cfg->scratch, cfg->uid,
-             cfg->grace_s, cfg->cg_v1 ? "memory-cgroup-events" : "engine-inspect",
+             "master_ports=%d-%d orphans_removed=%d", cn_engine_name(&cfg->engine), cfg->scratch,
+             cfg->uid, cfg->grace_s, cfg->cg_v1 ? "memory-cgroup-events" : "engine-inspect",
              cfg->firewall ? "host+iptables" : "host (unfiltered: --task-firewall off)",
-             orphans > 0 ? orphans : 0);
+             cfg->port_lo, cfg->port_hi, orphans > 0 ? orphans : 0);
     return 0;
 }
 

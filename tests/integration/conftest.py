@@ -115,6 +115,9 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     if rep.failed:
         _state["failures"] += 1
+        # a module's own stack (tasks, UI) is not one of ours: its tails now
+        for s in stk.Stack.live - set(_state["stacks"]):
+            _state["tails"].append(f"===== the stack {s.root} of {item.nodeid}\n" + s.log_tails())
     if call.when == "call":
         # a stack that stopped answering must not cost a minute per test
         if call.excinfo is not None and call.excinfo.errisinstance((TestTimeout, stk.requests.Timeout)):

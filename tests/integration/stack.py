@@ -430,6 +430,10 @@ def _pg_rows(conn, sql):
 class Stack:
     """Owns every process of the test cluster and its temporary directory."""
 
+    # the stacks started and not yet closed (a failed test prints their
+    # log tails: tests/integration/conftest.py)
+    live = set()
+
     def __init__(self, node_names=("node-a", "node-b"), node_timeout_s=3, gateway_env=None):
         """gateway_env: KOWLOON_* settings every gateway of this stack gets
         (a module's own stack shortens a period its tests wait out)."""
@@ -454,6 +458,7 @@ class Stack:
 
     # -- lifecycle
     def start(self):
+        Stack.live.add(self)
         self.start_postgres()
         self.start_redis()
         self.gw_port = free_port()
@@ -473,6 +478,7 @@ class Stack:
         return self
 
     def close(self):
+        Stack.live.discard(self)
         with self._pg_mu:
             if self._pg is not None:
                 self._pg_drop()

@@ -144,6 +144,7 @@ def test_torch_gloo_all_reduce_across_two_nodes_from_the_environment_kowloon_set
         lines = {ln.split()[0]: ln.split()[1:] for ln in text.splitlines() if ln and ln[0] != "["}
         assert lines["rank"][:3] == [str(r), "world", "2"], text
         assert lines["rank"][4] == "127.0.0.1"            # node_rank 0's advertised address
+        assert 29500 <= int(lines["rank"][5]) <= 29999    # --task-master-ports, out of the ephemeral range
         assert np.array_equal(np.array(lines["sum"], dtype=np.float64), want), text
     out = res[0]["outputs"]["sum.npy"]
     assert np.array_equal(np.load(io.BytesIO(gw.blob(out["blob"]))), want)
@@ -207,8 +208,12 @@ def test_gang_task_through_the_gateway_a_lost_part_ends_the_other_and_the_job_re
                             resources={"nodes": 2}, max_attempts=3, timeout_s=300)
         # both parts of attempt 1 met, all-reduced and now hold
         for part in (0, 1):
-            stk.wait_until(lambda: "holding" in job.logs(part=part), 180, 0.2,
-                           f"part {part} of attempt 1 holding")
+            try:
+                stk.wait_until(lambda: "holding" in job.logs(part=part), 180, 0.2,
+                               f"part {part} of attempt 1 holding")
+            except stk.StackError as e:     # say where the job is and what its parts printed
+                raise AssertionError(f"{e}\njob: {job.refresh().data}\n"
+                                     + "\n".join(f"part {p}:\n{job.logs(part=p)}" for p in (0, 1)))
         [p1] = gstack.containers(run=f"{job.id}.1.p1")
         node = subprocess.run(["podman", "inspect", "--format", '{{index .Config.Labels "kowloon.node"}}', p1],
                               capture_output=True, text=True, timeout=60,
