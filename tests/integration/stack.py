@@ -433,6 +433,9 @@ class Stack:
     # the stacks started and not yet closed (a failed test prints their
     # log tails: tests/integration/conftest.py)
     live = set()
+    # other directories whose *.log files a failed test prints the tails of
+    # (the node tests' kowloon-compute processes beside a FakeGateway)
+    log_dirs = set()
 
     def __init__(self, node_names=("node-a", "node-b"), node_timeout_s=3, gateway_env=None):
         """gateway_env: KOWLOON_* settings every gateway of this stack gets

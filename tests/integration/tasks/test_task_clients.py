@@ -25,6 +25,7 @@ import pytest
 
 import stack as stk
 from stack import REPO
+from task_engine import drop_chain
 
 SDK_SRC = os.path.join(REPO, "sdk", "python", "src")
 sys.path.insert(0, SDK_SRC)
@@ -457,6 +458,12 @@ class TaskStack(stk.Stack):
         task = ("--task-containers-conf", self.conf,
                 "--task-scratch", os.path.join(self.root, "scratch"), "--task-grace-s", "2")
         return super().start_node(name, port, backend, (*task, *extra_args), **kw)
+
+    def close(self):
+        super().close()
+        if os.geteuid() == 0:       # the chains of nodes killed on purpose
+            for name in self.node_names:
+                drop_chain(name, self.cluster_base)
 
     def containers(self, **labels):
         args = ["podman", "ps", "-a", "--format", "{{.Names}}",

@@ -38,7 +38,8 @@ import datetime, os, sys, time
 import numpy as np
 import torch
 import torch.distributed as dist
-dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=60))
+print("init", flush=True)
+dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=240))
 rank, world = dist.get_rank(), dist.get_world_size()
 x = torch.arange(8, dtype=torch.float64) * (rank + 1) + rank
 dist.all_reduce(x)                         # SUM over the parts
@@ -133,6 +134,7 @@ def submit_gang(gw, nodes, jid, code, env=None, attempt=1):
                            "task": task})
 
 
+@pytest.mark.timeout(300)
 def test_torch_gloo_all_reduce_across_two_nodes_from_the_environment_kowloon_sets(gw, pair):
     jid = "gang-" + os.urandom(3).hex()
     submit_gang(gw, pair, jid, ALLREDUCE)
@@ -151,11 +153,16 @@ def test_torch_gloo_all_reduce_across_two_nodes_from_the_environment_kowloon_set
     assert "outputs" not in res[1] or not res[1]["outputs"]   # a gang's outputs are rank 0's
 
 
+@pytest.mark.timeout(400)
 def test_a_killed_part_ends_the_other_parts_collective(gw, pair, conf):
     jid = "gangkill-" + os.urandom(3).hex()
     submit_gang(gw, pair, jid, ALLREDUCE, env={"HOLD_ON_ATTEMPT": "1"})
     for r in (0, 1):
-        gw.wait_live_log((jid, 1, r), lambda b: b"holding" in b, 120)
+        try:
+            gw.wait_live_log((jid, 1, r), lambda b: b"holding" in b, 180)
+        except AssertionError as e:     # what both parts said, and any result
+            raise AssertionError(f"{e}\nlive logs: {[bytes(gw.logs.get((jid, 1, p), b'')) for p in (0, 1)]}"
+                                 f"\nresults: {[gw.results.get(f'{jid}.1.p{p}') for p in (0, 1)]}")
     run1 = f"{jid}.1.p1"
     [name] = containers(conf, run=run1)
     subprocess.run(["podman", "kill", "--signal", "KILL", name], check=True, timeout=60,
@@ -169,6 +176,7 @@ def test_a_killed_part_ends_the_other_parts_collective(gw, pair, conf):
     assert containers(conf, run=f"{jid}.1.p0") == []
 
 
+@pytest.mark.timeout(300)
 def test_ddp_training_across_two_nodes_from_kowloons_environment(gw, pair):
     jid = "ddp-" + os.urandom(3).hex()
     for rank, n in enumerate(pair):
