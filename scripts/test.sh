@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/test.sh — `make test` after the build: the C unit tests (one per
 # core at a time), the integration suite (which starts its own PostgreSQL,
-# Redis, gateway and nodes on free ports) with the short parser and API
-# fuzz runs beside it, then the short chaos run. Runs every part, prints a
+# Redis, gateway and nodes on free ports), then the short API fuzz with the
+# short chaos run and parser fuzz beside it. Runs every part, prints a
 # summary, and fails if any part failed. Whatever a part started and left
 # running is stopped when it ends. Each part's wall time is in the summary.
 #
@@ -40,12 +40,11 @@ why() { # why NAME: the lines of a failed part's log that say why
 }
 
 # Parts that run beside others, each into its own log, their output
-# printed whole when they end. The integration suite's workers leave a
-# fifth of the CPU idle while they wait on daemons: the parser fuzz (each
-# harness a fixed time on one core) and the API fuzz (about a core's worth
-# of work, at nice 10 so that it takes the idle CPU rather than the
-# suite's) run beside it; the chaos run after it (all on stacks of their
-# own, on free ports).
+# printed whole when they end. The parser fuzz runs each harness for a
+# fixed time on one core: beside the integration suite, whose workers
+# leave a fifth of the CPU idle while they wait on daemons. The API fuzz
+# keeps about a core busy and the chaos run less: the two run side by
+# side after the suite (on stacks of their own, on free ports).
 beside() { # beside NAME COMMAND...: runs COMMAND in the background into NAME's log
     local name=$1; shift
     ( t0=$(date +%s); "$@" >"$LOGS/$name.log" 2>&1; echo "$? $(($(date +%s) - t0))" >"$LOGS/$name.rc" ) &
@@ -66,8 +65,6 @@ record unit $?
 echo "=== parser fuzzing, short run (tests/fuzz/run.sh, 10 s a harness, one at a time; make fuzz runs 60 s), in the background beside the integration suite"
 export FUZZ_SECONDS=${FUZZ_SECONDS:-10} FUZZ_JOBS=${FUZZ_JOBS:-1}
 beside fuzz kl_run_contained tests/fuzz/run.sh
-echo "=== API fuzzing, short run (tests/api_fuzz/run.sh, at nice 10; make fuzz-api runs the full one), in the background beside the integration suite"
-beside api-fuzz nice -n 10 tests/api_fuzz/run.sh
 workers=${KOWLOON_TEST_WORKERS:-$(kl_test_workers)}
 echo "=== integration tests (pytest tests/integration, $workers workers; the slowest tests listed at the end)"
 mapfile -t xdist < <(kl_pytest_workers "$workers")
@@ -79,11 +76,13 @@ case $rc in
     *) kl_record integration "FAIL (pytest exit $rc, $took s)" ;;
 esac
 
-echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one)"
-stage chaos tests/chaos/run.sh
-record chaos $?
+echo "=== chaos, short run (tests/chaos/run.sh; make chaos runs the full one), in the background"
+beside chaos tests/chaos/run.sh
+echo "=== API fuzzing, short run (tests/api_fuzz/run.sh; make fuzz-api runs the full one)"
+stage api-fuzz tests/api_fuzz/run.sh
+record api-fuzz $?
 wait
-ended api-fuzz
+ended chaos
 ended fuzz
 
 for i in "${!kl_parts[@]}"; do

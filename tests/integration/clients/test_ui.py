@@ -679,11 +679,12 @@ def test_queue_page_charts_the_last_hour_or_tables_it_without_chartjs(stack, adm
             sign_in(d, base, key)
             console_problems(d)
             d.get(base + "/ui/#/queue")
-            # rows and cells read together: the page redraws the table as
-            # it refreshes, and a row found before a redraw is stale after it
-            cells = wait_for("the queue table", lambda: [
-                [td.text for td in r.find_elements("css selector", "td")]
-                for r in by_css(d, "#queue-table tbody tr")])
+            # rows and cells read in one script: the page redraws the table
+            # as it refreshes, and an element found before a redraw is
+            # stale after it (on a busy host, every time between two reads)
+            cells = wait_for("the queue table", lambda: d.execute_script(
+                "return Array.from(document.querySelectorAll('#queue-table tbody tr'), "
+                "r => Array.from(r.querySelectorAll('td'), td => td.innerText.trim()))"))
             assert len(cells) == 60 and not by_css(d, "#queue-chart")
             # newest first: the current minute's queued and running, then the sums
             assert cells[0][1:3] == ["1", "0"], cells[0]
