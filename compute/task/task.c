@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cn_netif.h"
 #include "cn_proc.h"
 #include "svc_log.h"
 #include "svc_npy.h"
@@ -322,15 +323,18 @@ static int build_argv(part *p, cn_strv *argv)
     const cn_task_cfg *c = p->cfg;
     const cn_run_req *req = p->run->req;
     cn_strv env = {0};
-    char why[512];
+    char why[512], ifname[64] = "";
+    int gang = req->node_rank >= 0 && req->nodes > 1;
+    /* the interface of this node's --dist-host, where its peers reach it */
+    if (gang && p->run->dist_host && cn_netif_of(p->run->dist_host, ifname, sizeof ifname) < 0)
+        ifname[0] = '\0';
     cn_task_env_in ei = {.job_id = req->job_id, .attempt = req->attempt,
                          .node_rank = req->node_rank > 0 ? req->node_rank : 0,
                          .nnodes = req->node_rank >= 0 ? req->nodes : 1, .gpus = p->gpus,
                          .master_addr = p->master_addr[0] ? p->master_addr : NULL,
-                         .master_port = p->master_port, .spec = p->spec};
+                         .master_port = p->master_port, .ifname = ifname, .spec = p->spec};
     if (cn_task_env_build(&ei, &env) < 0)
         return fail(p, "engine_error", "out of memory");
-    int gang = req->node_rank >= 0 && req->nodes > 1;
     char run_label[CN_RUN_ID_MAX + 16];
     snprintf(run_label, sizeof run_label, "%s", p->id);
     cn_task_argv_in in = {

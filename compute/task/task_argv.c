@@ -147,6 +147,16 @@ void cn_task_input_path(const cn_task_input *in, char *out, size_t len)
     snprintf(out, len, "/kowloon/in/%s%s", in->name, in->npy ? ".npy" : "");
 }
 
+/* Whether the tenant's environment sets name. */
+static int env_has(const cn_task_spec *s, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 0; i < s->nenv; i++)
+        if (strncmp(s->env[i], name, n) == 0 && s->env[i][n] == '=')
+            return 1;
+    return 0;
+}
+
 int cn_task_env_build(const cn_task_env_in *in, cn_strv *out)
 {
     const cn_task_spec *s = in->spec;
@@ -194,6 +204,15 @@ int cn_task_env_build(const cn_task_env_in *in, cn_strv *out)
         cn_strv_addf(out, "MASTER_PORT=%d", in->master_port);
         cn_strv_addf(out, "KOWLOON_MASTER_ADDR=%s", in->master_addr);
         cn_strv_addf(out, "KOWLOON_MASTER_PORT=%d", in->master_port);
+    }
+    /* left to themselves, Gloo binds the address the host name resolves to
+     * (127.0.1.1 in Debian's /etc/hosts) and NCCL takes the first
+     * interface it likes (a container bridge): neither reaches a peer */
+    if (in->master_addr && in->ifname && in->ifname[0]) {
+        if (!env_has(s, "GLOO_SOCKET_IFNAME"))
+            cn_strv_addf(out, "GLOO_SOCKET_IFNAME=%s", in->ifname);
+        if (!env_has(s, "NCCL_SOCKET_IFNAME"))
+            cn_strv_addf(out, "NCCL_SOCKET_IFNAME==%s", in->ifname);  /* "=": exactly this one */
     }
     if (!out->oom)
         return 0;

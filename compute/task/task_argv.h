@@ -76,13 +76,17 @@ typedef struct cn_task_env_in {
     int gpus;                     /* devices passed (0..n-1 inside) */
     const char *master_addr;      /* a gang's rank 0, or NULL */
     int master_port;
+    const char *ifname;           /* a gang's: the interface its peers reach
+                                     this node on, or NULL */
     const cn_task_spec *spec;     /* the tenant's env and the inputs */
 } cn_task_env_in;
 
 /* Fills out with "NAME=VALUE": the tenant's variables, then Kowloon's
  * (contract §3): KOWLOON_*, HOME, the inputs' paths, CUDA_VISIBLE_DEVICES
  * and, for gangs, what torchrun / torch.distributed env:// and
- * jax.distributed read. 0, or -1 on ENOMEM (out freed). */
+ * jax.distributed read, and the interface Gloo and NCCL are to use
+ * (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME) unless the tenant set them.
+ * 0, or -1 on ENOMEM (out freed). */
 int cn_task_env_build(const cn_task_env_in *in, cn_strv *out);
 
 /* The path of input in inside the container: /kowloon/in/<name>, with

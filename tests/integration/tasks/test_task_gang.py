@@ -44,7 +44,8 @@ rank, world = dist.get_rank(), dist.get_world_size()
 x = torch.arange(8, dtype=torch.float64) * (rank + 1) + rank
 dist.all_reduce(x)                         # SUM over the parts
 print("rank", rank, "world", world, "master", os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"],
-      "attempt", os.environ["KOWLOON_ATTEMPT"], flush=True)
+      "attempt", os.environ["KOWLOON_ATTEMPT"], "ifname", os.environ.get("GLOO_SOCKET_IFNAME"),
+      os.environ.get("NCCL_SOCKET_IFNAME"), flush=True)
 print("sum", *x.tolist(), flush=True)
 if rank == 0:
     np.save(os.path.join(os.environ["KOWLOON_OUT"], "sum.npy"), x.numpy())
@@ -147,6 +148,7 @@ def test_torch_gloo_all_reduce_across_two_nodes_from_the_environment_kowloon_set
         assert lines["rank"][:3] == [str(r), "world", "2"], text
         assert lines["rank"][4] == "127.0.0.1"            # node_rank 0's advertised address
         assert 29500 <= int(lines["rank"][5]) <= 29999    # --task-master-ports, out of the ephemeral range
+        assert lines["rank"][8:] == ["ifname", "lo", "=lo"], text   # the interface of --dist-host
         assert np.array_equal(np.array(lines["sum"], dtype=np.float64), want), text
     out = res[0]["outputs"]["sum.npy"]
     assert np.array_equal(np.load(io.BytesIO(gw.blob(out["blob"]))), want)

@@ -215,6 +215,34 @@ static void test_environment_of_a_gang_part_is_what_torchrun_reads(void **state)
     assert_string_equal(get(&v, "KOWLOON_MASTER_ADDR"), "10.0.0.7");
     assert_string_equal(get(&v, "KOWLOON_WORLD_SIZE"), "3");
     assert_null(get(&v, "CUDA_VISIBLE_DEVICES"));
+    assert_null(get(&v, "GLOO_SOCKET_IFNAME"));      /* no interface known */
+    cn_strv_free(&v);
+    /* the interface of the node's --dist-host, for Gloo and NCCL (exact) */
+    in.ifname = "eth1";
+    assert_int_equal(cn_task_env_build(&in, &v), 0);
+    assert_string_equal(get(&v, "GLOO_SOCKET_IFNAME"), "eth1");
+    assert_string_equal(get(&v, "NCCL_SOCKET_IFNAME"), "=eth1");
+    cn_strv_free(&v);
+    /* ... unless the tenant chose: theirs is the only one */
+    char *tenv[] = {"NCCL_SOCKET_IFNAME=ib0", "GLOO_SOCKET_IFNAME=ib0", NULL};
+    spec.nenv = 2;
+    spec.env = tenv;
+    assert_int_equal(cn_task_env_build(&in, &v), 0);
+    int nccl = 0, gloo = 0;
+    for (int i = 0; i < v.n; i++) {
+        nccl += strncmp(v.v[i], "NCCL_SOCKET_IFNAME=", 19) == 0;
+        gloo += strncmp(v.v[i], "GLOO_SOCKET_IFNAME=", 19) == 0;
+    }
+    assert_int_equal(nccl, 1);
+    assert_int_equal(gloo, 1);
+    assert_string_equal(get(&v, "NCCL_SOCKET_IFNAME"), "ib0");
+    cn_strv_free(&v);
+    /* a single part gets none */
+    in.master_addr = NULL;
+    spec.nenv = 0;
+    assert_int_equal(cn_task_env_build(&in, &v), 0);
+    assert_null(get(&v, "GLOO_SOCKET_IFNAME"));
+    assert_null(get(&v, "NCCL_SOCKET_IFNAME"));
     cn_strv_free(&v);
 }
 
