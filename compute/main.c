@@ -97,27 +97,33 @@ static void cn__on_device_lost(void *ctx, const char *why)
     }
 }
 
-/* NCCL of a multi-node run must use the interface the other nodes reach
- * this one on; left to itself it may pick any (a container bridge). Set
- * before the first NCCL call, and only when the operator has not. */
-static void cn__nccl_interface(const char *host)
+/* The interface the other nodes reach this one on (dist->host), found
+ * once: gang parts' Gloo and NCCL are told it (compute/task), and so is
+ * NCCL of this node's own multi-node runs (nccl), which left to itself may
+ * pick any (a container bridge): set before the first NCCL call, and only
+ * when the operator has not. */
+static void cn__dist_interface(cn_dist_cfg *dist, int nccl)
 {
-    char ifn[64], v[80];
+    char v[80];
+    int e = cn_netif_of(dist->host, dist->ifname, sizeof dist->ifname);
+    if (e < 0) {
+        dist->ifname[0] = '\0';
+        svc_warn("dist interface: no interface of this host has the address of %s (%s); NCCL and "
+                 "Gloo pick their own unless NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME are set",
+                 dist->host, strerror(-e));
+    }
+    if (!nccl)
+        return;
     const char *set = getenv("NCCL_SOCKET_IFNAME");
-
     if (set) {
         svc_info("nccl interface NCCL_SOCKET_IFNAME=%s (from the environment)", set);
         return;
     }
-    int e = cn_netif_of(host, ifn, sizeof ifn);
-    if (e < 0) {
-        svc_warn("nccl interface: no interface of this host has the address of %s (%s); NCCL picks its own "
-                 "unless NCCL_SOCKET_IFNAME is set", host, strerror(-e));
+    if (!dist->ifname[0])
         return;
-    }
-    snprintf(v, sizeof v, "=%s", ifn); /* "=": this interface exactly, not a prefix */
+    snprintf(v, sizeof v, "=%s", dist->ifname); /* "=": this interface exactly, not a prefix */
     if (setenv("NCCL_SOCKET_IFNAME", v, 0) == 0)
-        svc_info("nccl interface NCCL_SOCKET_IFNAME=%s (the interface of %s)", v, host);
+        svc_info("nccl interface NCCL_SOCKET_IFNAME=%s (the interface of %s)", v, dist->host);
 }
 
 /* Waits up to timeout_ms (-1: for ever) for SIGTERM or SIGINT; returns it,
@@ -435,8 +441,7 @@ static int cn__start_runs(cn_daemon *d)
         snprintf(d->dist.host, sizeof d->dist.host, "%s", d->cfg.dist_host);
     else
         cn_rdv_host_of(node->url, d->dist.host, sizeof d->dist.host);
-    if (d->backend.kind == CN_BACKEND_CUDA)
-        cn__nccl_interface(d->dist.host);
+    cn__dist_interface(&d->dist, d->backend.kind == CN_BACKEND_CUDA);
     if (cn_metrics_start(node, d->cfg.nvml) < 0) {
         svc_error("cannot start the node's metrics: out of memory");
         return 1;

@@ -14,6 +14,8 @@ typedef struct cn_dist_cfg {
     const char *gateway;      /* borrowed: the gateway's base URL */
     const struct cn_cred *cred; /* borrowed: the node's credential (cn_cred.h) */
     char host[256];           /* the address other nodes reach this one on */
+    char ifname[64];          /* the interface that has it ("" when none has:
+                                 NAT, a proxy), found once at start */
     int timeout_ms;           /* rendezvous and each collective (--dist-timeout-s) */
 } cn_dist_cfg;
 

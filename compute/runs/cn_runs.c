@@ -606,6 +606,7 @@ static void cn__run_task(cn_runs *m, cn_run *r)
                        .ngpu = r->use_cuda ? r->ngpu : 0, .cancel = &r->cancel,
                        .blobio = m->blobio, .rdv = r->req.node_rank >= 0 ? &r->rdv.store : NULL,
                        .dist_host = m->dist ? m->dist->host : "127.0.0.1",
+                       .dist_ifname = m->dist ? m->dist->ifname : "",
                        .rdv_timeout_ms = m->dist ? m->dist->timeout_ms : 30000,
                        .on_progress = cn__task_progress, .cls = r, .phase = &r->phase};
     cn_task_result res;

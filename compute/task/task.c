@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,12 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cn_netif.h"
 #include "cn_proc.h"
 #include "svc_log.h"
 #include "svc_npy.h"
@@ -323,16 +320,13 @@ static int build_argv(part *p, cn_strv *argv)
     const cn_task_cfg *c = p->cfg;
     const cn_run_req *req = p->run->req;
     cn_strv env = {0};
-    char why[512], ifname[64] = "";
+    char why[512];
     int gang = req->node_rank >= 0 && req->nodes > 1;
-    /* the interface of this node's --dist-host, where its peers reach it */
-    if (gang && p->run->dist_host && cn_netif_of(p->run->dist_host, ifname, sizeof ifname) < 0)
-        ifname[0] = '\0';
     cn_task_env_in ei = {.job_id = req->job_id, .attempt = req->attempt,
                          .node_rank = req->node_rank > 0 ? req->node_rank : 0,
                          .nnodes = req->node_rank >= 0 ? req->nodes : 1, .gpus = p->gpus,
                          .master_addr = p->master_addr[0] ? p->master_addr : NULL,
-                         .master_port = p->master_port, .ifname = ifname, .spec = p->spec};
+                         .master_port = p->master_port, .ifname = p->run->dist_ifname, .spec = p->spec};
     if (cn_task_env_build(&ei, &env) < 0)
         return fail(p, "engine_error", "out of memory");
     char run_label[CN_RUN_ID_MAX + 16];

@@ -120,6 +120,7 @@ typedef struct cn_task_run {
     const cn_blobio *blobio;    /* inputs and outputs */
     kl_store *rdv;              /* a gang's rendezvous, or NULL */
     const char *dist_host;      /* the address peers reach this node on */
+    const char *dist_ifname;    /* the interface that has it, or "" */
     int rdv_timeout_ms;
     /* Called on the worker's thread with each new progress object (a new
      * reference the callee takes). */
