@@ -118,10 +118,9 @@ def pytest_runtest_makereport(item, call):
         # a module's own stack (tasks, UI) is not one of ours: its tails now
         for s in stk.Stack.live - set(_state["stacks"]):
             _state["tails"].append(f"===== the stack {s.root} of {item.nodeid}\n" + s.log_tails())
-        for d in sorted(stk.Stack.log_dirs):
-            logs = sorted(f for f in os.listdir(d) if f.endswith(".log")) if os.path.isdir(d) else []
-            _state["tails"].append(f"===== the logs in {d} at the failure of {item.nodeid}\n" + "\n".join(
-                f"----- {f} (last 60 lines) -----\n" + stk.tail(os.path.join(d, f), 60) for f in logs))
+        for d in sorted(d for d in stk.Stack.log_dirs if os.path.isdir(d)):
+            _state["tails"].append(f"===== the logs in {d} at the failure of {item.nodeid}\n"
+                                   + stk.log_tails(d, only=".log"))
     if call.when == "call":
         # a stack that stopped answering must not cost a minute per test
         if call.excinfo is not None and call.excinfo.errisinstance((TestTimeout, stk.requests.Timeout)):

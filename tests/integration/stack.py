@@ -186,6 +186,14 @@ def tail(path, lines=60):
         return f"<cannot read {path}: {e}>"
 
 
+def log_tails(directory, lines=60, only=None):
+    """The last lines of each file in directory (those whose name ends with
+    only, when given), each under a header naming it."""
+    names = sorted(n for n in os.listdir(directory) if only is None or n.endswith(only))
+    return "\n".join(f"----- {n} (last {lines} lines) -----\n" + tail(os.path.join(directory, n), lines)
+                     for n in names)
+
+
 def started(s):
     """A module fixture's stack: yields s started, then stops it and removes
     its directory (kept when KOWLOON_TEST_KEEP is set). A start that fails
@@ -493,11 +501,7 @@ class Stack:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def log_tails(self, lines=60):
-        out = []
-        for name in sorted(os.listdir(self.logs)):
-            out.append(f"----- {name} (last {lines} lines) -----\n"
-                       + tail(os.path.join(self.logs, name), lines))
-        return "\n".join(out)
+        return log_tails(self.logs, lines)
 
     def _proc(self, name, argv, env, user=None):
         p = Proc(name, argv, env, os.path.join(self.logs, name + ".log"), user=user)
