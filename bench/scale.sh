@@ -15,7 +15,11 @@
 # the largest size profiles the gateway (perf record -g, KL_SCALE_PERF_S
 # [20] s inside the window) where perf may run. Figures and logs are kept in
 # KL_BENCH_OUT [var/bench/scale-<UTC time>]; KL_BENCH_KEEP=1 keeps each
-# stack's temp directory. KL_BENCH_GW_ARGS adds gateway options. It never
+# stack's temp directory. KL_BENCH_GW_ARGS adds gateway options;
+# KL_SCALE_SQL is run after the migrations (to measure a schema change
+# against the committed one, e.g. "ALTER TABLE nodes SET (fillfactor =
+# 100)"). PostgreSQL's statement profile and its tables' sizes and HOT
+# updates over the window are in n<nodes>/pg-top.txt. It never
 # fails on time; it exits non-zero when a stack could not start or a
 # correctness check failed (a GPU over-committed, a job run twice).
 set -euo pipefail
@@ -80,6 +84,23 @@ pg_stats() {
         'jobs_upd', (SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables WHERE relname = 'jobs'))"
 }
 
+# PostgreSQL's statements by their share of its time in the window: share,
+# calls, ms per call, rows per call, and the statement's first 160 bytes.
+pg_top() {
+    psql_q "SELECT round((100 * total_exec_time / sum(total_exec_time) OVER ())::numeric, 1) || ' %',
+                   calls, round((total_exec_time / greatest(calls, 1))::numeric, 3) || ' ms',
+                   round(rows::numeric / greatest(calls, 1), 1) || ' rows',
+                   regexp_replace(left(query, 160), '\s+', ' ', 'g')
+            FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 20" | tr '|' '\t'
+    # the tables the job path rewrites: their size, and the share of their
+    # updates that were heap-only (HOT: no new index entries, pruned in place)
+    psql_q "SELECT relname || ': ' || pg_relation_size(relid) / 8192 || ' pages, '
+                   || n_live_tup || ' live rows, ' || n_tup_upd || ' updates, '
+                   || round(100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1), 1) || ' % HOT, '
+                   || autovacuum_count || ' autovacuums'
+            FROM pg_stat_user_tables WHERE relname IN ('nodes', 'jobs', 'job_ranks') ORDER BY 1"
+}
+
 run_size() {
     local nodes=$1
     local res=$OUT/n$nodes
@@ -99,13 +120,18 @@ run_size() {
     local db_url=postgresql://kowloon@127.0.0.1:$PG_PORT/kowloon
     KOWLOON_CLUSTER_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
     export KOWLOON_CLUSTER_TOKEN
-    kl_pg_start "$STATE" "$PG_PORT" >"$STATE/log/setup.log" 2>&1 ||
+    # pg_stat_statements: where PostgreSQL's time goes in the window
+    # (pg-top.txt); a shared_preload_libraries in KL_PG_EXTRA_OPTS comes
+    # after, and wins (name pg_stat_statements in it to keep the profile)
+    KL_PG_EXTRA_OPTS="-c shared_preload_libraries=pg_stat_statements ${KL_PG_EXTRA_OPTS:-}" \
+        kl_pg_start "$STATE" "$PG_PORT" >"$STATE/log/setup.log" 2>&1 ||
         { kl_log_tail "$STATE/log/postgres.log"; die "PostgreSQL did not start"; }
     kl_redis_start "$STATE" "$redis_port" >>"$STATE/log/setup.log" 2>&1 || die "Redis did not start"
     local pm
     pm=$(head -n 1 "$(kl__pg_home "$STATE")/data/postmaster.pid")
     "$GATEWAY" migrate --database-url "$db_url" >>"$STATE/log/gateway.log" 2>&1 </dev/null ||
         die "kowloon-gateway migrate failed"
+    [ -n "${KL_SCALE_SQL:-}" ] && psql_q "$KL_SCALE_SQL"
     read -r -a extra <<<"${KL_BENCH_GW_ARGS:-}"
     # Out of the bench's way: per-key rate limits and quotas (50 tenants
     # submit as fast as the submitter can), and the connection cap (a held
@@ -146,6 +172,8 @@ run_size() {
 
     # the window: CPU, RSS and PostgreSQL's writes at both ends
     local pg0 pg1 perf_pid=
+    psql_q "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()" \
+        >/dev/null 2>&1 || say "   (no pg_stat_statements: no statement profile)"
     pg0=$(pg_stats)
     "${REPORT[@]}" snap --gw "$GW_PID" --pg "$pm" --sim "$SIM_PID" --out "$res/snap0.json"
     if [ "$nodes" = "$(echo "$SIZES" | tr ' ' '\n' | sort -n | tail -n 1)" ] && [ "$PERF_S" -gt 0 ]; then
@@ -169,6 +197,7 @@ run_size() {
     pg1=$(pg_stats)
     [ -n "$perf_pid" ] && wait "$perf_pid" || true
     psql_q "SELECT state, count(*) FROM jobs GROUP BY state ORDER BY 1" >"$res/states.txt" || true
+    pg_top >"$res/pg-top.txt" 2>/dev/null || true
     kill -TERM "$SIM_PID"
     wait "$SIM_PID" || true
     SIM_PID=

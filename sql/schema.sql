@@ -615,7 +615,8 @@ CREATE TABLE public.nodes (
     CONSTRAINT nodes_backend_check CHECK ((backend = ANY (ARRAY['cpu'::text, 'cuda'::text]))),
     CONSTRAINT nodes_slots_check CHECK ((slots > 0)),
     CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['up'::text, 'down'::text])))
-);
+)
+WITH (fillfactor='25');
 
 --
 -- Name: COLUMN nodes.running; Type: COMMENT; Schema: public; Owner: -
