@@ -1197,6 +1197,13 @@ static void conn_drop(store__conn *c)
 
 /* Seconds a new connection may take, unless the URL says otherwise. */
 #define STORE_CONNECT_TIMEOUT_S "5"
+/* Settings of the gateway's sessions, unless the URL has options of its
+ * own. No parallel query: the gateway's statements are short, and the
+ * scheduler's once-a-second reload of the runs placed (ST_RUNS_PLACED,
+ * some 3,000 rows at 1,000 nodes) was planned with two parallel workers,
+ * started anew each second: 58-85 ms a call against 22 ms without them
+ * (the scale bench's PostgreSQL profile, README "Scale"). */
+#define STORE_OPTIONS "-c max_parallel_workers_per_gather=0"
 
 store__conn *store__acquire(gw_store *s)
 {
@@ -1237,9 +1244,9 @@ store__conn *store__acquire(gw_store *s)
          * packets) must not hold the thread that asked: the HTTP workers
          * reach PostgreSQL through this pool. STORE_CONNECT_TIMEOUT_S comes
          * first, so a connect_timeout in the URL wins (later keywords of
-         * PQconnectdbParams override earlier ones). */
-        static const char *const kw[] = {"connect_timeout", "dbname", NULL};
-        const char *const val[] = {STORE_CONNECT_TIMEOUT_S, s->conninfo, NULL};
+         * PQconnectdbParams override earlier ones). So do STORE_OPTIONS. */
+        static const char *const kw[] = {"connect_timeout", "options", "dbname", NULL};
+        const char *const val[] = {STORE_CONNECT_TIMEOUT_S, STORE_OPTIONS, s->conninfo, NULL};
         c->pg = PQconnectdbParams(kw, val, 1);
         if (PQstatus(c->pg) != CONNECTION_OK) {
             svc_warn("postgres: cannot connect: %s", PQerrorMessage(c->pg));
