@@ -70,11 +70,27 @@ typedef struct sim_node {
     int nreport;               /* ended runs in flight in a report */
 } sim_node;
 
+/* libcurl keeps a host's idle connections in one list and walks it for
+ * every new exchange to that host (7.88's ConnectionExists): with every
+ * node's exchange going to one gateway address, a list of ~2,000
+ * connections (1,000 held lease polls and the rest) was walked ~1,500
+ * times a second, half of the simulator's CPU (perf). The nodes' exchanges
+ * are spread over this many host names that all resolve to the gateway. */
+#define SIM_HOSTS 64
+
 static struct {
     CURLM *m;
     int ep;
     int64_t curl_deadline;    /* mono ms; -1 none */
     volatile sig_atomic_t stop;
+    /* The nodes' exchanges go to the gateway under SIM_HOSTS names (see
+     * node_host): host_base[k] the URL prefix of name k, resolve[k] its
+     * CURLOPT_RESOLVE entry; nhosts 0 when the gateway's URL is not
+     * http://<IPv4>:<port>. */
+    int nhosts;
+    size_t gw_len;
+    char host_base[SIM_HOSTS][64];
+    struct curl_slist *resolve[SIM_HOSTS];
     /* nodes */
     char gw[512], token[256], model[64], prefix[32];
     sim_node *nodes;
@@ -185,6 +201,13 @@ static xfer *start(xkind kind, int node, const char *method, const char *url, co
         curl_easy_setopt(x->e, CURLOPT_POSTFIELDSIZE, (long)rawlen);
     }
     curl_easy_setopt(x->e, CURLOPT_CUSTOMREQUEST, method);
+    char spread[1024];
+    if (node >= 0 && S.nhosts > 0 && strncmp(url, S.gw, S.gw_len) == 0) {
+        int k = node % S.nhosts;
+        snprintf(spread, sizeof spread, "%s%s", S.host_base[k], url + S.gw_len);
+        url = spread;
+        curl_easy_setopt(x->e, CURLOPT_RESOLVE, S.resolve[k]);
+    }
     curl_easy_setopt(x->e, CURLOPT_URL, url);
     curl_easy_setopt(x->e, CURLOPT_HTTPHEADER, x->hdrs);
     curl_easy_setopt(x->e, CURLOPT_WRITEFUNCTION, on_data);
@@ -659,6 +682,20 @@ static void summary(FILE *f, double wall_s)
     fprintf(f, "}}\n");
 }
 
+/* The gateway under SIM_HOSTS names (ss_gw_host); none when --gateway is
+ * not http://<IPv4>:<port>. */
+static void node_hosts(void)
+{
+    for (int k = 0; k < SIM_HOSTS; k++) {
+        char entry[128];
+        if (ss_gw_host(S.gw, k, S.host_base[k], sizeof S.host_base[k], entry, sizeof entry) != 0 ||
+            !(S.resolve[k] = curl_slist_append(NULL, entry)))
+            return;
+        S.nhosts = k + 1;
+    }
+    S.gw_len = strlen(S.gw);
+}
+
 static const char *arg_of(int argc, char **argv, const char *name, const char *def)
 {
     for (int i = 2; i + 1 < argc; i++)
@@ -675,6 +712,7 @@ static int run_nodes(int argc, char **argv)
         return 2;
     }
     snprintf(S.gw, sizeof S.gw, "%s", gw);
+    node_hosts();
     snprintf(S.token, sizeof S.token, "%s", tok);
     snprintf(S.model, sizeof S.model, "%s", arg_of(argc, argv, "--model", "Sim H100 80GB"));
     snprintf(S.prefix, sizeof S.prefix, "%s", arg_of(argc, argv, "--prefix", "sim"));

@@ -106,4 +106,10 @@ json_t *ss_report_json(const ss_run *r);
  * memory. New reference. */
 json_t *ss_register_json(const ss_node *n, const char *name, const char *model, int64_t gpu_mem_bytes);
 
+/* Host name k of the gateway gw ("http://<IPv4>:<port>", nothing after):
+ * base gets "http://node-<k>.sim:<port>" (the prefix of URLs under that
+ * name), entry "node-<k>.sim:<port>:<IPv4>" (libcurl's CURLOPT_RESOLVE for
+ * it). 0, or -1 for any other form of gw (used as it is). */
+int ss_gw_host(const char *gw, int k, char *base, size_t baselen, char *entry, size_t entrylen);
+
 #endif

@@ -220,3 +220,15 @@ json_t *ss_register_json(const ss_node *n, const char *name, const char *model, 
     return json_pack("{s:s, s:s, s:s, s:i, s:[s], s:o}", "name", name, "url", "http://127.0.0.1:9",
                      "backend", "cuda", "slots", n->slots, "kernels", "sleep", "gpus", gpus);
 }
+
+int ss_gw_host(const char *gw, int k, char *base, size_t baselen, char *entry, size_t entrylen)
+{
+    char ip[64], rest[8];
+    int port, end = 0;
+    if (sscanf(gw, "http://%63[0-9.]:%d%n%7s", ip, &port, &end, rest) != 2 || gw[end] != '\0' ||
+        port <= 0 || port > 65535)
+        return -1;
+    snprintf(base, baselen, "http://node-%d.sim:%d", k, port);
+    snprintf(entry, entrylen, "node-%d.sim:%d:%s", k, port, ip);
+    return 0;
+}

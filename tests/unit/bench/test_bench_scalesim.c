@@ -214,6 +214,24 @@ static void test_registration_offers_one_slot_per_gpu(void **state)
     json_decref(reg);
 }
 
+/* The simulator spreads its nodes' exchanges over host names that all
+ * resolve to the gateway (libcurl walks one host's idle connections for
+ * every new exchange). */
+static void test_the_gateway_gets_host_names_that_resolve_to_its_address(void **state)
+{
+    (void)state;
+    char base[64], entry[128];
+    assert_int_equal(ss_gw_host("http://127.0.0.1:40443", 7, base, sizeof base, entry, sizeof entry), 0);
+    assert_string_equal(base, "http://node-7.sim:40443");
+    assert_string_equal(entry, "node-7.sim:40443:127.0.0.1");
+    /* anything else is used as it is */
+    assert_int_equal(ss_gw_host("http://localhost:40443", 0, base, sizeof base, entry, sizeof entry), -1);
+    assert_int_equal(ss_gw_host("http://127.0.0.1:40443/", 0, base, sizeof base, entry, sizeof entry), -1);
+    assert_int_equal(ss_gw_host("https://127.0.0.1:40443", 0, base, sizeof base, entry, sizeof entry), -1);
+    assert_int_equal(ss_gw_host("http://127.0.0.1", 0, base, sizeof base, entry, sizeof entry), -1);
+    assert_int_equal(ss_gw_host("http://127.0.0.1:0", 0, base, sizeof base, entry, sizeof entry), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -228,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_the_heartbeat_lists_held_runs_and_busy_devices),
         cmocka_unit_test(test_reports_say_how_the_run_ended),
         cmocka_unit_test(test_registration_offers_one_slot_per_gpu),
+        cmocka_unit_test(test_the_gateway_gets_host_names_that_resolve_to_its_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
