@@ -85,7 +85,7 @@ static struct {
     int64_t curl_deadline;    /* mono ms; -1 none */
     volatile sig_atomic_t stop;
     /* The nodes' exchanges go to the gateway under SIM_HOSTS names (see
-     * node_host): host_base[k] the URL prefix of name k, resolve[k] its
+     * node_hosts, ss_gw_host): host_base[k] the URL prefix of name k, resolve[k] its
      * CURLOPT_RESOLVE entry; nhosts 0 when the gateway's URL is not
      * http://<IPv4>:<port>. */
     int nhosts;
