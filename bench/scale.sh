@@ -195,9 +195,10 @@ run_size() {
     done
     "${REPORT[@]}" snap --gw "$GW_PID" --pg "$pm" --sim "$SIM_PID" --out "$res/snap1.json"
     pg1=$(pg_stats)
+    # read with the window's end, before the bench's own queries below
+    pg_top >"$res/pg-top.txt" 2>/dev/null || true
     [ -n "$perf_pid" ] && wait "$perf_pid" || true
     psql_q "SELECT state, count(*) FROM jobs GROUP BY state ORDER BY 1" >"$res/states.txt" || true
-    pg_top >"$res/pg-top.txt" 2>/dev/null || true
     kill -TERM "$SIM_PID"
     wait "$SIM_PID" || true
     SIM_PID=
