@@ -252,8 +252,12 @@ def test_a_node_without_its_credential_waits_for_the_name(stack):
     stack.start_node(name)
     try:
         stack.wait_nodes_up([name], timeout=30)
+        # the gateway shows the node up when it answers the registration; the
+        # node writes its credential file when it reads that answer
+        cred_file = os.path.join(stack.state_dir, name + ".credential")
+        wait_until(lambda: os.path.exists(cred_file), 10, 0.05, "the credential file")
         stack.kill_node(name)
-        os.remove(os.path.join(stack.state_dir, name + ".credential"))
+        os.remove(cred_file)
         stack.start_node(name)
 
         def log():

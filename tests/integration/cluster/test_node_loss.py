@@ -22,12 +22,22 @@ def stack(own_stack):
 
 def extra_node_while_busy(A, stack, name, busy_s):
     """Fills every regular node with a sleep of busy_s seconds, then starts
-    one more node (name, on a free port), so the next job goes to it."""
+    one more node (name, on a free port), so the next job goes to it.
+    Returns the node's process and the ids of the sleeps."""
     busy = [A.submit("sleep", {"seconds": busy_s}) for _ in stack.node_names]
     for b in busy:
         A.wait(b["id"], 10, states=("running",))
     stack.node_ports[name] = free_port()
-    return stack.start_node(name)
+    return stack.start_node(name), [b["id"] for b in busy]
+
+
+def end_busy(A, busy):
+    """Cancels the sleeps of extra_node_while_busy and waits for them to end,
+    so the next test finds the regular nodes free."""
+    for b in busy:
+        A.cancel(b)
+    for b in busy:
+        A.wait(b, 20)
 
 
 @pytest.mark.timeout(60)
@@ -35,7 +45,7 @@ def test_deregistered_node_is_never_dispatched_to(A, stack):
     """A node that shut down cleanly (DELETE /v1/nodes/{id}) gets no job
     afterwards, and the job waiting for a slot stays plainly queued."""
     name = "node-leaver"
-    p = extra_node_while_busy(A, stack, name, busy_s=4)
+    p, _ = extra_node_while_busy(A, stack, name, busy_s=4)
     try:
         stack.wait_nodes_up([name], timeout=20)
         time.sleep(1.5)  # long enough for any scheduler cache to know it
@@ -173,7 +183,10 @@ def test_sigterm_drains_a_node_its_run_finishes_there_and_is_collected(A, stack)
     finish, waits for the gateway to collect it, deregisters and exits 0.
     The job succeeds there on its first attempt."""
     name = "node-drainer"
-    p = extra_node_while_busy(A, stack, name, busy_s=6)
+    # the sleeps outlast the new node's start however slow the machine (one CI
+    # run took over 6 s to start it, and the job went to a freed node-a); they
+    # are cancelled at the end
+    p, busy = extra_node_while_busy(A, stack, name, busy_s=120)
     try:
         stack.wait_nodes_up([name], timeout=20)
         j = stack.wait_run_on_node(A.wait(A.submit("sleep", {"seconds": 2.5})["id"], 10,
@@ -205,3 +218,4 @@ def test_sigterm_drains_a_node_its_run_finishes_there_and_is_collected(A, stack)
         assert stack.nodes_by_name()[name]["state"] == "down"
     finally:
         p.stop(signal.SIGKILL)
+        end_busy(A, busy)
