@@ -112,6 +112,7 @@ typedef struct gw_app {
     gw_waits *waits;        /* requests waiting for a job to end (waits.h) */
     gw_committer *committer; /* group commit of submits (committer.h, api_jobs.c) */
     gw_committer *beats;    /* group commit of heartbeats (committer.h, api_nodes.c) */
+    gw_committer *results;  /* group commit of nodes' reports (committer.h, api_runs.c) */
     gw_eta *eta;            /* queued jobs' position and start estimate (eta.h) */
     gw_stats *stats;        /* GET /v1/stats/history's answers, for a moment (stats.h) */
     gw_metrics *metrics;    /* what GET /metrics serves (metrics.h); NULL: nothing counted */

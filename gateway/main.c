@@ -578,11 +578,12 @@ static int serve_threads_start(gw_app *app)
     app->waits = gw_waits_start(app);
     app->events = gw_events_start(app);
     if (!app->sched || !app->leases || !app->waits || !app->events || gw_api_jobs_start(app) != 0 ||
-        gw_api_beats_start(app) != 0) {
+        gw_api_beats_start(app) != 0 || gw_api_results_start(app) != 0) {
         svc_error("cannot start the scheduler, the lease thread, the wait thread, the event "
                   "streams or the committer");
         gw_api_jobs_stop(app);
         gw_api_beats_stop(app);
+        gw_api_results_stop(app);
         gw_events_free(app->events);
         gw_waits_free(app->waits);
         gw_leases_free(app->leases);
@@ -646,6 +647,7 @@ static void serve_unwind(gw_app *app, gw_blob_gc *gc, svc_server *srv, svc_tls *
     gw_blob_gc_stop(gc);
     gw_api_jobs_stop(app);
     gw_api_beats_stop(app);
+    gw_api_results_stop(app);
     gw_events_free(app->events);
     gw_waits_free(app->waits);
     gw_leases_free(app->leases);
@@ -695,6 +697,7 @@ static void serve_stop(gw_app *app, gw_blob_gc *gc, svc_server *srv, svc_server 
     gw_adopter_stop(app->adopter);
     gw_api_jobs_stop(app);
     gw_api_beats_stop(app);
+    gw_api_results_stop(app);
     gw_events_free(app->events);
     gw_logfollow_free(app->follow);
     gw_leases_free(app->leases);

@@ -161,6 +161,12 @@ int gw_api_cluster_blobs_adopt(svc_req *req);
  * runs that ended and answers {"recorded": [run ids]}. */
 int gw_api_node_lease(svc_req *req);
 int gw_api_node_results(svc_req *req);
+/* Starts and stops the group commit of reports (app->results): the
+ * succeeded runs of many nodes' exchanges go to PostgreSQL in one
+ * statement, each request suspended until its batch is committed. Stop
+ * after the HTTP server and before the store. start: 0 or -ENOMEM. */
+int gw_api_results_start(gw_app *app);
+void gw_api_results_stop(gw_app *app);
 /* Tasks (api_tasks.c): a node's live logs, a task's logs, the images. */
 int gw_api_node_logs(svc_req *req);
 int gw_api_jobs_logs(svc_req *req);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "committer.h"
 #include "lease.h"
 #include "outcome.h"
 #include "progress.h"
@@ -84,6 +85,61 @@ int gw_api_node_lease(svc_req *req)
     return 0;
 }
 
+/* Reports of many nodes committed together: one thread, since a batch
+ * waits only for the one before it; a batch of at most this many
+ * exchanges (each up to LEASE_RUNS_MAX reports). */
+#define RESULTS_COMMIT_THREADS 1
+#define RESULTS_BATCH_MAX 64
+
+/* A node's exchange of reports whose successes wait for their batch's
+ * commit (committer.h). */
+typedef struct results_call {
+    gw_commit_item item;      /* first: the committer hands this back */
+    gw_app *app;
+    svc_req *req;
+    char id[37];
+    json_t *results;          /* the request's, held */
+    int *rcs;                 /* per report: gw_outcome_record's answer */
+    int free_slots;
+    uint64_t seq;
+    gw_outcome_batch *batch;
+} results_call;
+
+/* Answers an exchange whose reports are all recorded (rcs) and tells the
+ * scheduler and the lease what the node freed. */
+static int results_answer(svc_req *req, gw_app *app, const char *id, const json_t *results,
+                          const int *rcs, int free_slots, uint64_t seq)
+{
+    json_t *recorded = json_array();
+    size_t i;
+    const json_t *r;
+    int freed = 0;
+    /* the jobs whose runs here ended: a job holds one part per node */
+    const char **ended = calloc(json_array_size(results) + 1, sizeof(*ended));
+    json_array_foreach(results, i, r) {
+        int rc = rcs[i];
+        const char *run_id = json_string_value(json_object_get(r, "run_id"));
+        if (rc < 0)
+            svc_warn("node %s: report %zu is not a run report (no job_id/attempt); dropped", id, i);
+        if (rc != 0 && run_id)
+            json_array_append_new(recorded, json_string(run_id));
+        if (rc == 1 && ended)
+            ended[freed++] = json_string_value(json_object_get(r, "job_id"));
+    }
+    if (freed)
+        gw_sched_runs_ended(app->sched, id, ended, freed);
+    free(ended);
+    gw_leases_set_room(app->leases, id, free_slots, seq);
+    return svc_reply_json(req, 200, json_pack("{s:o}", "recorded", recorded));
+}
+
+static void results_call_free(results_call *call)
+{
+    json_decref(call->results);
+    free(call->rcs);
+    free(call);
+}
+
 int gw_api_node_results(svc_req *req)
 {
     gw_app *app = svc_req_app(req);
@@ -127,30 +183,66 @@ int gw_api_node_results(svc_req *req)
     /* Before the results: a run's last progress comes with its end, and
      * is kept only while the job is still running. */
     gw_progress_record(app, id, progress, results);
-    int *rcs = calloc(json_array_size(results) + 1, sizeof(*rcs));
-    if (!rcs)
+    results_call *call = calloc(1, sizeof(*call));
+    if (call)
+        call->rcs = calloc(json_array_size(results) + 1, sizeof(*call->rcs));
+    if (!call || !call->rcs) {
+        free(call);
         return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
-    gw_outcome_record_all(app, id, results, rcs);
-    json_t *recorded = json_array();
-    size_t i;
-    const json_t *r;
-    int freed = 0;
-    /* the jobs whose runs here ended: a job holds one part per node */
-    const char **ended = calloc(json_array_size(results) + 1, sizeof(*ended));
-    json_array_foreach(results, i, r) {
-        int rc = rcs[i];
-        const char *run_id = json_string_value(json_object_get(r, "run_id"));
-        if (rc < 0)
-            svc_warn("node %s: report %zu is not a run report (no job_id/attempt); dropped", id, i);
-        if (rc != 0 && run_id)
-            json_array_append_new(recorded, json_string(run_id));
-        if (rc == 1 && ended)
-            ended[freed++] = json_string_value(json_object_get(r, "job_id"));
     }
-    free(rcs);
-    if (freed)
-        gw_sched_runs_ended(app->sched, id, ended, freed);
-    free(ended);
-    gw_leases_set_room(app->leases, id, free_slots, seq);
-    return svc_reply_json(req, 200, json_pack("{s:o}", "recorded", recorded));
+    *call = (results_call){.app = app, .req = req, .results = json_incref(results), .rcs = call->rcs,
+                           .free_slots = free_slots, .seq = seq};
+    snprintf(call->id, sizeof(call->id), "%s", id);
+    /* what cannot wait in a batch is recorded now; the successes wait for
+     * results_commit, the request suspended until results_done answers */
+    call->batch = gw_outcome_batch_prepare(app, id, results, call->rcs);
+    int suspended = call->batch && svc_req_suspend(req) == 0;
+    if (suspended && gw_committer_add(app->results, &call->item) == 0)
+        return 0;
+    if (call->batch) /* stopping, or cannot suspend: committed here, alone */
+        gw_outcome_batch_finish(app, call->batch,
+                                gw_outcome_batch_commit(app, &call->batch, 1));
+    int rc = results_answer(req, app, id, results, call->rcs, free_slots, seq);
+    if (suspended)
+        svc_req_resume(req);
+    results_call_free(call);
+    return rc;
+}
+
+/* committer op: the successes of every exchange of the batch, of many
+ * nodes, in one statement. */
+static int results_commit(void *arg, gw_commit_item *const *items, int n)
+{
+    gw_outcome_batch *bs[RESULTS_BATCH_MAX];
+    if (n > RESULTS_BATCH_MAX)
+        return -E2BIG; /* not given (the committer's maximum): then one by one */
+    for (int i = 0; i < n; i++)
+        bs[i] = ((results_call *)items[i])->batch;
+    if (n > 1)
+        svc_debug("results: the successes of %d exchanges in one statement", n);
+    return gw_outcome_batch_commit(arg, bs, n);
+}
+
+/* committer op: each report's outcome from the batch's, then the answer. */
+static void results_done(void *arg, gw_commit_item *item)
+{
+    results_call *call = (results_call *)item;
+    gw_outcome_batch_finish(arg, call->batch, item->rc);
+    results_answer(call->req, call->app, call->id, call->results, call->rcs, call->free_slots,
+                   call->seq);
+    svc_req_resume(call->req);
+    results_call_free(call);
+}
+
+int gw_api_results_start(gw_app *app)
+{
+    static const gw_committer_ops ops = {.commit = results_commit, .done = results_done};
+    app->results = gw_committer_start(&ops, app, RESULTS_COMMIT_THREADS, RESULTS_BATCH_MAX);
+    return app->results ? 0 : -ENOMEM;
+}
+
+void gw_api_results_stop(gw_app *app)
+{
+    gw_committer_stop(app->results);
+    app->results = NULL;
 }

@@ -350,9 +350,11 @@ typedef struct batched {
     char *meta, *info, *usage, *u1, *u2;
 } batched;
 
-/* Decodes report rep into *e and row when it is a succeeded run whose
- * outputs are all inline; 0, or -1 (e left empty) for any other report. */
-static int batch_entry(const gw_app *app, const json_t *rep, batched *e, gw_success *row)
+/* Decodes report rep of node_id (kept by the caller) into *e and row when
+ * it is a succeeded run whose outputs are all inline; 0, or -1 (e left
+ * empty) for any other report. */
+static int batch_entry(const gw_app *app, const char *node_id, const json_t *rep, batched *e,
+                       gw_success *row)
 {
     const char *job_id = json_string_value(json_object_get(rep, "job_id"));
     const char *state = json_string_value(json_object_get(rep, "state"));
@@ -372,7 +374,7 @@ static int batch_entry(const gw_app *app, const json_t *rep, batched *e, gw_succ
         gw_usage_fragments(rep, backend, e->b.len, app->prices, &e->u1, &e->u2);
         *row = (gw_success){job_id, (int)json_integer_value(att), backend ? backend : "cpu",
                             e->info ? e->info : "{}", e->meta, e->usage, e->u1, e->u2,
-                            e->b.data, e->b.len, 0, kernel};
+                            e->b.data, e->b.len, 0, kernel, node_id};
         return 0;
     }
     gw_blob_free(&e->b);
@@ -382,39 +384,92 @@ static int batch_entry(const gw_app *app, const json_t *rep, batched *e, gw_succ
     return -1;
 }
 
-void gw_outcome_record_all(gw_app *app, const char *node_id, const json_t *reports, int *out)
+/* The succeeded runs of one exchange that go to PostgreSQL in one
+ * statement, with the exchanges of other nodes waiting beside them. */
+struct gw_outcome_batch {
+    char node_id[37];
+    const json_t *reports;
+    int *out;
+    int nb;
+    gw_success *rows;
+    batched *es;
+};
+
+gw_outcome_batch *gw_outcome_batch_prepare(gw_app *app, const char *node_id, const json_t *reports,
+                                           int *out)
 {
     size_t n = json_array_size(reports);
+    gw_outcome_batch *b = calloc(1, sizeof(*b));
     gw_success *rows = calloc(n ? n : 1, sizeof(*rows));
     batched *es = calloc(n ? n : 1, sizeof(*es));
     int nb = 0;
+    if (b)
+        snprintf(b->node_id, sizeof(b->node_id), "%s", node_id);
     /* Succeeded runs with small outputs only go together in one statement;
      * anything else (a failure, a blob output, a report that does not
      * decode) is recorded on its own, as is everything without memory. */
     for (size_t i = 0; i < n; i++) {
         const json_t *rep = json_array_get(reports, i);
-        if (rows && es && batch_entry(app, rep, &es[nb], &rows[nb]) == 0)
+        if (b && rows && es && batch_entry(app, b->node_id, rep, &es[nb], &rows[nb]) == 0) {
             es[nb++].i = i;
-        else
+        } else {
             out[i] = gw_outcome_record(app, node_id, rep);
+        }
     }
-    int rc = nb ? gw_store_jobs_succeed_inline(app->store, node_id, rows, nb) : 0;
-    for (int k = 0; k < nb; k++) {
+    if (!nb) {
+        free(rows);
+        free(es);
+        free(b);
+        return NULL;
+    }
+    b->reports = reports;
+    b->out = out;
+    b->nb = nb;
+    b->rows = rows;
+    b->es = es;
+    return b;
+}
+
+int gw_outcome_batch_commit(gw_app *app, gw_outcome_batch *const *bs, int n)
+{
+    if (n == 1)
+        return gw_store_jobs_succeed_inline(app->store, bs[0]->rows, bs[0]->nb);
+    int total = 0;
+    for (int k = 0; k < n; k++)
+        total += bs[k]->nb;
+    gw_success *rows = malloc(sizeof(*rows) * (size_t)total);
+    if (!rows)
+        return -ENOMEM;
+    for (int k = 0, at = 0; k < n; at += bs[k]->nb, k++)
+        memcpy(rows + at, bs[k]->rows, sizeof(*rows) * (size_t)bs[k]->nb);
+    int rc = gw_store_jobs_succeed_inline(app->store, rows, total);
+    for (int k = 0, at = 0; k < n; at += bs[k]->nb, k++)
+        for (int j = 0; j < bs[k]->nb; j++)
+            bs[k]->rows[j].recorded = rows[at + j].recorded;
+    free(rows);
+    return rc;
+}
+
+void gw_outcome_batch_finish(gw_app *app, gw_outcome_batch *b, int rc)
+{
+    for (int k = 0; k < b->nb; k++) {
+        const json_t *rep = json_array_get(b->reports, b->es[k].i);
         /* PostgreSQL refused the batch (one result too large for a value,
          * say): each on its own, so that only that one fails. */
         if (rc == -EPROTO)
-            out[es[k].i] = gw_outcome_record(app, node_id, json_array_get(reports, es[k].i));
+            b->out[b->es[k].i] = gw_outcome_record(app, b->node_id, rep);
         else
-            out[es[k].i] = recorded(app, node_id, json_array_get(reports, es[k].i), rows[k].job_id,
-                                    rows[k].attempt, "succeeded",
-                                    rc ? rc : rows[k].recorded ? 0 : -EAGAIN);
-        gw_blob_free(&es[k].b);
-        free(es[k].meta);
-        free(es[k].info);
-        free(es[k].usage);
-        free(es[k].u1);
-        free(es[k].u2);
+            b->out[b->es[k].i] = recorded(app, b->node_id, rep, b->rows[k].job_id,
+                                          b->rows[k].attempt, "succeeded",
+                                          rc ? rc : b->rows[k].recorded ? 0 : -EAGAIN);
+        gw_blob_free(&b->es[k].b);
+        free(b->es[k].meta);
+        free(b->es[k].info);
+        free(b->es[k].usage);
+        free(b->es[k].u1);
+        free(b->es[k].u2);
     }
-    free(rows);
-    free(es);
+    free(b->rows);
+    free(b->es);
+    free(b);
 }

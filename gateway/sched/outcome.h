@@ -28,9 +28,22 @@ int gw_outcome_requeue(gw_app *app, const char *job_id, int attempt, int uncount
  * reports it again), -1 when the report is not one (no job_id or attempt). */
 int gw_outcome_record(gw_app *app, const char *node_id, const json_t *report);
 
-/* Records an exchange's array of reports, out[i] being what
- * gw_outcome_record would answer for the i-th; the succeeded runs with
- * small outputs go to PostgreSQL together, in one statement. */
-void gw_outcome_record_all(gw_app *app, const char *node_id, const json_t *reports, int *out);
+/* An exchange's array of reports is recorded in three steps, out[i] being
+ * what gw_outcome_record would answer for the i-th: the succeeded runs
+ * with small outputs of many nodes' exchanges go to PostgreSQL together,
+ * in one statement (the cluster API's group commit of reports). */
+typedef struct gw_outcome_batch gw_outcome_batch;
+/* Records at once the reports that cannot wait in a batch (out[i]) and
+ * returns the others, the succeeded runs with small outputs, as a batch;
+ * NULL when there are none (or without memory: then each was recorded
+ * alone). reports and out must live until gw_outcome_batch_finish. */
+gw_outcome_batch *gw_outcome_batch_prepare(gw_app *app, const char *node_id, const json_t *reports,
+                                           int *out);
+/* Records the successes of bs[0..n), of any nodes, in one statement: 0,
+ * -EIO (PostgreSQL unreachable) or -EPROTO (refused) for all. */
+int gw_outcome_batch_commit(gw_app *app, gw_outcome_batch *const *bs, int n);
+/* Fills the batch's out[] from rc, the answer of the commit it was in
+ * (each report recorded alone where PostgreSQL refused it), and frees it. */
+void gw_outcome_batch_finish(gw_app *app, gw_outcome_batch *b, int rc);
 
 #endif

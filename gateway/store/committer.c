@@ -27,7 +27,7 @@ static void batch_run(gw_committer *c, gw_commit_item **batch, int n)
     if (rc != 0 && rc != -EIO && n > 1) {
         /* Refused as a whole on a live connection: nothing of it is
          * recorded. Alone, each item gets its own answer. */
-        svc_warn("submits: a batch of %d failed (%d); committing them one by one", n, rc);
+        svc_warn("group commit: a batch of %d failed (%d); committing them one by one", n, rc);
         for (int i = 0; i < n; i++)
             batch[i]->rc = c->ops.commit(c->arg, &batch[i], 1);
     } else {

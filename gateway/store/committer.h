@@ -1,4 +1,4 @@
-/* committer.h — group commit of submits. Handlers hand over items and
+/* committer.h — group commit (of submits, heartbeats and nodes' reports). Handlers hand over items and
  * return (their requests suspended); committer threads take everything
  * waiting, up to a batch maximum, and commit it in one round trip. While one
  * batch commits the next accumulates, so batches grow with the load and a

@@ -246,14 +246,15 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
     " SELECT id FROM j", 10},
 /* ST_JOB_SUCCEED for many results whose outputs are all inline (small):
- * no blob to hand over, so none of the blob CTEs, and one statement for a
- * node's whole report. The bytes of every result are one parameter ($6),
- * each row's its slice (off, len); the price table is $10. */
+ * no blob to hand over, so none of the blob CTEs, and one statement for
+ * the reports of many nodes (each row's node in $13). The bytes of every
+ * result are one parameter ($6), each row's its slice (off, len); the
+ * price table is $10. Returns the rows recorded, with their node. */
 [ST_JOBS_SUCCEED_INLINE] = {
     "WITH " ASYNC_COMMIT ","
     " x AS (SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[],"
-    "         $7::int[], $8::int[], $9::text[], $11::text[], $12::text[], $14::text[])"
-    "       AS x(id, attempt, backend, info, meta, off, len, usage, u1, u2, kernel)),"
+    "         $7::int[], $8::int[], $9::text[], $11::text[], $12::text[], $13::uuid[], $14::text[])"
+    "       AS x(id, attempt, backend, info, meta, off, len, usage, u1, u2, node, kernel)),"
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = x.backend,"
     "             info = x.info::jsonb,"
     /* the gateway wrote the usage around queue_s and bytes_in (u1, u2:
@@ -268,14 +269,14 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                     || ',' || x.u2 || '}')::json END"
     "           FROM x, cfg WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id"
     "             AND jobs.attempts = x.attempt AND " RUNNING_BY_ID
-    /* from the node the run is on ($13), of the kernel its outputs were checked for */
-    "             AND jobs.node_id = $13::uuid AND jobs.kernel = x.kernel"
-    "           RETURNING jobs.id, jobs.attempts, jobs.node_name, x.meta, x.off, x.len),"
+    /* from the node the run is on, of the kernel its outputs were checked for */
+    "             AND jobs.node_id = x.node AND jobs.kernel = x.kernel"
+    "           RETURNING jobs.id, jobs.attempts, jobs.node_id, jobs.node_name, x.meta, x.off, x.len),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, meta::jsonb, substring($6::bytea FROM off + 1 FOR len) FROM j),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
-    " SELECT id::text FROM j", 14},
+    " SELECT id::text, node_id::text FROM j", 14},
 [ST_JOB_FAIL] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"

@@ -259,11 +259,12 @@ typedef struct gw_success {
     size_t len;
     int recorded;   /* out: 1 when this attempt was current and is now succeeded */
     const char *kernel; /* the report's kernel: the job must run it */
+    const char *node_id; /* the node that reported it: the run must be there */
 } gw_success;
-/* Records n such runs reported by node_id in one statement, each fenced
- * by its own attempt and by its run being on node_id: 0 (then recorded
- * says which were current), or -EIO / -EPROTO for all. */
-int gw_store_jobs_succeed_inline(gw_store *s, const char *node_id, gw_success *rows, int n);
+/* Records n such runs, reported by one node or many, in one statement,
+ * each fenced by its own attempt and by its run being on its node_id: 0
+ * (then recorded says which were current), or -EIO / -EPROTO for all. */
+int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n);
 /* node_id: the node whose report this is, which must hold the run (else
  * -EAGAIN); NULL for the gateway's own decisions (a timeout). */
 int gw_store_job_fail(gw_store *s, const char *job_id, int attempt, const char *state,

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "store_int.h"
 #include "gw_task.h"
@@ -443,8 +444,8 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
      * lighter statement does. */
     if (!strstr(meta_json, "\"blob\"")) {
         gw_success one = {job_id, attempt, backend, info_json, meta_json, usage_json, NULL, NULL,
-                          data, len, 0, kernel};
-        int rc = gw_store_jobs_succeed_inline(s, node_id, &one, 1);
+                          data, len, 0, kernel, node_id};
+        int rc = gw_store_jobs_succeed_inline(s, &one, 1);
         return rc ? rc : one.recorded ? 0 : -EAGAIN;
     }
     char att[16];
@@ -463,14 +464,13 @@ int gw_store_job_succeed(gw_store *s, const char *job_id, int attempt, const cha
     return rc;
 }
 
-/* ST_JOBS_SUCCEED_INLINE's parameters: arrays but $6 (the bytes), $10
- * (the price table) and $13 (the reporting node). */
+/* ST_JOBS_SUCCEED_INLINE's parameters: arrays but $6 (the bytes) and $10
+ * (the price table). */
 enum { S_ID, S_ATT, S_BACKEND, S_INFO, S_META, S_DATA, S_OFF, S_LEN, S_USAGE, S_PRICES, S_U1, S_U2,
        S_NODE, S_KERNEL, S__COUNT };
 
 /* Appends report g to the arrays of ST_JOBS_SUCCEED_INLINE (all but
- * S_DATA, S_PRICES and S_NODE); its bytes start at off in the binary
- * parameter. */
+ * S_DATA and S_PRICES); its bytes start at off in the binary parameter. */
 static void succeed_row(arr *a, const gw_success *g, size_t off)
 {
     arr_add(&a[S_ID], g->job_id, 0);
@@ -485,19 +485,25 @@ static void succeed_row(arr *a, const gw_success *g, size_t off)
     arr_add(&a[S_U1], g->usage_u1 && g->usage_u2 ? g->usage_u1 : "NULL", g->usage_u1 && g->usage_u2);
     arr_add(&a[S_U2], g->usage_u1 && g->usage_u2 ? g->usage_u2 : "NULL", g->usage_u1 && g->usage_u2);
     arr_add(&a[S_KERNEL], g->kernel ? g->kernel : "", 1);
+    arr_add(&a[S_NODE], g->node_id, 0);
 }
 
-/* Marks recorded the rows that ST_JOBS_SUCCEED_INLINE returned: the
- * attempts that were current; the rest were late or duplicate reports. */
+/* Marks recorded the rows that ST_JOBS_SUCCEED_INLINE returned (job, node):
+ * the attempts that were current; the rest were late or duplicate
+ * reports. A report sent twice by its node (two requests in one batch)
+ * is recorded once: the first row that matches. */
 static void succeed_mark_recorded(PGresult *r, gw_success *rows, int n)
 {
     for (int i = 0; r && i < PQntuples(r); i++)
         for (int k = 0; k < n; k++)
-            if (strcmp(PQgetvalue(r, i, 0), rows[k].job_id) == 0)
+            if (!rows[k].recorded && strcmp(PQgetvalue(r, i, 0), rows[k].job_id) == 0 &&
+                strcasecmp(PQgetvalue(r, i, 1), rows[k].node_id) == 0) {
                 rows[k].recorded = 1;
+                break;
+            }
 }
 
-int gw_store_jobs_succeed_inline(gw_store *s, const char *node_id, gw_success *rows, int n)
+int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
 {
     arr a[S__COUNT] = {{0}};
     size_t total = 0;
@@ -518,10 +524,9 @@ int gw_store_jobs_succeed_inline(gw_store *s, const char *node_id, gw_success *r
     int lens[S__COUNT] = {0}, fmts[S__COUNT] = {0};
     int rc = data ? 0 : -ENOMEM;
     for (int i = 0; i < S__COUNT && !rc; i++)
-        if (i != S_DATA && i != S_PRICES && i != S_NODE && !(v[i] = arr_end(&a[i])))
+        if (i != S_DATA && i != S_PRICES && !(v[i] = arr_end(&a[i])))
             rc = -ENOMEM;
     v[S_PRICES] = s->prices;
-    v[S_NODE] = node_id;
     if (total > INT32_MAX)
         rc = -EPROTO;
     v[S_DATA] = (const char *)data;
