@@ -286,7 +286,7 @@ static void do_results(int i)
     json_t *res = json_array();
     for (int k = 0; k < SS_MAX_RUNS; k++)
         if (sn->n.runs[k].state == SS_ENDED)
-            json_array_append_new(res, ss_report_json(&sn->n.runs[k]));
+            json_array_append_new(res, ss_report_json(&sn->n.runs[k], S.model));
     if (json_array_size(res) == 0) {
         json_decref(res);
         return;

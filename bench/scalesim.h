@@ -98,9 +98,10 @@ void ss_run_id(const ss_run *r, char *out, size_t len);
  * and utilisation: 100 % while busy). New reference. */
 json_t *ss_heartbeat_json(const ss_node *n, int64_t gpu_mem_bytes);
 
-/* The report of an ended run (succeeded with the sleep kernel's output,
- * or cancelled or failed with an error). New reference. */
-json_t *ss_report_json(const ss_run *r);
+/* The report of an ended run (succeeded with the sleep kernel's output
+ * and the usage a node of GPUs of model measures, or cancelled or failed
+ * with an error). New reference. */
+json_t *ss_report_json(const ss_run *r, const char *model);
 
 /* The registration body of a node named name with n's GPUs of model and
  * memory. New reference. */

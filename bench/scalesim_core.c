@@ -185,7 +185,7 @@ json_t *ss_heartbeat_json(const ss_node *n, int64_t gpu_mem_bytes)
                      "cores", 64, "load1", (double)ss_node_active(n));
 }
 
-json_t *ss_report_json(const ss_run *r)
+json_t *ss_report_json(const ss_run *r, const char *model)
 {
     char rid[64];
     ss_run_id(r, rid, sizeof rid);
@@ -203,6 +203,11 @@ json_t *ss_report_json(const ss_run *r)
                             json_pack("{s:{s:s, s:[i], s:[f]}}", "slept", "dtype", "float32", "shape", 1,
                                       "data", slept));
         json_object_set_new(o, "info", json_object());
+        /* what a real node measures (cn_runs.c): with it the gateway writes
+         * the usage itself, without it PostgreSQL works it out */
+        json_object_set_new(o, "usage", json_pack("{s:f, s:f, s:i, s:s}", "run_s", slept, "cpu_s", 0.0,
+                                                  "gpus", r->ngpu > 0 ? r->ngpu : 1, "gpu_model",
+                                                  model));
     } else {
         json_object_set_new(o, "error", json_pack("{s:s, s:s}", "code", r->cancelled ? "cancelled" : "rendezvous",
                                                   "message", r->cancelled ? "cancelled"

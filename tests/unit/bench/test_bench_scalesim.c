@@ -190,17 +190,23 @@ static void test_reports_say_how_the_run_ended(void **state)
     ss_run *r = ss_node_take(&n, &a, 0);
     ss_run_start(r, 1000);
     ss_node_end(&n, r, 3000);
-    json_t *rep = ss_report_json(r);
+    json_t *rep = ss_report_json(r, "Sim GPU");
     assert_string_equal(json_string_value(json_object_get(rep, "state")), "succeeded");
+    /* the usage a real node measures: the gateway's fast path */
+    json_t *u = json_object_get(rep, "usage");
+    assert_true(json_number_value(json_object_get(u, "run_s")) == 2.0);
+    assert_int_equal(json_integer_value(json_object_get(u, "gpus")), 1);
+    assert_string_equal(json_string_value(json_object_get(u, "gpu_model")), "Sim GPU");
     assert_string_equal(json_string_value(json_object_get(rep, "run_id")), JOB ".1");
     assert_int_equal(json_integer_value(json_object_get(rep, "node_rank")), 1);
     json_t *slept = json_object_get(json_object_get(rep, "outputs"), "slept");
     assert_true(json_number_value(json_array_get(json_object_get(slept, "data"), 0)) == 2.0);
     json_decref(rep);
     r->cancelled = 1;
-    rep = ss_report_json(r);
+    rep = ss_report_json(r, "Sim GPU");
     assert_string_equal(json_string_value(json_object_get(rep, "state")), "cancelled");
     assert_null(json_object_get(rep, "outputs"));
+    assert_null(json_object_get(rep, "usage"));
     json_decref(rep);
 }
 
