@@ -105,32 +105,32 @@ typedef struct results_call {
     gw_outcome_batch *batch;
 } results_call;
 
-/* Answers an exchange whose reports are all recorded (rcs) and tells the
- * scheduler and the lease what the node freed. */
-static int results_answer(svc_req *req, gw_app *app, const char *id, const json_t *results,
-                          const int *rcs, int free_slots, uint64_t seq)
+/* Answers call's exchange, whose reports are all recorded (rcs), and
+ * tells the scheduler and the lease what the node freed. */
+static int results_answer(const results_call *call)
 {
     json_t *recorded = json_array();
     size_t i;
     const json_t *r;
     int freed = 0;
     /* the jobs whose runs here ended: a job holds one part per node */
-    const char **ended = calloc(json_array_size(results) + 1, sizeof(*ended));
-    json_array_foreach(results, i, r) {
-        int rc = rcs[i];
+    const char **ended = calloc(json_array_size(call->results) + 1, sizeof(*ended));
+    json_array_foreach(call->results, i, r) {
+        int rc = call->rcs[i];
         const char *run_id = json_string_value(json_object_get(r, "run_id"));
         if (rc < 0)
-            svc_warn("node %s: report %zu is not a run report (no job_id/attempt); dropped", id, i);
+            svc_warn("node %s: report %zu is not a run report (no job_id/attempt); dropped",
+                     call->id, i);
         if (rc != 0 && run_id)
             json_array_append_new(recorded, json_string(run_id));
         if (rc == 1 && ended)
             ended[freed++] = json_string_value(json_object_get(r, "job_id"));
     }
     if (freed)
-        gw_sched_runs_ended(app->sched, id, ended, freed);
+        gw_sched_runs_ended(call->app->sched, call->id, ended, freed);
     free(ended);
-    gw_leases_set_room(app->leases, id, free_slots, seq);
-    return svc_reply_json(req, 200, json_pack("{s:o}", "recorded", recorded));
+    gw_leases_set_room(call->app->leases, call->id, call->free_slots, call->seq);
+    return svc_reply_json(call->req, 200, json_pack("{s:o}", "recorded", recorded));
 }
 
 static void results_call_free(results_call *call)
@@ -183,14 +183,13 @@ int gw_api_node_results(svc_req *req)
     /* Before the results: a run's last progress comes with its end, and
      * is kept only while the job is still running. */
     gw_progress_record(app, id, progress, results);
-    results_call *call = calloc(1, sizeof(*call));
-    if (call)
-        call->rcs = calloc(json_array_size(results) + 1, sizeof(*call->rcs));
-    if (!call || !call->rcs) {
-        free(call);
+    int *rcs = calloc(json_array_size(results) + 1, sizeof(*rcs));
+    results_call *call = rcs ? calloc(1, sizeof(*call)) : NULL;
+    if (!call) {
+        free(rcs);
         return svc_reply_error(req, 503, "unavailable", NULL, NULL, "out of memory; send again");
     }
-    *call = (results_call){.app = app, .req = req, .results = json_incref(results), .rcs = call->rcs,
+    *call = (results_call){.app = app, .req = req, .results = json_incref(results), .rcs = rcs,
                            .free_slots = free_slots, .seq = seq};
     snprintf(call->id, sizeof(call->id), "%s", id);
     /* what cannot wait in a batch is recorded now; the successes wait for
@@ -202,7 +201,7 @@ int gw_api_node_results(svc_req *req)
     if (call->batch) /* stopping, or cannot suspend: committed here, alone */
         gw_outcome_batch_finish(app, call->batch,
                                 gw_outcome_batch_commit(app, &call->batch, 1));
-    int rc = results_answer(req, app, id, results, call->rcs, free_slots, seq);
+    int rc = results_answer(call);
     if (suspended)
         svc_req_resume(req);
     results_call_free(call);
@@ -228,8 +227,7 @@ static void results_done(void *arg, gw_commit_item *item)
 {
     results_call *call = (results_call *)item;
     gw_outcome_batch_finish(arg, call->batch, item->rc);
-    results_answer(call->req, call->app, call->id, call->results, call->rcs, call->free_slots,
-                   call->seq);
+    results_answer(call);
     svc_req_resume(call->req);
     results_call_free(call);
 }

@@ -249,13 +249,14 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * no blob to hand over, so none of the blob CTEs, and one statement for
  * the reports of many nodes (each row's node in $13). The bytes of every
  * result are one parameter ($6), each row's its slice (off, len); the
- * price table is $10. Returns the rows recorded, with their node. */
+ * price table is $10. Returns the rows recorded by their place in the
+ * arrays (from 1): of a row given twice, the one the update used. */
 [ST_JOBS_SUCCEED_INLINE] = {
     "WITH " ASYNC_COMMIT ","
     /* MATERIALIZED: read once per job in the nested loop below (as the claim's x) */
     " x AS MATERIALIZED (SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[],"
     "         $7::int[], $8::int[], $9::text[], $11::text[], $12::text[], $13::uuid[], $14::text[])"
-    "       AS x(id, attempt, backend, info, meta, off, len, usage, u1, u2, node, kernel)),"
+    "       WITH ORDINALITY AS x(id, attempt, backend, info, meta, off, len, usage, u1, u2, node, kernel, k)),"
     " j AS (UPDATE jobs SET state = 'succeeded', finished_at = clock_timestamp(), backend = x.backend,"
     "             info = x.info::jsonb,"
     /* the gateway wrote the usage around queue_s and bytes_in (u1, u2:
@@ -272,12 +273,12 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "             AND jobs.attempts = x.attempt AND " RUNNING_BY_ID
     /* from the node the run is on, of the kernel its outputs were checked for */
     "             AND jobs.node_id = x.node AND jobs.kernel = x.kernel"
-    "           RETURNING jobs.id, jobs.attempts, jobs.node_id, jobs.node_name, x.meta, x.off, x.len),"
+    "           RETURNING jobs.id, jobs.attempts, jobs.node_name, x.meta, x.off, x.len, x.k),"
     " r AS (INSERT INTO job_results (job_id, attempt, meta, data)"
     "       SELECT id, attempts, meta::jsonb, substring($6::bytea FROM off + 1 FOR len) FROM j),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'succeeded', attempts, node_name FROM j)"
-    " SELECT id::text, node_id::text FROM j", 14},
+    " SELECT k FROM j", 14},
 [ST_JOB_FAIL] = {
     "WITH " ASYNC_COMMIT ","
     " j AS (UPDATE jobs SET state = $3, finished_at = clock_timestamp(),"

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "store_int.h"
 #include "gw_task.h"
@@ -488,19 +487,17 @@ static void succeed_row(arr *a, const gw_success *g, size_t off)
     arr_add(&a[S_NODE], g->node_id, 0);
 }
 
-/* Marks recorded the rows that ST_JOBS_SUCCEED_INLINE returned (job, node):
- * the attempts that were current; the rest were late or duplicate
- * reports. A report sent twice by its node (two requests in one batch)
- * is recorded once: the first row that matches. */
+/* Marks recorded the rows that ST_JOBS_SUCCEED_INLINE returned (by their
+ * place in the arrays): the attempts that were current; the rest were late
+ * or duplicate reports. A report sent twice by its node (two requests in
+ * one batch) is recorded once: the row the update used. */
 static void succeed_mark_recorded(PGresult *r, gw_success *rows, int n)
 {
-    for (int i = 0; r && i < PQntuples(r); i++)
-        for (int k = 0; k < n; k++)
-            if (!rows[k].recorded && strcmp(PQgetvalue(r, i, 0), rows[k].job_id) == 0 &&
-                strcasecmp(PQgetvalue(r, i, 1), rows[k].node_id) == 0) {
-                rows[k].recorded = 1;
-                break;
-            }
+    for (int i = 0; r && i < PQntuples(r); i++) {
+        long k = strtol(PQgetvalue(r, i, 0), NULL, 10);
+        if (k >= 1 && k <= n)
+            rows[k - 1].recorded = 1;
+    }
 }
 
 int gw_store_jobs_succeed_inline(gw_store *s, gw_success *rows, int n)
