@@ -31,15 +31,22 @@
 #define GW_INLINE_OUTPUT_MAX ((size_t)64 << 10)
 /* Most runs one answer carries. */
 #define LEASE_MAX_RUNS 256
-/* Nodes whose last report this gateway remembers. */
-#define LEASE_ROOMS 1024
+/* Nodes whose last report this gateway remembers (the scheduler places
+ * on 4,096 at most). */
+#define LEASE_ROOMS 4096
+/* Chains of the node-id hashes of rooms and held polls (a power of two):
+ * a claim, a report or a poll finds its node's entries in its chain, not
+ * by comparing its id with every node's (at 1,000 nodes those scans were
+ * most of the lease thread's CPU and of the gateway's strcmp). */
+#define LEASE_BUCKETS 4096
 /* How long a node's last report speaks for it. A node's counts start again
  * with each process: a report of a node that restarted (seen by another
  * gateway, or lost) must not hold back the new process's polls. */
 #define LEASE_ROOM_TRUST_MS 10000
 
 typedef struct waiter {
-    struct waiter *next;
+    struct waiter *next, *prev;    /* the list of every held poll */
+    struct waiter *hnext;          /* the chain of its node id's hash */
     char node_id[37];
     svc_req *req;
     int max;
@@ -67,6 +74,7 @@ typedef struct node_room {
      * claimed by another gateway are not counted; its polls there, or the
      * periodic look here, find them. */
     int unleased;
+    int hnext;                     /* the next room in its hash chain: index + 1, 0 at the end */
 } node_room;
 
 struct gw_leases {
@@ -74,31 +82,79 @@ struct gw_leases {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     node_room rooms[LEASE_ROOMS];
+    int nrooms;                    /* rooms[0..nrooms) have been used */
+    int room_chain[LEASE_BUCKETS]; /* the first room of each hash: index + 1, 0 none */
     waiter *list;
+    waiter *chain[LEASE_BUCKETS];  /* held polls by their node id's hash */
+    /* The polls the thread serves next, in their order (next_waiter): one
+     * walk of the list orders every poll due, not one walk per poll. */
+    waiter **due;
+    int ndue, idue, cap_due;
     int stop;
     int leading;                   /* this gateway holds the scheduler lock */
     int64_t next_probe;            /* monotonic ms: the next probe of the held polls */
     pthread_t thread;
 };
 
+/* node_id's chain (FNV-1a of its text). */
+static unsigned chain_of(const char *node_id)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)node_id; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h & (LEASE_BUCKETS - 1);
+}
+
+/* Takes room r out of its chain (a room in use); mu held. */
+static void room_unchain(gw_leases *l, node_room *r)
+{
+    int at = (int)(r - l->rooms) + 1;
+    for (int *p = &l->room_chain[chain_of(r->node_id)]; *p; p = &l->rooms[*p - 1].hnext)
+        if (*p == at) {
+            *p = r->hnext;
+            return;
+        }
+}
+
 /* What this gateway knows of node_id's room, or NULL; with create, a new
- * entry (taking the place of the oldest) when there is none. mu held. */
+ * entry (taking the place of a forgotten one, or of the oldest, when all
+ * are used) when there is none. mu held. */
 static node_room *room_of(gw_leases *l, const char *node_id, int create)
 {
-    node_room *oldest = &l->rooms[0];
-    for (int i = 0; i < LEASE_ROOMS; i++) {
-        node_room *r = &l->rooms[i];
-        if (r->node_id[0] && strcmp(r->node_id, node_id) == 0)
-            return r;
-        if (!r->node_id[0] || (oldest->node_id[0] && r->at < oldest->at))
-            oldest = r;
-    }
+    unsigned c = chain_of(node_id);
+    for (int i = l->room_chain[c]; i; i = l->rooms[i - 1].hnext)
+        if (strcmp(l->rooms[i - 1].node_id, node_id) == 0)
+            return &l->rooms[i - 1];
     if (!create)
         return NULL;
-    memset(oldest, 0, sizeof(*oldest));
-    snprintf(oldest->node_id, sizeof(oldest->node_id), "%s", node_id);
-    oldest->at = svc_now_mono_ms();
-    return oldest;
+    node_room *r = NULL;
+    if (l->nrooms < LEASE_ROOMS) {
+        r = &l->rooms[l->nrooms++];
+    } else {
+        for (int i = 0; i < LEASE_ROOMS && !(r && !r->node_id[0]); i++)
+            if (!r || !l->rooms[i].node_id[0] || l->rooms[i].at < r->at)
+                r = &l->rooms[i];
+        if (r->node_id[0])
+            room_unchain(l, r);
+    }
+    memset(r, 0, sizeof(*r));
+    snprintf(r->node_id, sizeof(r->node_id), "%s", node_id);
+    r->at = svc_now_mono_ms();
+    r->hnext = l->room_chain[c];
+    l->room_chain[c] = (int)(r - l->rooms) + 1;
+    return r;
+}
+
+/* The first held poll in node_id's chain (not necessarily node_id's: check
+ * with is_of, and go on with hnext); mu held. */
+static waiter *chain_first(gw_leases *l, const char *node_id)
+{
+    return l->chain[chain_of(node_id)];
+}
+
+static int is_of(const waiter *x, const char *node_id)
+{
+    return strcmp(x->node_id, node_id) == 0;
 }
 
 /* The rows [*lo, *hi) of the shard inputs (dim 0, kl_io_spec.shard) that
@@ -228,12 +284,31 @@ static void answer(waiter *w, json_t *reply)
     free(w);
 }
 
-/* Takes w off the list; mu held. */
+/* Puts w on the list and in its chain; mu held. */
+static void link_waiter(gw_leases *l, waiter *w)
+{
+    w->prev = NULL;
+    w->next = l->list;
+    if (l->list)
+        l->list->prev = w;
+    l->list = w;
+    waiter **c = &l->chain[chain_of(w->node_id)];
+    w->hnext = *c;
+    *c = w;
+}
+
+/* Takes w off the list and out of its chain; mu held. */
 static void unlink_waiter(gw_leases *l, waiter *w)
 {
-    for (waiter **pp = &l->list; *pp; pp = &(*pp)->next)
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        l->list = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    for (waiter **pp = &l->chain[chain_of(w->node_id)]; *pp; pp = &(*pp)->hnext)
         if (*pp == w) {
-            *pp = w->next;
+            *pp = w->hnext;
             return;
         }
 }
@@ -259,29 +334,52 @@ static void wake_waiter(waiter *w)
     w->look = 1;
 }
 
+/* When a due poll's turn is: ended ones first, then woken ones by when
+ * they were woken, or late ones by their deadline. */
+static int64_t due_at(const waiter *x)
+{
+    return x->end ? 0 : x->look ? x->woke : x->deadline;
+}
+
+static int due_cmp(const void *a, const void *b)
+{
+    int64_t x = due_at(*(waiter *const *)a), y = due_at(*(waiter *const *)b);
+    return x < y ? -1 : x > y;
+}
+
 /* The waiter to serve next, or NULL (then *next: when one is due); mu held.
  * Woken polls and ended ones first, the longest waiting first (a wake is a
  * claim or cancel the node waits for, or a probe's find). None is passed
  * over for being late in the list: under load every poll gets its turn in
- * order. */
+ * order. One walk of the list orders every poll due then (l->due), and
+ * they are served in that order before the next walk: a poll due stays due
+ * (only this thread looks, answers and frees), and one woken meanwhile
+ * would have come after them. */
 static waiter *next_waiter(gw_leases *l, int64_t now, int64_t *next)
 {
-    waiter *woken = NULL;
-    int64_t woken_at = 0;
+    if (l->idue < l->ndue)
+        return l->due[l->idue++];
+    l->ndue = l->idue = 0;
     for (waiter *x = l->list; x; x = x->next) {
         if (x->busy)
             continue;
         if (x->look || x->end || x->deadline <= now) {
-            int64_t at = x->end ? 0 : x->look ? x->woke : x->deadline;
-            if (!woken || at < woken_at) {
-                woken = x;
-                woken_at = at;
+            if (l->ndue == l->cap_due) {
+                int cap = l->cap_due ? 2 * l->cap_due : 64;
+                waiter **d = realloc(l->due, sizeof(*d) * (size_t)cap);
+                if (!d)
+                    break;   /* the rest on the next walk */
+                l->due = d;
+                l->cap_due = cap;
             }
+            l->due[l->ndue++] = x;
         } else if (x->deadline < *next) {
             *next = x->deadline;
         }
     }
-    return woken;
+    if (l->ndue > 1)
+        qsort(l->due, (size_t)l->ndue, sizeof(*l->due), due_cmp);
+    return l->ndue > 0 ? l->due[l->idue++] : NULL;
 }
 
 /* 1 when nothing was found for node_id at its last look and nothing was
@@ -315,16 +413,15 @@ static void probe(gw_leases *l)
     int rc = ids && has ? gw_store_nodes_with_work(l->app->store, (const char(*)[37])ids, k, has)
                         : -ENOMEM;
     pthread_mutex_lock(&l->mu);
-    for (waiter *x = l->list; x; x = x->next) {
-        int hit = rc != 0;
-        for (int i = 0; !hit && i < k; i++)
-            hit = has[i] && strcmp(ids[i], x->node_id) == 0;
-        if (!hit || x->end)
+    for (int i = 0; i < k; i++) {
+        if (rc == 0 && !has[i])
             continue;
-        node_room *r = room_of(l, x->node_id, 0);
+        node_room *r = room_of(l, ids[i], 0);
         if (r)
             r->no_runs = r->no_cancels = 0;
-        wake_waiter(x);
+        for (waiter *x = chain_first(l, ids[i]); x; x = x->hnext)
+            if (is_of(x, ids[i]) && !x->end)
+                wake_waiter(x);
     }
     free(ids);
     free(has);
@@ -383,7 +480,7 @@ static void *leases_main(void *arg)
     /* Stopping: every poll held is answered with nothing. */
     while (l->list) {
         waiter *w = l->list;
-        l->list = w->next;
+        unlink_waiter(l, w);
         pthread_mutex_unlock(&l->mu);
         answer(w, NULL);
         pthread_mutex_lock(&l->mu);
@@ -433,6 +530,7 @@ void gw_leases_free(gw_leases *l)
     gw_leases_stop(l);
     pthread_cond_destroy(&l->cv);
     pthread_mutex_destroy(&l->mu);
+    free(l->due);
     free(l);
 }
 
@@ -461,8 +559,8 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
     int stopped = l->stop;
     if (!stopped) {
         /* A node keeps one poll: an older one here was given up. */
-        for (waiter *x = l->list; x; x = x->next)
-            if (strcmp(x->node_id, node_id) == 0)
+        for (waiter *x = chain_first(l, node_id); x; x = x->hnext)
+            if (is_of(x, node_id))
                 x->end = 1;
         node_room *r = room_of(l, node_id, 0);
         if (r && r->seq > seq && svc_now_mono_ms() - r->at < LEASE_ROOM_TRUST_MS)
@@ -472,8 +570,7 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
          * gateway is found by the probe). */
         if (quiet(l, node_id, w->max))
             w->look = 0;
-        w->next = l->list;
-        l->list = w;
+        link_waiter(l, w);
         pthread_cond_signal(&l->cv);
     }
     pthread_mutex_unlock(&l->mu);
@@ -493,8 +590,8 @@ static void poke(gw_leases *l, const char *node_id, int end)
         return;
     pthread_mutex_lock(&l->mu);
     int hit = 0;
-    for (waiter *x = l->list; x; x = x->next)
-        if (strcmp(x->node_id, node_id) == 0) {
+    for (waiter *x = chain_first(l, node_id); x; x = x->hnext)
+        if (is_of(x, node_id)) {
             wake_waiter(x);
             x->end |= end;
             hit = 1;
@@ -529,8 +626,8 @@ void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint6
         r->seq = seq;
         r->free = free_slots < 0 ? 0 : free_slots;
         r->at = svc_now_mono_ms();
-        for (waiter *x = l->list; x; x = x->next)
-            if (strcmp(x->node_id, node_id) == 0 && x->seq <= seq) {
+        for (waiter *x = chain_first(l, node_id); x; x = x->hnext)
+            if (is_of(x, node_id) && x->seq <= seq) {
                 x->max = r->free;
                 /* more room only helps if there is something to take */
                 if (!r->no_runs) {
@@ -568,8 +665,10 @@ void gw_leases_forget(gw_leases *l, const char *node_id)
         return;
     pthread_mutex_lock(&l->mu);
     node_room *r = room_of(l, node_id, 0);
-    if (r)
+    if (r) {
+        room_unchain(l, r);
         memset(r, 0, sizeof(*r));
+    }
     pthread_mutex_unlock(&l->mu);
 }
 
