@@ -13,7 +13,9 @@
 # the mean job lasts KL_SCALE_MEAN_S [60] s (the factor is printed). It
 # prints figures 1-6 of the issue per size (bench/scale_report.py), and at
 # the largest size profiles the gateway (perf record -g, KL_SCALE_PERF_S
-# [20] s inside the window) where perf may run. Figures and logs are kept in
+# [20] s inside the window) where perf may run; KL_SCALE_PERF_ALL=1 profiles
+# the whole machine instead (gateway, PostgreSQL, simulator, kernel: perf
+# record -a). Figures and logs are kept in
 # KL_BENCH_OUT [var/bench/scale-<UTC time>]; KL_BENCH_KEEP=1 keeps each
 # stack's temp directory. KL_BENCH_GW_ARGS adds gateway options;
 # KL_SCALE_SQL is run after the migrations (to measure a schema change
@@ -179,7 +181,9 @@ run_size() {
     if [ "$nodes" = "$(echo "$SIZES" | tr ' ' '\n' | sort -n | tail -n 1)" ] && [ "$PERF_S" -gt 0 ]; then
         if command -v perf >/dev/null 2>&1; then
             sleep 5
-            perf record -F 499 -g -p "$GW_PID" -o "$res/perf.data" -- sleep "$PERF_S" \
+            local who=(-p "$GW_PID")
+            [ "${KL_SCALE_PERF_ALL:-0}" = 1 ] && who=(-a)
+            perf record -F 499 -g "${who[@]}" -o "$res/perf.data" -- sleep "$PERF_S" \
                 >"$STATE/log/perf.log" 2>&1 &
             perf_pid=$!
         else

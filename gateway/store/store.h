@@ -222,12 +222,15 @@ typedef struct gw_tenant_run {
     int limit, running;
     double weight;            /* its fair-share weight (> 0) */
 } gw_tenant_run;
-int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n);
+/* Every tenant's quota (def where it has none) and weight; running 0. */
+int gw_store_tenants_quotas(gw_store *s, int def, gw_tenant_run **out, int *n);
 /* A run on a node: a single-node job, or one node's part of a gang. */
 typedef struct gw_run_place {
     char node_id[37], job_id[37];
     int ngpu, gpu_ids[16];    /* the devices the scheduler gave it */
     int64_t end_ms;           /* started + timeout_s, epoch ms */
+    int64_t tenant_id;
+    int live;                 /* its job runs with it (a part of an ended attempt: 0) */
 } gw_run_place;
 /* Every run on a node now, for placement: the caller frees *out. */
 int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n);

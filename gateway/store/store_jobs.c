@@ -840,6 +840,8 @@ int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n)
         p->ngpu = int_array_parse(PQgetvalue(r, i, 1), p->gpu_ids, 16);
         p->end_ms = strtoll(PQgetvalue(r, i, 2), NULL, 10);
         store__copy(r, i, 3, p->job_id, sizeof(p->job_id));
+        p->tenant_id = strtoll(PQgetvalue(r, i, 4), NULL, 10);
+        p->live = atoi(PQgetvalue(r, i, 5));
         *n = i + 1;
     }
     PQclear(r);
@@ -885,7 +887,7 @@ int gw_store_nodes_with_work(gw_store *s, const char (*ids)[37], int n, int *has
     return ids_matching(s, ST_NODES_WITH_WORK, ids, n, has);
 }
 
-int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)
+int gw_store_tenants_quotas(gw_store *s, int def, gw_tenant_run **out, int *n)
 {
     char d[16];
     snprintf(d, sizeof(d), "%d", def);
@@ -895,7 +897,7 @@ int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)
     store__conn *c = store__acquire(s);
     if (!c)
         return -EIO;
-    PGresult *r = store__exec(c, ST_TENANTS_RUNNING, v, NULL, NULL, 0);
+    PGresult *r = store__exec(c, ST_TENANTS_QUOTAS, v, NULL, NULL, 0);
     int rc = r ? 0 : -EIO;
     int rows = r ? PQntuples(r) : 0;
     if (rows > 0 && !(*out = calloc((size_t)rows, sizeof(gw_tenant_run))))
@@ -903,8 +905,7 @@ int gw_store_tenants_running(gw_store *s, int def, gw_tenant_run **out, int *n)
     for (int i = 0; !rc && i < rows; i++) {
         (*out)[i].tenant_id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
         (*out)[i].limit = atoi(PQgetvalue(r, i, 1));
-        (*out)[i].running = atoi(PQgetvalue(r, i, 2));
-        (*out)[i].weight = strtod(PQgetvalue(r, i, 3), NULL);
+        (*out)[i].weight = strtod(PQgetvalue(r, i, 2), NULL);
         *n = i + 1;
     }
     PQclear(r);
