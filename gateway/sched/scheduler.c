@@ -200,21 +200,20 @@ static int run_job_cmp(const void *a, const void *b)
     return strcmp(((const gw_run_place *)a)->job_id, ((const gw_run_place *)b)->job_id);
 }
 
-/* Counts each tenant's running jobs among the runs reloaded (a job's
- * parts once; a part of an attempt that ended not at all) into s->counts
- * and the tenants' entries. Sorts runs by job. */
-static void tenants_count_runs(gw_sched *s, gw_run_place *runs, int nr)
+int gw_sched_count_running(gw_run_place *runs, int nr, gw_tenant_run **out)
 {
+    *out = NULL;
     if (nr > 1)
         qsort(runs, (size_t)nr, sizeof(*runs), run_job_cmp);
     int m = 0;
     gw_tenant_run *c = calloc((size_t)(nr > 0 ? nr : 1), sizeof(*c));
     if (!c)
-        return;   /* the old counts stay until the next reload */
+        return -1;
+    const char *last = "";   /* the job counted last: its other runs follow it */
     for (int k = 0; k < nr; k++) {
-        if (!runs[k].live || !runs[k].tenant_id ||
-            (k > 0 && runs[k - 1].live && strcmp(runs[k - 1].job_id, runs[k].job_id) == 0))
+        if (!runs[k].live || !runs[k].tenant_id || strcmp(last, runs[k].job_id) == 0)
             continue;
+        last = runs[k].job_id;
         c[m].tenant_id = runs[k].tenant_id;
         c[m++].running = 1;
     }
@@ -227,6 +226,18 @@ static void tenants_count_runs(gw_sched *s, gw_run_place *runs, int nr)
         else
             c[u++] = c[k];
     }
+    *out = c;
+    return u;
+}
+
+/* Counts each tenant's running jobs among the runs reloaded into s->counts
+ * and the tenants' entries (on ENOMEM the old counts stay). */
+static void tenants_count_runs(gw_sched *s, gw_run_place *runs, int nr)
+{
+    gw_tenant_run *c;
+    int u = gw_sched_count_running(runs, nr, &c);
+    if (u < 0)
+        return;
     free(s->counts);
     s->counts = c;
     s->ncounts = u;

@@ -17,6 +17,13 @@
  * slots, then the first by name. Returns its index, or -1 if none fits. */
 int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus);
 
+/* Each tenant's running jobs among runs[0..nr) (ST_RUNS_PLACED's rows): a
+ * job once however many of its runs are there (a gang's parts), a run of
+ * an attempt that ended (live 0) not at all. *out (the caller frees it):
+ * {tenant_id, running} sorted by tenant. Returns how many, or -1 on
+ * ENOMEM. Sorts runs by job. */
+int gw_sched_count_running(gw_run_place *runs, int nr, gw_tenant_run **out);
+
 gw_sched *gw_sched_start(gw_app *app);
 /* Stops the scheduler thread and frees s; runs on nodes go on, and the next
  * scheduler finds them in PostgreSQL. NULL is a no-op. */

@@ -686,11 +686,14 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 /* Runs past their timeout_s and the grace $1. The bound on started_at
  * alone (timeout_s is never negative) lets jobs_running_started skip the
  * runs that started within the grace: at 1,000 nodes of short jobs that
- * was every run, read once a second. */
+ * was every run, read once a second. now(), not clock_timestamp(): an
+ * index bound must not be volatile. The statement's start is a moment
+ * earlier, less than any timeout_s (at least 1 s), so no run past its
+ * timeout falls outside the bound. */
 [ST_RUNS_OVERDUE] = {
     "SELECT j.id::text, j.attempts, j.node_name"
     " FROM jobs j WHERE j.state = 'running'"
-    "   AND j.started_at < clock_timestamp() - make_interval(secs => $1::float8)"
+    "   AND j.started_at < now() - make_interval(secs => $1::float8)"
     "   AND j.started_at + make_interval(secs => j.timeout_s + $1::float8) < clock_timestamp()"
     " ORDER BY j.started_at LIMIT 64", 1},
 [ST_JOBS_ENDED] = {

@@ -398,6 +398,35 @@ static void test_reservations_start_at_the_want_th_node_to_free(void **state)
     }
 }
 
+/* A tenant's running jobs from the runs the scheduler reloads: a gang's
+ * parts count once, a part of an attempt that ended not at all, even where
+ * it sorts between the parts of the job's current attempt. */
+static void test_running_jobs_are_counted_once_per_job(void **state)
+{
+    gw_run_place r[] = {
+        {.job_id = "j2", .tenant_id = 7, .live = 1},   /* a gang: three parts */
+        {.job_id = "j1", .tenant_id = 7, .live = 1},
+        {.job_id = "j2", .tenant_id = 7, .live = 0},   /* its last attempt's part, still open */
+        {.job_id = "j2", .tenant_id = 7, .live = 1},
+        {.job_id = "j3", .tenant_id = 3, .live = 0},   /* only an ended attempt's part */
+        {.job_id = "j2", .tenant_id = 7, .live = 1},
+        {.job_id = "j4", .tenant_id = 3, .live = 1},
+        {.job_id = "j5", .tenant_id = 9, .live = 1},
+    };
+    gw_tenant_run *c;
+    int n = gw_sched_count_running(r, 8, &c);
+    assert_int_equal(n, 3);
+    assert_int_equal(c[0].tenant_id, 3);
+    assert_int_equal(c[0].running, 1);
+    assert_int_equal(c[1].tenant_id, 7);
+    assert_int_equal(c[1].running, 2);
+    assert_int_equal(c[2].tenant_id, 9);
+    assert_int_equal(c[2].running, 1);
+    free(c);
+    assert_int_equal(gw_sched_count_running(NULL, 0, &c), 0);
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +448,7 @@ int main(void)
         cmocka_unit_test(test_interned_backends_place_as_plain_strings),
         cmocka_unit_test(test_reservations_start_at_the_want_th_node_to_free),
         cmocka_unit_test(test_tasks_need_an_engine_and_prefer_nodes_with_their_image),
+        cmocka_unit_test(test_running_jobs_are_counted_once_per_job),
     };
     return cmocka_run_group_tests_name("gw_place", tests, NULL, NULL);
 }
