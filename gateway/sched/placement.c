@@ -272,13 +272,14 @@ static int reservable(const gw_place_node *node, const gw_place_req *r, const in
 }
 
 int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
-                         const int64_t *held, uint8_t *reserved)
+                         const int64_t *held, uint8_t *reserved, int64_t *scratch)
 {
     int want = r->nodes > 1 ? r->nodes : 1, m = 0;
     memset(reserved, 0, (size_t)n);
     /* at[i]: when node i frees (-1: not reservable); times: those of the
      * reservable nodes, for the selection */
-    int64_t *at = malloc(sizeof(*at) * 2 * (size_t)(n ? n : 1)), *times = at + n;
+    int64_t *own = scratch ? NULL : malloc(sizeof(*own) * 2 * (size_t)(n ? n : 1));
+    int64_t *at = scratch ? scratch : own, *times = at ? at + n : NULL;
     if (!at)
         return -1;
     for (int i = 0; i < n; i++) {
@@ -287,7 +288,7 @@ int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *
             times[m++] = at[i];
     }
     if (m < want) {
-        free(at);
+        free(own);
         return -1;
     }
     int64_t start = select_kth(times, m, want - 1);
@@ -303,7 +304,7 @@ int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *
                 taken++;
             }
         }
-    free(at);
+    free(own);
     return start;
 }
 

@@ -286,18 +286,66 @@ int gw_queue_promote_due(gw_queue *q, int *moved)
     return 0;
 }
 
-/* Fills e from member m; 0, or -1 when m is not an entry. */
+/* The word of at most max - 1 bytes at *p (after spaces) into out, *p
+ * past it; 0, or -1 when there is none or it is longer. */
+static int ready_word(const char **p, char *out, size_t max)
+{
+    while (**p == ' ')
+        (*p)++;
+    size_t w = strcspn(*p, " ");
+    if (w == 0 || w >= max)
+        return -1;
+    memcpy(out, *p, w);
+    out[w] = '\0';
+    *p += w;
+    return 0;
+}
+
+/* The integer (base 10, or 16) at *p into *v, *p past it; 0, or -1 when
+ * there is none. */
+static int ready_num(const char **p, int base, long long *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(*p, &end, base);
+    if (end == *p || errno)
+        return -1;
+    *v = x;
+    *p = end;
+    return 0;
+}
+
+/* Fills e from member m ("<job> <backend> <gpus> [<tenant> <nodes>
+ * <gpu MiB> <timeout_s> <image, hex>]": entries of earlier versions stop
+ * after gpus, or after any field); 0, or -1 when m is not an entry. By
+ * hand, not sscanf: a pass reads thousands of entries, and sscanf was
+ * most of the scheduler's parsing. */
 static int ready_parse(gw_ready *e, const char *m)
 {
-    long long tenant = 0;
-    snprintf(e->member, sizeof(e->member), "%s", m);
+    size_t len = strlen(m);
+    if (len >= sizeof(e->member))
+        len = sizeof(e->member) - 1;
+    memcpy(e->member, m, len);
+    e->member[len] = '\0';
+    e->tenant_id = 0;
     e->nodes = 1;
     e->gpu_mem_mb = e->timeout_s = 0;
     e->image = 0;
-    if (sscanf(m, "%36s %7s %d %lld %d %d %d %x", e->job_id, e->backend, &e->gpus, &tenant, &e->nodes,
-               &e->gpu_mem_mb, &e->timeout_s, &e->image) < 3)
+    const char *p = m;
+    long long v;
+    if (ready_word(&p, e->job_id, sizeof(e->job_id)) != 0 ||
+        ready_word(&p, e->backend, sizeof(e->backend)) != 0 || ready_num(&p, 10, &v) != 0)
         return -1;
-    e->tenant_id = tenant;
+    e->gpus = (int)v;
+    if (ready_num(&p, 10, &v) == 0) {
+        e->tenant_id = v;
+        int *more[3] = {&e->nodes, &e->gpu_mem_mb, &e->timeout_s};
+        int k = 0;
+        for (; k < 3 && ready_num(&p, 10, &v) == 0; k++)
+            *more[k] = (int)v;
+        if (k == 3 && ready_num(&p, 16, &v) == 0)
+            e->image = (uint32_t)v;
+    }
     if (e->nodes < 1)
         e->nodes = 1;
     return 0;

@@ -687,6 +687,7 @@ static int pass_tenants(gw_sched *s, int n, pass_tenant *pt, double *vt)
 typedef struct pass_res {
     int n;
     int64_t *held;
+    int64_t *scratch;         /* gw_place_reserve's: 2 times a node */
     uint8_t *allowed, *mask;
     uint64_t gen;             /* the nodes_gen the pass's view shows */
     /* Shapes that fitted nowhere since the view was built, with the least
@@ -769,7 +770,7 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
         *free_slot = view_free_slot(view, s->nnodes);
         how = PASS_PLACED;
     } else if (res->n < RESERVE_MAX) {
-        int64_t at = gw_place_reserve(view, s->nnodes, &req, now, res->held, res->mask);
+        int64_t at = gw_place_reserve(view, s->nnodes, &req, now, res->held, res->mask, res->scratch);
         if (at >= 0) {
             for (int i = 0; i < s->nnodes; i++)
                 if (res->mask[i])
@@ -821,11 +822,11 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     static pass_tenant pt[SCAN_MAX];
     static double vt[SCAN_MAX], head[SCAN_MAX];
     static uint8_t cand[SCAN_MAX], mask[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
-    static int64_t held[SCHED_MAX_NODES];
+    static int64_t held[SCHED_MAX_NODES], scratch[2 * SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];
     const char *members[PEEK_MAX];
     int dispatched = 0, nb = 0, n = 0;
-    pass_res res = {.held = held, .allowed = allowed, .mask = mask};
+    pass_res res = {.held = held, .allowed = allowed, .mask = mask, .scratch = scratch};
     int64_t mono = svc_now_mono_ms(), now = svc_now_wall_ms();
     int per_tenant = PEEK_MAX;
     if (mono >= s->next_deep_ms) {

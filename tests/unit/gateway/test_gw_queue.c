@@ -467,6 +467,50 @@ static void test_a_bad_urls_error_does_not_show_its_password(void **state)
     }
 }
 
+/* Entries as every version wrote them are read field by field (the
+ * fields an older entry lacks at their defaults); a member that is not an
+ * entry is passed over. */
+static void test_peek_reads_entries_of_every_version(void **state)
+{
+    gw_queue *q = *state;
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, (struct timeval){2, 0});
+    assert_non_null(c);
+    freeReplyObject(redisCommand(c, "SADD kowloon:ready-tenants 5"));
+    redisFree(c);
+    assert_int_equal(raw_zadd("kowloon:ready:5", "1", "job-task cuda 2 5 3 40960 600 1a2b3c4d"), 1);
+    assert_int_equal(raw_zadd("kowloon:ready:5", "2", "job-kernel any 1 5 1 0 60"), 1);
+    assert_int_equal(raw_zadd("kowloon:ready:5", "3", "job-tenant cpu 4 5"), 1);
+    assert_int_equal(raw_zadd("kowloon:ready:5", "4", "job-first cpu 1"), 1);
+    assert_int_equal(raw_zadd("kowloon:ready:5", "5", "not-an-entry cpu"), 1);
+    assert_int_equal(raw_zadd("kowloon:ready:5", "6", "job-nodes0 cpu 1 5 0"), 1);
+    gw_ready out[8];
+    int n;
+    assert_int_equal(gw_queue_peek(q, 8, out, 8, &n), 0);
+    assert_int_equal(n, 5);
+    assert_string_equal(out[0].job_id, "job-task");
+    assert_string_equal(out[0].backend, "cuda");
+    assert_int_equal(out[0].gpus, 2);
+    assert_int_equal(out[0].tenant_id, 5);
+    assert_int_equal(out[0].nodes, 3);
+    assert_int_equal(out[0].gpu_mem_mb, 40960);
+    assert_int_equal(out[0].timeout_s, 600);
+    assert_int_equal(out[0].image, 0x1a2b3c4d);
+    assert_string_equal(out[0].member, "job-task cuda 2 5 3 40960 600 1a2b3c4d");
+    assert_string_equal(out[1].job_id, "job-kernel");
+    assert_int_equal(out[1].timeout_s, 60);
+    assert_int_equal(out[1].image, 0);
+    assert_string_equal(out[2].job_id, "job-tenant");
+    assert_int_equal(out[2].gpus, 4);
+    assert_int_equal(out[2].tenant_id, 5);
+    assert_int_equal(out[2].nodes, 1);
+    assert_int_equal(out[2].timeout_s, 0);
+    assert_string_equal(out[3].job_id, "job-first");
+    assert_int_equal(out[3].tenant_id, 0);
+    assert_string_equal(out[4].job_id, "job-nodes0");
+    assert_int_equal(out[4].nodes, 1);   /* never fewer than one */
+    assert_true(out[4].score == 6);
+}
+
 int main(void)
 {
     if (system("command -v redis-server >/dev/null 2>&1") != 0) {
@@ -483,6 +527,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_push_missing_adds_only_what_is_absent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_push_missing_takes_more_than_one_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peek_reads_entries_of_every_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock_is_held_renewed_and_expires, setup, teardown),
         cmocka_unit_test(test_score_keeps_priority_bands_apart),
         cmocka_unit_test_setup_teardown(test_scripts_go_by_sha1_and_survive_a_script_flush, setup,
