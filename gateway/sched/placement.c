@@ -266,44 +266,59 @@ static int64_t free_at(const gw_place_node *c, const gw_place_req *r, int64_t no
     return d > at ? d : at;
 }
 
-static int reservable(const gw_place_node *node, const gw_place_req *r, const int64_t *held, int i)
+int64_t gw_place_free_time(const gw_place_node *c, const gw_place_req *r, int64_t now)
 {
-    return (held == NULL || held[i] == 0) && gw_place_capable(node, r);
+    return gw_place_capable(c, r) ? free_at(c, r, now) : -1;
 }
 
-int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
-                         const int64_t *held, uint8_t *reserved, int64_t *scratch)
+void gw_place_free_times(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
+                         int64_t *at)
 {
-    int want = r->nodes > 1 ? r->nodes : 1, m = 0;
+    for (int i = 0; i < n; i++)
+        at[i] = gw_place_free_time(&nodes[i], r, now);
+}
+
+int64_t gw_place_reserve_at(const int64_t *at, int n, int want, const int64_t *held,
+                            uint8_t *reserved, int64_t *times)
+{
+    int m = 0;
     memset(reserved, 0, (size_t)n);
-    /* at[i]: when node i frees (-1: not reservable); times: those of the
-     * reservable nodes, for the selection */
-    int64_t *own = scratch ? NULL : malloc(sizeof(*own) * 2 * (size_t)(n ? n : 1));
-    int64_t *at = scratch ? scratch : own, *times = at ? at + n : NULL;
-    if (!at)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        at[i] = reservable(&nodes[i], r, held, i) ? free_at(&nodes[i], r, now) : -1;
-        if (at[i] >= 0)
+    /* times: those of the nodes not held, for the selection */
+    for (int i = 0; i < n; i++)
+        if (at[i] >= 0 && (held == NULL || held[i] == 0))
             times[m++] = at[i];
-    }
-    if (m < want) {
-        free(own);
+    if (m < want)
         return -1;
-    }
     int64_t start = select_kth(times, m, want - 1);
     /* The nodes free by start, the earliest first, up to want of them
      * (at equal times, the view's order). */
     int taken = 0;
     for (int pass = 0; pass < 2 && taken < want; pass++)
         for (int i = 0; i < n && taken < want; i++) {
-            if (reserved[i] || at[i] < 0)
+            if (reserved[i] || at[i] < 0 || (held && held[i] != 0))
                 continue;
             if ((pass == 0 && at[i] < start) || (pass == 1 && at[i] == start)) {
                 reserved[i] = 1;
                 taken++;
             }
         }
+    return start;
+}
+
+int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
+                         const int64_t *held, uint8_t *reserved, int64_t *scratch)
+{
+    int want = r->nodes > 1 ? r->nodes : 1;
+    /* at[i]: when node i frees (-1: it cannot take r); then the times of
+     * the nodes not held */
+    int64_t *own = scratch ? NULL : malloc(sizeof(*own) * 2 * (size_t)(n ? n : 1));
+    int64_t *at = scratch ? scratch : own;
+    if (!at) {
+        memset(reserved, 0, (size_t)n);
+        return -1;
+    }
+    gw_place_free_times(nodes, n, r, now, at);
+    int64_t start = gw_place_reserve_at(at, n, want, held, reserved, at + n);
     free(own);
     return start;
 }

@@ -90,6 +90,18 @@ int gw_place_capable(const gw_place_node *node, const gw_place_req *r);
 int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
                          const int64_t *held, uint8_t *reserved, int64_t *scratch);
 
+/* gw_place_reserve in two halves, so that a pass reserving for many jobs
+ * of one shape works out when each node frees once (the scheduler keeps
+ * them per shape and updates only the nodes it places on): when node c
+ * frees for r (-1: it cannot take r at all), each of n nodes' into at;
+ * and the reservation of want nodes from at, held and reserved as in
+ * gw_place_reserve, times room for n. */
+int64_t gw_place_free_time(const gw_place_node *c, const gw_place_req *r, int64_t now);
+void gw_place_free_times(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
+                         int64_t *at);
+int64_t gw_place_reserve_at(const int64_t *at, int n, int want, const int64_t *held,
+                            uint8_t *reserved, int64_t *times);
+
 /* Which nodes a job of timeout_s may use while reservations hold nodes
  * (held[i]: the start of the reservation holding node i, 0 when none):
  * every node not held, and a held one too when the job ends (now +

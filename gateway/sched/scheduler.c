@@ -36,6 +36,8 @@
 #define RESERVE_MAX 64
 /* Shapes of jobs that fit nowhere a pass remembers (pass_res). */
 #define UNFIT_MAX 16
+/* Shapes whose nodes' free times a pass keeps for its reservations. */
+#define FREE_SHAPES 4
 /* How often retries whose back-off has ended move to the ready queue. */
 #define PROMOTE_MS 100
 /* how often the scheduler looks whether jobs grew enough to analyze */
@@ -687,7 +689,15 @@ static int pass_tenants(gw_sched *s, int n, pass_tenant *pt, double *vt)
 typedef struct pass_res {
     int n;
     int64_t *held;
-    int64_t *scratch;         /* gw_place_reserve's: 2 times a node */
+    int64_t *scratch;         /* gw_place_reserve_at's: a time a node */
+    /* When each node frees for a shape (devices a node, memory, backend,
+     * image: not the number of nodes), kept while the view is: a pass
+     * reserves for up to RESERVE_MAX jobs, most of a few shapes, and
+     * working out every node's free time for each was the scheduler's
+     * largest cost at 1,000 nodes. The nodes a placement changes are
+     * worked out again (pass_place). */
+    struct free_shape { gw_place_req req; int64_t *at; } shapes[FREE_SHAPES];
+    int nshapes, next_shape;
     uint8_t *allowed, *mask;
     uint64_t gen;             /* the nodes_gen the pass's view shows */
     /* Shapes that fitted nowhere since the view was built, with the least
@@ -730,6 +740,30 @@ static void unfit_add(pass_res *res, const gw_place_req *r, int timeout_s)
         res->unfit[res->nunfit++] = (struct unfit){*r, timeout_s};
 }
 
+/* The free times of the view's nodes for r's shape (kept in res, worked
+ * out when new, in the place of the oldest shape when all are taken). */
+static const int64_t *shape_times(pass_res *res, const gw_place_node *view, int n,
+                                  const gw_place_req *r, int64_t now)
+{
+    for (int i = 0; i < res->nshapes; i++) {
+        const gw_place_req *k = &res->shapes[i].req;
+        if (k->backend == r->backend && k->gpus == r->gpus && k->gpu_mem_mb == r->gpu_mem_mb &&
+            k->image == r->image && k->image_anywhere == r->image_anywhere)
+            return res->shapes[i].at;
+    }
+    int at = res->nshapes < FREE_SHAPES ? res->nshapes++ : res->next_shape++ % FREE_SHAPES;
+    res->shapes[at].req = *r;
+    gw_place_free_times(view, n, r, now, res->shapes[at].at);
+    return res->shapes[at].at;
+}
+
+/* Node k of the view changed (a placement): its free times again. */
+static void shapes_node_changed(pass_res *res, const gw_place_node *view, int k, int64_t now)
+{
+    for (int i = 0; i < res->nshapes; i++)
+        res->shapes[i].at[k] = gw_place_free_time(&view[k], &res->shapes[i].req, now);
+}
+
 /* What pass_place did with a job. */
 enum { PASS_SKIPPED, PASS_PLACED, PASS_RESERVED };
 
@@ -750,7 +784,7 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
      * copy of every node for every job was 38 % of the scheduler's time */
     if (res->gen != s->nodes_gen) {
         *free_slot = nodes_view(s, view, &res->gen);
-        res->nunfit = 0;
+        res->nunfit = res->nshapes = 0;
     }
     if (req.image)
         req.image_anywhere = gw_place_image_listed(view, s->nnodes, req.image);
@@ -764,13 +798,17 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
     }
     if (fits && claim_fill(s, c, e, &pick) == 0) {
         place_count(s, e->job_id, &pick, e->timeout_s, now);
-        for (int k = 0; k < pick.nnodes; k++)
+        for (int k = 0; k < pick.nnodes; k++) {
             node_view(s, pick.node[k], &view[pick.node[k]]);
+            shapes_node_changed(res, view, pick.node[k], now);
+        }
         res->gen = s->nodes_gen;   /* the view was current before the count */
         *free_slot = view_free_slot(view, s->nnodes);
         how = PASS_PLACED;
     } else if (res->n < RESERVE_MAX) {
-        int64_t at = gw_place_reserve(view, s->nnodes, &req, now, res->held, res->mask, res->scratch);
+        int64_t at = gw_place_reserve_at(shape_times(res, view, s->nnodes, &req, now), s->nnodes,
+                                         req.nodes > 1 ? req.nodes : 1, res->held, res->mask,
+                                         res->scratch);
         if (at >= 0) {
             for (int i = 0; i < s->nnodes; i++)
                 if (res->mask[i])
@@ -822,11 +860,14 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     static pass_tenant pt[SCAN_MAX];
     static double vt[SCAN_MAX], head[SCAN_MAX];
     static uint8_t cand[SCAN_MAX], mask[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
-    static int64_t held[SCHED_MAX_NODES], scratch[2 * SCHED_MAX_NODES];
+    static int64_t held[SCHED_MAX_NODES], scratch[SCHED_MAX_NODES];
+    static int64_t shape_at[FREE_SHAPES][SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];
     const char *members[PEEK_MAX];
     int dispatched = 0, nb = 0, n = 0;
     pass_res res = {.held = held, .allowed = allowed, .mask = mask, .scratch = scratch};
+    for (int i = 0; i < FREE_SHAPES; i++)
+        res.shapes[i].at = shape_at[i];
     int64_t mono = svc_now_mono_ms(), now = svc_now_wall_ms();
     int per_tenant = PEEK_MAX;
     if (mono >= s->next_deep_ms) {

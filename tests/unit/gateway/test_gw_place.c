@@ -234,6 +234,26 @@ static void test_reservation_and_backfill(void **state)
     gang.nodes = 4;
     n[2].nends = 0;
     assert_true(gw_place_reserve(n, 4, &gang, now, NULL, reserved, NULL) == INT64_MAX);
+    /* in halves, as a pass does: the free times once for the shape (any
+     * number of nodes), one node worked out again after it changed */
+    int64_t times[4], scratch[4];
+    uint8_t again[4];
+    gw_place_free_times(n, 4, &gang, now, times);
+    assert_true(times[3] == now && times[0] == now + 5000 && times[2] == INT64_MAX);
+    assert_true(gw_place_reserve_at(times, 4, 2, NULL, again, scratch) == now + 5000);
+    assert_true(gw_place_reserve(n, 4, &(gw_place_req){.backend = "cpu", .gpus = 2, .nodes = 2}, now,
+                                 NULL, reserved, NULL) == now + 5000);
+    assert_memory_equal(again, reserved, 4);
+    n[3].running = 2;   /* d fills up: it frees when its first run ends, which is not known */
+    times[3] = gw_place_free_time(&n[3], &gang, now);
+    assert_true(times[3] == INT64_MAX);
+    assert_true(gw_place_reserve_at(times, 4, 2, NULL, again, scratch) == now + 20000);
+    assert_true(gw_place_reserve(n, 4, &(gw_place_req){.backend = "cpu", .gpus = 2, .nodes = 2}, now,
+                                 NULL, reserved, NULL) == now + 20000);
+    assert_memory_equal(again, reserved, 4);
+    /* a node that cannot take the job at all */
+    assert_true(gw_place_free_time(&n[0], &(gw_place_req){.backend = "cuda", .gpus = 1, .nodes = 1},
+                                   now) == -1);
 }
 
 /* Stride fair share: the least virtual time goes next (a tie to the more
