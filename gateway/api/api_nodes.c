@@ -44,19 +44,11 @@ static struct {
     struct { char id[37]; int64_t at; } e[UNHELD_SLOTS];
 } unheld = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static unsigned id_hash(const char *id)
-{
-    unsigned h = 2166136261u;
-    for (; *id; id++)
-        h = (h ^ (unsigned char)*id) * 16777619u;
-    return h;
-}
-
 /* 1 when node id should look for unheld runs now (and it is noted as
  * done); forget: its next beat looks (it registered anew). */
 static int unheld_due(const char *id, int64_t now, int forget)
 {
-    unsigned h = id_hash(id);
+    unsigned h = svc_fnv1a(id);
     int due = 1;
     pthread_mutex_lock(&unheld.mu);
     for (int k = 0; k < 16; k++) {

@@ -96,13 +96,10 @@ struct gw_leases {
     pthread_t thread;
 };
 
-/* node_id's chain (FNV-1a of its text). */
+/* node_id's chain. */
 static unsigned chain_of(const char *node_id)
 {
-    uint32_t h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)node_id; *p; p++)
-        h = (h ^ *p) * 16777619u;
-    return h & (LEASE_BUCKETS - 1);
+    return svc_fnv1a(node_id) & (LEASE_BUCKETS - 1);
 }
 
 /* Takes room r out of its chain (a room in use); mu held. */
