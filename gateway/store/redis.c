@@ -239,9 +239,21 @@ redisReply *gw_redis_argv(gw_redis *r, int argc, const char **argv, const size_t
         return NULL;
     }
     redis_conn *rc = &r->conn[slot];
+    int pooled = rc->c != NULL;
     if (rc->c == NULL)
         rc->c = connect_one(r);
     redisReply *rep = rc->c != NULL ? redisCommandArgv(rc->c, argc, argv, lens) : NULL;
+    /* A pooled connection that Redis closed while it sat idle (Redis
+     * restarted, or dropped idle clients) ends at its next command: the
+     * command went to a socket no server reads. Once, on a new connection,
+     * instead of failing the call and backing the whole pool off (a submit
+     * right after a Redis restart was committed but not queued). A timeout
+     * is not retried: Redis may have run the command. */
+    if (rep == NULL && pooled && rc->c != NULL && rc->c->err == REDIS_ERR_EOF) {
+        redisFree(rc->c);
+        if ((rc->c = connect_one(r)) != NULL)
+            rep = redisCommandArgv(rc->c, argc, argv, lens);
+    }
     if (rep == NULL && rc->c != NULL) {
         log_failure(r, argv[0], rc->c->errstr);
         redisFree(rc->c);

@@ -412,6 +412,32 @@ static void test_pool_reconnects_after_a_restart_and_backs_off_while_down(void *
     gw_redis_close(r);
 }
 
+/* A pooled connection Redis closed while it was idle (a restart) is
+ * connected again for the next command, which succeeds: no failed call,
+ * no back-off. */
+static void test_a_connection_closed_while_idle_is_made_again_for_the_next_call(void **state)
+{
+    (void)state;
+    gw_redis_opts o = {.name = "test", .size = 1, .timeout_ms = 1000, .backoff_ms = 5000};
+    char err[128];
+    gw_redis *r = gw_redis_open(redis_url, &o, err, sizeof err);
+    assert_non_null(r);
+    const char *ping[1] = {"PING"};
+    redisReply *rep = gw_redis_argv(r, 1, ping, NULL);
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    redis_stop();
+    assert_int_equal(redis_start(), 0);
+    rep = gw_redis_argv(r, 1, ping, NULL);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    gw_redis_stats st;
+    gw_redis_stats_get(r, &st);
+    assert_int_equal(st.errors, 0);
+    gw_redis_close(r);
+}
+
 static void test_error_replies_come_back_and_keep_the_connection(void **state)
 {
     (void)state;
@@ -538,6 +564,8 @@ int main(void)
         cmocka_unit_test(test_a_bad_urls_error_does_not_show_its_password),
         /* last: it restarts the server */
         cmocka_unit_test_setup_teardown(test_pool_reconnects_after_a_restart_and_backs_off_while_down,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_connection_closed_while_idle_is_made_again_for_the_next_call,
                                         setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
