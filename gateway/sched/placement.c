@@ -306,20 +306,18 @@ int64_t gw_place_reserve_at(const int64_t *at, int n, int want, const int64_t *h
 }
 
 int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
-                         const int64_t *held, uint8_t *reserved, int64_t *scratch)
+                         const int64_t *held, uint8_t *reserved)
 {
-    int want = r->nodes > 1 ? r->nodes : 1;
     /* at[i]: when node i frees (-1: it cannot take r); then the times of
      * the nodes not held */
-    int64_t *own = scratch ? NULL : malloc(sizeof(*own) * 2 * (size_t)(n ? n : 1));
-    int64_t *at = scratch ? scratch : own;
+    int64_t *at = malloc(sizeof(*at) * 2 * (size_t)(n ? n : 1));
     if (!at) {
         memset(reserved, 0, (size_t)n);
         return -1;
     }
     gw_place_free_times(nodes, n, r, now, at);
-    int64_t start = gw_place_reserve_at(at, n, want, held, reserved, at + n);
-    free(own);
+    int64_t start = gw_place_reserve_at(at, n, r->nodes > 1 ? r->nodes : 1, held, reserved, at + n);
+    free(at);
     return start;
 }
 

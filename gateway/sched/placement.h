@@ -83,12 +83,9 @@ int gw_place_capable(const gw_place_node *node, const gw_place_req *r);
  * devices are not shared, enough idle devices) by their runs' ends, with
  * reserved[i] set for those nodes. Nodes an earlier reservation holds
  * (held[i] != 0; held may be NULL) are left out. -1 (and nothing reserved)
- * when fewer than r->nodes nodes are capable and not held. scratch: room
- * for 2 n times the call may use, or NULL (it allocates its own: the
- * scheduler, which reserves up to 64 times a pass over 1,000 nodes, passes
- * one, so that its thread does not ask malloc for 16 kB each time). */
+ * when fewer than r->nodes nodes are capable and not held. */
 int64_t gw_place_reserve(const gw_place_node *nodes, int n, const gw_place_req *r, int64_t now,
-                         const int64_t *held, uint8_t *reserved, int64_t *scratch);
+                         const int64_t *held, uint8_t *reserved);
 
 /* gw_place_reserve in two halves, so that a pass reserving for many jobs
  * of one shape works out when each node frees once (the scheduler keeps

@@ -709,16 +709,20 @@ typedef struct pass_res {
     int nunfit;
 } pass_res;
 
-/* The pass's entry for r's shape (backend, devices, nodes, memory,
- * image), or NULL. */
+/* 1 when a and b need the same of each node (backend, devices, memory,
+ * image); image_anywhere follows from the image and the pass's view. */
+static int same_node_needs(const gw_place_req *a, const gw_place_req *b)
+{
+    return a->backend == b->backend && a->gpus == b->gpus && a->gpu_mem_mb == b->gpu_mem_mb &&
+           a->image == b->image;
+}
+
+/* The pass's entry for r's shape (its node needs and nodes), or NULL. */
 static struct unfit *unfit_of(pass_res *res, const gw_place_req *r)
 {
-    for (int i = 0; i < res->nunfit; i++) {
-        const gw_place_req *u = &res->unfit[i].req;
-        if (u->backend == r->backend && u->gpus == r->gpus && u->nodes == r->nodes &&
-            u->gpu_mem_mb == r->gpu_mem_mb && u->image == r->image)
+    for (int i = 0; i < res->nunfit; i++)
+        if (same_node_needs(&res->unfit[i].req, r) && res->unfit[i].req.nodes == r->nodes)
             return &res->unfit[i];
-    }
     return NULL;
 }
 
@@ -745,12 +749,9 @@ static void unfit_add(pass_res *res, const gw_place_req *r, int timeout_s)
 static const int64_t *shape_times(pass_res *res, const gw_place_node *view, int n,
                                   const gw_place_req *r, int64_t now)
 {
-    for (int i = 0; i < res->nshapes; i++) {
-        const gw_place_req *k = &res->shapes[i].req;
-        if (k->backend == r->backend && k->gpus == r->gpus && k->gpu_mem_mb == r->gpu_mem_mb &&
-            k->image == r->image && k->image_anywhere == r->image_anywhere)
+    for (int i = 0; i < res->nshapes; i++)
+        if (same_node_needs(&res->shapes[i].req, r))
             return res->shapes[i].at;
-    }
     int at = res->nshapes < FREE_SHAPES ? res->nshapes++ : res->next_shape++ % FREE_SHAPES;
     res->shapes[at].req = *r;
     gw_place_free_times(view, n, r, now, res->shapes[at].at);

@@ -176,9 +176,9 @@ static void test_a_reservation_waits_for_idle_devices(void **state)
     gw_place_req r8 = {.backend = "cuda", .gpus = 8, .nodes = 1};
     gw_place_req r4 = {.backend = "cuda", .gpus = 4, .nodes = 1};
     uint8_t reserved[1];
-    assert_int_equal(gw_place_reserve(n, 1, &r8, now, NULL, reserved, NULL), now + 9000);
+    assert_int_equal(gw_place_reserve(n, 1, &r8, now, NULL, reserved), now + 9000);
     assert_int_equal(reserved[0], 1);
-    assert_int_equal(gw_place_reserve(n, 1, &r4, now, NULL, reserved, NULL), now + 5000);
+    assert_int_equal(gw_place_reserve(n, 1, &r4, now, NULL, reserved), now + 5000);
 }
 
 /* A job that fits nowhere reserves the nodes that free first (by their
@@ -198,7 +198,7 @@ static void test_reservation_and_backfill(void **state)
     gw_place_pick p;
     assert_int_equal(gw_place_job(n, 4, &gang, NULL, &p), -1);
     uint8_t reserved[4], allowed[4];
-    int64_t at = gw_place_reserve(n, 4, &gang, now, NULL, reserved, NULL);
+    int64_t at = gw_place_reserve(n, 4, &gang, now, NULL, reserved);
     assert_true(at == now + 20000);   /* d now, a at +5 s, b at +20 s */
     assert_int_equal(reserved[0], 1);
     assert_int_equal(reserved[1], 1);
@@ -217,7 +217,7 @@ static void test_reservation_and_backfill(void **state)
      * left, frees a slot at +90 s, and a job of 85 s may still backfill
      * there (not on the gang's nodes, held from +20 s) */
     gw_place_req two = {.backend = "cpu", .gpus = 2, .nodes = 1};
-    int64_t at2 = gw_place_reserve(n, 4, &two, now, held, reserved, NULL);
+    int64_t at2 = gw_place_reserve(n, 4, &two, now, held, reserved);
     assert_true(at2 == now + 90000);
     assert_int_equal(reserved[0] + reserved[1] + reserved[3], 0);
     assert_int_equal(reserved[2], 1);
@@ -226,14 +226,14 @@ static void test_reservation_and_backfill(void **state)
     assert_int_equal(allowed[0] + allowed[1] + allowed[3], 0);   /* past the gang's start */
     assert_int_equal(allowed[2], 1);                             /* done by c's */
     /* none left: a third reservation finds no node */
-    assert_true(gw_place_reserve(n, 4, &two, now, (int64_t[4]){1, 1, 1, 1}, reserved, NULL) == -1);
+    assert_true(gw_place_reserve(n, 4, &two, now, (int64_t[4]){1, 1, 1, 1}, reserved) == -1);
     /* more nodes than the cluster has capable ones: no reservation */
     gang.nodes = 5;
-    assert_true(gw_place_reserve(n, 4, &gang, now, NULL, reserved, NULL) == -1);
+    assert_true(gw_place_reserve(n, 4, &gang, now, NULL, reserved) == -1);
     /* a node with runs of unknown end is the last choice */
     gang.nodes = 4;
     n[2].nends = 0;
-    assert_true(gw_place_reserve(n, 4, &gang, now, NULL, reserved, NULL) == INT64_MAX);
+    assert_true(gw_place_reserve(n, 4, &gang, now, NULL, reserved) == INT64_MAX);
     /* in halves, as a pass does: the free times once for the shape (any
      * number of nodes), one node worked out again after it changed */
     int64_t times[4], scratch[4];
@@ -242,14 +242,14 @@ static void test_reservation_and_backfill(void **state)
     assert_true(times[3] == now && times[0] == now + 5000 && times[2] == INT64_MAX);
     assert_true(gw_place_reserve_at(times, 4, 2, NULL, again, scratch) == now + 5000);
     assert_true(gw_place_reserve(n, 4, &(gw_place_req){.backend = "cpu", .gpus = 2, .nodes = 2}, now,
-                                 NULL, reserved, NULL) == now + 5000);
+                                 NULL, reserved) == now + 5000);
     assert_memory_equal(again, reserved, 4);
     n[3].running = 2;   /* d fills up: it frees when its first run ends, which is not known */
     times[3] = gw_place_free_time(&n[3], &gang, now);
     assert_true(times[3] == INT64_MAX);
     assert_true(gw_place_reserve_at(times, 4, 2, NULL, again, scratch) == now + 20000);
     assert_true(gw_place_reserve(n, 4, &(gw_place_req){.backend = "cpu", .gpus = 2, .nodes = 2}, now,
-                                 NULL, reserved, NULL) == now + 20000);
+                                 NULL, reserved) == now + 20000);
     assert_memory_equal(again, reserved, 4);
     /* a node that cannot take the job at all */
     assert_true(gw_place_free_time(&n[0], &(gw_place_req){.backend = "cuda", .gpus = 1, .nodes = 1},
@@ -378,7 +378,7 @@ static void test_reservations_start_at_the_want_th_node_to_free(void **state)
 {
     enum { NODES = 200 };
     static gw_place_node n[NODES];
-    static int64_t ends[NODES][8], held[NODES], sorted[NODES], scratch[2 * NODES];
+    static int64_t ends[NODES][8], held[NODES], sorted[NODES];
     uint8_t reserved[NODES];
     int64_t now = 1000000;
     srand(7);
@@ -399,8 +399,7 @@ static void test_reservations_start_at_the_want_th_node_to_free(void **state)
             if (n[i].available && !held[i])
                 sorted[m++] = n[i].nends ? (n[i].ends[0] > now ? n[i].ends[0] : now) : INT64_MAX;
         qsort(sorted, (size_t)m, sizeof(sorted[0]), cmp_time);
-        /* every other round with the caller's scratch (the scheduler's way) */
-        int64_t at = gw_place_reserve(n, NODES, &r, now, held, reserved, round % 2 ? scratch : NULL);
+        int64_t at = gw_place_reserve(n, NODES, &r, now, held, reserved);
         if (m < r.nodes) {
             assert_int_equal(at, -1);
             continue;
