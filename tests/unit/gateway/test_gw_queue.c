@@ -381,17 +381,26 @@ static void test_score_keeps_priority_bands_apart(void **state)
     assert_true(gw_queue_score(5, 1) < gw_queue_score(5, 2));
 }
 
-static void test_pool_reconnects_after_a_restart_and_backs_off_while_down(void **state)
+static const char *ping[1] = {"PING"};
+
+/* A pool on the test's Redis with o, its first PING answered. */
+static gw_redis *pool_open(gw_redis_opts o)
 {
-    gw_queue *q = *state;
-    gw_redis_opts o = {.name = "test", .size = 2, .timeout_ms = 300, .backoff_ms = 400};
     char err[128];
     gw_redis *r = gw_redis_open(redis_url, &o, err, sizeof err);
     assert_non_null(r);
-    const char *ping[1] = {"PING"};
     redisReply *rep = gw_redis_argv(r, 1, ping, NULL);
     assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_STATUS);
     freeReplyObject(rep);
+    return r;
+}
+
+static void test_pool_reconnects_after_a_restart_and_backs_off_while_down(void **state)
+{
+    gw_queue *q = *state;
+    gw_redis *r =
+        pool_open((gw_redis_opts){.name = "test", .size = 2, .timeout_ms = 300, .backoff_ms = 400});
     assert_int_equal(gw_queue_ping(q), 0);
 
     redis_stop();
@@ -406,7 +415,7 @@ static void test_pool_reconnects_after_a_restart_and_backs_off_while_down(void *
     assert_int_equal(redis_start(), 0);
     assert_int_equal(gw_queue_ping(q), 0);   /* the queue's pool does not back off */
     svc_sleep_ms(450);
-    rep = gw_redis_argv(r, 1, ping, NULL);
+    redisReply *rep = gw_redis_argv(r, 1, ping, NULL);
     assert_non_null(rep);
     freeReplyObject(rep);
     gw_redis_close(r);
@@ -418,17 +427,11 @@ static void test_pool_reconnects_after_a_restart_and_backs_off_while_down(void *
 static void test_a_connection_closed_while_idle_is_made_again_for_the_next_call(void **state)
 {
     (void)state;
-    gw_redis_opts o = {.name = "test", .size = 1, .timeout_ms = 1000, .backoff_ms = 5000};
-    char err[128];
-    gw_redis *r = gw_redis_open(redis_url, &o, err, sizeof err);
-    assert_non_null(r);
-    const char *ping[1] = {"PING"};
-    redisReply *rep = gw_redis_argv(r, 1, ping, NULL);
-    assert_non_null(rep);
-    freeReplyObject(rep);
+    gw_redis *r =
+        pool_open((gw_redis_opts){.name = "test", .size = 1, .timeout_ms = 1000, .backoff_ms = 5000});
     redis_stop();
     assert_int_equal(redis_start(), 0);
-    rep = gw_redis_argv(r, 1, ping, NULL);
+    redisReply *rep = gw_redis_argv(r, 1, ping, NULL);
     assert_non_null(rep);
     assert_int_equal(rep->type, REDIS_REPLY_STATUS);
     freeReplyObject(rep);
@@ -449,7 +452,6 @@ static void test_error_replies_come_back_and_keep_the_connection(void **state)
     assert_non_null(rep);
     assert_int_equal(rep->type, REDIS_REPLY_ERROR);
     freeReplyObject(rep);
-    const char *ping[1] = {"PING"};
     rep = gw_redis_argv(r, 1, ping, NULL);   /* no back-off: Redis answered */
     assert_non_null(rep);
     freeReplyObject(rep);
