@@ -27,7 +27,7 @@ static const double job_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 struct gw_metrics {
     gw_app *app;
     svc_metrics *reg;
-    svc_metric *submits, *results, *run_s, *wait_s;
+    svc_metric *submits, *results, *run_s, *wait_s, *lease;
     /* The cluster's state as last counted; cache_mu guards it. refresh_mu
      * is held by the scrape that asks PostgreSQL again. */
     pthread_mutex_t cache_mu, refresh_mu;
@@ -70,6 +70,12 @@ void gw_metrics_started(gw_metrics *m, const char *kernel, double wait_s)
 {
     if (m != NULL && wait_s >= 0)
         svc_histogram_observe(svc_metric_with(m->wait_s, kernel_label(kernel)), wait_s);
+}
+
+void gw_metrics_lease(gw_metrics *m, const char *how, int n)
+{
+    if (m != NULL && n > 0)
+        svc_counter_add(svc_metric_with(m->lease, how), (uint64_t)n);
 }
 
 /* ---- the cluster's state ---------------------------------------------- */
@@ -271,7 +277,14 @@ gw_metrics *gw_metrics_new(gw_app *app)
                                      "time from a job's submit to the start of its first "
                                      "attempt, for jobs this gateway's scheduler placed, seconds",
                                      kernel, job_bounds, nb);
+    m->lease = svc_metric_counter(m->reg, "kowloon_lease_runs_total",
+                                  "single-node and gang runs given to nodes' polls by this "
+                                  "gateway: handed (at their claim, no lease look), looked "
+                                  "(found by a lease look), taken_back (handed, not answered "
+                                  "within 2 s, back to the claimed runs)",
+                                  (const char *[]){"how", NULL});
     if (m->submits == NULL || m->results == NULL || m->run_s == NULL || m->wait_s == NULL ||
+        m->lease == NULL ||
         svc_metrics_add_collector(m->reg, collect_cluster, m) != 0 ||
         svc_metrics_add_collector(m->reg, collect_pools, m) != 0 ||
         svc_metrics_add_process(m->reg) != 0) {

@@ -28,6 +28,9 @@ void gw_metrics_submitted(gw_metrics *m, const char *kernel);
  * ("succeeded", "failed", "cancelled", "refused"); run_s its run time on the
  * node, < 0 when unknown. */
 void gw_metrics_reported(gw_metrics *m, const char *kernel, const char *state, double run_s);
+/* n runs were given to nodes' polls (how: "handed" at their claim,
+ * "looked" by a lease look) or taken back from the handed ("taken_back"). */
+void gw_metrics_lease(gw_metrics *m, const char *how, int n);
 /* A job of kernel started its first attempt wait_s after its submit. */
 void gw_metrics_started(gw_metrics *m, const char *kernel, double wait_s);
 

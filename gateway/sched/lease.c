@@ -12,6 +12,7 @@
 
 #include "blob.h"
 #include "kl.h"
+#include "metrics.h"
 #include "svc_log.h"
 #include "svc_util.h"
 
@@ -39,6 +40,11 @@
  * by comparing its id with every node's (at 1,000 nodes those scans were
  * most of the lease thread's CPU and of the gateway's strcmp). */
 #define LEASE_BUCKETS 4096
+/* How long a run handed to a node's poll at its claim may wait for an
+ * answer here (the poll ended just before, or asked for fewer runs, and
+ * the node's next poll went elsewhere) before it is taken back to the
+ * claimed runs any gateway's look hands out. */
+#define LEASE_HAND_MS 2000
 /* How long a node's last report speaks for it. A node's counts start again
  * with each process: a report of a node that restarted (seen by another
  * gateway, or lost) must not hold back the new process's polls. */
@@ -54,6 +60,7 @@ typedef struct waiter {
     int64_t deadline;              /* monotonic ms */
     int64_t woke;                  /* monotonic ms look was set: woken polls go in that order */
     int look;                      /* woken: look now */
+    int give;                      /* a run was handed to its node: serve now */
     int end;                       /* answer now, with nothing (replaced, node left) */
     int busy;                      /* the thread is looking at it */
 } waiter;
@@ -77,6 +84,17 @@ typedef struct node_room {
     int hnext;                     /* the next room in its hash chain: index + 1, 0 at the end */
 } node_room;
 
+/* A run handed to a node's poll at its claim (gw_leases_hold, then
+ * gw_leases_hand), in the node's next answer from here. */
+typedef struct handed {
+    struct handed *next;
+    char node_id[37], job_id[37];
+    int attempt;                   /* 0 while the claim runs */
+    json_t *run;                   /* the run as the node gets it; NULL while the claim runs */
+    int cancel;                    /* a cancel taken meanwhile travels with it */
+    int64_t at;                    /* monotonic ms the place was kept */
+} handed;
+
 struct gw_leases {
     gw_app *app;
     pthread_mutex_t mu;
@@ -90,6 +108,9 @@ struct gw_leases {
      * walk of the list orders every poll due, not one walk per poll. */
     waiter **due;
     int ndue, idue, cap_due;
+    handed *outbox, **outbox_tail; /* in the order the places were kept */
+    int nhanded;
+    int64_t next_take_back;        /* monotonic ms: the next handed run due to be taken back */
     int stop;
     int leading;                   /* this gateway holds the scheduler lock */
     int64_t next_probe;            /* monotonic ms: the next probe of the held polls */
@@ -331,11 +352,19 @@ static void wake_waiter(waiter *w)
     w->look = 1;
 }
 
+/* Sets w's give (a run was handed to its node); mu held. */
+static void give_waiter(waiter *w)
+{
+    if (!w->look && !w->give)
+        w->woke = svc_now_mono_ms();
+    w->give = 1;
+}
+
 /* When a due poll's turn is: ended ones first, then woken ones by when
  * they were woken, or late ones by their deadline. */
 static int64_t due_at(const waiter *x)
 {
-    return x->end ? 0 : x->look ? x->woke : x->deadline;
+    return x->end ? 0 : x->look || x->give ? x->woke : x->deadline;
 }
 
 static int due_cmp(const void *a, const void *b)
@@ -360,7 +389,7 @@ static waiter *next_waiter(gw_leases *l, int64_t now, int64_t *next)
     for (waiter *x = l->list; x; x = x->next) {
         if (x->busy)
             continue;
-        if (x->look || x->end || x->deadline <= now) {
+        if (x->look || x->give || x->end || x->deadline <= now) {
             if (l->ndue == l->cap_due) {
                 int cap = l->cap_due ? 2 * l->cap_due : 64;
                 waiter **d = realloc(l->due, sizeof(*d) * (size_t)cap);
@@ -377,6 +406,143 @@ static waiter *next_waiter(gw_leases *l, int64_t now, int64_t *next)
     if (l->ndue > 1)
         qsort(l->due, (size_t)l->ndue, sizeof(*l->due), due_cmp);
     return l->ndue > 0 ? l->due[l->idue++] : NULL;
+}
+
+/* Takes e (at *pp) out of the outbox and frees it; mu held. */
+static void outbox_drop(gw_leases *l, handed **pp)
+{
+    handed *e = *pp;
+    *pp = e->next;
+    if (l->outbox_tail == &e->next)
+        l->outbox_tail = pp;
+    l->nhanded--;
+    json_decref(e->run);
+    free(e);
+}
+
+/* Moves up to max runs handed to node_id into *given ({"runs", "cancel"},
+ * made when there is one), each with its cancel when one came meanwhile;
+ * how many. mu held. */
+static int outbox_give(gw_leases *l, const char *node_id, int max, json_t **given)
+{
+    int n = 0;
+    for (handed **pp = &l->outbox; *pp && n < max;) {
+        handed *e = *pp;
+        if (!e->run || strcmp(e->node_id, node_id) != 0) {
+            pp = &e->next;
+            continue;
+        }
+        if (!*given && !(*given = json_pack("{s:[], s:[]}", "runs", "cancel")))
+            break;
+        json_array_append(json_object_get(*given, "runs"), e->run);
+        if (e->cancel)
+            json_array_append_new(json_object_get(*given, "cancel"),
+                                  json_pack("{s:s, s:i}", "job_id", e->job_id, "attempt", e->attempt));
+        outbox_drop(l, pp);
+        n++;
+    }
+    return n;
+}
+
+/* The cancels of reply that are for runs still in the outbox go with those
+ * runs instead (a node takes a cancel only for a run it holds); reply, or
+ * NULL when nothing is left in it. mu held. */
+static json_t *outbox_keep_cancels(gw_leases *l, json_t *reply)
+{
+    json_t *cl = json_object_get(reply, "cancel");
+    for (size_t i = json_array_size(cl); i-- > 0;) {
+        json_t *c = json_array_get(cl, i);
+        const char *job = json_string_value(json_object_get(c, "job_id"));
+        int attempt = (int)json_integer_value(json_object_get(c, "attempt"));
+        for (handed *e = l->outbox; job && e; e = e->next)
+            if (strcmp(e->job_id, job) == 0 && (e->attempt == 0 || e->attempt == attempt)) {
+                e->cancel = 1;
+                json_array_remove(cl, i);
+                break;
+            }
+    }
+    if (json_array_size(cl) == 0 && json_array_size(json_object_get(reply, "runs")) == 0) {
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+/* given's runs and cancels, then reply's, in one answer. */
+static json_t *merge(json_t *given, json_t *reply)
+{
+    if (!given || !reply)
+        return given ? given : reply;
+    json_array_extend(json_object_get(given, "runs"), json_object_get(reply, "runs"));
+    json_array_extend(json_object_get(given, "cancel"), json_object_get(reply, "cancel"));
+    json_decref(reply);
+    return given;
+}
+
+/* When the next handed run is due to be taken back; mu held. */
+static void outbox_next_due(gw_leases *l)
+{
+    l->next_take_back = INT64_MAX;
+    for (handed *e = l->outbox; e; e = e->next)
+        if (e->at + LEASE_HAND_MS < l->next_take_back)
+            l->next_take_back = e->at + LEASE_HAND_MS;
+}
+
+/* Takes the runs handed LEASE_HAND_MS ago (every one when all) that no
+ * answer took back to claimed, not leased, and wakes their nodes' polls
+ * here (another gateway's probe finds them for polls held there). A run
+ * whose claim is still running waits on. When PostgreSQL cannot be told,
+ * the runs stay leased: the node's heartbeat shows they never arrived and
+ * they are re-queued (gw_store_runs_unheld). Takes and gives back mu. */
+static void outbox_take_back(gw_leases *l, int all)
+{
+    int64_t now = svc_now_mono_ms();
+    int n = 0;
+    for (handed *e = l->outbox; e; e = e->next)
+        n += e->attempt > 0 && (all || e->at + LEASE_HAND_MS <= now);
+    char(*jobs)[37] = n ? malloc(sizeof(*jobs) * (size_t)n) : NULL;
+    char(*nodes)[37] = n ? malloc(sizeof(*nodes) * (size_t)n) : NULL;
+    int *atts = n ? malloc(sizeof(*atts) * (size_t)n) : NULL;
+    int k = 0;
+    for (handed **pp = &l->outbox; *pp && (n == 0 || (jobs && nodes && atts));) {
+        handed *e = *pp;
+        if (!all && e->at + LEASE_HAND_MS > now) {
+            pp = &e->next;
+        } else if (e->attempt == 0) {
+            e->at = now;           /* its claim is slow: looked at again later */
+            pp = &e->next;
+        } else {
+            memcpy(jobs[k], e->job_id, sizeof(jobs[0]));
+            memcpy(nodes[k], e->node_id, sizeof(nodes[0]));
+            atts[k++] = e->attempt;
+            outbox_drop(l, pp);
+        }
+    }
+    outbox_next_due(l);
+    if (n && k < n)                /* no memory: again soon */
+        l->next_take_back = now + 100;
+    if (k > 0) {
+        pthread_mutex_unlock(&l->mu);
+        int rc = gw_store_runs_unhand(l->app->store, (const char(*)[37])jobs, atts, k);
+        gw_metrics_lease(l->app->metrics, "taken_back", rc == 0 ? k : 0);
+        for (int i = 0; i < k; i++)
+            svc_warn("lease: job %s attempt %d was handed to node %s and no poll here took it; %s",
+                     jobs[i], atts[i], nodes[i],
+                     rc == 0 ? "taken back for the node's next look"
+                             : "PostgreSQL did not answer: re-queued once the node's heartbeat shows it");
+        pthread_mutex_lock(&l->mu);
+        for (int i = 0; rc == 0 && i < k; i++) {
+            node_room *r = room_of(l, nodes[i], 1);
+            r->no_runs = 0;
+            r->unleased++;
+            for (waiter *x = chain_first(l, nodes[i]); x; x = x->hnext)
+                if (is_of(x, nodes[i]))
+                    wake_waiter(x);
+        }
+    }
+    free(jobs);
+    free(nodes);
+    free(atts);
 }
 
 /* 1 when nothing was found for node_id at its last look and nothing was
@@ -437,24 +603,39 @@ static void *leases_main(void *arg)
             probe(l);
             continue;
         }
-        int64_t next = l->next_probe;
+        if (now >= l->next_take_back) {
+            outbox_take_back(l, 0);
+            continue;
+        }
+        int64_t next = l->next_probe < l->next_take_back ? l->next_probe : l->next_take_back;
         waiter *w = next_waiter(l, now, &next);
         if (!w) {
             wait_until(l, next);
             continue;
         }
         w->busy = 1;
+        /* Runs handed to the node at their claim go first; a look is for
+         * the room left. */
+        json_t *given = NULL;
+        int max = w->max;
+        int ngiven = !w->end && l->nhanded > 0 ? outbox_give(l, w->node_id, max, &given) : 0;
+        max -= ngiven;
+        w->give = 0;
         /* A poll whose wait ended looks first only when something may be
          * there: woken, or its node not known to be quiet. */
-        int look = !w->end && (w->look || !quiet(l, w->node_id, w->max));
+        int look = !w->end && (w->look || !quiet(l, w->node_id, max));
         w->look = 0;
         char node[37];
         memcpy(node, w->node_id, sizeof node);
-        int max = w->max;
         pthread_mutex_unlock(&l->mu);
         int stale = 0, taken = 0;
         json_t *reply = look ? take(l, node, max, &stale, &taken) : NULL;
         pthread_mutex_lock(&l->mu);
+        gw_metrics_lease(l->app->metrics, "handed", ngiven);
+        gw_metrics_lease(l->app->metrics, "looked", taken);
+        if (reply && l->nhanded > 0)
+            reply = outbox_keep_cancels(l, reply);
+        reply = merge(given, reply);
         w->busy = 0;
         node_room *r = look ? room_of(l, node, 1) : NULL;
         if (r)
@@ -474,7 +655,10 @@ static void *leases_main(void *arg)
             pthread_mutex_lock(&l->mu);
         }
     }
-    /* Stopping: every poll held is answered with nothing. */
+    /* Stopping: the runs handed and not answered are taken back (another
+     * gateway hands them out), and every poll held is answered with
+     * nothing. */
+    outbox_take_back(l, 1);
     while (l->list) {
         waiter *w = l->list;
         unlink_waiter(l, w);
@@ -492,6 +676,8 @@ gw_leases *gw_leases_start(gw_app *app)
     if (!l)
         return NULL;
     l->app = app;
+    l->outbox_tail = &l->outbox;
+    l->next_take_back = INT64_MAX;
     pthread_mutex_init(&l->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -525,6 +711,8 @@ void gw_leases_free(gw_leases *l)
     if (!l)
         return;
     gw_leases_stop(l);
+    while (l->outbox)
+        outbox_drop(l, &l->outbox);
     pthread_cond_destroy(&l->cv);
     pthread_mutex_destroy(&l->mu);
     free(l->due);
@@ -553,6 +741,7 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
     w->woke = svc_now_mono_ms();
     w->deadline = w->woke + wait_ms;
     pthread_mutex_lock(&l->mu);
+    w->give = l->nhanded > 0;      /* runs handed to the node after its last poll ended */
     int stopped = l->stop;
     if (!stopped) {
         /* A node keeps one poll: an older one here was given up. */
@@ -610,6 +799,71 @@ void gw_leases_wake(gw_leases *l, const char *node_id, int claimed)
     }
     pthread_mutex_unlock(&l->mu);
     poke(l, node_id, 0);
+}
+
+int gw_leases_hold(gw_leases *l, const char *node_id, const char *job_id)
+{
+    if (!l)
+        return 0;
+    handed *e = calloc(1, sizeof(*e));
+    if (!e)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    int held = 0;
+    for (waiter *x = chain_first(l, node_id); !l->stop && x && !held; x = x->hnext)
+        held = is_of(x, node_id) && !x->end;
+    if (held) {
+        snprintf(e->node_id, sizeof(e->node_id), "%s", node_id);
+        snprintf(e->job_id, sizeof(e->job_id), "%s", job_id);
+        e->at = svc_now_mono_ms();
+        *l->outbox_tail = e;
+        l->outbox_tail = &e->next;
+        l->nhanded++;
+        if (e->at + LEASE_HAND_MS < l->next_take_back)
+            l->next_take_back = e->at + LEASE_HAND_MS;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (!held)
+        free(e);
+    return held;
+}
+
+void gw_leases_hand(gw_leases *l, const char *job_id, int attempt, const gw_dispatch *run)
+{
+    if (!l)
+        return;
+    json_t *j = attempt > 0 && run ? run_json(run) : NULL;
+    if (attempt > 0 && run && !j)
+        svc_error("lease: job %s attempt %d could not be encoded for node %s", job_id, attempt,
+                  run->node_id);
+    pthread_mutex_lock(&l->mu);
+    handed **pp = &l->outbox;
+    while (*pp && !((*pp)->attempt == 0 && strcmp((*pp)->job_id, job_id) == 0))
+        pp = &(*pp)->next;
+    handed *e = *pp;
+    if (e && attempt == 0) {
+        outbox_drop(l, pp);
+    } else if (e) {
+        e->attempt = attempt;
+        e->run = j;
+        j = NULL;
+        /* Not readable: taken back at once. */
+        if (!e->run)
+            e->at = l->next_take_back = 0;
+        for (waiter *x = chain_first(l, e->node_id); e->run && x; x = x->hnext)
+            if (is_of(x, e->node_id))
+                give_waiter(x);
+        pthread_cond_signal(&l->cv);
+    }
+    int stopped = l->stop;
+    pthread_mutex_unlock(&l->mu);
+    json_decref(j);
+    /* After the thread stopped: taken back now. */
+    if (stopped && e && attempt > 0) {
+        pthread_mutex_lock(&l->mu);
+        outbox_take_back(l, 1);
+        pthread_mutex_unlock(&l->mu);
+    }
 }
 
 void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint64_t seq)

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "gw.h"
+#include "store.h"
 #include "svc_http.h"
 
 typedef struct gw_leases gw_leases;
@@ -36,6 +37,21 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
 /* node_id may have something to take (claimed runs for it here, a
  * cancel): its poll held here looks now. */
 void gw_leases_wake(gw_leases *l, const char *node_id, int claimed);
+/* The scheduler is about to claim job_id for node_id: 1 when this gateway
+ * holds node_id's poll, and then it keeps a place for the run, the claim
+ * hands the run over (gw_claim.hand: leased by the claim itself, with no
+ * lease look) and gw_leases_hand must follow whatever the claim's outcome;
+ * 0 when it does not (the claim wakes the poll: gw_leases_wake). 0 for a
+ * NULL l. */
+int gw_leases_hold(gw_leases *l, const char *node_id, const char *job_id);
+/* The claim of job_id that gw_leases_hold kept a place for is done: run,
+ * its lease record, goes in the node's next answer from here (the poll held
+ * now, or the node's next one), before any cancel of it; attempt > 0 and
+ * run NULL: claimed (so leased) but not readable, taken back at once
+ * (gw_store_runs_unhand); attempt 0: not claimed, the place is dropped. A
+ * run no answer here took within LEASE_HAND_MS is taken back to the claimed
+ * runs any gateway's look hands out. */
+void gw_leases_hand(gw_leases *l, const char *job_id, int attempt, const gw_dispatch *run);
 /* node_id reported free_slots when seq of its runs had ended: its poll
  * held here, or the next one if sent before that, asks for that many from
  * now on (the newest report wins). */

@@ -515,6 +515,32 @@ static void unplace(gw_sched *s, const gw_claim *c)
     s->nodes_gen++;
 }
 
+/* Wakes the polls here of the nodes that got runs of claims[0..n) (a
+ * handed run woke its poll already): one wake per node, with how many
+ * runs it got. */
+static void wake_claimed(gw_sched *s, const gw_claim *keep, int k)
+{
+    char woken[SCHED_MAX_NODES][37];
+    int count[SCHED_MAX_NODES], nw = 0;
+    for (int i = 0; i < k; i++) {
+        int parts = keep[i].nnodes > 1 ? keep[i].nnodes : 1;
+        for (int p = 0; keep[i].claimed && !keep[i].hand && p < parts; p++) {
+            const char *node = parts > 1 ? keep[i].gang[p].node_id : keep[i].node_id;
+            int w = 0;
+            while (w < nw && strcmp(woken[w], node) != 0)
+                w++;
+            if (w == nw && nw < SCHED_MAX_NODES) {
+                memcpy(woken[nw], node, 37);
+                count[nw++] = 0;
+            }
+            if (w < nw)
+                count[w]++;
+        }
+    }
+    for (int w = 0; w < nw; w++)
+        gw_leases_wake(s->app->leases, woken[w], count[w]);
+}
+
 /* Claims the placed jobs of batch (taken out of Redis first, so that no
  * other pass places them too) in one statement, and wakes the polls of the
  * nodes that got runs. A job no longer in Redis or no longer queued (a
@@ -529,8 +555,20 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
     for (int i = 0; rc == 0 && i < n; i++)
         if (taken[i])
             keep[k++] = batch[i];
+    /* A single-node run whose node's poll this gateway holds is handed to
+     * it by the claim itself (leased with it: no lease look). */
+    for (int i = 0; i < k; i++)
+        keep[i].hand = keep[i].nnodes <= 1 &&
+                       gw_leases_hold(s->app->leases, keep[i].node_id, keep[i].job_id);
     if (rc == 0 && k > 0 && (rc = gw_store_jobs_claim(s->app->store, keep, k)) == 0)
         gw_events_written(s->app->events);
+    for (int i = 0; i < k; i++)
+        if (keep[i].hand) {
+            gw_leases_hand(s->app->leases, keep[i].job_id,
+                           rc == 0 && keep[i].claimed ? keep[i].attempt : 0, keep[i].run);
+            gw_dispatch_free(keep[i].run, 1);
+            keep[i].run = NULL;
+        }
     int claimed = 0;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < n; i++) {
@@ -546,26 +584,7 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
     for (int i = 0; i < k; i++)
         if (keep[i].claimed)
             gw_metrics_started(s->app->metrics, keep[i].kernel, keep[i].first_wait_s);
-    /* One wake per node, with how many runs it got. */
-    char woken[SCHED_MAX_NODES][37];
-    int count[SCHED_MAX_NODES], nw = 0;
-    for (int i = 0; i < k; i++) {
-        int parts = keep[i].nnodes > 1 ? keep[i].nnodes : 1;
-        for (int p = 0; keep[i].claimed && p < parts; p++) {
-            const char *node = parts > 1 ? keep[i].gang[p].node_id : keep[i].node_id;
-            int w = 0;
-            while (w < nw && strcmp(woken[w], node) != 0)
-                w++;
-            if (w == nw && nw < SCHED_MAX_NODES) {
-                memcpy(woken[nw], node, 37);
-                count[nw++] = 0;
-            }
-            if (w < nw)
-                count[w]++;
-        }
-    }
-    for (int w = 0; w < nw; w++)
-        gw_leases_wake(s->app->leases, woken[w], count[w]);
+    wake_claimed(s, keep, k);
     return rc == 0 ? claimed : -EIO;
 }
 

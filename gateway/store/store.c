@@ -570,20 +570,24 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
      * where the node chooses. ($4, $5, $6, $7) list every node_rank of the
      * multi-node jobs among them (job, node_rank, node, devices): their
      * job_ranks rows come with the claim, so a gang is claimed whole or
-     * not at all. */
+     * not at all. $8[k]: job k's run is handed to its node's poll held by
+     * this gateway (lease.c): leased now, and its lease record returned. */
     "WITH " ASYNC_COMMIT ","
     /* MATERIALIZED: the jobs found by = ANY are joined to x in a nested
      * loop, which read x once per job; inlined, each read was the unnest
      * again (a third of the statement at 64 jobs, auto_explain) */
-    " x AS MATERIALIZED (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS x(id, node, gpus)),"
+    " x AS MATERIALIZED (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $8::bool[])"
+    "                      AS x(id, node, gpus, hand)),"
     " j AS (UPDATE jobs SET state = 'running', attempts = jobs.attempts + 1, node_id = n.id,"
     "         node_name = n.name, started_at = clock_timestamp(), error_code = NULL,"
-    "         error_message = NULL, leased_at = NULL, cancel_sent = false, gpu_ids = x.gpus::int[]"
+    "         error_message = NULL, leased_at = CASE WHEN x.hand THEN clock_timestamp() END,"
+    "         cancel_sent = false, gpu_ids = x.gpus::int[]"
     "       FROM x JOIN nodes n ON n.id = x.node, cfg"
     /* = ANY: found by the primary key, not by a walk over the queued jobs */
     "       WHERE jobs.id = ANY ($1::uuid[]) AND jobs.id = x.id AND (jobs.state || '') = 'queued'"
     "         AND (jobs.not_before IS NULL OR jobs.not_before <= clock_timestamp())"
-    "       RETURNING jobs.id, jobs.attempts, jobs.node_name, jobs.kernel,"
+    "       RETURNING jobs.id, jobs.attempts, jobs.node_name, jobs.kernel, jobs.params,"
+    "         jobs.timeout_s, jobs.gpus, jobs.backend_req, jobs.gpu_ids, jobs.task_run, x.hand,"
     "         extract(epoch FROM jobs.started_at - jobs.created_at) AS waited),"
     " g AS (INSERT INTO job_ranks (job_id, attempt, node_rank, node_id, node_name, gpu_ids)"
     "       SELECT g.id, j.attempts, g.node_rank, n.id, n.name, coalesce(g.gpus::int[], '{}')"
@@ -591,16 +595,22 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "       JOIN j ON j.id = g.id JOIN nodes n ON n.id = g.node),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name)"
     "       SELECT id, 'running', attempts, node_name FROM j)"
-    /* the queue wait of a first attempt, for /metrics (metrics.h) */
-    " SELECT id::text, kernel, CASE WHEN attempts = 1 THEN waited ELSE -1 END FROM j", 7},
+    /* the queue wait of a first attempt, for /metrics (metrics.h); a
+     * handed run's lease record (as ST_LEASE_TAKE's), in binary for the
+     * bytes */
+    " SELECT j.id::text, j.attempts::text, (CASE WHEN attempts = 1 THEN waited ELSE -1 END)::text,"
+    "        j.hand::text, j.kernel, j.params::text, j.timeout_s::text, j.gpus::text,"
+    "        j.backend_req, i.meta::text, i.data, j.gpu_ids::text, j.task_run::text"
+    " FROM j LEFT JOIN job_inputs i ON j.hand AND i.job_id = j.id", 8},
 /* A node's poll: its single-node runs not taken yet ($2 at most) and the
  * cancels of its leased ones; then its parts of multi-node jobs (one
  * probe of job_ranks_node_open, empty for a node that has none): parts of
  * the current attempt not taken yet, cancels for taken parts whose
  * attempt ended or whose job is to be cancelled, and parts never taken of
- * an attempt that ended are closed. Columns: kind, job, attempt, kernel,
- * params, timeout_s, gpus, backend, inputs meta and bytes, node_rank (NULL:
- * a single-node run), nodes, devices. */
+ * an attempt that ended are closed. Columns: kind, job, attempt,
+ * node_rank (NULL: a single-node run), nodes, then the run's lease record
+ * (store_jobs.c's run_from_row: kernel, params, timeout_s, gpus, backend,
+ * inputs meta and bytes, devices, task). */
 [ST_LEASE_TAKE] = {
     "WITH " ASYNC_COMMIT ","
     " t AS (SELECT id FROM jobs WHERE node_id = $1::uuid AND state = 'running'"
@@ -633,18 +643,28 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " gx AS (UPDATE job_ranks r SET ended_at = clock_timestamp(), state = 'cancelled' FROM o, cfg"
     "        WHERE r.job_id = o.job_id AND r.attempt = o.attempt AND r.node_rank = o.node_rank"
     "          AND o.leased_at IS NULL AND NOT o.live)"
-    " SELECT 'run', j.id::text, j.attempts::text, j.kernel, j.params::text, j.timeout_s::text,"
-    "        j.gpus::text, j.backend_req, i.meta::text, i.data, NULL, '1', j.gpu_ids::text,"
-    "        j.task_run::text"
+    " SELECT 'run', j.id::text, j.attempts::text, NULL, '1', j.kernel, j.params::text,"
+    "        j.timeout_s::text, j.gpus::text, j.backend_req, i.meta::text, i.data,"
+    "        j.gpu_ids::text, j.task_run::text"
     " FROM j JOIN job_inputs i ON i.job_id = j.id"
-    " UNION ALL SELECT 'run', x.id::text, g.attempt::text, x.kernel, x.params::text,"
-    "        x.timeout_s::text, x.gpus::text, x.backend_req, i.meta::text, i.data,"
-    "        g.node_rank::text, x.nodes::text, g.gpu_ids::text, x.task_run::text"
+    " UNION ALL SELECT 'run', x.id::text, g.attempt::text, g.node_rank::text, x.nodes::text,"
+    "        x.kernel, x.params::text, x.timeout_s::text, x.gpus::text, x.backend_req,"
+    "        i.meta::text, i.data, g.gpu_ids::text, x.task_run::text"
     " FROM g JOIN jobs x ON x.id = g.job_id JOIN job_inputs i ON i.job_id = g.job_id"
     " UNION ALL SELECT 'cancel', c.id::text, c.attempts::text, NULL, NULL, NULL, NULL, NULL,"
     "        NULL, NULL, NULL, NULL, NULL, NULL FROM c"
     " UNION ALL SELECT 'cancel', gc.job_id::text, gc.attempt::text, NULL, NULL, NULL, NULL, NULL,"
     "        NULL, NULL, NULL, NULL, NULL, NULL FROM gc", 2},
+/* Runs handed to a node's poll at their claim ($1, $2: job and attempt)
+ * that no poll took: taken back to claimed, not leased, for the next lease
+ * look of their node on any gateway (a cancel asked meanwhile is handed
+ * out again after the run). */
+[ST_RUNS_UNHAND] = {
+    "WITH " ASYNC_COMMIT
+    " UPDATE jobs SET leased_at = NULL, cancel_sent = false"
+    " FROM unnest($1::uuid[], $2::int[]) AS x(id, attempt), cfg"
+    " WHERE jobs.id = x.id AND jobs.attempts = x.attempt AND (jobs.state || '') = 'running'"
+    "   AND jobs.leased_at IS NOT NULL", 2},
 /* Which of the nodes $1 a lease look would give something now (the lease
  * thread's periodic probe, one statement for every poll it holds): a
  * single-node run claimed and not taken, a cancel not handed out, a part

@@ -184,7 +184,12 @@ typedef struct gw_claim {
     int ngpu, gpu_ids[16];    /* node_rank 0's GPUs (all of a single-node job's) */
     int nnodes;               /* 1 (or 0): a single-node job; > 1: gang[0..nnodes) */
     gw_claim_node *gang;      /* owned by the caller; node_rank order */
+    int hand;                 /* a single-node run handed to its node's poll held
+                                 here: leased at the claim (lease.c) */
     int claimed;              /* out: 1 when claimed, 0 when no longer queued */
+    int attempt;              /* out, when claimed */
+    gw_dispatch *run;         /* out, when hand and claimed: the run's lease
+                                 record (the caller's: gw_dispatch_free(run, 1)) */
     char kernel[64];          /* out, when claimed */
     double first_wait_s;      /* out: submit to start when this is the first
                                  attempt, else -1 */
@@ -192,8 +197,10 @@ typedef struct gw_claim {
 /* queued -> running on its node, attempts + 1, for every job of claims in
  * one statement; jobs no longer queued (cancelled meanwhile) are left. A
  * multi-node claim (nnodes > 1) writes the job_ranks rows of its gang in
- * the same statement: whole or not at all. 0, -EIO (nothing was claimed),
- * -ENOMEM. */
+ * the same statement: whole or not at all. A claim with hand is leased in
+ * the same statement and comes back with its lease record (run; NULL when
+ * it could not be read: the run is leased all the same). 0, -EIO (nothing
+ * was claimed), -ENOMEM. */
 int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n);
 /* Takes, in one statement, up to max runs claimed for node_id and not
  * taken yet (leased from now on; records with inputs), and the cancels of
@@ -201,6 +208,11 @@ int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n);
  * only). Both lists are the caller's (gw_dispatch_free). 0, -EIO, -ENOMEM. */
 int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch **runs,
                         int *nruns, gw_dispatch **cancels, int *ncancels);
+/* Takes the n runs (jobs[i], attempts[i]) handed to a poll at their claim and
+ * never answered back to claimed, not leased: the next lease look of
+ * their node takes them. A run that moved on (ended, re-queued) is left.
+ * 0, -EIO, -ENOMEM. */
+int gw_store_runs_unhand(gw_store *s, const char (*jobs)[37], const int *attempts, int n);
 /* has[i] = 1 when a lease look for node ids[i] would find something now
  * (runs or cancels: gw_store_lease_take), for n nodes in one query. 0,
  * -EIO, -ENOMEM. */

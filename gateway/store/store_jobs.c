@@ -691,7 +691,52 @@ static int ids_parse(PGresult *r, int row, int col, int *ids, int max)
     return PQgetisnull(r, row, col) ? 0 : int_array_parse(PQgetvalue(r, row, col), ids, max);
 }
 
-enum { C_ID, C_NODE, C_GPUS, C_GJOB, C_GRANK, C_GNODE, C_GGPUS, C__COUNT };
+/* A run's lease record from row's columns at, at + 1, ...: kernel, params,
+ * timeout_s, gpus, backend, inputs meta and bytes, devices, task (the
+ * claim's handed runs and ST_LEASE_TAKE's runs, in binary results: text
+ * columns are their bytes). 0 or -ENOMEM. */
+static int run_from_row(PGresult *r, int row, int at, gw_dispatch *d)
+{
+    char buf[32];
+    d->ngpu_ids = ids_parse(r, row, at + 7, d->gpu_ids, 16);
+    store__copy(r, row, at, d->kernel, sizeof(d->kernel));
+    d->task = store__json(r, row, at + 8);
+    d->params = d->task ? json_object() : store__json(r, row, at + 1);
+    store__copy(r, row, at + 2, buf, sizeof(buf));
+    d->timeout_s = atoi(buf);
+    store__copy(r, row, at + 3, buf, sizeof(buf));
+    d->gpus = atoi(buf);
+    store__copy(r, row, at + 4, d->backend, sizeof(d->backend));
+    d->inputs_meta = store__json(r, row, at + 5);
+    d->inputs_len = (size_t)PQgetlength(r, row, at + 6);
+    d->inputs = malloc(d->inputs_len ? d->inputs_len : 1);
+    if (!d->params || !d->inputs_meta || !d->inputs)
+        return -ENOMEM;
+    memcpy(d->inputs, PQgetvalue(r, row, at + 6), d->inputs_len);
+    return 0;
+}
+
+/* The lease record of handed claim k (row of r), or NULL (logged): the run
+ * is leased, so the node's heartbeat shows it never arrived. */
+static gw_dispatch *handed_run(PGresult *r, int row, const gw_claim *cl)
+{
+    gw_dispatch *d = calloc(1, sizeof(*d));
+    if (d) {
+        snprintf(d->job_id, sizeof(d->job_id), "%s", cl->job_id);
+        snprintf(d->node_id, sizeof(d->node_id), "%s", cl->node_id);
+        d->attempt = atoi(PQgetvalue(r, row, 1));
+        d->node_rank = -1;
+        d->nodes = 1;
+    }
+    if (d && !PQgetisnull(r, row, 9) && run_from_row(r, row, 4, d) == 0)
+        return d;
+    svc_error("claim: job %s was leased to node %s and its run could not be read", cl->job_id,
+              cl->node_id);
+    gw_dispatch_free(d, 1);
+    return NULL;
+}
+
+enum { C_ID, C_NODE, C_GPUS, C_GJOB, C_GRANK, C_GNODE, C_GGPUS, C_HAND, C__COUNT };
 
 int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n)
 {
@@ -701,7 +746,9 @@ int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n)
     for (int i = 0; i < n; i++) {
         const gw_claim *cl = &claims[i];
         claims[i].claimed = 0;
+        claims[i].run = NULL;
         arr_add(&a[C_ID], cl->job_id, 0);
+        arr_add(&a[C_HAND], cl->hand && cl->nnodes <= 1 ? "t" : "f", 0);
         arr_add(&a[C_NODE], cl->node_id, 0);
         arr_add_ids(&a[C_GPUS], cl->gpu_ids, cl->ngpu);
         for (int g = 0; cl->nnodes > 1 && cl->gang && g < cl->nnodes; g++) {
@@ -720,15 +767,18 @@ int gw_store_jobs_claim(gw_store *s, gw_claim *claims, int n)
     if (!rc && !c)
         rc = -EIO;
     if (!rc) {
-        PGresult *r = store__exec(c, ST_JOBS_CLAIM, v, NULL, NULL, 0);
+        PGresult *r = store__exec(c, ST_JOBS_CLAIM, v, NULL, NULL, 1);
         if (!r)
             rc = store__fail_rc(c);
         for (int k = 0; r && k < PQntuples(r); k++)
             for (int i = 0; i < n; i++)
                 if (strcmp(claims[i].job_id, PQgetvalue(r, k, 0)) == 0) {
                     claims[i].claimed = 1;
-                    store__copy(r, k, 1, claims[i].kernel, sizeof(claims[i].kernel));
+                    store__copy(r, k, 4, claims[i].kernel, sizeof(claims[i].kernel));
+                    claims[i].attempt = atoi(PQgetvalue(r, k, 1));
                     claims[i].first_wait_s = atof(PQgetvalue(r, k, 2));
+                    if (strcmp(PQgetvalue(r, k, 3), "true") == 0)
+                        claims[i].run = handed_run(r, k, &claims[i]);
                 }
         PQclear(r);
         store__release(s, c);
@@ -766,25 +816,10 @@ int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch *
         d->node_rank = -1;
         if (!run)
             continue;
-        if (!PQgetisnull(r, i, 10))
-            d->node_rank = atoi(PQgetvalue(r, i, 10));
-        d->nodes = atoi(PQgetvalue(r, i, 11));
-        d->ngpu_ids = ids_parse(r, i, 12, d->gpu_ids, 16);
-        store__copy(r, i, 3, d->kernel, sizeof(d->kernel));
-        d->task = store__json(r, i, 13);
-        d->params = d->task ? json_object() : store__json(r, i, 4);
-        store__copy(r, i, 5, buf, sizeof(buf));
-        d->timeout_s = atoi(buf);
-        store__copy(r, i, 6, buf, sizeof(buf));
-        d->gpus = atoi(buf);
-        store__copy(r, i, 7, d->backend, sizeof(d->backend));
-        d->inputs_meta = store__json(r, i, 8);
-        d->inputs_len = (size_t)PQgetlength(r, i, 9);
-        d->inputs = malloc(d->inputs_len ? d->inputs_len : 1);
-        if (!d->params || !d->inputs_meta || !d->inputs)
-            rc = -ENOMEM;
-        else
-            memcpy(d->inputs, PQgetvalue(r, i, 9), d->inputs_len);
+        if (!PQgetisnull(r, i, 3))
+            d->node_rank = atoi(PQgetvalue(r, i, 3));
+        d->nodes = atoi(PQgetvalue(r, i, 4));
+        rc = run_from_row(r, i, 5, d);
     }
     PQclear(r);
     store__release(s, c);
@@ -796,6 +831,32 @@ int gw_store_lease_take(gw_store *s, const char *node_id, int max, gw_dispatch *
         *runs = *cancels = NULL;
         *nruns = *ncancels = 0;
     }
+    return rc;
+}
+
+int gw_store_runs_unhand(gw_store *s, const char (*jobs)[37], const int *attempts, int n)
+{
+    if (n <= 0)
+        return 0;
+    arr ids = {0}, atts = {0};
+    for (int i = 0; i < n; i++) {
+        arr_add(&ids, jobs[i], 0);
+        arr_addf(&atts, attempts[i]);
+    }
+    const char *v[2] = {arr_end(&ids), arr_end(&atts)};
+    int rc = v[0] && v[1] ? 0 : -ENOMEM;
+    store__conn *c = rc ? NULL : store__acquire(s);
+    if (!rc && !c)
+        rc = -EIO;
+    if (!rc) {
+        PGresult *r = store__exec(c, ST_RUNS_UNHAND, v, NULL, NULL, 0);
+        if (!r)
+            rc = store__fail_rc(c);
+        PQclear(r);
+        store__release(s, c);
+    }
+    free(ids.p);
+    free(atts.p);
     return rc;
 }
 
