@@ -199,6 +199,11 @@ run_size() {
     done
     "${REPORT[@]}" snap --gw "$GW_PID" --pg "$pm" --sim "$SIM_PID" --out "$res/snap1.json"
     pg1=$(pg_stats)
+    # how the runs reached the nodes' polls (README, Metrics), whole run
+    curl -s -H "Authorization: Bearer $KOWLOON_CLUSTER_TOKEN" "http://127.0.0.1:$cl_port/metrics" |
+        awk '/^kowloon_lease_runs_total/ { sub(/.*how="/, ""); sub(/"}/, ""); printf "%s%s", sep, $0; sep = ", " }' \
+        >"$res/lease.txt" || true
+    say "   runs to the nodes' polls since the start: $(cat "$res/lease.txt")"
     # read with the window's end, before the bench's own queries below
     pg_top >"$res/pg-top.txt" 2>/dev/null || true
     [ -n "$perf_pid" ] && wait "$perf_pid" || true

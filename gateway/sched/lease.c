@@ -45,6 +45,14 @@
  * the node's next poll went elsewhere) before it is taken back to the
  * claimed runs any gateway's look hands out. */
 #define LEASE_HAND_MS 2000
+/* A run is handed to a node that holds no poll here when its last poll
+ * was answered here this recently (its next poll is on its way: between
+ * two polls, under load, is where most claims find a node). */
+#define LEASE_HAND_SOON_MS 1000
+/* The longest a handed run waits for a poll here with room for it, well
+ * within the heartbeats' grace (UNHELD_GRACE_S, 10 s) after which a run
+ * leased and not listed by its node is re-queued as lost. */
+#define LEASE_HAND_MAX_MS 5000
 /* How long a node's last report speaks for it. A node's counts start again
  * with each process: a report of a node that restarted (seen by another
  * gateway, or lost) must not hold back the new process's polls. */
@@ -81,6 +89,7 @@ typedef struct node_room {
      * claimed by another gateway are not counted; its polls there, or the
      * periodic look here, find them. */
     int unleased;
+    int64_t seen;                  /* monotonic ms of the node's last poll here, or of its answer */
     int hnext;                     /* the next room in its hash chain: index + 1, 0 at the end */
 } node_room;
 
@@ -488,8 +497,27 @@ static void outbox_next_due(gw_leases *l)
             l->next_take_back = e->at + LEASE_HAND_MS;
 }
 
-/* Takes the runs handed LEASE_HAND_MS ago (every one when all) that no
- * answer took back to claimed, not leased, and wakes their nodes' polls
+/* 1 when e, handed LEASE_HAND_MS ago or more, waits for no poll here: its
+ * node has no poll held here and neither sent one nor was answered for
+ * LEASE_HAND_MS (its polls go to another gateway, or it left); or when it
+ * waited LEASE_HAND_MAX_MS (the node's polls here ask for fewer runs). A
+ * poll held here (not served yet: a burst of claims) takes it in its turn,
+ * and one answered is followed by the node's next at once. mu held. */
+static int outbox_stranded(gw_leases *l, const handed *e, int64_t now)
+{
+    if (e->at + LEASE_HAND_MS > now)
+        return 0;
+    if (e->at + LEASE_HAND_MAX_MS <= now)
+        return 1;
+    for (waiter *x = chain_first(l, e->node_id); x; x = x->hnext)
+        if (is_of(x, e->node_id) && !x->end)
+            return 0;
+    const node_room *r = room_of(l, e->node_id, 0);
+    return !r || r->seen + LEASE_HAND_MS <= now;
+}
+
+/* Takes the runs handed that no poll here takes (outbox_stranded; every
+ * one when all) back to claimed, not leased, and wakes their nodes' polls
  * here (another gateway's probe finds them for polls held there). A run
  * whose claim is still running waits on. When PostgreSQL cannot be told,
  * the runs stay leased: the node's heartbeat shows they never arrived and
@@ -497,16 +525,17 @@ static void outbox_next_due(gw_leases *l)
 static void outbox_take_back(gw_leases *l, int all)
 {
     int64_t now = svc_now_mono_ms();
-    int n = 0;
+    int n = 0, waiting = 0;
     for (handed *e = l->outbox; e; e = e->next)
-        n += e->attempt > 0 && (all || e->at + LEASE_HAND_MS <= now);
+        n += e->attempt > 0 && (all || outbox_stranded(l, e, now));
     char(*jobs)[37] = n ? malloc(sizeof(*jobs) * (size_t)n) : NULL;
     char(*nodes)[37] = n ? malloc(sizeof(*nodes) * (size_t)n) : NULL;
     int *atts = n ? malloc(sizeof(*atts) * (size_t)n) : NULL;
     int k = 0;
     for (handed **pp = &l->outbox; *pp && (n == 0 || (jobs && nodes && atts));) {
         handed *e = *pp;
-        if (!all && e->at + LEASE_HAND_MS > now) {
+        if (!all && !outbox_stranded(l, e, now)) {
+            waiting |= e->at + LEASE_HAND_MS <= now;
             pp = &e->next;
         } else if (e->attempt == 0) {
             e->at = now;           /* its claim is slow: looked at again later */
@@ -519,8 +548,10 @@ static void outbox_take_back(gw_leases *l, int all)
         }
     }
     outbox_next_due(l);
-    if (n && k < n)                /* no memory: again soon */
-        l->next_take_back = now + 100;
+    /* runs past their time that a poll here will take: looked at again
+     * soon (their node may stop polling here); no memory: again soon */
+    if (waiting || (n && k < n))
+        l->next_take_back = now + LEASE_HAND_MS / 4;
     if (k > 0) {
         pthread_mutex_unlock(&l->mu);
         int rc = gw_store_runs_unhand(l->app->store, (const char(*)[37])jobs, atts, k);
@@ -649,6 +680,8 @@ static void *leases_main(void *arg)
         }
         now = svc_now_mono_ms();
         if (reply || w->end || w->deadline <= now || l->stop) {
+            if (!w->end)
+                room_of(l, node, 1)->seen = now;
             unlink_waiter(l, w);
             pthread_mutex_unlock(&l->mu);
             answer(w, reply);
@@ -742,6 +775,8 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
     w->deadline = w->woke + wait_ms;
     pthread_mutex_lock(&l->mu);
     w->give = l->nhanded > 0;      /* runs handed to the node after its last poll ended */
+    if (!l->stop)
+        room_of(l, node_id, 1)->seen = w->woke;
     int stopped = l->stop;
     if (!stopped) {
         /* A node keeps one poll: an older one here was given up. */
@@ -812,6 +847,9 @@ int gw_leases_hold(gw_leases *l, const char *node_id, const char *job_id)
     int held = 0;
     for (waiter *x = chain_first(l, node_id); !l->stop && x && !held; x = x->hnext)
         held = is_of(x, node_id) && !x->end;
+    /* or its poll was answered here just now: its next one comes at once */
+    const node_room *r = held || l->stop ? NULL : room_of(l, node_id, 0);
+    held |= r && svc_now_mono_ms() - r->seen < LEASE_HAND_SOON_MS;
     if (held) {
         snprintf(e->node_id, sizeof(e->node_id), "%s", node_id);
         snprintf(e->job_id, sizeof(e->job_id), "%s", job_id);

@@ -38,7 +38,8 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
  * cancel): its poll held here looks now. */
 void gw_leases_wake(gw_leases *l, const char *node_id, int claimed);
 /* The scheduler is about to claim job_id for node_id: 1 when this gateway
- * holds node_id's poll, and then it keeps a place for the run, the claim
+ * holds node_id's poll (or answered it within the last second: the next
+ * one is on its way), and then it keeps a place for the run, the claim
  * hands the run over (gw_claim.hand: leased by the claim itself, with no
  * lease look) and gw_leases_hand must follow whatever the claim's outcome;
  * 0 when it does not (the claim wakes the poll: gw_leases_wake). 0 for a
