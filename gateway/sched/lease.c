@@ -2,7 +2,9 @@
  * waiter on a list; the thread picks the waiters that need a look, asks
  * PostgreSQL for their node's work without the lock, and answers those
  * that got some (or whose wait ended). A waiter being looked at stays on
- * the list marked busy, so a wake that comes meanwhile is not lost. */
+ * the list marked busy, so a wake that comes meanwhile is not lost. Runs
+ * the claim handed over (leased by the claim itself) wait in the outbox
+ * for their node's next answer from here. */
 #include "lease.h"
 
 #include <errno.h>

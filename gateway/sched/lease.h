@@ -6,7 +6,10 @@
  * cancel was asked here, the node's free slots grew), the longest woken
  * first; and periodically for what another gateway did: every 500 ms while
  * another gateway holds the scheduler lock, every 5 s while this one does
- * (its own claims and cancels wake the polls they concern). */
+ * (its own claims and cancels wake the polls they concern). A run the
+ * scheduler claims here for a node whose poll is held here (or was just
+ * answered) needs no look: the claim hands it over (gw_leases_hold,
+ * gw_leases_hand) and the thread answers the poll from memory. */
 #ifndef GW_LEASE_H
 #define GW_LEASE_H
 
