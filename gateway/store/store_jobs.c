@@ -716,8 +716,9 @@ static int run_from_row(PGresult *r, int row, int at, gw_dispatch *d)
     return 0;
 }
 
-/* The lease record of handed claim k (row of r), or NULL (logged): the run
- * is leased, so the node's heartbeat shows it never arrived. */
+/* The lease record of handed claim cl (row of r), or NULL (logged): the
+ * run is leased all the same, and the lease thread takes it back at once
+ * (gw_leases_hand). */
 static gw_dispatch *handed_run(PGresult *r, int row, const gw_claim *cl)
 {
     gw_dispatch *d = calloc(1, sizeof(*d));
