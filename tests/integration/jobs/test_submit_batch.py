@@ -34,6 +34,24 @@ def saxpy(labels, n=16):
             "inputs": {"x": tensor(x), "y": tensor(x)}, "labels": labels}
 
 
+def jobs_lock(stack, granted):
+    """How many share-row-exclusive locks on jobs are granted (the test's
+    holder), or how many locks on jobs wait (the committers' inserts, and
+    anything else of the stack's that writes jobs meanwhile)."""
+    return int(stack.psql_value(
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+        " WHERE c.relname = 'jobs' AND " +
+        ("l.mode = 'ShareRowExclusiveLock' AND l.granted" if granted else "NOT l.granted")))
+
+
+def suspended(stack, proc):
+    """kowloon_http_suspended_requests of gateway proc (both listeners)."""
+    r = requests.get(proc.cluster_base + "/metrics", timeout=10,
+                     headers={"Authorization": f"Bearer {stack.cluster_token}"})
+    return sum(float(line.split()[-1]) for line in r.text.splitlines()
+               if line.startswith("kowloon_http_suspended_requests"))
+
+
 @pytest.fixture
 def poison_trigger(stack):
     """A trigger that makes PostgreSQL refuse any job labelled poison=yes,
@@ -97,20 +115,31 @@ def test_a_batch_failing_half_way_answers_every_submit_and_leaves_no_partial_row
     workers = [threading.Thread(target=submit, args=(i,)) for i in range(CONNS)]
     for w in workers:
         w.start()
-    # The first commits wait on a lock held for a moment, so that the
-    # submits arriving meanwhile pile up into shared batches (alone, the
-    # poisoned job would be committed by itself and test nothing).
+    # The commits wait on a lock until every submit is waiting, so that they
+    # pile up into shared batches (alone, the poisoned job would be
+    # committed by itself and test nothing). Two decoy submits go first and
+    # hold the committer's two threads (each takes what waits when it is
+    # free: the first arrivals are batches of one); the lock is let go once
+    # all the others wait, suspended, behind them. A lock held for a fixed
+    # time let the poisoned job arrive alone under a loaded CI.
     holder = stack.psql_background(
-        "BEGIN; LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE; SELECT pg_sleep(1.5); COMMIT;")
-    wait_until(lambda: stack.psql_value(
-        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
-        " WHERE c.relname = 'jobs' AND l.mode = 'ShareRowExclusiveLock' AND l.granted") == "1",
-        10, 0.02, "the lock on jobs")
+        "BEGIN; LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE; SELECT pg_sleep(60); COMMIT;")
+    wait_until(lambda: jobs_lock(stack, True) == 1, 10, 0.02, "the lock on jobs")
+    decoys = [threading.Thread(target=lambda: requests.post(
+        base + "/v1/jobs", json=saxpy({"run": run + "-decoy"}), timeout=60,
+        headers={"Authorization": "Bearer " + key})) for _ in range(2)]
+    for d in decoys:
+        d.start()
+    wait_until(lambda: suspended(stack, proc) >= 2 and jobs_lock(stack, False) >= 2, 20, 0.02,
+               "both committers on the lock")
     go.wait()
+    wait_until(lambda: suspended(stack, proc) >= CONNS + 2, 30, 0.02, "every submit waiting")
+    stack.psql("SELECT pg_cancel_backend(l.pid) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+               " WHERE c.relname = 'jobs' AND l.mode = 'ShareRowExclusiveLock' AND l.granted")
     while any(w.is_alive() for w in workers):
         peak.append(threads_of(proc.pid))
         time.sleep(0.005)
-    for w in workers:
+    for w in workers + decoys:
         w.join()
     holder.wait(timeout=30)
     peak.append(threads_of(proc.pid))
