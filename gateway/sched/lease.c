@@ -2,7 +2,7 @@
  * waiter on a list; the thread picks the waiters that need a look, asks
  * PostgreSQL for their node's work without the lock, and answers those
  * that got some (or whose wait ended). A waiter being looked at stays on
- * the list marked busy, so a wake that comes meanwhile is not lost. Runs
+ * the list, and a wake that comes meanwhile queues it again. Runs
  * the claim handed over (leased by the claim itself) wait in the outbox
  * for their node's next answer from here. */
 #include "lease.h"
@@ -72,7 +72,9 @@ typedef struct waiter {
     int look;                      /* woken: look now */
     int give;                      /* a run was handed to its node: serve now */
     int end;                       /* answer now, with nothing (replaced, node left) */
-    int busy;                      /* the thread is looking at it */
+    struct waiter *qnext;          /* the queue of woken polls (queued) */
+    int queued;                    /* on that queue */
+    int in_batch;                  /* in the batch the thread serves now (l->due) */
 } waiter;
 
 /* The free slots a node last reported, and how many of its runs had ended
@@ -119,6 +121,12 @@ struct gw_leases {
      * walk of the list orders every poll due, not one walk per poll. */
     waiter **due;
     int ndue, idue, cap_due;
+    /* Polls woken (look, give or end set) since the last batch, in that
+     * order: a batch takes them, and walks every held poll only when the
+     * earliest deadline (next_deadline) has passed. A walk per batch was
+     * the lease thread's own CPU once most polls needed no look. */
+    waiter *woken, **woken_tail;
+    int64_t next_deadline;
     handed *outbox, **outbox_tail; /* in the order the places were kept */
     int nhanded;
     int64_t next_take_back;        /* monotonic ms: the next handed run due to be taken back */
@@ -326,9 +334,29 @@ static void link_waiter(gw_leases *l, waiter *w)
     *c = w;
 }
 
-/* Takes w off the list and out of its chain; mu held. */
+/* Puts w on the queue of woken polls, once; mu held. */
+static void queue_waiter(gw_leases *l, waiter *w)
+{
+    if (w->queued)
+        return;
+    w->queued = 1;
+    w->qnext = NULL;
+    *l->woken_tail = w;
+    l->woken_tail = &w->qnext;
+}
+
+/* Takes w off the list, out of its chain and off the queue of woken
+ * polls; mu held. */
 static void unlink_waiter(gw_leases *l, waiter *w)
 {
+    for (waiter **pp = &l->woken; w->queued && *pp; pp = &(*pp)->qnext)
+        if (*pp == w) {
+            *pp = w->qnext;
+            if (l->woken_tail == &w->qnext)
+                l->woken_tail = pp;
+            w->queued = 0;
+            break;
+        }
     if (w->prev)
         w->prev->next = w->next;
     else
@@ -356,19 +384,28 @@ static int64_t recheck_ms(const gw_leases *l)
 }
 
 /* Sets w's look, remembering when it was first woken; mu held. */
-static void wake_waiter(waiter *w)
+static void wake_waiter(gw_leases *l, waiter *w)
 {
     if (!w->look)
         w->woke = svc_now_mono_ms();
     w->look = 1;
+    queue_waiter(l, w);
 }
 
 /* Sets w's give (a run was handed to its node); mu held. */
-static void give_waiter(waiter *w)
+static void give_waiter(gw_leases *l, waiter *w)
 {
     if (!w->look && !w->give)
         w->woke = svc_now_mono_ms();
     w->give = 1;
+    queue_waiter(l, w);
+}
+
+/* Sets w's end (answer it now, with nothing); mu held. */
+static void end_waiter(gw_leases *l, waiter *w)
+{
+    w->end = 1;
+    queue_waiter(l, w);
 }
 
 /* When a due poll's turn is: ended ones first, then woken ones by when
@@ -384,39 +421,61 @@ static int due_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Adds x to the batch; -1 when the batch cannot grow (x waits for the
+ * next one). mu held. */
+static int batch_add(gw_leases *l, waiter *x)
+{
+    if (l->ndue == l->cap_due) {
+        int cap = l->cap_due ? 2 * l->cap_due : 64;
+        waiter **d = realloc(l->due, sizeof(*d) * (size_t)cap);
+        if (!d)
+            return -1;
+        l->due = d;
+        l->cap_due = cap;
+    }
+    x->in_batch = 1;
+    l->due[l->ndue++] = x;
+    return 0;
+}
+
 /* The waiter to serve next, or NULL (then *next: when one is due); mu held.
  * Woken polls and ended ones first, the longest waiting first (a wake is a
- * claim or cancel the node waits for, or a probe's find). None is passed
- * over for being late in the list: under load every poll gets its turn in
- * order. One walk of the list orders every poll due then (l->due), and
- * they are served in that order before the next walk: a poll due stays due
- * (only this thread looks, answers and frees), and one woken meanwhile
- * would have come after them. */
+ * claim or cancel the node waits for, a run handed to it, or a probe's
+ * find). None is passed over for being late: under load every poll gets
+ * its turn in order. A batch (l->due) takes every poll woken since the last
+ * one (the queue) and, once the earliest deadline has passed, every poll
+ * past its deadline (a walk of all of them, which also finds the next
+ * deadline); its polls are served in order before the next batch: a poll
+ * due stays due (only this thread looks, answers and frees), and one woken
+ * meanwhile would have come after them. */
 static waiter *next_waiter(gw_leases *l, int64_t now, int64_t *next)
 {
-    if (l->idue < l->ndue)
-        return l->due[l->idue++];
-    l->ndue = l->idue = 0;
-    for (waiter *x = l->list; x; x = x->next) {
-        if (x->busy)
-            continue;
-        if (x->look || x->give || x->end || x->deadline <= now) {
-            if (l->ndue == l->cap_due) {
-                int cap = l->cap_due ? 2 * l->cap_due : 64;
-                waiter **d = realloc(l->due, sizeof(*d) * (size_t)cap);
-                if (!d)
-                    break;   /* the rest on the next walk */
-                l->due = d;
-                l->cap_due = cap;
-            }
-            l->due[l->ndue++] = x;
-        } else if (x->deadline < *next) {
-            *next = x->deadline;
+    if (l->idue == l->ndue) {
+        l->ndue = l->idue = 0;
+        while (l->woken && batch_add(l, l->woken) == 0) {
+            waiter *x = l->woken;
+            x->queued = 0;
+            if (!(l->woken = x->qnext))
+                l->woken_tail = &l->woken;
         }
+        if (now >= l->next_deadline) {
+            l->next_deadline = INT64_MAX;
+            for (waiter *x = l->list; x; x = x->next)
+                if (!x->in_batch && x->deadline <= now && !x->queued && batch_add(l, x) != 0)
+                    l->next_deadline = now;   /* no memory: again at the next turn */
+                else if (x->deadline > now && x->deadline < l->next_deadline)
+                    l->next_deadline = x->deadline;
+        }
+        if (l->ndue > 1)
+            qsort(l->due, (size_t)l->ndue, sizeof(*l->due), due_cmp);
     }
-    if (l->ndue > 1)
-        qsort(l->due, (size_t)l->ndue, sizeof(*l->due), due_cmp);
-    return l->ndue > 0 ? l->due[l->idue++] : NULL;
+    if (l->next_deadline < *next)
+        *next = l->next_deadline;
+    if (l->idue == l->ndue)
+        return NULL;
+    waiter *w = l->due[l->idue++];
+    w->in_batch = 0;
+    return w;
 }
 
 /* Takes e (at *pp) out of the outbox and frees it; mu held. */
@@ -570,7 +629,7 @@ static void outbox_take_back(gw_leases *l, int all)
             r->unleased++;
             for (waiter *x = chain_first(l, nodes[i]); x; x = x->hnext)
                 if (is_of(x, nodes[i]))
-                    wake_waiter(x);
+                    wake_waiter(l, x);
         }
     }
     free(jobs);
@@ -617,7 +676,7 @@ static void probe(gw_leases *l)
             r->no_runs = r->no_cancels = 0;
         for (waiter *x = chain_first(l, ids[i]); x; x = x->hnext)
             if (is_of(x, ids[i]) && !x->end)
-                wake_waiter(x);
+                wake_waiter(l, x);
     }
     free(ids);
     free(has);
@@ -646,7 +705,6 @@ static void *leases_main(void *arg)
             wait_until(l, next);
             continue;
         }
-        w->busy = 1;
         /* Runs handed to the node at their claim go first; a look is for
          * the room left. */
         json_t *given = NULL;
@@ -669,7 +727,6 @@ static void *leases_main(void *arg)
         if (reply && l->nhanded > 0)
             reply = outbox_keep_cancels(l, reply);
         reply = merge(given, reply);
-        w->busy = 0;
         node_room *r = look ? room_of(l, node, 1) : NULL;
         if (r)
             r->unleased = taken >= r->unleased ? 0 : r->unleased - taken;
@@ -712,6 +769,8 @@ gw_leases *gw_leases_start(gw_app *app)
         return NULL;
     l->app = app;
     l->outbox_tail = &l->outbox;
+    l->woken_tail = &l->woken;
+    l->next_deadline = INT64_MAX;
     l->next_take_back = INT64_MAX;
     pthread_mutex_init(&l->mu, NULL);
     pthread_condattr_t ca;
@@ -784,7 +843,7 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
         /* A node keeps one poll: an older one here was given up. */
         for (waiter *x = chain_first(l, node_id); x; x = x->hnext)
             if (is_of(x, node_id))
-                x->end = 1;
+                end_waiter(l, x);
         node_room *r = room_of(l, node_id, 0);
         if (r && r->seq > seq && svc_now_mono_ms() - r->at < LEASE_ROOM_TRUST_MS)
             w->max = r->free;
@@ -794,6 +853,10 @@ int gw_leases_poll(gw_leases *l, svc_req *req, const char *node_id, int max, uin
         if (quiet(l, node_id, w->max))
             w->look = 0;
         link_waiter(l, w);
+        if (w->look || w->give)
+            queue_waiter(l, w);
+        if (w->deadline < l->next_deadline)
+            l->next_deadline = w->deadline;
         pthread_cond_signal(&l->cv);
     }
     pthread_mutex_unlock(&l->mu);
@@ -815,8 +878,9 @@ static void poke(gw_leases *l, const char *node_id, int end)
     int hit = 0;
     for (waiter *x = chain_first(l, node_id); x; x = x->hnext)
         if (is_of(x, node_id)) {
-            wake_waiter(x);
-            x->end |= end;
+            wake_waiter(l, x);
+            if (end)
+                end_waiter(l, x);
             hit = 1;
         }
     if (hit)
@@ -892,7 +956,7 @@ void gw_leases_hand(gw_leases *l, const char *job_id, int attempt, const gw_disp
             e->at = l->next_take_back = 0;
         for (waiter *x = chain_first(l, e->node_id); e->run && x; x = x->hnext)
             if (is_of(x, e->node_id))
-                give_waiter(x);
+                give_waiter(l, x);
         pthread_cond_signal(&l->cv);
     }
     int stopped = l->stop;
@@ -922,7 +986,7 @@ void gw_leases_set_room(gw_leases *l, const char *node_id, int free_slots, uint6
                 x->max = r->free;
                 /* more room only helps if there is something to take */
                 if (!r->no_runs) {
-                    wake_waiter(x);
+                    wake_waiter(l, x);
                     hit = 1;
                 }
             }
@@ -943,7 +1007,7 @@ void gw_leases_set_leading(gw_leases *l, int leading)
      * another gateway's; the held polls are probed again soon. */
     int64_t soon = svc_now_mono_ms() + LEASE_RECHECK_MS;
     for (waiter *x = l->list; leading && x; x = x->next)
-        wake_waiter(x);
+        wake_waiter(l, x);
     if (!leading && l->next_probe > soon)
         l->next_probe = soon;
     pthread_cond_signal(&l->cv);
