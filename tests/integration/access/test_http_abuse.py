@@ -410,7 +410,9 @@ def test_one_address_cannot_take_the_reserved_share(roomy_gw):
         b = open_many(g, "127.0.3.2", PER_IP + RESERVED_PER_IP)
         ask_health(b)
         c = open_many(g, "127.0.3.3", PER_IP + 1)
-        assert len(shut_now(c, expect=1)) == 1, "a connection past the reserved share was kept"
+        # up to 4 s: it is closed as it is accepted, but a sanitizer build
+        # under a loaded CI took more than 1.5 s to get there
+        assert len(shut_now(c, expect=1, within=4)) == 1, "a connection past the reserved share was kept"
         assert len(shut_now(c, within=0.3)) == 1, "more than the one past the share was shut"
         assert shut_now(b, within=0.2) == [], "a second address lost its allowance to the first"
         # what the allowance keeps was served
