@@ -824,15 +824,16 @@ int main(int argc, char **argv)
     if (!app.whnet)
         svc_error("%s", err);
     rc = app.limits && app.authfail && app.keys && app.nodecreds && app.jobs && app.eta && app.stats &&
-                 app.metrics && app.whnet
+                 app.metrics && app.whnet && gw_nodecreds_refresh_serve(&app) == 0
              ? cmd_serve(&app)
              : 1;
     gw_whnet_free(app.whnet);
+    /* its refresh thread asks the store and counts in the metrics */
+    gw_nodecreds_free(app.nodecreds);
     gw_metrics_free(app.metrics);
     gw_limits_close(app.limits);
     gw_authfail_free(app.authfail);
     gw_keycache_free(app.keys);
-    gw_nodecreds_free(app.nodecreds);
     gw_jobcache_free(app.jobs);
     gw_eta_free(app.eta);
     gw_stats_free(app.stats);

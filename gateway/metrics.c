@@ -27,7 +27,7 @@ static const double job_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 struct gw_metrics {
     gw_app *app;
     svc_metrics *reg;
-    svc_metric *submits, *results, *run_s, *wait_s, *lease;
+    svc_metric *submits, *results, *run_s, *wait_s, *lease, *node_auth;
     /* The cluster's state as last counted; cache_mu guards it. refresh_mu
      * is held by the scrape that asks PostgreSQL again. */
     pthread_mutex_t cache_mu, refresh_mu;
@@ -76,6 +76,12 @@ void gw_metrics_lease(gw_metrics *m, const char *how, int n)
 {
     if (m != NULL && n > 0)
         svc_counter_add(svc_metric_with(m->lease, how), (uint64_t)n);
+}
+
+void gw_metrics_node_auth(gw_metrics *m, const char *how, int n)
+{
+    if (m != NULL && n > 0)
+        svc_counter_add(svc_metric_with(m->node_auth, how), (uint64_t)n);
 }
 
 /* ---- the cluster's state ---------------------------------------------- */
@@ -280,11 +286,17 @@ gw_metrics *gw_metrics_new(gw_app *app)
     m->lease = svc_metric_counter(m->reg, "kowloon_lease_runs_total",
                                   "single-node and gang runs given to nodes' polls by this "
                                   "gateway: handed (at their claim, no lease look), looked "
-                                  "(found by a lease look), taken_back (handed, not answered "
-                                  "within 2 s, back to the claimed runs)",
+                                  "(found by a lease look), taken_back (handed, then back to "
+                                  "the claimed runs: its node held no poll here for 2 s, "
+                                  "or 5 s passed unanswered)",
                                   (const char *[]){"how", NULL});
+    m->node_auth = svc_metric_counter(m->reg, "kowloon_node_credential_lookups_total",
+                                      "node credentials looked up in PostgreSQL by this gateway: "
+                                      "request (a call found no live answer in the cache), "
+                                      "refresh (asked again in a batch before they expired)",
+                                      (const char *[]){"how", NULL});
     if (m->submits == NULL || m->results == NULL || m->run_s == NULL || m->wait_s == NULL ||
-        m->lease == NULL ||
+        m->lease == NULL || m->node_auth == NULL ||
         svc_metrics_add_collector(m->reg, collect_cluster, m) != 0 ||
         svc_metrics_add_collector(m->reg, collect_pools, m) != 0 ||
         svc_metrics_add_process(m->reg) != 0) {

@@ -31,6 +31,9 @@ void gw_metrics_reported(gw_metrics *m, const char *kernel, const char *state, d
 /* n runs were given to nodes' polls (how: "handed" at their claim,
  * "looked" by a lease look) or taken back from the handed ("taken_back"). */
 void gw_metrics_lease(gw_metrics *m, const char *how, int n);
+/* n node credentials were looked up in PostgreSQL (how: "request", by a
+ * call the cache had no answer for; "refresh", by the cache's batch). */
+void gw_metrics_node_auth(gw_metrics *m, const char *how, int n);
 /* A job of kernel started its first attempt wait_s after its submit. */
 void gw_metrics_started(gw_metrics *m, const char *kernel, double wait_s);
 

@@ -92,6 +92,9 @@ int gw_authorize_cluster(svc_req *req, int access);
 /* The node a GW_ACCESS_NODE request was authorized for: its id, or NULL
  * (no node). */
 const char *gw_req_node(svc_req *req);
+/* Starts the node credential cache's batch refresh (nodecred.h) over
+ * PostgreSQL. 0 or -errno. */
+int gw_nodecreds_refresh_serve(gw_app *app);
 
 /* Failed authentications per client address, in this process: burst at
  * once, rps a second after that (burst 0: no limit). NULL on ENOMEM. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "metrics.h"
 #include "nodecred.h"
 #include "reply.h"
 #include "svc_log.h"
@@ -44,6 +45,7 @@ static int auth_node(svc_req *req, gw_reqctx *ctx)
     int64_t asked = svc_now_mono_ms();
     if (gw_nodecreds_get(app->nodecreds, hex, asked, ctx->node_id, ctx->node_name,
                          sizeof ctx->node_name) != 0) {
+        gw_metrics_node_auth(app->metrics, "request", 1);
         int rc = gw_store_node_by_credential(app->store, hex, ctx->node_id, ctx->node_name,
                                              sizeof ctx->node_name);
         if (rc == -ENOENT)
@@ -174,4 +176,39 @@ const char *gw_req_node(svc_req *req)
 {
     gw_reqctx *ctx = svc_req_user(req);
     return ctx != NULL && ctx->node_id[0] ? ctx->node_id : NULL;
+}
+
+/* ---- the credential cache's batch refresh (nodecred.h) ---------------- */
+
+typedef struct refresh_call {
+    gw_nodecreds *c;
+    int64_t asked_ms;
+} refresh_call;
+
+static void refreshed(void *arg, const char *hex, const char *id, const char *name)
+{
+    const refresh_call *rc = arg;
+    gw_nodecreds_refreshed(rc->c, hex, id, name, rc->asked_ms);
+}
+
+/* Statements of at most this many hashes (a few tens of KB of text). */
+#define REFRESH_BATCH 512
+
+static int refresh_lookup(void *arg, gw_nodecreds *c, const char *const *hex, int n, int64_t asked_ms)
+{
+    gw_app *app = arg;
+    refresh_call call = {c, asked_ms};
+    for (int i = 0; i < n; i += REFRESH_BATCH) {
+        int k = n - i < REFRESH_BATCH ? n - i : REFRESH_BATCH;
+        gw_metrics_node_auth(app->metrics, "refresh", k);
+        int rc = gw_store_nodes_by_credentials(app->store, hex + i, k, refreshed, &call);
+        if (rc != 0)
+            return rc; /* the answers expire; each node's next call looks its own up */
+    }
+    return 0;
+}
+
+int gw_nodecreds_refresh_serve(gw_app *app)
+{
+    return gw_nodecreds_refresh_start(app->nodecreds, refresh_lookup, app);
 }

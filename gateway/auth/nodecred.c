@@ -5,10 +5,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "svc_sha256.h"
 #include "svc_util.h"
@@ -129,6 +131,14 @@ typedef struct nc_value {
 
 struct gw_nodecreds {
     gw_ttlcache *tc;
+    int capacity, ttl_ms;
+    /* the refresh thread (gw_nodecreds_refresh_start) */
+    gw_nodecreds_lookup lookup;
+    void *lookup_arg;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running, stop;
 };
 
 gw_nodecreds *gw_nodecreds_new(int capacity, int ttl_ms)
@@ -140,6 +150,14 @@ gw_nodecreds *gw_nodecreds_new(int capacity, int ttl_ms)
         free(c);
         return NULL;
     }
+    c->capacity = capacity > 8 ? capacity : 8;
+    c->ttl_ms = gw_ttlcache_ttl_ms(c->tc);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&c->mu, NULL);
     return c;
 }
 
@@ -147,6 +165,14 @@ void gw_nodecreds_free(gw_nodecreds *c)
 {
     if (c == NULL)
         return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (c->running)
+        pthread_join(c->thread, NULL);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
     gw_ttlcache_free(c->tc);
     free(c);
 }
@@ -199,4 +225,96 @@ void gw_nodecreds_forget(gw_nodecreds *c, const char *node_id)
 {
     if (c != NULL)
         gw_ttlcache_forget(c->tc, names_node, node_id);
+}
+
+/* ---- the refresh ----------------------------------------------------- */
+
+/* The hashes of the answers due, as hex, NUL-separated in one block. */
+typedef struct nc_due {
+    char (*hex)[GW_NODECRED_HASH_SIZE];
+    int n, cap;
+} nc_due;
+
+static void collect_due(const unsigned char digest[32], void *arg)
+{
+    nc_due *d = arg;
+    if (d->n >= d->cap)
+        return;
+    for (int i = 0; i < 32; i++)
+        snprintf(d->hex[d->n] + 2 * i, 3, "%02x", digest[i]);
+    d->n++;
+}
+
+void gw_nodecreds_refreshed(gw_nodecreds *c, const char *hex, const char *node_id,
+                            const char *name, int64_t asked_ms)
+{
+    unsigned char digest[32];
+    if (c == NULL || digest_of(hex, digest) != 0)
+        return;
+    nc_value v;
+    memset(&v, 0, sizeof v);
+    snprintf(v.node_id, sizeof v.node_id, "%s", node_id);
+    snprintf(v.name, sizeof v.name, "%s", name);
+    gw_ttlcache_refresh(c->tc, digest, &v, asked_ms);
+}
+
+int gw_nodecreds_refresh_once(gw_nodecreds *c, int64_t now_ms, gw_nodecreds_lookup lookup,
+                              void *arg)
+{
+    if (c == NULL || c->ttl_ms == 0 || lookup == NULL)
+        return 0;
+    nc_due d = {.hex = malloc((size_t)c->capacity * sizeof *d.hex), .cap = c->capacity};
+    if (d.hex == NULL)
+        return -ENOMEM;
+    gw_ttlcache_due(c->tc, now_ms, c->ttl_ms / 2, GW_NODECRED_KEEP_MS, collect_due, &d);
+    int rc = 0;
+    const char **v = d.n > 0 ? malloc((size_t)d.n * sizeof *v) : NULL;
+    if (d.n > 0 && v == NULL)
+        rc = -ENOMEM;
+    for (int i = 0; v != NULL && i < d.n; i++)
+        v[i] = d.hex[i];
+    /* asked now: what the statement reads was committed after it */
+    if (v != NULL)
+        rc = lookup(arg, c, v, d.n, now_ms);
+    free(v);
+    free(d.hex);
+    return rc < 0 ? rc : d.n;
+}
+
+static void *refresh_main(void *arg)
+{
+    gw_nodecreds *c = arg;
+    int period = c->ttl_ms / 4 > 10 ? c->ttl_ms / 4 : 10;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)period * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        while (!c->stop && pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT)
+            ;
+        if (c->stop)
+            break;
+        pthread_mutex_unlock(&c->mu);
+        gw_nodecreds_refresh_once(c, svc_now_mono_ms(), c->lookup, c->lookup_arg);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int gw_nodecreds_refresh_start(gw_nodecreds *c, gw_nodecreds_lookup lookup, void *arg)
+{
+    if (c == NULL || lookup == NULL)
+        return -EINVAL;
+    c->lookup = lookup;
+    c->lookup_arg = arg;
+    if (c->ttl_ms == 0)
+        return 0;
+    int e = pthread_create(&c->thread, NULL, refresh_main, c);
+    if (e != 0)
+        return -e;
+    c->running = 1;
+    return 0;
 }

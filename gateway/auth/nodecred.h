@@ -61,4 +61,33 @@ void gw_nodecreds_put(gw_nodecreds *c, const char *hex, const char *node_id, con
  * registration, a deregistration). */
 void gw_nodecreds_forget(gw_nodecreds *c, const char *node_id);
 
+/* The refresh. Without it every node's first call after each TTL looked
+ * its credential up: at 1,000 nodes heartbeating and polling, 1,200
+ * statements a second, a few per job started. Every ttl/4 one statement
+ * asks again for the answers that expire within ttl/2 and that a call read
+ * within the last GW_NODECRED_KEEP_MS (a node calls at least every
+ * heartbeat): a node's calls then find a live answer. The bound stays: an
+ * answer is asked after the refresh starts, so a change committed before
+ * it is seen, and a credential dropped on another gateway stops working
+ * here within the TTL; one forgotten here is not brought back. */
+#define GW_NODECRED_KEEP_MS 10000
+
+/* A batch lookup: the nodes the n credential hashes hex[] name, each found
+ * one given to gw_nodecreds_refreshed(c, hex, node_id, name, asked_ms);
+ * the others are left to expire. 0 or -errno. */
+typedef int (*gw_nodecreds_lookup)(void *arg, gw_nodecreds *c, const char *const *hex, int n,
+                                   int64_t asked_ms);
+/* Starts the refresh thread (none when the TTL is 0; gw_nodecreds_free
+ * stops it). 0 or -errno. */
+int gw_nodecreds_refresh_start(gw_nodecreds *c, gw_nodecreds_lookup lookup, void *arg);
+/* One pass at now_ms with lookup, what the thread does every ttl/4: the
+ * number of answers asked again (0: none due, lookup not called), or
+ * -errno. */
+int gw_nodecreds_refresh_once(gw_nodecreds *c, int64_t now_ms, gw_nodecreds_lookup lookup,
+                              void *arg);
+/* A batch lookup's answer, asked at asked_ms: refreshes the cached answer
+ * for hex, if the cache still holds one. */
+void gw_nodecreds_refreshed(gw_nodecreds *c, const char *hex, const char *node_id,
+                            const char *name, int64_t asked_ms);
+
 #endif

@@ -12,6 +12,7 @@
 typedef struct tc_entry {
     unsigned char digest[32];
     int64_t expires_ms;          /* 0: empty */
+    int64_t used_ms;             /* its last read: a hit, or the lookup that put it */
     int known;                   /* 1: the value is the answer; 0: an unknown secret */
 } tc_entry;
 
@@ -99,6 +100,7 @@ int gw_ttlcache_get(gw_ttlcache *c, const unsigned char digest[32], int64_t now_
         tc_entry *e = way(c, s, i);
         if (e->expires_ms > now_ms && memcmp(e->digest, digest, 32) == 0) {
             rc = e->known;
+            e->used_ms = now_ms;
             if (e->known && value != NULL)
                 memcpy(value, value_of(e), c->value_size);
             break;
@@ -162,6 +164,9 @@ void gw_ttlcache_put(gw_ttlcache *c, const unsigned char digest[32], const void 
     if (e != NULL && e->expires_ms > asked_ms + c->ttl_ms && memcmp(e->digest, digest, 32) == 0)
         e = NULL;
     if (e != NULL) {
+        /* the lookup that brings an answer was a read of it */
+        if (memcmp(e->digest, digest, 32) != 0 || e->used_ms < asked_ms)
+            e->used_ms = asked_ms;
         memcpy(e->digest, digest, 32);
         /* never 0, which marks an empty way */
         e->expires_ms = asked_ms + c->ttl_ms > 0 ? asked_ms + c->ttl_ms : 1;
@@ -188,4 +193,48 @@ void gw_ttlcache_forget(gw_ttlcache *c, int (*match)(const void *value, const vo
         }
         pthread_mutex_unlock(&s->mu);
     }
+}
+
+int gw_ttlcache_due(gw_ttlcache *c, int64_t now_ms, int ahead_ms, int used_within_ms,
+                    void (*each)(const unsigned char digest[32], void *arg), void *arg)
+{
+    if (c == NULL || c->ttl_ms == 0)
+        return 0;
+    int n = 0;
+    for (size_t k = 0; k < c->nsets; k++) {
+        tc_set *s = &c->sets[k];
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < WAYS; i++) {
+            tc_entry *e = way(c, s, i);
+            if (e->known && e->expires_ms > now_ms && e->expires_ms <= now_ms + ahead_ms &&
+                e->used_ms >= now_ms - used_within_ms) {
+                each(e->digest, arg);
+                n++;
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    return n;
+}
+
+int gw_ttlcache_refresh(gw_ttlcache *c, const unsigned char digest[32], const void *value,
+                        int64_t asked_ms)
+{
+    if (c == NULL || c->ttl_ms == 0)
+        return 0;
+    tc_set *s = set_of(c, digest);
+    int done = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < WAYS && !done; i++) {
+        tc_entry *e = way(c, s, i);
+        if (e->expires_ms == 0 || !e->known || memcmp(e->digest, digest, 32) != 0)
+            continue;
+        if (e->expires_ms < asked_ms + c->ttl_ms) {
+            e->expires_ms = asked_ms + c->ttl_ms;
+            memcpy(value_of(e), value, c->value_size);
+        }
+        done = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return done;
 }

@@ -38,4 +38,20 @@ void gw_ttlcache_put(gw_ttlcache *c, const unsigned char digest[32], const void 
  * says 1 to. */
 void gw_ttlcache_forget(gw_ttlcache *c, int (*match)(const void *value, const void *arg), const void *arg);
 
+/* Calls each(digest, arg) for every known answer live at now_ms that
+ * expires within ahead_ms and was read (a hit, or the lookup that put it)
+ * within the last used_within_ms: what a batch refresh asks PostgreSQL
+ * again before it expires. each runs under a set's lock: it must not call
+ * the cache. Returns how many. */
+int gw_ttlcache_due(gw_ttlcache *c, int64_t now_ms, int ahead_ms, int used_within_ms,
+                    void (*each)(const unsigned char digest[32], void *arg), void *arg);
+/* A batch refresh's answer for digest, asked at asked_ms: the known answer
+ * the cache holds for it (live or expired, not forgotten) takes value and
+ * expires ttl_ms after asked_ms, never sooner than it did; its read time
+ * stays, so an answer nobody reads stops being refreshed. An answer
+ * forgotten meanwhile (gw_ttlcache_forget) is not brought back. 1 when one
+ * was refreshed. */
+int gw_ttlcache_refresh(gw_ttlcache *c, const unsigned char digest[32], const void *value,
+                        int64_t asked_ms);
+
 #endif

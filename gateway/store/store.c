@@ -1095,6 +1095,11 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " WHERE n.state = 'up' AND n.tasks ->> 'engine' IS NOT NULL AND n.tasks ->> 'engine' <> 'none'"
     " GROUP BY i.image ORDER BY i.image", 0},
 [ST_NODE_BY_CREDENTIAL] = {"SELECT id::text, name FROM nodes WHERE credential_hash = decode($1, 'hex')", 1},
+/* The nodes of the credential hashes $1 (hex), for the credential cache's
+ * batch refresh (nodecred.h): one probe of nodes_credential each. */
+[ST_NODES_BY_CREDENTIALS] = {
+    "SELECT encode(credential_hash, 'hex'), id::text, name FROM nodes"
+    " WHERE credential_hash = ANY (ARRAY(SELECT decode(h, 'hex') FROM unnest($1::text[]) h))", 1},
 /* A row when attempt $2 of job $1 is running and node $3 holds it, or the
  * job is a multi-node task that ended with a part on $3 (LATE_PART_OF). */
 [ST_NODE_RUN_HELD] = {

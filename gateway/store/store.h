@@ -405,6 +405,12 @@ int gw_store_node_remove(gw_store *s, const char *id);
  * bytes). -ENOENT when none has, -EIO. */
 int gw_store_node_by_credential(gw_store *s, const char *hash_hex, char id[37], char *name,
                                 size_t namelen);
+/* The same for n hashes at once: each(arg, hash_hex, id, name) for every
+ * one a node has (the others are not named). 0 or -EIO. */
+int gw_store_nodes_by_credentials(gw_store *s, const char *const *hash_hex, int n,
+                                  void (*each)(void *arg, const char *hash_hex, const char *id,
+                                               const char *name),
+                                  void *arg);
 /* 1 when attempt of job_id is running and node_id holds it (its run, or a
  * part of a multi-node job's attempt), 0 when not, -EIO. */
 int gw_store_node_run_held(gw_store *s, const char *node_id, const char *job_id, int attempt);

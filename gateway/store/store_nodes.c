@@ -9,6 +9,9 @@
 
 #include "store_int.h"
 
+/* 64 hex digits and a comma */
+#define HASH_ITEM 65
+
 int gw_store_node_by_credential(gw_store *s, const char *hash_hex, char id[37], char *name,
                                 size_t namelen)
 {
@@ -21,6 +24,31 @@ int gw_store_node_by_credential(gw_store *s, const char *hash_hex, char id[37], 
     }
     PQclear(r);
     return rc;
+}
+
+int gw_store_nodes_by_credentials(gw_store *s, const char *const *hash_hex, int n,
+                                  void (*each)(void *arg, const char *hash_hex, const char *id,
+                                               const char *name),
+                                  void *arg)
+{
+    /* "{h1,h2,...}": hex digits need no quoting */
+    char *a = malloc((size_t)n * HASH_ITEM + 3), *p = a;
+    if (a == NULL)
+        return -ENOMEM;
+    *p++ = '{';
+    for (int i = 0; i < n; i++)
+        p += sprintf(p, "%s%.64s", i ? "," : "", hash_hex[i]);
+    strcpy(p, "}");
+    const char *v[1] = {a};
+    PGresult *r;
+    int rc = store__run(s, ST_NODES_BY_CREDENTIALS, v, &r);
+    free(a);
+    if (rc)
+        return rc;
+    for (int row = 0; row < PQntuples(r); row++)
+        each(arg, PQgetvalue(r, row, 0), PQgetvalue(r, row, 1), PQgetvalue(r, row, 2));
+    PQclear(r);
+    return 0;
 }
 
 int gw_store_node_run_held(gw_store *s, const char *node_id, const char *job_id, int attempt)

@@ -216,6 +216,23 @@ def capacity(client, model):
     return [c for c in r.json()["capacity"] if c.get("gpu_model") == model]
 
 
+@contextlib.contextmanager
+def nodes_drained(admin, keep=lambda n: False):
+    """Every node that takes work (not draining, not kept by keep(node))
+    drained while the block runs, then taking work again: what is
+    submitted meanwhile waits queued. Nodes drained before (other tests'
+    hand-registered ones) stay drained."""
+    ids = [n["id"] for n in admin.nodes() if not n["draining"] and not keep(n)]
+    try:
+        for i in ids:
+            r = admin.post(f"/v1/nodes/{i}/drain")
+            assert r.status_code == 200, r.text
+        yield
+    finally:
+        for i in ids:
+            admin.request("DELETE", f"/v1/nodes/{i}/drain")
+
+
 def wait_until(pred, timeout, interval=0.1, what="condition"):
     """Polls pred() until it returns something truthy; returns that value."""
     deadline = time.monotonic() + timeout

@@ -8,7 +8,6 @@ inputs it finds there and writes its outputs into it, and the gateway
 records such an output (PUT /v1/cluster/blobs/{id}) only when it sees the
 file with the stated size and its bytes hash to its name."""
 
-import contextlib
 import hashlib
 import os
 import random
@@ -21,7 +20,7 @@ import uuid
 import numpy as np
 import pytest
 
-from stack import Client, free_port, wait_until
+from stack import Client, free_port, nodes_drained, wait_until
 
 OCTET = {"Content-Type": "application/octet-stream"}
 
@@ -60,18 +59,10 @@ def shared_node(stack):
     return Client(stack.node_url(stack.node_names[0]), stack.cluster_token)
 
 
-@contextlib.contextmanager
 def only_on(stack, name):
     """Every other node that is up is drained meanwhile: what is submitted
     runs on name."""
-    ids = [n["id"] for n in stack.admin.nodes() if n["name"] != name and n["state"] == "up"]
-    for i in ids:
-        assert stack.admin.post(f"/v1/nodes/{i}/drain").status_code == 200
-    try:
-        yield
-    finally:
-        for i in ids:
-            stack.admin.request("DELETE", f"/v1/nodes/{i}/drain")
+    return nodes_drained(stack.admin, keep=lambda n: n["name"] == name or n["state"] != "up")
 
 
 def upload(A, data):

@@ -7,14 +7,13 @@ tenant and window for --stats-cache-ms (the suite's gateway: 1 s, so that
 tests poll for a fresh answer instead of sleeping out the default 5 s);
 bad minutes/tenant get 400/403/404 naming the field."""
 
-import contextlib
 import datetime
 import time
 import uuid
 
 import pytest
 
-from stack import STATS_CACHE_MS, wait_until
+from stack import STATS_CACHE_MS, nodes_drained, wait_until
 
 X = {"x": {"dtype": "float32", "shape": [4], "data": [1, 2, 3, 4]},
      "y": {"dtype": "float32", "shape": [4], "data": [5, 6, 7, 8]}}
@@ -44,19 +43,6 @@ def check_shape(h, minutes):
     assert (b[-1]["queued"], b[-1]["running"]) == (h["now"]["queued"], h["now"]["running"])
 
 
-@contextlib.contextmanager
-def all_nodes_drained(admin):
-    ids = [n["id"] for n in admin.nodes()]
-    try:
-        for i in ids:
-            r = admin.post(f"/v1/nodes/{i}/drain")
-            assert r.status_code == 200, r.text
-        yield
-    finally:
-        for i in ids:
-            admin.request("DELETE", f"/v1/nodes/{i}/drain")
-
-
 @pytest.mark.timeout(90)
 def test_history_counts_finished_and_queued_jobs_of_the_tenant_only(stack, tenant, admin, A):
     name, T = tenant
@@ -67,7 +53,7 @@ def test_history_counts_finished_and_queued_jobs_of_the_tenant_only(stack, tenan
     assert all(b["queued"] == 0 and b["running"] == 0 for b in empty["buckets"])
     done = [T.run("saxpy", {"a": 2.0}, X) for _ in range(3)]
     assert all(j["state"] == "succeeded" for j in done)
-    with all_nodes_drained(admin):
+    with nodes_drained(admin):
         queued = [T.submit("saxpy", {"a": 1.0}, X) for _ in range(2)]
         A.submit("saxpy", {"a": 1.0}, X)         # another tenant's: never counted
         time.sleep(0.5)

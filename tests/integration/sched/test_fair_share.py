@@ -3,9 +3,8 @@ floods the queue does not starve another, and tenants with work waiting
 start jobs in proportion to their weights (POST /v1/tenants {weight})."""
 
 import concurrent.futures as cf
-import contextlib
 
-from stack import ts
+from stack import nodes_drained, ts
 
 SHORT = {"seconds": 0.05}
 
@@ -29,23 +28,6 @@ def starts(client, ids, timeout=180):
         assert j["state"] == "succeeded", j
         out.append(ts(j["started_at"]))
     return out
-
-
-@contextlib.contextmanager
-def nodes_drained(admin):
-    """Every node of the stack that takes work drained while the block
-    runs: what is submitted meanwhile waits queued, and the scheduler sees
-    all of it at once when they take work again (nodes drained before, as
-    other tests' hand-registered ones, stay drained)."""
-    ids = [n["id"] for n in admin.nodes() if not n["draining"]]
-    try:
-        for i in ids:
-            r = admin.post(f"/v1/nodes/{i}/drain")
-            assert r.status_code == 200, r.text
-        yield
-    finally:
-        for i in ids:
-            admin.request("DELETE", f"/v1/nodes/{i}/drain")
 
 
 def test_weight_is_validated_and_shown(admin):

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "api.h"
@@ -123,6 +124,90 @@ static void test_the_cache_answers_until_its_ttl_then_asks_again(void **state)
     assert_string_equal(name, "gpu-07");
     /* asked at 1000: gone at 1500, whenever the answer came back */
     assert_int_equal(gw_nodecreds_get(c, hex, 1500, id, name, sizeof name), -ENOENT);
+    gw_nodecreds_free(c);
+}
+
+/* A fake batch lookup: hashes it was asked, answered for those in known. */
+typedef struct fake_db {
+    char asked[8][GW_NODECRED_HASH_SIZE];
+    int nasked, calls;
+    const char *known;      /* the one hash it knows, or NULL */
+    const char *id, *name;
+} fake_db;
+
+static int fake_lookup(void *arg, gw_nodecreds *c, const char *const *hex, int n, int64_t asked_ms)
+{
+    fake_db *db = arg;
+    db->calls++;
+    for (int i = 0; i < n; i++) {
+        if (db->nasked < 8)
+            snprintf(db->asked[db->nasked++], GW_NODECRED_HASH_SIZE, "%s", hex[i]);
+        if (db->known && strcmp(hex[i], db->known) == 0)
+            gw_nodecreds_refreshed(c, hex[i], db->id, db->name, asked_ms);
+    }
+    return 0;
+}
+
+static void test_the_refresh_keeps_answers_in_use_alive_with_one_batch(void **state)
+{
+    (void)state;
+    gw_nodecreds *c = gw_nodecreds_new(64, 400);
+    char used[GW_NODECRED_HASH_SIZE], idle[GW_NODECRED_HASH_SIZE], id[37], name[128];
+    gw_nodecred_hash("kn_used", used);
+    gw_nodecred_hash("kn_idle", idle);
+    fake_db db = {.known = used, .id = "44444444-4444-4444-8444-444444444444", .name = "n2"};
+    gw_nodecreds_put(c, used, "44444444-4444-4444-8444-444444444444", "n1", 1000);
+    /* looked up by a call at 1000, never read again: due within the keep */
+    gw_nodecreds_put(c, idle, "55555555-5555-4555-8555-555555555555", "i", 1000);
+    /* not due yet: it expires at 1400, more than ttl/2 away */
+    assert_int_equal(gw_nodecreds_refresh_once(c, 1100, fake_lookup, &db), 0);
+    assert_int_equal(db.calls, 0);
+    /* due at 1250: both asked in one call; only the known one refreshed,
+     * with the batch's answer (the name changed) */
+    assert_int_equal(gw_nodecreds_get(c, used, 1200, id, name, sizeof name), 0);
+    assert_int_equal(gw_nodecreds_refresh_once(c, 1250, fake_lookup, &db), 2);
+    assert_int_equal(db.calls, 1);
+    assert_int_equal(db.nasked, 2);
+    assert_true((strcmp(db.asked[0], used) == 0 && strcmp(db.asked[1], idle) == 0) ||
+                (strcmp(db.asked[1], used) == 0 && strcmp(db.asked[0], idle) == 0));
+    assert_int_equal(gw_nodecreds_get(c, used, 1600, id, name, sizeof name), 0);
+    assert_string_equal(name, "n2");
+    assert_int_equal(gw_nodecreds_get(c, idle, 1400, id, name, sizeof name), -ENOENT);
+    /* asked at 1250: expires at 1650, whatever the refresh found before */
+    assert_int_equal(gw_nodecreds_get(c, used, 1650, id, name, sizeof name), -ENOENT);
+    gw_nodecreds_free(c);
+}
+
+static void test_the_refresh_lets_unread_and_forgotten_answers_go(void **state)
+{
+    (void)state;
+    gw_nodecreds *c = gw_nodecreds_new(64, 400);
+    char hex[GW_NODECRED_HASH_SIZE], id[37], name[128];
+    gw_nodecred_hash("kn_gone", hex);
+    const char *node = "66666666-6666-4666-8666-666666666666";
+    fake_db db = {.known = hex, .id = node, .name = "g"};
+    gw_nodecreds_put(c, hex, node, "g", 0);
+    /* read last at 0: refreshed while a call read it within the keep... */
+    int64_t t = 300;
+    for (; t < GW_NODECRED_KEEP_MS; t += 100)
+        gw_nodecreds_refresh_once(c, t, fake_lookup, &db);
+    assert_int_equal(gw_nodecreds_get(c, hex, t, id, name, sizeof name), 0);
+    /* ...read at t, then no more: refreshed until t + the keep, then it
+     * is asked no more and expires */
+    int64_t u = t + 100;
+    for (; u < t + GW_NODECRED_KEEP_MS; u += 100)
+        gw_nodecreds_refresh_once(c, u, fake_lookup, &db);
+    int before = db.calls;
+    for (; u < t + GW_NODECRED_KEEP_MS + 1000; u += 100)
+        gw_nodecreds_refresh_once(c, u, fake_lookup, &db);
+    assert_in_range(db.calls - before, 0, 1);
+    assert_int_equal(gw_nodecreds_get(c, hex, u, id, name, sizeof name), -ENOENT);
+    /* forgotten (a registration here) while its batch was on the way: the
+     * batch's answer does not bring it back */
+    gw_nodecreds_put(c, hex, node, "g", 50000);
+    gw_nodecreds_forget(c, node);
+    gw_nodecreds_refreshed(c, hex, node, "g", 50100);
+    assert_int_equal(gw_nodecreds_get(c, hex, 50200, id, name, sizeof name), -ENOENT);
     gw_nodecreds_free(c);
 }
 
@@ -275,6 +360,8 @@ int main(void)
         cmocka_unit_test(test_only_a_credentials_form_is_valid),
         cmocka_unit_test(test_the_hash_is_sha256_in_hex),
         cmocka_unit_test(test_the_cache_answers_until_its_ttl_then_asks_again),
+        cmocka_unit_test(test_the_refresh_keeps_answers_in_use_alive_with_one_batch),
+        cmocka_unit_test(test_the_refresh_lets_unread_and_forgotten_answers_go),
         cmocka_unit_test(test_forgetting_a_node_drops_every_answer_naming_it),
         cmocka_unit_test(test_a_cache_of_ttl_0_keeps_nothing_and_a_full_one_stays_bounded),
         cmocka_unit_test(test_outputs_must_be_the_kernels_own_with_their_dtypes),
