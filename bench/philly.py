@@ -69,15 +69,20 @@ def draw_trace_s(rng):
     return 60 * 10 ** rng.uniform(1.5, 3)
 
 
-def generate(n, mean_s, seed=1, tenants=TENANTS):
+def generate(n, mean_s, seed=1, tenants=TENANTS, shapes="philly"):
     """n jobs, tenants interleaved (job i is tenant i % tenants), time
     compressed so that the trace's mean duration is mean_s. Returns (factor,
-    jobs): each job a dict i, tenant, weight, gpus, nodes, trace_s, seconds."""
+    jobs): each job a dict i, tenant, weight, gpus, nodes, trace_s, seconds.
+    shapes "single": every job one GPU on one node, the trace's durations
+    (the control path's ceiling: how many starts a second it sustains when
+    the GPUs' count never binds, and no job's size makes others wait)."""
     rng = random.Random(seed)
     factor = TRACE_MEAN_S / mean_s
     jobs = []
     for i in range(n):
         g, nodes = draw_shape(rng)
+        if shapes == "single":
+            g, nodes = 1, 1
         trace_s = draw_trace_s(rng)
         t = i % tenants
         jobs.append({"i": i, "tenant": tenant_name(t), "weight": tenant_weight(t), "gpus": g,
@@ -176,6 +181,8 @@ def main():
     g.add_argument("--jobs", type=int, required=True)
     g.add_argument("--mean-s", type=float, default=60)
     g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--shapes", choices=("philly", "single"), default="philly",
+                   help="single: every job 1 GPU on 1 node")
     g.add_argument("--out", required=True)
     p = sub.add_parser("pack")
     p.add_argument("--jobs", required=True)
@@ -185,13 +192,13 @@ def main():
     p.add_argument("--limit", type=int, default=0, help="only the first N jobs (those submitted)")
     a = ap.parse_args()
     if a.cmd == "gen":
-        factor, jobs = generate(a.jobs, a.mean_s, a.seed)
+        factor, jobs = generate(a.jobs, a.mean_s, a.seed, shapes=a.shapes)
         with open(a.out, "w") as f:
             f.write(json.dumps({"factor": factor, "mean_s": a.mean_s, "trace_mean_s": TRACE_MEAN_S,
-                                "seed": a.seed, "jobs": a.jobs}) + "\n")
+                                "seed": a.seed, "jobs": a.jobs, "shapes": a.shapes}) + "\n")
             for j in jobs:
                 f.write(json.dumps(j) + "\n")
-        print(json.dumps({"factor": round(factor, 2), "jobs": len(jobs)}))
+        print(json.dumps({"factor": round(factor, 2), "jobs": len(jobs), "shapes": a.shapes}))
     else:
         with open(a.jobs) as f:
             head = json.loads(f.readline())

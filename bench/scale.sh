@@ -10,7 +10,9 @@
 # node, at most KL_SCALE_JOBS_MAX [100000]) through the public API
 # (kl-scalesim submit), and measures a window of KL_SCALE_WINDOW_S [120]
 # seconds that starts when the backlog is in. Time is compressed so that
-# the mean job lasts KL_SCALE_MEAN_S [60] s (the factor is printed). It
+# the mean job lasts KL_SCALE_MEAN_S [60] s (the factor is printed).
+# KL_SCALE_SHAPES=single makes every job one GPU on one node: the control
+# path's ceiling, which the GPUs' count and the big jobs do not hide. It
 # prints figures 1-6 of the issue per size (bench/scale_report.py), and at
 # the largest size profiles the gateway (perf record -g, KL_SCALE_PERF_S
 # [20] s inside the window) where perf may run; KL_SCALE_PERF_ALL=1 profiles
@@ -36,6 +38,7 @@ JOBS_MAX=${KL_SCALE_JOBS_MAX:-100000}
 WINDOW_S=${KL_SCALE_WINDOW_S:-120}
 MEAN_S=${KL_SCALE_MEAN_S:-60}
 PERF_S=${KL_SCALE_PERF_S:-20}
+SHAPES=${KL_SCALE_SHAPES:-philly}
 OUT=${KL_BENCH_OUT:-$ROOT/var/bench/scale-$(date -u +%Y%m%dT%H%M%SZ)}
 TREE=${KOWLOON_TEST_ROOT:-$ROOT}
 GATEWAY=$TREE/bin/kowloon-gateway
@@ -156,7 +159,8 @@ run_size() {
         { tail -n 5 "$STATE/log/sim.log"; kl_log_tail "$STATE/log/gateway.log"; die "$nodes nodes did not come up"; }
 
     # tenants, keys, and the backlog
-    python3 "$ROOT/bench/philly.py" gen --jobs "$njobs" --mean-s "$MEAN_S" --out "$res/jobs.jsonl" >"$res/gen.json"
+    python3 "$ROOT/bench/philly.py" gen --jobs "$njobs" --mean-s "$MEAN_S" --shapes "$SHAPES" \
+        --out "$res/jobs.jsonl" >"$res/gen.json"
     "${REPORT[@]}" tenants --url "$GW_URL" --key "$admin" --jobs "$res/jobs.jsonl" --out "$STATE/submit.tsv"
     say "   $(cat "$res/gen.json") (time compression factor; mean job ${MEAN_S} s)"
     local t_sub0 t_sub1

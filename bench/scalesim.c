@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ typedef struct buf {
 
 typedef struct xfer {
     CURL *e;
+    int mi;                   /* its multi handle (S.multi) */
     xkind kind;
     int node, line;
     ss_run *run;              /* rendezvous: the part it is for */
@@ -79,10 +81,24 @@ typedef struct sim_node {
  * are spread over this many host names that all resolve to the gateway. */
 #define SIM_HOSTS 256
 
+/* libcurl 7.88's curl_multi_remove_handle walks every connection its
+ * multi handle keeps (to close connect-only ones, once an exchange left a
+ * connection to reuse: every exchange here), 4.4 % of the whole machine
+ * at the 1,000-node ceiling, the simulator's largest item (perf). The
+ * exchanges are spread over this many multi handles, by node (submits in
+ * turn), each with its own connections, so that each walk is this many
+ * times shorter. */
+#define SIM_MULTIS 16
+/* Easy handles kept for reuse per multi handle: a new one allocates
+ * its buffers again (_int_malloc, 3 % of the machine). */
+#define SIM_SPARE 64
+
 static struct {
-    CURLM *m;
+    CURLM *multi[SIM_MULTIS];
+    int64_t curl_deadline[SIM_MULTIS];  /* mono ms; -1 none */
+    CURL *spare[SIM_MULTIS][SIM_SPARE];
+    int nspare[SIM_MULTIS];
     int ep;
-    int64_t curl_deadline;    /* mono ms; -1 none */
     volatile sig_atomic_t stop;
     /* The nodes' exchanges go to the gateway under SIM_HOSTS names (see
      * node_hosts, ss_gw_host): host_base[k] the URL prefix of name k, resolve[k] its
@@ -148,8 +164,9 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *arg)
 static int on_socket(CURL *e, curl_socket_t s, int what, void *u, void *sockp)
 {
     (void)e;
-    (void)u;
-    struct epoll_event ev = {.data.fd = s};
+    int mi = (int)(intptr_t)u;
+    /* the multi handle in the high half, the socket in the low one */
+    struct epoll_event ev = {.data.u64 = (uint64_t)mi << 32 | (uint32_t)s};
     if (what == CURL_POLL_REMOVE) {
         epoll_ctl(S.ep, EPOLL_CTL_DEL, s, NULL);
         return 0;
@@ -158,7 +175,7 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *u, void *sockp)
     if (!sockp) {
         if (epoll_ctl(S.ep, EPOLL_CTL_ADD, s, &ev) != 0 && errno == EEXIST)
             epoll_ctl(S.ep, EPOLL_CTL_MOD, s, &ev);
-        curl_multi_assign(S.m, s, (void *)1);
+        curl_multi_assign(S.multi[mi], s, (void *)1);
     } else if (epoll_ctl(S.ep, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT) {
         epoll_ctl(S.ep, EPOLL_CTL_ADD, s, &ev);
     }
@@ -168,8 +185,8 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *u, void *sockp)
 static int on_timer(CURLM *m, long ms, void *u)
 {
     (void)m;
-    (void)u;
-    S.curl_deadline = ms < 0 ? -1 : mono_ms() + ms;
+    int mi = (int)(intptr_t)u;
+    S.curl_deadline[mi] = ms < 0 ? -1 : mono_ms() + ms;
     return 0;
 }
 
@@ -185,7 +202,9 @@ static xfer *start(xkind kind, int node, const char *method, const char *url, co
     }
     x->kind = kind;
     x->node = node;
-    x->e = curl_easy_init();
+    static unsigned rr;
+    x->mi = node >= 0 ? node % SIM_MULTIS : (int)(rr++ % SIM_MULTIS);
+    x->e = S.nspare[x->mi] > 0 ? S.spare[x->mi][--S.nspare[x->mi]] : curl_easy_init();
     if (auth)
         x->hdrs = curl_slist_append(x->hdrs, auth);
     x->hdrs = curl_slist_append(x->hdrs, "Expect:");
@@ -218,14 +237,19 @@ static xfer *start(xkind kind, int node, const char *method, const char *url, co
     curl_easy_setopt(x->e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(x->e, CURLOPT_TCP_NODELAY, 1L);
     S.sent[kind]++;
-    curl_multi_add_handle(S.m, x->e);
+    curl_multi_add_handle(S.multi[x->mi], x->e);
     return x;
 }
 
 static void xfer_free(xfer *x)
 {
-    curl_multi_remove_handle(S.m, x->e);
-    curl_easy_cleanup(x->e);
+    curl_multi_remove_handle(S.multi[x->mi], x->e);
+    if (S.nspare[x->mi] < SIM_SPARE) {
+        curl_easy_reset(x->e);
+        S.spare[x->mi][S.nspare[x->mi]++] = x->e;
+    } else {
+        curl_easy_cleanup(x->e);
+    }
     curl_slist_free_all(x->hdrs);
     free(x->body);
     free(x->resp.p);
@@ -495,12 +519,13 @@ static void drain_done(void)
 {
     CURLMsg *msg;
     int left;
-    while ((msg = curl_multi_info_read(S.m, &left)))
-        if (msg->msg == CURLMSG_DONE) {
-            xfer *x;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-            done(x, msg->data.result);
-        }
+    for (int mi = 0; mi < SIM_MULTIS; mi++)
+        while ((msg = curl_multi_info_read(S.multi[mi], &left)))
+            if (msg->msg == CURLMSG_DONE) {
+                xfer *x;
+                curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+                done(x, msg->data.result);
+            }
 }
 
 /* Everything a node does on its own clock. */
@@ -597,8 +622,9 @@ static void loop(int (*until)(void), void (*each_tick)(void))
     while (!until()) {
         int64_t now = mono_ms();
         int64_t wait = next_tick - now;
-        if (S.curl_deadline >= 0 && S.curl_deadline - now < wait)
-            wait = S.curl_deadline - now;
+        for (int mi = 0; mi < SIM_MULTIS; mi++)
+            if (S.curl_deadline[mi] >= 0 && S.curl_deadline[mi] - now < wait)
+                wait = S.curl_deadline[mi] - now;
         if (wait < 0)
             wait = 0;
         int n = epoll_wait(S.ep, ev, 256, (int)wait);
@@ -606,13 +632,15 @@ static void loop(int (*until)(void), void (*each_tick)(void))
             int f = (ev[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) |
                     (ev[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
                     (ev[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
-            curl_multi_socket_action(S.m, ev[i].data.fd, f, &running);
+            curl_multi_socket_action(S.multi[ev[i].data.u64 >> 32],
+                                     (curl_socket_t)(uint32_t)ev[i].data.u64, f, &running);
         }
         now = mono_ms();
-        if (S.curl_deadline >= 0 && now >= S.curl_deadline) {
-            S.curl_deadline = -1;
-            curl_multi_socket_action(S.m, CURL_SOCKET_TIMEOUT, 0, &running);
-        }
+        for (int mi = 0; mi < SIM_MULTIS; mi++)
+            if (S.curl_deadline[mi] >= 0 && now >= S.curl_deadline[mi]) {
+                S.curl_deadline[mi] = -1;
+                curl_multi_socket_action(S.multi[mi], CURL_SOCKET_TIMEOUT, 0, &running);
+            }
         drain_done();
         if (now >= next_tick) {
             each_tick();
@@ -849,11 +877,15 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     srand((unsigned)getpid());
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    S.m = curl_multi_init();
     S.ep = epoll_create1(EPOLL_CLOEXEC);
-    S.curl_deadline = -1;
-    curl_multi_setopt(S.m, CURLMOPT_SOCKETFUNCTION, on_socket);
-    curl_multi_setopt(S.m, CURLMOPT_TIMERFUNCTION, on_timer);
+    for (int mi = 0; mi < SIM_MULTIS; mi++) {
+        S.multi[mi] = curl_multi_init();
+        S.curl_deadline[mi] = -1;
+        curl_multi_setopt(S.multi[mi], CURLMOPT_SOCKETFUNCTION, on_socket);
+        curl_multi_setopt(S.multi[mi], CURLMOPT_SOCKETDATA, (void *)(intptr_t)mi);
+        curl_multi_setopt(S.multi[mi], CURLMOPT_TIMERFUNCTION, on_timer);
+        curl_multi_setopt(S.multi[mi], CURLMOPT_TIMERDATA, (void *)(intptr_t)mi);
+    }
     int rc;
     if (strcmp(argv[1], "nodes") == 0) {
         /* a held poll per node, and room for its other exchanges: at the
@@ -862,16 +894,23 @@ int main(int argc, char **argv)
          * connect anew; at n * 2 + 64 the simulator of 1,000 nodes sat
          * at the cap (2,070 descriptors) */
         int n = atoi(arg_of(argc, argv, "--nodes", "1"));
-        curl_multi_setopt(S.m, CURLMOPT_MAXCONNECTS, (long)(n * 4 + 64));
+        for (int mi = 0; mi < SIM_MULTIS; mi++)
+            curl_multi_setopt(S.multi[mi], CURLMOPT_MAXCONNECTS, (long)(n * 4 / SIM_MULTIS + 64));
         rc = run_nodes(argc, argv);
     } else if (strcmp(argv[1], "submit") == 0) {
-        curl_multi_setopt(S.m, CURLMOPT_MAXCONNECTS, (long)atoi(arg_of(argc, argv, "--concurrency", "64")) + 8);
+        int conc = atoi(arg_of(argc, argv, "--concurrency", "64"));
+        for (int mi = 0; mi < SIM_MULTIS; mi++)
+            curl_multi_setopt(S.multi[mi], CURLMOPT_MAXCONNECTS, (long)(conc / SIM_MULTIS + 8));
         rc = run_submit(argc, argv);
     } else {
         usage();
         rc = 2;
     }
-    curl_multi_cleanup(S.m);
+    for (int mi = 0; mi < SIM_MULTIS; mi++) {
+        while (S.nspare[mi] > 0)
+            curl_easy_cleanup(S.spare[mi][--S.nspare[mi]]);
+        curl_multi_cleanup(S.multi[mi]);
+    }
     curl_global_cleanup();
     return rc;
 }
