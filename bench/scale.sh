@@ -12,7 +12,11 @@
 # seconds that starts when the backlog is in. Time is compressed so that
 # the mean job lasts KL_SCALE_MEAN_S [60] s (the factor is printed).
 # KL_SCALE_SHAPES=single makes every job one GPU on one node: the control
-# path's ceiling, which the GPUs' count and the big jobs do not hide. It
+# path's ceiling, which the GPUs' count and the big jobs do not hide.
+# KL_SCALE_QUEUE_FIRST=1 drains the nodes while the backlog is submitted
+# and lets them take work when the window starts: the control path then
+# has the whole backlog to start (else it starts the jobs as they come,
+# at the submissions' pace, and runs out of them). It
 # prints figures 1-6 of the issue per size (bench/scale_report.py), and at
 # the largest size profiles the gateway (perf record -g, KL_SCALE_PERF_S
 # [20] s inside the window) where perf may run; KL_SCALE_PERF_ALL=1 profiles
@@ -39,6 +43,7 @@ WINDOW_S=${KL_SCALE_WINDOW_S:-120}
 MEAN_S=${KL_SCALE_MEAN_S:-60}
 PERF_S=${KL_SCALE_PERF_S:-20}
 SHAPES=${KL_SCALE_SHAPES:-philly}
+QUEUE_FIRST=${KL_SCALE_QUEUE_FIRST:-0}
 OUT=${KL_BENCH_OUT:-$ROOT/var/bench/scale-$(date -u +%Y%m%dT%H%M%SZ)}
 TREE=${KOWLOON_TEST_ROOT:-$ROOT}
 GATEWAY=$TREE/bin/kowloon-gateway
@@ -164,6 +169,7 @@ run_size() {
     "${REPORT[@]}" tenants --url "$GW_URL" --key "$admin" --jobs "$res/jobs.jsonl" --out "$STATE/submit.tsv"
     say "   $(cat "$res/gen.json") (time compression factor; mean job ${MEAN_S} s)"
     local t_sub0 t_sub1
+    [ "$QUEUE_FIRST" = 1 ] && say "$("${REPORT[@]}" drain --url "$GW_URL" --key "$admin" --on)"
     t_sub0=$(date +%s%3N)
     "$SIM" submit --url "$GW_URL" --jobs "$STATE/submit.tsv" --concurrency 64 --out "$res/ids.tsv" \
         >"$res/submit.json" 2>>"$STATE/log/submit.log"
@@ -175,6 +181,10 @@ run_size() {
     # jobs in the claim and the result, 13 ms a call at 40,000 jobs), and
     # the window would measure that minute instead of the steady state.
     psql_q "ANALYZE jobs" || true
+    if [ "$QUEUE_FIRST" = 1 ]; then
+        say "$("${REPORT[@]}" drain --url "$GW_URL" --key "$admin" --off) (the window starts with the whole backlog queued; figure 3 then counts each job runnable since the nodes were drained)"
+        t_sub1=$(date +%s%3N)
+    fi
 
     # the window: CPU, RSS and PostgreSQL's writes at both ends
     local pg0 pg1 perf_pid=

@@ -36,6 +36,7 @@ import json
 import os
 import sys
 import time
+import concurrent.futures
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -67,6 +68,22 @@ def cmd_wait_nodes(a):
         time.sleep(0.5)
     print("   only %d of %d nodes up after %d s" % (up, a.nodes, a.timeout), file=sys.stderr)
     return 1
+
+
+def cmd_drain(a):
+    """Drains every node (--on) or lets them take work again (--off), 16
+    at a time: with KL_SCALE_QUEUE_FIRST the backlog is queued while the
+    nodes take none, so that the window starts with all of it waiting."""
+    nodes = api(a.url + "/v1/nodes", a.key).get("nodes", [])
+    method = "POST" if a.on else "DELETE"
+
+    def one(n):
+        api("%s/v1/nodes/%s/drain" % (a.url, n["id"]), a.key, method)
+
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        list(ex.map(one, nodes))
+    print("   %d nodes %s" % (len(nodes), "drained" if a.on else "taking work again"))
+    return 0
 
 
 def read_jobs(path):
@@ -345,6 +362,12 @@ def main():
     p.add_argument("--key", required=True)
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--timeout", type=int, default=120)
+    p = sub.add_parser("drain")
+    p.add_argument("--url", required=True)
+    p.add_argument("--key", required=True)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--on", action="store_true")
+    g.add_argument("--off", action="store_true")
     p = sub.add_parser("tenants")
     p.add_argument("--url", required=True)
     p.add_argument("--key", required=True)
@@ -362,7 +385,7 @@ def main():
     p = sub.add_parser("summary")
     p.add_argument("--out", required=True)
     a = ap.parse_args()
-    return {"wait-nodes": cmd_wait_nodes, "tenants": cmd_tenants, "snap": cmd_snap,
+    return {"wait-nodes": cmd_wait_nodes, "drain": cmd_drain, "tenants": cmd_tenants, "snap": cmd_snap,
             "report": cmd_report, "summary": cmd_summary}[a.cmd](a)
 
 

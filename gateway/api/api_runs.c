@@ -90,6 +90,15 @@ int gw_api_node_lease(svc_req *req)
  * exchanges (each up to LEASE_RUNS_MAX reports). */
 #define RESULTS_COMMIT_THREADS 1
 #define RESULTS_BATCH_MAX 64
+/* While reports keep coming (a batch taken within RESULTS_BUSY_MS), the
+ * thread gathers for RESULTS_LINGER_MS from the first waiting one: the
+ * results statement costs PostgreSQL about 0.33 ms however many rows it
+ * has, and 0.03 ms a row (a bench of the statement's writes alone: 0.36 ms
+ * a row at one a statement, 0.12 at four, 0.05 at sixteen), and at the
+ * 1,000-node ceiling it committed 2.7-3.3 rows a statement, 38 % of
+ * PostgreSQL's statement time. A GPU is known free that much later. */
+#define RESULTS_LINGER_MS 8
+#define RESULTS_BUSY_MS 20
 
 /* A node's exchange of reports whose successes wait for their batch's
  * commit (committer.h). */
@@ -236,6 +245,8 @@ int gw_api_results_start(gw_app *app)
 {
     static const gw_committer_ops ops = {.commit = results_commit, .done = results_done};
     app->results = gw_committer_start(&ops, app, RESULTS_COMMIT_THREADS, RESULTS_BATCH_MAX);
+    if (app->results)
+        gw_committer_linger(app->results, RESULTS_LINGER_MS, RESULTS_BUSY_MS);
     return app->results ? 0 : -ENOMEM;
 }
 

@@ -24,6 +24,16 @@
 #define LOCK_NAME "kowloon:scheduler"
 #define LOCK_TTL_MS 5000
 #define PEEK_MAX 64
+/* A pass reads of each tenant's ready queue PEEK_MIN entries and one more
+ * per PEEK_PER_FREE free slots, at most PEEK_MAX: it places at most one
+ * job a free slot, shared among the tenants. Reading PEEK_MAX of each
+ * tenant's whatever was free (3,200 entries at 50 tenants, for the ~35
+ * slots a pass finds free at the 1,000-node ceiling) was the largest part
+ * of Redis's CPU (the Lua script's ranges, their scores printed as
+ * doubles) and of the scheduler's parsing and allocations. A tenant whose
+ * whole window was placed makes another pass follow at once. */
+#define PEEK_MIN 8
+#define PEEK_PER_FREE 4
 /* Ready entries one pass looks at, at most: jobs no free slot fits (a
  * backend no node offers, a tenant at its running quota) are passed over,
  * so that they cannot hold back the jobs behind them. */
@@ -484,22 +494,23 @@ static void node_view(const gw_sched *s, int k, gw_place_node *v)
 }
 
 /* 1 when a node of the view has a free slot. */
-static int view_free_slot(const gw_place_node *view, int n)
+static int view_free_slots(const gw_place_node *view, int n)
 {
+    int free = 0;
     for (int k = 0; k < n; k++)
         if (view[k].available && view[k].running < view[k].slots)
-            return 1;
-    return 0;
+            free += view[k].slots - view[k].running;
+    return free;
 }
 
 /* The placement view of the nodes, and the nodes_gen it shows (*gen);
- * 1 when some node has a free slot. mu held. */
+ * returns the free slots of the nodes that take work. mu held. */
 static int nodes_view(gw_sched *s, gw_place_node *view, uint64_t *gen)
 {
     for (int k = 0; k < s->nnodes; k++)
         node_view(s, k, &view[k]);
     *gen = s->nodes_gen;
-    return view_free_slot(view, s->nnodes);
+    return view_free_slots(view, s->nnodes);
 }
 
 /* Gives back what placement counted for a claim that did not happen. mu
@@ -592,6 +603,7 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
  * at. */
 typedef struct pass_tenant {
     int start, end, pos;
+    int held_back;            /* at its running quota: the rest of its window waits */
     gw_tenant_run *t;         /* NULL: not known since the last refresh */
     double *vt;               /* its virtual time (fair share) */
 } pass_tenant;
@@ -823,7 +835,7 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
             shapes_node_changed(res, view, pick.node[k], now);
         }
         res->gen = s->nodes_gen;   /* the view was current before the count */
-        *free_slot = view_free_slot(view, s->nnodes);
+        *free_slot = view_free_slots(view, s->nnodes);
         how = PASS_PLACED;
     } else if (res->n < RESERVE_MAX) {
         int64_t at = gw_place_reserve_at(shape_times(res, view, s->nnodes, &req, now), s->nnodes,
@@ -872,9 +884,13 @@ static void pass_charge(pass_tenant *t, double *vt, const gw_ready *e)
  * reservation, and a tenant of weight 1 got 1.7 times its share in
  * test_scale_sim). From then on a job goes on a reserved node only when its
  * timeout_s ends before that reservation's start (backfill).
- * Claims go in batches of PEEK_MAX, until no slot is free, every entry was
- * looked at, or the clock reaches until. Returns how many were claimed. */
-static int dispatch_pass(gw_sched *s, int64_t until)
+ * Each tenant's window is PEEK_MIN + free slots / PEEK_PER_FREE entries
+ * (PEEK_MAX at most; deeper every DEEP_SCAN_MS). Claims go in batches of
+ * PEEK_MAX, until no slot is free, every entry was looked at, or the clock
+ * reaches until. Returns how many were claimed; *more is 1 when slots were
+ * left and some tenant's window was all placed or passed over (its queue
+ * may hold more: the caller passes again). */
+static int dispatch_pass(gw_sched *s, int64_t until, int *more)
 {
     static gw_place_node view[SCHED_MAX_NODES];
     static pass_tenant pt[SCAN_MAX];
@@ -889,14 +905,17 @@ static int dispatch_pass(gw_sched *s, int64_t until)
     for (int i = 0; i < FREE_SHAPES; i++)
         res.shapes[i].at = shape_at[i];
     int64_t mono = svc_now_mono_ms(), now = svc_now_wall_ms();
-    int per_tenant = PEEK_MAX;
+    pthread_mutex_lock(&s->mu);
+    int free_slot = nodes_view(s, view, &res.gen);
+    pthread_mutex_unlock(&s->mu);
+    int per_tenant = PEEK_MIN + free_slot / PEEK_PER_FREE;
+    if (per_tenant > PEEK_MAX)
+        per_tenant = PEEK_MAX;
     if (mono >= s->next_deep_ms) {
         per_tenant = SCAN_MAX / 8;
         s->next_deep_ms = mono + DEEP_SCAN_MS;
     }
-    pthread_mutex_lock(&s->mu);
-    int free_slot = nodes_view(s, view, &res.gen);
-    pthread_mutex_unlock(&s->mu);
+    *more = 0;
     if (!free_slot || gw_queue_peek(s->app->queue, per_tenant, s->ready, SCAN_MAX, &n) != 0)
         return 0;
     int nt = pass_tenants(s, n, pt, vt);
@@ -915,6 +934,7 @@ static int dispatch_pass(gw_sched *s, int64_t until)
         /* A tenant at its running quota waits whole. */
         if (!running_allowed(s, e)) {
             pt[k].pos = pt[k].end;
+            pt[k].held_back = 1;
             continue;
         }
         int how = pass_place(s, e, view, &batch[nb], now, &res, &free_slot);
@@ -932,6 +952,10 @@ static int dispatch_pass(gw_sched *s, int64_t until)
         }
     }
     int got = flush_batch(s, batch, members, &nb);
+    /* a tenant's window ran out while slots were left: it may have more */
+    for (int k = 0; free_slot && k < nt; k++)
+        if (!pt[k].held_back && pt[k].end - pt[k].start >= per_tenant)
+            *more = 1;
     return got < 0 ? dispatched : dispatched + got;
 }
 
@@ -1027,11 +1051,11 @@ static void *sched_main(void *arg)
              * Back to the top for the lock's renewal in time, however long
              * the queue keeps the passes busy. */
             if (now >= next_pass) {
-                int got, claimed = 0;
+                int got, claimed = 0, more = 0;
                 while (!s->stop && svc_now_mono_ms() < next_lock &&
-                       (got = dispatch_pass(s, next_lock)) >= 0) {
+                       (got = dispatch_pass(s, next_lock, &more)) >= 0) {
                     claimed += got;
-                    if (got < PEEK_MAX)
+                    if (got < PEEK_MAX && !(more && got > 0))
                         break;
                 }
                 if (claimed > 0)

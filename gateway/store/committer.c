@@ -3,7 +3,9 @@
  * up to a batch, commit it, and answer it. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "committer.h"
 #include "svc_log.h"
@@ -12,9 +14,12 @@ struct gw_committer {
     gw_committer_ops ops;
     void *arg;
     int batch_max;
-    pthread_mutex_t mu;          /* guards head, tail, stopping */
-    pthread_cond_t cv;
+    int linger_ms, busy_ms;      /* gw_committer_linger; 0: none */
+    pthread_mutex_t mu;          /* guards head, tail, waiting, stopping, last_take_ms */
+    pthread_cond_t cv;           /* CLOCK_MONOTONIC */
     gw_commit_item *head, *tail;
+    int waiting;                 /* items in the FIFO */
+    int64_t last_take_ms;        /* when the last batch was taken */
     int stopping;
     int nthreads;
     pthread_t *threads;
@@ -40,8 +45,28 @@ static void batch_run(gw_committer *c, gw_commit_item **batch, int n)
         c->ops.done(c->arg, batch[i]);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* While batches follow each other, waits (mu held) until the head item
+ * has waited linger_ms, max items wait, or the committer stops. */
+static void linger(gw_committer *c, int max)
+{
+    if (c->linger_ms <= 0 || mono_ms() - c->last_take_ms >= c->busy_ms)
+        return;
+    int64_t until = c->head->at_ms + c->linger_ms;
+    struct timespec ts = {.tv_sec = until / 1000, .tv_nsec = (until % 1000) * 1000000L};
+    while (!c->stopping && c->waiting < max && mono_ms() < until)
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
 /* A committer thread: takes everything waiting (up to batch_max) while no
- * batch of its own is in flight; leaves once stopping and nothing waits. */
+ * batch of its own is in flight, after lingering for more while busy
+ * (gw_committer_linger); leaves once stopping and nothing waits. */
 static void *committer_main(void *arg)
 {
     gw_committer *c = arg;
@@ -58,6 +83,7 @@ static void *committer_main(void *arg)
             pthread_cond_wait(&c->cv, &c->mu);
         if (!c->head)
             break;
+        linger(c, max);
         int n = 0;
         while (c->head && n < max) {
             batch[n] = c->head;
@@ -66,6 +92,8 @@ static void *committer_main(void *arg)
         }
         if (!c->head)
             c->tail = NULL;
+        c->waiting -= n;
+        c->last_take_ms = mono_ms();
         pthread_mutex_unlock(&c->mu);
         batch_run(c, batch, n);
         pthread_mutex_lock(&c->mu);
@@ -91,7 +119,11 @@ gw_committer *gw_committer_start(const gw_committer_ops *ops, void *arg, int thr
     c->batch_max = batch_max;
     c->threads = calloc((size_t)threads, sizeof(*c->threads));
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
     for (; c->threads && c->nthreads < threads; c->nthreads++)
         if (pthread_create(&c->threads[c->nthreads], NULL, committer_main, c) != 0)
             break;
@@ -112,14 +144,24 @@ int gw_committer_add(gw_committer *c, gw_commit_item *item)
         return -ESHUTDOWN;
     }
     item->next = NULL;
+    item->at_ms = mono_ms();
     if (c->tail)
         c->tail->next = item;
     else
         c->head = item;
     c->tail = item;
+    c->waiting++;
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return 0;
+}
+
+void gw_committer_linger(gw_committer *c, int linger_ms, int busy_ms)
+{
+    pthread_mutex_lock(&c->mu);
+    c->linger_ms = linger_ms > 0 ? linger_ms : 0;
+    c->busy_ms = busy_ms > 0 ? busy_ms : 0;
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* Stops after the threads have emptied the FIFO (committer.h). */

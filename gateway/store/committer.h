@@ -2,7 +2,8 @@
  * return (their requests suspended); committer threads take everything
  * waiting, up to a batch maximum, and commit it in one round trip. While one
  * batch commits the next accumulates, so batches grow with the load and a
- * lone submit is committed at once: no timer adds latency. A batch that
+ * lone submit is committed at once: no timer adds latency, unless the
+ * caller asks a busy committer to gather (gw_committer_linger). A batch that
  * fails on a live connection is retried item by item, so one bad row fails
  * only itself. What a commit is and how an item is answered are the
  * caller's (gw_committer_ops): the unit tests drive the batching alone. */
@@ -12,6 +13,7 @@
 /* Embedded in the caller's own record of a submit. */
 typedef struct gw_commit_item {
     struct gw_commit_item *next;  /* the committer's */
+    long long at_ms;              /* the committer's: when it was handed over */
     int rc;                       /* the outcome, set before ops.done */
 } gw_commit_item;
 
@@ -40,6 +42,14 @@ gw_committer *gw_committer_start(const gw_committer_ops *ops, void *arg, int thr
  * or -ESHUTDOWN when the committer is stopping (the caller keeps item and
  * answers it). Never blocks on a commit. */
 int gw_committer_add(gw_committer *c, gw_commit_item *item);
+/* Gathering, for a committer whose statements cost PostgreSQL mostly a
+ * fixed price (the nodes' reports: one row costs about a tenth of the
+ * statement at four rows a statement): while batches follow each other
+ * (the last one was taken less than busy_ms ago), a thread waits until the
+ * first waiting item has waited linger_ms, or a whole batch waits, before
+ * it takes them. An item arriving after a quiet spell is taken at once.
+ * linger_ms 0 (the default): no waiting. */
+void gw_committer_linger(gw_committer *c, int linger_ms, int busy_ms);
 /* Refuses new items, commits and answers every item already handed over,
  * then joins the threads and frees c. NULL is a no-op. */
 void gw_committer_stop(gw_committer *c);

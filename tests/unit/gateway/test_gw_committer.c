@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "committer.h"
@@ -265,6 +266,74 @@ static void test_concurrent_submits_on_two_committers_are_each_answered_once(voi
     free(f);
 }
 
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A committer that gathers for 300 ms while busy (a batch within 10 s). */
+static gw_committer *lingering(fake *f, int batch_max)
+{
+    gw_committer *c = gw_committer_start(&ops, f, 1, batch_max);
+    assert_non_null(c);
+    gw_committer_linger(c, 300, 10000);
+    return c;
+}
+
+static void test_a_busy_committer_gathers_what_arrives_within_its_linger(void **state)
+{
+    (void)state;
+    fake *f = fake_new();
+    titem *t = items_new(4);
+    gw_committer *c = lingering(f, 64);
+    /* a first batch makes it busy */
+    assert_int_equal(gw_committer_add(c, &t[0].it), 0);
+    wait_answered(f, 1);
+    /* two items 30 ms apart: without the linger the first would be
+     * committed alone as soon as it came */
+    assert_int_equal(gw_committer_add(c, &t[1].it), 0);
+    sleep_ms(30);
+    assert_int_equal(gw_committer_add(c, &t[2].it), 0);
+    wait_answered(f, 3);
+    assert_int_equal(f->ncalls, 2);
+    assert_int_equal(f->sizes[0], 1);
+    assert_int_equal(f->sizes[1], 2);
+    gw_committer_stop(c);
+    free(t);
+    free(f);
+}
+
+static void test_a_full_batch_or_a_quiet_spell_is_not_kept_waiting(void **state)
+{
+    (void)state;
+    fake *f = fake_new();
+    titem *t = items_new(8);
+    gw_committer *c = gw_committer_start(&ops, f, 1, 3);
+    assert_non_null(c);
+    gw_committer_linger(c, 60000, 200);
+    /* the first item of all: nothing before it, committed at once (the
+     * linger is a minute: the test would wait it out otherwise) */
+    assert_int_equal(gw_committer_add(c, &t[0].it), 0);
+    wait_answered(f, 1);
+    /* busy now: three items (a whole batch) go without waiting the minute */
+    for (int i = 1; i <= 3; i++)
+        assert_int_equal(gw_committer_add(c, &t[i].it), 0);
+    wait_answered(f, 4);
+    assert_int_equal(f->sizes[1], 3);
+    /* after a quiet spell longer than busy_ms, a lone item goes at once */
+    sleep_ms(400);
+    assert_int_equal(gw_committer_add(c, &t[4].it), 0);
+    wait_answered(f, 5);
+    assert_int_equal(f->ncalls, 3);
+    /* and stop does not wait the linger out either */
+    assert_int_equal(gw_committer_add(c, &t[5].it), 0);
+    gw_committer_stop(c);
+    assert_int_equal(f->answered, 6);
+    free(t);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +342,8 @@ int main(void)
         cmocka_unit_test(test_a_lost_connection_fails_the_whole_batch_without_retries),
         cmocka_unit_test(test_stop_answers_every_submit_already_handed_over),
         cmocka_unit_test(test_concurrent_submits_on_two_committers_are_each_answered_once),
+        cmocka_unit_test(test_a_busy_committer_gathers_what_arrives_within_its_linger),
+        cmocka_unit_test(test_a_full_batch_or_a_quiet_spell_is_not_kept_waiting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
