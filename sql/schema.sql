@@ -1077,12 +1077,6 @@ CREATE INDEX job_idempotency_created ON public.job_idempotency USING btree (crea
 CREATE INDEX job_ranks_node_open ON public.job_ranks USING btree (node_id) WHERE (ended_at IS NULL);
 
 --
--- Name: jobs_active; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX jobs_active ON public.jobs USING btree (state) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text]));
-
---
 -- Name: jobs_ended; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1244,20 +1238,6 @@ ALTER TABLE ONLY public.job_blob_refs
     ADD CONSTRAINT job_blob_refs_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
 
 --
--- Name: job_events job_events_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.job_events
-    ADD CONSTRAINT job_events_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
-
---
--- Name: job_inputs job_inputs_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.job_inputs
-    ADD CONSTRAINT job_inputs_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
-
---
 -- Name: job_log_chunks job_log_chunks_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1277,13 +1257,6 @@ ALTER TABLE ONLY public.job_ranks
 
 ALTER TABLE ONLY public.job_ranks
     ADD CONSTRAINT job_ranks_node_id_fkey FOREIGN KEY (node_id) REFERENCES public.nodes(id);
-
---
--- Name: job_results job_results_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.job_results
-    ADD CONSTRAINT job_results_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
 
 --
 -- Name: jobs_deleted jobs_deleted_tenant_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

@@ -203,17 +203,23 @@ int gw_nodecreds_get(gw_nodecreds *c, const char *hex, int64_t now_ms, char node
     return 0;
 }
 
+/* The digest and the value of an answer: 0, or -1 when hex is not a hash. */
+static int answer_of(const char *hex, const char *node_id, const char *name,
+                     unsigned char digest[32], nc_value *v)
+{
+    memset(v, 0, sizeof *v);
+    snprintf(v->node_id, sizeof v->node_id, "%s", node_id);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    return digest_of(hex, digest);
+}
+
 void gw_nodecreds_put(gw_nodecreds *c, const char *hex, const char *node_id, const char *name,
                       int64_t asked_ms)
 {
     unsigned char digest[32];
-    if (c == NULL || gw_ttlcache_ttl_ms(c->tc) == 0 || digest_of(hex, digest) != 0)
-        return;
     nc_value v;
-    memset(&v, 0, sizeof v);
-    snprintf(v.node_id, sizeof v.node_id, "%s", node_id);
-    snprintf(v.name, sizeof v.name, "%s", name);
-    gw_ttlcache_put(c->tc, digest, &v, asked_ms);
+    if (c != NULL && gw_ttlcache_ttl_ms(c->tc) != 0 && answer_of(hex, node_id, name, digest, &v) == 0)
+        gw_ttlcache_put(c->tc, digest, &v, asked_ms);
 }
 
 static int names_node(const void *value, const void *node_id)
@@ -229,7 +235,7 @@ void gw_nodecreds_forget(gw_nodecreds *c, const char *node_id)
 
 /* ---- the refresh ----------------------------------------------------- */
 
-/* The hashes of the answers due, as hex, NUL-separated in one block. */
+/* The hashes of the answers due, as hex. */
 typedef struct nc_due {
     char (*hex)[GW_NODECRED_HASH_SIZE];
     int n, cap;
@@ -249,13 +255,9 @@ void gw_nodecreds_refreshed(gw_nodecreds *c, const char *hex, const char *node_i
                             const char *name, int64_t asked_ms)
 {
     unsigned char digest[32];
-    if (c == NULL || digest_of(hex, digest) != 0)
-        return;
     nc_value v;
-    memset(&v, 0, sizeof v);
-    snprintf(v.node_id, sizeof v.node_id, "%s", node_id);
-    snprintf(v.name, sizeof v.name, "%s", name);
-    gw_ttlcache_refresh(c->tc, digest, &v, asked_ms);
+    if (c != NULL && answer_of(hex, node_id, name, digest, &v) == 0)
+        gw_ttlcache_refresh(c->tc, digest, &v, asked_ms);
 }
 
 int gw_nodecreds_refresh_once(gw_nodecreds *c, int64_t now_ms, gw_nodecreds_lookup lookup,

@@ -92,6 +92,10 @@
     "        SELECT j.id, j.tenant_id, j.kernel, j.labels, j.finished_at, j.usage FROM jobs j, x"  \
     "        WHERE j.id = x.id AND j.usage IS NOT NULL ON CONFLICT DO NOTHING),"                  \
     " rb AS (DELETE FROM job_blob_refs r USING x WHERE r.job_id = x.id),"                        \
+    /* no foreign key cascades to these (026_light_job_writes.sql) */                           \
+    " de AS (DELETE FROM job_events e USING x WHERE e.job_id = x.id),"                           \
+    " di AS (DELETE FROM job_inputs i USING x WHERE i.job_id = x.id),"                           \
+    " dr AS (DELETE FROM job_results r USING x WHERE r.job_id = x.id),"                          \
     " dj AS (DELETE FROM jobs j USING x WHERE j.id = x.id RETURNING j.id, j.tenant_id),"         \
     " tc AS (INSERT INTO jobs_deleted AS t (tenant_id, jobs)"                                    \
     "        SELECT tenant_id, count(*) FROM dj GROUP BY tenant_id ORDER BY tenant_id"           \
@@ -768,7 +772,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * minute buckets ending with the current one. rel is every job that can
  * have an event in the window, found through three bounded index paths
  * (never a scan of the tenant's whole history):
- *   - active now: jobs_tenant_active (tenant_id, state) or jobs_active;
+ *   - active now: jobs_tenant_active (tenant_id, state);
  *   - ran and ended in the window: jobs_usage (tenant_id, finished_at);
  *   - created in the window: those after the last job of any tenant
  *     created before the window (jobs_seq_key walked backwards, LIMIT 1),

@@ -20,6 +20,17 @@ def test_shapes_follow_the_stated_shares():
     assert any(j["nodes"] == 16 for j in jobs) and any(j["gpus"] == 8 and j["nodes"] == 1 for j in jobs)
 
 
+def test_single_shapes_keep_the_durations_with_one_gpu_each():
+    """The control path's ceiling (KL_SCALE_SHAPES=single): the same trace
+    durations, tenants and seed, every job one GPU on one node."""
+    _, philly_jobs = philly.generate(2000, mean_s=1, seed=5)
+    _, single = philly.generate(2000, mean_s=1, seed=5, shapes="single")
+    assert all(j["gpus"] == 1 and j["nodes"] == 1 for j in single)
+    assert [j["seconds"] for j in single] == [j["seconds"] for j in philly_jobs]
+    assert [j["tenant"] for j in single] == [j["tenant"] for j in philly_jobs]
+    assert any(j["gpus"] > 1 for j in philly_jobs)
+
+
 def test_time_is_compressed_to_the_mean_asked_for():
     factor, jobs = philly.generate(50000, mean_s=10, seed=4)
     assert math.isclose(factor, philly.TRACE_MEAN_S / 10)
