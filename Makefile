@@ -62,7 +62,13 @@ UT_BIN   := $(UT_SRC:%.c=$(B)/%)
 FAKE_PLUGINS := $(B)/tests/kl_fake_cuda.so $(B)/tests/kl_fake_cuda_abi4.so $(B)/tests/kl_fake_cuda_noabi.so
 
 SVC_LIBS := -lmicrohttpd -lgnutls -ljansson -lcurl -lcrypto -ldouble-conversion -lstdc++
-KL_LIBS  := -lopenblas -lm $(if $(GLOO),-lgloo -lstdc++,)
+# The kernels refer to OpenBLAS weakly (kernels/cpu/kl_cpu.h, "BLAS"), and
+# Debian's linker is --as-needed: a gcc link that runs kernels asks for it
+# outright. The gateway (no kernel runs) leaves it out; nvcc links (the
+# plugin, loaded by the node) find it in the node.
+KL_LINK  := -lm $(if $(GLOO),-lgloo -lstdc++,)
+KL_LIBS  := -Wl,--push-state,--no-as-needed -lopenblas -Wl,--pop-state $(KL_LINK)
+KL_LIBS_NOBLAS := -Wl,--push-state,--as-needed -lopenblas -Wl,--pop-state $(KL_LINK)
 GW_LIBS  := -lpq -lhiredis -lcares
 CN_LIBS  := -ldl
 CU_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lnccl -lcudart
@@ -98,10 +104,12 @@ $(B)/libsvc.a: $(SVC_OBJ)
 $(B)/libkl.a: $(KL_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# The gateway runs no kernel: OpenBLAS, which the kernels refer to weakly,
+# is left out of it (kernels/cpu/kl_cpu.h, "BLAS").
 $(BIN)/kowloon-gateway: $(GW_OBJ) $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(BIN)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(GW_OBJ) $(B)/libsvc.a $(B)/libkl.a $(GW_LIBS) $(SVC_LIBS) $(KL_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(GW_OBJ) $(B)/libsvc.a $(B)/libkl.a $(GW_LIBS) $(SVC_LIBS) $(KL_LIBS_NOBLAS)
 
 $(BIN)/kowloon-compute: $(CN_OBJ) $(B)/libsvc.a $(B)/libkl.a
 	@mkdir -p $(BIN)
@@ -113,7 +121,7 @@ $(BIN)/kowloon-compute: $(CN_OBJ) $(B)/libsvc.a $(B)/libkl.a
 lib/kowloon-cuda.so: $(CU_OBJ) $(B)/libkl.a
 	@mkdir -p lib
 	@$(if $(Q),echo "  NVLD    $@")
-	$(Q)$(NVCC) -shared -o $@ $(CU_OBJ) $(B)/libkl.a $(CU_LIBS) $(KL_LIBS)
+	$(Q)$(NVCC) -shared -o $@ $(CU_OBJ) $(B)/libkl.a $(CU_LIBS) -lopenblas $(KL_LINK)
 
 # Unit tests link what their prefix names, and live in the room of tests/unit
 # it names: test_kl_* (kernels/) the kernel library, test_svc_* (service/)

@@ -7,7 +7,8 @@
 #   - a kernels/ object names a service/ header,
 #   - a gateway/ object names a compute/ header or the other way round,
 #   - a header of ours has the name of a system header, or of a header in
-#     another of our folders (the -I order would decide which one a file gets).
+#     another of our folders (the -I order would decide which one a file gets),
+#   - the gateway's binary loads OpenBLAS, or the node's does not.
 # Run after a build (make all); `make test-unit` runs it first.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -67,7 +68,20 @@ for n in $dups; do
     bad=1
 done
 
+# The gateway runs no kernel and loads no BLAS; the node does
+# (kernels/cpu/kl_cpu.h, "BLAS"): the binaries' dynamic sections say it.
+bin=${B/build/bin}
+if [ -x "$bin/kowloon-gateway" ] &&
+   readelf -d "$bin/kowloon-gateway" | grep -qE 'NEEDED.*(openblas|gfortran|quadmath)'; then
+    echo "✗ $bin/kowloon-gateway loads OpenBLAS (and libquadmath's printf hook with it)"
+    bad=1
+fi
+if [ -x "$bin/kowloon-compute" ] && ! readelf -d "$bin/kowloon-compute" | grep -q 'NEEDED.*openblas'; then
+    echo "✗ $bin/kowloon-compute does not load OpenBLAS: its gemm would run on the C loops"
+    bad=1
+fi
+
 if [ "$bad" = 0 ]; then
-    echo "✓ layers: service/ and kernels/ see no daemon header, kernels/ no service header, the daemons not each other; no header name twice"
+    echo "✓ layers: service/ and kernels/ see no daemon header, kernels/ no service header, the daemons not each other; no header name twice; the gateway loads no BLAS, the node does"
 fi
 exit "$bad"

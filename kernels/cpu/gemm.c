@@ -26,6 +26,8 @@
 #include <string.h>
 #ifndef KL_NO_BLAS
 #include <cblas.h>
+/* Weak (kl_cpu.h, "BLAS"): NULL in a process that did not load OpenBLAS. */
+#pragma weak cblas_sgemm
 #endif
 
 static const char *const precisions[] = {"fp32", "tf32", "bf16", NULL};
@@ -299,7 +301,9 @@ static int run(const kl_args *args, kl_tensor *outs, kl_err *err, int (*multiply
 static int gemm_run_cpu(const kl_args *args, kl_tensor *outs, kl_err *err)
 {
 #ifndef KL_NO_BLAS
-    return run(args, outs, err, multiply_blas);
+    if (cblas_sgemm != NULL)
+        return run(args, outs, err, multiply_blas);
+    return run(args, outs, err, multiply_blocked);
 #else
     return run(args, outs, err, multiply_blocked);
 #endif

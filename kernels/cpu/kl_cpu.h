@@ -14,6 +14,16 @@
  * under a millisecond, well over the cost of the poll). */
 #define KL_CHUNK_ELEMS ((int64_t)1 << 16)
 
+/* BLAS: gemm.c and mlp_math.c refer to cblas_sgemm weakly (#pragma weak)
+ * and use their own loops where it is NULL. The node and the CUDA plugin
+ * link OpenBLAS as before, so it is there; the gateway, which links this
+ * library for the catalog and its checks but runs no kernel, links it
+ * --as-needed and so loads neither OpenBLAS nor what comes with it: its
+ * thread pool (a thread per core), and libquadmath, whose printf hook
+ * sends every printf of the process down glibc's slow positional path
+ * (+35 % a call; 1.3 % of the machine in the gateway's HTTP workers at
+ * the scale bench's ceiling). */
+
 /* `requested` <= 0 means every online core. */
 int kl__threads(int requested);
 

@@ -15,6 +15,8 @@
 #include <string.h>
 #ifndef KL_NO_BLAS
 #include <cblas.h>
+/* Weak (kl_cpu.h, "BLAS"): NULL in a process that did not load OpenBLAS. */
+#pragma weak cblas_sgemm
 #endif
 
 void kl__mlp_sgemm_loops(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A, const float *B,
@@ -49,11 +51,13 @@ static void sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *
                   float *C)
 {
 #ifndef KL_NO_BLAS
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-                (int)k, 1.0f, A, ta ? (int)m : (int)k, B, tb ? (int)k : (int)n, beta, C, (int)n);
-#else
-    kl__mlp_sgemm_loops(ta, tb, m, n, k, A, B, beta, C);
+    if (cblas_sgemm != NULL) {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m,
+                    (int)n, (int)k, 1.0f, A, ta ? (int)m : (int)k, B, tb ? (int)k : (int)n, beta, C, (int)n);
+        return;
+    }
 #endif
+    kl__mlp_sgemm_loops(ta, tb, m, n, k, A, B, beta, C);
 }
 
 void kl__mlp_init(const kl_mlp_dims *m, uint64_t seed, float *p)
