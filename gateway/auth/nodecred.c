@@ -110,13 +110,19 @@ int gw_nodecred_valid(const char *s)
     return 1;
 }
 
+/* digest as 64 lowercase hex digits: what PostgreSQL keeps and is asked. */
+static void hex_of(const unsigned char digest[32], char hex[GW_NODECRED_HASH_SIZE])
+{
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+}
+
 int gw_nodecred_hash(const char *cred, char hex[GW_NODECRED_HASH_SIZE])
 {
     unsigned char d[32];
     if (svc_sha256_digest(cred, strlen(cred), d) != 0)
         return -1;
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    hex_of(d, hex);
     return 0;
 }
 
@@ -244,11 +250,8 @@ typedef struct nc_due {
 static void collect_due(const unsigned char digest[32], void *arg)
 {
     nc_due *d = arg;
-    if (d->n >= d->cap)
-        return;
-    for (int i = 0; i < 32; i++)
-        snprintf(d->hex[d->n] + 2 * i, 3, "%02x", digest[i]);
-    d->n++;
+    if (d->n < d->cap)
+        hex_of(digest, d->hex[d->n++]);
 }
 
 void gw_nodecreds_refreshed(gw_nodecreds *c, const char *hex, const char *node_id,
@@ -289,11 +292,7 @@ static void *refresh_main(void *arg)
     int period = c->ttl_ms / 4 > 10 ? c->ttl_ms / 4 : 10;
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += (long)period * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = svc_deadline_ts(CLOCK_MONOTONIC, period);
         while (!c->stop && pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT)
             ;
         if (c->stop)

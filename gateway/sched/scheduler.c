@@ -5,6 +5,7 @@
  * Placement decides which node gets which job and claims them in batches;
  * the nodes' lease polls carry the runs to them (lease.c). */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -493,11 +494,12 @@ static void node_view(const gw_sched *s, int k, gw_place_node *v)
     v->nends = sn->nends;
 }
 
-/* 1 when a node of the view has a free slot. */
-static int view_free_slots(const gw_place_node *view, int n)
+/* The free slots of the view's nodes that take work, counted until they
+ * reach enough (1: whether there is one, found at the first such node). */
+static int view_free_slots(const gw_place_node *view, int n, int enough)
 {
     int free = 0;
-    for (int k = 0; k < n; k++)
+    for (int k = 0; k < n && free < enough; k++)
         if (view[k].available && view[k].running < view[k].slots)
             free += view[k].slots - view[k].running;
     return free;
@@ -510,7 +512,7 @@ static int nodes_view(gw_sched *s, gw_place_node *view, uint64_t *gen)
     for (int k = 0; k < s->nnodes; k++)
         node_view(s, k, &view[k]);
     *gen = s->nodes_gen;
-    return view_free_slots(view, s->nnodes);
+    return view_free_slots(view, s->nnodes, INT_MAX);
 }
 
 /* Gives back what placement counted for a claim that did not happen. mu
@@ -835,7 +837,7 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
             shapes_node_changed(res, view, pick.node[k], now);
         }
         res->gen = s->nodes_gen;   /* the view was current before the count */
-        *free_slot = view_free_slots(view, s->nnodes);
+        *free_slot = view_free_slots(view, s->nnodes, 1);
         how = PASS_PLACED;
     } else if (res->n < RESERVE_MAX) {
         int64_t at = gw_place_reserve_at(shape_times(res, view, s->nnodes, &req, now), s->nnodes,

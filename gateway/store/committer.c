@@ -9,6 +9,7 @@
 
 #include "committer.h"
 #include "svc_log.h"
+#include "svc_util.h"
 
 struct gw_committer {
     gw_committer_ops ops;
@@ -45,22 +46,16 @@ static void batch_run(gw_committer *c, gw_commit_item **batch, int n)
         c->ops.done(c->arg, batch[i]);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* While batches follow each other, waits (mu held) until the head item
  * has waited linger_ms, max items wait, or the committer stops. */
 static void linger(gw_committer *c, int max)
 {
-    if (c->linger_ms <= 0 || mono_ms() - c->last_take_ms >= c->busy_ms)
+    int64_t now = svc_now_mono_ms();
+    if (c->linger_ms <= 0 || now - c->last_take_ms >= c->busy_ms)
         return;
     int64_t until = c->head->at_ms + c->linger_ms;
-    struct timespec ts = {.tv_sec = until / 1000, .tv_nsec = (until % 1000) * 1000000L};
-    while (!c->stopping && c->waiting < max && mono_ms() < until)
+    struct timespec ts = svc_deadline_ts(CLOCK_MONOTONIC, until - now);
+    while (!c->stopping && c->waiting < max && svc_now_mono_ms() < until)
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 }
 
@@ -93,7 +88,7 @@ static void *committer_main(void *arg)
         if (!c->head)
             c->tail = NULL;
         c->waiting -= n;
-        c->last_take_ms = mono_ms();
+        c->last_take_ms = svc_now_mono_ms();
         pthread_mutex_unlock(&c->mu);
         batch_run(c, batch, n);
         pthread_mutex_lock(&c->mu);
@@ -144,7 +139,7 @@ int gw_committer_add(gw_committer *c, gw_commit_item *item)
         return -ESHUTDOWN;
     }
     item->next = NULL;
-    item->at_ms = mono_ms();
+    item->at_ms = svc_now_mono_ms();
     if (c->tail)
         c->tail->next = item;
     else
