@@ -151,6 +151,16 @@ def load_runs(path):
     return runs
 
 
+SHAPES = ("1gpu", "multi_gpu", "8gpu", "gang")
+
+
+def shape_of(part):
+    """Which of SHAPES a job is, from one of its parts."""
+    if part["nodes"] > 1:
+        return "gang"
+    return "1gpu" if part["ngpu"] <= 1 else "8gpu" if part["ngpu"] >= 8 else "multi_gpu"
+
+
 def figures(d, nodes, gpus):
     head, jobs = read_jobs(os.path.join(d, "jobs.jsonl"))
     with open(os.path.join(d, "window.json")) as f:
@@ -190,6 +200,7 @@ def figures(d, nodes, gpus):
 
     # 2, 3, 5: per job attempt, its last part's arrival
     starts, lat, started_jobs, first_start = [], [], set(), {}
+    lat_by = {k: [] for k in SHAPES}
     waits = {"1gpu": [], "8gpu": [], "gang16": [], "all": []}
     for (jid, att), parts in runs.items():
         t_run = max(p["t_lease"] for p in parts)
@@ -201,6 +212,7 @@ def figures(d, nodes, gpus):
         starts.append(t_run)
         if w0 <= t_run <= w1:
             lat.append(t_run - max(p["runnable"] for p in parts))
+            lat_by[shape_of(parts[0])].append(lat[-1])
         if jid in submit and att == 1:
             job, t_sub = submit[jid]
             wait = (t_run - t_sub) / 1000.0
@@ -232,7 +244,7 @@ def figures(d, nodes, gpus):
     for jid, (job, _) in submit.items():
         if jid not in started_jobs:
             backlog[job["tenant"]] = job["weight"]
-    errs = {}
+    errs, ratios = {}, {}
     if backlog:
         wsum = sum(backlog.values())
         gsum = sum(tenant_gs.get(t, 0.0) for t in backlog)
@@ -240,6 +252,7 @@ def figures(d, nodes, gpus):
             fair = w / wsum
             share = tenant_gs.get(t, 0.0) / gsum if gsum else 0
             errs[t] = abs(share / fair - 1)
+            ratios[t] = (w, round(share / fair, 3))
     gang16_sub = sum(1 for job, _ in submit.values() if job["nodes"] == 16)
     gang16_queued = [(w1 - t) / 1000.0 for jid, (job, t) in submit.items()
                      if job["nodes"] == 16 and jid not in started_jobs]
@@ -266,6 +279,11 @@ def figures(d, nodes, gpus):
         "backlog_ran_out_s_before_end": round((w1 - t_dry) / 1000.0, 1) if dry_rate else None,
         "starts_per_s_until_it_ran_out": dry_rate,
         "latency_ms": {"n": len(lat), "p50": pct(lat, 50), "p99": pct(lat, 99)},
+        "latency_ms_by_shape": {k: {"n": len(v), "p50": pct(v, 50), "p99": pct(v, 99),
+                                    "over_500": sum(1 for x in v if x > 500)}
+                                for k, v in lat_by.items()},
+        "tenant_share_ratios": {t: {"weight": w, "share_over_fair": r}
+                                for t, (w, r) in sorted(ratios.items(), key=lambda x: x[1][1])},
         "fair_worst_rel_err": round(max(errs.values()), 4) if errs else None,
         "fair_mean_rel_err": round(sum(errs.values()) / len(errs), 4) if errs else None,
         "tenants_with_backlog": len(backlog),
@@ -302,8 +320,15 @@ def print_figures(f):
         print("     %d jobs of the backlog not yet started at the window's end" % f.get("backlog_at_end", -1))
     lt = f["latency_ms"]
     print("   3 runnable -> running p50 %s ms, p99 %s ms (%d jobs; target 50 / 500)" % (lt["p50"], lt["p99"], lt["n"]))
+    print("     by shape (n / p50 / p99 / over 500 ms): " + "; ".join(
+        "%s %d / %s / %s / %d" % (k, v["n"], v["p50"], v["p99"], v["over_500"])
+        for k, v in f.get("latency_ms_by_shape", {}).items()))
     print("   4 fairness: worst relative error %s, mean %s, among %d tenants with a backlog (target <= 0.05)"
           % (f["fair_worst_rel_err"], f["fair_mean_rel_err"], f["tenants_with_backlog"]))
+    r = list(f.get("tenant_share_ratios", {}).items())
+    if r:
+        print("     share / fair share, lowest and highest (tenant weight): "
+              + ", ".join("%s (w%s) %.2f" % (t, v["weight"], v["share_over_fair"]) for t, v in r[:3] + r[-3:]))
     w = f["wait_s"]
     print("   5 queue wait s (mean / p99 / n): 16-node gangs %s / %s / %d; 8-GPU %s / %s / %d; 1-GPU %s / %s / %d; "
           "16-node gangs started %d of %d, oldest still queued %s s"

@@ -124,6 +124,7 @@ static int results_answer(const results_call *call)
     int freed = 0;
     /* the jobs whose runs here ended: a job holds one part per node */
     const char **ended = calloc(json_array_size(call->results) + 1, sizeof(*ended));
+    int *attempts = calloc(json_array_size(call->results) + 1, sizeof(*attempts));
     json_array_foreach(call->results, i, r) {
         int rc = call->rcs[i];
         const char *run_id = json_string_value(json_object_get(r, "run_id"));
@@ -132,12 +133,15 @@ static int results_answer(const results_call *call)
                      call->id, i);
         if (rc != 0 && run_id)
             json_array_append_new(recorded, json_string(run_id));
-        if (rc == 1 && ended)
+        if (rc == 1 && ended && attempts) {
+            attempts[freed] = (int)json_integer_value(json_object_get(r, "attempt"));
             ended[freed++] = json_string_value(json_object_get(r, "job_id"));
+        }
     }
     if (freed)
-        gw_sched_runs_ended(call->app->sched, call->id, ended, freed);
+        gw_sched_runs_ended(call->app->sched, call->id, ended, attempts, freed);
     free(ended);
+    free(attempts);
     gw_leases_set_room(call->app->leases, call->id, call->free_slots, call->seq);
     return svc_reply_json(call->req, 200, json_pack("{s:o}", "recorded", recorded));
 }

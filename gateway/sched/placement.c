@@ -3,6 +3,7 @@
  * turn it is among tenants. */
 #include "placement.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,14 +330,36 @@ void gw_place_backfill_mask(int n, const int64_t *held, int64_t now, int timeout
         allowed[i] = held[i] == 0 || (held[i] != INT64_MAX && end <= held[i]);
 }
 
-int gw_place_fair_pick(const double *vtime, const double *head, const uint8_t *candidate, int k)
+/* A deficit in whole units, rounded up: tenants within the same unit of
+ * their targets are level (the virtual time decides), which is what lets
+ * small clusters share fractions of a unit over time. */
+static double deficit_units(double d)
+{
+    return ceil(d - 1e-9);
+}
+
+int gw_place_fair_pick(const double *deficit, const double *vtime, const double *head,
+                       const uint8_t *candidate, int k)
 {
     int best = -1;
-    for (int i = 0; i < k; i++)
-        if (candidate[i] && (best < 0 || vtime[i] < vtime[best] ||
-                             (vtime[i] == vtime[best] && head[i] < head[best])))
+    for (int i = 0; i < k; i++) {
+        if (!candidate[i])
+            continue;
+        if (best < 0) {
             best = i;
+            continue;
+        }
+        double di = deficit_units(deficit[i]), db = deficit_units(deficit[best]);
+        if (di > db || (di == db && (vtime[i] < vtime[best] ||
+                                     (vtime[i] == vtime[best] && head[i] < head[best]))))
+            best = i;
+    }
     return best;
+}
+
+double gw_place_fair_target(double room, double weight, double wsum)
+{
+    return wsum > 0 ? room * (weight > 0 ? weight : 1) / wsum : 0;
 }
 
 double gw_place_fair_charge(double units, double weight)

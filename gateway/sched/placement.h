@@ -106,18 +106,31 @@ int64_t gw_place_reserve_at(const int64_t *at, int n, int want, const int64_t *h
 void gw_place_backfill_mask(int n, const int64_t *held, int64_t now, int timeout_s,
                             uint8_t *allowed);
 
-/* Weighted fair share as stride scheduling: each tenant has a virtual
- * time that every start advances by the job's units (nodes x gpus) over
- * the tenant's weight; the tenant with the least virtual time goes next,
- * so over a busy stretch tenants start units in proportion to their
- * weights, whatever the length of their queues. A tenant that comes back
- * from idle starts from the floor (the least virtual time of the busy
- * ones), so idling banks no credit.
- * gw_place_fair_pick: among the k tenants with candidate[i] set, the least
- * vtime[i]; a tie goes to the more urgent next entry (smaller head[i], a
- * gw_queue_score), then to the lower index. -1 when there is none. */
-int gw_place_fair_pick(const double *vtime, const double *head, const uint8_t *candidate, int k);
-/* What starting a job of units costs a tenant of weight (> 0; else 1). */
+/* Weighted fair share, of the devices in use first, then of starts. Each
+ * waiting tenant has a target: the capacity of the nodes that take work
+ * (devices; slots on a node without any), less what the tenants not
+ * waiting hold, shared among the waiting ones by weight; its deficit is
+ * its target less the units its runs hold now (devices; 1 a node for a run
+ * without any). The tenant with the largest deficit, in whole units
+ * rounded up, goes next; among those level, the least virtual time (stride
+ * scheduling: every start advances it by the job's units over the weight;
+ * a tenant back from idle starts from the floor, the least of the busy
+ * ones, so idling banks no credit); then the more urgent next entry. Each
+ * job a pass places, or reserves nodes for, takes its units off the
+ * deficit. So on a cluster with room for many runs the devices each
+ * tenant holds, and its GPU-seconds, follow the weights whatever the
+ * lengths of its jobs; where the targets are fractions of a unit (two
+ * slots, weights 1 and 3) the virtual times share the units over time.
+ * gw_place_fair_pick: among the k tenants with candidate[i] set, the one
+ * that goes next by deficit[i], vtime[i] and head[i] (a gw_queue_score:
+ * smaller is more urgent), then the lower index; -1 when there is none. */
+int gw_place_fair_pick(const double *deficit, const double *vtime, const double *head,
+                       const uint8_t *candidate, int k);
+/* What starting a job of units adds to the virtual time of a tenant of
+ * weight (> 0; else 1). */
 double gw_place_fair_charge(double units, double weight);
+/* A waiting tenant's target in units: room shared by weight (> 0; else 1)
+ * among waiting tenants whose weights sum to wsum. */
+double gw_place_fair_target(double room, double weight, double wsum);
 
 #endif

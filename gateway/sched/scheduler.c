@@ -69,6 +69,8 @@
 typedef struct sched_run {
     char job_id[37];
     uint16_t devices;         /* bit g: device g */
+    int units;                /* what it counts in its tenant's units (fair share) */
+    int64_t tenant_id;
 } sched_run;
 
 typedef struct sched_node {
@@ -110,7 +112,8 @@ struct gw_sched {
     /* Every tenant's running quota and running jobs (counted in the runs
      * of the last reload of the nodes, plus claims since; sorted by id): a
      * placement checks the quota here, not with a query. Only the
-     * scheduler thread uses it. */
+     * scheduler thread uses it, but for the units (fair share), which the
+     * runs' reports also change: those under mu. */
     gw_tenant_run *tenants;
     int ntenants;
     /* each tenant's running jobs in the last reload of the runs (tenant_id
@@ -124,6 +127,14 @@ struct gw_sched {
     struct tenant_vt { int64_t tenant_id; double vt; } *vts;
     int nvts, cap_vts;
     double vfloor;
+    /* Runs whose ends were reported while a reload of the runs was under
+     * way (refreshing, mu held): its query may have read them before
+     * their ends were committed, and the reload leaves them out rather
+     * than hold their devices until the next one. */
+    int refreshing;
+    gw_ended_run *ended;
+    int nended, cap_ended;
+    int ended_lost;           /* one did not fit (ENOMEM): the reload takes all */
 };
 
 void gw_sched_wake(gw_sched *s)
@@ -158,17 +169,40 @@ void gw_sched_nodes_changed(gw_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-static void node_run_end(sched_node *sn, const char *job_id);
+static void node_run_end(gw_sched *s, sched_node *sn, const char *job_id);
 static sched_node *node_by_id(gw_sched *s, const char *id);
 
-void gw_sched_runs_ended(gw_sched *s, const char *node_id, const char *const *job_ids, int n)
+/* Notes that the run of job_id's attempt on node_id ended, for the reload
+ * under way. mu held. */
+static void ended_note(gw_sched *s, const char *node_id, const char *job_id, int attempt)
+{
+    if (s->nended == s->cap_ended) {
+        int cap = s->cap_ended ? 2 * s->cap_ended : 64;
+        gw_ended_run *e = realloc(s->ended, sizeof(*e) * (size_t)cap);
+        if (!e) {
+            s->ended_lost = 1;
+            return;
+        }
+        s->ended = e;
+        s->cap_ended = cap;
+    }
+    gw_ended_run *e = &s->ended[s->nended++];
+    snprintf(e->node_id, sizeof(e->node_id), "%s", node_id);
+    snprintf(e->job_id, sizeof(e->job_id), "%s", job_id);
+    e->attempt = attempt;
+}
+
+void gw_sched_runs_ended(gw_sched *s, const char *node_id, const char *const *job_ids,
+                         const int *attempts, int n)
 {
     if (!s)
         return;
     pthread_mutex_lock(&s->mu);
+    for (int k = 0; s->refreshing && k < n; k++)
+        ended_note(s, node_id, job_ids[k], attempts[k]);
     sched_node *sn = node_by_id(s, node_id);
     for (int k = 0; sn && k < n; k++)
-        node_run_end(sn, job_ids[k]);
+        node_run_end(s, sn, job_ids[k]);
     s->nodes_gen++;
     s->wake = 1;
     pthread_cond_signal(&s->cv);
@@ -181,7 +215,8 @@ static int tenant_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Sets each tenant's running count to the last reload's. */
+/* Sets each tenant's running count and units to the last reload's. mu
+ * held. */
 static void tenants_count(gw_sched *s)
 {
     for (int i = 0; i < s->ntenants; i++) {
@@ -189,6 +224,7 @@ static void tenants_count(gw_sched *s)
                                                 sizeof(*c), tenant_cmp)
                                       : NULL;
         s->tenants[i].running = c ? c->running : 0;
+        s->tenants[i].units = c ? c->units : 0;
     }
 }
 
@@ -202,15 +238,52 @@ static void tenants_refresh(gw_sched *s)
         return;
     if (n > 1)
         qsort(list, (size_t)n, sizeof(*list), tenant_cmp);
+    pthread_mutex_lock(&s->mu);
     free(s->tenants);
     s->tenants = list;
     s->ntenants = n;
     tenants_count(s);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static int run_job_cmp(const void *a, const void *b)
 {
     return strcmp(((const gw_run_place *)a)->job_id, ((const gw_run_place *)b)->job_id);
+}
+
+static int ended_cmp(const void *a, const void *b)
+{
+    const gw_ended_run *x = a, *y = b;
+    int c = strcmp(x->node_id, y->node_id);
+    if (c == 0)
+        c = strcmp(x->job_id, y->job_id);
+    return c != 0 ? c : (x->attempt > y->attempt) - (x->attempt < y->attempt);
+}
+
+int gw_sched_runs_drop_ended(gw_run_place *runs, int nr, gw_ended_run *ended, int nended)
+{
+    if (nended <= 0)
+        return 0;
+    qsort(ended, (size_t)nended, sizeof(*ended), ended_cmp);
+    int dropped = 0;
+    for (int k = 0; k < nr; k++) {
+        gw_ended_run key;
+        memcpy(key.node_id, runs[k].node_id, sizeof(key.node_id));
+        memcpy(key.job_id, runs[k].job_id, sizeof(key.job_id));
+        key.attempt = runs[k].attempt;
+        if (runs[k].node_id[0] &&
+            bsearch(&key, ended, (size_t)nended, sizeof(*ended), ended_cmp)) {
+            runs[k].node_id[0] = '\0';
+            runs[k].live = 0;
+            dropped++;
+        }
+    }
+    return dropped;
+}
+
+int gw_sched_run_units(int ngpu)
+{
+    return ngpu > 1 ? ngpu : 1;
 }
 
 int gw_sched_count_running(gw_run_place *runs, int nr, gw_tenant_run **out)
@@ -224,33 +297,37 @@ int gw_sched_count_running(gw_run_place *runs, int nr, gw_tenant_run **out)
         return -1;
     const char *last = "";   /* the job counted last: its other runs follow it */
     for (int k = 0; k < nr; k++) {
-        if (!runs[k].live || !runs[k].tenant_id || strcmp(last, runs[k].job_id) == 0)
+        if (!runs[k].live || !runs[k].tenant_id)
             continue;
+        int first = strcmp(last, runs[k].job_id) != 0;
+        if (!first) {
+            c[m - 1].units += gw_sched_run_units(runs[k].ngpu);   /* another node of its gang */
+            continue;
+        }
         last = runs[k].job_id;
         c[m].tenant_id = runs[k].tenant_id;
+        c[m].units = gw_sched_run_units(runs[k].ngpu);
         c[m++].running = 1;
     }
     if (m > 1)
         qsort(c, (size_t)m, sizeof(*c), tenant_cmp);
     int u = 0;
     for (int k = 0; k < m; k++) {
-        if (u > 0 && c[u - 1].tenant_id == c[k].tenant_id)
+        if (u > 0 && c[u - 1].tenant_id == c[k].tenant_id) {
             c[u - 1].running++;
-        else
+            c[u - 1].units += c[k].units;
+        } else {
             c[u++] = c[k];
+        }
     }
     *out = c;
     return u;
 }
 
-/* Counts each tenant's running jobs among the runs reloaded into s->counts
- * and the tenants' entries (on ENOMEM the old counts stay). */
-static void tenants_count_runs(gw_sched *s, gw_run_place *runs, int nr)
+/* Keeps c (u tenants, from gw_sched_count_running) as the last reload's
+ * counts and sets the tenants' entries from them. mu held. */
+static void tenants_count_runs(gw_sched *s, gw_tenant_run *c, int u)
 {
-    gw_tenant_run *c;
-    int u = gw_sched_count_running(runs, nr, &c);
-    if (u < 0)
-        return;
     free(s->counts);
     s->counts = c;
     s->ncounts = u;
@@ -296,9 +373,10 @@ static void node_add_end(sched_node *sn, int64_t end_ms)
     sn->ends[at] = end_ms;
 }
 
-/* Counts a run of job_id on sn holding ngpu devices ids, ending at end_ms
- * at the latest. mu held. */
-static void node_run_add(sched_node *sn, const char *job_id, const int *ids, int ngpu, int64_t end_ms)
+/* Counts a run of job_id (of tenant_id) on sn holding ngpu devices ids,
+ * ending at end_ms at the latest. mu held. */
+static void node_run_add(sched_node *sn, const char *job_id, int64_t tenant_id, const int *ids,
+                         int ngpu, int64_t end_ms)
 {
     uint16_t mask = 0;
     sn->running++;
@@ -318,14 +396,18 @@ static void node_run_add(sched_node *sn, const char *job_id, const int *ids, int
         sn->runs = r;
         sn->cap_runs = cap;
     }
-    memcpy(sn->runs[sn->nruns].job_id, job_id, 37);
-    sn->runs[sn->nruns++].devices = mask;
+    sched_run *r = &sn->runs[sn->nruns++];
+    memcpy(r->job_id, job_id, 37);
+    r->devices = mask;
+    r->units = gw_sched_run_units(ngpu);
+    r->tenant_id = tenant_id;
 }
 
 /* job_id's run on sn ended (or its claim did not happen): its slot and its
- * devices are free. A run not known here frees a slot; its devices wait
- * for the next refresh. mu held. */
-static void node_run_end(sched_node *sn, const char *job_id)
+ * devices are free, and its tenant holds its units no more. A run not
+ * known here frees a slot; its devices and units wait for the next
+ * refresh. mu held. */
+static void node_run_end(gw_sched *s, sched_node *sn, const char *job_id)
 {
     if (sn->running > 0)
         sn->running--;
@@ -334,6 +416,9 @@ static void node_run_end(sched_node *sn, const char *job_id)
             for (int g = 0; g < GW_PLACE_MAX_GPUS; g++)
                 if ((sn->runs[i].devices & (1u << g)) && sn->gpu_load[g] > 0)
                     sn->gpu_load[g]--;
+            gw_tenant_run *t = tenant_of(s, sn->runs[i].tenant_id);
+            if (t && t->units >= sn->runs[i].units)
+                t->units -= sn->runs[i].units;
             sn->runs[i] = sn->runs[--sn->nruns];
             return;
         }
@@ -367,13 +452,23 @@ static void nodes_refresh(gw_sched *s)
     gw_node *list;
     gw_run_place *runs;
     int n, nr;
+    pthread_mutex_lock(&s->mu);
+    s->refreshing = 1;
+    s->nended = s->ended_lost = 0;
+    pthread_mutex_unlock(&s->mu);
     if (gw_store_nodes_load(s->app->store, &list, &n) != 0)
-        return;
+        goto done;
     if (gw_store_runs_placed(s->app->store, &runs, &nr) != 0) {
         free(list);
-        return;
+        goto done;
     }
     pthread_mutex_lock(&s->mu);
+    /* ends reported since the query began: their runs may be in it */
+    if (!s->ended_lost)
+        gw_sched_runs_drop_ended(runs, nr, s->ended, s->nended);
+    s->refreshing = 0;
+    gw_tenant_run *counts;
+    int ncounts = gw_sched_count_running(runs, nr, &counts);
     int m = 0;
     for (int i = 0; i < n && m < SCHED_MAX_NODES; i++, m++) {
         sched_node *sn = &s->nodes[m];
@@ -393,12 +488,19 @@ static void nodes_refresh(gw_sched *s)
     for (int k = 0; k < nr; k++) {
         sched_node *sn = node_by_id(s, runs[k].node_id);
         if (sn)
-            node_run_add(sn, runs[k].job_id, runs[k].gpu_ids, runs[k].ngpu, runs[k].end_ms);
+            node_run_add(sn, runs[k].job_id, runs[k].tenant_id, runs[k].gpu_ids, runs[k].ngpu,
+                         runs[k].end_ms);
     }
+    if (ncounts >= 0)   /* on ENOMEM the old counts stay */
+        tenants_count_runs(s, counts, ncounts);
     pthread_mutex_unlock(&s->mu);
-    tenants_count_runs(s, runs, nr);
     free(list);
     free(runs);
+    return;
+done:
+    pthread_mutex_lock(&s->mu);
+    s->refreshing = 0;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Requeues (counted, with code) every run of list, freeing it. */
@@ -523,7 +625,7 @@ static void unplace(gw_sched *s, const gw_claim *c)
     for (int p = 0; p < parts; p++) {
         sched_node *sn = node_by_id(s, parts > 1 ? c->gang[p].node_id : c->node_id);
         if (sn)
-            node_run_end(sn, c->job_id);
+            node_run_end(s, sn, c->job_id);
     }
     s->nodes_gen++;
 }
@@ -638,15 +740,18 @@ static double *vt_of(gw_sched *s, int64_t tenant_id)
     return &s->vts[lo].vt;
 }
 
-/* Counts a placement in the scheduler's view: a slot on each node, the
- * devices, the run's end. mu held. */
-static void place_count(gw_sched *s, const char *job_id, const gw_place_pick *p, int timeout_s,
-                        int64_t now)
+/* Counts a placement of e in the scheduler's view: a slot on each node,
+ * the devices, the run's end, its tenant's units. mu held. */
+static void place_count(gw_sched *s, const gw_ready *e, const gw_place_pick *p, int64_t now)
 {
+    gw_tenant_run *t = tenant_of(s, e->tenant_id);
     for (int k = 0; k < p->nnodes; k++) {
         sched_node *sn = &s->nodes[p->node[k]];
         int ngpu = p->ngpu < sn->n.ngpus ? p->ngpu : sn->n.ngpus;
-        node_run_add(sn, job_id, p->gpu[k], ngpu, now + (int64_t)timeout_s * 1000);
+        node_run_add(sn, e->job_id, e->tenant_id, p->gpu[k], ngpu,
+                     now + (int64_t)e->timeout_s * 1000);
+        if (t)
+            t->units += gw_sched_run_units(ngpu);
     }
     s->nodes_gen++;
 }
@@ -683,12 +788,38 @@ static int flush_batch(gw_sched *s, gw_claim *batch, const char **members, int *
     return got;
 }
 
-/* Groups the peek's n entries (each tenant's together) into pt, and gives
- * each tenant its virtual time in vt[k], raised to the floor; the floor
- * rises to the least of them. A tenant back from idle thus starts at the
- * least virtual time of the tenants that were waiting at the last pass.
- * The number of tenants, or -1 on ENOMEM. */
-static int pass_tenants(gw_sched *s, int n, pass_tenant *pt, double *vt)
+/* Each waiting tenant's deficit in units (fair share, placement.h): the
+ * capacity of the nodes that take work (each node's devices, or its slots
+ * where it has none), less what the tenants not waiting hold, shared among
+ * the k waiting ones by weight, less what each holds. */
+static void pass_deficits(gw_sched *s, const gw_place_node *view, const pass_tenant *pt, int k,
+                          double *deficit)
+{
+    double cap = 0, wsum = 0, waiting = 0, held = 0;
+    for (int i = 0; i < s->nnodes; i++)
+        if (view[i].available)
+            cap += view[i].ngpus > 0 ? view[i].ngpus : view[i].slots;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->ntenants; i++)
+        held += s->tenants[i].units;
+    for (int j = 0; j < k; j++) {
+        wsum += pt[j].t ? pt[j].t->weight : 1;
+        waiting += pt[j].t ? pt[j].t->units : 0;
+    }
+    double room = cap - (held - waiting);
+    for (int j = 0; j < k; j++)
+        deficit[j] = gw_place_fair_target(room, pt[j].t ? pt[j].t->weight : 1, wsum) -
+                     (pt[j].t ? pt[j].t->units : 0);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Groups the peek's n entries (each tenant's together) into pt, gives each
+ * tenant its virtual time in vt[k], raised to the floor (the floor rises
+ * to the least of them: a tenant back from idle thus starts at the least
+ * virtual time of the tenants that were waiting at the last pass), and its
+ * deficit in deficit[k]. The number of tenants, or -1 on ENOMEM. */
+static int pass_tenants(gw_sched *s, const gw_place_node *view, int n, pass_tenant *pt,
+                        double *vt, double *deficit)
 {
     int nt = 0;
     for (int i = 0; i < n; i++) {
@@ -711,6 +842,7 @@ static int pass_tenants(gw_sched *s, int n, pass_tenant *pt, double *vt)
     }
     if (floor > s->vfloor)
         s->vfloor = floor;
+    pass_deficits(s, view, pt, nt, deficit);
     return nt;
 }
 
@@ -831,7 +963,7 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
             unfit_add(res, &req, e->timeout_s);
     }
     if (fits && claim_fill(s, c, e, &pick) == 0) {
-        place_count(s, e->job_id, &pick, e->timeout_s, now);
+        place_count(s, e, &pick, now);
         for (int k = 0; k < pick.nnodes; k++) {
             node_view(s, pick.node[k], &view[pick.node[k]]);
             shapes_node_changed(res, view, pick.node[k], now);
@@ -855,26 +987,26 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
     return how;
 }
 
-/* What e costs its tenant's virtual time. */
-static double pass_cost(const pass_tenant *t, const gw_ready *e)
+/* The units e holds once placed. */
+static double pass_units(const gw_ready *e)
 {
-    double units = (double)(e->nodes > 1 ? e->nodes : 1) * (e->gpus > 1 ? e->gpus : 1);
-    return gw_place_fair_charge(units, t->t ? t->t->weight : 1);
+    return (double)(e->nodes > 1 ? e->nodes : 1) * gw_sched_run_units(e->gpus);
 }
 
-/* Charges tenant t for e, placed in this pass: its virtual time in the
- * pass (*vt) and the one kept between passes. */
-static void pass_charge(pass_tenant *t, double *vt, const gw_ready *e)
+/* Counts e, placed or reserved for in this pass, in its tenant's turn: its
+ * deficit and its virtual time in the pass, and for a placement the
+ * virtual time kept between passes. */
+static void pass_charge(pass_tenant *t, double *vt, double *deficit, const gw_ready *e, int placed)
 {
-    double cost = pass_cost(t, e);
+    double units = pass_units(e), cost = gw_place_fair_charge(units, t->t ? t->t->weight : 1);
+    *deficit -= units;
     *vt += cost;
-    *t->vt += cost;
-    if (t->t)
-        t->t->running++;   /* counted at placement; the next refresh corrects */
+    if (placed)
+        *t->vt += cost;
 }
 
 /* One placement pass. The heads of every tenant's ready queue are looked
- * at in fair-share order: the tenant running the least per unit of weight
+ * at in fair-share order: the tenant holding the fewest devices per unit of weight
  * next (placements of this pass counted), within a tenant the most urgent
  * first. Each job that fits goes to the least loaded nodes and devices
  * (placement.h). A job that fits nowhere now but could once nodes free up
@@ -896,13 +1028,13 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
 {
     static gw_place_node view[SCHED_MAX_NODES];
     static pass_tenant pt[SCAN_MAX];
-    static double vt[SCAN_MAX], head[SCAN_MAX];
+    static double vt[SCAN_MAX], deficit[SCAN_MAX], head[SCAN_MAX];
     static uint8_t cand[SCAN_MAX], mask[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
     static int64_t held[SCHED_MAX_NODES], scratch[SCHED_MAX_NODES];
     static int64_t shape_at[FREE_SHAPES][SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];
     const char *members[PEEK_MAX];
-    int dispatched = 0, nb = 0, n = 0;
+    int dispatched = 0, nb = 0, n = 0, cut = 0;
     pass_res res = {.held = held, .allowed = allowed, .mask = mask, .scratch = scratch};
     for (int i = 0; i < FREE_SHAPES; i++)
         res.shapes[i].at = shape_at[i];
@@ -920,7 +1052,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     *more = 0;
     if (!free_slot || gw_queue_peek(s->app->queue, per_tenant, s->ready, SCAN_MAX, &n) != 0)
         return 0;
-    int nt = pass_tenants(s, n, pt, vt);
+    int nt = pass_tenants(s, view, n, pt, vt, deficit);
     if (nt < 0)
         return 0;
     memset(held, 0, sizeof(held[0]) * (size_t)s->nnodes);
@@ -929,7 +1061,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
             cand[k] = pt[k].pos < pt[k].end;
             head[k] = cand[k] ? s->ready[pt[k].pos].score : 0;
         }
-        int k = gw_place_fair_pick(vt, head, cand, nt);
+        int k = gw_place_fair_pick(deficit, vt, head, cand, nt);
         if (k < 0)
             break;
         const gw_ready *e = &s->ready[pt[k].pos++];
@@ -941,10 +1073,24 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
         }
         int how = pass_place(s, e, view, &batch[nb], now, &res, &free_slot);
         if (how == PASS_RESERVED)
-            vt[k] += pass_cost(&pt[k], e);
+            pass_charge(&pt[k], &vt[k], &deficit[k], e, 0);
         if (how != PASS_PLACED)
             continue;
-        pass_charge(&pt[k], &vt[k], e);
+        /* its units are counted in its tenant's (place_count); the pass
+         * goes on from the deficit the tenant had at its start */
+        pass_charge(&pt[k], &vt[k], &deficit[k], e, 1);
+        if (pt[k].t)
+            pt[k].t->running++;   /* counted at placement; the next refresh corrects */
+        else
+            /* A tenant made since the last refresh: its quota was asked of
+             * PostgreSQL (running_allowed), which does not see this pass's
+             * claims until they are made. One job of it a pass, then: two
+             * submitted together once both started under max_running 1.
+             * The next pass follows at once (*more). */
+            if (pt[k].pos < pt[k].end) {
+                pt[k].pos = pt[k].end;
+                cut = 1;
+            }
         members[nb++] = e->member;
         if (nb == PEEK_MAX) {
             int got = flush_batch(s, batch, members, &nb);
@@ -955,6 +1101,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     }
     int got = flush_batch(s, batch, members, &nb);
     /* a tenant's window ran out while slots were left: it may have more */
+    *more = free_slot && cut;
     for (int k = 0; free_slot && k < nt; k++)
         if (!pt[k].held_back && pt[k].end - pt[k].start >= per_tenant)
             *more = 1;
@@ -1114,6 +1261,7 @@ void gw_sched_stop(gw_sched *s)
     pthread_join(s->thread, NULL);
     free(s->tenants);
     free(s->counts);
+    free(s->ended);
     free(s->vts);
     for (int k = 0; k < SCHED_MAX_NODES; k++) {
         free(s->nodes[k].ends);

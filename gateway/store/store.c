@@ -917,18 +917,18 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " FROM jobs j WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
 /* Every run on a node (a single-node job, or one node's part of a gang):
  * its devices, when its timeout_s ends it at the latest (epoch ms), its
- * job and tenant, and 1 when its job runs with it (the tenants' running
+ * job and tenant, 1 when its job runs with it (the tenants' running
  * counts: a gang's parts count once, a part of an attempt that ended not
- * at all). */
+ * at all), and its attempt. */
 [ST_RUNS_PLACED] = {
     "SELECT node_id::text, coalesce(gpu_ids, '{}')::text,"
     "       (extract(epoch FROM started_at) * 1000)::bigint + timeout_s * 1000::bigint, id::text,"
-    "       tenant_id, 1"
+    "       tenant_id, 1, attempts"
     " FROM jobs WHERE state = 'running' AND node_id IS NOT NULL AND nodes = 1"
     " UNION ALL"
     " SELECT r.node_id::text, r.gpu_ids::text,"
     "       (extract(epoch FROM j.started_at) * 1000)::bigint + j.timeout_s * 1000::bigint,"
-    "       j.id::text, j.tenant_id, 1"
+    "       j.id::text, j.tenant_id, 1, r.attempt"
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
     " WHERE r.ended_at IS NULL AND j.state = 'running'"
     /* A part of an attempt that has ended (the gang requeued, cancelled or
@@ -943,7 +943,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
      * plan. */
     " UNION ALL"
     " SELECT r.node_id::text, r.gpu_ids::text,"
-    "       (extract(epoch FROM clock_timestamp()) * 1000)::bigint, j.id::text, j.tenant_id, 0"
+    "       (extract(epoch FROM clock_timestamp()) * 1000)::bigint, j.id::text, j.tenant_id, 0,"
+    "       r.attempt"
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id JOIN nodes n ON n.id = r.node_id"
     " WHERE r.ended_at IS NULL AND r.leased_at IS NOT NULL AND n.state = 'up'"
     "   AND " ENDED_PART("r", "j"), 0},

@@ -232,6 +232,7 @@ int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended);
 typedef struct gw_tenant_run {
     int64_t tenant_id;
     int limit, running;
+    int units;                /* the devices its runs hold now (a CPU run: 1 a node) */
     double weight;            /* its fair-share weight (> 0) */
 } gw_tenant_run;
 /* Every tenant's quota (def where it has none) and weight; running 0. */
@@ -243,6 +244,7 @@ typedef struct gw_run_place {
     int64_t end_ms;           /* started + timeout_s, epoch ms */
     int64_t tenant_id;
     int live;                 /* its job runs with it (a part of an ended attempt: 0) */
+    int attempt;              /* the attempt it is a run of */
 } gw_run_place;
 /* Every run on a node now, for placement: the caller frees *out. */
 int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n);

@@ -904,6 +904,7 @@ int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n)
         store__copy(r, i, 3, p->job_id, sizeof(p->job_id));
         p->tenant_id = strtoll(PQgetvalue(r, i, 4), NULL, 10);
         p->live = atoi(PQgetvalue(r, i, 5));
+        p->attempt = atoi(PQgetvalue(r, i, 6));
         *n = i + 1;
     }
     PQclear(r);

@@ -87,3 +87,39 @@ def test_busy_tenants_start_jobs_in_proportion_to_their_weights(A, B, admin, sta
     print(f"fair share: weights 1:3, starts A={a_n} B={b_n}, B's share {share:.2f} (0.75 ideal)")
     assert a_n + b_n >= 30, (a_n, b_n)
     assert 0.6 <= share <= 0.9, (a_n, b_n)
+
+
+def held_seconds(jobs, lo, hi):
+    """Seconds of [lo, hi] that jobs (each a finished job) held a slot."""
+    total = 0.0
+    for j in jobs:
+        a, b = max(ts(j["started_at"]), lo), min(ts(j["finished_at"]), hi)
+        total += max(0.0, (b - a).total_seconds())
+    return total
+
+
+def test_long_jobs_do_not_buy_a_tenant_more_of_the_nodes(A, B, admin, stack):
+    """Fair share counts what each tenant holds, not how many jobs it
+    starts: A's jobs run ten times as long as B's, the weights are equal,
+    and while both have jobs waiting each holds about half of the nodes'
+    time. Counting starts instead (stride scheduling, before issue 20's
+    fairness work) gave A about nine tenths of it."""
+    set_weight(admin, "A", 1)
+    set_weight(admin, "B", 1)
+    with nodes_drained(admin):
+        with cf.ThreadPoolExecutor(8) as ex:
+            longs = list(ex.map(lambda _: A.submit("sleep", {"seconds": 1.0})["id"], range(14)))
+            shorts = list(ex.map(lambda _: B.submit("sleep", {"seconds": 0.1})["id"], range(160)))
+    a_jobs = [A.wait(i, 180) for i in longs]
+    b_jobs = [B.wait(i, 180) for i in shorts]
+    assert all(j["state"] == "succeeded" for j in a_jobs + b_jobs)
+    # while both had jobs waiting: from the later first start to the
+    # earlier last start
+    lo = max(min(ts(j["started_at"]) for j in js) for js in (a_jobs, b_jobs))
+    hi = min(max(ts(j["started_at"]) for j in js) for js in (a_jobs, b_jobs))
+    assert (hi - lo).total_seconds() >= 5, (lo, hi)
+    a_s, b_s = held_seconds(a_jobs, lo, hi), held_seconds(b_jobs, lo, hi)
+    share = a_s / (a_s + b_s)
+    print(f"fair share by time held: A (1 s jobs) {a_s:.1f} s, B (0.1 s jobs) {b_s:.1f} s, "
+          f"A's share {share:.2f} (0.5 ideal; B's slot also idles between its short jobs)")
+    assert 0.3 <= share <= 0.72, (a_s, b_s)

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,33 +257,73 @@ static void test_reservation_and_backfill(void **state)
                                    now) == -1);
 }
 
-/* Stride fair share: the least virtual time goes next (a tie to the more
- * urgent head); charging by weight gives starts in proportion to weights. */
+/* Fair share: the largest deficit in whole units goes next, then the least
+ * virtual time, then the more urgent head. */
 static void test_fair_pick(void **state)
 {
-    double vt[3] = {10, 2, 3}, head[3] = {5, 9, 7};
+    double d[3] = {0, 0, 0}, vt[3] = {10, 2, 3}, head[3] = {5, 9, 7};
     uint8_t cand[3] = {1, 1, 1};
-    assert_int_equal(gw_place_fair_pick(vt, head, cand, 3), 1);
+    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 1);
     vt[2] = 2;
-    assert_int_equal(gw_place_fair_pick(vt, head, cand, 3), 2);   /* tie: head 7 < 9 */
+    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 2);   /* tie: head 7 < 9 */
+    d[0] = 1.5;   /* 2 whole units short: first, whatever its virtual time */
+    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 0);
+    d[1] = 1.2;   /* also 2 units once rounded up: level, the virtual time decides */
+    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 1);
     cand[2] = cand[1] = 0;
-    assert_int_equal(gw_place_fair_pick(vt, head, cand, 3), 0);
+    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 0);
     cand[0] = 0;
-    assert_int_equal(gw_place_fair_pick(vt, head, cand, 3), -1);
-    /* weights 1 and 3, endless queues, one-unit jobs: 1 start in 4 is A's */
-    double v[2] = {0, 0}, w[2] = {1, 3}, h[2] = {0, 1};
-    uint8_t c[2] = {1, 1};
-    int starts[2] = {0, 0};
-    for (int i = 0; i < 400; i++) {
-        int k = gw_place_fair_pick(v, h, c, 2);
-        starts[k]++;
-        v[k] += gw_place_fair_charge(1, w[k]);
-    }
-    assert_int_equal(starts[0], 100);
-    assert_int_equal(starts[1], 300);
-    /* a 4-unit job costs four times as much */
+    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), -1);
     assert_true(gw_place_fair_charge(4, 2) == 2.0);
     assert_true(gw_place_fair_charge(1, 0) == 1.0);
+    assert_true(gw_place_fair_target(8, 3, 4) == 6.0);
+}
+
+/* Two tenants with endless queues of one-unit jobs on `slots` units, as
+ * the scheduler composes the policy: each unit that frees goes to the
+ * pick (deficits from the targets, virtual times advanced by each start).
+ * A's jobs last len_a, B's len_b (ticks). Returns A's share of the
+ * unit-ticks held over `ticks`. */
+static double fair_sim(int slots, double wa, double wb, int len_a, int len_b, int ticks)
+{
+    double w[2] = {wa, wb}, vt[2] = {0, 0}, head[2] = {0, 1};
+    int units[2] = {0, 0}, len[2] = {len_a, len_b};
+    uint8_t cand[2] = {1, 1};
+    int end[64], who[64];
+    long held[2] = {0, 0};
+    for (int u = 0; u < slots; u++)
+        end[u] = 0;   /* free now */
+    for (int t = 0; t < ticks; t++) {
+        for (int u = 0; u < slots; u++) {
+            if (end[u] > t)
+                continue;
+            if (end[u] == t && t > 0)
+                units[who[u]]--;
+            double d[2];
+            for (int k = 0; k < 2; k++)
+                d[k] = gw_place_fair_target(slots, w[k], w[0] + w[1]) - units[k];
+            int k = gw_place_fair_pick(d, vt, head, cand, 2);
+            units[k]++;
+            vt[k] += gw_place_fair_charge(1, w[k]);
+            who[u] = k;
+            end[u] = t + len[k];
+        }
+        for (int u = 0; u < slots; u++)
+            held[who[u]]++;
+    }
+    return (double)held[0] / (double)(held[0] + held[1]);
+}
+
+/* The devices held follow the weights: on two units with weights 1 and 3
+ * (targets of half a unit and one and a half), with jobs ten times as
+ * long for one tenant as for the other at equal weights, and on many
+ * units. Counting starts alone gave the tenant of long jobs 0.9 of the
+ * time. */
+static void test_fair_share_follows_weights_in_devices_held(void **state)
+{
+    assert_true(fabs(fair_sim(2, 1, 3, 5, 5, 20000) - 0.25) < 0.02);
+    assert_true(fabs(fair_sim(2, 1, 1, 10, 1, 20000) - 0.5) < 0.02);
+    assert_true(fabs(fair_sim(48, 1, 2, 7, 3, 20000) - 1.0 / 3) < 0.02);
 }
 
 /* A task goes to nodes with an engine; to those that list its image when
@@ -420,31 +461,72 @@ static void test_reservations_start_at_the_want_th_node_to_free(void **state)
 
 /* A tenant's running jobs from the runs the scheduler reloads: a gang's
  * parts count once, a part of an attempt that ended not at all, even where
- * it sorts between the parts of the job's current attempt. */
+ * it sorts between the parts of the job's current attempt. The units they
+ * hold (fair share) count every live part's devices, 1 for a part without
+ * any. */
 static void test_running_jobs_are_counted_once_per_job(void **state)
 {
     gw_run_place r[] = {
-        {.job_id = "j2", .tenant_id = 7, .live = 1},   /* a gang: three parts */
-        {.job_id = "j1", .tenant_id = 7, .live = 1},
-        {.job_id = "j2", .tenant_id = 7, .live = 0},   /* its last attempt's part, still open */
-        {.job_id = "j2", .tenant_id = 7, .live = 1},
-        {.job_id = "j3", .tenant_id = 3, .live = 0},   /* only an ended attempt's part */
-        {.job_id = "j2", .tenant_id = 7, .live = 1},
-        {.job_id = "j4", .tenant_id = 3, .live = 1},
-        {.job_id = "j5", .tenant_id = 9, .live = 1},
+        {.job_id = "j2", .tenant_id = 7, .live = 1, .ngpu = 8},   /* a gang: three parts */
+        {.job_id = "j1", .tenant_id = 7, .live = 1, .ngpu = 0},
+        {.job_id = "j2", .tenant_id = 7, .live = 0, .ngpu = 8},   /* its last attempt's part, still open */
+        {.job_id = "j2", .tenant_id = 7, .live = 1, .ngpu = 8},
+        {.job_id = "j3", .tenant_id = 3, .live = 0, .ngpu = 4},   /* only an ended attempt's part */
+        {.job_id = "j2", .tenant_id = 7, .live = 1, .ngpu = 8},
+        {.job_id = "j4", .tenant_id = 3, .live = 1, .ngpu = 2},
+        {.job_id = "j5", .tenant_id = 9, .live = 1, .ngpu = 1},
     };
     gw_tenant_run *c;
     int n = gw_sched_count_running(r, 8, &c);
     assert_int_equal(n, 3);
     assert_int_equal(c[0].tenant_id, 3);
     assert_int_equal(c[0].running, 1);
+    assert_int_equal(c[0].units, 2);
     assert_int_equal(c[1].tenant_id, 7);
     assert_int_equal(c[1].running, 2);
+    assert_int_equal(c[1].units, 3 * 8 + 1);
     assert_int_equal(c[2].tenant_id, 9);
     assert_int_equal(c[2].running, 1);
+    assert_int_equal(c[2].units, 1);
     free(c);
     assert_int_equal(gw_sched_count_running(NULL, 0, &c), 0);
     free(c);
+}
+
+/* A reload of the runs leaves out the runs whose ends were reported while
+ * its query ran (it may have read them before their ends were committed,
+ * and would hold their devices for a second more): the same node, job and
+ * attempt only. */
+static void test_a_reload_leaves_out_runs_reported_ended_meanwhile(void **state)
+{
+    gw_run_place r[] = {
+        {.node_id = "n1", .job_id = "j1", .attempt = 1, .live = 1, .tenant_id = 5, .ngpu = 1},
+        {.node_id = "n1", .job_id = "j2", .attempt = 2, .live = 1, .tenant_id = 5, .ngpu = 2},
+        {.node_id = "n2", .job_id = "j2", .attempt = 2, .live = 1, .tenant_id = 5, .ngpu = 2},
+        {.node_id = "n1", .job_id = "j3", .attempt = 3, .live = 1, .tenant_id = 6, .ngpu = 1},
+    };
+    gw_ended_run e[] = {
+        {.node_id = "n2", .job_id = "j2", .attempt = 2},   /* one part of the gang */
+        {.node_id = "n1", .job_id = "j3", .attempt = 2},   /* an earlier attempt of j3 */
+        {.node_id = "n1", .job_id = "j1", .attempt = 1},
+        {.node_id = "n9", .job_id = "j1", .attempt = 1},   /* not in the reload */
+    };
+    assert_int_equal(gw_sched_runs_drop_ended(r, 4, e, 4), 2);
+    assert_string_equal(r[0].node_id, "");
+    assert_int_equal(r[0].live, 0);
+    assert_string_equal(r[1].node_id, "n1");
+    assert_string_equal(r[2].node_id, "");
+    assert_string_equal(r[3].node_id, "n1");
+    assert_int_equal(r[3].live, 1);
+    /* what is left is what the tenants hold */
+    gw_tenant_run *c;
+    assert_int_equal(gw_sched_count_running(r, 4, &c), 2);
+    assert_int_equal(c[0].tenant_id, 5);
+    assert_int_equal(c[0].running, 1);
+    assert_int_equal(c[0].units, 2);
+    assert_int_equal(c[1].units, 1);
+    free(c);
+    assert_int_equal(gw_sched_runs_drop_ended(r, 4, e, 0), 0);
 }
 
 int main(void)
@@ -465,10 +547,12 @@ int main(void)
         cmocka_unit_test(test_a_reservation_waits_for_idle_devices),
         cmocka_unit_test(test_reservation_and_backfill),
         cmocka_unit_test(test_fair_pick),
+        cmocka_unit_test(test_fair_share_follows_weights_in_devices_held),
         cmocka_unit_test(test_interned_backends_place_as_plain_strings),
         cmocka_unit_test(test_reservations_start_at_the_want_th_node_to_free),
         cmocka_unit_test(test_tasks_need_an_engine_and_prefer_nodes_with_their_image),
         cmocka_unit_test(test_running_jobs_are_counted_once_per_job),
+        cmocka_unit_test(test_a_reload_leaves_out_runs_reported_ended_meanwhile),
     };
     return cmocka_run_group_tests_name("gw_place", tests, NULL, NULL);
 }
