@@ -1130,13 +1130,21 @@ static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
  * analyzes once the table doubled (--analyze-min-rows). */
 static void analyze_if_grown(gw_sched *s)
 {
-    int64_t changed = 0;
+    int64_t changed = 0, expected = 0, running = 0;
     if (s->app->cfg.analyze_min_rows <= 0)
         return; /* left to autovacuum: nothing to look at */
-    int rc = gw_store_jobs_analyze_if_grown(s->app->store, s->app->cfg.analyze_min_rows, &changed);
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->ntenants; i++)
+        running += s->tenants[i].running;
+    pthread_mutex_unlock(&s->mu);
+    int rc = gw_store_jobs_analyze_if_grown(s->app->store, s->app->cfg.analyze_min_rows, running,
+                                            &changed, &expected);
     if (rc == 1)
         svc_info("scheduler: analyzed jobs (%lld rows changed since its statistics): plans follow "
                  "its size", (long long)changed);
+    else if (rc == 2)
+        svc_info("scheduler: analyzed jobs (%lld running, its statistics expected %lld): plans "
+                 "follow the running jobs", (long long)running, (long long)expected);
 }
 
 static void *sched_main(void *arg)

@@ -950,8 +950,16 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "   AND " ENDED_PART("r", "j"), 0},
 /* Rows of jobs changed since its statistics were taken, and the rows they
  * counted (0 before any ANALYZE). */
-[ST_JOBS_GROWTH] = {"SELECT coalesce(s.n_mod_since_analyze, 0), greatest(c.reltuples, 0)::bigint"
-                    " FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid"
+[ST_JOBS_GROWTH] = {"SELECT coalesce(s.n_mod_since_analyze, 0), greatest(c.reltuples, 0)::bigint,"
+                    /* the running rows the planner expects: the table's
+                     * rows times the share of state 'running' in its
+                     * statistics (0 where it is not among the most common) */
+                    "       (greatest(c.reltuples, 0) * coalesce((SELECT u.f FROM pg_stats p,"
+                    "          unnest(p.most_common_vals::text::text[], p.most_common_freqs) AS u(v, f)"
+                    "          WHERE p.schemaname = n.nspname AND p.tablename = 'jobs'"
+                    "            AND p.attname = 'state' AND u.v = 'running'), 0))::bigint"
+                    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid"
                     " WHERE c.oid = 'jobs'::regclass", 0},
 /* The parts of ended attempts left open on node $1, which has just
  * (re-)registered or left: it holds none of them now. */

@@ -257,7 +257,8 @@ int gw_store_job_get(gw_store *s, int64_t tenant_id, const char *id, json_t **jo
     return rc;
 }
 
-int gw_store_jobs_analyze_if_grown(gw_store *s, int64_t min_rows, int64_t *changed)
+int gw_store_jobs_analyze_if_grown(gw_store *s, int64_t min_rows, int64_t running,
+                                   int64_t *changed, int64_t *expected)
 {
     store__conn *c = store__acquire(s);
     if (!c)
@@ -266,12 +267,21 @@ int gw_store_jobs_analyze_if_grown(gw_store *s, int64_t min_rows, int64_t *chang
     int rc = r && PQntuples(r) == 1 ? 0 : -EIO;
     int64_t mods = rc ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     int64_t counted = rc ? 0 : strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    int64_t planned = rc ? 0 : strtoll(PQgetvalue(r, 0, 2), NULL, 10);
     PQclear(r);
     *changed = mods;
-    if (!rc && min_rows > 0 && mods >= min_rows && mods >= counted)
-        rc = store__command(c, "ANALYZE jobs") == 0 ? 1 : -EIO;
+    *expected = planned;
+    int grown = min_rows > 0 && mods >= min_rows && mods >= counted;
+    int running_off = gw_store_running_misplanned(running, planned);
+    if (!rc && (grown || running_off))
+        rc = store__command(c, "ANALYZE jobs") == 0 ? (grown ? 1 : 2) : -EIO;
     store__release(s, c);
     return rc;
+}
+
+int gw_store_running_misplanned(int64_t running, int64_t planned)
+{
+    return running >= GW_STORE_RUNNING_MISPLANNED_MIN && running > 4 * planned;
 }
 
 int gw_store_job_fields(gw_store *s, json_t **names)

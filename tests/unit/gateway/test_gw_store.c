@@ -20,6 +20,19 @@
 #include "../service/svc_test_net.h"
 #include "svc_util.h"
 
+/* The running jobs call for an ANALYZE when there are many and far more
+ * than the statistics expect (taken while few ran), not for a few, nor
+ * for a count the plans already expect. */
+static void test_running_far_past_the_plans_calls_for_analyze(void **state)
+{
+    assert_true(gw_store_running_misplanned(8000, 0));
+    assert_true(gw_store_running_misplanned(8000, 1999));
+    assert_false(gw_store_running_misplanned(8000, 2000));
+    assert_false(gw_store_running_misplanned(8000, 9000));
+    assert_false(gw_store_running_misplanned(GW_STORE_RUNNING_MISPLANNED_MIN - 1, 0));
+    assert_true(gw_store_running_misplanned(GW_STORE_RUNNING_MISPLANNED_MIN, 0));
+}
+
 static void test_outages_are_transient(void **state)
 {
     (void)state;
@@ -149,6 +162,7 @@ static void test_sessions_ask_for_no_parallel_workers_unless_the_url_says(void *
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_running_far_past_the_plans_calls_for_analyze),
         cmocka_unit_test(test_outages_are_transient),
         cmocka_unit_test(test_refused_statements_are_final),
         cmocka_unit_test(test_a_server_that_never_answers_times_the_connect_out),
