@@ -357,7 +357,6 @@ static void *cn__reporter_main(void *arg)
 
 int cn_lease_start(const char *gateway, const cn_node *node, cn_register *reg, cn_lease **out)
 {
-    pthread_condattr_t ca;
     cn_lease *l;
     int rc;
 
@@ -374,10 +373,7 @@ int cn_lease_start(const char *gateway, const cn_node *node, cn_register *reg, c
     l->node = node;
     l->reg = reg;
     pthread_mutex_init(&l->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&l->cond);
     if ((rc = -pthread_create(&l->reporter, NULL, cn__reporter_main, l)) == 0)
         l->reporter_started = 1;
     if (rc == 0 && (rc = -pthread_create(&l->poller, NULL, cn__poller_main, l)) == 0)

@@ -273,7 +273,6 @@ int cn_register_node_id(cn_register *r, char id[64])
 int cn_register_start(const char *gateway, int heartbeat_s, const cn_node *node,
                       cn_register **out)
 {
-    pthread_condattr_t ca;
     cn_register *r;
     int rc;
 
@@ -288,10 +287,7 @@ int cn_register_start(const char *gateway, int heartbeat_s, const cn_node *node,
     r->interval_ms = (int64_t)heartbeat_s * 1000;
     r->node = node;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&r->cond);
     if ((rc = -pthread_create(&r->thread, NULL, cn__register_main, r)) < 0) {
         pthread_cond_destroy(&r->cond);
         pthread_mutex_destroy(&r->mu);

@@ -12,6 +12,7 @@
 
 #include "svc_bstore.h"
 #include "svc_log.h"
+#include "svc_util.h"
 
 /* Blobs removed per transaction: rows stay locked while their files go. */
 #define SWEEP_BATCH 500
@@ -110,11 +111,7 @@ gw_blob_gc *gw_blob_gc_start(gw_app *app)
     if (gc == NULL)
         return NULL;
     gc->app = app;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&gc->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&gc->cv);
     pthread_mutex_init(&gc->mu, NULL);
     int e = pthread_create(&gc->thread, NULL, gc_main, gc);
     if (e != 0) {

@@ -56,6 +56,19 @@ struct timespec svc_deadline_ts(clockid_t clock, int64_t ms)
     return ts;
 }
 
+int svc_cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    int e = pthread_condattr_init(&ca);
+    if (e == 0) {
+        e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        if (e == 0)
+            e = pthread_cond_init(cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    return -e;
+}
+
 void svc_sleep_ms(int64_t ms)
 {
     if (ms <= 0)

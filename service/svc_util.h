@@ -4,6 +4,7 @@
 #ifndef SVC_UTIL_H
 #define SVC_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -16,6 +17,9 @@ int64_t svc_now_wall_ms(void);
  * that waits on that clock (CLOCK_REALTIME unless its attributes say
  * otherwise). */
 struct timespec svc_deadline_ts(clockid_t clock, int64_t ms);
+/* Initialises cv to wait on CLOCK_MONOTONIC (its deadlines from
+ * svc_deadline_ts(CLOCK_MONOTONIC, ...)); 0 or -errno. */
+int svc_cond_init_mono(pthread_cond_t *cv);
 /* Formats epoch ms as "2026-12-02T12:00:00.123Z" into buf (>= 32 bytes). */
 void svc_time_format(int64_t epoch_ms, char *buf, size_t len);
 /* Sleeps ms milliseconds (restarts on EINTR). */

@@ -85,7 +85,6 @@ static void bf_trim(cn_blobfile *c)
 
 int cn_blobfile_open(const char *dir, uint64_t budget, cn_blobfile **out)
 {
-    pthread_condattr_t ca;
     *out = NULL;
     if (strlen(dir) >= sizeof ((cn_blobfile *)0)->dir - 80)
         return -ENAMETOOLONG;
@@ -105,10 +104,7 @@ int cn_blobfile_open(const char *dir, uint64_t budget, cn_blobfile **out)
     snprintf(c->dir, sizeof c->dir, "%s", dir);
     c->budget = budget;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->changed, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&c->changed);
     *out = c;
     return 0;
 }

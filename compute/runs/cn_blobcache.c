@@ -95,18 +95,13 @@ static void cn__bc_remove(cn_blobcache *c, cn_bc_entry *e)
 
 int cn_blobcache_create(uint64_t budget, cn_blobcache **out)
 {
-    pthread_condattr_t ca;
     cn_blobcache *c = calloc(1, sizeof *c);
 
     *out = NULL;
-    if (!c || pthread_condattr_init(&ca) != 0) {
-        free(c);
+    if (!c)
         return -ENOMEM;
-    }
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->changed, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&c->changed);
     c->budget = budget;
     *out = c;
     return 0;

@@ -349,17 +349,13 @@ static void cn__run_all(cn__task_fn fn, void **tasks, int n, int *rcs, const vol
 {
     cn__slot slots[KL_MAX_IO];
     cn__group g = {.fn = fn};
-    pthread_condattr_t ca;
 
     if (n == 1) {
         rcs[0] = fn(tasks[0], cancel);
         return;
     }
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&g.mu, NULL);
-    pthread_cond_init(&g.done, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&g.done);
     pthread_mutex_lock(&g.mu);
     for (int i = 0; i < n; i++) {
         slots[i] = (cn__slot){.g = &g, .task = tasks[i]};

@@ -756,7 +756,6 @@ static void *cn__watchdog(void *arg)
 
 int cn_runs_create(const cn_runs_opts *opts, cn_runs **out)
 {
-    pthread_condattr_t ca;
     int rc = -ENOMEM, inited = 0;
     cn_runs *m = NULL;
 
@@ -765,15 +764,11 @@ int cn_runs_create(const cn_runs_opts *opts, cn_runs **out)
         return -EINVAL;
     if (!(m = calloc(1, sizeof *m)))
         goto cleanup;
-    if ((rc = -pthread_condattr_init(&ca)) < 0)
-        goto cleanup;
     /* Deadlines come from svc_now_mono_ms, so the waits must use that clock. */
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->work, &ca);
-    pthread_cond_init(&m->done, &ca);
-    pthread_cond_init(&m->tick, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&m->work);
+    svc_cond_init_mono(&m->done);
+    svc_cond_init_mono(&m->tick);
     inited = 1;
     m->slots = opts->slots;
     m->threads = opts->threads;

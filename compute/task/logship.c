@@ -176,7 +176,6 @@ static void *ship_main(void *arg)
 
 int cn_logship_start(const cn_logship_sink *sink, const cn_logship_opts *opts, cn_logship **out)
 {
-    pthread_condattr_t ca;
     *out = NULL;
     cn_logship *s = calloc(1, sizeof *s);
     if (!s)
@@ -186,10 +185,7 @@ int cn_logship_start(const cn_logship_sink *sink, const cn_logship_opts *opts, c
     s->o.batch_bytes = opts && opts->batch_bytes ? opts->batch_bytes : 1 << 20;
     s->o.linger_ms = opts && opts->linger_ms > 0 ? opts->linger_ms : 30000;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&s->cond);
     int rc = -pthread_create(&s->th, NULL, ship_main, s);
     if (rc < 0) {
         pthread_cond_destroy(&s->cond);

@@ -158,11 +158,7 @@ gw_nodecreds *gw_nodecreds_new(int capacity, int ttl_ms)
     }
     c->capacity = capacity > 8 ? capacity : 8;
     c->ttl_ms = gw_ttlcache_ttl_ms(c->tc);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&c->cv);
     pthread_mutex_init(&c->mu, NULL);
     return c;
 }

@@ -637,12 +637,8 @@ gw_events *gw_events_start(gw_app *app)
     pthread_mutex_init(&ev->mu, NULL);
     ev->progress = json_array();
     ev->progress_out = json_array();
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ev->cv, &ca);
-    pthread_cond_init(&ev->cu_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&ev->cv);
+    svc_cond_init_mono(&ev->cu_cv);
     /* a key revoked on any gateway is refused within the key cache's
      * period: streams and held waits opened with it end within it too */
     ev->key_check_ms = app->cfg.key_cache_ms > 0 ? app->cfg.key_cache_ms : 250;

@@ -278,11 +278,7 @@ gw_waits *gw_waits_start(gw_app *app)
     ws->app = app;
     ws->key_check_ms = app->cfg.key_cache_ms > 0 ? app->cfg.key_cache_ms : 250;
     pthread_mutex_init(&ws->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ws->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&ws->cv);
     if (pthread_create(&ws->thread, NULL, waits_main, ws) != 0) {
         pthread_cond_destroy(&ws->cv);
         pthread_mutex_destroy(&ws->mu);

@@ -773,11 +773,7 @@ gw_leases *gw_leases_start(gw_app *app)
     l->next_deadline = INT64_MAX;
     l->next_take_back = INT64_MAX;
     pthread_mutex_init(&l->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&l->cv);
     if (pthread_create(&l->thread, NULL, leases_main, l) != 0) {
         pthread_cond_destroy(&l->cv);
         pthread_mutex_destroy(&l->mu);

@@ -24,6 +24,7 @@ struct gw_queue {
     pthread_mutex_t hook_mu;       /* guards on_push against its removal */
     void (*on_push)(void *arg);
     void *on_push_arg;
+    unsigned long long peeks;      /* turns the first tenant a peek reads (atomic) */
 };
 
 struct gw_redis *gw_queue_redis(gw_queue *q)
@@ -354,24 +355,40 @@ static int ready_parse(gw_ready *e, const char *m)
 int gw_queue_peek(gw_queue *q, int per_tenant, gw_ready *out, int max, int *n)
 {
     /* Tenants whose set is found empty leave TENANTS_KEY (in the script,
-     * so that no push between the look and the removal is lost). */
+     * so that no push between the look and the removal is lost). Each
+     * tenant gets at most its part of max (max / tenants, at least 1):
+     * per_tenant entries of each until max was reached left the tenants
+     * after the first max / per_tenant unseen, in the order SMEMBERS gives
+     * (the deep scan's 512 a tenant saw 8 of 50 tenants, which got 1.42
+     * times their share in the scale bench). Where there are more tenants
+     * than max, the start turns with ARGV[4]. */
     static gw_redis_script script = {.src =
         "local out = {} "
         "local left = tonumber(ARGV[3]) "
-        "for _, t in ipairs(redis.call('SMEMBERS', KEYS[1])) do "
+        "local ts = redis.call('SMEMBERS', KEYS[1]) "
+        "local nt = #ts "
+        "if nt == 0 then return out end "
+        "local per = math.min(tonumber(ARGV[2]), math.max(1, math.floor(left / nt))) "
+        "local first = tonumber(ARGV[4]) % nt "
+        "for k = 0, nt - 1 do "
         "  if left <= 0 then break end "
-        "  local ms = redis.call('ZRANGE', ARGV[1] .. t, 0, math.min(tonumber(ARGV[2]), left) - 1, 'WITHSCORES') "
+        "  local t = ts[(first + k) % nt + 1] "
+        "  local ms = redis.call('ZRANGE', ARGV[1] .. t, 0, math.min(per, left) - 1, 'WITHSCORES') "
         "  if #ms == 0 then redis.call('SREM', KEYS[1], t) end "
         "  for i = 1, #ms do out[#out + 1] = ms[i] end "
         "  left = left - #ms / 2 "
         "end "
         "return out"};
-    char per[16], all[16];
+    char per[16], all[16], turn[32];
     snprintf(per, sizeof per, "%d", per_tenant);
     snprintf(all, sizeof all, "%d", max);
-    const char *args[4] = {TENANTS_KEY, READY_PREFIX, per, all};
+    /* max tenants further on each call (where max is less than them) */
+    snprintf(turn, sizeof turn, "%llu",
+             (unsigned long long)__atomic_fetch_add(&q->peeks, 1, __ATOMIC_RELAXED) *
+                 (unsigned long long)(max > 0 ? max : 1) % 1000000007ULL);
+    const char *args[5] = {TENANTS_KEY, READY_PREFIX, per, all, turn};
     *n = 0;
-    redisReply *r = script_run(q, &script, 1, 4, args);
+    redisReply *r = script_run(q, &script, 1, 5, args);
     if (!r)
         return -EIO;
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements && *n < max; i += 2) {

@@ -55,10 +55,12 @@ int gw_queue_push_missing(gw_queue *q, const gw_queued *list, int n, int *added)
 /* Moves the delayed jobs whose back-off has ended to the ready queue;
  * *moved says how many. */
 int gw_queue_promote_due(gw_queue *q, int *moved);
-/* Up to per_tenant entries from the head of every tenant's ready queue, at
- * most max in all, in one round trip: out holds them tenant by tenant,
- * each tenant's most urgent first (score set). The scheduler orders the
- * tenants (fair share). */
+/* Up to per_tenant entries from the head of every tenant's ready queue,
+ * and no more than max / tenants (at least 1), at most max in all, in one
+ * round trip: out holds them tenant by tenant, each tenant's most urgent
+ * first (score set). Where more tenants wait than max, the first tenant
+ * read turns from one call to the next. The scheduler orders the tenants
+ * (fair share). */
 int gw_queue_peek(gw_queue *q, int per_tenant, gw_ready *out, int max, int *n);
 /* How many entries of its tenant are ahead of j's in the ready queue
  * (ZRANK, one round trip, O(log n)): 0 with *ahead set, -ENOENT when the

@@ -1102,8 +1102,9 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     int got = flush_batch(s, batch, members, &nb);
     /* a tenant's window ran out while slots were left: it may have more */
     *more = free_slot && cut;
+    int window = nt > 0 && SCAN_MAX / nt < per_tenant ? SCAN_MAX / nt : per_tenant;   /* the peek's */
     for (int k = 0; free_slot && k < nt; k++)
-        if (!pt[k].held_back && pt[k].end - pt[k].start >= per_tenant)
+        if (!pt[k].held_back && pt[k].end - pt[k].start >= (window > 1 ? window : 1))
             *more = 1;
     return got < 0 ? dispatched : dispatched + got;
 }

@@ -114,11 +114,7 @@ gw_committer *gw_committer_start(const gw_committer_ops *ops, void *arg, int thr
     c->batch_max = batch_max;
     c->threads = calloc((size_t)threads, sizeof(*c->threads));
     pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&c->cv);
     for (; c->threads && c->nthreads < threads; c->nthreads++)
         if (pthread_create(&c->threads[c->nthreads], NULL, committer_main, c) != 0)
             break;

@@ -113,11 +113,7 @@ svc_conns *svc_conns_new(const svc_conns_opts *o, char *err, size_t errlen)
     }
     t->o = *o;
     pthread_mutex_init(&t->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&t->cv);
     int e = pthread_create(&t->watchdog, NULL, watchdog_main, t);
     if (e != 0) {
         snprintf(err, errlen, "cannot start the connection watchdog: %s", strerror(e));

@@ -1366,12 +1366,8 @@ static svc_server *server_new(const svc_server_opts *opts, svc_cidrs *trusted, c
     }
     metrics_register(s, opts->metrics);
     atomic_store(&s->starting, 1);
-    pthread_condattr_t ca;
     pthread_mutex_init(&s->susp_mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->susp_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    svc_cond_init_mono(&s->susp_cv);
     return s;
 }
 

@@ -224,6 +224,40 @@ static void test_peek_gives_every_tenant_its_head(void **state)
     assert_int_equal(gw_queue_rank(q, &late, &ahead), -ENOENT);
 }
 
+/* A peek that cannot give every tenant per_tenant entries within max
+ * gives each its part of max (the first tenants took it all: a deep scan
+ * saw 8 of 50 tenants), and where there are more tenants than max, the
+ * next peeks read the others. */
+static void test_peek_shares_its_room_among_the_tenants(void **state)
+{
+    gw_queue *q = *state;
+    for (int t = 0; t < 20; t++)
+        for (int i = 0; i < 10; i++) {
+            char id[37];
+            snprintf(id, sizeof id, "t%02d-%d", t, i);
+            gw_queued j = job(id, 5, t * 10 + i, "cpu", 1, 100 + t);
+            assert_int_equal(gw_queue_push(q, &j), 0);
+        }
+    gw_ready out[64];
+    int n, per[20] = {0};
+    assert_int_equal(gw_queue_peek(q, 512, out, 64, &n), 0);
+    assert_int_equal(n, 20 * 3);
+    for (int i = 0; i < n; i++)
+        per[out[i].tenant_id - 100]++;
+    for (int t = 0; t < 20; t++)
+        assert_int_equal(per[t], 3);
+    int seen[20] = {0}, all = 0;
+    for (int call = 0; call < 3; call++) {
+        assert_int_equal(gw_queue_peek(q, 512, out, 8, &n), 0);
+        assert_int_equal(n, 8);
+        for (int i = 0; i < n; i++)
+            seen[out[i].tenant_id - 100] = 1;
+    }
+    for (int t = 0; t < 20; t++)
+        all += seen[t];
+    assert_int_equal(all, 20);
+}
+
 static void test_take_removes_once_and_drop_finds_the_member(void **state)
 {
     gw_queue *q = *state;
@@ -550,6 +584,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_take_removes_once_and_drop_finds_the_member, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entries_of_earlier_versions_are_promoted_or_forgotten, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_peek_shares_its_room_among_the_tenants, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peek_gives_every_tenant_its_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delayed_job_waits_for_its_backoff_then_is_promoted, setup,
                                         teardown),
