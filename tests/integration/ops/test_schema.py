@@ -8,11 +8,18 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from stack import GATEWAY_BIN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # the gateway under test (KOWLOON_TEST_ROOT: the sanitizer build's under make test-asan)
 SCHEMA = [sys.executable, os.path.join(ROOT, "scripts", "schema.py"), "--gateway", GATEWAY_BIN]
+# Each test starts one or two throwaway PostgreSQLs (initdb, start, the
+# migrations, pg_dump): about 11 s each here, and a loaded CI took past the
+# suite's 60 s for two (stop 31, waiting for pg_isready); the calls' own
+# limit is 120 s each.
+pytestmark = pytest.mark.timeout(300)
 
 
 def test_committed_schema_is_what_the_migrations_produce():
