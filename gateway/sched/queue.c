@@ -382,7 +382,8 @@ int gw_queue_peek(gw_queue *q, int per_tenant, gw_ready *out, int max, int *n)
     char per[16], all[16], turn[32];
     snprintf(per, sizeof per, "%d", per_tenant);
     snprintf(all, sizeof all, "%d", max);
-    /* max tenants further on each call (where max is less than them) */
+    /* max tenants further on each call (where max is less than them); kept
+     * below 2^53, the integers Lua's numbers hold exactly */
     snprintf(turn, sizeof turn, "%llu",
              (unsigned long long)__atomic_fetch_add(&q->peeks, 1, __ATOMIC_RELAXED) *
                  (unsigned long long)(max > 0 ? max : 1) % 1000000007ULL);

@@ -299,8 +299,7 @@ int gw_sched_count_running(gw_run_place *runs, int nr, gw_tenant_run **out)
     for (int k = 0; k < nr; k++) {
         if (!runs[k].live || !runs[k].tenant_id)
             continue;
-        int first = strcmp(last, runs[k].job_id) != 0;
-        if (!first) {
+        if (strcmp(last, runs[k].job_id) == 0) {
             c[m - 1].units += gw_sched_run_units(runs[k].ngpu);   /* another node of its gang */
             continue;
         }
@@ -1006,9 +1005,9 @@ static void pass_charge(pass_tenant *t, double *vt, double *deficit, const gw_re
 }
 
 /* One placement pass. The heads of every tenant's ready queue are looked
- * at in fair-share order: the tenant holding the fewest devices per unit of weight
- * next (placements of this pass counted), within a tenant the most urgent
- * first. Each job that fits goes to the least loaded nodes and devices
+ * at in fair-share order (placement.h): the tenant furthest below its
+ * target of devices next, then the least virtual time (placements of this
+ * pass counted), within a tenant the most urgent first. Each job that fits goes to the least loaded nodes and devices
  * (placement.h). A job that fits nowhere now but could once nodes free up
  * reserves the nodes that free first, and its tenant's turn in this pass
  * is counted as if it had started (not between passes: it has not): a
@@ -1079,18 +1078,17 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
         /* its units are counted in its tenant's (place_count); the pass
          * goes on from the deficit the tenant had at its start */
         pass_charge(&pt[k], &vt[k], &deficit[k], e, 1);
-        if (pt[k].t)
+        /* A tenant made since the last refresh had its quota asked of
+         * PostgreSQL (running_allowed), which does not see this pass's
+         * claims until they are made: one job of it a pass, then (two
+         * submitted together once both started under max_running 1); the
+         * next pass follows at once (*more). */
+        if (pt[k].t) {
             pt[k].t->running++;   /* counted at placement; the next refresh corrects */
-        else
-            /* A tenant made since the last refresh: its quota was asked of
-             * PostgreSQL (running_allowed), which does not see this pass's
-             * claims until they are made. One job of it a pass, then: two
-             * submitted together once both started under max_running 1.
-             * The next pass follows at once (*more). */
-            if (pt[k].pos < pt[k].end) {
-                pt[k].pos = pt[k].end;
-                cut = 1;
-            }
+        } else if (pt[k].pos < pt[k].end) {
+            pt[k].pos = pt[k].end;
+            cut = 1;
+        }
         members[nb++] = e->member;
         if (nb == PEEK_MAX) {
             int got = flush_batch(s, batch, members, &nb);
