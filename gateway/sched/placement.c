@@ -357,6 +357,16 @@ int gw_place_fair_pick(const double *deficit, const double *vtime, const double 
     return best;
 }
 
+int gw_place_fair_waits(const double *deficit, const uint8_t *cut, int k, int pick)
+{
+    if (pick < 0 || deficit_units(deficit[pick]) > 0)
+        return 0;
+    for (int j = 0; j < k; j++)
+        if (cut[j] && deficit_units(deficit[j]) > 0)
+            return 1;
+    return 0;
+}
+
 double gw_place_fair_target(double room, double weight, double wsum)
 {
     return wsum > 0 ? room * (weight > 0 ? weight : 1) / wsum : 0;

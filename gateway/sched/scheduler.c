@@ -707,6 +707,7 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
 typedef struct pass_tenant {
     int start, end, pos;
     int held_back;            /* at its running quota: the rest of its window waits */
+    int placed;               /* jobs placed this pass */
     gw_tenant_run *t;         /* NULL: not known since the last refresh */
     double *vt;               /* its virtual time (fair share) */
 } pass_tenant;
@@ -1018,9 +1019,11 @@ static void pass_charge(pass_tenant *t, double *vt, double *deficit, const gw_re
  * test_scale_sim). From then on a job goes on a reserved node only when its
  * timeout_s ends before that reservation's start (backfill).
  * Each tenant's window is PEEK_MIN + free slots / PEEK_PER_FREE entries
- * (PEEK_MAX at most; deeper every DEEP_SCAN_MS). Claims go in batches of
- * PEEK_MAX, until no slot is free, every entry was looked at, or the clock
- * reaches until. Returns how many were claimed; *more is 1 when slots were
+ * (PEEK_MAX at most; deeper every DEEP_SCAN_MS); when a tenant below its
+ * share placed its whole window, the pass ends before a tenant at its
+ * share gets more (gw_place_fair_waits) and the next reads on. Claims go
+ * in batches of PEEK_MAX, until no slot is free, every entry was looked
+ * at, or the clock reaches until. Returns how many were claimed; *more is 1 when slots were
  * left and some tenant's window was all placed or passed over (its queue
  * may hold more: the caller passes again). */
 static int dispatch_pass(gw_sched *s, int64_t until, int *more)
@@ -1028,7 +1031,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     static gw_place_node view[SCHED_MAX_NODES];
     static pass_tenant pt[SCAN_MAX];
     static double vt[SCAN_MAX], deficit[SCAN_MAX], head[SCAN_MAX];
-    static uint8_t cand[SCAN_MAX], mask[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
+    static uint8_t cand[SCAN_MAX], ranout[SCAN_MAX], mask[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
     static int64_t held[SCHED_MAX_NODES], scratch[SCHED_MAX_NODES];
     static int64_t shape_at[FREE_SHAPES][SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];
@@ -1054,14 +1057,24 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     int nt = pass_tenants(s, view, n, pt, vt, deficit);
     if (nt < 0)
         return 0;
+    /* each tenant's share of the peek (gw_queue_peek): a tenant given all
+     * of it may have more queued */
+    int window = nt > 0 && SCAN_MAX / nt < per_tenant ? SCAN_MAX / nt : per_tenant;
+    if (window < 1)
+        window = 1;
     memset(held, 0, sizeof(held[0]) * (size_t)s->nnodes);
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
         for (int k = 0; k < nt; k++) {
             cand[k] = pt[k].pos < pt[k].end;
             head[k] = cand[k] ? s->ready[pt[k].pos].score : 0;
+            ranout[k] = !cand[k] && !pt[k].held_back && pt[k].placed > 0 &&
+                        pt[k].end - pt[k].start >= window;
         }
         int k = gw_place_fair_pick(deficit, vt, head, cand, nt);
-        if (k < 0)
+        /* a tenant below its share ran out of window: the next pass reads
+         * more of its queue before anyone past its share gets more (the
+         * window's tenants had placements: each such pass makes progress) */
+        if (k < 0 || gw_place_fair_waits(deficit, ranout, nt, k))
             break;
         const gw_ready *e = &s->ready[pt[k].pos++];
         /* A tenant at its running quota waits whole. */
@@ -1078,6 +1091,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
         /* its units are counted in its tenant's (place_count); the pass
          * goes on from the deficit the tenant had at its start */
         pass_charge(&pt[k], &vt[k], &deficit[k], e, 1);
+        pt[k].placed++;
         /* A tenant made since the last refresh had its quota asked of
          * PostgreSQL (running_allowed), which does not see this pass's
          * claims until they are made: one job of it a pass, then (two
@@ -1100,9 +1114,8 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     int got = flush_batch(s, batch, members, &nb);
     /* a tenant's window ran out while slots were left: it may have more */
     *more = free_slot && cut;
-    int window = nt > 0 && SCAN_MAX / nt < per_tenant ? SCAN_MAX / nt : per_tenant;   /* the peek's */
     for (int k = 0; free_slot && k < nt; k++)
-        if (!pt[k].held_back && pt[k].end - pt[k].start >= (window > 1 ? window : 1))
+        if (!pt[k].held_back && pt[k].end - pt[k].start >= window)
             *more = 1;
     return got < 0 ? dispatched : dispatched + got;
 }

@@ -4,7 +4,7 @@ start jobs in proportion to their weights (POST /v1/tenants {weight})."""
 
 import concurrent.futures as cf
 
-from stack import nodes_drained, ts
+from stack import free_port, nodes_drained, ts, wait_until
 
 SHORT = {"seconds": 0.05}
 
@@ -123,3 +123,45 @@ def test_long_jobs_do_not_buy_a_tenant_more_of_the_nodes(A, B, admin, stack):
     print(f"fair share by time held: A (1 s jobs) {a_s:.1f} s, B (0.1 s jobs) {b_s:.1f} s, "
           f"A's share {share:.2f} (0.5 ideal; B's slot also idles between its short jobs)")
     assert 0.3 <= share <= 0.72, (a_s, b_s)
+
+
+def test_a_wide_node_fills_by_weight(A, B, admin, stack):
+    """One node of 80 slots starts taking work with A (weight 1) and B
+    (weight 4) queued: it fills 16:64, each at its share. A pass reads a
+    window of each tenant's queue (28 jobs here, fewer than B's 64); once B
+    had placed all of its window, the pass used to go on with A past its
+    share (A got 38 of the 80) until its long jobs ended, and at 1,000 nodes
+    the weight-1 tenants held 1.2-1.4 times their share for minutes. Now
+    the pass ends there and the next reads more of B's queue. Three fills:
+    a pass that happens to be a deep scan (every 200 ms) reads all of B's."""
+    set_weight(admin, "A", 1)
+    set_weight(admin, "B", 4)
+    name = "node-wide"
+    stack.node_ports[name] = free_port()
+    p = stack.start_node(name, extra_args=("--slots", "80"))
+    try:
+        stack.wait_nodes_up([name])
+        wide = stack.nodes_by_name()[name]["id"]
+        assert admin.post(f"/v1/nodes/{wide}/drain").status_code == 200
+        with nodes_drained(admin, keep=lambda n: n["name"] == name):
+            for _ in range(3):
+                with cf.ThreadPoolExecutor(8) as ex:
+                    ids = list(ex.map(lambda _: A.submit("sleep", {"seconds": 120})["id"], range(40)))
+                    ids += list(ex.map(lambda _: B.submit("sleep", {"seconds": 120})["id"], range(100)))
+                assert admin.request("DELETE", f"/v1/nodes/{wide}/drain").status_code == 200
+                running = "SELECT count(*) FROM jobs WHERE state = 'running'"
+                wait_until(lambda: int(stack.psql_value(running)) >= 80, 60, 0.1, "80 jobs running")
+                rows = dict(stack.psql("SELECT t.name, count(*) FROM jobs j JOIN tenants t ON t.id = j.tenant_id"
+                                       " WHERE j.state = 'running' GROUP BY t.name"))
+                assert admin.post(f"/v1/nodes/{wide}/drain").status_code == 200
+                with cf.ThreadPoolExecutor(8) as ex:
+                    list(ex.map(lambda i: (A if i in ids[:40] else B).cancel(i), ids))
+                wait_until(lambda: stack.nodes_by_name()[name]["running"] == 0, 60, 0.2,
+                           "the wide node's runs to end")
+                print(f"a wide node's fill: A (w1) {rows.get('A')}, B (w4) {rows.get('B')} of 80 (16:64 fair)")
+                assert int(rows.get("A", 0)) <= 17 and int(rows.get("B", 0)) >= 63, rows
+    finally:
+        admin.post(f"/v1/nodes/{stack.nodes_by_name()[name]['id']}/drain")
+        p.stop()
+        stack.procs.pop(name, None)
+        set_weight(admin, "B", 1)

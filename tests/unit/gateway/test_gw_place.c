@@ -284,6 +284,27 @@ static void test_fair_pick(void **state)
  * pick (deficits from the targets, virtual times advanced by each start).
  * A's jobs last len_a, B's len_b (ticks). Returns A's share of the
  * unit-ticks held over `ticks`. */
+/* A tenant at its share waits while one below it ran out of window. */
+static void test_fair_waits_for_a_window_run_out(void **state)
+{
+    (void)state;
+    double d[3] = {0.2, 5, -3};
+    uint8_t cut[3] = {0, 0, 0};
+    assert_int_equal(gw_place_fair_waits(d, cut, 3, 1), 0);   /* nothing ran out */
+    cut[1] = 1;
+    assert_int_equal(gw_place_fair_waits(d, cut, 3, 1), 0);   /* the pick is below its share */
+    d[1] = 0.5;
+    d[0] = 0;
+    assert_int_equal(gw_place_fair_waits(d, cut, 3, 0), 1);   /* at its share; 1 is below */
+    assert_int_equal(gw_place_fair_waits(d, cut, 3, 2), 1);   /* past it */
+    d[1] = 0;
+    assert_int_equal(gw_place_fair_waits(d, cut, 3, 2), 0);   /* 1 reached its share */
+    d[1] = 1e-12;                                             /* less than a unit's rounding */
+    assert_int_equal(gw_place_fair_waits(d, cut, 3, 2), 0);
+    d[1] = 3;
+    assert_int_equal(gw_place_fair_waits(d, cut, 3, -1), 0);  /* no pick */
+}
+
 static double fair_sim(int slots, double wa, double wb, int len_a, int len_b, int ticks)
 {
     double w[2] = {wa, wb}, vt[2] = {0, 0}, head[2] = {0, 1};
@@ -547,6 +568,7 @@ int main(void)
         cmocka_unit_test(test_a_reservation_waits_for_idle_devices),
         cmocka_unit_test(test_reservation_and_backfill),
         cmocka_unit_test(test_fair_pick),
+        cmocka_unit_test(test_fair_waits_for_a_window_run_out),
         cmocka_unit_test(test_fair_share_follows_weights_in_devices_held),
         cmocka_unit_test(test_interned_backends_place_as_plain_strings),
         cmocka_unit_test(test_reservations_start_at_the_want_th_node_to_free),
