@@ -1005,6 +1005,20 @@ static void pass_charge(pass_tenant *t, double *vt, double *deficit, const gw_re
         *t->vt += cost;
 }
 
+/* Where each of the pass's nt tenants stands before the next pick: it
+ * has an entry left (cand), the score of that entry (head), and it placed
+ * all of a full window (ranout: its queue may hold more). */
+static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int window, uint8_t *cand,
+                       double *head, uint8_t *ranout)
+{
+    for (int k = 0; k < nt; k++) {
+        cand[k] = pt[k].pos < pt[k].end;
+        head[k] = cand[k] ? s->ready[pt[k].pos].score : 0;
+        ranout[k] = !cand[k] && !pt[k].held_back && pt[k].placed > 0 &&
+                    pt[k].end - pt[k].start >= window;
+    }
+}
+
 /* One placement pass. The heads of every tenant's ready queue are looked
  * at in fair-share order (placement.h): the tenant furthest below its
  * target of devices next, then the least virtual time (placements of this
@@ -1064,12 +1078,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
         window = 1;
     memset(held, 0, sizeof(held[0]) * (size_t)s->nnodes);
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
-        for (int k = 0; k < nt; k++) {
-            cand[k] = pt[k].pos < pt[k].end;
-            head[k] = cand[k] ? s->ready[pt[k].pos].score : 0;
-            ranout[k] = !cand[k] && !pt[k].held_back && pt[k].placed > 0 &&
-                        pt[k].end - pt[k].start >= window;
-        }
+        pass_turns(s, pt, nt, window, cand, head, ranout);
         int k = gw_place_fair_pick(deficit, vt, head, cand, nt);
         /* a tenant below its share ran out of window: the next pass reads
          * more of its queue before anyone past its share gets more (the
