@@ -1037,9 +1037,9 @@ static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int win
  * share placed its whole window, the pass ends before a tenant at its
  * share gets more (gw_place_fair_waits) and the next reads on. Claims go
  * in batches of PEEK_MAX, until no slot is free, every entry was looked
- * at, or the clock reaches until. Returns how many were claimed; *more is 1 when slots were
- * left and some tenant's window was all placed or passed over (its queue
- * may hold more: the caller passes again). */
+ * at, or the clock reaches until. Returns how many were claimed; *more is
+ * 1 when slots were left and some tenant's window was all placed or
+ * passed over (its queue may hold more: the caller passes again). */
 static int dispatch_pass(gw_sched *s, int64_t until, int *more)
 {
     static gw_place_node view[SCHED_MAX_NODES];

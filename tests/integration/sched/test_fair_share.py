@@ -68,12 +68,16 @@ def test_a_flooding_tenant_does_not_starve_another(A, B, admin, stack):
 
 def test_busy_tenants_start_jobs_in_proportion_to_their_weights(A, B, admin, stack):
     """Both tenants keep the cluster busy; B weighs 3, A 1: while both wait,
-    about three of every four starts are B's."""
+    about three of every four starts are B's. Both queue while the nodes
+    take no work: submitted to a running cluster on a loaded machine (10
+    submits a second in a CI run), A's 80 jobs of 50 ms had all started
+    before B's first was queued."""
     set_weight(admin, "A", 1)
     set_weight(admin, "B", 3)
     try:
-        a_ids = submit_many(A, 80)
-        b_ids = submit_many(B, 80)
+        with nodes_drained(admin):
+            a_ids = submit_many(A, 80)
+            b_ids = submit_many(B, 80)
         a_st, b_st = starts(A, a_ids), starts(B, b_ids)
     finally:
         set_weight(admin, "B", 1)
@@ -149,10 +153,11 @@ def test_a_wide_node_fills_by_weight(A, B, admin, stack):
                     ids = list(ex.map(lambda _: A.submit("sleep", {"seconds": 120})["id"], range(40)))
                     ids += list(ex.map(lambda _: B.submit("sleep", {"seconds": 120})["id"], range(100)))
                 assert admin.request("DELETE", f"/v1/nodes/{wide}/drain").status_code == 200
-                running = "SELECT count(*) FROM jobs WHERE state = 'running'"
-                wait_until(lambda: int(stack.psql_value(running)) >= 80, 60, 0.1, "80 jobs running")
+                ours = "j.state = 'running' AND j.id::text IN (%s)" % ", ".join(f"'{i}'" for i in ids)
+                wait_until(lambda: int(stack.psql_value(f"SELECT count(*) FROM jobs j WHERE {ours}")) >= 80,
+                           60, 0.1, "80 of the jobs running")
                 rows = dict(stack.psql("SELECT t.name, count(*) FROM jobs j JOIN tenants t ON t.id = j.tenant_id"
-                                       " WHERE j.state = 'running' GROUP BY t.name"))
+                                       f" WHERE {ours} GROUP BY t.name"))
                 assert admin.post(f"/v1/nodes/{wide}/drain").status_code == 200
                 with cf.ThreadPoolExecutor(8) as ex:
                     list(ex.map(lambda i: (A if i in ids[:40] else B).cancel(i), ids))
