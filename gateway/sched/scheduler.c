@@ -1022,15 +1022,16 @@ static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int win
 /* One placement pass. The heads of every tenant's ready queue are looked
  * at in fair-share order (placement.h): the tenant furthest below its
  * target of devices next, then the least virtual time (placements of this
- * pass counted), within a tenant the most urgent first. Each job that fits goes to the least loaded nodes and devices
- * (placement.h). A job that fits nowhere now but could once nodes free up
- * reserves the nodes that free first, and its tenant's turn in this pass
- * is counted as if it had started (not between passes: it has not): a
- * tenant whose next jobs are too big for the devices free now thus holds
- * nodes in proportion to its share while they drain, instead of seeing
- * lighter tenants take every device that frees (each pass used to make one
- * reservation, and a tenant of weight 1 got 1.7 times its share in
- * test_scale_sim). From then on a job goes on a reserved node only when its
+ * pass counted), within a tenant the most urgent first. Each job that
+ * fits goes to the least loaded nodes and devices (placement.h). A job
+ * that fits nowhere now but could once nodes free up reserves the nodes
+ * that free first, and its tenant's turn in this pass is counted as if it
+ * had started (not between passes: it has not): a tenant whose next jobs
+ * are too big for the devices free now thus holds nodes in proportion to
+ * its share while they drain, instead of seeing lighter tenants take
+ * every device that frees (each pass used to make one reservation, and a
+ * tenant of weight 1 got 1.7 times its share in test_scale_sim). From
+ * then on a job goes on a reserved node only when its
  * timeout_s ends before that reservation's start (backfill).
  * Each tenant's window is PEEK_MIN + free slots / PEEK_PER_FREE entries
  * (PEEK_MAX at most; deeper every DEEP_SCAN_MS); when a tenant below its
@@ -1045,7 +1046,8 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     static gw_place_node view[SCHED_MAX_NODES];
     static pass_tenant pt[SCAN_MAX];
     static double vt[SCAN_MAX], deficit[SCAN_MAX], head[SCAN_MAX];
-    static uint8_t cand[SCAN_MAX], ranout[SCAN_MAX], mask[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
+    static uint8_t cand[SCAN_MAX], ranout[SCAN_MAX];
+    static uint8_t mask[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
     static int64_t held[SCHED_MAX_NODES], scratch[SCHED_MAX_NODES];
     static int64_t shape_at[FREE_SHAPES][SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];

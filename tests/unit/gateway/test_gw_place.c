@@ -279,11 +279,6 @@ static void test_fair_pick(void **state)
     assert_true(gw_place_fair_target(8, 3, 4) == 6.0);
 }
 
-/* Two tenants with endless queues of one-unit jobs on `slots` units, as
- * the scheduler composes the policy: each unit that frees goes to the
- * pick (deficits from the targets, virtual times advanced by each start).
- * A's jobs last len_a, B's len_b (ticks). Returns A's share of the
- * unit-ticks held over `ticks`. */
 /* A tenant at its share waits while one below it ran out of window. */
 static void test_fair_waits_for_a_window_run_out(void **state)
 {
@@ -305,6 +300,11 @@ static void test_fair_waits_for_a_window_run_out(void **state)
     assert_int_equal(gw_place_fair_waits(d, cut, 3, -1), 0);  /* no pick */
 }
 
+/* Two tenants with endless queues of one-unit jobs on `slots` units, as
+ * the scheduler composes the policy: each unit that frees goes to the
+ * pick (deficits from the targets, virtual times advanced by each start).
+ * A's jobs last len_a, B's len_b (ticks). Returns A's share of the
+ * unit-ticks held over `ticks`. */
 static double fair_sim(int slots, double wa, double wb, int len_a, int len_b, int ticks)
 {
     double w[2] = {wa, wb}, vt[2] = {0, 0}, head[2] = {0, 1};
