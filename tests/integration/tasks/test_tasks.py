@@ -463,7 +463,11 @@ def test_backfill_fills_a_tasks_reservation_with_a_short_kernel_only(ts, A):
     cpu = ts.nodes_by_name()["tk-cpu"]["id"]
     assert ts.admin.post(f"/v1/nodes/{cpu}/drain").status_code == 200
     try:
-        first = A.submit("sleep", {"seconds": 2.5}, timeout_s=4, resources={"backend": "cpu"})
+        # first's run leaves room for the submissions below under a loaded
+        # CI (a run there took 2 s between first's start and short's
+        # submission, past what 2.5 s / timeout 4 left): short must come
+        # while first runs and end (its timeout) before first's timeout
+        first = A.submit("sleep", {"seconds": 6}, timeout_s=10, resources={"backend": "cpu"})
         first = A.wait(first["id"], 30, states=("running",))
         gang = submit(A, py("import os; print('part', os.environ['NODE_RANK'], flush=True)"),
                       resources={"nodes": 2, "gpus": 0})
@@ -479,7 +483,7 @@ def test_backfill_fills_a_tasks_reservation_with_a_short_kernel_only(ts, A):
     start = {k: stk.ts(j["started_at"]).timestamp() for k, j in done.items()}
     assert start["short"] < start["gang"], start
     assert start["long"] >= start["gang"], start
-    assert start["gang"] <= start["first"] + 4 + 1.0, start
+    assert start["gang"] <= start["first"] + 10 + 1.0, start
     assert sorted(p["node"] for p in done["gang"]["placement"]) == ["tk-a", "tk-b"]
     # each part's log, by ?part=; the job ends with node_rank 0's report,
     # and another part's log may land a moment later (its own report)
