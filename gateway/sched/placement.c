@@ -107,22 +107,30 @@ static int devices_exclusive(const gw_place_node *c)
     return backend_is(c->backend, BACKEND_CUDA) && c->ngpus > 0 && c->slots <= c->ngpus;
 }
 
-/* 1 when c has the devices a part of r needs free now: always where
- * devices are shared, else that many idle fitting ones. */
-static int devices_free(const gw_place_node *c, const gw_place_req *r)
+/* The idle fitting devices c would have left once a part of r took its
+ * own: -1 where devices are shared or r takes none (the node fits while
+ * it has a free slot), -2 where too few are idle (it does not fit now). */
+static int devices_left(const gw_place_node *c, const gw_place_req *r)
 {
     int need = devices_needed(c, r), idle = 0;
     if (need == 0 || !devices_exclusive(c))
-        return 1;
+        return -1;
     for (int g = 0; g < c->ngpus && g < GW_PLACE_MAX_GPUS; g++)
         idle += c->gpu[g].load == 0 && gpu_fits(&c->gpu[g], r);
-    return idle >= need;
+    return idle >= need ? idle - need : -2;
 }
 
-/* 1 when a is the better node for a part: lower running/slots (compared
- * without division), then more free slots, then the first name. */
-static int node_better(const gw_place_node *a, const gw_place_node *b)
+/* 1 when a is the better node for a part, a_left and b_left their
+ * devices_left: where both hold devices one run each, the one with fewer
+ * idle devices left (best fit: a node the small jobs fill leaves whole
+ * nodes to the jobs and gangs that need all of one's devices, where
+ * spreading 1-GPU jobs over the least loaded nodes kept none whole); then
+ * lower running/slots (compared without division), then more free slots,
+ * then the first name. */
+static int node_better(const gw_place_node *a, int a_left, const gw_place_node *b, int b_left)
 {
+    if (a_left >= 0 && b_left >= 0 && a_left != b_left)
+        return a_left < b_left;
     long lhs = (long)a->running * b->slots, rhs = (long)b->running * a->slots;
     if (lhs != rhs)
         return lhs < rhs;
@@ -164,20 +172,26 @@ int gw_place_job(const gw_place_node *nodes, int n, const gw_place_req *r, const
     if (want > GW_PLACE_MAX_NODES)
         return -1;
     memset(out, 0, sizeof(*out));
-    /* The want best nodes with a free slot, kept in order (insertion). */
+    /* The want best nodes with a free slot, kept in order (insertion),
+     * with their devices_left in left. */
+    int left[GW_PLACE_MAX_NODES];
     for (int i = 0; i < n; i++) {
         const gw_place_node *c = &nodes[i];
-        if ((allowed && !allowed[i]) || c->running >= c->slots || !gw_place_capable(c, r) ||
-            !devices_free(c, r))
+        if ((allowed && !allowed[i]) || c->running >= c->slots || !gw_place_capable(c, r))
+            continue;
+        int l = devices_left(c, r);
+        if (l == -2)
             continue;
         int at = out->nnodes;
-        while (at > 0 && node_better(c, &nodes[out->node[at - 1]]))
+        while (at > 0 && node_better(c, l, &nodes[out->node[at - 1]], left[at - 1]))
             at--;
         if (at >= want)
             continue;
         int last = out->nnodes < want ? out->nnodes : want - 1;
         memmove(&out->node[at + 1], &out->node[at], sizeof(int) * (size_t)(last - at));
+        memmove(&left[at + 1], &left[at], sizeof(int) * (size_t)(last - at));
         out->node[at] = i;
+        left[at] = l;
         if (out->nnodes < want)
             out->nnodes++;
     }

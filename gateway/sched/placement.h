@@ -2,10 +2,11 @@
  * functions over a view of the nodes (no locks, no I/O), so that they are
  * tested alone. A job takes one slot on each of its nodes (resources.nodes
  * distinct nodes) and, on a GPU node, resources.gpus devices there — the
- * least loaded that have resources.gpu_memory_gb. A job that fits nowhere
- * now may reserve the nodes that free up first (EASY backfill): later jobs
- * go on reserved nodes only when their timeout_s ends before the
- * reservation starts. */
+ * least loaded that have resources.gpu_memory_gb; where devices are not
+ * shared, on the node they fill best. A job that fits nowhere now may
+ * reserve the nodes that free up first (EASY backfill): later jobs go on
+ * reserved nodes only when their timeout_s ends before the reservation
+ * starts. */
 #ifndef GW_PLACEMENT_H
 #define GW_PLACEMENT_H
 
@@ -61,8 +62,10 @@ typedef struct gw_place_pick {
  * then utilisation, then index). On a GPU node with no more slots than
  * devices a device holds one run at a time: the node fits only while
  * enough fitting devices are idle (a node with more slots than devices
- * shares them, as its operator asked). 0 with *out, or -1 when it fits
- * nowhere now. */
+ * shares them, as its operator asked), and among such nodes the one with
+ * the fewest idle fitting devices left goes first (best fit, before the
+ * load: whole nodes stay free for the jobs that need one). 0 with *out,
+ * or -1 when it fits nowhere now. */
 int gw_place_job(const gw_place_node *nodes, int n, const gw_place_req *r, const uint8_t *allowed,
                  gw_place_pick *out);
 

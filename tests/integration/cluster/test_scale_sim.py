@@ -159,3 +159,51 @@ def test_a_simulated_cluster_runs_every_job_once_without_over_committing_a_gpu(s
         share, fair = units[t] / total, WEIGHTS[t] / wsum
         assert 0.75 * fair <= share <= 1.33 * fair, (t, share, fair, units)
     assert units["sim-w4"] >= 3 * units["sim-w1"], units
+
+
+@pytest.fixture(scope="module")
+def fit_stack():
+    """Its own stack: two simulated nodes of 8 GPUs and nothing else."""
+    if not os.access(SIM_BIN, os.X_OK):
+        pytest.fail(f"{SIM_BIN} is missing: run `make all`", pytrace=False)
+    yield from stk.started(ScaleStack(node_names=(), node_timeout_s=10))
+
+
+@pytest.mark.timeout(120)
+def test_one_gpu_jobs_fill_a_busy_node_and_leave_a_whole_one(fit_stack):
+    """Two nodes of 8 GPUs, each GPU one run at a time: a second 1-GPU job
+    goes to the node the first one is on (best fit), so that an 8-GPU job
+    submitted next starts at once on the other node, while both run. The
+    least loaded node first (as placement did) put the second on the idle
+    node, and the 8-GPU job waited for one of the two to end."""
+    s = fit_stack
+    admin = s.client("admin")
+    admin.post("/v1/tenants", json={"name": "fit", "weight": 1}).raise_for_status()
+    c = s.client(key=s.create_key("fit"))
+    env = dict(os.environ, KOWLOON_CLUSTER_TOKEN=s.cluster_token)
+    with open(os.path.join(s.logs, "kl-scalesim-fit.log"), "w") as log:
+        sim = subprocess.Popen([SIM_BIN, "nodes", "--gateway", s.cluster_base, "--nodes", "2",
+                                "--gpus", "8", "--prefix", "fit"], env=env, stdout=log, stderr=log)
+    try:
+        stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
+                       "both simulated nodes up")
+        one = {"backend": "cuda", "gpus": 1}
+        a = c.submit("sleep", {"seconds": 60}, resources=one, timeout_s=90)
+        a = c.wait(a["id"], 30, states=("running",))
+        b = c.submit("sleep", {"seconds": 60}, resources=one, timeout_s=90)
+        b = c.wait(b["id"], 30, states=("running",))
+        assert b["node"] == a["node"], (a["placement"], b["placement"])
+        assert a["placement"][0]["gpus"] != b["placement"][0]["gpus"], (a["placement"], b["placement"])
+        big = c.submit("sleep", {"seconds": 0.2}, resources={"backend": "cuda", "gpus": 8}, timeout_s=30)
+        big = c.wait(big["id"], 30)
+        assert big["state"] == "succeeded", big
+        assert big["node"] != a["node"], big["placement"]
+        assert sorted(big["placement"][0]["gpus"]) == list(range(8)), big["placement"]
+        # it ran while both 1-GPU jobs did (they last a minute: cancelled)
+        assert c.job(a["id"])["state"] == "running" and c.job(b["id"])["state"] == "running"
+        for j in (a, b):
+            c.cancel(j["id"])
+            assert c.wait(j["id"], 30)["state"] == "cancelled"
+    finally:
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(timeout=60)

@@ -161,6 +161,51 @@ static void test_devices_are_not_shared_where_slots_do_not_exceed_them(void **st
     assert_int_equal(gw_place_job(m, 1, &r1, NULL, &p), 0);
 }
 
+/* An exclusive-device GPU node with `busy` of its 8 devices running one
+ * run each. */
+static gw_place_node g8_node(const char *name, int busy)
+{
+    gw_place_node n = N(name, "cuda", 8, busy, 8, 1);
+    for (int g = 0; g < 8; g++)
+        n.gpu[g] = (gw_place_gpu){.load = g < busy ? 1 : 0, .util = -1};
+    return n;
+}
+
+/* Where devices are not shared, a job goes to the node it fills best
+ * (fewest idle devices left), however loaded: eight 1-GPU jobs on nodes
+ * of 8 leave the idle node whole for an 8-GPU job (least loaded first put
+ * one on it at once). Where devices are shared, the least loaded still
+ * goes first. */
+static void test_best_fit_keeps_whole_nodes_where_devices_are_not_shared(void **state)
+{
+    gw_place_node n[3] = {g8_node("idle", 0), g8_node("five", 5), g8_node("two", 2)};
+    gw_place_req r1 = {.backend = "cuda", .gpus = 1, .nodes = 1};
+    gw_place_req r3 = {.backend = "cuda", .gpus = 3, .nodes = 1};
+    gw_place_req r8 = {.backend = "cuda", .gpus = 8, .nodes = 1};
+    gw_place_pick p;
+    assert_int_equal(gw_place_job(n, 3, &r3, NULL, &p), 0);
+    assert_int_equal(p.node[0], 1);   /* exactly fills "five" */
+    for (int k = 0; k < 9; k++) {
+        assert_int_equal(gw_place_job(n, 3, &r1, NULL, &p), 0);
+        assert_int_not_equal(p.node[0], 0);
+        n[p.node[0]].running++;
+        n[p.node[0]].gpu[p.node[0] == 1 ? 5 + k : 2 + k - 3].load = 1;
+    }
+    assert_int_equal(n[1].running, 8);
+    assert_int_equal(n[2].running, 8);
+    assert_int_equal(gw_place_job(n, 3, &r8, NULL, &p), 0);
+    assert_int_equal(p.node[0], 0);
+    /* a gang of 4-GPU parts takes the nodes with 4 idle before the whole */
+    gw_place_node g[3] = {g8_node("idle", 0), g8_node("four-a", 4), g8_node("four-b", 4)};
+    gw_place_req r4x2 = {.backend = "cuda", .gpus = 4, .nodes = 2};
+    assert_int_equal(gw_place_job(g, 3, &r4x2, NULL, &p), 0);
+    assert_int_equal(p.node[0] + p.node[1], 3);
+    /* shared devices (more slots than devices): the least loaded */
+    gw_place_node s[2] = {N("busy", "cuda", 16, 6, 8, 1), N("quiet", "cuda", 16, 1, 8, 1)};
+    assert_int_equal(gw_place_job(s, 2, &r1, NULL, &p), 0);
+    assert_int_equal(p.node[0], 1);
+}
+
 /* Where devices are not shared, a reservation waits for enough devices
  * to be idle by their runs' ends, not just a free slot. */
 static void test_a_reservation_waits_for_idle_devices(void **state)
@@ -565,6 +610,7 @@ int main(void)
         cmocka_unit_test(test_gpu_memory_is_respected),
         cmocka_unit_test(test_gang_takes_distinct_nodes_or_none),
         cmocka_unit_test(test_devices_are_not_shared_where_slots_do_not_exceed_them),
+        cmocka_unit_test(test_best_fit_keeps_whole_nodes_where_devices_are_not_shared),
         cmocka_unit_test(test_a_reservation_waits_for_idle_devices),
         cmocka_unit_test(test_reservation_and_backfill),
         cmocka_unit_test(test_fair_pick),
