@@ -608,7 +608,10 @@ def test_dashboard_follows_an_event_stream_and_shows_usage(stack, A, browser, ev
     p = events_proxy
     sign_in(d, p.base, stack.keys["A"])
     wait_for("the Usage link", lambda: by_css(d, "#nav-usage")[0].is_displayed())
-    job = A.submit("sleep", {"seconds": 3}, labels={"suite": "sse"})
+    # 8 s: the progress bar must be seen at two values while the job runs
+    # (the proxy adds one every 0.3 s); with 3 s, two loaded CI runs saw
+    # the job end first (one at stop 32, one at stop 33)
+    job = A.submit("sleep", {"seconds": 8}, labels={"suite": "sse"})
     d.get(f"{p.base}/ui/#/jobs/{job['id']}")
     wait_for("the live indicator to say events",
              lambda: by_css(d, "#live")[0].get_attribute("data-mode") == "sse")
