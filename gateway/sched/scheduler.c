@@ -1023,7 +1023,8 @@ static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int win
  * at in fair-share order (placement.h): the tenant furthest below its
  * target of devices next, then the least virtual time (placements of this
  * pass counted), within a tenant the most urgent first. Each job that
- * fits goes to the least loaded nodes and devices (placement.h). A job
+ * fits goes where gw_place_job puts it (placement.h: best fit where
+ * devices are not shared, else the least loaded). A job
  * that fits nowhere now but could once nodes free up reserves the nodes
  * that free first, and its tenant's turn in this pass is counted as if it
  * had started (not between passes: it has not): a tenant whose next jobs

@@ -43,11 +43,16 @@ class ScaleStack(stk.Stack):
         return env
 
 
-@pytest.fixture(scope="module")
-def sim_stack():
+def scale_stack():
+    """A ScaleStack started (no node of its own), once kl-scalesim is built."""
     if not os.access(SIM_BIN, os.X_OK):
         pytest.fail(f"{SIM_BIN} is missing: run `make all`", pytrace=False)
     yield from stk.started(ScaleStack(node_names=(), node_timeout_s=10))
+
+
+@pytest.fixture(scope="module")
+def sim_stack():
+    yield from scale_stack()
 
 
 def runs_of(path):
@@ -166,10 +171,8 @@ def test_a_simulated_cluster_runs_every_job_once_without_over_committing_a_gpu(s
 
 @pytest.fixture(scope="module")
 def fit_stack():
-    """Its own stack: two simulated nodes of 8 GPUs and nothing else."""
-    if not os.access(SIM_BIN, os.X_OK):
-        pytest.fail(f"{SIM_BIN} is missing: run `make all`", pytrace=False)
-    yield from stk.started(ScaleStack(node_names=(), node_timeout_s=10))
+    """Its own stack: the test's two simulated nodes and nothing else."""
+    yield from scale_stack()
 
 
 @pytest.mark.timeout(120)

@@ -174,8 +174,8 @@ static gw_place_node g8_node(const char *name, int busy)
 /* Where devices are not shared, a job goes to the node it fills best
  * (fewest idle devices left), however loaded: nine 1-GPU jobs fill the
  * nodes with 3 and 6 idle devices and leave the idle node whole for an
- * 8-GPU job (least loaded first put one on it at once). Where devices are shared, the least loaded still
- * goes first. */
+ * 8-GPU job (least loaded first put one on it at once). Where devices are
+ * shared, the least loaded still goes first. */
 static void test_best_fit_keeps_whole_nodes_where_devices_are_not_shared(void **state)
 {
     gw_place_node n[3] = {g8_node("idle", 0), g8_node("five", 5), g8_node("two", 2)};
