@@ -390,7 +390,17 @@ interrupted = []
 signal.signal(signal.SIGINT, lambda *_: interrupted.append(1))
 child = subprocess.Popen(sys.argv[1:], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 signal.signal(signal.SIGTERM, lambda *_: child.terminate())
-rc = child.wait()
+# reap the orphans adopted while CMD runs (the conmon of each container would
+# stay a zombie, listed below as left running) until CMD itself ends
+while True:
+    try:
+        pid, status = os.waitpid(-1, 0)
+    except InterruptedError:
+        continue
+    if pid == child.pid:
+        rc = os.waitstatus_to_exitcode(status)
+        child.returncode = rc
+        break
 
 left = descendants()
 if left:
