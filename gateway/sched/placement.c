@@ -381,6 +381,17 @@ int gw_place_fair_waits(const double *deficit, const uint8_t *cut, int k, int pi
     return 0;
 }
 
+int gw_place_fair_defers(const double *deficit, const uint8_t *candidate, int k, int pick,
+                         double units, double target)
+{
+    if (pick < 0 || units <= deficit_units(deficit[pick]) || units <= target / 2)
+        return 0;
+    for (int j = 0; j < k; j++)
+        if (j != pick && candidate[j] && deficit_units(deficit[j]) > 0)
+            return 1;
+    return 0;
+}
+
 double gw_place_fair_target(double room, double weight, double wsum)
 {
     return wsum > 0 ? room * (weight > 0 ? weight : 1) / wsum : 0;

@@ -138,6 +138,21 @@ int gw_place_fair_pick(const double *deficit, const double *vtime, const double 
  * at their share; a new pass reads a new window (at 1,000 nodes such fills
  * left the weight-1 tenants at 1.2-1.4 times their share for minutes). */
 int gw_place_fair_waits(const double *deficit, const uint8_t *cut, int k, int pick);
+/* 1 when pick's next job, of units, is a lump that should yield to the
+ * other tenants first: more than half of pick's target (its share, units),
+ * and more than its deficit (in whole units rounded up), so that it would
+ * take pick past its share, while some other tenant j below its target has
+ * candidate[j] set. Such a job (a gang as large as its tenant's share)
+ * started whenever its tenant was below its share, and held it past the
+ * share for as long as it ran, which fair share between passes cannot give
+ * back without preemption (at 1,000 nodes the worst tenant held 1.3 times
+ * its share over two minutes). A pass places it after every other
+ * tenant's window, when room is left; one that has yielded for long enough
+ * goes in its tenant's turn (scheduler.c: LUMP_WAIT_MS), so that it cannot
+ * starve. Smaller jobs past a deficit are not lumps: in a busy cluster
+ * every tenant's deficit is the few devices freed since the last pass. */
+int gw_place_fair_defers(const double *deficit, const uint8_t *candidate, int k, int pick,
+                         double units, double target);
 /* What starting a job of units adds to the virtual time of a tenant of
  * weight (> 0; else 1). */
 double gw_place_fair_charge(double units, double weight);

@@ -59,6 +59,16 @@
  * Waiting this long gathers the slots freed meanwhile into one claim, while
  * an idle scheduler (the last claim further back) places at once. */
 #define PASS_GAP_MS 2
+/* A job that yields to other tenants' windows (gw_place_fair_defers: it
+ * would take its tenant past its share) does so for this long at most from
+ * the first pass that held it back; then it goes in its tenant's turn, and
+ * reserves nodes when it fits nowhere, as any job. Jobs held back are
+ * remembered in LUMP_SLOTS entries (hashed by id), each forgotten once no
+ * pass held its job back for LUMP_FORGET_MS (it started, or was cancelled);
+ * when none is free a job does not yield. */
+#define LUMP_WAIT_MS 30000
+#define LUMP_SLOTS 1024
+#define LUMP_FORGET_MS 5000
 /* The reconciler reads queued jobs this many per page, this many pages a
  * call. */
 #define RECONCILE_PAGE 512
@@ -135,6 +145,11 @@ struct gw_sched {
     gw_ended_run *ended;
     int nended, cap_ended;
     int ended_lost;           /* one did not fit (ENOMEM): the reload takes all */
+    /* Jobs held back by fair share as lumps (LUMP_WAIT_MS), by the hash of
+     * their ids, open addressing: since when (monotonic ms, 0: a free
+     * entry) and the last pass that held each back. The scheduler
+     * thread's. */
+    struct lump { char job_id[37]; int64_t since, seen; } lumps[LUMP_SLOTS];
 };
 
 void gw_sched_wake(gw_sched *s)
@@ -710,6 +725,7 @@ typedef struct pass_tenant {
     int placed;               /* jobs placed this pass */
     gw_tenant_run *t;         /* NULL: not known since the last refresh */
     double *vt;               /* its virtual time (fair share) */
+    double target;            /* its share of the devices (units) at the pass's start */
 } pass_tenant;
 
 /* tenant_id's virtual time, made at the floor when it has none; NULL on
@@ -792,7 +808,7 @@ static int flush_batch(gw_sched *s, gw_claim *batch, const char **members, int *
  * capacity of the nodes that take work (each node's devices, or its slots
  * where it has none), less what the tenants not waiting hold, shared among
  * the k waiting ones by weight, less what each holds. */
-static void pass_deficits(gw_sched *s, const gw_place_node *view, const pass_tenant *pt, int k,
+static void pass_deficits(gw_sched *s, const gw_place_node *view, pass_tenant *pt, int k,
                           double *deficit)
 {
     double cap = 0, wsum = 0, waiting = 0, held = 0;
@@ -807,9 +823,10 @@ static void pass_deficits(gw_sched *s, const gw_place_node *view, const pass_ten
         waiting += pt[j].t ? pt[j].t->units : 0;
     }
     double room = cap - (held - waiting);
-    for (int j = 0; j < k; j++)
-        deficit[j] = gw_place_fair_target(room, pt[j].t ? pt[j].t->weight : 1, wsum) -
-                     (pt[j].t ? pt[j].t->units : 0);
+    for (int j = 0; j < k; j++) {
+        pt[j].target = gw_place_fair_target(room, pt[j].t ? pt[j].t->weight : 1, wsum);
+        deficit[j] = pt[j].target - (pt[j].t ? pt[j].t->units : 0);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -987,10 +1004,74 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
     return how;
 }
 
+/* 1 when job_id, held back as a lump (gw_place_fair_defers), has waited
+ * LUMP_WAIT_MS since the first pass that held it back, or when no entry is
+ * left to remember it: it goes in its tenant's turn now. Otherwise notes
+ * that this pass holds it back, and returns 0. An entry no pass has held
+ * back for LUMP_FORGET_MS is reused; one never used ends a probe. */
+static int lump_waited(gw_sched *s, const char *job_id, int64_t mono)
+{
+    uint32_t h = 2166136261u;   /* FNV-1a */
+    for (const char *c = job_id; *c; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    struct lump *reuse = NULL;
+    for (int i = 0; i < LUMP_SLOTS; i++) {
+        struct lump *l = &s->lumps[(h + (uint32_t)i) % LUMP_SLOTS];
+        int stale = !l->since || mono - l->seen >= LUMP_FORGET_MS;
+        if (!stale && strcmp(l->job_id, job_id) == 0) {
+            l->seen = mono;
+            return mono - l->since >= LUMP_WAIT_MS;
+        }
+        if (stale && !reuse)
+            reuse = l;
+        if (!l->since)
+            break;
+    }
+    if (!reuse)
+        return 1;
+    snprintf(reuse->job_id, sizeof reuse->job_id, "%s", job_id);
+    reuse->since = reuse->seen = mono > 0 ? mono : 1;
+    return 0;
+}
+
 /* The units e holds once placed. */
 static double pass_units(const gw_ready *e)
 {
     return (double)(e->nodes > 1 ? e->nodes : 1) * gw_sched_run_units(e->gpus);
+}
+
+/* The lumps a pass holds back (gw_place_fair_defers), in order, with
+ * their tenants; next: how many have had their turn after the windows. */
+typedef struct pass_lumps {
+    struct held_lump { int k; const gw_ready *e; } at[PEEK_MAX];
+    int n, next;
+} pass_lumps;
+
+/* 1 when e, tenant k's next entry, is a lump the pass holds back (noted
+ * in l) while tenants below their share (deficit) have entries left
+ * (cand); never once the lumps' turns began. */
+static int lump_held(gw_sched *s, pass_lumps *l, const pass_tenant *pt, int nt, int k,
+                     const gw_ready *e, const double *deficit, const uint8_t *cand, int64_t mono)
+{
+    if (l->next > 0 || l->n == PEEK_MAX ||
+        !gw_place_fair_defers(deficit, cand, nt, k, pass_units(e), pt[k].target) ||
+        lump_waited(s, e->job_id, mono))
+        return 0;
+    l->at[l->n++] = (struct held_lump){k, e};
+    return 1;
+}
+
+/* The pass's next entry, its tenant in *k: the next of tenant *k's
+ * window, or (*k < 0: no window has any left) the next lump held back;
+ * NULL when none is left. */
+static const gw_ready *pass_entry(gw_sched *s, pass_tenant *pt, pass_lumps *l, int *k)
+{
+    if (*k >= 0)
+        return &s->ready[pt[*k].pos++];
+    if (l->next == l->n)
+        return NULL;
+    *k = l->at[l->next].k;
+    return l->at[l->next++].e;
 }
 
 /* Counts e, placed or reserved for in this pass, in its tenant's turn: its
@@ -1033,7 +1114,12 @@ static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int win
  * every device that frees (each pass used to make one reservation, and a
  * tenant of weight 1 got 1.7 times its share in test_scale_sim). From
  * then on a job goes on a reserved node only when its
- * timeout_s ends before that reservation's start (backfill).
+ * timeout_s ends before that reservation's start (backfill). A lump
+ * (gw_place_fair_defers: more than half its tenant's share, past its
+ * deficit) yields while tenants below their share have entries left: it is
+ * placed once every window was looked at, if room is left, and neither
+ * reserves nor counts in its tenant's turn meanwhile; after LUMP_WAIT_MS of
+ * that it goes in its tenant's turn.
  * Each tenant's window is PEEK_MIN + free slots / PEEK_PER_FREE entries
  * (PEEK_MAX at most; deeper every DEEP_SCAN_MS); when a tenant below its
  * share placed its whole window, the pass ends before a tenant at its
@@ -1053,6 +1139,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     static int64_t shape_at[FREE_SHAPES][SCHED_MAX_NODES];
     gw_claim batch[PEEK_MAX];
     const char *members[PEEK_MAX];
+    static pass_lumps lumps;
     int dispatched = 0, nb = 0, n = 0, cut = 0;
     pass_res res = {.held = held, .allowed = allowed, .mask = mask, .scratch = scratch};
     for (int i = 0; i < FREE_SHAPES; i++)
@@ -1080,21 +1167,26 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     if (window < 1)
         window = 1;
     memset(held, 0, sizeof(held[0]) * (size_t)s->nnodes);
+    lumps.n = lumps.next = 0;
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
         pass_turns(s, pt, nt, window, cand, head, ranout);
         int k = gw_place_fair_pick(deficit, vt, head, cand, nt);
         /* a tenant below its share ran out of window: the next pass reads
          * more of its queue before anyone past its share gets more (the
          * window's tenants had placements: each such pass makes progress) */
-        if (k < 0 || gw_place_fair_waits(deficit, ranout, nt, k))
+        if (k >= 0 && gw_place_fair_waits(deficit, ranout, nt, k))
             break;
-        const gw_ready *e = &s->ready[pt[k].pos++];
+        const gw_ready *e = pass_entry(s, pt, &lumps, &k);
+        if (!e)
+            break;
         /* A tenant at its running quota waits whole. */
         if (!running_allowed(s, e)) {
             pt[k].pos = pt[k].end;
             pt[k].held_back = 1;
             continue;
         }
+        if (lump_held(s, &lumps, pt, nt, k, e, deficit, cand, mono))
+            continue;
         int how = pass_place(s, e, view, &batch[nb], now, &res, &free_slot);
         if (how == PASS_RESERVED)
             pass_charge(&pt[k], &vt[k], &deficit[k], e, 0);

@@ -213,3 +213,50 @@ def test_one_gpu_jobs_fill_a_busy_node_and_leave_a_whole_one(fit_stack):
     finally:
         sim.send_signal(signal.SIGTERM)
         sim.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def lump_stack():
+    """Its own stack: the test's two simulated nodes and nothing else."""
+    yield from scale_stack()
+
+
+@pytest.mark.timeout(150)
+def test_a_gang_past_its_tenants_share_waits_for_the_other_tenants_turn(lump_stack):
+    """Two tenants of weight 1 on two nodes of 8 GPUs (8 GPUs each their
+    share), everything queued before a node is up. Tenant A's first job, a
+    gang of both nodes, would hold twice A's share while B waits: B's
+    1-GPU jobs, and A's behind the gang, start first, and the gang once
+    they have had their turn. Before, the gang (the most urgent entry) went
+    first: it took both nodes when they came up together, or reserved them
+    when one came up first, and B's jobs waited for it (one or all of them,
+    here)."""
+    s = lump_stack
+    admin = s.client("admin")
+    clients = {}
+    for t in ("lump-a", "lump-b"):
+        admin.post("/v1/tenants", json={"name": t, "weight": 1}).raise_for_status()
+        clients[t] = s.client(key=s.create_key(t))
+    a, b = clients["lump-a"], clients["lump-b"]
+    one = {"backend": "cuda", "gpus": 1}
+    gang = a.submit("sleep", {"seconds": 3}, resources={"backend": "cuda", "gpus": 8, "nodes": 2},
+                    timeout_s=30)
+    a_small = [a.submit("sleep", {"seconds": 2}, resources=one, timeout_s=30) for _ in range(4)]
+    b_small = [b.submit("sleep", {"seconds": 2}, resources=one, timeout_s=30) for _ in range(8)]
+    env = dict(os.environ, KOWLOON_CLUSTER_TOKEN=s.cluster_token)
+    with open(os.path.join(s.logs, "kl-scalesim-lump.log"), "w") as log:
+        sim = subprocess.Popen([SIM_BIN, "nodes", "--gateway", s.cluster_base, "--nodes", "2",
+                                "--gpus", "8", "--prefix", "lump"], env=env, stdout=log, stderr=log)
+    try:
+        done = {}
+        for c, jobs in ((a, [gang] + a_small), (b, b_small)):
+            for j in jobs:
+                done[j["id"]] = c.wait(j["id"], 90)
+                assert done[j["id"]]["state"] == "succeeded", done[j["id"]]
+        g = done[gang["id"]]
+        late = [done[j["id"]]["started_at"] for j in a_small + b_small
+                if done[j["id"]]["started_at"] > g["started_at"]]
+        assert late == [], (g["started_at"], late, log_lines_of(s.logs, gang["id"]))
+    finally:
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(timeout=60)

@@ -324,6 +324,34 @@ static void test_fair_pick(void **state)
     assert_true(gw_place_fair_target(8, 3, 4) == 6.0);
 }
 
+/* A job larger than half its tenant's share that would take the tenant
+ * past it yields while another tenant below its own has jobs to look at;
+ * never otherwise. */
+static void test_fair_defers_a_lump_while_others_are_below_their_share(void **state)
+{
+    (void)state;
+    double d[3] = {3, 2, -1};
+    uint8_t cand[3] = {1, 1, 1};
+    /* tenant 0 (a share of 8, 3 units short): a 16-GPU gang would hold 13
+     * past its target while tenant 1 (2 short) has jobs */
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 16, 8), 1);
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 5, 8), 1);
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 4, 8), 0);   /* half its share: no lump */
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 8, 64), 0);  /* 8 GPUs of a share of 64 */
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 3, 4), 0);   /* within its deficit */
+    d[0] = 2.2;   /* 3 units once rounded up, as the pick counts them */
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 3, 4), 0);
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 4, 4), 1);
+    cand[1] = 0;  /* the tenant below its share has nothing left to look at */
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 16, 8), 0);
+    cand[1] = 1;
+    d[1] = 0;     /* nobody else below its share: the room is the lump's */
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 16, 8), 0);
+    d[1] = 0.1;   /* a fraction of a unit short counts as one */
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, 0, 16, 8), 1);
+    assert_int_equal(gw_place_fair_defers(d, cand, 3, -1, 16, 8), 0);
+}
+
 /* A tenant at its share waits while one below it ran out of window. */
 static void test_fair_waits_for_a_window_run_out(void **state)
 {
@@ -614,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_a_reservation_waits_for_idle_devices),
         cmocka_unit_test(test_reservation_and_backfill),
         cmocka_unit_test(test_fair_pick),
+        cmocka_unit_test(test_fair_defers_a_lump_while_others_are_below_their_share),
         cmocka_unit_test(test_fair_waits_for_a_window_run_out),
         cmocka_unit_test(test_fair_share_follows_weights_in_devices_held),
         cmocka_unit_test(test_interned_backends_place_as_plain_strings),
