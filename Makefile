@@ -176,7 +176,8 @@ check-layers: all
 	@scripts/check-layers.sh $(B)
 # One target per unit test binary, so that `make -j -O test-unit` (what
 # make test runs) runs them side by side and prints each one's output whole.
-UT_RUN := $(UT_BIN:%=%.run) $(B)/tests/unit/bench/test_bench_philly.py.run $(B)/tests/unit/sdk/test_unasync.py.run
+UT_RUN := $(UT_BIN:%=%.run) $(B)/tests/unit/bench/test_bench_philly.py.run \
+          $(B)/tests/unit/bench/test_bench_fairshare.py.run $(B)/tests/unit/sdk/test_unasync.py.run
 .PHONY: $(UT_RUN)
 test-unit: $(UT_RUN) check-layers
 $(filter-out %.py.run,$(UT_RUN)): %.run: %
@@ -184,6 +185,9 @@ $(filter-out %.py.run,$(UT_RUN)): %.run: %
 $(B)/tests/unit/bench/test_bench_philly.py.run:
 	@echo "== tests/unit/bench/test_bench_philly.py (the scale workload and packer)"
 	@python3 -m pytest -q -p no:cacheprovider tests/unit/bench/test_bench_philly.py
+$(B)/tests/unit/bench/test_bench_fairshare.py.run:
+	@echo "== tests/unit/bench/test_bench_fairshare.py (the offline fair-share model)"
+	@python3 -m pytest -q -p no:cacheprovider tests/unit/bench/test_bench_fairshare.py
 $(B)/tests/unit/sdk/test_unasync.py.run:
 	@echo "== tests/unit/sdk/test_unasync.py (client.py is written from aio.py)"
 	@python3 -m pytest -q -p no:cacheprovider tests/unit/sdk/test_unasync.py

@@ -63,12 +63,14 @@
  * would take its tenant past its share) does so for this long at most from
  * the first pass that held it back; then it goes in its tenant's turn, and
  * reserves nodes when it fits nowhere, as any job. Jobs held back are
- * remembered in LUMP_SLOTS entries (hashed by id), each forgotten once no
- * pass held its job back for LUMP_FORGET_MS (it started, or was cancelled);
- * when none is free a job does not yield. */
+ * remembered in LUMP_SLOTS entries (hashed by id), each forgotten when its
+ * job is placed, or once no pass held it back for LUMP_FORGET_MS (it was
+ * cancelled; longer than passes are apart on a quiet cluster, where a pass
+ * comes only with a submit or an end, so that its wait does not start
+ * again); when no entry is free a job does not yield. */
 #define LUMP_WAIT_MS 30000
 #define LUMP_SLOTS 1024
-#define LUMP_FORGET_MS 5000
+#define LUMP_FORGET_MS 600000
 /* The reconciler reads queued jobs this many per page, this many pages a
  * call. */
 #define RECONCILE_PAGE 512
@@ -1004,28 +1006,44 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
     return how;
 }
 
-/* 1 when job_id, held back as a lump (gw_place_fair_defers), has waited
- * LUMP_WAIT_MS since the first pass that held it back, or when no entry is
- * left to remember it: it goes in its tenant's turn now. Otherwise notes
- * that this pass holds it back, and returns 0. An entry no pass has held
- * back for LUMP_FORGET_MS is reused; one never used ends a probe. */
-static int lump_waited(gw_sched *s, const char *job_id, int64_t mono)
+/* The units e holds once placed. */
+static double pass_units(const gw_ready *e)
+{
+    return (double)(e->nodes > 1 ? e->nodes : 1) * gw_sched_run_units(e->gpus);
+}
+
+/* job_id's live entry among the lumps, or NULL; *reuse (when not NULL)
+ * gets the first entry of its probe that may take it. An entry no pass
+ * held back for LUMP_FORGET_MS is stale (reusable); one never used ends a
+ * probe. */
+static struct lump *lump_find(gw_sched *s, const char *job_id, int64_t mono, struct lump **reuse)
 {
     uint32_t h = 2166136261u;   /* FNV-1a */
     for (const char *c = job_id; *c; c++)
         h = (h ^ (uint8_t)*c) * 16777619u;
-    struct lump *reuse = NULL;
     for (int i = 0; i < LUMP_SLOTS; i++) {
         struct lump *l = &s->lumps[(h + (uint32_t)i) % LUMP_SLOTS];
         int stale = !l->since || mono - l->seen >= LUMP_FORGET_MS;
-        if (!stale && strcmp(l->job_id, job_id) == 0) {
-            l->seen = mono;
-            return mono - l->since >= LUMP_WAIT_MS;
-        }
-        if (stale && !reuse)
-            reuse = l;
+        if (!stale && strcmp(l->job_id, job_id) == 0)
+            return l;
+        if (stale && reuse && !*reuse)
+            *reuse = l;
         if (!l->since)
             break;
+    }
+    return NULL;
+}
+
+/* 1 when job_id, held back as a lump (gw_place_fair_defers), has waited
+ * LUMP_WAIT_MS since the first pass that held it back, or when no entry is
+ * left to remember it: it goes in its tenant's turn now. Otherwise notes
+ * that this pass holds it back, and returns 0. */
+static int lump_waited(gw_sched *s, const char *job_id, int64_t mono)
+{
+    struct lump *reuse = NULL, *l = lump_find(s, job_id, mono, &reuse);
+    if (l) {
+        l->seen = mono;
+        return mono - l->since >= LUMP_WAIT_MS;
     }
     if (!reuse)
         return 1;
@@ -1034,10 +1052,13 @@ static int lump_waited(gw_sched *s, const char *job_id, int64_t mono)
     return 0;
 }
 
-/* The units e holds once placed. */
-static double pass_units(const gw_ready *e)
+/* e, tenant k's, was placed: a lump's entry is stale now (not emptied: an
+ * entry never used ends a probe). */
+static void lump_placed(gw_sched *s, const pass_tenant *pt, int k, const gw_ready *e, int64_t mono)
 {
-    return (double)(e->nodes > 1 ? e->nodes : 1) * gw_sched_run_units(e->gpus);
+    struct lump *l = pass_units(e) > pt[k].target / 2 ? lump_find(s, e->job_id, mono, NULL) : NULL;
+    if (l)
+        l->seen = mono - LUMP_FORGET_MS;
 }
 
 /* The lumps a pass holds back (gw_place_fair_defers), in order, with
@@ -1195,6 +1216,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
         /* its units are counted in its tenant's (place_count); the pass
          * goes on from the deficit the tenant had at its start */
         pass_charge(&pt[k], &vt[k], &deficit[k], e, 1);
+        lump_placed(s, pt, k, e, mono);
         pt[k].placed++;
         /* A tenant made since the last refresh had its quota asked of
          * PostgreSQL (running_allowed), which does not see this pass's
