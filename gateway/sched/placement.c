@@ -4,6 +4,7 @@
 #include "placement.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -390,6 +391,50 @@ int gw_place_fair_defers(const double *deficit, const uint8_t *candidate, int k,
         if (j != pick && candidate[j] && deficit_units(deficit[j]) > 0)
             return 1;
     return 0;
+}
+
+/* job_id's live entry, or NULL; *reuse (when not NULL) gets the first
+ * entry of its probe that may take it: one not held for forget_ms, or never
+ * used (which ends a probe: entries are never emptied). */
+static struct gw_lump *lump_find(gw_lumps *t, const char *job_id, int64_t mono, int64_t forget_ms,
+                                 struct gw_lump **reuse)
+{
+    uint32_t h = 2166136261u;   /* FNV-1a */
+    for (const char *c = job_id; *c; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    for (int i = 0; i < GW_LUMP_SLOTS; i++) {
+        struct gw_lump *l = &t->at[(h + (uint32_t)i) % GW_LUMP_SLOTS];
+        int stale = !l->since || mono - l->seen >= forget_ms;
+        if (!stale && strcmp(l->job_id, job_id) == 0)
+            return l;
+        if (stale && reuse && !*reuse)
+            *reuse = l;
+        if (!l->since)
+            break;
+    }
+    return NULL;
+}
+
+int gw_lumps_waited(gw_lumps *t, const char *job_id, int64_t mono, int64_t wait_ms,
+                    int64_t forget_ms)
+{
+    struct gw_lump *reuse = NULL, *l = lump_find(t, job_id, mono, forget_ms, &reuse);
+    if (l) {
+        l->seen = mono;
+        return mono - l->since >= wait_ms;
+    }
+    if (!reuse)
+        return 1;
+    snprintf(reuse->job_id, sizeof reuse->job_id, "%s", job_id);
+    reuse->since = reuse->seen = mono > 0 ? mono : 1;
+    return 0;
+}
+
+void gw_lumps_placed(gw_lumps *t, const char *job_id, int64_t mono, int64_t forget_ms)
+{
+    struct gw_lump *l = lump_find(t, job_id, mono, forget_ms, NULL);
+    if (l)
+        l->seen = mono - forget_ms;
 }
 
 double gw_place_fair_target(double room, double weight, double wsum)

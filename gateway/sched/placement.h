@@ -153,6 +153,23 @@ int gw_place_fair_waits(const double *deficit, const uint8_t *cut, int k, int pi
  * every tenant's deficit is the few devices freed since the last pass. */
 int gw_place_fair_defers(const double *deficit, const uint8_t *candidate, int k, int pick,
                          double units, double target);
+
+/* The jobs a scheduler held back as lumps, and since when: an entry per
+ * job (open addressing by the hash of its id), its first and its latest
+ * hold (monotonic ms; since 0: never used). */
+#define GW_LUMP_SLOTS 1024
+typedef struct gw_lumps {
+    struct gw_lump { char job_id[37]; int64_t since, seen; } at[GW_LUMP_SLOTS];
+} gw_lumps;
+/* 1 when job_id, held back as a lump again now (mono), has been held back
+ * for wait_ms since its first hold, or when no entry is left to remember
+ * it: it goes in its tenant's turn. Otherwise notes the hold; 0. An entry
+ * not held for forget_ms is forgotten (its job left the queue, or a new
+ * hold starts its wait again). */
+int gw_lumps_waited(gw_lumps *t, const char *job_id, int64_t mono, int64_t wait_ms,
+                    int64_t forget_ms);
+/* job_id started: its entry, if any, is forgotten. */
+void gw_lumps_placed(gw_lumps *t, const char *job_id, int64_t mono, int64_t forget_ms);
 /* What starting a job of units adds to the virtual time of a tenant of
  * weight (> 0; else 1). */
 double gw_place_fair_charge(double units, double weight);

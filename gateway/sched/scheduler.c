@@ -63,13 +63,12 @@
  * would take its tenant past its share) does so for this long at most from
  * the first pass that held it back; then it goes in its tenant's turn, and
  * reserves nodes when it fits nowhere, as any job. Jobs held back are
- * remembered in LUMP_SLOTS entries (hashed by id), each forgotten when its
+ * remembered in GW_LUMP_SLOTS entries (gw_lumps), each forgotten when its
  * job is placed, or once no pass held it back for LUMP_FORGET_MS (it was
  * cancelled; longer than passes are apart on a quiet cluster, where a pass
  * comes only with a submit or an end, so that its wait does not start
  * again); when no entry is free a job does not yield. */
 #define LUMP_WAIT_MS 30000
-#define LUMP_SLOTS 1024
 #define LUMP_FORGET_MS 600000
 /* The reconciler reads queued jobs this many per page, this many pages a
  * call. */
@@ -147,11 +146,9 @@ struct gw_sched {
     gw_ended_run *ended;
     int nended, cap_ended;
     int ended_lost;           /* one did not fit (ENOMEM): the reload takes all */
-    /* Jobs held back by fair share as lumps (LUMP_WAIT_MS), by the hash of
-     * their ids, open addressing: since when (monotonic ms, 0: a free
-     * entry) and the last pass that held each back. The scheduler
-     * thread's. */
-    struct lump { char job_id[37]; int64_t since, seen; } lumps[LUMP_SLOTS];
+    /* Jobs held back by fair share as lumps (LUMP_WAIT_MS); the
+     * scheduler thread's. */
+    gw_lumps lumps;
 };
 
 void gw_sched_wake(gw_sched *s)
@@ -1012,53 +1009,12 @@ static double pass_units(const gw_ready *e)
     return (double)(e->nodes > 1 ? e->nodes : 1) * gw_sched_run_units(e->gpus);
 }
 
-/* job_id's live entry among the lumps, or NULL; *reuse (when not NULL)
- * gets the first entry of its probe that may take it. An entry no pass
- * held back for LUMP_FORGET_MS is stale (reusable); one never used ends a
- * probe. */
-static struct lump *lump_find(gw_sched *s, const char *job_id, int64_t mono, struct lump **reuse)
-{
-    uint32_t h = 2166136261u;   /* FNV-1a */
-    for (const char *c = job_id; *c; c++)
-        h = (h ^ (uint8_t)*c) * 16777619u;
-    for (int i = 0; i < LUMP_SLOTS; i++) {
-        struct lump *l = &s->lumps[(h + (uint32_t)i) % LUMP_SLOTS];
-        int stale = !l->since || mono - l->seen >= LUMP_FORGET_MS;
-        if (!stale && strcmp(l->job_id, job_id) == 0)
-            return l;
-        if (stale && reuse && !*reuse)
-            *reuse = l;
-        if (!l->since)
-            break;
-    }
-    return NULL;
-}
-
-/* 1 when job_id, held back as a lump (gw_place_fair_defers), has waited
- * LUMP_WAIT_MS since the first pass that held it back, or when no entry is
- * left to remember it: it goes in its tenant's turn now. Otherwise notes
- * that this pass holds it back, and returns 0. */
-static int lump_waited(gw_sched *s, const char *job_id, int64_t mono)
-{
-    struct lump *reuse = NULL, *l = lump_find(s, job_id, mono, &reuse);
-    if (l) {
-        l->seen = mono;
-        return mono - l->since >= LUMP_WAIT_MS;
-    }
-    if (!reuse)
-        return 1;
-    snprintf(reuse->job_id, sizeof reuse->job_id, "%s", job_id);
-    reuse->since = reuse->seen = mono > 0 ? mono : 1;
-    return 0;
-}
-
-/* e, tenant k's, was placed: a lump's entry is stale now (not emptied: an
- * entry never used ends a probe). */
+/* e, tenant k's, was placed: a lump's entry is forgotten (only a job of
+ * more than half its tenant's share can have one). */
 static void lump_placed(gw_sched *s, const pass_tenant *pt, int k, const gw_ready *e, int64_t mono)
 {
-    struct lump *l = pass_units(e) > pt[k].target / 2 ? lump_find(s, e->job_id, mono, NULL) : NULL;
-    if (l)
-        l->seen = mono - LUMP_FORGET_MS;
+    if (pass_units(e) > pt[k].target / 2)
+        gw_lumps_placed(&s->lumps, e->job_id, mono, LUMP_FORGET_MS);
 }
 
 /* The lumps a pass holds back (gw_place_fair_defers), in order, with
@@ -1076,7 +1032,7 @@ static int lump_held(gw_sched *s, pass_lumps *l, const pass_tenant *pt, int nt, 
 {
     if (l->next > 0 || l->n == PEEK_MAX ||
         !gw_place_fair_defers(deficit, cand, nt, k, pass_units(e), pt[k].target) ||
-        lump_waited(s, e->job_id, mono))
+        gw_lumps_waited(&s->lumps, e->job_id, mono, LUMP_WAIT_MS, LUMP_FORGET_MS))
         return 0;
     l->at[l->n++] = (struct held_lump){k, e};
     return 1;

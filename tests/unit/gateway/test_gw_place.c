@@ -352,6 +352,40 @@ static void test_fair_defers_a_lump_while_others_are_below_their_share(void **st
     assert_int_equal(gw_place_fair_defers(d, cand, 3, -1, 16, 8), 0);
 }
 
+/* A lump yields for wait_ms from its first hold, then goes (it cannot
+ * starve); its entry is forgotten when it starts or when no hold came for
+ * forget_ms; with every entry taken a new lump does not yield. */
+static void test_a_lump_yields_for_its_wait_and_no_longer(void **state)
+{
+    (void)state;
+    static gw_lumps t;
+    memset(&t, 0, sizeof t);
+    const char *a = "00000000-0000-0000-0000-00000000000a";
+    const char *b = "00000000-0000-0000-0000-00000000000b";
+    assert_int_equal(gw_lumps_waited(&t, a, 1000, 30000, 600000), 0);
+    assert_int_equal(gw_lumps_waited(&t, b, 5000, 30000, 600000), 0);
+    assert_int_equal(gw_lumps_waited(&t, a, 30999, 30000, 600000), 0);
+    assert_int_equal(gw_lumps_waited(&t, a, 31000, 30000, 600000), 1);   /* its 30 s are up */
+    assert_int_equal(gw_lumps_waited(&t, b, 31000, 30000, 600000), 0);   /* b's are not */
+    gw_lumps_placed(&t, a, 32000, 600000);
+    assert_int_equal(gw_lumps_waited(&t, a, 33000, 30000, 600000), 0);   /* a new wait */
+    assert_int_equal(gw_lumps_waited(&t, b, 35000, 30000, 600000), 1);
+    /* not held for forget_ms: forgotten, its wait starts again */
+    assert_int_equal(gw_lumps_waited(&t, b, 35000 + 600000, 30000, 600000), 0);
+    /* every entry taken by a lump held now: one more does not yield */
+    memset(&t, 0, sizeof t);
+    char id[37];
+    for (int i = 0; i < GW_LUMP_SLOTS; i++) {
+        snprintf(id, sizeof id, "00000000-0000-0000-0000-%012d", i);
+        assert_int_equal(gw_lumps_waited(&t, id, 1000, 30000, 600000), 0);
+    }
+    assert_int_equal(gw_lumps_waited(&t, a, 1000, 30000, 600000), 1);
+    snprintf(id, sizeof id, "00000000-0000-0000-0000-%012d", 7);
+    assert_int_equal(gw_lumps_waited(&t, id, 2000, 30000, 600000), 0);   /* still known */
+    gw_lumps_placed(&t, id, 2000, 600000);
+    assert_int_equal(gw_lumps_waited(&t, a, 2000, 30000, 600000), 0);     /* its entry reused */
+}
+
 /* A tenant at its share waits while one below it ran out of window. */
 static void test_fair_waits_for_a_window_run_out(void **state)
 {
@@ -643,6 +677,7 @@ int main(void)
         cmocka_unit_test(test_reservation_and_backfill),
         cmocka_unit_test(test_fair_pick),
         cmocka_unit_test(test_fair_defers_a_lump_while_others_are_below_their_share),
+        cmocka_unit_test(test_a_lump_yields_for_its_wait_and_no_longer),
         cmocka_unit_test(test_fair_waits_for_a_window_run_out),
         cmocka_unit_test(test_fair_share_follows_weights_in_devices_held),
         cmocka_unit_test(test_interned_backends_place_as_plain_strings),
