@@ -24,34 +24,11 @@ import argparse
 import collections
 import heapq
 import json
+import os
 import sys
 
-
-class Cluster:
-    """Nodes of gpus devices, with buckets by free devices (best fit)."""
-
-    def __init__(self, nodes, gpus):
-        self.gpus = gpus
-        self.free = [gpus] * nodes
-        self.buckets = [set() for _ in range(gpus + 1)]
-        self.buckets[gpus] = set(range(nodes))
-
-    def move(self, node, delta):
-        self.buckets[self.free[node]].discard(node)
-        self.free[node] += delta
-        self.buckets[self.free[node]].add(node)
-
-    def fit(self, job):
-        """[(node, devices)] where job fits now, or None."""
-        g, n = job["gpus"], job["nodes"]
-        if n == 1:
-            for k in range(g, self.gpus + 1):
-                if self.buckets[k]:
-                    return [(next(iter(self.buckets[k])), g)]
-            return None
-        cand = [x for k in range(g, self.gpus + 1) for x in self.buckets[k]]
-        whole = sorted(self.buckets[self.gpus]) if g == self.gpus else cand
-        return [(x, g) for x in whole[:n]] if len(whole) >= n else None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from philly import Cluster  # noqa: E402
 
 
 class FairShare:

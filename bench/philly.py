@@ -102,6 +102,42 @@ def job_body(job):
             "timeout_s": int(math.ceil(job["seconds"])) + 2}
 
 
+class Cluster:
+    """Nodes of gpus devices, kept in buckets by their free devices, so
+    that a one-node job finds the node it fills best without a scan."""
+
+    def __init__(self, nodes, gpus):
+        self.gpus = gpus
+        self.free = [gpus] * nodes
+        self.total_free = nodes * gpus
+        self.buckets = [set() for _ in range(gpus + 1)]
+        self.buckets[gpus] = set(range(nodes))
+
+    def move(self, node, delta):
+        """Gives node delta devices back (negative: takes them)."""
+        self.buckets[self.free[node]].discard(node)
+        self.free[node] += delta
+        self.total_free += delta
+        self.buckets[self.free[node]].add(node)
+
+    def fit(self, job):
+        """[(node, devices)] where job fits now, or None: a one-node job on
+        the node with the fewest free devices that holds it (best fit), a
+        gang of whole nodes on whole free nodes, a gang of smaller parts on
+        nodes with room for a part."""
+        g, n = job["gpus"], job["nodes"]
+        if n == 1:
+            for k in range(g, self.gpus + 1):
+                if self.buckets[k]:
+                    return [(next(iter(self.buckets[k])), g)]
+            return None
+        if g == self.gpus:
+            cand = list(self.buckets[self.gpus])[:n]
+        else:
+            cand = [x for k in range(g, self.gpus + 1) for x in self.buckets[k]][:n]
+        return [(node, g) for node in cand] if len(cand) == n else None
+
+
 def pack(jobs, nodes, gpus, window_s, lookahead=4096, start_s=0.0):
     """Offline packing of jobs (in their order, all queued at t=0) on nodes
     of gpus devices for window_s seconds: at t=0 and at every end, walks the
@@ -110,19 +146,7 @@ def pack(jobs, nodes, gpus, window_s, lookahead=4096, start_s=0.0):
     (best fit), a gang on whole free nodes — with exact durations and no
     control-path delay. Returns busy GPU-seconds / (nodes * gpus * (window_s
     - start_s)) within [start_s, window_s], and how many jobs started."""
-    free = [gpus] * nodes
-    # buckets[k]: nodes with k free devices
-    buckets = [set() for _ in range(gpus + 1)]
-    buckets[gpus] = set(range(nodes))
-    total_free = nodes * gpus
-
-    def move(node, delta):
-        nonlocal total_free
-        buckets[free[node]].discard(node)
-        free[node] += delta
-        total_free += delta
-        buckets[free[node]].add(node)
-
+    c = Cluster(nodes, gpus)
     waiting = list(range(len(jobs)))
     ends = []     # (end time, seq, [(node, gpus)])
     busy = 0.0
@@ -133,31 +157,18 @@ def pack(jobs, nodes, gpus, window_s, lookahead=4096, start_s=0.0):
         kept = []
         scanned = 0
         for pos, j in enumerate(waiting):
-            if total_free == 0 or scanned >= lookahead:
+            if c.total_free == 0 or scanned >= lookahead:
                 kept.extend(waiting[pos:])
                 break
             scanned += 1
             job = jobs[j]
             g, n = job["gpus"], job["nodes"]
-            took = None
-            if n == 1:
-                for k in range(g, gpus + 1):
-                    if buckets[k]:
-                        node = next(iter(buckets[k]))
-                        took = [(node, g)]
-                        break
-            elif g == gpus and len(buckets[gpus]) >= n:
-                whole = list(buckets[gpus])[:n]
-                took = [(node, g) for node in whole]
-            elif g < gpus:
-                cand = [x for k in range(g, gpus + 1) for x in buckets[k]][:n]
-                if len(cand) == n:
-                    took = [(node, g) for node in cand]
+            took = c.fit(job)
             if took is None:
                 kept.append(j)
                 continue
             for node, d in took:
-                move(node, -d)
+                c.move(node, -d)
             end = t + job["seconds"]
             busy += max(0.0, min(end, window_s) - max(t, start_s)) * g * n
             started += 1
@@ -170,7 +181,7 @@ def pack(jobs, nodes, gpus, window_s, lookahead=4096, start_s=0.0):
         while ends and ends[0][0] <= t:
             _, _, took = heapq.heappop(ends)
             for node, d in took:
-                move(node, d)
+                c.move(node, d)
     return busy / (nodes * gpus * (window_s - start_s)), started
 
 

@@ -2,6 +2,7 @@
  * devices a job gets, when a job that fits nowhere may start, and whose
  * turn it is among tenants. */
 #include "placement.h"
+#include "svc_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -382,10 +383,15 @@ int gw_place_fair_waits(const double *deficit, const uint8_t *cut, int k, int pi
     return 0;
 }
 
+int gw_place_fair_lump_size(double units, double target)
+{
+    return units > target / 2;
+}
+
 int gw_place_fair_defers(const double *deficit, const uint8_t *candidate, int k, int pick,
                          double units, double target)
 {
-    if (pick < 0 || units <= deficit_units(deficit[pick]) || units <= target / 2)
+    if (pick < 0 || units <= deficit_units(deficit[pick]) || !gw_place_fair_lump_size(units, target))
         return 0;
     for (int j = 0; j < k; j++)
         if (j != pick && candidate[j] && deficit_units(deficit[j]) > 0)
@@ -399,9 +405,7 @@ int gw_place_fair_defers(const double *deficit, const uint8_t *candidate, int k,
 static struct gw_lump *lump_find(gw_lumps *t, const char *job_id, int64_t mono, int64_t forget_ms,
                                  struct gw_lump **reuse)
 {
-    uint32_t h = 2166136261u;   /* FNV-1a */
-    for (const char *c = job_id; *c; c++)
-        h = (h ^ (uint8_t)*c) * 16777619u;
+    uint32_t h = svc_fnv1a(job_id);
     for (int i = 0; i < GW_LUMP_SLOTS; i++) {
         struct gw_lump *l = &t->at[(h + (uint32_t)i) % GW_LUMP_SLOTS];
         int stale = !l->since || mono - l->seen >= forget_ms;

@@ -153,6 +153,9 @@ int gw_place_fair_waits(const double *deficit, const uint8_t *cut, int k, int pi
  * every tenant's deficit is the few devices freed since the last pass. */
 int gw_place_fair_defers(const double *deficit, const uint8_t *candidate, int k, int pick,
                          double units, double target);
+/* 1 when a job of units is large enough to be a lump for a tenant whose
+ * target is target: more than half of it. */
+int gw_place_fair_lump_size(double units, double target);
 
 /* The jobs a scheduler held back as lumps, and since when: an entry per
  * job (open addressing by the hash of its id), its first and its latest

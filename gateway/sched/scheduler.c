@@ -1010,10 +1010,10 @@ static double pass_units(const gw_ready *e)
 }
 
 /* e, tenant k's, was placed: a lump's entry is forgotten (only a job of
- * more than half its tenant's share can have one). */
+ * a lump's size can have one). */
 static void lump_placed(gw_sched *s, const pass_tenant *pt, int k, const gw_ready *e, int64_t mono)
 {
-    if (pass_units(e) > pt[k].target / 2)
+    if (gw_place_fair_lump_size(pass_units(e), pt[k].target))
         gw_lumps_placed(&s->lumps, e->job_id, mono, LUMP_FORGET_MS);
 }
 

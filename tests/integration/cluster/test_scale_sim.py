@@ -9,6 +9,7 @@ in proportion to their weights (within a third).
 
 The test owns its stack: a gateway with no rate limit, and no other node."""
 
+import contextlib
 import json
 import os
 import signal
@@ -169,6 +170,21 @@ def test_a_simulated_cluster_runs_every_job_once_without_over_committing_a_gpu(s
     assert held["sim-w4"] >= 3 * held["sim-w1"], held
 
 
+@contextlib.contextmanager
+def two_sim_nodes(s, prefix):
+    """Two simulated nodes of 8 GPUs (kl-scalesim, real protocol) while the
+    block runs, logging to kl-scalesim-<prefix>.log."""
+    env = dict(os.environ, KOWLOON_CLUSTER_TOKEN=s.cluster_token)
+    with open(os.path.join(s.logs, f"kl-scalesim-{prefix}.log"), "w") as log:
+        sim = subprocess.Popen([SIM_BIN, "nodes", "--gateway", s.cluster_base, "--nodes", "2",
+                                "--gpus", "8", "--prefix", prefix], env=env, stdout=log, stderr=log)
+    try:
+        yield sim
+    finally:
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(timeout=60)
+
+
 @pytest.fixture(scope="module")
 def fit_stack():
     """Its own stack: the test's two simulated nodes and nothing else."""
@@ -186,11 +202,7 @@ def test_one_gpu_jobs_fill_a_busy_node_and_leave_a_whole_one(fit_stack):
     admin = s.client("admin")
     admin.post("/v1/tenants", json={"name": "fit", "weight": 1}).raise_for_status()
     c = s.client(key=s.create_key("fit"))
-    env = dict(os.environ, KOWLOON_CLUSTER_TOKEN=s.cluster_token)
-    with open(os.path.join(s.logs, "kl-scalesim-fit.log"), "w") as log:
-        sim = subprocess.Popen([SIM_BIN, "nodes", "--gateway", s.cluster_base, "--nodes", "2",
-                                "--gpus", "8", "--prefix", "fit"], env=env, stdout=log, stderr=log)
-    try:
+    with two_sim_nodes(s, "fit"):
         stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
                        "both simulated nodes up")
         one = {"backend": "cuda", "gpus": 1}
@@ -210,9 +222,6 @@ def test_one_gpu_jobs_fill_a_busy_node_and_leave_a_whole_one(fit_stack):
         for j in (a, b):
             c.cancel(j["id"])
             assert c.wait(j["id"], 30)["state"] == "cancelled"
-    finally:
-        sim.send_signal(signal.SIGTERM)
-        sim.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -243,11 +252,7 @@ def test_a_gang_past_its_tenants_share_waits_for_the_other_tenants_turn(lump_sta
                     timeout_s=30)
     a_small = [a.submit("sleep", {"seconds": 2}, resources=one, timeout_s=30) for _ in range(4)]
     b_small = [b.submit("sleep", {"seconds": 2}, resources=one, timeout_s=30) for _ in range(8)]
-    env = dict(os.environ, KOWLOON_CLUSTER_TOKEN=s.cluster_token)
-    with open(os.path.join(s.logs, "kl-scalesim-lump.log"), "w") as log:
-        sim = subprocess.Popen([SIM_BIN, "nodes", "--gateway", s.cluster_base, "--nodes", "2",
-                                "--gpus", "8", "--prefix", "lump"], env=env, stdout=log, stderr=log)
-    try:
+    with two_sim_nodes(s, "lump"):
         done = {}
         for c, jobs in ((a, [gang] + a_small), (b, b_small)):
             for j in jobs:
@@ -257,6 +262,3 @@ def test_a_gang_past_its_tenants_share_waits_for_the_other_tenants_turn(lump_sta
         late = [done[j["id"]]["started_at"] for j in a_small + b_small
                 if done[j["id"]]["started_at"] > g["started_at"]]
         assert late == [], (g["started_at"], late, log_lines_of(s.logs, gang["id"]))
-    finally:
-        sim.send_signal(signal.SIGTERM)
-        sim.wait(timeout=60)
