@@ -177,7 +177,8 @@ check-layers: all
 # One target per unit test binary, so that `make -j -O test-unit` (what
 # make test runs) runs them side by side and prints each one's output whole.
 UT_RUN := $(UT_BIN:%=%.run) $(B)/tests/unit/bench/test_bench_philly.py.run \
-          $(B)/tests/unit/bench/test_bench_fairshare.py.run $(B)/tests/unit/sdk/test_unasync.py.run
+          $(B)/tests/unit/bench/test_bench_fairshare.py.run $(B)/tests/unit/bench/test_bench_scale_report.py.run \
+          $(B)/tests/unit/sdk/test_unasync.py.run
 .PHONY: $(UT_RUN)
 test-unit: $(UT_RUN) check-layers
 $(filter-out %.py.run,$(UT_RUN)): %.run: %
@@ -188,6 +189,9 @@ $(B)/tests/unit/bench/test_bench_philly.py.run:
 $(B)/tests/unit/bench/test_bench_fairshare.py.run:
 	@echo "== tests/unit/bench/test_bench_fairshare.py (the offline fair-share model)"
 	@python3 -m pytest -q -p no:cacheprovider tests/unit/bench/test_bench_fairshare.py
+$(B)/tests/unit/bench/test_bench_scale_report.py.run:
+	@echo "== tests/unit/bench/test_bench_scale_report.py (the fairness figure and its slices)"
+	@python3 -m pytest -q -p no:cacheprovider tests/unit/bench/test_bench_scale_report.py
 $(B)/tests/unit/sdk/test_unasync.py.run:
 	@echo "== tests/unit/sdk/test_unasync.py (client.py is written from aio.py)"
 	@python3 -m pytest -q -p no:cacheprovider tests/unit/sdk/test_unasync.py

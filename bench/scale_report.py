@@ -23,7 +23,9 @@ Definitions (report):
               (runnable -> running, as the nodes saw it)
   4 fairness  GPU-seconds of each tenant with a backlog (a job not yet
               started at the end) in the window, against its weight's share
-              among those: |share / fair share - 1|, worst and mean
+              among those: |share / fair share - 1|, worst and mean; and the
+              same within each 30 s slice of the window (when the error
+              arises: a profile, not the figure)
   5 gangs     queue wait (submitted -> last part on its node) of 16-node
               gangs, against 1-GPU and 8-GPU one-node jobs of the same run
   6 cost      gateway and PostgreSQL CPU per job started in the window;
@@ -136,6 +138,36 @@ def overlap(a0, a1, b0, b1):
     return max(0, min(a1, b1) - max(a0, b0))
 
 
+# The slices of the window in which the fairness profile is worked out.
+FAIR_SLICE_S = 30
+
+
+def share_ratios(gs, weights):
+    """Each tenant's share of the GPU-seconds gs (tenant -> seconds) over
+    its fair share among weights (tenant -> weight): 1 is fair."""
+    wsum = sum(weights.values())
+    gsum = sum(gs.get(t, 0.0) for t in weights)
+    return {t: (gs.get(t, 0.0) / gsum if gsum else 0) / (w / wsum) for t, w in weights.items()}
+
+
+def fair_slices(parts, weights, w0, w1, slice_ms=FAIR_SLICE_S * 1000):
+    """[worst, mean] of |share / fair share - 1| among weights' tenants in
+    each whole slice of [w0, w1]; parts: (tenant, gpus, t_start, t_end)."""
+    n = int((w1 - w0) // slice_ms)
+    gs = [{} for _ in range(n)]
+    for t, ngpu, a, b in parts:
+        if t not in weights:
+            continue
+        for k in range(max(0, int((a - w0) // slice_ms)), min(n, int((b - w0) // slice_ms) + 1)):
+            s0 = w0 + k * slice_ms
+            gs[k][t] = gs[k].get(t, 0.0) + ngpu * overlap(a, b, s0, s0 + slice_ms) / 1000.0
+    out = []
+    for g in gs:
+        errs = [abs(r - 1) for r in share_ratios(g, weights).values()]
+        out.append([round(max(errs), 3), round(sum(errs) / len(errs), 3)] if errs else [None, None])
+    return out
+
+
 def load_runs(path):
     """(job_id, attempt) -> list of parts."""
     runs = {}
@@ -185,6 +217,7 @@ def figures(d, nodes, gpus):
     # 1. utilisation, and the packer on the same jobs (in submission order)
     busy = 0.0
     tenant_gs = {}
+    tenant_parts = []
     for (jid, _), parts in runs.items():
         for p in parts:
             gs = p["ngpu"] * overlap(p["t_start"], p["t_end"], w0, w1) / 1000.0
@@ -192,6 +225,7 @@ def figures(d, nodes, gpus):
             if jid in submit:
                 t = submit[jid][0]["tenant"]
                 tenant_gs[t] = tenant_gs.get(t, 0.0) + gs
+                tenant_parts.append((t, p["ngpu"], p["t_start"], p["t_end"]))
     util = busy / (nodes * gpus * W) if W > 0 else 0
     submitted = [jobs[int(line.split("\t")[0]) - 1] for line in open(os.path.join(d, "ids.tsv"))
                  if line.split("\t")[2] != "-"]
@@ -245,14 +279,10 @@ def figures(d, nodes, gpus):
         if jid not in started_jobs:
             backlog[job["tenant"]] = job["weight"]
     errs, ratios = {}, {}
-    if backlog:
-        wsum = sum(backlog.values())
-        gsum = sum(tenant_gs.get(t, 0.0) for t in backlog)
-        for t, w in backlog.items():
-            fair = w / wsum
-            share = tenant_gs.get(t, 0.0) / gsum if gsum else 0
-            errs[t] = abs(share / fair - 1)
-            ratios[t] = (w, round(share / fair, 3))
+    for t, r in share_ratios(tenant_gs, backlog).items():
+        errs[t] = abs(r - 1)
+        ratios[t] = (backlog[t], round(r, 3))
+    by_slice = fair_slices(tenant_parts, backlog, w0, w1)
     gang16_sub = sum(1 for job, _ in submit.values() if job["nodes"] == 16)
     gang16_queued = [(w1 - t) / 1000.0 for jid, (job, t) in submit.items()
                      if job["nodes"] == 16 and jid not in started_jobs]
@@ -286,6 +316,7 @@ def figures(d, nodes, gpus):
                                 for t, (w, r) in sorted(ratios.items(), key=lambda x: x[1][1])},
         "fair_worst_rel_err": round(max(errs.values()), 4) if errs else None,
         "fair_mean_rel_err": round(sum(errs.values()) / len(errs), 4) if errs else None,
+        "fair_by_slice": {"slice_s": FAIR_SLICE_S, "worst_mean": by_slice},
         "tenants_with_backlog": len(backlog),
         "wait_s": {k: stats(v) for k, v in waits.items()},
         "gang16": {"submitted": gang16_sub, "started": len(waits["gang16"]),
@@ -325,6 +356,10 @@ def print_figures(f):
         for k, v in f.get("latency_ms_by_shape", {}).items()))
     print("   4 fairness: worst relative error %s, mean %s, among %d tenants with a backlog (target <= 0.05)"
           % (f["fair_worst_rel_err"], f["fair_mean_rel_err"], f["tenants_with_backlog"]))
+    sl = f.get("fair_by_slice")
+    if sl and sl["worst_mean"]:
+        print("     within each %d s slice (worst/mean): %s" % (sl["slice_s"], " ".join(
+            "%s/%s" % (w, m) for w, m in sl["worst_mean"])))
     r = list(f.get("tenant_share_ratios", {}).items())
     if r:
         print("     share / fair share, lowest and highest (tenant weight): "

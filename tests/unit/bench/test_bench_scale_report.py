@@ -1,0 +1,28 @@
+"""bench/scale_report.py: the fairness figure and its profile by slice
+(python3 -m pytest -q tests/unit/bench/test_bench_scale_report.py)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench"))
+import scale_report  # noqa: E402
+
+
+def test_shares_are_against_the_weights_of_the_tenants_given():
+    r = scale_report.share_ratios({"a": 30.0, "b": 30.0, "idle": 40.0}, {"a": 1, "b": 2})
+    assert abs(r["a"] - 1.5) < 1e-9 and abs(r["b"] - 0.75) < 1e-9
+    assert scale_report.share_ratios({}, {"a": 1}) == {"a": 0}
+
+
+def test_each_slice_counts_only_the_part_of_a_run_inside_it():
+    # Two tenants of weight 1, a 60 s window cut in two 30 s slices: a
+    # holds 2 GPUs throughout; b 2 GPUs in the first slice, 1 GPU in the
+    # second (ending 15 s before the window's end, plus a run started
+    # before the window), and a tenant with no backlog does not count.
+    parts = [("a", 2, -5000, 60000), ("b", 2, 0, 30000), ("b", 1, 30000, 45000),
+             ("b", 1, -10000, 60000), ("x", 8, 0, 60000)]
+    s = scale_report.fair_slices(parts, {"a": 1, "b": 1}, 0, 60000)
+    assert s[0] == [0.2, 0.2]      # a 60, b 90 GPU-s: 0.8 and 1.2 of fair
+    # a 60, b 45: a 1.143, b 0.857
+    assert s[1] == [0.143, 0.143]
+    assert len(scale_report.fair_slices(parts, {"a": 1}, 0, 59999)) == 1   # whole slices only
