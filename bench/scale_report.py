@@ -152,15 +152,18 @@ def share_ratios(gs, weights):
 
 def fair_slices(parts, weights, w0, w1, slice_ms=FAIR_SLICE_S * 1000):
     """[worst, mean] of |share / fair share - 1| among weights' tenants in
-    each whole slice of [w0, w1]; parts: (tenant, gpus, t_start, t_end)."""
-    n = int((w1 - w0) // slice_ms)
+    each slice of [w0, w1] (the last one ends at w1; what is left past the
+    last whole slice is a slice of its own when it is half one or more);
+    parts: (tenant, gpus, t_start, t_end)."""
+    n = int((w1 - w0 + slice_ms // 2) // slice_ms)
     gs = [{} for _ in range(n)]
     for t, ngpu, a, b in parts:
         if t not in weights:
             continue
         for k in range(max(0, int((a - w0) // slice_ms)), min(n, int((b - w0) // slice_ms) + 1)):
             s0 = w0 + k * slice_ms
-            gs[k][t] = gs[k].get(t, 0.0) + ngpu * overlap(a, b, s0, s0 + slice_ms) / 1000.0
+            s1 = w1 if k == n - 1 else s0 + slice_ms
+            gs[k][t] = gs[k].get(t, 0.0) + ngpu * overlap(a, b, s0, s1) / 1000.0
     out = []
     for g in gs:
         errs = [abs(r - 1) for r in share_ratios(g, weights).values()]

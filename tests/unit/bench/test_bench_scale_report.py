@@ -25,4 +25,9 @@ def test_each_slice_counts_only_the_part_of_a_run_inside_it():
     assert s[0] == [0.2, 0.2]      # a 60, b 90 GPU-s: 0.8 and 1.2 of fair
     # a 60, b 45: a 1.143, b 0.857
     assert s[1] == [0.143, 0.143]
-    assert len(scale_report.fair_slices(parts, {"a": 1}, 0, 59999)) == 1   # whole slices only
+    # what is left past the last whole slice: a slice when half one or more
+    assert len(scale_report.fair_slices(parts, {"a": 1}, 0, 59999)) == 2
+    assert len(scale_report.fair_slices(parts, {"a": 1}, 0, 44999)) == 1
+    # the last slice ends at the window's end: a (2 GPUs) 59.998, b 44.999 GPU-s
+    last = scale_report.fair_slices(parts, {"a": 1, "b": 1}, 0, 59999)[1]
+    assert last == [0.143, 0.143]
