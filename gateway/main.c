@@ -144,6 +144,11 @@ static svc_opt opts[] = {
      .help = "the scheduler's gateway runs ANALYZE jobs (at most every 10 s) once this many rows "
              "changed since its statistics and at least as many as they counted, so that plans "
              "follow a burst into a small table; 0: leave it to autovacuum"},
+    {.flag = "fair-lump-wait-s", .env = "KOWLOON_FAIR_LUMP_WAIT_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, fair_lump_wait_s), .def = "30", .min = 0, .max = 86400,
+     .help = "a job of more than half its tenant's share of the devices that would take the "
+             "tenant past that share yields to tenants below theirs for this long at most, then "
+             "goes (longer: shares kept closer, gangs waiting longer); 0: it never yields"},
     {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT,
      .at = SVC_OPT_INT(gw_config, db_pool), .def = "8", .min = 1,
      .max = 256,

@@ -148,7 +148,7 @@ int gw_place_fair_waits(const double *deficit, const uint8_t *cut, int k, int pi
  * back without preemption (at 1,000 nodes the worst tenant held 1.3 times
  * its share over two minutes). A pass places it after every other
  * tenant's window, when room is left; one that has yielded for long enough
- * goes in its tenant's turn (scheduler.c: LUMP_WAIT_MS), so that it cannot
+ * goes in its tenant's turn (scheduler.c: --fair-lump-wait-s), so that it cannot
  * starve. Smaller jobs past a deficit are not lumps: in a busy cluster
  * every tenant's deficit is the few devices freed since the last pass. */
 int gw_place_fair_defers(const double *deficit, const uint8_t *candidate, int k, int pick,

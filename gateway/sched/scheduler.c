@@ -60,15 +60,15 @@
  * an idle scheduler (the last claim further back) places at once. */
 #define PASS_GAP_MS 2
 /* A job that yields to other tenants' windows (gw_place_fair_defers: it
- * would take its tenant past its share) does so for this long at most from
- * the first pass that held it back; then it goes in its tenant's turn, and
- * reserves nodes when it fits nowhere, as any job. Jobs held back are
- * remembered in GW_LUMP_SLOTS entries (gw_lumps), each forgotten when its
- * job is placed, or once no pass held it back for LUMP_FORGET_MS (it was
- * cancelled; longer than passes are apart on a quiet cluster, where a pass
- * comes only with a submit or an end, so that its wait does not start
- * again); when no entry is free a job does not yield. */
-#define LUMP_WAIT_MS 30000
+ * would take its tenant past its share) does so for --fair-lump-wait-s at
+ * most from the first pass that held it back; then it goes in its tenant's
+ * turn, and reserves nodes when it fits nowhere, as any job. Jobs held
+ * back are remembered in GW_LUMP_SLOTS entries (gw_lumps), each forgotten
+ * when its job is placed, or once no pass held it back for
+ * LUMP_FORGET_MS, or the wait if longer (it was cancelled; longer than
+ * passes are apart on a quiet cluster, where a pass comes only with a
+ * submit or an end, so that its wait does not start again); when no entry
+ * is free a job does not yield. */
 #define LUMP_FORGET_MS 600000
 /* The reconciler reads queued jobs this many per page, this many pages a
  * call. */
@@ -146,7 +146,7 @@ struct gw_sched {
     gw_ended_run *ended;
     int nended, cap_ended;
     int ended_lost;           /* one did not fit (ENOMEM): the reload takes all */
-    /* Jobs held back by fair share as lumps (LUMP_WAIT_MS); the
+    /* Jobs held back by fair share as lumps (--fair-lump-wait-s); the
      * scheduler thread's. */
     gw_lumps lumps;
 };
@@ -1009,12 +1009,24 @@ static double pass_units(const gw_ready *e)
     return (double)(e->nodes > 1 ? e->nodes : 1) * gw_sched_run_units(e->gpus);
 }
 
+/* How long a lump yields at most (--fair-lump-wait-s), and how long its
+ * entry is kept unseen. */
+static int64_t lump_wait_ms(const gw_sched *s)
+{
+    return (int64_t)s->app->cfg.fair_lump_wait_s * 1000;
+}
+
+static int64_t lump_forget_ms(const gw_sched *s)
+{
+    return lump_wait_ms(s) > LUMP_FORGET_MS ? lump_wait_ms(s) : LUMP_FORGET_MS;
+}
+
 /* e, tenant k's, was placed: a lump's entry is forgotten (only a job of
  * a lump's size can have one). */
 static void lump_placed(gw_sched *s, const pass_tenant *pt, int k, const gw_ready *e, int64_t mono)
 {
     if (gw_place_fair_lump_size(pass_units(e), pt[k].target))
-        gw_lumps_placed(&s->lumps, e->job_id, mono, LUMP_FORGET_MS);
+        gw_lumps_placed(&s->lumps, e->job_id, mono, lump_forget_ms(s));
 }
 
 /* The lumps a pass holds back (gw_place_fair_defers), in order, with
@@ -1030,9 +1042,9 @@ typedef struct pass_lumps {
 static int lump_held(gw_sched *s, pass_lumps *l, const pass_tenant *pt, int nt, int k,
                      const gw_ready *e, const double *deficit, const uint8_t *cand, int64_t mono)
 {
-    if (l->next > 0 || l->n == PEEK_MAX ||
+    if (l->next > 0 || l->n == PEEK_MAX || lump_wait_ms(s) <= 0 ||
         !gw_place_fair_defers(deficit, cand, nt, k, pass_units(e), pt[k].target) ||
-        gw_lumps_waited(&s->lumps, e->job_id, mono, LUMP_WAIT_MS, LUMP_FORGET_MS))
+        gw_lumps_waited(&s->lumps, e->job_id, mono, lump_wait_ms(s), lump_forget_ms(s)))
         return 0;
     l->at[l->n++] = (struct held_lump){k, e};
     return 1;
@@ -1095,7 +1107,7 @@ static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int win
  * (gw_place_fair_defers: more than half its tenant's share, past its
  * deficit) yields while tenants below their share have entries left: it is
  * placed once every window was looked at, if room is left, and neither
- * reserves nor counts in its tenant's turn meanwhile; after LUMP_WAIT_MS of
+ * reserves nor counts in its tenant's turn meanwhile; after --fair-lump-wait-s of
  * that it goes in its tenant's turn.
  * Each tenant's window is PEEK_MIN + free slots / PEEK_PER_FREE entries
  * (PEEK_MAX at most; deeper every DEEP_SCAN_MS); when a tenant below its

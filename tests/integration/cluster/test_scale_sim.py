@@ -230,35 +230,63 @@ def lump_stack():
     yield from scale_stack()
 
 
-@pytest.mark.timeout(150)
-def test_a_gang_past_its_tenants_share_waits_for_the_other_tenants_turn(lump_stack):
+class NoLumpWaitStack(ScaleStack):
+    """A ScaleStack whose lumps do not yield (--fair-lump-wait-s 0)."""
+
+    def gateway_env(self, **extra):
+        env = super().gateway_env(**extra)
+        env["KOWLOON_FAIR_LUMP_WAIT_S"] = "0"
+        return env
+
+
+@pytest.fixture(scope="module")
+def no_lump_wait_stack():
+    yield from stk.started(NoLumpWaitStack(node_names=(), node_timeout_s=10))
+
+
+def lump_and_smalls(s, prefix):
     """Two tenants of weight 1 on two nodes of 8 GPUs (8 GPUs each their
-    share), everything queued before a node is up. Tenant A's first job, a
-    gang of both nodes, would hold twice A's share while B waits: B's
-    1-GPU jobs, and A's behind the gang, start first, and the gang once
-    they have had their turn. Before, the gang (the most urgent entry) went
-    first: it took both nodes when they came up together, or reserved them
-    when one came up first, and B's jobs waited for it (one or all of them,
-    here)."""
-    s = lump_stack
+    share), everything queued before a node is up: tenant A's gang of both
+    nodes (twice A's share), then four 1-GPU jobs of A and eight of B. The
+    gang's end state, and the start times of the 1-GPU jobs that started
+    after it."""
     admin = s.client("admin")
     clients = {}
-    for t in ("lump-a", "lump-b"):
-        admin.post("/v1/tenants", json={"name": t, "weight": 1}).raise_for_status()
-        clients[t] = s.client(key=s.create_key(t))
-    a, b = clients["lump-a"], clients["lump-b"]
+    for t in ("a", "b"):
+        admin.post("/v1/tenants", json={"name": f"{prefix}-{t}", "weight": 1}).raise_for_status()
+        clients[t] = s.client(key=s.create_key(f"{prefix}-{t}"))
+    a, b = clients["a"], clients["b"]
     one = {"backend": "cuda", "gpus": 1}
     gang = a.submit("sleep", {"seconds": 3}, resources={"backend": "cuda", "gpus": 8, "nodes": 2},
                     timeout_s=30)
     a_small = [a.submit("sleep", {"seconds": 2}, resources=one, timeout_s=30) for _ in range(4)]
     b_small = [b.submit("sleep", {"seconds": 2}, resources=one, timeout_s=30) for _ in range(8)]
-    with two_sim_nodes(s, "lump"):
+    with two_sim_nodes(s, prefix):
         done = {}
         for c, jobs in ((a, [gang] + a_small), (b, b_small)):
             for j in jobs:
                 done[j["id"]] = c.wait(j["id"], 90)
                 assert done[j["id"]]["state"] == "succeeded", done[j["id"]]
-        g = done[gang["id"]]
-        late = [done[j["id"]]["started_at"] for j in a_small + b_small
-                if done[j["id"]]["started_at"] > g["started_at"]]
-        assert late == [], (g["started_at"], late, log_lines_of(s.logs, gang["id"]))
+    g = done[gang["id"]]
+    late = [done[j["id"]]["started_at"] for j in a_small + b_small
+            if done[j["id"]]["started_at"] > g["started_at"]]
+    return g, late
+
+
+@pytest.mark.timeout(150)
+def test_a_gang_past_its_tenants_share_waits_for_the_other_tenants_turn(lump_stack):
+    """Tenant A's gang would hold twice A's share while B waits: B's 1-GPU
+    jobs, and A's behind the gang, start first, and the gang once they have
+    had their turn."""
+    g, late = lump_and_smalls(lump_stack, "lump")
+    assert late == [], (g["started_at"], late, log_lines_of(lump_stack.logs, g["id"]))
+
+
+@pytest.mark.timeout(150)
+def test_with_no_lump_wait_the_gang_goes_first(no_lump_wait_stack):
+    """--fair-lump-wait-s 0: the gang (the most urgent entry) does not yield.
+    It takes both nodes when they come up together, or reserves them when
+    one comes up first, and 1-GPU jobs wait for it (what every lump did
+    before lumps yielded)."""
+    g, late = lump_and_smalls(no_lump_wait_stack, "nowait")
+    assert late, (g["started_at"], log_lines_of(no_lump_wait_stack.logs, g["id"]))
