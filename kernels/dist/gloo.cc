@@ -23,7 +23,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -74,57 +73,16 @@ extern "C" void kl__gloo_tcp_context_signal(void *tcp_context, const std::string
 
 namespace {
 
-// Fails every pair of a transport context (see above). The transport
-// context of a tcp device is a tcp::Context, whose first base is
+// A rendezvous context whose transport another thread may fail. The
+// transport context of a tcp device is a tcp::Context, whose first base is
 // transport::Context: the same address.
-void fail_transport(const std::shared_ptr<gloo::transport::Context> &tc, const std::string &why)
-{
-    if (tc)
-        kl__gloo_tcp_context_signal(tc.get(), &why);
-}
-
-// A rendezvous context whose pairs another thread may fail while they
-// connect. Gloo's connectFullMesh keeps the transport to itself until every
-// pair is up, so a rank waiting in it for a peer that posted its address
-// and then gave up (cancelled while it waited for another rank's) waited
-// for its whole timeout, unreachable by an abort. connect_mesh does what it
-// does (each rank posts, under its rank, the addresses of its pairs in rank
-// order; then connects each pair to the address the peer posted for it),
-// handing the transport to `publish` once its pairs exist, before any
-// connects: tcp::Context::signalException walks the pairs without a lock,
-// so they must not change after that.
 class comm_context : public gloo::rendezvous::Context {
   public:
     using gloo::rendezvous::Context::Context;
-
-    void connect_mesh(gloo::rendezvous::Store &store, const std::shared_ptr<gloo::transport::Device> &dev,
-                      const std::function<void(std::shared_ptr<gloo::transport::Context>)> &publish)
+    void fail_all(const std::string &why)
     {
-        std::shared_ptr<gloo::transport::Context> tc = dev->createContext(rank, size);
-        tc->setTimeout(getTimeout());
-        std::vector<char> mine;
-        for (int peer = 0; peer < size; peer++) {
-            if (peer == rank)
-                continue;
-            std::vector<char> bytes = tc->createPair(peer)->address().bytes();
-            mine.insert(mine.end(), bytes.begin(), bytes.end());
-        }
-        publish(tc);
-        store.set(std::to_string(rank), mine);
-        for (int peer = 0; peer < size; peer++) {
-            if (peer == rank)
-                continue;
-            std::vector<char> theirs = store.get(std::to_string(peer));
-            const size_t each = theirs.size() / (size_t)(size - 1);
-            if (each == 0 || theirs.size() % (size_t)(size - 1) != 0)
-                throw kl_error(KL_EBACKEND, "rendezvous: rank " + std::to_string(peer) + " posted " +
-                                                std::to_string(theirs.size()) + " bytes of addresses");
-            const size_t slot = (size_t)(rank < peer ? rank : rank - 1);
-            std::vector<char> addr(theirs.begin() + (long)(slot * each), theirs.begin() + (long)((slot + 1) * each));
-            tc->getPair(peer)->connect(addr);
-        }
-        device_ = dev;
-        transportContext_ = std::move(tc);
+        if (transportContext_)
+            kl__gloo_tcp_context_signal(transportContext_.get(), &why);
     }
 };
 
@@ -141,11 +99,9 @@ struct kl_comm {
     // What failed the communicator, 0 while it works: KL_ECANCELED once
     // aborted; the first failure's code otherwise.
     std::atomic<int> failed{0};
-    // Guards `mesh` and `connected` against abort: the transport, once its
-    // pairs exist (an abort fails them, connecting or connected); and
-    // whether every pair is up.
+    // Guards `connected` against abort: the transport exists only once
+    // connectFullMesh has returned.
     std::mutex mu;
-    std::shared_ptr<gloo::transport::Context> mesh;
     bool connected = false;
     // The collective's output buffer while one runs (mu): an abort wakes
     // its waits directly. Gloo (Debian's 2022 build) fails a pair's queued
@@ -271,9 +227,9 @@ void comm_fail(kl_comm *c, int code, const char *why)
         s->set(s->ctx, (c->prefix + "_" + kAbortKey).c_str(), say, strlen(say));
     }
     std::lock_guard<std::mutex> lock(c->mu);
-    if (c->mesh) {
+    if (c->connected) {
         try {
-            fail_transport(c->mesh, why);
+            c->ctx->fail_all(why);
         } catch (...) {
             // The pairs failed already; nothing more to close.
         }
@@ -349,17 +305,13 @@ void kick(kl_comm *c)
     }
 }
 
-// The watcher, until kl_comm_close: aborts on the run's cancel flag; in a
-// multi-node world, aborts when another rank wrote the abort key (looked
-// for by every rank while its pairs connect, then by the first rank of each
-// node, whose failure fails the others of the node: a rank of another node
-// that gave up after posting its address never connects, and the wait for
-// it is on a socket, not the store); once failed, keeps waking the
-// collective in flight until it ends.
+// The watcher, until kl_comm_close: aborts on the run's cancel flag; on
+// the first rank of each node of a multi-node world, aborts when another
+// rank wrote the abort key; once failed, keeps waking the collective in
+// flight until it ends.
 void watch(kl_comm *c)
 {
-    const bool multi_node = c->dist->nodes > 1;
-    const bool first_of_node = c->rank % c->dist->local_ranks == 0;
+    const bool poll_abort = c->dist->nodes > 1 && c->rank % c->dist->local_ranks == 0;
     auto next_poll = Clock::now() + milliseconds(kAbortPollMs);
     std::unique_lock<std::mutex> lock(c->wmu);
     while (!c->stopping) {
@@ -368,14 +320,14 @@ void watch(kl_comm *c)
             kick(c);
         } else if (c->cancel && __atomic_load_n(c->cancel, __ATOMIC_RELAXED)) {
             kl_comm_abort(c);
-        } else if (multi_node && Clock::now() >= next_poll) {
+        } else if (poll_abort && Clock::now() >= next_poll) {
             std::string why;
-            bool look;
+            bool connected;
             {
                 std::lock_guard<std::mutex> g(c->mu);
-                look = c->mesh && (!c->connected || first_of_node);
+                connected = c->connected;
             }
-            if (look && peer_gave_up(c, &why))
+            if (connected && peer_gave_up(c, &why))
                 comm_fail(c, KL_EBACKEND, ("another rank gave up: " + why).c_str());
             next_poll = Clock::now() + milliseconds(kAbortPollMs);
         }
@@ -489,10 +441,7 @@ int kl_comm_open(const kl_dist *dist, int rank, const char *prefix, volatile int
         c->ctx = std::make_shared<comm_context>(c->rank, c->size);
         c->ctx->setTimeout(c->timeout);
         kl_gloo_store store(c);
-        c->ctx->connect_mesh(store, c->dev, [c](std::shared_ptr<gloo::transport::Context> tc) {
-            std::lock_guard<std::mutex> lock(c->mu);
-            c->mesh = std::move(tc);
-        });
+        c->ctx->connectFullMesh(store, c->dev);
         {
             std::lock_guard<std::mutex> lock(c->mu);
             c->connected = true;
