@@ -76,6 +76,16 @@ namespace {
 // A rendezvous context whose transport another thread may fail. The
 // transport context of a tcp device is a tcp::Context, whose first base is
 // transport::Context: the same address.
+//
+// connect_mesh is Gloo's connectFullMesh (each rank posts, under its rank,
+// the addresses of its pairs in rank order; then connects each pair to the
+// address the peer posted for it) with every address read before any pair
+// connects: Gloo's reads one address and connects that pair, then the
+// next, so a rank that gave up on a later address closed pairs its peers
+// were still setting up, and a connection reset during its setup throws on
+// Gloo's event-loop thread (getpeername in tcp/address.cc), which ends the
+// process. Here no rank connects until every rank has posted, and a rank
+// that has posted connects before it gives up (see comm_fail).
 class comm_context : public gloo::rendezvous::Context {
   public:
     using gloo::rendezvous::Context::Context;
@@ -83,6 +93,38 @@ class comm_context : public gloo::rendezvous::Context {
     {
         if (transportContext_)
             kl__gloo_tcp_context_signal(transportContext_.get(), &why);
+    }
+
+    void connect_mesh(gloo::rendezvous::Store &store, const std::shared_ptr<gloo::transport::Device> &dev)
+    {
+        std::shared_ptr<gloo::transport::Context> tc = dev->createContext(rank, size);
+        tc->setTimeout(getTimeout());
+        std::vector<char> mine;
+        for (int peer = 0; peer < size; peer++) {
+            if (peer == rank)
+                continue;
+            std::vector<char> bytes = tc->createPair(peer)->address().bytes();
+            mine.insert(mine.end(), bytes.begin(), bytes.end());
+        }
+        store.set(std::to_string(rank), mine);
+        std::vector<std::vector<char>> addrs((size_t)size);
+        for (int peer = 0; peer < size; peer++) {
+            if (peer == rank)
+                continue;
+            std::vector<char> theirs = store.get(std::to_string(peer));
+            const size_t each = theirs.size() / (size_t)(size - 1);
+            if (each == 0 || theirs.size() % (size_t)(size - 1) != 0)
+                throw kl_error(KL_EBACKEND, "rendezvous: rank " + std::to_string(peer) + " posted " +
+                                                std::to_string(theirs.size()) + " bytes of addresses");
+            const size_t slot = (size_t)(rank < peer ? rank : rank - 1);
+            addrs[(size_t)peer].assign(theirs.begin() + (long)(slot * each),
+                                       theirs.begin() + (long)((slot + 1) * each));
+        }
+        for (int peer = 0; peer < size; peer++)
+            if (peer != rank)
+                tc->getPair(peer)->connect(addrs[(size_t)peer]);
+        device_ = dev;
+        transportContext_ = std::move(tc);
     }
 };
 
@@ -103,6 +145,9 @@ struct kl_comm {
     // connectFullMesh has returned.
     std::mutex mu;
     bool connected = false;
+    // This rank's addresses are in the store: the others will connect to
+    // it, and it connects before it gives up (comm_fail).
+    std::atomic<bool> posted{false};
     // The collective's output buffer while one runs (mu): an abort wakes
     // its waits directly. Gloo (Debian's 2022 build) fails a pair's queued
     // operations when the pair fails, but not an unbound-buffer send that
@@ -141,10 +186,21 @@ class kl_gloo_store : public gloo::rendezvous::Store {
 
     void set(const std::string &key, const std::vector<char> &data) override
     {
+        // Posted, as far as an abort can tell, before the store has it:
+        // an abort from now on is told once this rank has connected.
+        {
+            std::lock_guard<std::mutex> lock(c_->mu);
+            if (c_->failed.load())
+                throw kl_error(KL_ECANCELED, "rendezvous: aborted");
+            c_->posted = true;
+        }
         kl_store *s = c_->dist->store;
         int rc = s->set(s->ctx, name(key).c_str(), data.data(), data.size());
-        if (rc < 0)
+        if (rc < 0) {
+            std::lock_guard<std::mutex> lock(c_->mu);
+            c_->posted = false;
             throw kl_error(rc, "rendezvous: cannot set " + name(key));
+        }
     }
 
     std::vector<char> get(const std::string &key) override
@@ -169,7 +225,7 @@ class kl_gloo_store : public gloo::rendezvous::Store {
     {
         kl_store *s = c_->dist->store;
         while (!got_.count(key)) {
-            if (c_->failed.load())
+            if (c_->failed.load() && !c_->posted.load())
                 throw kl_error(KL_ECANCELED, "rendezvous: aborted");
             auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
             if (left <= 0)
@@ -210,22 +266,35 @@ void err_set(kl_err *err, const char *msg)
         kl_err_set(err, NULL, "%s", msg);
 }
 
+// Tells the other ranks through the store (best effort) that this one gave
+// up: one that waits in the rendezvous, or in a collective whose sockets
+// never fail, stops now.
+void tell_abort(kl_comm *c, int code)
+{
+    const char *say = code == KL_ECANCELED ? "cancelled" : "failed";
+    kl_store *s = c->dist->store;
+    s->set(s->ctx, (c->prefix + "_" + kAbortKey).c_str(), say, strlen(say));
+}
+
 // Fails the transport (if any) so that a blocked collective returns and the
 // peers see their connections close.
 void comm_fail(kl_comm *c, int code, const char *why)
 {
     int none = 0;
     bool first = c->failed.compare_exchange_strong(none, code);
-    // The first failure tells the other ranks through the store (best
-    // effort): one that waits in the rendezvous, or in a collective whose
-    // sockets never fail, stops now. A timeout is everyone's: not told.
-    // (The node's store retries a gateway that is away within its own
-    // timeout: the failing rank may wait that long here.)
-    if (first && code != KL_ETIMEDOUT) {
-        const char *say = code == KL_ECANCELED ? "cancelled" : "failed";
-        kl_store *s = c->dist->store;
-        s->set(s->ctx, (c->prefix + "_" + kAbortKey).c_str(), say, strlen(say));
+    // The first failure is told (tell_abort). A timeout is everyone's: not
+    // told. A rank that posted its addresses but has not connected yet
+    // tells once it has (kl_comm_open): the others, having every address,
+    // are connecting to it, and would give up on the news and leave pairs
+    // half set up. (The node's store retries a gateway that is away within
+    // its own timeout: the failing rank may wait that long here.)
+    bool tell;
+    {
+        std::lock_guard<std::mutex> lock(c->mu);
+        tell = first && code != KL_ETIMEDOUT && (!c->posted.load() || c->connected);
     }
+    if (tell)
+        tell_abort(c, code);
     std::lock_guard<std::mutex> lock(c->mu);
     if (c->connected) {
         try {
@@ -441,14 +510,20 @@ int kl_comm_open(const kl_dist *dist, int rank, const char *prefix, volatile int
         c->ctx = std::make_shared<comm_context>(c->rank, c->size);
         c->ctx->setTimeout(c->timeout);
         kl_gloo_store store(c);
-        c->ctx->connectFullMesh(store, c->dev);
+        c->ctx->connect_mesh(store, c->dev);
+        int failed;
         {
             std::lock_guard<std::mutex> lock(c->mu);
             c->connected = true;
+            failed = c->failed.load();
         }
-        // An abort that came while connecting found nothing to fail yet.
-        if (c->failed.load())
-            throw kl_error(c->failed.load(), "aborted");
+        // An abort that came while connecting found nothing to fail yet,
+        // and was not told (comm_fail).
+        if (failed) {
+            if (failed != KL_ETIMEDOUT)
+                tell_abort(c, failed);
+            throw kl_error(failed, "aborted");
+        }
     });
     if (rc < 0) {
         kl_comm_close(c);
