@@ -41,6 +41,10 @@ constexpr int kCancelPollMs = 20;
 // The key (after the prefix) under which the first rank to fail (not by a
 // timeout) says so to the others (comm_fail).
 constexpr const char *kAbortKey = "abort";
+// How long a rank that posted its address and was then aborted still
+// waits for the others' (to connect, then fail the pairs: see comm_fail)
+// before it withdraws: the others are alive if they all post within it.
+constexpr int kPostedAbortGraceMs = 2000;
 // How often one rank per node looks for that key while its collectives
 // run: a peer that died or was cancelled mid-collective may leave this
 // node's sends waiting on a socket that never fails (below).
@@ -180,6 +184,8 @@ bool peer_gave_up(kl_comm *c, std::string *why)
 
 // Gloo's rendezvous Store over a kl_store, with keys "<prefix>_<key>".
 // Values are kept once read: Gloo may ask for a key it waited for.
+void tell_abort(kl_comm *c, int code);
+
 class kl_gloo_store : public gloo::rendezvous::Store {
   public:
     explicit kl_gloo_store(kl_comm *c) : c_(c) {}
@@ -225,8 +231,7 @@ class kl_gloo_store : public gloo::rendezvous::Store {
     {
         kl_store *s = c_->dist->store;
         while (!got_.count(key)) {
-            if (c_->failed.load() && !c_->posted.load())
-                throw kl_error(KL_ECANCELED, "rendezvous: aborted");
+            aborted();
             auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
             if (left <= 0)
                 throw kl_error(KL_ETIMEDOUT, "rendezvous: " + name(key) + " never came (a rank is missing)");
@@ -246,6 +251,30 @@ class kl_gloo_store : public gloo::rendezvous::Store {
         }
     }
 
+    // Throws once this rank was aborted: at once while its address is not
+    // posted; else once the others' have not all come within
+    // kPostedAbortGraceMs (a rank is missing: nobody can be connecting to
+    // this one), withdrawing the address and telling the others.
+    void aborted()
+    {
+        int f = c_->failed.load();
+        if (!f)
+            return;
+        if (c_->posted.load()) {
+            if (aborted_at_ == Clock::time_point())
+                aborted_at_ = Clock::now();
+            if (Clock::now() - aborted_at_ < milliseconds(kPostedAbortGraceMs))
+                return;
+            {
+                std::lock_guard<std::mutex> lock(c_->mu);
+                c_->posted = false;
+            }
+            if (f != KL_ETIMEDOUT)
+                tell_abort(c_, f);
+        }
+        throw kl_error(KL_ECANCELED, "rendezvous: aborted");
+    }
+
     // A rank that failed before the mesh was up leaves no socket to close:
     // it says so under the abort key (comm_fail), which the others look
     // for between slices rather than wait for its keys until their timeout.
@@ -258,6 +287,7 @@ class kl_gloo_store : public gloo::rendezvous::Store {
 
     kl_comm *c_;
     std::map<std::string, std::vector<char>> got_;
+    Clock::time_point aborted_at_{};
 };
 
 void err_set(kl_err *err, const char *msg)
