@@ -45,6 +45,9 @@ constexpr const char *kAbortKey = "abort";
 // waits for the others' (to connect, then fail the pairs: see comm_fail)
 // before it withdraws: the others are alive if they all post within it.
 constexpr int kPostedAbortGraceMs = 2000;
+// How long a rank aborted while its pairs connected waits, once they are
+// up, before it fails them (kl_comm_open).
+constexpr int kSettleMs = 200;
 // How often one rank per node looks for that key while its collectives
 // run: a peer that died or was cancelled mid-collective may leave this
 // node's sends waiting on a socket that never fails (below).
@@ -548,8 +551,11 @@ int kl_comm_open(const kl_dist *dist, int rank, const char *prefix, volatile int
             failed = c->failed.load();
         }
         // An abort that came while connecting found nothing to fail yet,
-        // and was not told (comm_fail).
+        // and was not told (comm_fail). The pairs are up on this side; a
+        // peer's event loop may still be setting up its side of one, where
+        // a reset ends its process (comm_context): it gets kSettleMs first.
         if (failed) {
+            std::this_thread::sleep_for(milliseconds(kSettleMs));
             if (failed != KL_ETIMEDOUT)
                 tell_abort(c, failed);
             throw kl_error(failed, "aborted");
