@@ -230,20 +230,6 @@ def lump_stack():
     yield from scale_stack()
 
 
-class NoLumpWaitStack(ScaleStack):
-    """A ScaleStack whose lumps do not yield (--fair-lump-wait-s 0)."""
-
-    def gateway_env(self, **extra):
-        env = super().gateway_env(**extra)
-        env["KOWLOON_FAIR_LUMP_WAIT_S"] = "0"
-        return env
-
-
-@pytest.fixture(scope="module")
-def no_lump_wait_stack():
-    yield from stk.started(NoLumpWaitStack(node_names=(), node_timeout_s=10))
-
-
 def lump_and_smalls(s, prefix):
     """Two tenants of weight 1 on two nodes of 8 GPUs (8 GPUs each their
     share), everything queued before a node is up: tenant A's gang of both
@@ -280,13 +266,3 @@ def test_a_gang_past_its_tenants_share_waits_for_the_other_tenants_turn(lump_sta
     had their turn."""
     g, late = lump_and_smalls(lump_stack, "lump")
     assert late == [], (g["started_at"], late, log_lines_of(lump_stack.logs, g["id"]))
-
-
-@pytest.mark.timeout(150)
-def test_with_no_lump_wait_the_gang_goes_first(no_lump_wait_stack):
-    """--fair-lump-wait-s 0: the gang (the most urgent entry) does not yield.
-    It takes both nodes when they come up together, or reserves them when
-    one comes up first, and 1-GPU jobs wait for it (what every lump did
-    before lumps yielded)."""
-    g, late = lump_and_smalls(no_lump_wait_stack, "nowait")
-    assert late, (g["started_at"], log_lines_of(no_lump_wait_stack.logs, g["id"]))
