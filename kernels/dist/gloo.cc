@@ -149,7 +149,8 @@ struct kl_comm {
     // aborted; the first failure's code otherwise.
     std::atomic<int> failed{0};
     // Guards `connected` against abort: the transport exists only once
-    // connectFullMesh has returned.
+    // connect_mesh has returned; and `posted` against the decision to tell
+    // an abort (comm_fail).
     std::mutex mu;
     bool connected = false;
     // This rank's addresses are in the store: the others will connect to
@@ -185,10 +186,10 @@ bool peer_gave_up(kl_comm *c, std::string *why)
     return true;
 }
 
-// Gloo's rendezvous Store over a kl_store, with keys "<prefix>_<key>".
-// Values are kept once read: Gloo may ask for a key it waited for.
 void tell_abort(kl_comm *c, int code);
 
+// Gloo's rendezvous Store over a kl_store, with keys "<prefix>_<key>".
+// Values are kept once read: Gloo may ask for a key it waited for.
 class kl_gloo_store : public gloo::rendezvous::Store {
   public:
     explicit kl_gloo_store(kl_comm *c) : c_(c) {}
