@@ -59,6 +59,7 @@ typedef struct gw_config {
     long reconcile_interval_s;
     long analyze_min_rows;      /* ANALYZE jobs once this many rows changed and the table doubled */
     long fair_lump_wait_s;   /* how long a lump yields to tenants below their share at most */
+    long fair_repay_s;       /* what a tenant is owed counts as owed / this many units; 0: off */
     long timeout_grace_s;    /* a run this long past its timeout_s without a report is failed */
     long db_pool;
     long heartbeat_s;

@@ -149,6 +149,10 @@ static svc_opt opts[] = {
      .help = "a job of more than half its tenant's share of the devices that would take the "
              "tenant past that share yields to tenants below theirs for this long at most, then "
              "goes (longer: shares kept closer, gangs waiting longer); 0: it never yields"},
+    {.flag = "fair-repay-s", .env = "KOWLOON_FAIR_REPAY_S", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, fair_repay_s), .def = "30", .min = 0, .max = 86400,
+     .help = "fair share on device-seconds: what a waiting tenant was short of its share (or "
+             "past it) is repaid over about this many seconds; 0: devices held now only"},
     {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT,
      .at = SVC_OPT_INT(gw_config, db_pool), .def = "8", .min = 1,
      .max = 256,

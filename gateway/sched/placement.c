@@ -354,8 +354,22 @@ static double deficit_units(double d)
     return ceil(d - 1e-9);
 }
 
-int gw_place_fair_pick(const double *deficit, const double *vtime, const double *head,
-                       const uint8_t *candidate, int k)
+/* Tenant i's deficit as the pick compares it: in whole units, or with
+ * targets, where a target is more than FAIR_WHOLE_UNITS, in parts of
+ * FAIR_WHOLE_UNITS of it (a tenant 8 units short of a target of 16 is as
+ * far behind as one 32 short of 64). Whole units alone hand what is left
+ * over to the tenants of small targets, each of which a unit takes
+ * furthest; parts of the target alone would not let two tenants of a
+ * fraction of a unit each share one over time. */
+#define FAIR_WHOLE_UNITS 8.0
+static double deficit_rank(const double *deficit, const double *target, int i)
+{
+    double d = deficit_units(deficit[i]);
+    return target && target[i] > FAIR_WHOLE_UNITS ? d * FAIR_WHOLE_UNITS / target[i] : d;
+}
+
+int gw_place_fair_pick(const double *deficit, const double *target, const double *vtime,
+                       const double *head, const uint8_t *candidate, int k)
 {
     int best = -1;
     for (int i = 0; i < k; i++) {
@@ -365,7 +379,7 @@ int gw_place_fair_pick(const double *deficit, const double *vtime, const double 
             best = i;
             continue;
         }
-        double di = deficit_units(deficit[i]), db = deficit_units(deficit[best]);
+        double di = deficit_rank(deficit, target, i), db = deficit_rank(deficit, target, best);
         if (di > db || (di == db && (vtime[i] < vtime[best] ||
                                      (vtime[i] == vtime[best] && head[i] < head[best]))))
             best = i;
@@ -449,6 +463,20 @@ double gw_place_fair_target(double room, double weight, double wsum)
 double gw_place_fair_charge(double units, double weight)
 {
     return units / (weight > 0 ? weight : 1);
+}
+
+double gw_place_fair_owed(double owed, double target, double units, double dt, double repay,
+                          double half_life)
+{
+    if (dt <= 0)
+        return owed;
+    owed = owed * exp2(-dt / half_life) + (target - units) * dt;
+    return owed > target * repay ? target * repay : owed;
+}
+
+double gw_place_fair_deficit(double target, double units, double owed, double repay)
+{
+    return target - units + (repay > 0 ? owed / repay : 0);
 }
 
 int gw_place(const gw_place_node *nodes, int n, const char *backend, int gpus)

@@ -126,9 +126,14 @@ void gw_place_backfill_mask(int n, const int64_t *held, int64_t now, int timeout
  * slots, weights 1 and 3) the virtual times share the units over time.
  * gw_place_fair_pick: among the k tenants with candidate[i] set, the one
  * that goes next by deficit[i], vtime[i] and head[i] (a gw_queue_score:
- * smaller is more urgent), then the lower index; -1 when there is none. */
-int gw_place_fair_pick(const double *deficit, const double *vtime, const double *head,
-                       const uint8_t *candidate, int k);
+ * smaller is more urgent), then the lower index; -1 when there is none.
+ * With target (the tenants' targets; NULL: whole units throughout), a
+ * deficit against a target of more than 8 units counts in parts of it: 4
+ * units short of 16 is as far behind as 16 short of 64 (in whole units,
+ * what is left over after the others reached their targets went to the
+ * tenants of small targets, which a unit takes furthest past them). */
+int gw_place_fair_pick(const double *deficit, const double *target, const double *vtime,
+                       const double *head, const uint8_t *candidate, int k);
 /* 1 when the pass should end instead of placing for pick (the tenant
  * gw_place_fair_pick chose): pick is at or past its target (its deficit,
  * in whole units rounded up, is not above 0) while some tenant j below its
@@ -179,5 +184,22 @@ double gw_place_fair_charge(double units, double weight);
 /* A waiting tenant's target in units: room shared by weight (> 0; else 1)
  * among waiting tenants whose weights sum to wsum. */
 double gw_place_fair_target(double room, double weight, double wsum);
+
+/* Fair share on device-seconds (--fair-repay-s: repay > 0). What a
+ * waiting tenant is owed, in unit-seconds, after dt more seconds at target
+ * and units: owed halved every half_life seconds, plus (target - units) *
+ * dt; at most target * repay (a tenant cannot bank more than repay seconds
+ * of its whole share: one kept from running by its own quota, or by a job
+ * no node can take, would otherwise bank without end). Negative: a debt.
+ * owed unchanged when dt <= 0. */
+double gw_place_fair_owed(double owed, double target, double units, double dt, double repay,
+                          double half_life);
+/* A waiting tenant's deficit in units (what gw_place_fair_pick compares):
+ * target less the units it holds, plus what it is owed repaid over repay
+ * seconds (0: devices held now only). So a tenant held below its share
+ * for a while (its big job waiting for nodes to drain, its lump banking)
+ * is ahead of the others for a while after, and one held past it (a lump
+ * beside its other runs) behind, until the device-seconds even out. */
+double gw_place_fair_deficit(double target, double units, double owed, double repay);
 
 #endif

@@ -6,6 +6,7 @@
  * the nodes' lease polls carry the runs to them (lease.c). */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,11 @@
  * submit or an end, so that its wait does not start again); when no entry
  * is free a job does not yield. */
 #define LUMP_FORGET_MS 600000
+/* What a tenant is owed (--fair-repay-s) halves over this long, and a gap
+ * between passes counts this long at most (a new leader's first pass, a
+ * cluster full for long: its units then were not seen). */
+#define FAIR_OWED_HALF_LIFE_S 300.0
+#define FAIR_ACCRUE_MAX_S 5.0
 /* The reconciler reads queued jobs this many per page, this many pages a
  * call. */
 #define RECONCILE_PAGE 512
@@ -95,6 +101,18 @@ typedef struct sched_node {
     sched_run *runs;          /* the runs counted in running, where known */
     int nruns, cap_runs;
 } sched_node;
+
+/* A tenant's fair-share record (placement.h): its virtual time, and what
+ * it is owed in device-seconds (--fair-repay-s): its target less its units,
+ * summed over the passes while it waits, forgotten with a half-life of
+ * FAIR_OWED_HALF_LIFE_S; only a debt is kept while it does not wait (an
+ * idle tenant banks no credit). */
+struct tenant_fair {
+    int64_t tenant_id;
+    double vt;
+    double owed;
+    uint64_t pass;            /* the accrual that last saw it waiting */
+};
 
 struct gw_sched {
     gw_app *app;
@@ -135,9 +153,11 @@ struct gw_sched {
     /* Fair share (placement.h): each tenant's virtual time, sorted by id,
      * and the floor a tenant back from idle starts from. Only the
      * scheduler thread uses them; a new leader starts them afresh. */
-    struct tenant_vt { int64_t tenant_id; double vt; } *vts;
+    struct tenant_fair *vts;
     int nvts, cap_vts;
     double vfloor;
+    int64_t owed_at_ms;       /* monotonic: the last pass's accrual of what tenants are owed */
+    uint64_t fair_pass;       /* counts those accruals */
     /* Runs whose ends were reported while a reload of the runs was under
      * way (refreshing, mu held): its query may have read them before
      * their ends were committed, and the reload leaves them out rather
@@ -723,13 +743,14 @@ typedef struct pass_tenant {
     int held_back;            /* at its running quota: the rest of its window waits */
     int placed;               /* jobs placed this pass */
     gw_tenant_run *t;         /* NULL: not known since the last refresh */
-    double *vt;               /* its virtual time (fair share) */
+    struct tenant_fair *f;    /* its virtual time and what it is owed */
     double target;            /* its share of the devices (units) at the pass's start */
 } pass_tenant;
 
-/* tenant_id's virtual time, made at the floor when it has none; NULL on
- * ENOMEM. The array may move: pointers last until the next call. */
-static double *vt_of(gw_sched *s, int64_t tenant_id)
+/* tenant_id's fair-share record, made with its virtual time at the floor
+ * when it has none; NULL on ENOMEM. The array may move: pointers last
+ * until the next call. */
+static struct tenant_fair *fair_of(gw_sched *s, int64_t tenant_id)
 {
     int lo = 0, hi = s->nvts;
     while (lo < hi) {
@@ -740,10 +761,10 @@ static double *vt_of(gw_sched *s, int64_t tenant_id)
             hi = mid;
     }
     if (lo < s->nvts && s->vts[lo].tenant_id == tenant_id)
-        return &s->vts[lo].vt;
+        return &s->vts[lo];
     if (s->nvts == s->cap_vts) {
         int cap = s->cap_vts ? 2 * s->cap_vts : 64;
-        struct tenant_vt *v = realloc(s->vts, sizeof(*v) * (size_t)cap);
+        struct tenant_fair *v = realloc(s->vts, sizeof(*v) * (size_t)cap);
         if (!v)
             return NULL;
         s->vts = v;
@@ -751,8 +772,8 @@ static double *vt_of(gw_sched *s, int64_t tenant_id)
     }
     memmove(&s->vts[lo + 1], &s->vts[lo], sizeof(*s->vts) * (size_t)(s->nvts - lo));
     s->nvts++;
-    s->vts[lo] = (struct tenant_vt){tenant_id, s->vfloor};
-    return &s->vts[lo].vt;
+    s->vts[lo] = (struct tenant_fair){.tenant_id = tenant_id, .vt = s->vfloor};
+    return &s->vts[lo];
 }
 
 /* Counts a placement of e in the scheduler's view: a slot on each node,
@@ -803,12 +824,38 @@ static int flush_batch(gw_sched *s, gw_claim *batch, const char **members, int *
     return got;
 }
 
+/* Adds each of the k waiting tenants' target less its units over the time
+ * since the last accrual to what it is owed (at most its target over
+ * --fair-repay-s, which repays that at twice its share); the others keep
+ * only a debt; all decay. mu held. */
+static void fair_accrue(gw_sched *s, pass_tenant *pt, int k, int64_t mono)
+{
+    double repay = (double)s->app->cfg.fair_repay_s;
+    double dt = s->owed_at_ms ? (double)(mono - s->owed_at_ms) / 1000.0 : 0;
+    s->owed_at_ms = mono;
+    if (repay <= 0 || dt <= 0)
+        return;
+    if (dt > FAIR_ACCRUE_MAX_S)
+        dt = FAIR_ACCRUE_MAX_S;
+    uint64_t pass = ++s->fair_pass;
+    for (int j = 0; j < k; j++) {
+        pt[j].f->owed = gw_place_fair_owed(pt[j].f->owed, pt[j].target,
+                                           pt[j].t ? pt[j].t->units : 0, dt, repay,
+                                           FAIR_OWED_HALF_LIFE_S);
+        pt[j].f->pass = pass;
+    }
+    for (int i = 0; i < s->nvts; i++)
+        if (s->vts[i].pass != pass)
+            s->vts[i].owed = s->vts[i].owed > 0 ? 0 : gw_place_fair_owed(s->vts[i].owed, 0, 0, dt,
+                                                                         repay, FAIR_OWED_HALF_LIFE_S);
+}
+
 /* Each waiting tenant's deficit in units (fair share, placement.h): the
  * capacity of the nodes that take work (each node's devices, or its slots
  * where it has none), less what the tenants not waiting hold, shared among
  * the k waiting ones by weight, less what each holds. */
 static void pass_deficits(gw_sched *s, const gw_place_node *view, pass_tenant *pt, int k,
-                          double *deficit)
+                          double *deficit, double *target, int64_t mono)
 {
     double cap = 0, wsum = 0, waiting = 0, held = 0;
     for (int i = 0; i < s->nnodes; i++)
@@ -822,9 +869,23 @@ static void pass_deficits(gw_sched *s, const gw_place_node *view, pass_tenant *p
         waiting += pt[j].t ? pt[j].t->units : 0;
     }
     double room = cap - (held - waiting);
+    for (int j = 0; j < k; j++)
+        target[j] = pt[j].target = gw_place_fair_target(room, pt[j].t ? pt[j].t->weight : 1, wsum);
+    fair_accrue(s, pt, k, mono);
+    /* What the waiting tenants are owed is shared among them: in a
+     * cluster they do not fill (short jobs, gaps between runs) every one
+     * is owed, and only what one is owed beyond the others' (by weight)
+     * puts it ahead. */
+    double owed_sum = 0, target_sum = 0;
     for (int j = 0; j < k; j++) {
-        pt[j].target = gw_place_fair_target(room, pt[j].t ? pt[j].t->weight : 1, wsum);
-        deficit[j] = pt[j].target - (pt[j].t ? pt[j].t->units : 0);
+        owed_sum += pt[j].f->owed;
+        target_sum += pt[j].target;
+    }
+    double per_unit = target_sum > 0 ? owed_sum / target_sum : 0;
+    for (int j = 0; j < k; j++) {
+        deficit[j] = gw_place_fair_deficit(pt[j].target, pt[j].t ? pt[j].t->units : 0,
+                                           pt[j].f->owed - pt[j].target * per_unit,
+                                           (double)s->app->cfg.fair_repay_s);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -835,7 +896,7 @@ static void pass_deficits(gw_sched *s, const gw_place_node *view, pass_tenant *p
  * virtual time of the tenants that were waiting at the last pass), and its
  * deficit in deficit[k]. The number of tenants, or -1 on ENOMEM. */
 static int pass_tenants(gw_sched *s, const gw_place_node *view, int n, pass_tenant *pt,
-                        double *vt, double *deficit)
+                        double *vt, double *deficit, double *target, int64_t mono)
 {
     int nt = 0;
     for (int i = 0; i < n; i++) {
@@ -846,19 +907,19 @@ static int pass_tenants(gw_sched *s, const gw_place_node *view, int n, pass_tena
         pt[nt - 1].end = i + 1;
     }
     for (int k = 0; k < nt; k++)
-        if (!vt_of(s, s->ready[pt[k].start].tenant_id))
+        if (!fair_of(s, s->ready[pt[k].start].tenant_id))
             return -1;
     double floor = -1;
     for (int k = 0; k < nt; k++) {
-        pt[k].vt = vt_of(s, s->ready[pt[k].start].tenant_id);   /* no more inserts: stable */
-        if (*pt[k].vt < s->vfloor)
-            *pt[k].vt = s->vfloor;
-        vt[k] = *pt[k].vt;
+        pt[k].f = fair_of(s, s->ready[pt[k].start].tenant_id);   /* no more inserts: stable */
+        if (pt[k].f->vt < s->vfloor)
+            pt[k].f->vt = s->vfloor;
+        vt[k] = pt[k].f->vt;
         floor = floor < 0 || vt[k] < floor ? vt[k] : floor;
     }
     if (floor > s->vfloor)
         s->vfloor = floor;
-    pass_deficits(s, view, pt, nt, deficit);
+    pass_deficits(s, view, pt, nt, deficit, target, mono);
     return nt;
 }
 
@@ -1072,7 +1133,7 @@ static void pass_charge(pass_tenant *t, double *vt, double *deficit, const gw_re
     *deficit -= units;
     *vt += cost;
     if (placed)
-        *t->vt += cost;
+        t->f->vt += cost;
 }
 
 /* Where each of the pass's nt tenants stands before the next pick: it
@@ -1121,7 +1182,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
 {
     static gw_place_node view[SCHED_MAX_NODES];
     static pass_tenant pt[SCAN_MAX];
-    static double vt[SCAN_MAX], deficit[SCAN_MAX], head[SCAN_MAX];
+    static double vt[SCAN_MAX], deficit[SCAN_MAX], head[SCAN_MAX], target[SCAN_MAX];
     static uint8_t cand[SCAN_MAX], ranout[SCAN_MAX];
     static uint8_t mask[SCHED_MAX_NODES], allowed[SCHED_MAX_NODES];
     static int64_t held[SCHED_MAX_NODES], scratch[SCHED_MAX_NODES];
@@ -1147,7 +1208,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     *more = 0;
     if (!free_slot || gw_queue_peek(s->app->queue, per_tenant, s->ready, SCAN_MAX, &n) != 0)
         return 0;
-    int nt = pass_tenants(s, view, n, pt, vt, deficit);
+    int nt = pass_tenants(s, view, n, pt, vt, deficit, target, mono);
     if (nt < 0)
         return 0;
     /* each tenant's share of the peek (gw_queue_peek): a tenant given all
@@ -1159,7 +1220,8 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     lumps.n = lumps.next = 0;
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
         pass_turns(s, pt, nt, window, cand, head, ranout);
-        int k = gw_place_fair_pick(deficit, vt, head, cand, nt);
+        int k = gw_place_fair_pick(deficit, s->app->cfg.fair_repay_s > 0 ? target : NULL, vt,
+                                   head, cand, nt);
         /* a tenant below its share ran out of window: the next pass reads
          * more of its queue before anyone past its share gets more (the
          * window's tenants had placements: each such pass makes progress) */
@@ -1174,8 +1236,16 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
             pt[k].held_back = 1;
             continue;
         }
-        if (lump_held(s, &lumps, pt, nt, k, e, deficit, cand, mono))
+        if (lump_held(s, &lumps, pt, nt, k, e, deficit, cand, mono)) {
+            /* On device-seconds, the tenant banks for its lump: its later
+             * jobs wait too, and what it is owed grows meanwhile, until
+             * the lump fits its deficit (or its wait ends). */
+            if (s->app->cfg.fair_repay_s > 0) {
+                pt[k].pos = pt[k].end;
+                pt[k].held_back = 1;
+            }
             continue;
+        }
         int how = pass_place(s, e, view, &batch[nb], now, &res, &free_slot);
         if (how == PASS_RESERVED)
             pass_charge(&pt[k], &vt[k], &deficit[k], e, 0);

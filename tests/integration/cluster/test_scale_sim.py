@@ -235,7 +235,7 @@ def lump_and_smalls(s, prefix):
     share), everything queued before a node is up: tenant A's gang of both
     nodes (twice A's share), then four 1-GPU jobs of A and eight of B. The
     gang's end state, and the start times of the 1-GPU jobs that started
-    after it."""
+    after it, B's and A's apart."""
     admin = s.client("admin")
     clients = {}
     for t in ("a", "b"):
@@ -254,15 +254,19 @@ def lump_and_smalls(s, prefix):
                 done[j["id"]] = c.wait(j["id"], 90)
                 assert done[j["id"]]["state"] == "succeeded", done[j["id"]]
     g = done[gang["id"]]
-    late = [done[j["id"]]["started_at"] for j in a_small + b_small
-            if done[j["id"]]["started_at"] > g["started_at"]]
+    late = {t: [done[j["id"]]["started_at"] for j in js
+                if done[j["id"]]["started_at"] > g["started_at"]]
+            for t, js in (("a", a_small), ("b", b_small))}
     return g, late
 
 
 @pytest.mark.timeout(150)
 def test_a_gang_past_its_tenants_share_waits_for_the_other_tenants_turn(lump_stack):
     """Tenant A's gang would hold twice A's share while B waits: B's 1-GPU
-    jobs, and A's behind the gang, start first, and the gang once they have
-    had their turn."""
+    jobs start first, and the gang once they have had their turn. A's
+    1-GPU jobs queued behind the gang wait for it: on device-seconds
+    (--fair-repay-s) a tenant banks for its lump, and its device-seconds
+    while the gang runs are what it saved."""
     g, late = lump_and_smalls(lump_stack, "lump")
-    assert late == [], (g["started_at"], late, log_lines_of(lump_stack.logs, g["id"]))
+    assert late["b"] == [], (g["started_at"], late, log_lines_of(lump_stack.logs, g["id"]))
+    assert len(late["a"]) == 4, (g["started_at"], late)

@@ -303,22 +303,39 @@ static void test_reservation_and_backfill(void **state)
 }
 
 /* Fair share: the largest deficit in whole units goes next, then the least
- * virtual time, then the more urgent head. */
+ * virtual time, then the more urgent head; with targets, where a target is
+ * more than a unit, the deficit over it (so that what is left over goes by
+ * weight, not to the tenants of small targets first). */
 static void test_fair_pick(void **state)
 {
     double d[3] = {0, 0, 0}, vt[3] = {10, 2, 3}, head[3] = {5, 9, 7};
     uint8_t cand[3] = {1, 1, 1};
-    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 1);
+    assert_int_equal(gw_place_fair_pick(d, NULL, vt, head, cand, 3), 1);
     vt[2] = 2;
-    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 2);   /* tie: head 7 < 9 */
+    assert_int_equal(gw_place_fair_pick(d, NULL, vt, head, cand, 3), 2);   /* tie: head 7 < 9 */
     d[0] = 1.5;   /* 2 whole units short: first, whatever its virtual time */
-    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 0);
+    assert_int_equal(gw_place_fair_pick(d, NULL, vt, head, cand, 3), 0);
     d[1] = 1.2;   /* also 2 units once rounded up: level, the virtual time decides */
-    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 1);
+    assert_int_equal(gw_place_fair_pick(d, NULL, vt, head, cand, 3), 1);
     cand[2] = cand[1] = 0;
-    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), 0);
+    assert_int_equal(gw_place_fair_pick(d, NULL, vt, head, cand, 3), 0);
     cand[0] = 0;
-    assert_int_equal(gw_place_fair_pick(d, vt, head, cand, 3), -1);
+    assert_int_equal(gw_place_fair_pick(d, NULL, vt, head, cand, 3), -1);
+    double d2[3] = {8, 20, 0}, tg[3] = {16, 64, 0.5};
+    uint8_t all[3] = {1, 1, 1};
+    /* 8 short of 16 is a half; 20 short of 64 under a third */
+    assert_int_equal(gw_place_fair_pick(d2, tg, vt, head, all, 3), 0);
+    assert_int_equal(gw_place_fair_pick(d2, NULL, vt, head, all, 3), 1);
+    d2[0] = -2, d2[1] = -4;   /* both past their targets, 2 at its own */
+    assert_int_equal(gw_place_fair_pick(d2, tg, vt, head, all, 3), 2);
+    all[2] = 0;   /* -4 of 64 is nearer its target than -2 of 16 */
+    assert_int_equal(gw_place_fair_pick(d2, tg, vt, head, all, 3), 1);
+    /* targets of a few units count whole units: half a unit short of 0.5
+     * and of 1.5 are level, and the virtual time decides (vt 10, 2) */
+    double d3[2] = {0.5, 0.5}, tg3[2] = {0.5, 1.5};
+    assert_int_equal(gw_place_fair_pick(d3, tg3, vt, head, all, 2), 1);
+    d3[1] = -0.5;
+    assert_int_equal(gw_place_fair_pick(d3, tg3, vt, head, all, 2), 0);
     assert_true(gw_place_fair_charge(4, 2) == 2.0);
     assert_true(gw_place_fair_charge(1, 0) == 1.0);
     assert_true(gw_place_fair_target(8, 3, 4) == 6.0);
@@ -430,7 +447,7 @@ static double fair_sim(int slots, double wa, double wb, int len_a, int len_b, in
             double d[2];
             for (int k = 0; k < 2; k++)
                 d[k] = gw_place_fair_target(slots, w[k], w[0] + w[1]) - units[k];
-            int k = gw_place_fair_pick(d, vt, head, cand, 2);
+            int k = gw_place_fair_pick(d, NULL, vt, head, cand, 2);
             units[k]++;
             vt[k] += gw_place_fair_charge(1, w[k]);
             who[u] = k;
@@ -440,6 +457,70 @@ static double fair_sim(int slots, double wa, double wb, int len_a, int len_b, in
             held[who[u]]++;
     }
     return (double)held[0] / (double)(held[0] + held[1]);
+}
+
+/* fair_sim's two tenants at equal weights with jobs of len ticks on
+ * `slots` units, on device-seconds (--fair-repay-s of repay ticks; 0:
+ * devices held now only), B waiting from the start but with nothing it
+ * can place before tick b_from (its job waits for nodes to drain). A's
+ * share of the unit-ticks held over `ticks`. */
+static double fair_sim_owed(int slots, int len, int ticks, double repay, int b_from)
+{
+    double vt[2] = {0, 0}, head[2] = {0, 1}, owed[2] = {0, 0}, target[2];
+    int units[2] = {0, 0};
+    int end[64], who[64];
+    long held[2] = {0, 0};
+    for (int u = 0; u < slots; u++)
+        end[u] = 0, who[u] = -1;
+    for (int t = 0; t < ticks; t++) {
+        uint8_t cand[2] = {1, t >= b_from};
+        for (int k = 0; k < 2; k++) {
+            target[k] = gw_place_fair_target(slots, 1, 2);
+            owed[k] = gw_place_fair_owed(owed[k], target[k], units[k], t > 0, repay, 1e9);
+        }
+        for (int u = 0; u < slots; u++) {
+            if (end[u] > t)
+                continue;
+            if (who[u] >= 0)
+                units[who[u]]--;
+            double d[2];
+            for (int k = 0; k < 2; k++)
+                d[k] = gw_place_fair_deficit(target[k], units[k], owed[k], repay);
+            int k = gw_place_fair_pick(d, target, vt, head, cand, 2);
+            units[k]++;
+            vt[k] += gw_place_fair_charge(1, 1);
+            who[u] = k;
+            end[u] = t + len;
+        }
+        for (int u = 0; u < slots; u++)
+            held[who[u]]++;
+    }
+    return (double)held[0] / (double)(held[0] + held[1]);
+}
+
+/* What a tenant is owed: its shortfall (or excess) over time, halved every
+ * half-life, at most its share over repay seconds; the deficit repays it
+ * over repay seconds. And a tenant kept from running for a while is
+ * repaid after: 16 units, B with nothing it can place for 40 ticks (A
+ * holds all 16 meanwhile), 400 ticks: devices held now alone leave A 0.55
+ * of the unit-ticks, device-seconds give both half. */
+static void test_fair_share_on_device_seconds_repays_a_tenant_kept_out(void **state)
+{
+    (void)state;
+    assert_true(fabs(gw_place_fair_owed(0, 8, 2, 3, 30, 1e9) - 18) < 1e-6);
+    assert_true(fabs(gw_place_fair_owed(18, 8, 10, 2, 30, 1e9) - 14) < 1e-6);
+    assert_true(fabs(gw_place_fair_owed(100, 8, 8, 10, 30, 10) - 50) < 1e-6);    /* one half-life */
+    assert_true(fabs(gw_place_fair_owed(200, 8, 0, 10, 30, 1e9) - 240) < 1e-6);  /* at most 8 x 30 */
+    assert_true(fabs(gw_place_fair_owed(-50, 8, 20, 10, 30, 1e9) - -170) < 1e-6);
+    assert_true(gw_place_fair_owed(7, 8, 0, 0, 30, 1e9) == 7);
+    assert_true(fabs(gw_place_fair_deficit(8, 6, 60, 30) - 4) < 1e-6);
+    assert_true(fabs(gw_place_fair_deficit(8, 6, 60, 0) - 2) < 1e-6);
+    assert_true(fabs(gw_place_fair_deficit(8, 10, -60, 30) - -4) < 1e-6);
+    double now_only = fair_sim_owed(16, 4, 400, 0, 40);
+    double owed = fair_sim_owed(16, 4, 400, 40, 40);
+    assert_true(now_only > 0.54);
+    assert_true(fabs(owed - 0.5) < 0.02);
+    assert_true(fabs(fair_sim_owed(16, 4, 400, 40, 0) - 0.5) < 0.02);   /* nobody kept out */
 }
 
 /* The devices held follow the weights: on two units with weights 1 and 3
@@ -676,6 +757,7 @@ int main(void)
         cmocka_unit_test(test_a_reservation_waits_for_idle_devices),
         cmocka_unit_test(test_reservation_and_backfill),
         cmocka_unit_test(test_fair_pick),
+        cmocka_unit_test(test_fair_share_on_device_seconds_repays_a_tenant_kept_out),
         cmocka_unit_test(test_fair_defers_a_lump_while_others_are_below_their_share),
         cmocka_unit_test(test_a_lump_yields_for_its_wait_and_no_longer),
         cmocka_unit_test(test_fair_waits_for_a_window_run_out),
