@@ -104,9 +104,7 @@ typedef struct sched_node {
 
 /* A tenant's fair-share record (placement.h): its virtual time, and what
  * it is owed in device-seconds (--fair-repay-s): its target less its units,
- * summed over the passes while it waits, forgotten with a half-life of
- * FAIR_OWED_HALF_LIFE_S; only a debt is kept while it does not wait (an
- * idle tenant banks no credit). */
+ * summed over the passes while it waits (fair_accrue). */
 struct tenant_fair {
     int64_t tenant_id;
     double vt;
@@ -826,8 +824,11 @@ static int flush_batch(gw_sched *s, gw_claim *batch, const char **members, int *
 
 /* Adds each of the k waiting tenants' target less its units over the time
  * since the last accrual to what it is owed (at most its target over
- * --fair-repay-s, which repays that at twice its share); the others keep
- * only a debt; all decay. mu held. */
+ * --fair-repay-s, which repays that at twice its share; halved every
+ * FAIR_OWED_HALF_LIFE_S), a tenant new to the waiting starting level with
+ * the others; a tenant not waiting is owed nothing and owes nothing (fair
+ * share is among the tenants with work waiting: idling banks no credit,
+ * and a debt ends with the busy spell that ran it up). mu held. */
 static void fair_accrue(gw_sched *s, pass_tenant *pt, int k, int64_t mono)
 {
     double repay = (double)s->app->cfg.fair_repay_s;
@@ -837,8 +838,23 @@ static void fair_accrue(gw_sched *s, pass_tenant *pt, int k, int64_t mono)
         return;
     if (dt > FAIR_ACCRUE_MAX_S)
         dt = FAIR_ACCRUE_MAX_S;
+    /* A tenant that starts waiting starts level with those that waited
+     * at the last accrual too (what they are owed a unit of target), as
+     * its virtual time starts at the floor: in a cluster the waiting
+     * tenants do not fill, each of them is owed, and a newcomer at 0
+     * would be behind them all while it holds nothing. */
+    uint64_t prev = s->fair_pass;
+    double osum = 0, tsum = 0;
+    for (int j = 0; prev && j < k; j++)
+        if (pt[j].f->pass == prev) {
+            osum += pt[j].f->owed;
+            tsum += pt[j].target;
+        }
+    double level = tsum > 0 ? osum / tsum : 0;
     uint64_t pass = ++s->fair_pass;
     for (int j = 0; j < k; j++) {
+        if (!prev || pt[j].f->pass != prev)
+            pt[j].f->owed = level * pt[j].target;
         pt[j].f->owed = gw_place_fair_owed(pt[j].f->owed, pt[j].target,
                                            pt[j].t ? pt[j].t->units : 0, dt, repay,
                                            FAIR_OWED_HALF_LIFE_S);
@@ -846,8 +862,7 @@ static void fair_accrue(gw_sched *s, pass_tenant *pt, int k, int64_t mono)
     }
     for (int i = 0; i < s->nvts; i++)
         if (s->vts[i].pass != pass)
-            s->vts[i].owed = s->vts[i].owed > 0 ? 0 : gw_place_fair_owed(s->vts[i].owed, 0, 0, dt,
-                                                                         repay, FAIR_OWED_HALF_LIFE_S);
+            s->vts[i].owed = 0;
 }
 
 /* Each waiting tenant's deficit in units (fair share, placement.h): the
