@@ -150,7 +150,7 @@ static svc_opt opts[] = {
              "tenant past that share yields to tenants below theirs for this long at most, then "
              "goes (longer: shares kept closer, gangs waiting longer); 0: it never yields"},
     {.flag = "fair-repay-s", .env = "KOWLOON_FAIR_REPAY_S", .type = SVC_OPT_INT,
-     .at = SVC_OPT_INT(gw_config, fair_repay_s), .def = "30", .min = 0, .max = 86400,
+     .at = SVC_OPT_INT(gw_config, fair_repay_s), .def = "0", .min = 0, .max = 86400,
      .help = "fair share on device-seconds: what a waiting tenant was short of its share (or "
              "past it) is repaid over about this many seconds; 0: devices held now only"},
     {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT,

@@ -30,10 +30,16 @@ WEIGHTS = {"sim-w1": 1, "sim-w2": 2, "sim-w3": 3, "sim-w4": 4}
 
 class ScaleStack(stk.Stack):
     """No compute node of its own; submits are not rate-limited and the
-    simulator's 200 nodes may share one address."""
+    simulator's 200 nodes may share one address. gw_env: more of the
+    gateway's environment."""
+
+    def __init__(self, *args, gw_env=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gw_env = gw_env or {}
 
     def gateway_env(self, **extra):
         env = super().gateway_env(**extra)
+        env.update(self.gw_env)
         # Correctness only: a loaded machine (four stacks on two cores in
         # make test) must not turn a slow run into a timeout; a CI run once
         # failed two jobs at their first attempt that way, or by a gang
@@ -44,11 +50,11 @@ class ScaleStack(stk.Stack):
         return env
 
 
-def scale_stack():
+def scale_stack(**gw_env):
     """A ScaleStack started (no node of its own), once kl-scalesim is built."""
     if not os.access(SIM_BIN, os.X_OK):
         pytest.fail(f"{SIM_BIN} is missing: run `make all`", pytrace=False)
-    yield from stk.started(ScaleStack(node_names=(), node_timeout_s=10))
+    yield from stk.started(ScaleStack(node_names=(), node_timeout_s=10, gw_env=gw_env))
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +236,12 @@ def lump_stack():
     yield from scale_stack()
 
 
+@pytest.fixture(scope="module")
+def repay_stack():
+    """The same, fair share on device-seconds (--fair-repay-s 30)."""
+    yield from scale_stack(KOWLOON_FAIR_REPAY_S="30")
+
+
 def lump_and_smalls(s, prefix):
     """Two tenants of weight 1 on two nodes of 8 GPUs (8 GPUs each their
     share), everything queued before a node is up: tenant A's gang of both
@@ -263,10 +275,18 @@ def lump_and_smalls(s, prefix):
 @pytest.mark.timeout(150)
 def test_a_gang_past_its_tenants_share_waits_for_the_other_tenants_turn(lump_stack):
     """Tenant A's gang would hold twice A's share while B waits: B's 1-GPU
-    jobs start first, and the gang once they have had their turn. A's
-    1-GPU jobs queued behind the gang wait for it: on device-seconds
-    (--fair-repay-s) a tenant banks for its lump, and its device-seconds
-    while the gang runs are what it saved."""
+    jobs, and A's behind the gang, start first, and the gang once they have
+    had their turn."""
     g, late = lump_and_smalls(lump_stack, "lump")
-    assert late["b"] == [], (g["started_at"], late, log_lines_of(lump_stack.logs, g["id"]))
+    assert late == {"a": [], "b": []}, (g["started_at"], late,
+                                        log_lines_of(lump_stack.logs, g["id"]))
+
+
+@pytest.mark.timeout(150)
+def test_on_device_seconds_a_tenant_banks_for_its_gang(repay_stack):
+    """The same with --fair-repay-s 30: B's 1-GPU jobs start first, and
+    A's queued behind its gang wait for it (a tenant banks for its lump:
+    the device-seconds it holds while the gang runs are what it saved)."""
+    g, late = lump_and_smalls(repay_stack, "bank")
+    assert late["b"] == [], (g["started_at"], late, log_lines_of(repay_stack.logs, g["id"]))
     assert len(late["a"]) == 4, (g["started_at"], late)
