@@ -738,7 +738,7 @@ static int claim_batch(gw_sched *s, gw_claim *batch, const char *const *members,
  * at. */
 typedef struct pass_tenant {
     int start, end, pos;
-    int held_back;            /* at its running quota: the rest of its window waits */
+    int held_back;            /* at its running quota, or banking for a lump: the rest of its window waits */
     int placed;               /* jobs placed this pass */
     gw_tenant_run *t;         /* NULL: not known since the last refresh */
     struct tenant_fair *f;    /* its virtual time and what it is owed */
@@ -1126,6 +1126,24 @@ static int lump_held(gw_sched *s, pass_lumps *l, const pass_tenant *pt, int nt, 
     return 1;
 }
 
+/* 1 when e, tenant k's next entry, is passed over in this pass: its
+ * tenant is at its running quota (the rest of its window waits), or e is
+ * a lump held back (lump_held). On device-seconds the tenant then banks
+ * for its lump: its later jobs wait too, and what it is owed grows
+ * meanwhile, until the lump fits its deficit (or its wait ends). */
+static int pass_over(gw_sched *s, pass_lumps *l, pass_tenant *pt, int nt, int k,
+                     const gw_ready *e, const double *deficit, const uint8_t *cand, int64_t mono)
+{
+    int quota = !running_allowed(s, e);
+    if (!quota && !lump_held(s, l, pt, nt, k, e, deficit, cand, mono))
+        return 0;
+    if (quota || s->app->cfg.fair_repay_s > 0) {
+        pt[k].pos = pt[k].end;
+        pt[k].held_back = 1;
+    }
+    return 1;
+}
+
 /* The pass's next entry, its tenant in *k: the next of tenant *k's
  * window, or (*k < 0: no window has any left) the next lump held back;
  * NULL when none is left. */
@@ -1233,10 +1251,11 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
         window = 1;
     memset(held, 0, sizeof(held[0]) * (size_t)s->nnodes);
     lumps.n = lumps.next = 0;
+    /* on device-seconds, deficits rank against the targets */
+    const double *ranked = s->app->cfg.fair_repay_s > 0 ? target : NULL;
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
         pass_turns(s, pt, nt, window, cand, head, ranout);
-        int k = gw_place_fair_pick(deficit, s->app->cfg.fair_repay_s > 0 ? target : NULL, vt,
-                                   head, cand, nt);
+        int k = gw_place_fair_pick(deficit, ranked, vt, head, cand, nt);
         /* a tenant below its share ran out of window: the next pass reads
          * more of its queue before anyone past its share gets more (the
          * window's tenants had placements: each such pass makes progress) */
@@ -1245,22 +1264,8 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
         const gw_ready *e = pass_entry(s, pt, &lumps, &k);
         if (!e)
             break;
-        /* A tenant at its running quota waits whole. */
-        if (!running_allowed(s, e)) {
-            pt[k].pos = pt[k].end;
-            pt[k].held_back = 1;
+        if (pass_over(s, &lumps, pt, nt, k, e, deficit, cand, mono))
             continue;
-        }
-        if (lump_held(s, &lumps, pt, nt, k, e, deficit, cand, mono)) {
-            /* On device-seconds, the tenant banks for its lump: its later
-             * jobs wait too, and what it is owed grows meanwhile, until
-             * the lump fits its deficit (or its wait ends). */
-            if (s->app->cfg.fair_repay_s > 0) {
-                pt[k].pos = pt[k].end;
-                pt[k].held_back = 1;
-            }
-            continue;
-        }
         int how = pass_place(s, e, view, &batch[nb], now, &res, &free_slot);
         if (how == PASS_RESERVED)
             pass_charge(&pt[k], &vt[k], &deficit[k], e, 0);
