@@ -109,7 +109,7 @@ struct tenant_fair {
     int64_t tenant_id;
     double vt;
     double owed;
-    uint64_t pass;            /* the accrual that last saw it waiting */
+    uint64_t pass;            /* the last accrual it waited at: owed holds only while it is the latest */
 };
 
 struct gw_sched {
@@ -822,47 +822,53 @@ static int flush_batch(gw_sched *s, gw_claim *batch, const char **members, int *
     return got;
 }
 
+/* What the k waiting tenants (those waiting at accrual `pass` only, when
+ * latest is set) are owed a unit of their targets. */
+static double owed_per_unit(const pass_tenant *pt, int k, int latest, uint64_t pass)
+{
+    double owed = 0, target = 0;
+    for (int j = 0; j < k; j++)
+        if (!latest || pt[j].f->pass == pass) {
+            owed += pt[j].f->owed;
+            target += pt[j].target;
+        }
+    return target > 0 ? owed / target : 0;
+}
+
 /* Adds each of the k waiting tenants' target less its units over the time
  * since the last accrual to what it is owed (at most its target over
  * --fair-repay-s, which repays that at twice its share; halved every
- * FAIR_OWED_HALF_LIFE_S), a tenant new to the waiting starting level with
- * the others; a tenant not waiting is owed nothing and owes nothing (fair
- * share is among the tenants with work waiting: idling banks no credit,
- * and a debt ends with the busy spell that ran it up). mu held. */
+ * FAIR_OWED_HALF_LIFE_S). A tenant that was not waiting at the last
+ * accrual is owed nothing and owes nothing from its time away (fair share
+ * is among the tenants with work waiting: idling banks no credit, and a
+ * debt ends with the busy spell that ran it up): it starts level with
+ * those that were, as its virtual time starts at the floor (in a cluster
+ * the waiting tenants do not fill, each of them is owed, and a newcomer at
+ * 0 would be behind them all while it holds nothing). mu held. */
 static void fair_accrue(gw_sched *s, pass_tenant *pt, int k, int64_t mono)
 {
     double repay = (double)s->app->cfg.fair_repay_s;
+    if (repay <= 0)
+        return;
     double dt = s->owed_at_ms ? (double)(mono - s->owed_at_ms) / 1000.0 : 0;
     s->owed_at_ms = mono;
-    if (repay <= 0 || dt <= 0)
+    double level = owed_per_unit(pt, k, 1, s->fair_pass);
+    for (int j = 0; j < k; j++)
+        if (pt[j].f->pass != s->fair_pass) {
+            pt[j].f->owed = level * pt[j].target;
+            pt[j].f->pass = s->fair_pass;
+        }
+    if (dt <= 0)
         return;
     if (dt > FAIR_ACCRUE_MAX_S)
         dt = FAIR_ACCRUE_MAX_S;
-    /* A tenant that starts waiting starts level with those that waited
-     * at the last accrual too (what they are owed a unit of target), as
-     * its virtual time starts at the floor: in a cluster the waiting
-     * tenants do not fill, each of them is owed, and a newcomer at 0
-     * would be behind them all while it holds nothing. */
-    uint64_t prev = s->fair_pass;
-    double osum = 0, tsum = 0;
-    for (int j = 0; prev && j < k; j++)
-        if (pt[j].f->pass == prev) {
-            osum += pt[j].f->owed;
-            tsum += pt[j].target;
-        }
-    double level = tsum > 0 ? osum / tsum : 0;
     uint64_t pass = ++s->fair_pass;
     for (int j = 0; j < k; j++) {
-        if (!prev || pt[j].f->pass != prev)
-            pt[j].f->owed = level * pt[j].target;
         pt[j].f->owed = gw_place_fair_owed(pt[j].f->owed, pt[j].target,
                                            pt[j].t ? pt[j].t->units : 0, dt, repay,
                                            FAIR_OWED_HALF_LIFE_S);
         pt[j].f->pass = pass;
     }
-    for (int i = 0; i < s->nvts; i++)
-        if (s->vts[i].pass != pass)
-            s->vts[i].owed = 0;
 }
 
 /* Each waiting tenant's deficit in units (fair share, placement.h): the
@@ -891,17 +897,11 @@ static void pass_deficits(gw_sched *s, const gw_place_node *view, pass_tenant *p
      * cluster they do not fill (short jobs, gaps between runs) every one
      * is owed, and only what one is owed beyond the others' (by weight)
      * puts it ahead. */
-    double owed_sum = 0, target_sum = 0;
-    for (int j = 0; j < k; j++) {
-        owed_sum += pt[j].f->owed;
-        target_sum += pt[j].target;
-    }
-    double per_unit = target_sum > 0 ? owed_sum / target_sum : 0;
-    for (int j = 0; j < k; j++) {
+    double per_unit = owed_per_unit(pt, k, 0, 0);
+    for (int j = 0; j < k; j++)
         deficit[j] = gw_place_fair_deficit(pt[j].target, pt[j].t ? pt[j].t->units : 0,
                                            pt[j].f->owed - pt[j].target * per_unit,
                                            (double)s->app->cfg.fair_repay_s);
-    }
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -39,7 +39,6 @@ class ScaleStack(stk.Stack):
 
     def gateway_env(self, **extra):
         env = super().gateway_env(**extra)
-        env.update(self.gw_env)
         # Correctness only: a loaded machine (four stacks on two cores in
         # make test) must not turn a slow run into a timeout; a CI run once
         # failed two jobs at their first attempt that way, or by a gang
@@ -47,6 +46,7 @@ class ScaleStack(stk.Stack):
         env.update({"KOWLOON_TIMEOUT_GRACE_S": "300", "KOWLOON_RATE_LIMIT_RPS": "0", "KOWLOON_MAX_CONNS_PER_IP": "0",
                     "KOWLOON_MAX_QUEUED_PER_TENANT": "0", "KOWLOON_MAX_RUNNING_PER_TENANT": "0",
                     "KOWLOON_MAX_CONNECTIONS": "4096", "KOWLOON_LOG_LEVEL": "info"})
+        env.update(self.gw_env)
         return env
 
 
