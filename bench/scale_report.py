@@ -27,7 +27,9 @@ Definitions (report):
               same within each 30 s slice of the window (when the error
               arises: a profile, not the figure)
   5 gangs     queue wait (submitted -> last part on its node) of 16-node
-              gangs, against 1-GPU and 8-GPU one-node jobs of the same run
+              gangs, against 1-GPU and 8-GPU one-node jobs of the same run;
+              and how many were passed over (still queued, or started,
+              after a later job of their tenant had started)
   6 cost      gateway and PostgreSQL CPU per job started in the window;
               gateway RSS (max); PostgreSQL's rows written, commits and WAL
               per second; updates of the nodes table per second (heartbeats)
@@ -171,6 +173,25 @@ def fair_slices(parts, weights, w0, w1, slice_ms=FAIR_SLICE_S * 1000):
     return out
 
 
+def passed_over(jobs, first_start, end, nodes=16):
+    """How many of jobs' gangs of `nodes` nodes were passed over: still
+    queued at end, or started, after a later job of their tenant (in
+    submission order) had started. jobs: (tenant, order, job_id, nodes);
+    first_start: job_id -> its first start (absent: not started)."""
+    later_first = {}   # tenant -> the earliest start among its jobs seen (walking back)
+    n = 0
+    for tenant, _, jid, k in sorted(jobs, key=lambda j: (j[0], -j[1])):
+        soonest = later_first.get(tenant)
+        t = first_start.get(jid)
+        if t is not None and t > end:
+            t = None
+        if k == nodes and soonest is not None and (t is None or soonest < t):
+            n += 1
+        if t is not None and (soonest is None or t < soonest):
+            later_first[tenant] = t
+    return n
+
+
 def load_runs(path):
     """(job_id, attempt) -> list of parts."""
     runs = {}
@@ -287,6 +308,8 @@ def figures(d, nodes, gpus):
         ratios[t] = (backlog[t], round(r, 3))
     by_slice = fair_slices(tenant_parts, backlog, w0, w1)
     gang16_sub = sum(1 for job, _ in submit.values() if job["nodes"] == 16)
+    gang16_passed = passed_over([(job["tenant"], job["i"], jid, job["nodes"])
+                                 for jid, (job, _) in submit.items()], first_start, w1)
     gang16_queued = [(w1 - t) / 1000.0 for jid, (job, t) in submit.items()
                      if job["nodes"] == 16 and jid not in started_jobs]
 
@@ -322,7 +345,7 @@ def figures(d, nodes, gpus):
         "fair_by_slice": {"slice_s": FAIR_SLICE_S, "worst_mean": by_slice},
         "tenants_with_backlog": len(backlog),
         "wait_s": {k: stats(v) for k, v in waits.items()},
-        "gang16": {"submitted": gang16_sub, "started": len(waits["gang16"]),
+        "gang16": {"submitted": gang16_sub, "started": len(waits["gang16"]), "passed_over": gang16_passed,
                    "oldest_queued_s": round(max(gang16_queued), 1) if gang16_queued else None},
         "gw_cpu_ms_per_start": round(1000 * gw_cpu / in_win, 3) if in_win else None,
         "pg_cpu_ms_per_start": round(1000 * pg_cpu / in_win, 3) if in_win else None,
@@ -369,10 +392,11 @@ def print_figures(f):
               + ", ".join("%s (w%s) %.2f" % (t, v["weight"], v["share_over_fair"]) for t, v in r[:3] + r[-3:]))
     w = f["wait_s"]
     print("   5 queue wait s (mean / p99 / n): 16-node gangs %s / %s / %d; 8-GPU %s / %s / %d; 1-GPU %s / %s / %d; "
-          "16-node gangs started %d of %d, oldest still queued %s s"
+          "16-node gangs started %d of %d, oldest still queued %s s, passed over %s (a later job of "
+          "their tenant started before them)"
           % (w["gang16"]["mean"], w["gang16"]["p99"], w["gang16"]["n"], w["8gpu"]["mean"], w["8gpu"]["p99"],
              w["8gpu"]["n"], w["1gpu"]["mean"], w["1gpu"]["p99"], w["1gpu"]["n"], f["gang16"]["started"],
-             f["gang16"]["submitted"], f["gang16"]["oldest_queued_s"]))
+             f["gang16"]["submitted"], f["gang16"]["oldest_queued_s"], f["gang16"].get("passed_over")))
     print("   6 gateway %s ms CPU per start (%s%% of a core), PostgreSQL %s ms (%s%%); gateway RSS max %s MiB; "
           "PostgreSQL %s rows/s, %s commits/s, %s KiB WAL/s; nodes-table updates %s/s for %s heartbeats/s"
           % (f["gw_cpu_ms_per_start"], f["gw_cpu_pct"], f["pg_cpu_ms_per_start"], f["pg_cpu_pct"],
@@ -406,8 +430,10 @@ def cmd_summary(a):
     cols = [("nodes", "nodes"), ("util", "util"), ("packer", "packer_util"), ("ratio", "util_vs_packer"),
             ("starts/s", "starts_per_s"), ("peak/s", "peak_starts_per_s_5s"),
             ("lat p50 ms", lambda r: r["latency_ms"]["p50"]), ("lat p99 ms", lambda r: r["latency_ms"]["p99"]),
-            ("fair worst", "fair_worst_rel_err"), ("g16 wait mean", lambda r: r["wait_s"]["gang16"]["mean"]),
-            ("g16 p99", lambda r: r["wait_s"]["gang16"]["p99"]), ("gw ms/start", "gw_cpu_ms_per_start"),
+            ("fair worst", "fair_worst_rel_err"), ("fair mean", "fair_mean_rel_err"),
+            ("g16 wait mean", lambda r: r["wait_s"]["gang16"]["mean"]),
+            ("g16 p99", lambda r: r["wait_s"]["gang16"]["p99"]),
+            ("g16 passed", lambda r: r["gang16"].get("passed_over")), ("gw ms/start", "gw_cpu_ms_per_start"),
             ("pg ms/start", "pg_cpu_ms_per_start"), ("gw RSS MiB", "gw_rss_max_mb"),
             ("pg rows/s", "pg_rows_written_per_s"), ("hb upd/s", "pg_nodes_updates_per_s"),
             ("overcommit", "overcommit_runs")]

@@ -153,6 +153,12 @@ static svc_opt opts[] = {
      .at = SVC_OPT_INT(gw_config, fair_repay_s), .def = "0", .min = 0, .max = 86400,
      .help = "fair share on device-seconds: what a waiting tenant was short of its share (or "
              "past it) is repaid over about this many seconds; 0: devices held now only"},
+    {.flag = "fair-reserve-pct", .env = "KOWLOON_FAIR_RESERVE_PCT", .type = SVC_OPT_INT,
+     .at = SVC_OPT_INT(gw_config, fair_reserve_pct), .def = "0", .min = 0, .max = 1000,
+     .help = "a job that fits nowhere and reserves nodes does not count in its tenant's share "
+             "while they drain (the tenant runs its smaller jobs meanwhile); a tenant reserves "
+             "for at most this % of its share a pass (one job at least); 0: a reservation counts "
+             "as if its job had started"},
     {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT,
      .at = SVC_OPT_INT(gw_config, db_pool), .def = "8", .min = 1,
      .max = 256,

@@ -743,6 +743,7 @@ typedef struct pass_tenant {
     gw_tenant_run *t;         /* NULL: not known since the last refresh */
     struct tenant_fair *f;    /* its virtual time and what it is owed */
     double target;            /* its share of the devices (units) at the pass's start */
+    double reserve_left;      /* --fair-reserve-pct: units it may still reserve for this pass */
 } pass_tenant;
 
 /* tenant_id's fair-share record, made with its virtual time at the floor
@@ -890,8 +891,10 @@ static void pass_deficits(gw_sched *s, const gw_place_node *view, pass_tenant *p
         waiting += pt[j].t ? pt[j].t->units : 0;
     }
     double room = cap - (held - waiting);
-    for (int j = 0; j < k; j++)
+    for (int j = 0; j < k; j++) {
         target[j] = pt[j].target = gw_place_fair_target(room, pt[j].t ? pt[j].t->weight : 1, wsum);
+        pt[j].reserve_left = pt[j].target * (double)s->app->cfg.fair_reserve_pct / 100.0;
+    }
     fair_accrue(s, pt, k, mono);
     /* What the waiting tenants are owed is shared among them: in a
      * cluster they do not fill (short jobs, gaps between runs) every one
@@ -1031,7 +1034,7 @@ enum { PASS_SKIPPED, PASS_PLACED, PASS_RESERVED };
  * the nodes that free first among those not held yet (at most RESERVE_MAX
  * reservations a pass). Takes mu. */
 static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_claim *c,
-                      int64_t now, pass_res *res, int *free_slot)
+                      int64_t now, pass_res *res, int *free_slot, int may_reserve)
 {
     gw_place_req req = {.backend = gw_place_backend(e->backend), .gpus = e->gpus, .nodes = e->nodes,
                         .gpu_mem_mb = e->gpu_mem_mb, .image = e->image};
@@ -1063,7 +1066,7 @@ static int pass_place(gw_sched *s, const gw_ready *e, gw_place_node *view, gw_cl
         res->gen = s->nodes_gen;   /* the view was current before the count */
         *free_slot = view_free_slots(view, s->nnodes, 1);
         how = PASS_PLACED;
-    } else if (res->n < RESERVE_MAX) {
+    } else if (may_reserve && res->n < RESERVE_MAX) {
         int64_t at = gw_place_reserve_at(shape_times(res, view, s->nnodes, &req, now), s->nnodes,
                                          req.nodes > 1 ? req.nodes : 1, res->held, res->mask,
                                          res->scratch);
@@ -1169,6 +1172,28 @@ static void pass_charge(pass_tenant *t, double *vt, double *deficit, const gw_re
         t->f->vt += cost;
 }
 
+/* 1 when tenant t may reserve nodes for a job in this pass: always by
+ * default, with --fair-reserve-pct while it has some of its allowance left
+ * (its first reservation of a pass always). */
+static int pass_may_reserve(const gw_sched *s, const pass_tenant *t)
+{
+    return s->app->cfg.fair_reserve_pct <= 0 || t->reserve_left > 0;
+}
+
+/* e, tenant t's, reserved nodes in this pass. By default that counts in
+ * its tenant's turn as if e had started (pass_charge); with
+ * --fair-reserve-pct it counts against what the tenant may reserve for in
+ * the pass instead, and the tenant goes on to its smaller jobs up to its
+ * share. */
+static void pass_reserved(const gw_sched *s, pass_tenant *t, double *vt, double *deficit,
+                          const gw_ready *e)
+{
+    if (s->app->cfg.fair_reserve_pct > 0)
+        t->reserve_left -= pass_units(e);
+    else
+        pass_charge(t, vt, deficit, e, 0);
+}
+
 /* Where each of the pass's nt tenants stands before the next pick: it
  * has an entry left (cand), the score of that entry (head), and it placed
  * all of a full window (ranout: its queue may hold more). */
@@ -1195,7 +1220,10 @@ static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int win
  * are too big for the devices free now thus holds nodes in proportion to
  * its share while they drain, instead of seeing lighter tenants take
  * every device that frees (each pass used to make one reservation, and a
- * tenant of weight 1 got 1.7 times its share in test_scale_sim). From
+ * tenant of weight 1 got 1.7 times its share in test_scale_sim). With
+ * --fair-reserve-pct a reservation does not count in the turn: the tenant
+ * goes on to the jobs behind it that fit, up to its share, and reserves
+ * for that % of its share a pass at most (pass_reserved). From
  * then on a job goes on a reserved node only when its
  * timeout_s ends before that reservation's start (backfill). A lump
  * (gw_place_fair_defers: more than half its tenant's share, past its
@@ -1266,9 +1294,10 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
             break;
         if (pass_over(s, &lumps, pt, nt, k, e, deficit, cand, mono))
             continue;
-        int how = pass_place(s, e, view, &batch[nb], now, &res, &free_slot);
+        int how = pass_place(s, e, view, &batch[nb], now, &res, &free_slot,
+                             pass_may_reserve(s, &pt[k]));
         if (how == PASS_RESERVED)
-            pass_charge(&pt[k], &vt[k], &deficit[k], e, 0);
+            pass_reserved(s, &pt[k], &vt[k], &deficit[k], e);
         if (how != PASS_PLACED)
             continue;
         /* its units are counted in its tenant's (place_count); the pass

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -242,18 +243,23 @@ def repay_stack():
     yield from scale_stack(KOWLOON_FAIR_REPAY_S="30")
 
 
+def two_tenants(s, prefix):
+    """Clients of two new tenants of weight 1, <prefix>-a and <prefix>-b."""
+    admin = s.client("admin")
+    clients = []
+    for t in ("a", "b"):
+        admin.post("/v1/tenants", json={"name": f"{prefix}-{t}", "weight": 1}).raise_for_status()
+        clients.append(s.client(key=s.create_key(f"{prefix}-{t}")))
+    return clients
+
+
 def lump_and_smalls(s, prefix):
     """Two tenants of weight 1 on two nodes of 8 GPUs (8 GPUs each their
     share), everything queued before a node is up: tenant A's gang of both
     nodes (twice A's share), then four 1-GPU jobs of A and eight of B. The
     gang's end state, and the start times of the 1-GPU jobs that started
     after it, B's and A's apart."""
-    admin = s.client("admin")
-    clients = {}
-    for t in ("a", "b"):
-        admin.post("/v1/tenants", json={"name": f"{prefix}-{t}", "weight": 1}).raise_for_status()
-        clients[t] = s.client(key=s.create_key(f"{prefix}-{t}"))
-    a, b = clients["a"], clients["b"]
+    a, b = two_tenants(s, prefix)
     one = {"backend": "cuda", "gpus": 1}
     gang = a.submit("sleep", {"seconds": 3}, resources={"backend": "cuda", "gpus": 8, "nodes": 2},
                     timeout_s=30)
@@ -290,3 +296,55 @@ def test_on_device_seconds_a_tenant_banks_for_its_gang(repay_stack):
     g, late = lump_and_smalls(repay_stack, "bank")
     assert late["b"] == [], (g["started_at"], late, log_lines_of(repay_stack.logs, g["id"]))
     assert len(late["a"]) == 4, (g["started_at"], late)
+
+
+@pytest.fixture(scope="module")
+def reserve_stack():
+    """Its own stack, --fair-reserve-pct 25: the test's two simulated
+    nodes and nothing else."""
+    yield from scale_stack(KOWLOON_FAIR_RESERVE_PCT="25")
+
+
+@pytest.mark.timeout(150)
+def test_a_tenant_whose_big_job_waits_for_a_node_runs_its_small_jobs_meanwhile(reserve_stack):
+    """--fair-reserve-pct: two tenants of weight 1 on two nodes of 8 GPUs
+    (8 GPUs each their share). B holds one node with 8 long 1-GPU runs, A
+    two GPUs of the other. Then, queued together: A's 8-GPU job (fits
+    nowhere: it reserves the node that frees first), six 1-GPU jobs of A
+    and six of B, for the six free GPUs. A holds 2 of its 8 and B all of
+    its 8: A's six go first. By default (the reservation counts in its
+    tenant's turn, as if the job had started) A looks past its share (2 +
+    8) and B's jobs take free GPUs beside A's: this test fails so."""
+    s = reserve_stack
+    admin = s.client("admin")
+    a, b = two_tenants(s, "drain")
+    one = {"backend": "cuda", "gpus": 1}
+    with two_sim_nodes(s, "drain"):
+        stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
+                       "both simulated nodes up")
+        # B's 8 fill one node (best fit), A's 2 go on the other
+        held = [b.submit("sleep", {"seconds": 60}, resources=one, timeout_s=90) for _ in range(8)]
+        held = [b.wait(j["id"], 30, states=("running",)) for j in held]
+        held += [a.wait(a.submit("sleep", {"seconds": 60}, resources=one, timeout_s=90)["id"], 30,
+                        states=("running",)) for _ in range(2)]
+        assert len({j["node"] for j in held[:8]}) == 1 and held[8]["node"] != held[0]["node"], \
+            [j["placement"] for j in held]
+        # The scheduler learns of new tenants, and counts their runs, at its
+        # next reload (every second); until then it places one job of each
+        # a pass, in turn.
+        time.sleep(2.5)
+        with stk.nodes_drained(admin):
+            big = a.submit("sleep", {"seconds": 1}, resources={"backend": "cuda", "gpus": 8},
+                           timeout_s=30)
+            small = {t: [c.submit("sleep", {"seconds": 3}, resources=one, timeout_s=20)
+                         for _ in range(6)] for t, c in (("a", a), ("b", b))}
+        done = {t: [c.wait(j["id"], 60) for j in small[t]] for t, c in (("a", a), ("b", b))}
+        for t in done:
+            assert all(j["state"] == "succeeded" for j in done[t]), done[t]
+        a_last = max(j["started_at"] for j in done["a"])
+        b_first = min(j["started_at"] for j in done["b"])
+        assert a_last < b_first, ([j["started_at"] for j in done["a"]],
+                                  [j["started_at"] for j in done["b"]])
+        for c, jobs in ((b, held[:8]), (a, held[8:] + [big])):
+            for j in jobs:
+                c.cancel(j["id"])

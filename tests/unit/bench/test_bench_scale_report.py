@@ -14,6 +14,20 @@ def test_shares_are_against_the_weights_of_the_tenants_given():
     assert scale_report.share_ratios({}, {"a": 1}) == {"a": 0}
 
 
+def test_a_gang_is_passed_over_when_a_later_job_of_its_tenant_starts_first():
+    # (tenant, order, id, nodes); starts in ms, the window ends at 100
+    jobs = [("a", 1, "g1", 16), ("a", 2, "s1", 1),      # g1 waits while s1 runs: passed over
+            ("a", 3, "g2", 16),                         # nothing after it: not
+            ("b", 1, "s2", 1), ("b", 2, "g3", 16), ("b", 3, "s3", 1),   # g3 before s3: not
+            ("c", 1, "g4", 16), ("c", 2, "s4", 1)]      # s4 starts after the window: not
+    starts = {"s1": 10, "s2": 5, "g3": 20, "s3": 30, "s4": 150}
+    assert scale_report.passed_over(jobs, starts, 100) == 1
+    starts["g1"] = 50                                   # started, but after s1
+    assert scale_report.passed_over(jobs, starts, 100) == 1
+    starts["g1"] = 5                                    # before s1
+    assert scale_report.passed_over(jobs, starts, 100) == 0
+
+
 def test_each_slice_counts_only_the_part_of_a_run_inside_it():
     # Two tenants of weight 1, a 60 s window cut in two 30 s slices: a
     # holds 2 GPUs throughout; b 2 GPUs in the first slice, 1 GPU in the
