@@ -33,6 +33,7 @@ int gw_api_tenants_put(svc_req *req)
     /* New limits apply here at once; other gateways see them when their
      * cached key answers expire (keycache.h). */
     gw_keycache_clear(app->keys);
+    gw_sched_tenants_changed(app->sched);
     svc_info("tenant %s %s by admin key %lld", tb.name, created ? "created" : "updated",
              (long long)who.key_id);
     return svc_reply_json(req, created ? 201 : 200, tenant);

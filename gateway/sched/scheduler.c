@@ -120,6 +120,7 @@ struct gw_sched {
     volatile int stop;
     int wake;
     int nodes_changed;        /* reload the node table before placing */
+    int tenants_changed;      /* reload the tenants before the next pass */
     int serving;              /* the API serves: the lock may be taken */
     volatile int leader;
     int64_t leader_since_ms;  /* monotonic: when this gateway took the lock */
@@ -196,6 +197,17 @@ void gw_sched_nodes_changed(gw_sched *s)
         return;
     pthread_mutex_lock(&s->mu);
     s->nodes_changed = 1;
+    s->wake = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void gw_sched_tenants_changed(gw_sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->tenants_changed = 1;
     s->wake = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -532,6 +544,23 @@ done:
     pthread_mutex_lock(&s->mu);
     s->refreshing = 0;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Reloads the tenants when gw_sched_tenants_changed asked: before every
+ * pass, so that a pass that peeks the queue after a change of weights (or
+ * a new tenant's first submit) places with them. The runs first: a
+ * tenant's units and running count come from the last reload of the runs,
+ * and the claims since it would not be counted. */
+static void tenants_if_changed(gw_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int changed = s->tenants_changed;
+    s->tenants_changed = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (changed) {
+        nodes_refresh(s);
+        tenants_refresh(s);
+    }
 }
 
 /* Requeues (counted, with code) every run of list, freeing it. */
@@ -891,10 +920,8 @@ static void pass_deficits(gw_sched *s, const gw_place_node *view, pass_tenant *p
         waiting += pt[j].t ? pt[j].t->units : 0;
     }
     double room = cap - (held - waiting);
-    for (int j = 0; j < k; j++) {
+    for (int j = 0; j < k; j++)
         target[j] = pt[j].target = gw_place_fair_target(room, pt[j].t ? pt[j].t->weight : 1, wsum);
-        pt[j].reserve_left = pt[j].target * (double)s->app->cfg.fair_reserve_pct / 100.0;
-    }
     fair_accrue(s, pt, k, mono);
     /* What the waiting tenants are owed is shared among them: in a
      * cluster they do not fill (short jobs, gaps between runs) every one
@@ -938,6 +965,8 @@ static int pass_tenants(gw_sched *s, const gw_place_node *view, int n, pass_tena
     if (floor > s->vfloor)
         s->vfloor = floor;
     pass_deficits(s, view, pt, nt, deficit, target, mono);
+    for (int k = 0; k < nt; k++)
+        pt[k].reserve_left = pt[k].target * (double)s->app->cfg.fair_reserve_pct / 100.0;
     return nt;
 }
 
@@ -1197,20 +1226,23 @@ static void pass_reserved(const gw_sched *s, pass_tenant *t, double *vt, double 
 /* Where each of the pass's nt tenants stands before the next pick: it
  * has an entry left (cand), the score of that entry (head), and it placed
  * all of a full window (ranout: its queue may hold more). With
- * --fair-reserve-pct a tenant that looked at all of a full window and
- * placed nothing has run out too: its jobs fit none of the devices free
- * and the pass's reservations may all be made, and those devices went to
- * tenants past their shares (1,600 placements in a 360 s run at 1,000
- * nodes); the next pass (a deep one within DEEP_SCAN_MS) reads more of
- * its queue. */
-static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int window, uint8_t *cand,
-                       double *head, uint8_t *ranout)
+ * --fair-reserve-pct and the pass's reservations all made (res_full), a
+ * tenant that looked at all of a full window and placed nothing has run
+ * out too: its jobs fit none of the devices free and could reserve none,
+ * and those devices went to tenants past their shares (1,600 placements
+ * in a 360 s run at 1,000 nodes); the next pass (a deep one within
+ * DEEP_SCAN_MS) reads more of its queue. While reservations are left,
+ * the others take what its jobs cannot use (around its reservations):
+ * ending the pass for it then left free devices idle until its runs
+ * ended, when its queue was deeper than the deepest look. */
+static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int window, int res_full,
+                       uint8_t *cand, double *head, uint8_t *ranout)
 {
+    int none_left = s->app->cfg.fair_reserve_pct > 0 && res_full;
     for (int k = 0; k < nt; k++) {
         cand[k] = pt[k].pos < pt[k].end;
         head[k] = cand[k] ? s->ready[pt[k].pos].score : 0;
-        ranout[k] = !cand[k] && !pt[k].held_back &&
-                    (pt[k].placed > 0 || s->app->cfg.fair_reserve_pct > 0) &&
+        ranout[k] = !cand[k] && !pt[k].held_back && (pt[k].placed > 0 || none_left) &&
                     pt[k].end - pt[k].start >= window;
     }
 }
@@ -1289,7 +1321,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     /* on device-seconds, deficits rank against the targets */
     const double *ranked = s->app->cfg.fair_repay_s > 0 ? target : NULL;
     while (free_slot && !s->stop && svc_now_mono_ms() < until) {
-        pass_turns(s, pt, nt, window, cand, head, ranout);
+        pass_turns(s, pt, nt, window, res.n >= RESERVE_MAX, cand, head, ranout);
         int k = gw_place_fair_pick(deficit, ranked, vt, head, cand, nt);
         /* a tenant below its share ran out of window: the next pass reads
          * more of its queue before anyone past its share gets more (the
@@ -1441,8 +1473,10 @@ static void *sched_main(void *arg)
              * the queue keeps the passes busy. */
             if (now >= next_pass) {
                 int got, claimed = 0, more = 0;
-                while (!s->stop && svc_now_mono_ms() < next_lock &&
-                       (got = dispatch_pass(s, next_lock, &more)) >= 0) {
+                while (!s->stop && svc_now_mono_ms() < next_lock) {
+                    tenants_if_changed(s);
+                    if ((got = dispatch_pass(s, next_lock, &more)) < 0)
+                        break;
                     claimed += got;
                     if (got < PEEK_MAX && !(more && got > 0))
                         break;

@@ -57,5 +57,9 @@ void gw_sched_runs_ended(gw_sched *s, const char *node_id, const char *const *jo
                          const int *attempts, int n);
 /* A node registered or left: reload the node table before placing. */
 void gw_sched_nodes_changed(gw_sched *s);
+/* A tenant was made, or its weight or running quota changed: the next pass
+ * of this gateway's scheduler reloads the tenants first (the scheduler of
+ * another gateway reloads them every second). NULL is a no-op. */
+void gw_sched_tenants_changed(gw_sched *s);
 
 #endif

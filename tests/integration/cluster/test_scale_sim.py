@@ -9,13 +9,13 @@ in proportion to their weights (within a third).
 
 The test owns its stack: a gateway with no rate limit, and no other node."""
 
+import concurrent.futures as cf
 import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -329,10 +329,8 @@ def test_a_tenant_whose_big_job_waits_for_a_node_runs_its_small_jobs_meanwhile(r
                         states=("running",)) for _ in range(2)]
         assert len({j["node"] for j in held[:8]}) == 1 and held[8]["node"] != held[0]["node"], \
             [j["placement"] for j in held]
-        # The scheduler learns of new tenants, and counts their runs, at its
-        # next reload (every second); until then it places one job of each
-        # a pass, in turn.
-        time.sleep(2.5)
+        # The scheduler learnt of both tenants when they were made (before
+        # its next pass), and counts their runs from their placements.
         with stk.nodes_drained(admin):
             big = a.submit("sleep", {"seconds": 1}, resources={"backend": "cuda", "gpus": 8},
                            timeout_s=30)
@@ -348,3 +346,52 @@ def test_a_tenant_whose_big_job_waits_for_a_node_runs_its_small_jobs_meanwhile(r
         for c, jobs in ((b, held[:8]), (a, held[8:] + [big])):
             for j in jobs:
                 c.cancel(j["id"])
+
+
+@pytest.mark.timeout(240)
+def test_a_tenants_big_jobs_that_fit_nowhere_do_not_keep_free_gpus_from_the_others(reserve_stack):
+    """--fair-reserve-pct: A (weight 1) holds 2 GPUs of one node, B all 8
+    of the other, for 30 s. Then A queues 600 8-GPU jobs (more than a
+    pass's deepest look at one tenant's queue, 512) and B six 1-GPU jobs.
+    A is below its share, but its jobs fit none of the 6 free GPUs: its
+    first reserves the node that frees first, the rest can neither start
+    nor reserve (A's allowance for the pass is spent). B's six must start
+    on the free GPUs meanwhile. A pass used to end when a tenant below its
+    share had looked at its whole window and placed nothing (d0ae460): B
+    got no turn in any pass, and the 6 GPUs idled until A's runs ended."""
+    s = reserve_stack
+    admin = s.client("admin")
+    a, b = two_tenants(s, "deep")
+    one = {"backend": "cuda", "gpus": 1}
+    with two_sim_nodes(s, "deep"):
+        stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
+                       "both simulated nodes up")
+        held = [b.submit("sleep", {"seconds": 30}, resources=one, timeout_s=60) for _ in range(8)]
+        held = [b.wait(j["id"], 30, states=("running",)) for j in held]
+        held += [a.wait(a.submit("sleep", {"seconds": 30}, resources=one, timeout_s=60)["id"], 30,
+                        states=("running",)) for _ in range(2)]
+        assert len({j["node"] for j in held[:8]}) == 1 and held[8]["node"] != held[0]["node"], \
+            [j["placement"] for j in held]
+        with stk.nodes_drained(admin), cf.ThreadPoolExecutor(8) as ex:
+            big = list(ex.map(lambda _: a.submit("sleep", {"seconds": 1}, timeout_s=30,
+                                                 resources={"backend": "cuda", "gpus": 8})["id"],
+                              range(600)))
+            small = [b.submit("sleep", {"seconds": 1}, resources=one, timeout_s=10)["id"]
+                     for _ in range(6)]
+        try:
+            done = [b.wait(i, 90) for i in small]
+            assert all(j["state"] == "succeeded" for j in done), done
+            # on the free GPUs while the 30 s runs still hold theirs (the
+            # six ran 1 s each), before any of A's 8-GPU jobs
+            still = [c.job(j["id"])["state"] for c, j in zip([b] * 8 + [a] * 2, held)]
+            b_last = max(j["started_at"] for j in done)
+            assert still == ["running"] * 10, (still, b_last, [j["started_at"] for j in held])
+            with cf.ThreadPoolExecutor(8) as ex:
+                a_big = [t for t in ex.map(lambda i: a.job(i).get("started_at"), big) if t]
+            assert all(b_last < t for t in a_big), (b_last, sorted(a_big)[:3])
+        finally:
+            with cf.ThreadPoolExecutor(8) as ex:
+                list(ex.map(lambda i: a.cancel(i), big))
+            for c, jobs in ((b, held[:8]), (a, held[8:])):
+                for j in jobs:
+                    c.cancel(j["id"])
