@@ -305,6 +305,27 @@ def reserve_stack():
     yield from scale_stack(KOWLOON_FAIR_RESERVE_PCT="25")
 
 
+ONE_GPU = {"backend": "cuda", "gpus": 1}
+
+
+def b_node_and_two_of_a(s, a, b, seconds):
+    """Once both simulated nodes are up: B's eight 1-GPU runs of seconds
+    fill one node (best fit), A's two go on the other. Returns the ten
+    running jobs, B's first."""
+    admin = s.client("admin")
+    stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
+                   "both simulated nodes up")
+    held = [b.submit("sleep", {"seconds": seconds}, resources=ONE_GPU, timeout_s=seconds + 30)
+            for _ in range(8)]
+    held = [b.wait(j["id"], 30, states=("running",)) for j in held]
+    held += [a.wait(a.submit("sleep", {"seconds": seconds}, resources=ONE_GPU,
+                             timeout_s=seconds + 30)["id"], 30, states=("running",))
+             for _ in range(2)]
+    assert len({j["node"] for j in held[:8]}) == 1 and held[8]["node"] != held[0]["node"], \
+        [j["placement"] for j in held]
+    return held
+
+
 @pytest.mark.timeout(150)
 def test_a_tenant_whose_big_job_waits_for_a_node_runs_its_small_jobs_meanwhile(reserve_stack):
     """--fair-reserve-pct: two tenants of weight 1 on two nodes of 8 GPUs
@@ -318,23 +339,14 @@ def test_a_tenant_whose_big_job_waits_for_a_node_runs_its_small_jobs_meanwhile(r
     s = reserve_stack
     admin = s.client("admin")
     a, b = two_tenants(s, "drain")
-    one = {"backend": "cuda", "gpus": 1}
     with two_sim_nodes(s, "drain"):
-        stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
-                       "both simulated nodes up")
-        # B's 8 fill one node (best fit), A's 2 go on the other
-        held = [b.submit("sleep", {"seconds": 60}, resources=one, timeout_s=90) for _ in range(8)]
-        held = [b.wait(j["id"], 30, states=("running",)) for j in held]
-        held += [a.wait(a.submit("sleep", {"seconds": 60}, resources=one, timeout_s=90)["id"], 30,
-                        states=("running",)) for _ in range(2)]
-        assert len({j["node"] for j in held[:8]}) == 1 and held[8]["node"] != held[0]["node"], \
-            [j["placement"] for j in held]
+        held = b_node_and_two_of_a(s, a, b, 60)
         # The scheduler learnt of both tenants when they were made (before
         # its next pass), and counts their runs from their placements.
         with stk.nodes_drained(admin):
             big = a.submit("sleep", {"seconds": 1}, resources={"backend": "cuda", "gpus": 8},
                            timeout_s=30)
-            small = {t: [c.submit("sleep", {"seconds": 3}, resources=one, timeout_s=20)
+            small = {t: [c.submit("sleep", {"seconds": 3}, resources=ONE_GPU, timeout_s=20)
                          for _ in range(6)] for t, c in (("a", a), ("b", b))}
         done = {t: [c.wait(j["id"], 60) for j in small[t]] for t, c in (("a", a), ("b", b))}
         for t in done:
@@ -362,21 +374,13 @@ def test_a_tenants_big_jobs_that_fit_nowhere_do_not_keep_free_gpus_from_the_othe
     s = reserve_stack
     admin = s.client("admin")
     a, b = two_tenants(s, "deep")
-    one = {"backend": "cuda", "gpus": 1}
     with two_sim_nodes(s, "deep"):
-        stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
-                       "both simulated nodes up")
-        held = [b.submit("sleep", {"seconds": 30}, resources=one, timeout_s=60) for _ in range(8)]
-        held = [b.wait(j["id"], 30, states=("running",)) for j in held]
-        held += [a.wait(a.submit("sleep", {"seconds": 30}, resources=one, timeout_s=60)["id"], 30,
-                        states=("running",)) for _ in range(2)]
-        assert len({j["node"] for j in held[:8]}) == 1 and held[8]["node"] != held[0]["node"], \
-            [j["placement"] for j in held]
+        held = b_node_and_two_of_a(s, a, b, 30)
         with stk.nodes_drained(admin), cf.ThreadPoolExecutor(8) as ex:
             big = list(ex.map(lambda _: a.submit("sleep", {"seconds": 1}, timeout_s=30,
                                                  resources={"backend": "cuda", "gpus": 8})["id"],
                               range(600)))
-            small = [b.submit("sleep", {"seconds": 1}, resources=one, timeout_s=10)["id"]
+            small = [b.submit("sleep", {"seconds": 1}, resources=ONE_GPU, timeout_s=10)["id"]
                      for _ in range(6)]
         try:
             done = [b.wait(i, 90) for i in small]
