@@ -170,47 +170,39 @@ struct gw_sched {
     gw_lumps lumps;
 };
 
-void gw_sched_wake(gw_sched *s)
+/* Sets *flag (one of s's; NULL: none) and wakes the scheduler. */
+static void sched_set_wake(gw_sched *s, int *flag)
 {
-    if (!s)
-        return;
     pthread_mutex_lock(&s->mu);
+    if (flag)
+        *flag = 1;
     s->wake = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+void gw_sched_wake(gw_sched *s)
+{
+    if (s)
+        sched_set_wake(s, NULL);
 }
 
 void gw_sched_serving(gw_sched *s)
 {
-    if (!s)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->serving = 1;
-    s->wake = 1;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    if (s)
+        sched_set_wake(s, &s->serving);
 }
 
 void gw_sched_nodes_changed(gw_sched *s)
 {
-    if (!s)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->nodes_changed = 1;
-    s->wake = 1;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    if (s)
+        sched_set_wake(s, &s->nodes_changed);
 }
 
 void gw_sched_tenants_changed(gw_sched *s)
 {
-    if (!s)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->tenants_changed = 1;
-    s->wake = 1;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    if (s)
+        sched_set_wake(s, &s->tenants_changed);
 }
 
 static void node_run_end(gw_sched *s, sched_node *sn, const char *job_id);
