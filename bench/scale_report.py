@@ -242,10 +242,16 @@ def figures(d, nodes, gpus):
     busy = 0.0
     tenant_gs = {}
     tenant_parts = []
+    # runs a cancel stopped in the window (the bench cancels nothing: with
+    # --fair-preempt these are the preempted), and their GPU-seconds in it
+    stopped, stopped_gs = 0, 0.0
     for (jid, _), parts in runs.items():
         for p in parts:
             gs = p["ngpu"] * overlap(p["t_start"], p["t_end"], w0, w1) / 1000.0
             busy += gs
+            if p["state"] == "cancelled" and w0 <= p["t_end"] <= w1:
+                stopped += 1
+                stopped_gs += gs
             if jid in submit:
                 t = submit[jid][0]["tenant"]
                 tenant_gs[t] = tenant_gs.get(t, 0.0) + gs
@@ -344,6 +350,8 @@ def figures(d, nodes, gpus):
         "fair_mean_rel_err": round(sum(errs.values()) / len(errs), 4) if errs else None,
         "fair_by_slice": {"slice_s": FAIR_SLICE_S, "worst_mean": by_slice},
         "tenants_with_backlog": len(backlog),
+        "stopped_runs": stopped,
+        "stopped_gpu_s_share": round(stopped_gs / busy, 4) if busy else 0,
         "wait_s": {k: stats(v) for k, v in waits.items()},
         "gang16": {"submitted": gang16_sub, "started": len(waits["gang16"]), "passed_over": gang16_passed,
                    "oldest_queued_s": round(max(gang16_queued), 1) if gang16_queued else None},
@@ -386,6 +394,9 @@ def print_figures(f):
     if sl and sl["worst_mean"]:
         print("     within each %d s slice (worst/mean): %s" % (sl["slice_s"], " ".join(
             "%s/%s" % (w, m) for w, m in sl["worst_mean"])))
+    if f.get("stopped_runs"):
+        print("     runs stopped by a cancel in the window (preempted): %d, %.2f%% of the busy GPU-seconds"
+              % (f["stopped_runs"], 100 * f["stopped_gpu_s_share"]))
     r = list(f.get("tenant_share_ratios", {}).items())
     if r:
         print("     share / fair share, lowest and highest (tenant weight): "
@@ -436,7 +447,7 @@ def cmd_summary(a):
             ("g16 passed", lambda r: r["gang16"].get("passed_over")), ("gw ms/start", "gw_cpu_ms_per_start"),
             ("pg ms/start", "pg_cpu_ms_per_start"), ("gw RSS MiB", "gw_rss_max_mb"),
             ("pg rows/s", "pg_rows_written_per_s"), ("hb upd/s", "pg_nodes_updates_per_s"),
-            ("overcommit", "overcommit_runs")]
+            ("stopped", "stopped_runs"), ("overcommit", "overcommit_runs")]
     print("  ".join("%12s" % c for c, _ in cols))
     for r in rows:
         print("  ".join("%12s" % (k(r) if callable(k) else r.get(k)) for _, k in cols))

@@ -159,6 +159,11 @@ static svc_opt opts[] = {
              "while they drain (the tenant runs its smaller jobs meanwhile); a tenant reserves "
              "for at most this % of its share a pass (one job at least); 0: a reservation counts "
              "as if its job had started"},
+    {.flag = "fair-preempt", .env = "KOWLOON_FAIR_PREEMPT", .type = SVC_OPT_BOOL,
+     .at = SVC_OPT_BOOL(gw_config, fair_preempt), .def = "0",
+     .help = "when a job of more than half its tenant's share starts and takes the tenant past "
+             "that share, the tenant's youngest single-node runs are stopped and queued again "
+             "(not counted against max_attempts) until it is back at its share"},
     {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT,
      .at = SVC_OPT_INT(gw_config, db_pool), .def = "8", .min = 1,
      .max = 256,

@@ -27,7 +27,7 @@ static const double job_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 struct gw_metrics {
     gw_app *app;
     svc_metrics *reg;
-    svc_metric *submits, *results, *run_s, *wait_s, *lease, *node_auth;
+    svc_metric *submits, *results, *run_s, *wait_s, *lease, *node_auth, *preempted;
     /* The cluster's state as last counted; cache_mu guards it. refresh_mu
      * is held by the scrape that asks PostgreSQL again. */
     pthread_mutex_t cache_mu, refresh_mu;
@@ -82,6 +82,12 @@ void gw_metrics_node_auth(gw_metrics *m, const char *how, int n)
 {
     if (m != NULL && n > 0)
         svc_counter_add(svc_metric_with(m->node_auth, how), (uint64_t)n);
+}
+
+void gw_metrics_preempted(gw_metrics *m, int n)
+{
+    if (m != NULL && n > 0)
+        svc_counter_add(svc_metric_series(m->preempted, NULL), (uint64_t)n);
 }
 
 /* ---- the cluster's state ---------------------------------------------- */
@@ -295,8 +301,13 @@ gw_metrics *gw_metrics_new(gw_app *app)
                                       "request (a call found no live answer in the cache), "
                                       "refresh (asked again in a batch before they expired)",
                                       (const char *[]){"how", NULL});
+    m->preempted = svc_metric_counter(m->reg, "kowloon_preempted_runs_total",
+                                      "runs this gateway's scheduler stopped and queued again "
+                                      "(--fair-preempt) to make room for a larger job of their "
+                                      "tenant that took it past its share",
+                                      NULL);
     if (m->submits == NULL || m->results == NULL || m->run_s == NULL || m->wait_s == NULL ||
-        m->lease == NULL || m->node_auth == NULL ||
+        m->lease == NULL || m->node_auth == NULL || m->preempted == NULL ||
         svc_metrics_add_collector(m->reg, collect_cluster, m) != 0 ||
         svc_metrics_add_collector(m->reg, collect_pools, m) != 0 ||
         svc_metrics_add_process(m->reg) != 0) {

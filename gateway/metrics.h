@@ -34,6 +34,8 @@ void gw_metrics_lease(gw_metrics *m, const char *how, int n);
 /* n node credentials were looked up in PostgreSQL (how: "request", by a
  * call the cache had no answer for; "refresh", by the cache's batch). */
 void gw_metrics_node_auth(gw_metrics *m, const char *how, int n);
+/* The scheduler preempted n runs (--fair-preempt). */
+void gw_metrics_preempted(gw_metrics *m, int n);
 /* A job of kernel started its first attempt wait_s after its submit. */
 void gw_metrics_started(gw_metrics *m, const char *kernel, double wait_s);
 

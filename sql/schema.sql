@@ -87,6 +87,8 @@ CREATE TABLE public.jobs (
     task_run jsonb,
     exit_code integer,
     logs jsonb,
+    preempt boolean DEFAULT false NOT NULL,
+    preemptions integer DEFAULT 0 NOT NULL,
     CONSTRAINT jobs_backend_req_check CHECK ((backend_req = ANY (ARRAY['any'::text, 'cpu'::text, 'cuda'::text]))),
     CONSTRAINT jobs_gpu_memory_gb_check CHECK ((gpu_memory_gb > (0)::double precision)),
     CONSTRAINT jobs_kind_check CHECK ((kind = ANY (ARRAY['kernel'::text, 'task'::text]))),
@@ -209,6 +211,18 @@ COMMENT ON COLUMN public.jobs.exit_code IS 'a task''s exit status as its last at
 --
 
 COMMENT ON COLUMN public.jobs.logs IS 'the whole log of each part of the last attempt that reported one, as the node stored it: {"<part>": {"blob", "bytes", "dropped", "attempt"}}; authoritative once the part ended';
+
+--
+-- Name: COLUMN jobs.preempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.jobs.preempt IS 'the scheduler stops its run (--fair-preempt): the node''s next lease poll carries a cancel, and its report queues the job again';
+
+--
+-- Name: COLUMN jobs.preemptions; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.jobs.preemptions IS 'attempts stopped by preemption: they do not count against max_attempts';
 
 --
 -- Name: tenants; Type: TABLE; Schema: public; Owner: -

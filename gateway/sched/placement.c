@@ -402,6 +402,25 @@ int gw_place_fair_lump_size(double units, double target)
     return units > target / 2;
 }
 
+int gw_place_preempt_pick(const gw_preempt_cand *c, int n, double over, uint8_t *take)
+{
+    int taken = 0;
+    for (int i = 0; i < n; i++)
+        take[i] = 0;
+    /* n is a tenant's runs (hundreds at most): the youngest left, each time */
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (!take[i] && c[i].units > 0 && taken + c[i].units <= over &&
+                (best < 0 || c[i].start_ms > c[best].start_ms))
+                best = i;
+        if (best < 0)
+            return taken;
+        take[best] = 1;
+        taken += c[best].units;
+    }
+}
+
 int gw_place_fair_defers(const double *deficit, const uint8_t *candidate, int k, int pick,
                          double units, double target)
 {

@@ -178,6 +178,19 @@ int gw_lumps_waited(gw_lumps *t, const char *job_id, int64_t mono, int64_t wait_
                     int64_t forget_ms);
 /* job_id started: its entry, if any, is forgotten. */
 void gw_lumps_placed(gw_lumps *t, const char *job_id, int64_t mono, int64_t forget_ms);
+/* --fair-preempt: a run of the tenant whose lump took it past its share,
+ * one preemption may stop (a single-node run, not this pass's). */
+typedef struct gw_preempt_cand {
+    int64_t start_ms;      /* when it started */
+    int units;             /* what it holds of the tenant's share */
+} gw_preempt_cand;
+/* Which of the n runs c to stop so that the tenant holds at most over
+ * units less and stays at or above its share: the youngest first (the
+ * least work lost), each taken while what is taken stays within over
+ * (a run larger than what is left is passed over, and younger or older
+ * smaller ones still go). take[i] is set for those. Returns the units
+ * taken. Ties in start_ms go by index. */
+int gw_place_preempt_pick(const gw_preempt_cand *c, int n, double over, uint8_t *take);
 /* What starting a job of units adds to the virtual time of a tenant of
  * weight (> 0; else 1). */
 double gw_place_fair_charge(double units, double weight);

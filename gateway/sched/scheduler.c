@@ -88,6 +88,8 @@ typedef struct sched_run {
     uint16_t devices;         /* bit g: device g */
     int units;                /* what it counts in its tenant's units (fair share) */
     int64_t tenant_id;
+    int64_t start_ms;         /* when it was placed (started), epoch ms */
+    int stop;                 /* a single-node run: 1, 2 once preemption stops it; a part: 0 */
 } sched_run;
 
 typedef struct sched_node {
@@ -409,9 +411,10 @@ static void node_add_end(sched_node *sn, int64_t end_ms)
 }
 
 /* Counts a run of job_id (of tenant_id) on sn holding ngpu devices ids,
- * ending at end_ms at the latest. mu held. */
+ * placed at start_ms and ending at end_ms at the latest; stop as
+ * sched_run's. mu held. */
 static void node_run_add(sched_node *sn, const char *job_id, int64_t tenant_id, const int *ids,
-                         int ngpu, int64_t end_ms)
+                         int ngpu, int64_t start_ms, int64_t end_ms, int stop)
 {
     uint16_t mask = 0;
     sn->running++;
@@ -436,6 +439,8 @@ static void node_run_add(sched_node *sn, const char *job_id, int64_t tenant_id, 
     r->devices = mask;
     r->units = gw_sched_run_units(ngpu);
     r->tenant_id = tenant_id;
+    r->start_ms = start_ms;
+    r->stop = stop;
 }
 
 /* job_id's run on sn ended (or its claim did not happen): its slot and its
@@ -524,7 +529,7 @@ static void nodes_refresh(gw_sched *s)
         sched_node *sn = node_by_id(s, runs[k].node_id);
         if (sn)
             node_run_add(sn, runs[k].job_id, runs[k].tenant_id, runs[k].gpu_ids, runs[k].ngpu,
-                         runs[k].end_ms);
+                         runs[k].start_ms, runs[k].end_ms, runs[k].stop);
     }
     if (ncounts >= 0)   /* on ENOMEM the old counts stay */
         tenants_count_runs(s, counts, ncounts);
@@ -804,8 +809,8 @@ static void place_count(gw_sched *s, const gw_ready *e, const gw_place_pick *p, 
     for (int k = 0; k < p->nnodes; k++) {
         sched_node *sn = &s->nodes[p->node[k]];
         int ngpu = p->ngpu < sn->n.ngpus ? p->ngpu : sn->n.ngpus;
-        node_run_add(sn, e->job_id, e->tenant_id, p->gpu[k], ngpu,
-                     now + (int64_t)e->timeout_s * 1000);
+        node_run_add(sn, e->job_id, e->tenant_id, p->gpu[k], ngpu, now,
+                     now + (int64_t)e->timeout_s * 1000, p->nnodes <= 1);
         if (t)
             t->units += gw_sched_run_units(ngpu);
     }
@@ -1239,6 +1244,158 @@ static void pass_turns(const gw_sched *s, const pass_tenant *pt, int nt, int win
     }
 }
 
+/* --fair-preempt: the runs a pass stops to make room for its lumps, each
+ * with the lump it makes room for (its job and first node: a lump whose
+ * claim failed stops nothing), the lump's tenant and size. */
+#define PREEMPT_MAX 256
+typedef struct pass_preempts {
+    struct preempt {
+        char job_id[37], node_id[37], lump_id[37], lump_node[37];
+        int64_t tenant_id;
+        double lump_units, target;
+    } at[PREEMPT_MAX];
+    int n;
+} pass_preempts;
+
+/* Sets stop of job_id's run on node_id (a single-node run) to v. mu held. */
+static void run_stop_mark(gw_sched *s, const char *node_id, const char *job_id, int v)
+{
+    sched_node *sn = node_by_id(s, node_id);
+    for (int i = 0; sn && i < sn->nruns; i++)
+        if (sn->runs[i].stop && strcmp(sn->runs[i].job_id, job_id) == 0)
+            sn->runs[i].stop = v;
+}
+
+/* 1 when node_id counts a run of job_id. mu held. */
+static int node_has_run(gw_sched *s, const char *node_id, const char *job_id)
+{
+    sched_node *sn = node_by_id(s, node_id);
+    for (int i = 0; sn && i < sn->nruns; i++)
+        if (strcmp(sn->runs[i].job_id, job_id) == 0)
+            return 1;
+    return 0;
+}
+
+/* e, tenant t's, was placed this pass (claim c, its first node). With
+ * --fair-preempt, when e is a lump (more than half of t's share) and t now
+ * holds more than its share, t's youngest single-node runs placed before
+ * this pass (those of this pass, at now, are not claimed yet) are to stop
+ * until it is back at its share (gw_place_preempt_pick; runs already
+ * stopping count as stopped): noted in pp and marked stopping (stop 2),
+ * stopped once the pass's claims are made (pass_preempt_send). A lump
+ * started beside its tenant's other runs held the tenant past its share
+ * for as long as they ran (at 1,000 nodes, a weight-1 tenant's gang of
+ * its whole share put it at 1.24-1.33 of it over two minutes), which no
+ * turn order can give back. */
+static void pass_preempt(gw_sched *s, const pass_tenant *t, const gw_ready *e, const gw_claim *c,
+                         int64_t now, pass_preempts *pp)
+{
+    if (!s->app->cfg.fair_preempt || !t->t || pp->n == PREEMPT_MAX ||
+        !gw_place_fair_lump_size(pass_units(e), t->target))
+        return;
+    gw_preempt_cand *cand = NULL;
+    struct victim { sched_run *r; int node; } *who = NULL;
+    int n = 0, cap = 0;
+    pthread_mutex_lock(&s->mu);
+    double over = t->t->units - t->target;
+    for (int k = 0; k < s->nnodes; k++)
+        for (int i = 0; i < s->nodes[k].nruns; i++) {
+            sched_run *r = &s->nodes[k].runs[i];
+            if (r->tenant_id != e->tenant_id || !r->stop)
+                continue;
+            if (r->stop == 2) {
+                over -= r->units;
+                continue;
+            }
+            if (r->start_ms >= now)
+                continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                gw_preempt_cand *nc = realloc(cand, sizeof(*nc) * (size_t)cap);
+                if (nc)
+                    cand = nc;
+                struct victim *nw = nc ? realloc(who, sizeof(*nw) * (size_t)cap) : NULL;
+                if (!nw)
+                    goto out;   /* nothing stopped: the tenant stays past its share a while */
+                who = nw;
+            }
+            cand[n] = (gw_preempt_cand){.start_ms = r->start_ms, .units = r->units};
+            who[n++] = (struct victim){r, k};
+        }
+    uint8_t *take = n && over >= 1 ? malloc((size_t)n) : NULL;
+    if (take && gw_place_preempt_pick(cand, n, over, take) > 0)
+        for (int i = 0; i < n && pp->n < PREEMPT_MAX; i++) {
+            if (!take[i])
+                continue;
+            struct preempt *p = &pp->at[pp->n++];
+            who[i].r->stop = 2;
+            memcpy(p->job_id, who[i].r->job_id, 37);
+            memcpy(p->node_id, s->nodes[who[i].node].n.id, 37);
+            memcpy(p->lump_id, e->job_id, 37);
+            memcpy(p->lump_node, c->node_id, 37);
+            p->tenant_id = e->tenant_id;
+            p->lump_units = pass_units(e);
+            p->target = t->target;
+        }
+    free(take);
+out:
+    pthread_mutex_unlock(&s->mu);
+    free(cand);
+    free(who);
+}
+
+/* Stops the runs pp noted for lumps that were claimed (the others go on:
+ * their marks are taken back): each job marked in PostgreSQL, its node's
+ * poll woken to carry the cancel; the run's report queues the job again.
+ * One line logged a lump. */
+static void pass_preempt_send(gw_sched *s, pass_preempts *pp)
+{
+    static char jobs[PREEMPT_MAX][37], nodes[PREEMPT_MAX][37];
+    static int lump_of[PREEMPT_MAX], marked[PREEMPT_MAX];
+    int m = 0;
+    if (pp->n == 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < pp->n; i++) {
+        const struct preempt *p = &pp->at[i];
+        if (!node_has_run(s, p->lump_node, p->lump_id)) {
+            run_stop_mark(s, p->node_id, p->job_id, 1);
+            continue;
+        }
+        memcpy(jobs[m], p->job_id, 37);
+        memcpy(nodes[m], p->node_id, 37);
+        lump_of[m++] = i;
+    }
+    pthread_mutex_unlock(&s->mu);
+    int rc = gw_store_jobs_preempt(s->app->store, jobs, nodes, m, marked);
+    if (rc != 0) {
+        svc_warn("scheduler: %d runs to preempt could not be marked (%s); the next lump tries "
+                 "again", m, strerror(-rc));
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < m; i++)
+            run_stop_mark(s, nodes[i], jobs[i], 1);
+        pthread_mutex_unlock(&s->mu);
+        pp->n = 0;
+        return;
+    }
+    int sent = 0;
+    for (int i = 0; i < m; i++) {
+        if (marked[i]) {
+            gw_leases_wake(s->app->leases, nodes[i], 0);
+            sent++;
+        }
+        const struct preempt *p = &pp->at[lump_of[i]];
+        if (i + 1 == m || strcmp(pp->at[lump_of[i + 1]].lump_id, p->lump_id) != 0) {
+            svc_info("scheduler: job %s (%.0f devices) took tenant %lld past its share (%.1f): "
+                     "%d of its youngest runs preempted (stopped, to be queued again)",
+                     p->lump_id, p->lump_units, (long long)p->tenant_id, p->target, sent);
+            gw_metrics_preempted(s->app->metrics, sent);
+            sent = 0;
+        }
+    }
+    pp->n = 0;
+}
+
 /* One placement pass. The heads of every tenant's ready queue are looked
  * at in fair-share order (placement.h): the tenant furthest below its
  * target of devices next, then the least virtual time (placements of this
@@ -1282,6 +1439,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
     gw_claim batch[PEEK_MAX];
     const char *members[PEEK_MAX];
     static pass_lumps lumps;
+    static pass_preempts preempts;
     int dispatched = 0, nb = 0, n = 0, cut = 0;
     pass_res res = {.held = held, .allowed = allowed, .mask = mask, .scratch = scratch};
     for (int i = 0; i < FREE_SHAPES; i++)
@@ -1335,6 +1493,7 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
          * goes on from the deficit the tenant had at its start */
         pass_charge(&pt[k], &vt[k], &deficit[k], e, 1);
         lump_placed(s, pt, k, e, mono);
+        pass_preempt(s, &pt[k], e, &batch[nb], now, &preempts);
         pt[k].placed++;
         /* A tenant made since the last refresh had its quota asked of
          * PostgreSQL (running_allowed), which does not see this pass's
@@ -1350,12 +1509,15 @@ static int dispatch_pass(gw_sched *s, int64_t until, int *more)
         members[nb++] = e->member;
         if (nb == PEEK_MAX) {
             int got = flush_batch(s, batch, members, &nb);
-            if (got < 0)
+            if (got < 0) {
+                pass_preempt_send(s, &preempts);
                 return dispatched;
+            }
             dispatched += got;
         }
     }
     int got = flush_batch(s, batch, members, &nb);
+    pass_preempt_send(s, &preempts);
     /* a tenant's window ran out while slots were left: it may have more */
     *more = free_slot && cut;
     for (int k = 0; free_slot && k < nt; k++)

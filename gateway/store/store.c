@@ -301,20 +301,23 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
 [ST_JOB_REQUEUE] = {
     /* A counted retry waits min(base * 2^(attempts-1), max) scaled by a
      * random factor in [0.5, 1) ("equal jitter"); an attempt given back
-     * (the run never started) is placed again at once. */
+     * (the run never started) is placed again at once, as is one the
+     * scheduler preempted (027_preempt.sql), which does not count. */
     "WITH cur AS (SELECT id, node_id AS was_node, node_name AS was_name, gpu_ids AS was_gpus,"
-    "                    leased_at AS was_leased, nodes AS was_nodes,"
+    "                    leased_at AS was_leased, nodes AS was_nodes, preempt AS was_preempt,"
     "                    CASE WHEN cancel_requested THEN 'cancelled'"
-    "                             WHEN attempts - $3::int < max_attempts THEN 'queued'"
+    "                             WHEN preempt OR attempts - preemptions - $3::int < max_attempts"
+    "                             THEN 'queued'"
     "                             ELSE 'failed' END AS next,"
-    "                    CASE WHEN $3::int = 1 THEN NULL"
+    "                    CASE WHEN $3::int = 1 OR preempt THEN NULL"
     "                         ELSE clock_timestamp() + make_interval(secs => least($6::float8 * 2 ^ (attempts - 1),"
     "                              $7::float8) * (0.5 + random() / 2) / 1000) END AS not_before"
     "             FROM jobs WHERE id = $1::uuid AND attempts = $2 AND " RUNNING_BY_ID
     /* a node's report ($11) counts only for a run it holds; NULL: the gateway's own decision */
     "               AND ($11::uuid IS NULL OR " HELD_BY("jobs", "$11") ")"
     "             FOR UPDATE),"
-    " j AS (UPDATE jobs SET state = cur.next, attempts = attempts - $3::int,"
+    " j AS (UPDATE jobs SET state = cur.next, attempts = attempts - $3::int, preempt = false,"
+    "         preemptions = preemptions + (cur.was_preempt AND cur.next = 'queued')::int,"
     "         not_before = CASE WHEN cur.next = 'queued' THEN cur.not_before END,"
     "         node_id = CASE WHEN cur.next = 'queued' THEN NULL ELSE node_id END,"
     "         node_name = CASE WHEN cur.next = 'queued' THEN NULL ELSE node_name END,"
@@ -329,7 +332,11 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                 jobs.backend_req, jobs.gpus, jobs.node_name, jobs.not_before, jobs.tenant_id,"
     "                 jobs.nodes, jobs.gpu_memory_gb, jobs.timeout_s, jobs.task->>'image' AS image),"
     " e AS (INSERT INTO job_events (job_id, state, attempt, node_name, detail)"
-    "       SELECT id, state, attempts, node_name, $4 || ': ' || $5 FROM j),"
+    "       SELECT j.id, j.state, j.attempts, j.node_name,"
+    "              CASE WHEN cur.was_preempt AND j.state = 'queued'"
+    "                   THEN 'preempted: the scheduler stopped the run for a larger job of its"
+    " tenant (not counted against max_attempts)'"
+    "                   ELSE $4 || ': ' || $5 END FROM j JOIN cur ON cur.id = j.id),"
     LEFT_RUN_PART("$11", "SELECT id, $2::int AS attempt, was_node AS node_id, was_name AS node_name,"
                          " was_gpus AS gpu_ids, was_leased AS leased_at, was_nodes AS nodes FROM cur")
     " SELECT state, seq, priority, backend_req, gpus,"
@@ -622,7 +629,8 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " j AS (UPDATE jobs SET leased_at = clock_timestamp() FROM t, cfg WHERE jobs.id = t.id"
     "       RETURNING jobs.*),"
     " c AS (UPDATE jobs SET cancel_sent = true FROM cfg WHERE jobs.node_id = $1::uuid"
-    "         AND jobs.state = 'running' AND jobs.cancel_requested AND NOT jobs.cancel_sent"
+    "         AND jobs.state = 'running' AND (jobs.cancel_requested OR jobs.preempt)"
+    "         AND NOT jobs.cancel_sent"
     "         AND jobs.leased_at IS NOT NULL RETURNING jobs.id, jobs.attempts),"
     " o AS (SELECT r.job_id, r.attempt, r.node_rank, r.leased_at, r.cancel_sent,"
     "              x.attempts = r.attempt AND (x.state || '') = 'running' AS live,"
@@ -679,7 +687,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "SELECT DISTINCT w.node_id::text FROM ("
     " SELECT node_id FROM jobs WHERE node_id = ANY ($1::uuid[]) AND state = 'running'"
     "   AND ((nodes = 1 AND leased_at IS NULL)"
-    "        OR (cancel_requested AND NOT cancel_sent AND leased_at IS NOT NULL))"
+    "        OR ((cancel_requested OR preempt) AND NOT cancel_sent AND leased_at IS NOT NULL))"
     " UNION ALL"
     " SELECT r.node_id FROM job_ranks r JOIN jobs x ON x.id = r.job_id"
     " WHERE r.node_id = ANY ($1::uuid[]) AND r.ended_at IS NULL"
@@ -920,15 +928,26 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
  * job and tenant, 1 when its job runs with it (the tenants' running
  * counts: a gang's parts count once, a part of an attempt that ended not
  * at all), and its attempt. */
+/* --fair-preempt: the runs of jobs $1 on nodes $2 (single-node, running
+ * there, neither cancelled nor preempted already) are to stop; the
+ * node's next lease poll carries the cancel (ST_LEASE_TAKE) and its
+ * report queues the job again (ST_JOB_REQUEUE). The jobs marked. */
+[ST_JOBS_PREEMPT] = {
+    "WITH " ASYNC_COMMIT
+    " UPDATE jobs SET preempt = true FROM unnest($1::uuid[], $2::uuid[]) AS x(id, node), cfg"
+    " WHERE jobs.id = x.id AND jobs.node_id = x.node AND (jobs.state || '') = 'running'"
+    "   AND jobs.nodes = 1 AND NOT jobs.cancel_requested AND NOT jobs.preempt"
+    " RETURNING jobs.id::text", 2},
 [ST_RUNS_PLACED] = {
     "SELECT node_id::text, coalesce(gpu_ids, '{}')::text,"
     "       (extract(epoch FROM started_at) * 1000)::bigint + timeout_s * 1000::bigint, id::text,"
-    "       tenant_id, 1, attempts"
+    "       tenant_id, 1, attempts, (extract(epoch FROM started_at) * 1000)::bigint,"
+    "       CASE WHEN preempt THEN 2 ELSE 1 END"
     " FROM jobs WHERE state = 'running' AND node_id IS NOT NULL AND nodes = 1"
     " UNION ALL"
     " SELECT r.node_id::text, r.gpu_ids::text,"
     "       (extract(epoch FROM j.started_at) * 1000)::bigint + j.timeout_s * 1000::bigint,"
-    "       j.id::text, j.tenant_id, 1, r.attempt"
+    "       j.id::text, j.tenant_id, 1, r.attempt, 0, 0"
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id AND j.attempts = r.attempt"
     " WHERE r.ended_at IS NULL AND j.state = 'running'"
     /* A part of an attempt that has ended (the gang requeued, cancelled or
@@ -944,7 +963,7 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " UNION ALL"
     " SELECT r.node_id::text, r.gpu_ids::text,"
     "       (extract(epoch FROM clock_timestamp()) * 1000)::bigint, j.id::text, j.tenant_id, 0,"
-    "       r.attempt"
+    "       r.attempt, 0, 0"
     " FROM job_ranks r JOIN jobs j ON j.id = r.job_id JOIN nodes n ON n.id = r.node_id"
     " WHERE r.ended_at IS NULL AND r.leased_at IS NOT NULL AND n.state = 'up'"
     "   AND " ENDED_PART("r", "j"), 0},

@@ -256,7 +256,16 @@ typedef struct gw_run_place {
     int64_t tenant_id;
     int live;                 /* its job runs with it (a part of an ended attempt: 0) */
     int attempt;              /* the attempt it is a run of */
+    int64_t start_ms;         /* when it started, epoch ms (0: a part of a multi-node job) */
+    int stop;                 /* a single-node run: 1, 2 while preemption stops it; 0: a part */
 } gw_run_place;
+/* --fair-preempt: the runs of jobs[i] on nodes[i] are to stop (each a
+ * running single-node job on that node, not cancelled or preempted
+ * already: marked[i] = 1); each node's next lease poll carries the
+ * cancel, and the run's report queues its job again, not counted
+ * against max_attempts (027_preempt.sql). 0, -EIO, -ENOMEM. */
+int gw_store_jobs_preempt(gw_store *s, const char (*jobs)[37], const char (*nodes)[37], int n,
+                          int *marked);
 /* Every run on a node now, for placement: the caller frees *out. */
 int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n);
 

@@ -915,6 +915,8 @@ int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n)
         p->tenant_id = strtoll(PQgetvalue(r, i, 4), NULL, 10);
         p->live = atoi(PQgetvalue(r, i, 5));
         p->attempt = atoi(PQgetvalue(r, i, 6));
+        p->start_ms = strtoll(PQgetvalue(r, i, 7), NULL, 10);
+        p->stop = atoi(PQgetvalue(r, i, 8));
         *n = i + 1;
     }
     PQclear(r);
@@ -947,6 +949,36 @@ static int ids_matching(gw_store *s, int id, const char (*ids)[37], int n, int *
     if (c)
         store__release(s, c);
     free(arr);
+    return rc;
+}
+
+int gw_store_jobs_preempt(gw_store *s, const char (*jobs)[37], const char (*nodes)[37], int n,
+                          int *marked)
+{
+    if (n <= 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        marked[i] = 0;
+    char *ids = uuid_array(jobs[0], sizeof(jobs[0]), n),
+         *on = uuid_array(nodes[0], sizeof(nodes[0]), n);
+    int rc = ids && on ? 0 : -ENOMEM;
+    store__conn *c = rc ? NULL : store__acquire(s);
+    if (!rc && !c)
+        rc = -EIO;
+    if (!rc) {
+        const char *v[2] = {ids, on};
+        PGresult *r = store__exec(c, ST_JOBS_PREEMPT, v, NULL, NULL, 0);
+        if (!r)
+            rc = store__fail_rc(c);
+        for (int k = 0; r && k < PQntuples(r); k++)
+            for (int i = 0; i < n; i++)
+                if (strcmp(jobs[i], PQgetvalue(r, k, 0)) == 0)
+                    marked[i] = 1;
+        PQclear(r);
+        store__release(s, c);
+    }
+    free(ids);
+    free(on);
     return rc;
 }
 

@@ -369,6 +369,35 @@ static void test_fair_defers_a_lump_while_others_are_below_their_share(void **st
     assert_int_equal(gw_place_fair_defers(d, cand, 3, -1, 16, 8), 0);
 }
 
+/* --fair-preempt: the youngest runs go first, only while what is taken
+ * stays within what the tenant holds past its share; a run larger than
+ * what is left is passed over for smaller ones. */
+static void test_preemption_stops_the_youngest_runs_down_to_the_share(void **state)
+{
+    (void)state;
+    const gw_preempt_cand c[] = {
+        {.start_ms = 1000, .units = 1}, {.start_ms = 5000, .units = 1},
+        {.start_ms = 3000, .units = 4}, {.start_ms = 4000, .units = 1},
+        {.start_ms = 2000, .units = 2},
+    };
+    uint8_t take[5];
+    /* 2.5 past: the two youngest 1-unit runs (5000, 4000); the 4-unit run
+     * at 3000 and the 2-unit one would take it below its share */
+    assert_int_equal(gw_place_preempt_pick(c, 5, 2.5, take), 2);
+    assert_memory_equal(take, ((uint8_t[]){0, 1, 0, 1, 0}), 5);
+    /* 7 past: 5000, 4000, then the 4 units at 3000 (6); the 2 at 2000
+     * would make 8; the 1 at 1000 makes 7 */
+    assert_int_equal(gw_place_preempt_pick(c, 5, 7, take), 7);
+    assert_memory_equal(take, ((uint8_t[]){1, 1, 1, 1, 0}), 5);
+    /* less than a unit past: nothing */
+    assert_int_equal(gw_place_preempt_pick(c, 5, 0.9, take), 0);
+    assert_memory_equal(take, ((uint8_t[]){0, 0, 0, 0, 0}), 5);
+    /* everything, and no more than there is */
+    assert_int_equal(gw_place_preempt_pick(c, 5, 100, take), 9);
+    assert_memory_equal(take, ((uint8_t[]){1, 1, 1, 1, 1}), 5);
+    assert_int_equal(gw_place_preempt_pick(c, 0, 100, take), 0);
+}
+
 /* A lump yields for wait_ms from its first hold, then goes (it cannot
  * starve); its entry is forgotten when it starts or when no hold came for
  * forget_ms; with every entry taken a new lump does not yield. */
@@ -760,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_fair_share_on_device_seconds_repays_a_tenant_kept_out),
         cmocka_unit_test(test_fair_defers_a_lump_while_others_are_below_their_share),
         cmocka_unit_test(test_a_lump_yields_for_its_wait_and_no_longer),
+        cmocka_unit_test(test_preemption_stops_the_youngest_runs_down_to_the_share),
         cmocka_unit_test(test_fair_waits_for_a_window_run_out),
         cmocka_unit_test(test_fair_share_follows_weights_in_devices_held),
         cmocka_unit_test(test_interned_backends_place_as_plain_strings),
