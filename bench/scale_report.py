@@ -207,6 +207,19 @@ def load_runs(path):
     return runs
 
 
+def stopped_runs(runs, w0, w1):
+    """(how many, GPU-seconds within [w0, w1]) of the run parts a cancel
+    stopped within [w0, w1]: the bench cancels nothing, so with
+    --fair-preempt these are the preempted runs and the work they lost."""
+    n, gs = 0, 0.0
+    for parts in runs.values():
+        for p in parts:
+            if p["state"] == "cancelled" and w0 <= p["t_end"] <= w1:
+                n += 1
+                gs += p["ngpu"] * overlap(p["t_start"], p["t_end"], w0, w1) / 1000.0
+    return n, gs
+
+
 SHAPES = ("1gpu", "multi_gpu", "8gpu", "gang")
 
 
@@ -242,16 +255,11 @@ def figures(d, nodes, gpus):
     busy = 0.0
     tenant_gs = {}
     tenant_parts = []
-    # runs a cancel stopped in the window (the bench cancels nothing: with
-    # --fair-preempt these are the preempted), and their GPU-seconds in it
-    stopped, stopped_gs = 0, 0.0
+    stopped, stopped_gs = stopped_runs(runs, w0, w1)
     for (jid, _), parts in runs.items():
         for p in parts:
             gs = p["ngpu"] * overlap(p["t_start"], p["t_end"], w0, w1) / 1000.0
             busy += gs
-            if p["state"] == "cancelled" and w0 <= p["t_end"] <= w1:
-                stopped += 1
-                stopped_gs += gs
             if jid in submit:
                 t = submit[jid][0]["tenant"]
                 tenant_gs[t] = tenant_gs.get(t, 0.0) + gs

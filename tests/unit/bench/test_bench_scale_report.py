@@ -45,3 +45,16 @@ def test_each_slice_counts_only_the_part_of_a_run_inside_it():
     # the last slice ends at the window's end: a (2 GPUs) 59.998, b 44.999 GPU-s
     last = scale_report.fair_slices(parts, {"a": 1, "b": 1}, 0, 59999)[1]
     assert last == [0.143, 0.143]
+
+
+def test_stopped_runs_count_the_cancelled_parts_ended_in_the_window():
+    # (job, attempt) -> parts; the window is [0, 60000] ms
+    def part(ngpu, a, b, state):
+        return {"ngpu": ngpu, "t_start": a, "t_end": b, "state": state}
+    runs = {("j1", 1): [part(1, -10000, 20000, "cancelled")],      # 20 GPU-s in the window
+            ("j1", 2): [part(1, 25000, 60000, "succeeded")],
+            ("j2", 1): [part(4, 10000, 15000, "cancelled")],       # 20 GPU-s
+            ("j3", 1): [part(8, 50000, 70000, "cancelled")],       # stopped after the window
+            ("j4", 1): [part(2, -5000, -1000, "cancelled")]}       # and before it
+    assert scale_report.stopped_runs(runs, 0, 60000) == (2, 40.0)
+    assert scale_report.stopped_runs({}, 0, 60000) == (0, 0.0)
