@@ -161,7 +161,7 @@ static svc_opt opts[] = {
              "as if its job had started"},
     {.flag = "fair-preempt", .env = "KOWLOON_FAIR_PREEMPT", .type = SVC_OPT_BOOL,
      .at = SVC_OPT_BOOL(gw_config, fair_preempt), .def = "0",
-     .help = "when a job of more than half its tenant's share starts and takes the tenant past "
+     .help = "when a job of more than a quarter of its tenant's share starts and takes the tenant past "
              "that share, the tenant's youngest single-node runs are stopped and queued again "
              "(not counted against max_attempts) until it is back at its share"},
     {.flag = "db-pool", .env = "KOWLOON_DB_POOL", .type = SVC_OPT_INT,
