@@ -284,6 +284,7 @@ LANGUAGE sql STABLE AS $$
         'timeout_s', j.timeout_s,
         'max_attempts', j.max_attempts,
         'attempts', j.attempts,
+        'preemptions', j.preemptions,
         'cancel_requested', j.cancel_requested,
         'node', j.node_name,
         'placement', kowloon_placement(j),

@@ -422,7 +422,7 @@ static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *pa
 {
     char logs[64];
     snprintf(logs, sizeof logs, "/v1/jobs/%s/logs", s->row.id);
-    return json_pack("{s:s, s:s, s:s, s:o, s:O, s:O, s:o, s:i, s:o, s:i, s:i, s:i, s:b, s:n, s:n,"
+    return json_pack("{s:s, s:s, s:s, s:o, s:O, s:O, s:o, s:i, s:o, s:i, s:i, s:i, s:i, s:b, s:n, s:n,"
                      " s:n, s:{}, s:n, s:n, s:n, s:o}",
                      "id", s->row.id, "state", "queued", "kind", task ? "task" : "kernel",
                      "kernel", task ? json_null() : json_string(jr->kernel->name),
@@ -430,7 +430,7 @@ static json_t *job_json_queued(const submit *s, const gw_job_req *jr, json_t *pa
                      "labels", labels_as_stored(jr->labels),
                      "priority", jr->priority, "resources", resources_json(jr),
                      "timeout_s", jr->timeout_s, "max_attempts", jr->max_attempts,
-                     "attempts", 0, "cancel_requested", 0, "node", "placement", "backend", "info",
+                     "attempts", 0, "preemptions", 0, "cancel_requested", 0, "node", "placement", "backend", "info",
                      "progress", "usage", "exit_code", "logs",
                      task ? json_string(logs) : json_null());
 }

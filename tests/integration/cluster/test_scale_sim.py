@@ -453,6 +453,7 @@ def test_a_lump_past_its_tenants_share_preempts_the_tenants_youngest_runs(preemp
                 now = a.job(j["id"])
                 # queued again and placed again (attempt 2), not failed
                 assert now["state"] in ("queued", "running") and now["attempts"] <= 2, now
+                assert now["preemptions"] == 1, now
                 ev = preempted(j)
                 assert len(ev) == 1 and ev[0][:2] == ("queued", "1"), events_of(s, j["id"])
             assert s.psql_value("SELECT string_agg(preemptions::text, ',') FROM jobs WHERE id IN ("

@@ -11,7 +11,7 @@ import pytest
 from stack import wait_until
 
 ORDER = ["id", "state", "kind", "kernel", "task", "params", "labels", "priority", "resources",
-         "timeout_s", "max_attempts", "attempts", "cancel_requested", "node", "placement", "backend",
+         "timeout_s", "max_attempts", "attempts", "preemptions", "cancel_requested", "node", "placement", "backend",
          "info", "progress", "usage", "exit_code", "logs", "created_at", "started_at",
          "finished_at", "error"]
 PARKED = {"kernel": "sleep", "params": {"seconds": 0}, "priority": 0,
