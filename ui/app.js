@@ -363,7 +363,9 @@ async function jobPage(id) {
       isTask && ["Exit code", j.exit_code === null || j.exit_code === undefined ? "—" : String(j.exit_code), "job-exit-code"],
       ["Node", j.node || "—", "job-node"],
       ["Backend", j.backend || "—"],
-      ["Attempts", `${j.attempts ?? 0} of ${j.max_attempts ?? "?"}`],
+      // a preempted attempt (--fair-preempt) does not count against max_attempts
+      ["Attempts", `${(j.attempts ?? 0) - (j.preemptions ?? 0)} of ${j.max_attempts ?? "?"}` +
+        (j.preemptions ? `, and ${j.preemptions} preempted` : ""), "job-attempts"],
       ["Priority", fmt(j.priority)],
       ["Labels", Object.entries(j.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—", "job-labels"],
       ["Created", j.created_at || "—"],

@@ -432,6 +432,17 @@ def test_dashboard_pages_through_jobs_and_shows_a_failure(stack, A, browser):
     assert job_state_text(d) == "failed"
     shot(d, "job-failed")
 
+    # a job the scheduler preempted twice (--fair-preempt) before its one
+    # counted attempt: 1 of its 3, not 3 of 3 (made so in PostgreSQL before
+    # any read, so that no gateway holds its answer)
+    pre = A.submit("sleep", {"seconds": 0}, labels={"suite": tag + "p"}, max_attempts=3)
+    stk.wait_until(lambda: stack.psql_value(f"SELECT state FROM jobs WHERE id = '{pre['id']}'")
+                   == "succeeded", 30, 0.1, "the job to succeed")
+    stack.psql(f"UPDATE jobs SET attempts = 3, preemptions = 2 WHERE id = '{pre['id']}'")
+    d.get(f"{stack.base}/ui/#/jobs/{pre['id']}")
+    att = wait_for("the attempts", lambda: by_css(d, "#job-attempts")[0].text)
+    assert att == "1 of 3, and 2 preempted", att
+
 
 @pytest.mark.timeout(120)
 def test_dashboard_without_chartjs_plots_as_a_table(stack, A, browser):
