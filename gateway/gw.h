@@ -61,7 +61,8 @@ typedef struct gw_config {
     long fair_lump_wait_s;   /* how long a lump yields to tenants below their share at most */
     long fair_repay_s;       /* what a tenant is owed counts as owed / this many units; 0: off */
     long fair_reserve_pct;   /* a reservation is not its tenant's turn; this % of its target a pass; 0: off */
-    int fair_preempt;        /* a lump that takes its tenant past its share stops the tenant's youngest runs */
+    int fair_preempt;        /* a job of over a quarter of its tenant's share that takes the tenant
+                                past it stops the tenant's youngest runs */
     long timeout_grace_s;    /* a run this long past its timeout_s without a report is failed */
     long db_pool;
     long heartbeat_s;

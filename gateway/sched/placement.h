@@ -178,8 +178,8 @@ int gw_lumps_waited(gw_lumps *t, const char *job_id, int64_t mono, int64_t wait_
                     int64_t forget_ms);
 /* job_id started: its entry, if any, is forgotten. */
 void gw_lumps_placed(gw_lumps *t, const char *job_id, int64_t mono, int64_t forget_ms);
-/* --fair-preempt: a run of the tenant whose lump took it past its share,
- * one preemption may stop (a single-node run, not this pass's). */
+/* --fair-preempt: a run of the tenant whose big job took it past its
+ * share, one preemption may stop (a single-node run, not this pass's). */
 typedef struct gw_preempt_cand {
     int64_t start_ms;      /* when it started */
     int units;             /* what it holds of the tenant's share */

@@ -1306,6 +1306,10 @@ static void pass_preempt(gw_sched *s, const pass_tenant *t, const gw_ready *e, c
     int n = 0, cap = 0;
     pthread_mutex_lock(&s->mu);
     double over = t->t->units - t->target;
+    if (over < 1) {   /* within its share: nothing to stop, no walk of every run */
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
     for (int k = 0; k < s->nnodes; k++)
         for (int i = 0; i < s->nodes[k].nruns; i++) {
             sched_run *r = &s->nodes[k].runs[i];

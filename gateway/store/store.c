@@ -923,11 +923,6 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     "                   ORDER BY a.n), '[]') FROM webhook_attempts a WHERE a.delivery_id = d.id)"
     "    ) ORDER BY d.id) FROM webhook_deliveries d WHERE d.job_id = j.id), '[]'))::text"
     " FROM jobs j WHERE j.id = $1::uuid AND j.tenant_id = $2", 2},
-/* Every run on a node (a single-node job, or one node's part of a gang):
- * its devices, when its timeout_s ends it at the latest (epoch ms), its
- * job and tenant, 1 when its job runs with it (the tenants' running
- * counts: a gang's parts count once, a part of an attempt that ended not
- * at all), and its attempt. */
 /* --fair-preempt: the runs of jobs $1 on nodes $2 (single-node, running
  * there, neither cancelled nor preempted already) are to stop; the
  * node's next lease poll carries the cancel (ST_LEASE_TAKE) and its
@@ -938,6 +933,12 @@ static const struct { const char *sql; int nparams; int custom; } stmts[ST__COUN
     " WHERE jobs.id = x.id AND jobs.node_id = x.node AND (jobs.state || '') = 'running'"
     "   AND jobs.nodes = 1 AND NOT jobs.cancel_requested AND NOT jobs.preempt"
     " RETURNING jobs.id::text", 2},
+/* Every run on a node (a single-node job, or one node's part of a gang):
+ * its devices, when its timeout_s ends it at the latest (epoch ms), its
+ * job and tenant, 1 when its job runs with it (the tenants' running
+ * counts: a gang's parts count once, a part of an attempt that ended not
+ * at all), its attempt, and for a single-node run when it started (epoch
+ * ms) and 1, or 2 while preemption stops it (a part: 0 and 0). */
 [ST_RUNS_PLACED] = {
     "SELECT node_id::text, coalesce(gpu_ids, '{}')::text,"
     "       (extract(epoch FROM started_at) * 1000)::bigint + timeout_s * 1000::bigint, id::text,"

@@ -924,18 +924,24 @@ int gw_store_runs_placed(gw_store *s, gw_run_place **out, int *n)
     return rc;
 }
 
-/* Statement id over the uuid array ids (its one parameter), which returns
- * ids: hit[i] = 1 for each ids[i] among them. 0, -EIO, -ENOMEM. */
-static int ids_matching(gw_store *s, int id, const char (*ids)[37], int n, int *hit)
+/* Statement id over the uuid array ids (its first parameter; with, when
+ * not NULL, n more uuids as its second), which returns ids: hit[i] = 1
+ * for each ids[i] among them. 0, -EIO, -ENOMEM. */
+static int ids_matching(gw_store *s, int id, const char (*ids)[37], const char (*with)[37], int n,
+                        int *hit)
 {
     if (n <= 0)
         return 0;
     for (int i = 0; i < n; i++)
         hit[i] = 0;
-    char *arr = uuid_array(ids[0], sizeof(ids[0]), n);
-    if (!arr)
+    char *arr = uuid_array(ids[0], sizeof(ids[0]), n),
+         *arr2 = with ? uuid_array(with[0], sizeof(with[0]), n) : NULL;
+    if (!arr || (with && !arr2)) {
+        free(arr);
+        free(arr2);
         return -ENOMEM;
-    const char *v[1] = {arr};
+    }
+    const char *v[2] = {arr, arr2};
     store__conn *c = store__acquire(s);
     int rc = c ? 0 : -EIO;
     PGresult *r = c ? store__exec(c, id, v, NULL, NULL, 0) : NULL;
@@ -949,47 +955,24 @@ static int ids_matching(gw_store *s, int id, const char (*ids)[37], int n, int *
     if (c)
         store__release(s, c);
     free(arr);
+    free(arr2);
     return rc;
 }
 
 int gw_store_jobs_preempt(gw_store *s, const char (*jobs)[37], const char (*nodes)[37], int n,
                           int *marked)
 {
-    if (n <= 0)
-        return 0;
-    for (int i = 0; i < n; i++)
-        marked[i] = 0;
-    char *ids = uuid_array(jobs[0], sizeof(jobs[0]), n),
-         *on = uuid_array(nodes[0], sizeof(nodes[0]), n);
-    int rc = ids && on ? 0 : -ENOMEM;
-    store__conn *c = rc ? NULL : store__acquire(s);
-    if (!rc && !c)
-        rc = -EIO;
-    if (!rc) {
-        const char *v[2] = {ids, on};
-        PGresult *r = store__exec(c, ST_JOBS_PREEMPT, v, NULL, NULL, 0);
-        if (!r)
-            rc = store__fail_rc(c);
-        for (int k = 0; r && k < PQntuples(r); k++)
-            for (int i = 0; i < n; i++)
-                if (strcmp(jobs[i], PQgetvalue(r, k, 0)) == 0)
-                    marked[i] = 1;
-        PQclear(r);
-        store__release(s, c);
-    }
-    free(ids);
-    free(on);
-    return rc;
+    return ids_matching(s, ST_JOBS_PREEMPT, jobs, nodes, n, marked);
 }
 
 int gw_store_jobs_ended(gw_store *s, const char (*ids)[37], int n, int *ended)
 {
-    return ids_matching(s, ST_JOBS_ENDED, ids, n, ended);
+    return ids_matching(s, ST_JOBS_ENDED, ids, NULL, n, ended);
 }
 
 int gw_store_nodes_with_work(gw_store *s, const char (*ids)[37], int n, int *has)
 {
-    return ids_matching(s, ST_NODES_WITH_WORK, ids, n, has);
+    return ids_matching(s, ST_NODES_WITH_WORK, ids, NULL, n, has);
 }
 
 int gw_store_tenants_quotas(gw_store *s, int def, gw_tenant_run **out, int *n)

@@ -192,6 +192,12 @@ def two_sim_nodes(s, prefix):
         sim.wait(timeout=60)
 
 
+def both_sim_nodes_up(admin):
+    """Waits until the two simulated nodes of two_sim_nodes are up."""
+    stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
+                   "both simulated nodes up")
+
+
 @pytest.fixture(scope="module")
 def fit_stack():
     """Its own stack: the test's two simulated nodes and nothing else."""
@@ -210,8 +216,7 @@ def test_one_gpu_jobs_fill_a_busy_node_and_leave_a_whole_one(fit_stack):
     admin.post("/v1/tenants", json={"name": "fit", "weight": 1}).raise_for_status()
     c = s.client(key=s.create_key("fit"))
     with two_sim_nodes(s, "fit"):
-        stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
-                       "both simulated nodes up")
+        both_sim_nodes_up(admin)
         one = {"backend": "cuda", "gpus": 1}
         a = c.submit("sleep", {"seconds": 60}, resources=one, timeout_s=90)
         a = c.wait(a["id"], 30, states=("running",))
@@ -313,8 +318,7 @@ def b_node_and_two_of_a(s, a, b, seconds):
     fill one node (best fit), A's two go on the other. Returns the ten
     running jobs, B's first."""
     admin = s.client("admin")
-    stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
-                   "both simulated nodes up")
+    both_sim_nodes_up(admin)
     held = [b.submit("sleep", {"seconds": seconds}, resources=ONE_GPU, timeout_s=seconds + 30)
             for _ in range(8)]
     held = [b.wait(j["id"], 30, states=("running",)) for j in held]
@@ -429,8 +433,7 @@ def test_a_lump_past_its_tenants_share_preempts_the_tenants_youngest_runs(preemp
     a, b = two_tenants(s, "pre")
     admin.post("/v1/tenants", json={"name": "pre-b", "weight": 1, "max_running": 4}).raise_for_status()
     with two_sim_nodes(s, "pre"):
-        stk.wait_until(lambda: sum(n.get("state") == "up" for n in admin.nodes()) == 2, 30, 0.2,
-                       "both simulated nodes up")
+        both_sim_nodes_up(admin)
         b_jobs = [b.submit("sleep", {"seconds": 90}, resources=ONE_GPU, timeout_s=120)
                   for _ in range(6)]
         b_run = [b.wait(j["id"], 30, states=("running",)) for j in b_jobs[:4]]
